@@ -1,0 +1,37 @@
+# packtool developer commands. Everything runs from .venv (created by `make install`).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO := .demo
+
+.PHONY: install test test-slow demo bench lint clean
+
+$(BIN)/packtool: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q "torch>=2.4,<3"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(BIN)/packtool
+
+install: $(BIN)/packtool
+
+test: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+test-slow: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow
+
+demo: install
+	rm -rf $(DEMO) && mkdir -p $(DEMO)
+	HF_HUB_OFFLINE=1 $(BIN)/packtool sample $(DEMO)/sample.jsonl
+	HF_HUB_OFFLINE=1 $(BIN)/packtool inspect $(DEMO)/sample.jsonl --index 0
+
+bench: install
+	$(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/python benchmarks/bench_tokenize.py
+
+lint: install
+	$(BIN)/ruff check packtool tests benchmarks
+
+clean:
+	rm -rf $(DEMO) build *.egg-info

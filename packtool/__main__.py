@@ -1,0 +1,3 @@
+from packtool.cli import main
+
+main()

@@ -1,0 +1,66 @@
+"""The command line: thin typer commands and the one error boundary.
+
+Each command parses options, builds a frozen config, calls one `packtool.api` function and renders
+the result. Errors become one line on stderr: exit 1 for bad input, 2 for bad usage; tracebacks
+only with PACKTOOL_DEBUG=1. Nothing heavy (torch, transformers) is imported at module level.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import typer
+
+from packtool.errors import PacktoolError
+
+app = typer.Typer(
+    name="packtool",
+    help="Profile SFT datasets, pack them into static-length Parquet shards, verify the shards.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def guard(fn):
+    """Turn PacktoolError (and Ctrl-C) into a one-line message and an exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PacktoolError as e:
+            if os.environ.get("PACKTOOL_DEBUG") == "1":
+                raise
+            sys.stderr.write(f"error: {e}\n")
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            sys.stderr.write("interrupted\n")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _register() -> None:
+    from packtool.commands import inspect as inspect_cmd
+    from packtool.commands import sample as sample_cmd
+
+    app.command("inspect")(guard(inspect_cmd.inspect))
+    app.command("sample")(guard(sample_cmd.sample))
+    for name in ("profile", "pack", "verify"):
+        try:
+            mod = __import__(f"packtool.commands.{name}", fromlist=[name])
+        except ModuleNotFoundError as e:  # a command whose module is not written yet
+            if e.name != f"packtool.commands.{name}":
+                raise
+            continue
+        app.command(name)(guard(getattr(mod, name)))
+
+
+_register()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""One module per CLI command; each is a thin typer function that calls packtool.api."""

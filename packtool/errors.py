@@ -1,0 +1,18 @@
+"""The error types the CLI turns into one-line messages and exit codes.
+
+Raise `PacktoolError` for bad input (exit 1) and `UsageError` for bad options (exit 2). The message
+names the value, the limit and the fix, e.g.
+"example 1832 has 9120 tokens > --len 4096; use --overflow truncate|split or raise --len".
+"""
+
+
+class PacktoolError(Exception):
+    """Bad input or a failed check: exit code 1."""
+
+    exit_code = 1
+
+
+class UsageError(PacktoolError):
+    """Bad options or option values: exit code 2."""
+
+    exit_code = 2

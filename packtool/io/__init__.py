@@ -1,0 +1,1 @@
+"""Readers for input records and the Parquet shard writer."""

@@ -1,0 +1,1 @@
+"""verify: integrity of every row, and isolation through a real attention kernel."""
