@@ -11,3 +11,10 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
     from packtool.tokenization.pipeline import load_tokenized as _load
 
     return _load(data, cfg, progress=progress)
+
+
+def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict:
+    """One example as the trainer will see it: format, conversation, tokens and loss runs."""
+    from packtool.inspecting import inspect_example as _inspect
+
+    return _inspect(data, cfg, index)

@@ -54,6 +54,7 @@ class TokenizedData:
     sources: list[SourceFile] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)  # tokenization options that shaped the labels
     cache_hit: bool = False
+    warnings: list[str] = field(default_factory=list)  # said once each, e.g. "12 examples have no loss token"
 
     @classmethod
     def from_lists(cls, input_ids: list[list[int]], labels: list[list[int]], **kw) -> TokenizedData:

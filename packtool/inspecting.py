@@ -1,0 +1,109 @@
+"""`packtool inspect`: one example, as the trainer will see it.
+
+Reads up to record N (detecting the format on the first parseable record, as the pipeline does),
+normalizes it, encodes it with the same Encoder as `profile`/`pack`, and splits the token stream
+into runs of trained / untrained tokens for display:
+
+    runs = [{"text": "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n", "loss": False, "tokens": 9},
+            {"text": "Hello!<|im_end|>", "loss": True, "tokens": 3}, ...]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from packtool.config import TokenizeConfig
+from packtool.errors import PacktoolError, UsageError
+
+
+def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
+    loss = labels != -100
+    if len(ids) == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(loss.astype(np.int8))) + 1
+    bounds = [0, *cuts.tolist(), len(ids)]
+    runs = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        text = tok.decode(ids[a:b].tolist(), skip_special_tokens=False) if tok is not None else " ".join(
+            str(t) for t in ids[a:b])
+        runs.append({"text": text, "loss": bool(loss[a]), "tokens": int(b - a)})
+    return runs
+
+
+def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str, Any]:
+    from packtool.formats import FormatError, detect_format, normalize
+    from packtool.io.readers import iter_records
+
+    if index < 0:
+        raise UsageError(f"--index {index} must be >= 0")
+    fmt = reason = None
+    target = None
+    count = 0
+    for rec in iter_records(data, cfg.read):
+        count += 1
+        if fmt is None and rec.record is not None and "input_ids" not in rec.record:
+            try:
+                fmt, reason = detect_format(rec.record, cfg.read)
+            except FormatError:
+                pass
+        if rec.index == index:
+            target = rec
+            break
+    if target is None:
+        raise UsageError(f"--index {index} is past the end of {data} ({count} records)")
+    where = {"file": target.file, "line": target.line, "index": target.index}
+    if target.record is None:
+        raise PacktoolError(f"{target.file}:{target.line}: {target.error}")
+    if "input_ids" in target.record and cfg.read.format is None:
+        from packtool.tokenization.pretokenized import MASK_COLUMNS
+
+        r = target.record
+        ids = np.asarray(r["input_ids"], dtype=np.int64)
+        src = next((c for c in ("labels", *MASK_COLUMNS) if c in r), None)
+        if src == "labels":
+            labels = np.asarray(r["labels"], dtype=np.int64)
+        elif src:
+            labels = np.where(np.asarray(r[src]) != 0, ids, -100)
+        else:
+            labels = ids.copy()
+        tok_info, tok = {"name": None}, None
+        if cfg.tokenizer:
+            from packtool.tokenization.loading import load_tokenizer
+
+            loaded = load_tokenizer(cfg.tokenizer)
+            tok, tok_info = loaded.tokenizer, loaded.info()
+        return {**where, "format": "pretokenized", "format_reason": "record carries input_ids",
+                "tokenizer": tok_info, "example": None, "tokens": int(len(ids)),
+                "loss_tokens": int(np.count_nonzero(labels != -100)), "runs": _runs(tok, ids, labels)}
+
+    from packtool.tokenization.encode import Encoder
+    from packtool.tokenization.loading import load_tokenizer, resolve_template
+
+    if fmt is None:
+        fmt, reason = detect_format(target.record, cfg.read)  # raises the FormatError with the keys
+    try:
+        example = normalize(target.record, fmt, cfg.read)
+    except FormatError as e:
+        raise PacktoolError(f"{target.file} record {target.index}: {e}") from None
+    loaded = load_tokenizer(cfg.tokenizer)
+    template = resolve_template(loaded, cfg.chat_template)
+    enc = Encoder(loaded.tokenizer, template, cfg.train_on).encode([example])
+    if enc.errors[0]:
+        raise PacktoolError(f"{target.file} record {target.index}: {enc.errors[0]}")
+    ids, labels = enc.input_ids[0], enc.labels[0]
+    return {
+        **where,
+        "format": fmt,
+        "format_reason": reason,
+        "tokenizer": {**loaded.info(), "chat_template": template.name,
+                      "generation_markers": template.has_generation},
+        "train_on": cfg.train_on,
+        "example": example,
+        "tokens": int(len(ids)),
+        "loss_tokens": int(np.count_nonzero(labels != -100)),
+        "input_ids": ids.tolist(),
+        "labels": labels.tolist(),
+        "runs": _runs(loaded.tokenizer, ids, labels),
+    }

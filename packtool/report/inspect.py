@@ -1,0 +1,51 @@
+"""Render an inspected example: format, conversation, and the token stream with loss highlighted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def render_inspect(result: dict[str, Any], console) -> None:
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    where = f"{result['file']}" + (f":{result['line']}" if result.get("line") else "") + f" (record {result['index']})"
+    console.print(f"[bold]{where}[/]")
+    console.print(f"format: [cyan]{result['format']}[/] — {result['format_reason']}")
+    tok = result.get("tokenizer") or {}
+    if tok.get("name"):
+        tpl = tok.get("chat_template")
+        console.print(f"tokenizer: {tok['name']}" + (f", chat template: {tpl}" if tpl else "")
+                      + ("" if tok.get("generation_markers", True) else " (no generation markers: prefix diff)"))
+    ex = result.get("example")
+    if ex and ex.get("messages"):
+        table = Table(title="normalized conversation", show_lines=True, expand=True)
+        table.add_column("#", justify="right", width=3)
+        table.add_column("role", width=9)
+        table.add_column("content")
+        table.add_column("weight", width=6)
+        for i, m in enumerate(ex["messages"]):
+            content = m.get("content") or ""
+            if m.get("reasoning_content"):
+                content = f"[think] {m['reasoning_content']}\n{content}"
+            if m.get("tool_calls"):
+                content += "".join(f"\n→ {c['function']['name']}({c['function'].get('arguments')})"
+                                   for c in m["tool_calls"])
+            if len(content) > 600:
+                content = content[:600] + f" … ({len(content)} chars)"
+            w = m.get("weight")
+            table.add_row(str(i), m["role"], Text(content), "" if w is None else f"{w:g}")
+        console.print(table)
+        if ex.get("tools"):
+            console.print(f"tools: {', '.join(t.get('function', t).get('name', '?') for t in ex['tools'])}")
+    text = Text()
+    for run in result["runs"]:
+        text.append(run["text"], style="bold black on green" if run["loss"] else "dim")
+    console.print(Panel(text, title="rendered tokens: [black on green] trained [/] [dim]no loss[/]",
+                        expand=True))
+    share = result["loss_tokens"] / result["tokens"] if result["tokens"] else 0.0
+    console.print(f"tokens: [bold]{result['tokens']}[/]   loss tokens: [bold]{result['loss_tokens']}[/] "
+                  f"({share:.1%})")
+    if result["loss_tokens"] == 0:
+        console.print("[yellow]warning: this example has no loss token (no assistant turn, or weights 0)[/]")

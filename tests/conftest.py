@@ -1,0 +1,54 @@
+"""Shared fixtures: offline, a private tokenization cache, the built-in Qwen3 tokenizer, a tiny one."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Tokenization results are cached under PACKTOOL_CACHE: never touch the user's cache."""
+    path = tmp_path_factory.mktemp("packtool-cache")
+    old = os.environ.get("PACKTOOL_CACHE")
+    os.environ["PACKTOOL_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("PACKTOOL_CACHE", None)
+    else:
+        os.environ["PACKTOOL_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def qwen():
+    """The built-in Qwen3 tokenizer (LoadedTokenizer), loaded once per session."""
+    from packtool.tokenization.loading import load_tokenizer
+
+    return load_tokenizer(None)
+
+
+def build_tiny_tokenizer(chat_template: str | None = None):
+    """A word-level tokenizer trained in-process on a few words, with ChatML special tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="isolated")
+    corpus = ["hello world how are you", "user assistant system tool", "the answer is four", "\n", ":"]
+    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=specials))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
+                                   eos_token="<|im_end|>", additional_special_tokens=specials[2:])
+    if chat_template:
+        fast.chat_template = chat_template
+    return fast
+
+
+@pytest.fixture
+def tiny_tokenizer():
+    return build_tiny_tokenizer
