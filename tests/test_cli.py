@@ -1,0 +1,88 @@
+"""CLI: light imports, one-line errors with the right exit codes, inspect and sample."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from packtool.cli import app
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_cli_import_is_light():
+    code = ("import sys, packtool.cli; heavy = [m for m in ('torch', 'transformers', 'datasets', 'matplotlib') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_lists_commands():
+    res = run("--help")
+    assert res.exit_code == 0
+    for name in ("inspect", "sample"):
+        assert name in res.output
+
+
+def test_sample_then_inspect_json(tmp_path):
+    path = tmp_path / "s.jsonl"
+    assert run("sample", str(path), "--n", "5").exit_code == 0
+    res = run("inspect", str(path), "--index", "2", "--json", "-")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["format"] == "messages" and data["index"] == 2
+    assert data["tokens"] == len(data["input_ids"]) and 0 < data["loss_tokens"] < data["tokens"]
+    assert sum(r["tokens"] for r in data["runs"]) == data["tokens"]
+    assert any(r["loss"] and r["text"].endswith("<|im_end|>") for r in data["runs"])
+
+
+def test_inspect_human_output(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps({"conversations": [{"from": "human", "value": "Hi"},
+                                                  {"from": "gpt", "value": "Hello there"}]}) + "\n")
+    res = run("inspect", str(path))
+    assert res.exit_code == 0
+    assert "sharegpt" in res.output and "loss tokens" in res.output and "Hello there" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "pattern"),
+    [
+        (["inspect", "{tmp}/missing.jsonl"], 1, "missing.jsonl"),
+        (["inspect", "{good}", "--train-on", "everything"], 2, "--train-on 'everything'"),
+        (["inspect", "{good}", "--index", "9"], 2, "past the end"),
+        (["inspect", "{good}", "--column", "oops"], 2, "NAME=NAME"),
+        (["inspect", "{good}", "--chat-template", "nope"], 2, "neither a file nor a built-in"),
+        (["inspect", "{bad}"], 1, r"bad\.jsonl:1"),
+        (["sample", "{tmp}/x.jsonl", "--n", "0"], 2, "--n 0"),
+    ],
+)
+def test_errors_are_one_line(tmp_path, args, code, pattern):
+    import re
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}]}) + "\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    args = [a.format(tmp=tmp_path, good=good, bad=bad) for a in args]
+    res = run(*args)
+    assert res.exit_code == code, res.output
+    assert "Traceback" not in res.output
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and re.search(pattern, err[0]), err
+
+
+def test_debug_shows_traceback(tmp_path):
+    env = {**os.environ, "PACKTOOL_DEBUG": "1"}
+    out = subprocess.run([sys.executable, "-m", "packtool", "inspect", str(tmp_path / "none.jsonl")],
+                         capture_output=True, text=True, env=env)
+    assert out.returncode != 0 and "Traceback" in out.stderr

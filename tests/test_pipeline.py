@@ -1,0 +1,134 @@
+"""The cached read → normalize → tokenize pipeline: counts, skips, cache, pre-tokenized input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from packtool.api import load_tokenized
+from packtool.config import ReadConfig, TokenizeConfig
+from packtool.errors import PacktoolError
+from packtool.sample import write_sample
+from packtool.tokenization import pipeline
+
+GOOD = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+NO_ANSWER = {"messages": [{"role": "user", "content": "anyone?"}]}
+BAD_ROLE = {"messages": [{"role": "wizard", "content": "abracadabra"}]}
+
+
+def write_jsonl(path, lines):
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return str(path)
+
+
+def cfg(**read):
+    return TokenizeConfig(num_proc=1, read=ReadConfig(**read))
+
+
+@pytest.fixture(scope="module")
+def sample_file(tmp_path_factory):
+    return str(write_sample(tmp_path_factory.mktemp("s") / "sample.jsonl", n=60, seed=1))
+
+
+def test_sample_tokenizes_and_caches(sample_file):
+    a = load_tokenized(sample_file, cfg(), progress=False)
+    assert len(a.dataset) == 60 and a.num_read == 60 and not a.skipped
+    assert a.source_index.tolist() == list(range(60))
+    assert a.format == "messages" and a.tokenizer["chat_template"] == "chatml-train"
+    assert np.all(a.loss_counts > 0) and np.all(a.loss_counts < a.lengths)
+    row = a.dataset[5]
+    assert len(row["input_ids"]) == a.lengths[5] == row["length"]
+    b = load_tokenized(sample_file, cfg(), progress=False)
+    assert b.cache_hit and not a.cache_hit
+    assert np.array_equal(a.lengths, b.lengths) and b.dataset[5] == row
+    c = load_tokenized(sample_file, TokenizeConfig(num_proc=1, train_on="all"), progress=False)
+    assert not c.cache_hit and np.array_equal(c.loss_counts, c.lengths)
+
+
+def test_no_cache_recomputes(sample_file):
+    load_tokenized(sample_file, cfg(), progress=False)
+    again = load_tokenized(sample_file, TokenizeConfig(num_proc=1, cache=False), progress=False)
+    assert not again.cache_hit
+
+
+def test_multiprocess_equals_single(tmp_path, monkeypatch):
+    path = str(write_sample(tmp_path / "mp.jsonl", n=40, seed=3))
+    one = load_tokenized(path, TokenizeConfig(num_proc=1, cache=False), progress=False)
+    monkeypatch.setattr(pipeline, "SMALL", 0)
+    two = load_tokenized(path, TokenizeConfig(num_proc=2, cache=False), progress=False)
+    assert one.dataset["input_ids"] == two.dataset["input_ids"]
+    assert one.dataset["labels"] == two.dataset["labels"]
+
+
+def test_malformed_line_is_fatal_with_file_and_line(tmp_path):
+    path = write_jsonl(tmp_path / "bad.jsonl", [GOOD, '{"messages": [', GOOD])
+    with pytest.raises(PacktoolError, match=r"bad\.jsonl:2: .*--on-error skip"):
+        load_tokenized(path, cfg(), progress=False)
+
+
+def test_skip_counts_and_lists_everything(tmp_path):
+    path = write_jsonl(tmp_path / "mixed.jsonl", [GOOD, '{"messages": [', BAD_ROLE, NO_ANSWER, GOOD])
+    td = load_tokenized(path, cfg(on_error="skip"), progress=False)
+    assert td.num_read == 5
+    assert [s.source_index for s in td.skipped] == [1, 2]
+    assert td.skipped[0].line == 2 and "wizard" in td.skipped[1].reason
+    assert td.source_index.tolist() == [0, 3, 4]
+    assert td.loss_counts[1] == 0
+    assert any("no loss token" in w and "3" in w for w in td.warnings)
+    assert any(w.startswith("skipped 2 bad record") for w in td.warnings)
+
+
+def test_unknown_role_is_fatal_by_default(tmp_path):
+    path = write_jsonl(tmp_path / "role.jsonl", [GOOD, BAD_ROLE])
+    with pytest.raises(PacktoolError, match=r"role\.jsonl:2: .*wizard"):
+        load_tokenized(path, cfg(), progress=False)
+
+
+def test_template_failure_per_example_is_skipped(tmp_path, qwen):
+    tpl = tmp_path / "strict.jinja"
+    tpl.write_text("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}"
+                   "{% endif %}{{ m.content }}{% generation %}.{% endgeneration %}{% endfor %}")
+    sys_first = {"messages": [{"role": "system", "content": "s"}, *GOOD["messages"]]}
+    path = write_jsonl(tmp_path / "t.jsonl", [GOOD, sys_first])
+    with pytest.raises(PacktoolError, match=r"record 1: chat template failed: no system"):
+        load_tokenized(path, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
+    td = load_tokenized(path, TokenizeConfig(num_proc=1, chat_template=str(tpl),
+                                             read=ReadConfig(on_error="skip")), progress=False)
+    assert td.source_index.tolist() == [0] and td.skipped[0].source_index == 1
+
+
+def test_empty_input_is_an_error(tmp_path):
+    path = write_jsonl(tmp_path / "empty.jsonl", [])
+    with pytest.raises(PacktoolError, match="no usable examples"):
+        load_tokenized(path, cfg(), progress=False)
+
+
+@pytest.mark.parametrize("label_column", ["labels", "completion_mask", "assistant_masks", None])
+def test_pretokenized_parquet(tmp_path, label_column):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
+    cols = {"input_ids": ids}
+    if label_column == "labels":
+        cols["labels"] = [[-100, -100, 7, 8], [-100, 10], [-100, -100, -100]]
+    elif label_column:
+        cols[label_column] = [[0, 0, 1, 1], [0, 1], [0, 0, 0]]
+    pq.write_table(pa.table(cols), tmp_path / "tok.parquet")
+    td = load_tokenized(str(tmp_path / "tok.parquet"), cfg(), progress=False)
+    assert td.format == "pretokenized"
+    assert td.lengths.tolist() == [4, 2, 3]
+    assert td.dataset["input_ids"] == ids
+    if label_column is None:
+        assert td.loss_counts.tolist() == [4, 2, 3]
+    else:
+        assert td.dataset["labels"] == [[-100, -100, 7, 8], [-100, 10], [-100, -100, -100]]
+        assert td.loss_counts.tolist() == [2, 1, 0]
+
+
+def test_pretokenized_length_mismatch(tmp_path):
+    path = write_jsonl(tmp_path / "tok.jsonl", [{"input_ids": [1, 2, 3], "labels": [1, 2]}])
+    with pytest.raises(PacktoolError, match="record 0: labels and input_ids differ in length"):
+        load_tokenized(path, cfg(), progress=False)
