@@ -26,6 +26,7 @@ separately so the boundary is exact. Plain text: every token + EOS carries loss.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -71,6 +72,9 @@ class Encoder:
         self.template = template
         self.train_on = train_on
         self.eos_id = tokenizer.eos_token_id
+        # the Rust tokenizer behind the transformers wrapper: apply_chat_template tokenizes with
+        # add_special_tokens=False, which is exactly backend.encode_batch(..., add_special_tokens=False)
+        self._backend = tokenizer.backend_tokenizer
         self._kwargs = dict(tokenizer.special_tokens_map)
         ends = {t for t in [tokenizer.eos_token, *getattr(tokenizer, "all_special_tokens", [])] if t}
         self._end_tokens = tuple(sorted(ends))
@@ -144,6 +148,29 @@ class Encoder:
         return text, arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr
 
     # -- batches ----------------------------------------------------------------------------------
+    def _encode_chat(self, texts: list[str], spans: list[np.ndarray]):
+        """One Rust batch call; spans → mask for the whole batch at once on global char positions.
+
+        Texts are laid end to end with a gap of one char, so example j's tokens can only overlap
+        example j's spans:   base_j = sum(len(text_i) + 1 for i < j)
+        """
+        encs = self._backend.encode_batch(texts, add_special_tokens=False)
+        lens = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
+        total = int(lens.sum())
+        flat = np.fromiter(chain.from_iterable(e.ids for e in encs), dtype=np.int32, count=total)
+        offsets = np.fromiter(chain.from_iterable(chain.from_iterable(e.offsets for e in encs)),
+                              dtype=np.int64, count=2 * total).reshape(-1, 2)
+        base = np.zeros(len(texts), dtype=np.int64)
+        np.cumsum([len(t) + 1 for t in texts[:-1]], out=base[1:])
+        offsets += np.repeat(base, lens)[:, None]
+        nspan = [len(s) for s in spans]
+        all_spans = np.concatenate(spans) if sum(nspan) else np.zeros((0, 2), dtype=np.int64)
+        all_spans = all_spans + np.repeat(base, nspan)[:, None]
+        mask = spans_to_mask(offsets, all_spans)
+        flat_labels = np.where(mask, flat, IGNORE).astype(np.int32)
+        cuts = np.cumsum(lens)[:-1]
+        return np.split(flat, cuts), np.split(flat_labels, cuts)
+
     def encode(self, examples: list[dict]) -> Encoded:
         n = len(examples)
         ids: list[np.ndarray | None] = [None] * n
@@ -167,12 +194,8 @@ class Encoder:
             except ExampleError as e:
                 errors[i] = str(e)
         if chat_texts:
-            enc = self.tok(chat_texts, add_special_tokens=False, return_offsets_mapping=True)
-            for j, i in enumerate(chat_idx):
-                a = np.asarray(enc["input_ids"][j], dtype=np.int32)
-                off = np.asarray(enc["offset_mapping"][j], dtype=np.int64).reshape(-1, 2)
-                mask = spans_to_mask(off, chat_spans[j])
-                ids[i], labels[i] = a, np.where(mask, a, IGNORE).astype(np.int32)
+            for i, a, lab in zip(chat_idx, *self._encode_chat(chat_texts, chat_spans), strict=True):
+                ids[i], labels[i] = a, lab
         if pc_idx:
             p = self.tok(prompts, add_special_tokens=True)["input_ids"]
             c = self.tok(completions, add_special_tokens=False)["input_ids"]

@@ -1,0 +1,583 @@
+"""Detect a record's format and normalize it to one Example shape. Pure stdlib, plain dicts.
+
+Every record, whatever its format, becomes an Example (JSON-serializable, every key present):
+
+    {"kind": "chat" | "prompt_completion" | "text",
+     "messages":   [Message, ...] | None,   # kind == "chat"
+     "tools":      [{"type": "function", "function": {...schema...}}, ...] | None,
+     "text":       str | None,              # kind == "text": every token trained, no template
+     "prompt":     str | None,              # kind == "prompt_completion": plain strings,
+     "completion": str | None}              #   only the completion carries loss
+
+    Message = {"role": "system" | "user" | "assistant" | "tool",
+               "content": str,                   # "" for an assistant turn that only calls tools
+               "tool_calls": [{"type": "function",
+                               "function": {"name": str, "arguments": dict}}] | None,
+               "reasoning_content": str | None,
+               "weight": float | None,           # 0.0 = no loss on this turn; None = the default
+               "name": str | None}
+
+How each format maps (the key that selects it is checked in this order; `--format` overrides):
+
+    format              selected by                      becomes
+    messages            messages                         chat: the turns as they are
+    sharegpt            conversations                    chat: human->user, gpt->assistant,
+                                                         function_call->assistant with tool_calls,
+                                                         observation->tool; `system` column first
+    prompt-completion   prompt + completion              strings: kind "prompt_completion";
+                                                         lists of messages: chat, prompt turns
+                                                         weight 0.0, completion turns kept as given
+    alpaca              instruction + output             chat: [system], history pairs, user
+                                                         (instruction + "\\n\\n" + input), assistant
+    text                text                             text
+
+Turns are read the same way in `messages`, `conversations` and message-list prompts: the role from
+`role` (or `from`), the content from `content` (or `value`); ShareGPT tags are accepted in either
+list, and role names match case-insensitively. `content` may be a string or a list of typed parts:
+
+    [{"type": "reasoning", "value": "..."},      # "text" key also read;  -> reasoning_content
+     {"type": "text", "value": "..."},           # parts concatenated     -> content
+     {"type": "tool_call", "value": "{\\"name\\": ..., \\"arguments\\": {...}}"}]   -> tool_calls
+
+Tool calls may be OpenAI style ({"type", "function": {"name", "arguments"}}) or flat ({"name",
+"arguments"}), as dicts or JSON strings; `arguments` given as a JSON string is parsed to a dict.
+`tools` may be a list or a JSON string; bare function schemas ({"name", "parameters"}) are wrapped
+as {"type": "function", "function": schema}; an empty list becomes None. Per-turn `weight` (TRL,
+OpenAI) or `loss_weight` (LLaMA-Factory) becomes `weight`; `reasoning_content`, `reasoning` or
+`thinking` on a turn becomes `reasoning_content`. Ids (`id`, `tool_call_id`) are not kept.
+
+Mapping non-standard names (ReadConfig, from the CLI):
+
+    --column OURS=THEIRS   cfg.columns = (("messages", "dialog"),)  top-level column `dialog` is
+                           read as `messages`; our names: messages, conversations, tools, prompt,
+                           completion, instruction, input, output, history, system, text, and
+                           role / content, which rename the keys inside each turn
+                           (--column role=speaker --column content=utterance).
+    --role THEIRS=OURS     cfg.roles = (("bot", "assistant"),)  applied before validation; OURS is
+                           system/user/assistant/tool or a ShareGPT tag (gpt, function_call, ...).
+
+Example: {"dialog": [{"speaker": "bot", "utterance": "hi"}]} reads with
+`--column messages=dialog --column role=speaker --column content=utterance --role bot=assistant`.
+
+Column mapping and detection happen here; the readers yield records exactly as stored. The caller
+detects once, on the first parseable record, and normalizes every record with that format. An
+Example without an assistant turn is valid here (it carries 0 loss tokens; `has_assistant` tells).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from packtool.config import ReadConfig
+from packtool.errors import PacktoolError, UsageError
+
+FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt")
+ROLES = ("system", "user", "assistant", "tool")
+
+# Role names and ShareGPT tags -> (our role, whether the content is a JSON tool call).
+_ROLE_TAGS: dict[str, tuple[str, bool]] = {
+    "system": ("system", False),
+    "user": ("user", False),
+    "assistant": ("assistant", False),
+    "tool": ("tool", False),
+    "human": ("user", False),
+    "gpt": ("assistant", False),
+    "function_call": ("assistant", True),
+    "observation": ("tool", False),
+}
+_KNOWN_ROLES_TEXT = (
+    "system, user, assistant, tool (ShareGPT tags: human, gpt, function_call, observation)"
+)
+
+# Our top-level field names (what the formats read; targets of --column) and the turn-level ones.
+RECORD_FIELDS = (
+    "messages", "conversations", "tools", "prompt", "completion",
+    "instruction", "input", "output", "history", "system", "text",
+)  # fmt: skip
+_TURN_FIELDS = ("role", "content")
+
+_FORMAT_KEYS = (
+    ("messages", "messages"),
+    ("sharegpt", "conversations"),
+    ("prompt-completion", "prompt + completion"),
+    ("alpaca", "instruction + output"),
+    ("text", "text"),
+)
+_FORMATS_TEXT = ", ".join(f"{name} ({keys})" for name, keys in _FORMAT_KEYS)
+
+_TEXT_PARTS = frozenset(("text", "input_text", "output_text"))
+_REASONING_PARTS = frozenset(("reasoning", "thinking"))
+_TOOL_CALL_PARTS = frozenset(("tool_call", "function_call"))
+
+
+class FormatError(PacktoolError):
+    """A record that cannot be normalized; the message is one line and says what is wrong."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A ReadConfig compiled once: renames and role map as dicts."""
+
+    renames: dict[str, str]  # their column -> our column
+    back: dict[str, str]  # our column -> their column (for messages)
+    role_keys: tuple[str, ...]
+    content_keys: tuple[str, ...]
+    roles: dict[str, str]  # their role -> our role or tag
+
+
+@lru_cache(maxsize=32)
+def _plan(cfg: ReadConfig) -> _Plan:
+    renames: dict[str, str] = {}
+    role_keys: tuple[str, ...] = ("role", "from")
+    content_keys: tuple[str, ...] = ("content", "value")
+    for ours, theirs in cfg.columns:
+        if ours == "role":
+            role_keys = (theirs,)
+        elif ours == "content":
+            content_keys = (theirs,)
+        elif ours in RECORD_FIELDS:
+            renames[theirs] = ours
+        else:
+            raise UsageError(
+                f"--column {ours}={theirs}: {ours!r} is not one of our names "
+                f"({', '.join(RECORD_FIELDS + _TURN_FIELDS)})"
+            )
+    roles: dict[str, str] = {}
+    for theirs, ours in cfg.roles:
+        if ours not in _ROLE_TAGS:
+            raise UsageError(
+                f"--role {theirs}={ours}: {ours!r} is not a role; use one of {_KNOWN_ROLES_TEXT}"
+            )
+        roles[theirs] = ours
+    if cfg.format is not None and cfg.format not in FORMATS:
+        raise UsageError(f"--format {cfg.format!r} is not one of {'|'.join(FORMATS)}")
+    back = {ours: theirs for theirs, ours in renames.items()}
+    return _Plan(renames, back, role_keys, content_keys, roles)
+
+
+def _rename(record: dict, renames: dict[str, str]) -> dict:
+    # A mapped column wins over a column that already has our name; swaps (a=b, b=a) work.
+    out = {k: v for k, v in record.items() if k not in renames}
+    for theirs, ours in renames.items():
+        if theirs in record:
+            out[ours] = record[theirs]
+    return out
+
+
+def _keys(record: dict) -> str:
+    return ", ".join(repr(k) for k in record) or "none"
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
+    """(format name, why): from the keys of one record, or `cfg.format` when forced."""
+    plan = _plan(cfg)
+    if cfg.format is not None:
+        return cfg.format, f"forced by --format {cfg.format}"
+    if not isinstance(record, dict):
+        raise FormatError(f"record is a {type(record).__name__}, expected a JSON object")
+    if plan.renames:
+        record = _rename(record, plan.renames)
+
+    def named(key: str) -> str:
+        theirs = plan.back.get(key)
+        return f"'{key}' (column '{theirs}')" if theirs else f"'{key}'"
+
+    if "messages" in record:
+        return "messages", f"has {named('messages')}{_turn_shape(record['messages'], plan)}"
+    if "conversations" in record:
+        return (
+            "sharegpt",
+            f"has {named('conversations')}{_turn_shape(record['conversations'], plan)}",
+        )
+    if "prompt" in record and "completion" in record:
+        p = record["prompt"]
+        shape = "lists of messages" if isinstance(p, list) else "strings"
+        return "prompt-completion", f"has {named('prompt')} and {named('completion')} as {shape}"
+    if "instruction" in record and "output" in record:
+        extra = [named(k) for k in ("input", "system", "history") if k in record]
+        more = f" (with {', '.join(extra)})" if extra else ""
+        return "alpaca", f"has {named('instruction')} and {named('output')}{more}"
+    if "text" in record:
+        return "text", f"has {named('text')}"
+    hint = ""
+    if "prompt" in record or "completion" in record:
+        hint = "; prompt-completion needs both 'prompt' and 'completion'"
+    elif "instruction" in record:
+        hint = "; alpaca needs both 'instruction' and 'output'"
+    raise FormatError(
+        f"record fits no known format: it has keys {_keys(record)}{hint}; "
+        f"known formats: {_FORMATS_TEXT}; use --format NAME, or --column OURS=THEIRS to map a column"
+    )
+
+
+def _turn_shape(turns: Any, plan: _Plan) -> str:
+    if isinstance(turns, list) and turns and isinstance(turns[0], dict):
+        first = turns[0]
+        role = next((k for k in plan.role_keys if k in first), None)
+        content = next((k for k in plan.content_keys if k in first), None)
+        if role and content:
+            return f" with {role}/{content} turns"
+    return ""
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def normalize(record: dict, fmt: str, cfg: ReadConfig) -> dict:
+    """Record -> Example (see the module docstring). Raises FormatError on a bad record."""
+    plan = _plan(cfg)
+    fn = _NORMALIZERS.get(fmt)
+    if fn is None:
+        raise UsageError(f"unknown format {fmt!r}; use one of {'|'.join(FORMATS)}")
+    if not isinstance(record, dict):
+        raise FormatError(f"record is a {type(record).__name__}, expected a JSON object")
+    if plan.renames:
+        record = _rename(record, plan.renames)
+    return fn(record, plan)
+
+
+def has_assistant(example: dict) -> bool:
+    """Whether the example has something to train on besides plain text: an assistant turn or a
+    completion. Examples without one are valid; the tokenizer counts them (0 loss tokens)."""
+    if example["kind"] == "chat":
+        return any(m["role"] == "assistant" for m in example["messages"])
+    return True
+
+
+def template_messages(example: dict) -> list[dict]:
+    """The messages as a chat template expects them: keys whose value is None dropped, `weight`
+    dropped (it is ours, not the template's)."""
+    return [
+        {k: v for k, v in m.items() if v is not None and k != "weight"}
+        for m in example["messages"] or ()
+    ]
+
+
+def _example(kind: str, messages=None, tools=None, text=None, prompt=None, completion=None) -> dict:
+    return {
+        "kind": kind,
+        "messages": messages,
+        "tools": tools,
+        "text": text,
+        "prompt": prompt,
+        "completion": completion,
+    }
+
+
+def _message(role, content, tool_calls=None, reasoning=None, weight=None, name=None) -> dict:
+    return {
+        "role": role,
+        "content": content,
+        "tool_calls": tool_calls,
+        "reasoning_content": reasoning,
+        "weight": weight,
+        "name": name,
+    }
+
+
+def _require(record: dict, key: str, fmt: str) -> Any:
+    value = record.get(key)
+    if value is None:
+        raise FormatError(f"{fmt} record has no '{key}'; it has keys {_keys(record)}")
+    return value
+
+
+def _norm_messages(record: dict, plan: _Plan) -> dict:
+    turns = _require(record, "messages", "messages")
+    return _example("chat", _turns(turns, plan, "messages"), _tools(record.get("tools")))
+
+
+def _norm_sharegpt(record: dict, plan: _Plan) -> dict:
+    turns = _require(record, "conversations", "sharegpt")
+    messages = _turns(turns, plan, "conversations")
+    system = record.get("system")
+    if system is not None and system != "":
+        if not isinstance(system, str):
+            raise FormatError(f"'system' is a {type(system).__name__}, expected a string")
+        if messages[0]["role"] == "system":
+            if messages[0]["content"] != system:
+                raise FormatError(
+                    "record has both a 'system' column and a different system turn; keep one"
+                )
+        else:
+            messages.insert(0, _message("system", system))
+    return _example("chat", messages, _tools(record.get("tools")))
+
+
+def _norm_prompt_completion(record: dict, plan: _Plan) -> dict:
+    prompt = _require(record, "prompt", "prompt-completion")
+    completion = _require(record, "completion", "prompt-completion")
+    if isinstance(prompt, str) and isinstance(completion, str):
+        if not completion:
+            raise FormatError("'completion' is empty")
+        return _example("prompt_completion", prompt=prompt, completion=completion)
+    if isinstance(prompt, list) and isinstance(completion, list):
+        if not completion:
+            raise FormatError("'completion' is an empty list of messages")
+        head = _turns(prompt, plan, "prompt", allow_empty=True)
+        for m in head:
+            m["weight"] = 0.0  # the prompt never carries loss
+        tail = _turns(completion, plan, "completion", offset=len(head))
+        return _example("chat", head + tail, _tools(record.get("tools")))
+    raise FormatError(
+        f"'prompt' is a {type(prompt).__name__} and 'completion' a {type(completion).__name__}; "
+        "both must be strings or both lists of messages"
+    )
+
+
+def _norm_alpaca(record: dict, plan: _Plan) -> dict:
+    instruction = _require(record, "instruction", "alpaca")
+    output = _require(record, "output", "alpaca")
+    extra = record.get("input")
+    for key, value in (("instruction", instruction), ("output", output), ("input", extra)):
+        if value is not None and not isinstance(value, str):
+            raise FormatError(f"'{key}' is a {type(value).__name__}, expected a string")
+    messages = []
+    system = record.get("system")
+    if system:
+        if not isinstance(system, str):
+            raise FormatError(f"'system' is a {type(system).__name__}, expected a string")
+        messages.append(_message("system", system))
+    history = record.get("history")
+    if history:
+        if not isinstance(history, list):
+            raise FormatError(f"'history' is a {type(history).__name__}, expected [[q, a], ...]")
+        for i, pair in enumerate(history):
+            if (
+                not isinstance(pair, (list, tuple))
+                or len(pair) != 2
+                or not isinstance(pair[0], str)
+                or not isinstance(pair[1], str)
+            ):
+                raise FormatError(f"'history' item {i} is not a [question, answer] pair of strings")
+            messages.append(_message("user", pair[0]))
+            messages.append(_message("assistant", pair[1]))
+    user = f"{instruction}\n\n{extra}" if instruction and extra else instruction or extra or ""
+    messages.append(_message("user", user))
+    messages.append(_message("assistant", output))
+    return _example("chat", messages)
+
+
+def _norm_text(record: dict, plan: _Plan) -> dict:
+    text = _require(record, "text", "text")
+    if not isinstance(text, str):
+        raise FormatError(f"'text' is a {type(text).__name__}, expected a string")
+    if not text:
+        raise FormatError("'text' is empty")
+    return _example("text", text=text)
+
+
+_NORMALIZERS = {
+    "messages": _norm_messages,
+    "sharegpt": _norm_sharegpt,
+    "prompt-completion": _norm_prompt_completion,
+    "alpaca": _norm_alpaca,
+    "text": _norm_text,
+}
+
+
+# --------------------------------------------------------------------------- turns
+
+
+def _turns(turns: Any, plan: _Plan, key: str, allow_empty=False, offset=0) -> list[dict]:
+    if not isinstance(turns, list):
+        raise FormatError(f"'{key}' is a {type(turns).__name__}, expected a list of messages")
+    if not turns and not allow_empty:
+        raise FormatError(f"empty conversation: '{key}' has no messages")
+    return [_turn(t, i, plan) for i, t in enumerate(turns, offset)]
+
+
+def _first(d: dict, keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        v = d.get(k)
+        if v is not None:
+            return v
+    return None
+
+
+def _turn(turn: Any, i: int, plan: _Plan) -> dict:
+    if not isinstance(turn, dict):
+        raise FormatError(f"message {i} is a {type(turn).__name__}, expected an object with a role")
+    raw = _first(turn, plan.role_keys)
+    if not isinstance(raw, str):
+        if raw is None:
+            raise FormatError(
+                f"message {i} has no {' or '.join(map(repr, plan.role_keys))}; "
+                f"it has keys {_keys(turn)}"
+            )
+        raise FormatError(f"message {i} role is a {type(raw).__name__}, expected a string")
+    tag = plan.roles.get(raw, raw)
+    found = _ROLE_TAGS.get(tag) or _ROLE_TAGS.get(tag.lower())
+    if found is None:
+        raise FormatError(
+            f"message {i} has unknown role {raw!r}; known: {_KNOWN_ROLES_TEXT}; "
+            f"map it with --role {raw}=OURS"
+        )
+    role, is_call = found
+    content = _first(turn, plan.content_keys)
+
+    tool_calls = None
+    reasoning = _first(turn, ("reasoning_content", "reasoning", "thinking"))
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise FormatError(
+            f"message {i} ({role}) reasoning is a {type(reasoning).__name__}, expected a string"
+        )
+    if is_call:  # ShareGPT function_call: the content is the call itself
+        if content is None:
+            raise FormatError(f"message {i} (function_call) has no content")
+        tool_calls = _tool_calls(content, i)
+        content = ""
+    elif isinstance(content, list):
+        content, part_reasoning, tool_calls = _parts(content, i, role)
+        if part_reasoning is not None:
+            reasoning = part_reasoning if reasoning is None else reasoning + part_reasoning
+    calls = turn.get("tool_calls")
+    if calls is not None:
+        more = _tool_calls(calls, i)
+        tool_calls = more if tool_calls is None else tool_calls + more
+    if not isinstance(content, str):
+        if content is None and tool_calls:  # OpenAI: content null beside tool_calls
+            content = ""
+        else:
+            raise FormatError(
+                f"message {i} ({role}) content is {type(content).__name__}, "
+                "expected a string or a list of typed parts"
+            )
+
+    weight = turn.get("weight")
+    if weight is None:
+        weight = turn.get("loss_weight")
+    if weight is not None:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise FormatError(
+                f"message {i} ({role}) weight is {weight!r}, expected a number (0 or 1)"
+            )
+        weight = float(weight)
+    name = turn.get("name")
+    if name is not None and not isinstance(name, str):
+        raise FormatError(
+            f"message {i} ({role}) name is a {type(name).__name__}, expected a string"
+        )
+    return _message(role, content, tool_calls or None, reasoning, weight, name)
+
+
+def _parts(parts: list, i: int, role: str) -> tuple[str, str | None, list | None]:
+    """Typed content parts -> (text, reasoning or None, tool calls or None)."""
+    texts: list[str] = []
+    thoughts: list[str] = []
+    calls: list[dict] = []
+    for j, part in enumerate(parts):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            raise FormatError(
+                f"message {i} ({role}) content part {j} is a {type(part).__name__}, "
+                "expected an object with a 'type'"
+            )
+        kind = part.get("type")
+        if kind in _TOOL_CALL_PARTS:
+            value = _first(part, ("value", "function", kind))
+            calls.extend(_tool_calls(part if value is None else value, i))
+            continue
+        if kind in _TEXT_PARTS:
+            out = texts
+        elif kind in _REASONING_PARTS:
+            out = thoughts
+        else:
+            raise FormatError(
+                f"message {i} ({role}) has a content part of type {kind!r}; "
+                "only text, reasoning and tool_call parts are supported"
+            )
+        value = _first(part, ("text", "value", kind, "content"))
+        if not isinstance(value, str):
+            raise FormatError(
+                f"message {i} ({role}) {kind} part {j} is {type(value).__name__}, expected a string"
+            )
+        out.append(value)
+    return "".join(texts), "".join(thoughts) if thoughts else None, calls or None
+
+
+def _tool_calls(value: Any, i: int) -> list[dict]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise FormatError(
+                f"message {i} tool call is not valid JSON: {e.msg} (col {e.colno})"
+            ) from None
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise FormatError(f"message {i} tool calls are a {type(value).__name__}, expected a list")
+    return [_tool_call(c, i) for c in value]
+
+
+def _tool_call(call: Any, i: int) -> dict:
+    if isinstance(call, str):
+        try:
+            call = json.loads(call)
+        except json.JSONDecodeError as e:
+            raise FormatError(
+                f"message {i} tool call is not valid JSON: {e.msg} (col {e.colno})"
+            ) from None
+    if not isinstance(call, dict):
+        raise FormatError(f"message {i} tool call is a {type(call).__name__}, expected an object")
+    fn = call.get("function")
+    if not isinstance(fn, dict):
+        fn = call
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise FormatError(f"message {i} tool call has no 'name'; it has keys {_keys(fn)}")
+    args = fn.get("arguments")
+    if args is None:
+        args = fn.get("parameters")
+    if args is None or args == "":
+        args = {}
+    elif isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError as e:
+            raise FormatError(
+                f"message {i} tool call {name!r} arguments are not valid JSON: {e.msg} (col {e.colno})"
+            ) from None
+    if not isinstance(args, dict):
+        raise FormatError(
+            f"message {i} tool call {name!r} arguments are a {type(args).__name__}, expected an object"
+        )
+    return {"type": "function", "function": {"name": name, "arguments": args}}
+
+
+def _tools(value: Any) -> list[dict] | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise FormatError(f"'tools' is not valid JSON: {e.msg} (col {e.colno})") from None
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise FormatError(
+            f"'tools' is a {type(value).__name__}, expected a list of function schemas"
+        )
+    out = []
+    for j, tool in enumerate(value):
+        if isinstance(tool, str):  # some datasets store each schema as its own JSON string
+            try:
+                tool = json.loads(tool)
+            except json.JSONDecodeError as e:
+                raise FormatError(f"'tools' item {j} is not valid JSON: {e.msg}") from None
+        if not isinstance(tool, dict):
+            raise FormatError(f"'tools' item {j} is a {type(tool).__name__}, expected an object")
+        if "function" not in tool and "name" in tool:
+            tool = {"type": "function", "function": tool}
+        out.append(tool)
+    return out or None
