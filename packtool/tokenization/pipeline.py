@@ -255,6 +255,10 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
             from packtool.tokenization.pretokenized import pretokenized_dataset
 
             ds, meta = pretokenized_dataset(reader, first, work)
+            if cfg.tokenizer is not None:  # ids come as they are; the tokenizer names pad/eos ids
+                from packtool.tokenization.loading import load_tokenizer
+
+                meta["tokenizer"] = load_tokenizer(cfg.tokenizer).info()
         else:
             ds, meta = _tokenize(reader, first, cfg, work, progress)
         meta.update(
