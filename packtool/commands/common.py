@@ -106,3 +106,16 @@ def write_json(obj: dict, target: str) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
         with open(target, "w") as f:
             f.write(text + "\n")
+
+
+def announce(td, con) -> None:
+    """Say what was read and how: format and why, tokenizer and template, cache, warnings, skips."""
+    tok = td.tokenizer or {}
+    con.print(f"format: [cyan]{td.format}[/] — {td.format_reason}")
+    if tok.get("name"):
+        tpl = tok.get("chat_template")
+        con.print(f"tokenizer: {tok['name']}" + (f", chat template: {tpl}" if tpl else ""))
+    con.print(f"examples: {td.num_read} read, {len(td.dataset)} tokenized, {len(td.skipped)} skipped"
+              + (" (from cache)" if td.cache_hit else ""))
+    for w in td.warnings:
+        con.print(f"[yellow]warning:[/] {w}")

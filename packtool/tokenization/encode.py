@@ -33,6 +33,7 @@ import numpy as np
 from packtool.tokenization.loading import ChatTemplate
 
 IGNORE = -100
+CHUNK = 64  # conversations per Rust tokenizer call
 
 
 class ExampleError(Exception):
@@ -148,13 +149,25 @@ class Encoder:
         return text, arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr
 
     # -- batches ----------------------------------------------------------------------------------
-    def _encode_chat(self, texts: list[str], spans: list[np.ndarray]):
-        """One Rust batch call; spans → mask for the whole batch at once on global char positions.
+    def _pool(self):
+        """One tokenizer thread per process (recreated after a fork by datasets.map workers)."""
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        if getattr(self, "_pool_pid", None) != os.getpid():
+            self._executor = ThreadPoolExecutor(max_workers=1)
+            self._pool_pid = os.getpid()
+        return self._executor
+
+    def _tokenize_chat(self, texts: list[str]):
+        return self._backend.encode_batch(texts, add_special_tokens=False)
+
+    def _chat_labels(self, texts: list[str], spans: list[np.ndarray], encs):
+        """Spans → mask for a whole chunk at once, on global char positions.
 
         Texts are laid end to end with a gap of one char, so example j's tokens can only overlap
         example j's spans:   base_j = sum(len(text_i) + 1 for i < j)
         """
-        encs = self._backend.encode_batch(texts, add_special_tokens=False)
         lens = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         total = int(lens.sum())
         flat = np.fromiter(chain.from_iterable(e.ids for e in encs), dtype=np.int32, count=total)
@@ -176,7 +189,10 @@ class Encoder:
         ids: list[np.ndarray | None] = [None] * n
         labels: list[np.ndarray | None] = [None] * n
         errors: list[str | None] = [None] * n
-        chat_idx, chat_texts, chat_spans = [], [], []
+        # Rendering is Python, tokenizing is Rust without the GIL: chunk k is tokenized on a
+        # thread while chunk k+1 renders, so the two costs overlap instead of adding up.
+        chunks: list[tuple[list[int], list[str], list[np.ndarray]]] = [([], [], [])]
+        futures = []
         pc_idx, prompts, completions = [], [], []
         text_idx, texts = [], []
         for i, ex in enumerate(examples):
@@ -184,7 +200,11 @@ class Encoder:
             try:
                 if kind == "chat":
                     t, s = self._chat_text(ex)
-                    chat_idx.append(i), chat_texts.append(t), chat_spans.append(s)
+                    idx, ctexts, cspans = chunks[-1]
+                    idx.append(i), ctexts.append(t), cspans.append(s)
+                    if len(idx) == CHUNK:
+                        futures.append(self._pool().submit(self._tokenize_chat, ctexts))
+                        chunks.append(([], [], []))
                 elif kind == "prompt_completion":
                     pc_idx.append(i), prompts.append(ex["prompt"]), completions.append(ex["completion"])
                 elif kind == "text":
@@ -193,8 +213,10 @@ class Encoder:
                     raise ExampleError(f"unknown example kind {kind!r}")
             except ExampleError as e:
                 errors[i] = str(e)
-        if chat_texts:
-            for i, a, lab in zip(chat_idx, *self._encode_chat(chat_texts, chat_spans), strict=True):
+        if chunks[-1][0]:
+            futures.append(self._pool().submit(self._tokenize_chat, chunks[-1][1]))
+        for (idx, ctexts, cspans), fut in zip(chunks, futures, strict=False):
+            for i, a, lab in zip(idx, *self._chat_labels(ctexts, cspans, fut.result()), strict=True):
                 ids[i], labels[i] = a, lab
         if pc_idx:
             p = self.tok(prompts, add_special_tokens=True)["input_ids"]
