@@ -1,0 +1,221 @@
+"""Build a profile: counts, length distributions, strategy simulation and FLOP projection.
+
+    TokenizedData ──profile_data──┐
+                                  ├──▶ ProfileResult ──▶ packtool.report.profile (rich, JSON, PNG)
+    lengths (synthetic / file) ───┘ profile_lengths
+
+No rendering here. Everything is computed on whole arrays (numpy + the packer's numba kernels):
+10M lengths profile in a few seconds (benchmarks/bench_profile.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from packtool import stats
+from packtool.errors import PacktoolError, UsageError
+
+BASELINES = ("pad_to_len", "random_padded")
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """The options of `packtool profile` that shape the numbers."""
+
+    pack_len: int = 4096
+    batch_size: int = 8
+    group_window: int = 512
+    seed: int = 0
+    model: stats.ModelSpec | None = None  # None: the reference 7B shape, for relative FLOPs only
+    gpu: stats.GpuSpec | None = None  # None: no GPU-hours
+    mfu: float = 0.4
+    bins: int = 24  # terminal histogram
+    plot_bins: int = 80  # PNG histogram
+
+    def __post_init__(self) -> None:
+        from packtool.kernels import MAX_BITSET_SIZE
+
+        if not 1 <= self.pack_len < MAX_BITSET_SIZE:
+            raise UsageError(f"--len {self.pack_len} must be in 1..{MAX_BITSET_SIZE - 1}, e.g. --len 4096")
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size {self.batch_size} must be >= 1")
+        if self.group_window < self.batch_size:
+            raise UsageError(
+                f"--group-window {self.group_window} is smaller than --batch-size {self.batch_size}; "
+                f"a window must hold at least one batch (e.g. --group-window {64 * self.batch_size})"
+            )
+        if self.seed < 0:
+            raise UsageError(f"--seed {self.seed} must be >= 0")
+        if not 0 < self.mfu <= 1:
+            raise UsageError(f"--mfu {self.mfu} must be in (0, 1], e.g. --mfu 0.4")
+        if self.gpu is not None and self.model is None:
+            raise UsageError("--gpu needs a model size: pass --model CONFIG.json or --params N --layers L --hidden D")
+
+
+@dataclass
+class ProfileResult:
+    source: dict[str, Any]
+    config: ProfileConfig
+    counts: dict[str, Any]
+    lengths: dict[str, Any]  # stats.describe of tokens per example (before truncation)
+    loss_lengths: dict[str, Any] | None  # stats.describe of loss tokens per example
+    truncation: dict[str, Any]
+    strategies: dict[str, stats.StrategyResult]
+    model: stats.ModelSpec  # the given one, or the reference shape
+    costs: dict[str, dict[str, Any]]  # per strategy: FLOPs, relative FLOPs, savings, GPU-hours
+    histogram: stats.Histogram  # terminal
+    plot_histogram: stats.Histogram  # PNG
+    batch_waste: dict[str, Any]  # random padded batches: describe + log-spaced histogram
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _costs(strategies: dict[str, stats.StrategyResult], cfg: ProfileConfig, model: stats.ModelSpec) -> dict:
+    out: dict[str, dict[str, Any]] = {}
+    for name, s in strategies.items():
+        lin, att = stats.training_flops(model, s.slots, s.attention_work)
+        out[name] = {"flops_linear": lin, "flops_attention": att, "flops": lin + att}
+    ideal = out["padding_free"]["flops"]
+    for c in out.values():
+        c["relative_flops"] = c["flops"] / ideal if ideal else 1.0
+        for base in BASELINES:
+            b = out[base]["flops"]
+            c[f"saving_vs_{base}"] = 1.0 - c["flops"] / b if b else 0.0
+        if cfg.gpu is not None:
+            c["gpu_hours"] = stats.gpu_hours(c["flops"], cfg.gpu, cfg.mfu)
+            for base in BASELINES:
+                c[f"gpu_hours_saved_vs_{base}"] = stats.gpu_hours(out[base]["flops"] - c["flops"], cfg.gpu, cfg.mfu)
+    return out
+
+
+def _batch_waste(ratios: np.ndarray) -> dict[str, Any]:
+    if ratios.size == 0:
+        return {"summary": stats.describe(ratios), "edges": [1.0, 2.0], "counts": [0]}
+    hi = max(float(ratios.max()), 1.0 + 1e-9)
+    edges = np.geomspace(1.0, hi * (1 + 1e-9), 41)
+    counts, _ = np.histogram(np.clip(ratios, 1.0, None), bins=edges)
+    p50, p90, p99 = (float(x) for x in np.percentile(ratios, (50, 90, 99)))
+    summary = {"batches": int(ratios.size), "mean": float(ratios.mean()), "median": p50,
+               "p90": p90, "p99": p99, "max": float(ratios.max())}
+    return {"summary": summary, "edges": edges.tolist(), "counts": counts.tolist()}
+
+
+def profile_lengths(
+    lengths: np.ndarray,
+    cfg: ProfileConfig,
+    *,
+    source: dict[str, Any] | None = None,
+    loss_counts: np.ndarray | None = None,
+    num_read: int | None = None,
+    skipped: list | tuple = (),
+    loss_tokens_cut: int | None = None,
+    notes: list[str] | None = None,
+    on_stage=None,
+) -> ProfileResult:
+    """Profile `lengths` (tokens per example, int). `loss_counts` (loss tokens per example) is
+    optional: without it the loss rows are None. Lengths of 0 are counted and left out."""
+    say = on_stage or (lambda _s: None)
+    timings: dict[str, float] = {}
+    notes = list(notes or [])
+    t0 = time.perf_counter()
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1:
+        raise UsageError(f"lengths must be 1-D, got shape {lengths.shape}")
+    empty = int((lengths <= 0).sum())
+    if empty:
+        keep = lengths > 0
+        lengths = lengths[keep]
+        loss_counts = None if loss_counts is None else np.asarray(loss_counts)[keep]
+        notes.append(f"{empty} examples have no tokens and are left out of every strategy")
+    n = int(lengths.size)
+    if n == 0:
+        total = num_read if num_read is not None else empty + len(skipped)
+        raise PacktoolError(f"nothing to profile: none of the {total:,} examples read has a token")
+    say("length statistics")
+    dist = stats.describe(lengths)
+    loss_dist = stats.describe(loss_counts) if loss_counts is not None else None
+    tokens = dist["sum"]
+    reasons = Counter(getattr(r, "reason", str(r)) for r in skipped)
+    counts = {
+        "examples_read": int(num_read if num_read is not None else n + empty + len(skipped)),
+        "examples_skipped": len(skipped),
+        "skipped_reasons": dict(reasons.most_common()),
+        "examples_empty": empty,
+        "examples": n,
+        "tokens": tokens,
+        "loss_tokens": None if loss_dist is None else loss_dist["sum"],
+        "loss_share": None if loss_dist is None or not tokens else loss_dist["sum"] / tokens,
+        "examples_without_loss": None if loss_counts is None else int((np.asarray(loss_counts) == 0).sum()),
+    }
+    _, over, cut = stats.truncate(lengths, cfg.pack_len)
+    truncation = {
+        "len": cfg.pack_len,
+        "policy": stats.OVERFLOW_POLICY,
+        "examples_over": over,
+        "examples_over_share": over / n if n else 0.0,
+        "tokens_cut": cut,
+        "tokens_cut_share": cut / tokens if tokens else 0.0,
+        "loss_tokens_cut": loss_tokens_cut,
+    }
+    hist = stats.length_histogram(lengths, cfg.pack_len, cfg.bins, p99=dist["p99"])
+    plot_hist = stats.length_histogram(lengths, cfg.pack_len, cfg.plot_bins, p99=dist["p99"])
+    timings["statistics"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    strategies = stats.simulate(lengths, cfg.pack_len, cfg.batch_size, cfg.group_window, cfg.seed, say)
+    timings["strategies"] = time.perf_counter() - t1
+
+    model = cfg.model or stats.reference_model()
+    costs = _costs(strategies, cfg, model)
+    waste = _batch_waste(strategies["random_padded"].extra.get("batch_waste", np.zeros(0)))
+    timings["total"] = time.perf_counter() - t0
+    return ProfileResult(
+        source=source or {"kind": "lengths"}, config=cfg, counts=counts, lengths=dist,
+        loss_lengths=loss_dist, truncation=truncation, strategies=strategies, model=model,
+        costs=costs, histogram=hist, plot_histogram=plot_hist, batch_waste=waste,
+        notes=notes + list(model.notes), timings=timings,
+    )
+
+
+def loss_tokens_cut(data, pack_len: int) -> int | None:
+    """Loss tokens beyond position `pack_len` in the over-length examples (what truncation would
+    take from training). Reads only those examples' labels. None when labels are unavailable."""
+    idx = np.flatnonzero(np.asarray(data.lengths) > pack_len)
+    if idx.size == 0:
+        return 0
+    ds = getattr(data, "dataset", None)
+    if ds is None or "labels" not in getattr(ds, "column_names", ()):
+        return None
+    from packtool.schema import IGNORE_INDEX
+
+    table = ds.select(idx.tolist()).with_format("arrow")[:]
+    labels = table.column("labels").combine_chunks()
+    offsets = np.asarray(labels.offsets, dtype=np.int64)
+    values = np.asarray(labels.values)[offsets[0]:offsets[-1]]
+    row_len = np.diff(offsets)
+    # position of every label inside its own example: 0, 1, ..., n_i - 1 per example
+    pos = np.arange(values.size, dtype=np.int64) - np.repeat(np.cumsum(row_len) - row_len, row_len)
+    return int(((values != IGNORE_INDEX) & (pos >= pack_len)).sum())
+
+
+def profile_data(data, cfg: ProfileConfig, *, source: dict[str, Any] | None = None, on_stage=None) -> ProfileResult:
+    """Profile a `TokenizedData` (lengths and loss counts from the tokenization cache)."""
+    src = {
+        "kind": "data",
+        "format": getattr(data, "format", ""),
+        "tokenizer": dict(getattr(data, "tokenizer", {}) or {}),
+        "cache_hit": bool(getattr(data, "cache_hit", False)),
+        **(source or {}),
+    }
+    if on_stage:
+        on_stage("loss tokens cut by truncation")
+    return profile_lengths(
+        data.lengths, cfg, source=src, loss_counts=data.loss_counts, num_read=data.num_read,
+        skipped=list(data.skipped), loss_tokens_cut=loss_tokens_cut(data, cfg.pack_len),
+        notes=list(getattr(data, "warnings", []) or []), on_stage=on_stage,
+    )
