@@ -243,7 +243,8 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
     final = cache_root() / f"tok-{key}"
     if cfg.cache and (final / "meta.json").is_file():
         meta = json.loads((final / "meta.json").read_text())
-        return _finish(datasets.load_from_disk(str(final / "data")), meta, cache_hit=True)
+        with _quiet():
+            return _finish(datasets.load_from_disk(str(final / "data")), meta, cache_hit=True)
 
     reader = _Reader(data, cfg)
     first = next(reader.records(), None)
@@ -276,12 +277,14 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
         if not cfg.cache:
             shutil.rmtree(final, ignore_errors=True)
         tmp = work / "out"
-        ds.save_to_disk(str(tmp / "data"))
+        with _quiet():
+            ds.save_to_disk(str(tmp / "data"))
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        return _finish(datasets.load_from_disk(str(final / "data")), meta, cache_hit=False)
+        with _quiet():
+            return _finish(datasets.load_from_disk(str(final / "data")), meta, cache_hit=False)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -302,25 +305,13 @@ def _tokenize(reader: _Reader, first, cfg: TokenizeConfig, work: Path, progress:
             "located by a prefix diff of renders (slower; checked per example)"
         )
     encoder = Encoder(loaded.tokenizer, template, cfg.train_on)
-    if not progress:
-        datasets.disable_progress_bars()
     src = datasets.Dataset.from_file(str(work / "normalized.arrow"), in_memory=False) if n else None
     num_proc = cfg.num_proc or os.cpu_count() or 1
     if n < SMALL:
         num_proc = 1
     if src is not None:
-        ds = src.map(
-            _encode_batch,
-            batched=True,
-            batch_size=256,
-            fn_kwargs={"encoder": encoder},
-            remove_columns=src.column_names,
-            features=_features(),
-            num_proc=num_proc if num_proc > 1 else None,
-            cache_file_name=str(work / "tokenized.arrow"),
-            new_fingerprint=f"packtool-{work.name}",
-            desc="tokenizing",
-        )
+        with _quiet(enabled=not progress):
+            ds = _map(src, encoder, num_proc, work)
         errors = np.asarray([bool(e) for e in ds["error"]])
         if errors.any():
             err_col = ds["error"]
@@ -353,6 +344,41 @@ def _tokenize(reader: _Reader, first, cfg: TokenizeConfig, work: Path, progress:
         "warnings": warnings,
     }
     return ds, meta
+
+
+def _map(src, encoder, num_proc: int, work: Path):
+    return src.map(
+        _encode_batch,
+        batched=True,
+        batch_size=256,
+        fn_kwargs={"encoder": encoder},
+        remove_columns=src.column_names,
+        features=_features(),
+        num_proc=num_proc if num_proc > 1 else None,
+        cache_file_name=str(work / "tokenized.arrow"),
+        new_fingerprint=f"packtool-{work.name}",
+        desc=f"tokenizing ({num_proc} process{'es' if num_proc > 1 else ''})",
+    )
+
+
+class _quiet:
+    """Hide datasets' progress bars (saving, loading; tokenizing when progress is off)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+
+    def __enter__(self):
+        from datasets.utils import logging as dlog
+
+        self.was = dlog.is_progress_bar_enabled()
+        if self.enabled:
+            dlog.disable_progress_bar()
+
+    def __exit__(self, *exc):
+        from datasets.utils import logging as dlog
+
+        if self.was:
+            dlog.enable_progress_bar()
 
 
 class _Where:
