@@ -1,0 +1,96 @@
+"""`packtool pack DATA --len 4096 --out DIR`: write static-length packed Parquet shards + manifest."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from packtool.commands import common as c
+
+
+def pack(
+    data: c.Data,
+    pack_len: Annotated[int, typer.Option("--len", help="Tokens per packed row (every row has exactly this many).",
+                                          show_default=False)],
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (data/*.parquet + manifest.json).",
+                                     show_default=False)],
+    strategy: Annotated[str, typer.Option("--strategy", help="bfd (best-fit decreasing) | ffd (first-fit decreasing).")] = "bfd",
+    order: Annotated[str, typer.Option("--order", help="sorted: longest first (tightest) | random: seeded shuffle, rows not length-sorted.")] = "sorted",
+    max_docs: Annotated[int, typer.Option("--max-docs", help="At most N documents per row (0 = no cap).")] = 0,
+    overflow: Annotated[str, typer.Option("--overflow", help="Examples longer than --len: drop | truncate | split | error.")] = "drop",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of --order random and of the row shuffle.")] = 0,
+    no_shuffle: Annotated[bool, typer.Option("--no-shuffle", help="Keep rows in packing order (long documents first).")] = False,
+    shard_rows: Annotated[int, typer.Option("--shard-rows", help="Rows per Parquet shard (0 = about 512 MiB of tokens).")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Replace --out if it is an existing pack.")] = False,
+    json_out: c.JsonOpt = None,
+    tokenizer: c.Tokenizer = None,
+    chat_template: c.ChatTemplate = None,
+    train_on: c.TrainOnOpt = "assistant",
+    fmt: c.FormatOpt = None,
+    column: c.ColumnOpt = None,
+    role: c.RoleOpt = None,
+    split: c.SplitOpt = "train",
+    on_error: c.OnErrorOpt = "error",
+    num_proc: c.NumProcOpt = None,
+    no_cache: c.NoCacheOpt = False,
+    limit: c.LimitOpt = None,
+) -> None:
+    """Pack tokenized examples into rows of exactly --len tokens (labels, position_ids, document_id)."""
+    from pathlib import Path
+
+    from packtool import api
+    from packtool.io.shards import check_target
+    from packtool.packer import PackConfig, pack_tokenized
+    from packtool.report.pack import pack_json, render_pack
+
+    cfg = PackConfig(pack_len=pack_len, strategy=strategy, order=order, max_docs=max_docs, overflow=overflow,
+                     seed=seed, shuffle=not no_shuffle, shard_rows=shard_rows, force=force)
+    cfg.check()
+    check_target(Path(out), force)  # before spending minutes on tokenization
+    tcfg = c.tokenize_config(tokenizer=tokenizer, chat_template=chat_template, train_on=train_on, fmt=fmt,
+                             column=column, role=role, split=split, on_error=on_error, num_proc=num_proc,
+                             no_cache=no_cache, limit=limit)
+    console = c.console()
+    tokenized = api.load_tokenized(data, tcfg, progress=True)
+    with _progress(console) as update:
+        result = pack_tokenized(tokenized, cfg, out, progress=update)
+    if json_out:
+        c.write_json(pack_json(result), json_out)
+    if json_out != "-":
+        render_pack(result, console)
+
+
+class _progress:
+    """A rich bar for writing rows; silent when stderr is not a terminal."""
+
+    def __init__(self, console):
+        self.console = console
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if not self.console.is_terminal:
+            return None
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(TextColumn("writing rows"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            console=self.console, transient=True)
+        self.bar.__enter__()
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        if self.task is None:
+            self.task = self.bar.add_task("write", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False

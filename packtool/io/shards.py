@@ -1,0 +1,175 @@
+"""Write packed rows as schema-v1 Parquet shards plus manifest.json, atomically.
+
+    OUT.packtool-tmp-XXXX/             built here first (beside OUT, same filesystem)
+        data/train-00000-of-00003.parquet   row groups of <= ~64 MiB of token slots each
+        ...
+        manifest.json                  written last
+    rename → OUT                        only after every shard and the manifest are on disk
+
+Parquet settings (measured per column on 1024 rows x 4096, random ids, one core): zstd level 1 and
+PLAIN encoding everywhere (position_ids/document_id compress 100-500x with it, faster than DELTA;
+BYTE_STREAM_SPLIT would shave 20% off input_ids but needs pyarrow >= 17 to read), no dictionaries
+(token ids overflow them and fall back after wasting the work), statistics on the scalar columns
+only.  ~25M tokens/s of encoding per core; files ~0.29x the raw int32 size on random ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packtool import schema
+from packtool.errors import UsageError
+
+ROW_GROUP_BYTES = 64 << 20  # token slots (4 int32 columns) per row group: bounds the write buffer
+SHARD_BYTES = 512 << 20  # raw token bytes per shard when --shard-rows is not given
+
+
+def default_shard_rows(pack_len: int) -> int:
+    return max(1, SHARD_BYTES // (16 * pack_len))
+
+
+def row_group_rows(pack_len: int, shard_rows: int) -> int:
+    return max(1, min(shard_rows, ROW_GROUP_BYTES // (16 * pack_len)))
+
+
+def writer_options() -> dict[str, Any]:
+    return {
+        "compression": "zstd",
+        "compression_level": 1,
+        "use_dictionary": False,
+        "write_statistics": list(schema.SCALAR_COLUMNS),
+        "write_batch_size": 1 << 16,  # values per encoder batch (default 1024): -6% CPU
+    }
+
+
+def _int_array(values: np.ndarray, pa_type):
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa_type, values.shape[0], [None, pa.py_buffer(values)])
+
+
+def rows_table(input_ids, labels, position_ids, document_id, seq_offsets, seq_lengths, source_index,
+               num_tokens, num_loss_tokens):
+    """Wrap [k, L] int32 arrays and CSR lists as a schema-v1 table without copying token data."""
+    import pyarrow as pa
+
+    k, pack_len = input_ids.shape
+
+    def fixed(a):
+        return pa.FixedSizeListArray.from_arrays(_int_array(a.reshape(-1), pa.int32()), pack_len)
+
+    offsets = _int_array(seq_offsets.astype(np.int32), pa.int32())
+    arrays = [
+        fixed(input_ids),
+        fixed(labels),
+        fixed(position_ids),
+        fixed(document_id),
+        pa.ListArray.from_arrays(offsets, _int_array(seq_lengths.astype(np.int32), pa.int32())),
+        pa.ListArray.from_arrays(offsets, _int_array(source_index.astype(np.int64), pa.int64())),
+        _int_array(num_tokens.astype(np.int32), pa.int32()),
+        _int_array(num_loss_tokens.astype(np.int32), pa.int32()),
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(pack_len))
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class ShardWriter:
+    """One shard file: append row groups, then `close()` → {file, rows, sha256}."""
+
+    def __init__(self, root: Path, index: int, total: int, pack_len: int):
+        import pyarrow.parquet as pq
+
+        self.relpath = f"{schema.DATA_DIR}/{schema.shard_name(index, total)}"
+        self.path = root / self.relpath
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.rows = 0
+        self._writer = pq.ParquetWriter(str(self.path), schema.arrow_schema(pack_len), **writer_options())
+
+    def write(self, table) -> None:
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        self.rows += table.num_rows
+
+    def close(self) -> dict[str, Any]:
+        self._writer.close()
+        return {"file": self.relpath, "rows": self.rows, "bytes": self.path.stat().st_size,
+                "sha256": sha256_file(self.path)}
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - best effort; the temp folder is removed anyway
+            pass
+
+
+def _jsonable(v):
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, Path):
+        return str(v)
+    raise TypeError(f"not JSON serializable: {type(v).__name__}")
+
+
+def manifest_text(manifest: dict) -> str:
+    """Deterministic JSON: insertion order kept, no timestamps or timings (those stay out)."""
+    return json.dumps(manifest, indent=2, ensure_ascii=False, default=_jsonable) + "\n"
+
+
+def write_manifest(root: Path, manifest: dict) -> None:
+    (root / schema.MANIFEST).write_text(manifest_text(manifest), encoding="utf-8")
+
+
+def check_target(out: Path, force: bool) -> None:
+    """Fail early (before tokenizing) when OUT exists and may not be replaced."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if not force:
+        raise UsageError(f"--out {out} already exists; use --force to replace it or choose another --out")
+    if not out.is_dir() or out.is_symlink():
+        raise UsageError(f"--out {out} exists and is not a folder; remove it or choose another --out")
+    if any(out.iterdir()) and not (out / schema.MANIFEST).is_file():
+        raise UsageError(f"refusing to replace {out}: it is not empty and holds no {schema.MANIFEST} "
+                         "(not a packtool output); remove it yourself or choose another --out")
+
+
+@contextmanager
+def atomic_output(out: Path, force: bool) -> Iterator[Path]:
+    """Yield a temporary folder beside `out`; on success it becomes `out`, on any error it vanishes."""
+    out = Path(out)
+    check_target(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-tmp-", dir=out.parent))
+    try:
+        yield tmp
+        check_target(out, force)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-old-", dir=out.parent))
+            os.rename(out, old / "old")
+            os.rename(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
