@@ -25,10 +25,16 @@ demo: install
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
 	HF_HUB_OFFLINE=1 $(BIN)/packtool sample $(DEMO)/sample.jsonl
 	HF_HUB_OFFLINE=1 $(BIN)/packtool inspect $(DEMO)/sample.jsonl --index 0
+	HF_HUB_OFFLINE=1 $(BIN)/packtool profile $(DEMO)/sample.jsonl --len 4096 --plot $(DEMO)/profile.png --json $(DEMO)/profile.json
+	HF_HUB_OFFLINE=1 $(BIN)/packtool pack $(DEMO)/sample.jsonl --len 4096 --out $(DEMO)/packed --overflow split
+	HF_HUB_OFFLINE=1 $(BIN)/packtool verify $(DEMO)/packed
 
 bench: install
 	$(BIN)/pip install -q -e ".[bench]"
 	$(BIN)/python benchmarks/bench_tokenize.py
+	$(BIN)/python benchmarks/bench_profile.py
+	$(BIN)/python benchmarks/bench_pack.py
+	$(BIN)/python benchmarks/bench_train.py
 
 lint: install
 	$(BIN)/ruff check packtool tests benchmarks
