@@ -1,1 +1,40 @@
-"""verify: integrity of every row, and isolation through a real attention kernel."""
+"""verify: integrity of every row, and isolation through a real attention kernel.
+
+    integrity.py   numpy over every row of every shard + the manifest (no model)
+    isolation.py   tiny random-weight decoders: packed == alone, negative control must fail
+    backends.py    which attention kernel runs, and the custom varlen functions transformers calls
+    run.py         VerifyConfig -> VerifyResult (the one entry point the CLI calls)
+    selftest.py    builds its own pack in a temporary folder and verifies it
+
+Every layer reports `Check`s: a name, pass/fail/skip, the evidence and one message. Nothing here
+imports torch or transformers at module level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verified property. `skipped` checks are neither passed nor failed (shown, never hidden)."""
+
+    name: str
+    passed: bool
+    message: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    skipped: bool = False
+
+    @property
+    def status(self) -> str:
+        return "skip" if self.skipped else ("pass" if self.passed else "fail")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "passed": self.passed,
+            "message": self.message,
+            "evidence": self.evidence,
+        }

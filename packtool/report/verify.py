@@ -1,0 +1,80 @@
+"""Render a VerifyResult: a rich table of checks on stderr, and the JSON report.
+
+JSON top-level keys (schema "packtool.verify/v1"): schema, path, passed, self_test, failed (names),
+kernels (what computed attention, in words), timings_s, config, checks [{name, status
+(pass|fail|skip), passed, message, evidence}].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SCHEMA = "packtool.verify/v1"
+STATUS = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]SKIP[/]"}
+
+
+def verify_json(result) -> dict[str, Any]:
+    return {"schema": SCHEMA, **result.to_dict()}
+
+
+def _num(v) -> str:
+    if isinstance(v, float):
+        return "0" if v == 0 else f"{v:.3g}"
+    if isinstance(v, int) and abs(v) >= 10_000:
+        return f"{v:,}"
+    return str(v)
+
+
+def evidence_text(ev: dict[str, Any]) -> str:
+    """The context of a check in a few words (the numbers themselves are in the message)."""
+    parts = []
+    if "dtype" in ev:
+        parts.append(f"{ev['dtype']} {ev.get('device', '?')}, {ev.get('rows_tested', '?')} rows, "
+                     f"{ev.get('documents', '?')} docs, {ev.get('seconds', '?')} s")
+    if ev.get("rows_failed"):
+        parts.append(f"{_num(ev['rows_failed'])} rows failed")
+    if "sha256_checked" in ev:
+        parts.append(f"{ev['shards']} shards, {_num(ev['rows'])} rows, {ev['sha256_checked']} sha256")
+    if "unique" in ev:
+        parts.append(f"{_num(ev['documents'])} docs, {_num(ev['unique'])} sources")
+    return "; ".join(parts)
+
+
+def render_verify(result, console) -> None:
+    from rich.table import Table
+
+    title = "verify --self-test" if result.self_test else f"verify {result.path}"
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("", no_wrap=True)
+    table.add_column("check", style="bold")
+    table.add_column("result")
+    table.add_column("evidence", style="dim")
+    for c in result.checks:
+        table.add_row(STATUS[c.status], c.name, c.message, evidence_text(c.evidence))
+    console.print(table)
+    # plain, unwrapped lines below the table: what ran, and every failure in full (grep-able CI logs)
+    for k in result.kernels:
+        console.print(f"kernel  {k}", soft_wrap=True)
+    for c in result.checks:
+        if c.name == "FlashAttention kernel" and c.skipped:
+            console.print(f"kernel  {c.message}", soft_wrap=True)
+    for c in result.failed:
+        console.print(f"[bold red]FAIL[/] {c.name}: {c.message}", soft_wrap=True)
+    t = result.timings
+    scanned = next((c.evidence for c in result.checks if "rows_scanned" in c.evidence), None)
+    if "integrity" in t:
+        line = f"timing  integrity {t['integrity']:.2f} s"
+        if scanned:
+            line += (f" over every row: {scanned['rows_scanned']:,} rows, {scanned['tokens_scanned']:,} token slots "
+                     f"({t.get('integrity_tokens_per_s', 0) / 1e6:.1f}M/s)")
+        if "isolation" in t:
+            line += f", isolation {t['isolation']:.2f} s"
+        console.print(line, soft_wrap=True)
+    skipped = sum(c.skipped for c in result.checks)
+    if result.passed:
+        console.print(f"[bold green]verify passed[/]: {len(result.checks) - skipped} checks"
+                      + (f", {skipped} skipped (shown above)" if skipped else ""))
+    else:
+        names = ", ".join(c.name for c in result.failed)
+        console.print(f"[bold red]verify failed[/]: {len(result.failed)} of {len(result.checks)} checks ({names})",
+                      soft_wrap=True)
