@@ -108,7 +108,7 @@ def write_json(obj: dict, target: str) -> None:
             f.write(text + "\n")
 
 
-def announce(td, con) -> None:
+def announce(td, con, warnings: bool = True) -> None:
     """Say what was read and how: format and why, tokenizer and template, cache, warnings, skips."""
     tok = td.tokenizer or {}
     con.print(f"format: [cyan]{td.format}[/] — {td.format_reason}")
@@ -117,5 +117,5 @@ def announce(td, con) -> None:
         con.print(f"tokenizer: {tok['name']}" + (f", chat template: {tpl}" if tpl else ""))
     con.print(f"examples: {td.num_read} read, {len(td.dataset)} tokenized, {len(td.skipped)} skipped"
               + (" (from cache)" if td.cache_hit else ""))
-    for w in td.warnings:
+    for w in td.warnings if warnings else ():
         con.print(f"[yellow]warning:[/] {w}")

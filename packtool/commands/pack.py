@@ -53,6 +53,8 @@ def pack(
                              no_cache=no_cache, limit=limit)
     console = c.console()
     tokenized = api.load_tokenized(data, tcfg, progress=True)
+    if json_out != "-":
+        c.announce(tokenized, console, warnings=False)  # render_pack lists the warnings
     with _progress(console) as update:
         result = pack_tokenized(tokenized, cfg, out, progress=update)
     if json_out:
