@@ -454,9 +454,10 @@ def _turn(turn: Any, i: int, plan: _Plan) -> dict:
     if weight is None:
         weight = turn.get("loss_weight")
     if weight is not None:
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight not in (0, 1):
             raise FormatError(
-                f"message {i} ({role}) weight is {weight!r}, expected a number (0 or 1)"
+                f"message {i} ({role}) weight is {weight!r}; packtool trains or masks whole turns, so it "
+                "must be 0 or 1 (fractional weights would be silently rounded by a mask)"
             )
         weight = float(weight)
     name = turn.get("name")

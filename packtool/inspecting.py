@@ -57,17 +57,12 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     if target.record is None:
         raise PacktoolError(f"{target.file}:{target.line}: {target.error}")
     if "input_ids" in target.record and cfg.read.format is None:
-        from packtool.tokenization.pretokenized import MASK_COLUMNS
+        from packtool.tokenization.pretokenized import RecordError, label_source, record_arrays
 
-        r = target.record
-        ids = np.asarray(r["input_ids"], dtype=np.int64)
-        src = next((c for c in ("labels", *MASK_COLUMNS) if c in r), None)
-        if src == "labels":
-            labels = np.asarray(r["labels"], dtype=np.int64)
-        elif src:
-            labels = np.where(np.asarray(r[src]) != 0, ids, -100)
-        else:
-            labels = ids.copy()
+        try:
+            ids, labels, _ = record_arrays(target.record, label_source(target.record))
+        except RecordError as e:
+            raise PacktoolError(f"{target.file} record {target.index}: pre-tokenized record: {e}") from None
         tok_info, tok = {"name": None}, None
         if cfg.tokenizer:
             from packtool.tokenization.loading import load_tokenizer

@@ -39,6 +39,7 @@ import torch
 
 from packtool import schema
 from packtool.errors import PacktoolError
+from packtool.io.files import cache_root, sha256_file
 
 __all__ = [
     "PackedDataset",
@@ -60,19 +61,6 @@ _CONVERT_BATCH_ROWS = 256  # rows per record batch when converting Parquet -> Ar
 # --------------------------------------------------------------------------------------------------
 
 
-def _cache_root() -> Path:
-    root = os.environ.get("PACKTOOL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "packtool"
-    )
-    return Path(root)
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class PackedDataset(torch.utils.data.Dataset):
@@ -113,7 +101,7 @@ class PackedDataset(torch.utils.data.Dataset):
         shards = self.manifest.get("shards") or []
         if not shards:
             raise PacktoolError(f"{manifest_path} lists no shards; the pack is empty or unfinished")
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else _cache_root() / "arrow"
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else cache_root() / "arrow"
         self.verify_checksums = verify_checksums
         self.shard_files = [self._shard_path(s["file"]) for s in shards]
         self.shard_rows = [int(s["rows"]) for s in shards]
@@ -172,7 +160,7 @@ class PackedDataset(torch.utils.data.Dataset):
         src = self.shard_files[s]
         if not src.is_file():
             raise PacktoolError(f"shard {src} listed in the manifest is missing; re-run `packtool pack`")
-        if self.verify_checksums and self._shard_sha[s] and _file_sha256(src) != self._shard_sha[s]:
+        if self.verify_checksums and self._shard_sha[s] and sha256_file(src) != self._shard_sha[s]:
             raise PacktoolError(f"shard {src} does not match its sha256 in the manifest; re-run `packtool pack`")
         pf = pq.ParquetFile(src)
         expected = schema.arrow_schema(self.pack_len)

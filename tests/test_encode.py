@@ -151,3 +151,25 @@ def test_spans_to_mask_overlap_rule():
 
 def test_builtin_templates_listed():
     assert "chatml-train" in BUILTIN_TEMPLATES
+
+
+def test_prefix_diff_assistant_first_turn_does_not_train_its_header(qwen, chatml):
+    plain = _template(re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", chatml.source), "chatml-plain")
+    msgs = [{"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "A1"}]
+    a = Encoder(qwen.tokenizer, chatml).encode([chat(msgs)])
+    b = Encoder(qwen.tokenizer, plain).encode([chat(msgs)])
+    assert b.errors == [None] and np.array_equal(a.labels[0], b.labels[0])
+    trained = qwen.tokenizer.decode(b.input_ids[0][b.labels[0] != -100].tolist())
+    assert trained == "Hi there<|im_end|>A1<|im_end|>"
+
+
+def test_prefix_diff_refuses_to_guess_when_a_prefix_cannot_render(qwen):
+    tpl = ("{% if add_generation_prompt and messages[-1].role != 'user' %}{{ raise_exception('no') }}{% endif %}"
+           "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "A1"}, {"role": "system", "content": "NOTE"},
+            {"role": "assistant", "content": "A2"}]
+    enc = Encoder(qwen.tokenizer, _template(tpl, "strict")).encode([chat(msgs)])
+    assert re.search(r"cannot render the conversation before assistant turn 4 \(no\)", enc.errors[0])

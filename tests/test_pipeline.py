@@ -128,7 +128,45 @@ def test_pretokenized_parquet(tmp_path, label_column):
         assert td.loss_counts.tolist() == [2, 1, 0]
 
 
-def test_pretokenized_length_mismatch(tmp_path):
-    path = write_jsonl(tmp_path / "tok.jsonl", [{"input_ids": [1, 2, 3], "labels": [1, 2]}])
-    with pytest.raises(PacktoolError, match="record 0: labels and input_ids differ in length"):
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"input_ids": [1, 2, 3], "labels": [1, 2]}, r"tok\.jsonl:1: .*labels has 2 entries for 3 input_ids"),
+        ({"input_ids": [1, 2, 3], "labels": [2, 3, -100]}, r"labels\[0\] = 2 but input_ids\[0\] = 1: .*pre-shifted"),
+        ({"input_ids": [1, 2, 3], "labels": [-1, 2, 3]}, r"labels\[0\] = -1 .*ignore index"),
+        ({"input_ids": [1.5, 2, 3]}, r"input_ids\[0\] = 1\.5 is not a whole number"),
+        ({"input_ids": ["a", "b"]}, r"input_ids holds <U1 values, not integers"),
+        ({"input_ids": [[1, 2], [3]]}, r"input_ids is not a flat list of integers"),
+        ({"input_ids": [1, -2]}, r"input_ids\[1\] = -2 is not a token id"),
+        ({"input_ids": [1, 2], "attention_mask": [1]}, r"attention_mask has 1 entries for 2"),
+    ],
+)
+def test_pretokenized_bad_records(tmp_path, record, message):
+    path = write_jsonl(tmp_path / "tok.jsonl", [record])
+    with pytest.raises(PacktoolError, match=message):
         load_tokenized(path, cfg(), progress=False)
+
+
+def test_pretokenized_skip_and_attention_mask(tmp_path):
+    path = write_jsonl(tmp_path / "tok.jsonl", [
+        {"input_ids": [5, 6, 0, 0], "attention_mask": [1, 1, 0, 0]},
+        {"input_ids": [1, 2], "labels": [1, -100]},
+        {"input_ids": [7, 8, 9], "attention_mask": [1, 1, 1]},
+    ])
+    td = load_tokenized(path, TokenizeConfig(num_proc=1, train_on="last", read=ReadConfig(on_error="skip")),
+                        progress=False)
+    assert td.dataset["input_ids"] == [[5, 6], [7, 8, 9]] and td.dataset["labels"] == [[5, 6], [7, 8, 9]]
+    assert [s.source_index for s in td.skipped] == [1] and "first record has no label column" in td.skipped[0].reason
+    assert any("removed 2 padding token" in w for w in td.warnings)
+    assert any("--train-on do not apply" in w for w in td.warnings)
+    assert td.options["train_on"] is None and td.options["labels_from"] == "all"
+
+
+def test_cache_key_follows_template_bytes(tmp_path, sample_file):
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text((pipeline.Path(pipeline.__file__).parent / "templates" / "chatml-train.jinja").read_text())
+    a = load_tokenized(sample_file, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
+    tpl.write_text(tpl.read_text().replace("<|im_start|>assistant", "<|im_start|>assistant model"))
+    b = load_tokenized(sample_file, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
+    assert not a.cache_hit and not b.cache_hit
+    assert np.all(b.lengths > a.lengths)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import bz2
 import glob
 import gzip
-import hashlib
 import io
 import json
 import lzma
@@ -54,6 +53,7 @@ from typing import Any, BinaryIO
 from packtool.config import ReadConfig
 from packtool.data import SourceFile
 from packtool.errors import PacktoolError, UsageError
+from packtool.io.files import sha256_file
 
 _JSONL = (".jsonl", ".ndjson")
 _JSON = (".json",)
@@ -65,7 +65,6 @@ _SUPPORTED_TEXT = (
     "a datasets.save_to_disk folder, or a cached hub dataset id"
 )
 _BATCH = 1024  # rows per Arrow batch converted to Python at once
-_HASH_CHUNK = 1 << 20
 
 # File/folder names that tag a split; aliases as in `datasets`.
 _SPLIT_NAMES = {
@@ -284,7 +283,7 @@ def resolve_sources(source: str, split: str = "train") -> list[SourceFile]:
         paths = list(located.files)
     else:
         paths = [f["filename"] for f in located.dataset.cache_files]
-    return [SourceFile(path=p, size=os.path.getsize(p), sha256=_sha256(p)) for p in sorted(paths)]
+    return [SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p)) for p in sorted(paths)]
 
 
 def iter_records(source: str, cfg: ReadConfig) -> Iterator[RawRecord]:
@@ -309,14 +308,6 @@ def _records(located: _Located, cfg: ReadConfig) -> Iterator[RawRecord]:
                 return
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    buf = bytearray(_HASH_CHUNK)
-    view = memoryview(buf)
-    with open(path, "rb") as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- per-file readers

@@ -15,7 +15,6 @@ only.  ~25M tokens/s of encoding per core; files ~0.29x the raw int32 size on ra
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ import numpy as np
 
 from packtool import schema
 from packtool.errors import UsageError
+from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
 ROW_GROUP_BYTES = 64 << 20  # token slots (4 int32 columns) per row group: bounds the write buffer
 SHARD_BYTES = 512 << 20  # raw token bytes per shard when --shard-rows is not given
@@ -81,14 +81,6 @@ def rows_table(input_ids, labels, position_ids, document_id, seq_offsets, seq_le
         _int_array(num_loss_tokens.astype(np.int32), pa.int32()),
     ]
     return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(pack_len))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(8 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class ShardWriter:

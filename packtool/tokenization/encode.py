@@ -47,6 +47,10 @@ class Encoded:
     errors: list[str | None]  # per example: None, or why it was not encoded
 
 
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+
+
 def _clean_messages(messages: list[dict]) -> list[dict]:
     """Drop None-valued keys, as apply_chat_template does, and the per-message weight."""
     return [{k: v for k, v in m.items() if v is not None and k != "weight"} for m in messages]
@@ -94,6 +98,28 @@ class Encoder:
         )
         return texts[0], (spans[0] if marks else None)
 
+    def _opening_header(self, messages, tools) -> str:
+        """What precedes an assistant turn that opens the conversation.
+
+        Rendering an empty conversation works for some templates only; otherwise the header is the
+        generation prompt as the template writes it after a user turn,
+            G = render([user], generation prompt) - render([user]),
+        and everything up to the first G in render(messages[:1]) is the prompt.
+        """
+        try:
+            return self._render([], tools, marks=False, gen_prompt=True)[0]
+        except Exception:
+            pass
+        probe = [{"role": "user", "content": "x"}]
+        plain, _ = self._render(probe, tools, marks=False)
+        prompted, _ = self._render(probe, tools, marks=False, gen_prompt=True)
+        header = prompted[len(plain):] if prompted.startswith(plain) else ""
+        first, _ = self._render(messages[:1], tools, marks=False)
+        at = first.find(header) if header else -1
+        if at < 0:
+            raise ExampleError("the template has no recognisable generation prompt")
+        return first[: at + len(header)]
+
     def _prefix_spans(self, messages, tools) -> tuple[str, list[tuple[int, int]]]:
         full, _ = self._render(messages, tools, marks=False)
         spans = []
@@ -101,9 +127,16 @@ class Encoder:
             if m["role"] != "assistant":
                 continue
             try:
-                before, _ = self._render(messages[:i], tools, marks=False, gen_prompt=True) if i else ("", None)
-            except Exception:  # some templates cannot render an empty or partial conversation
-                before = ""
+                if i == 0:
+                    before = self._opening_header(messages, tools)
+                else:
+                    before, _ = self._render(messages[:i], tools, marks=False, gen_prompt=True)
+            except Exception as e:  # guessing "" here would train the prompt: refuse instead
+                raise ExampleError(
+                    f"chat template '{self.template.name}' cannot render the conversation before assistant "
+                    f"turn {i} ({_first_line(e)}), so the turn cannot be located; use a template with "
+                    "{% generation %} markers (e.g. --chat-template chatml-train)"
+                ) from e
             upto, _ = self._render(messages[: i + 1], tools, marks=False)
             if not (upto.startswith(before) and full.startswith(upto)):
                 raise ExampleError(
@@ -131,7 +164,7 @@ class Encoder:
         except ExampleError:
             raise
         except Exception as e:  # jinja errors, raise_exception() inside templates
-            raise ExampleError(f"chat template failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+            raise ExampleError(f"chat template failed: {_first_line(e)}") from e
         if self.train_on == "all":
             return text, np.array([[0, len(text)]], dtype=np.int64)
         weights = [m.get("weight") for m in ex["messages"] if m["role"] == "assistant"]

@@ -34,15 +34,41 @@ def builtin_tokenizer_dir() -> Path:
     return folder
 
 
+WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz")
+
+
 def _files_hash(folder: Path) -> str:
+    """Hash of every file in a tokenizer folder that can change tokenization: all but model weights.
+
+    Covers tokenizer.json, vocab/merges, sentencepiece models, added_tokens.json,
+    special_tokens_map.json, tokenizer_config.json (its chat template), chat_template.jinja and
+    additional_chat_templates/. Hidden files and folders (.cache, .git) are skipped.
+    """
     h = hashlib.sha256()
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "tokenizer.model",
-                 "special_tokens_map.json", "chat_template.jinja"):
-        p = folder / name
-        if p.is_file():
-            h.update(name.encode())
-            h.update(hashlib.sha256(p.read_bytes()).digest())
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder)
+        if not p.is_file() or p.name.endswith(WEIGHTS) or any(part.startswith(".") for part in rel.parts):
+            continue
+        h.update(str(rel).encode())
+        h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()[:16]
+
+
+def hub_folder(name: str) -> Path | None:
+    """The cached snapshot folder of hub id `name` (optionally `name@revision`), if any."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    repo, _, rev = name.partition("@")
+    for probe in ("tokenizer_config.json", "tokenizer.json"):
+        try:
+            hit = try_to_load_from_cache(repo, probe, revision=rev or None)
+        except Exception:  # not a valid repo id
+            return None
+        if isinstance(hit, str):
+            return Path(hit).parent
+    return None
 
 
 @dataclass
@@ -95,10 +121,10 @@ def load_tokenizer(name: str | None) -> LoadedTokenizer:
             f"cannot load tokenizer {name!r}: {hint}; pass a local folder with --tokenizer, "
             "or download it first (huggingface-cli download)"
         ) from e
-    folder = Path(getattr(tok, "name_or_path", name))
-    files_hash = _files_hash(folder) if folder.is_dir() else hashlib.sha256(
+    folder = hub_folder(name)
+    files_hash = _files_hash(folder) if folder else hashlib.sha256(
         tok.backend_tokenizer.to_str().encode()).hexdigest()[:16]
-    return LoadedTokenizer(tok, name, folder if folder.is_dir() else None, files_hash, False)
+    return LoadedTokenizer(tok, name, folder, files_hash, False)
 
 
 @dataclass(frozen=True)
@@ -109,8 +135,24 @@ class ChatTemplate:
     has_generation: bool  # True when the template marks assistant text with {% generation %}
 
 
+def _compiles(source: str, name: str) -> None:
+    """A template that does not parse is a usage error, not a bad record (found before reading)."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # private helper moved: rendering will report the error per example
+        return
+    try:
+        _compile_jinja_template(source)
+    except Exception as e:
+        msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(f"chat template {name} does not parse: {msg}; fix the Jinja or pass "
+                         f"--chat-template with a built-in ({', '.join(BUILTIN_TEMPLATES)})") from e
+
+
 def _template(source: str, name: str) -> ChatTemplate:
     import re
+
+    _compiles(source, name)
 
     has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", source) is not None
     return ChatTemplate(source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen)

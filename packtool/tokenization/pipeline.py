@@ -26,17 +26,11 @@ import packtool
 from packtool.config import TokenizeConfig
 from packtool.data import SkippedRecord, SourceFile, TokenizedData
 from packtool.errors import PacktoolError
+from packtool.io.files import cache_root
 
 IGNORE = -100
 SMALL = 2000  # below this many examples one process is faster than forking workers
 MAX_LISTED = 20  # source indices quoted in a warning
-
-
-def cache_root() -> Path:
-    root = os.environ.get("PACKTOOL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "packtool"
-    )
-    return Path(root)
 
 
 def _quote(indices) -> str:
@@ -46,20 +40,45 @@ def _quote(indices) -> str:
 
 
 def _tokenizer_key(name: str | None) -> str:
-    from packtool.tokenization.loading import BUILTIN_TOKENIZER, _files_hash, builtin_tokenizer_dir
+    from packtool.tokenization.loading import (
+        BUILTIN_TOKENIZER,
+        _files_hash,
+        builtin_tokenizer_dir,
+        hub_folder,
+    )
 
     if name is None or name == BUILTIN_TOKENIZER:
         return "builtin:" + _files_hash(builtin_tokenizer_dir())
     p = Path(name).expanduser()
     if p.is_dir():
         return f"dir:{p.resolve()}:" + _files_hash(p)
-    return "hub:" + name  # hub ids: the name (and revision in it) is the key
+    snapshot = hub_folder(name)  # the cached snapshot's files: a new snapshot is a new key
+    return f"hub:{name}:" + (_files_hash(snapshot) if snapshot else "uncached")
 
 
 def _template_key(chat_template: str | None) -> str:
-    if chat_template and Path(chat_template).expanduser().is_file():
-        return "file:" + hashlib.sha256(Path(chat_template).expanduser().read_bytes()).hexdigest()
+    """The template's bytes: a file, or a built-in (edited built-ins must not hit old entries)."""
+    from packtool.tokenization.loading import BUILTIN_TEMPLATES
+
+    if chat_template is None:  # the tokenizer's own (its files are hashed) or, for the built-in one:
+        chat_template = "chatml-train"
+    path = BUILTIN_TEMPLATES.get(chat_template) or Path(chat_template).expanduser()
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
     return f"name:{chat_template}"
+
+
+def _library_versions() -> dict[str, str]:
+    """Versions that change rendering or tokenization, read without importing the packages."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("transformers", "tokenizers", "jinja2"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
 
 
 def cache_key(sources: list[SourceFile], cfg: TokenizeConfig) -> str:
@@ -67,6 +86,7 @@ def cache_key(sources: list[SourceFile], cfg: TokenizeConfig) -> str:
     parts = {
         "packtool": packtool.__version__,
         "encoder": 1,
+        "libraries": _library_versions(),
         "sources": [(s.path, s.size, s.sha256) for s in sources],
         "tokenizer": _tokenizer_key(cfg.tokenizer),
         "template": _template_key(cfg.chat_template),
@@ -255,7 +275,7 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
         if first is not None and "input_ids" in first.record and cfg.read.format is None:
             from packtool.tokenization.pretokenized import pretokenized_dataset
 
-            ds, meta = pretokenized_dataset(reader, first, work)
+            ds, meta = pretokenized_dataset(reader, first, cfg)
             if cfg.tokenizer is not None:  # ids come as they are; the tokenizer names pad/eos ids
                 from packtool.tokenization.loading import load_tokenizer
 
