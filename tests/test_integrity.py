@@ -34,8 +34,7 @@ def _failed(path) -> dict:
 @pytest.fixture(scope="module")
 def clean_pack(tmp_path_factory):
     out = tmp_path_factory.mktemp("pack") / "clean"
-    docs = st.make_documents(60, seed=5, min_len=4, max_len=70)
-    st.write_pack(str(out), st.pack_documents(docs, L), L, shard_rows=12)
+    st.write_documents(str(out), st.make_documents(60, seed=5, min_len=4, max_len=70), L, shard_rows=12)
     return out
 
 
@@ -337,6 +336,62 @@ def test_wrong_pack_len_in_manifest(pack):
     assert "fixed_size_list" in _failed(pack)[integ.SCHEMA].message
 
 
+@pytest.mark.parametrize("value", ["128", 128.0, True, 0])
+def test_manifest_pack_len_must_be_a_positive_int(pack, value):
+    """A string (or float, bool) pack_len fails the manifest check; it never reaches the schema
+    builder (TypeError before), and the rows are still scanned with the shards' own pack_len."""
+    _edit_manifest(pack, lambda m: m.update({"pack_len": value}))
+    by_name, summary = _checks(pack)
+    assert not by_name["manifest"].passed
+    assert f"pack_len {value!r} is not a positive integer" in by_name["manifest"].message
+    assert summary["pack_len"] == L and by_name[integ.POS].passed
+
+
+def _garble(pack, index: int) -> str:
+    """Replace the index-th shard by random bytes (not Parquet at all); returns its relative path."""
+    rel, _ = st.read_shard(str(pack), index)
+    with open(os.path.join(pack, rel), "wb") as f:
+        f.write(np.random.default_rng(index).bytes(5000))
+    return rel
+
+
+def test_garbage_shard_is_a_failed_check_not_a_crash(pack):
+    rel = _garble(pack, 1)
+    failed = _failed(pack)
+    assert re.search(rf"{rel}: not a readable Parquet file \(ArrowInvalid: ", failed[integ.SCHEMA].message)
+    assert f"{rel} could not be read: the manifest's" in failed[integ.SHARDS].message
+    assert f"{rel} sha256 is" in failed[integ.SHARDS].message
+
+
+def test_garbage_first_shard_and_no_pack_len_in_manifest(pack):
+    """pack_len then comes from the first shard that opens (ArrowInvalid escaped before)."""
+    rel = _garble(pack, 0)
+    _edit_manifest(pack, lambda m: m.pop("pack_len"))
+    by_name, summary = _checks(pack)
+    assert "pack_len None is not a positive integer" in by_name["manifest"].message
+    assert f"{rel}: not a readable Parquet file" in by_name[integ.SCHEMA].message
+    assert summary["pack_len"] == L and summary["rows"] > 0  # the readable shard was scanned
+
+
+@pytest.mark.parametrize(
+    ("edit", "check", "match"),
+    [
+        (lambda m: m.update(pad_id="0"), "manifest", r"pad_id '0' is not an integer"),
+        (lambda m: m.update(counts=[1]), integ.CONSERVE, r"counts\.examples_read, .* not recorded"),
+        (lambda m: m["tokens"].update({"in": "5"}), integ.CONSERVE, r"wrong type \(TypeError: "),
+        (lambda m: m.update(split=[{"source_index": "a", "parts": 2}]), integ.SRC, r"wrong type \(ValueError: "),
+        (lambda m: m["shards"][0].update(rows="12"), integ.SHARDS, r"has 12 rows, the manifest says '12'"),
+    ],
+    ids=["pad_id", "counts", "tokens.in", "split", "shard rows"],
+)
+def test_manifest_value_of_wrong_type_fails_its_check(pack, edit, check, match):
+    _edit_manifest(pack, edit)
+    failed = _failed(pack)
+    assert check in failed, sorted(failed)
+    assert re.search(match, failed[check].message), failed[check].message
+    assert integ.PAD not in failed  # a string pad id is not compared with the int token ids
+
+
 def test_sampler_is_deterministic_and_prefers_multi_doc_rows(clean_pack):
     _, a = integ.check_integrity(str(clean_pack), sample_rows=3, seed=1)
     _, b = integ.check_integrity(str(clean_pack), sample_rows=3, seed=1)
@@ -347,35 +402,64 @@ def test_sampler_is_deterministic_and_prefers_multi_doc_rows(clean_pack):
     assert all(len(x["seq_lengths"]) >= 2 for x in a["samples"])
 
 
+def _synthetic_rows(n_rows: int, pack_len: int, *, seed: int = 0, mean_len: int = 600, vocab: int = 150_000):
+    """Valid rows built with whole-array numpy, as `packtool.io.shards.rows_table` arguments (the
+    packer would take minutes for 100M tokens): documents of random lengths, a random pad tail."""
+    rng = np.random.default_rng(seed)
+    per_row = max(1, pack_len // mean_len)
+    lens = np.minimum(rng.integers(1, 2 * mean_len, size=(n_rows, per_row)), pack_len // per_row)
+    ntok = lens.sum(axis=1)
+    cs = np.concatenate((np.zeros((n_rows, 1), np.int64), np.cumsum(lens, axis=1)), axis=1)
+    slot = np.arange(pack_len)[None, None, :]
+    in_doc = (slot >= cs[:, :-1, None]) & (slot < cs[:, 1:, None])  # (rows, docs, L)
+    cov = in_doc.any(axis=1)
+    doc = np.where(cov, in_doc.argmax(axis=1), -1).astype(np.int32)
+    start = np.where(cov, np.take_along_axis(cs[:, :-1], np.maximum(doc, 0), axis=1), ntok[:, None])
+    pos = (np.arange(pack_len)[None, :] - start).astype(np.int32)
+    ids = rng.integers(1, vocab, size=(n_rows, pack_len), dtype=np.int32)
+    ids[~cov] = 0
+    lab = ids.copy()
+    lab[(pos < 4) | ~cov] = schema.IGNORE_INDEX  # doc starts (and a short prompt) carry no loss
+    return dict(input_ids=ids, labels=lab, position_ids=pos, document_id=doc,
+                seq_offsets=np.arange(0, n_rows * per_row + 1, per_row), seq_lengths=lens.reshape(-1),
+                source_index=np.arange(n_rows * per_row), num_tokens=ntok,
+                num_loss_tokens=(lab != schema.IGNORE_INDEX).sum(axis=1))
+
+
+def _write_synthetic_pack(out, n_rows: int, pack_len: int, chunk: int = 2_000) -> None:
+    import pyarrow.parquet as pq
+
+    from packtool.io import shards
+
+    rel = f"{schema.DATA_DIR}/{schema.shard_name(0, 1)}"
+    os.makedirs(out / schema.DATA_DIR)
+    writer = pq.ParquetWriter(str(out / rel), schema.arrow_schema(pack_len), **shards.writer_options())
+    src0 = tok = loss = 0
+    for r0 in range(0, n_rows, chunk):
+        cols = _synthetic_rows(min(chunk, n_rows - r0), pack_len, seed=r0)
+        cols["source_index"] += src0
+        src0 += cols["source_index"].size
+        tok += int(cols["num_tokens"].sum())
+        loss += int(cols["num_loss_tokens"].sum())
+        writer.write_table(shards.rows_table(**cols), row_group_size=1024)
+    writer.close()
+    m = {"schema_version": 1, "pack_len": pack_len, "pad_id": 0,
+         "counts": {"examples_read": src0, "skipped": 0, "tokenized": src0, "packed": src0, "truncated": 0,
+                    "split": 0, "split_parts": 0, "dropped": 0, "documents": src0, "rows": n_rows},
+         "skipped": [], "dropped": [], "truncated": [], "split": [],
+         "tokens": {"in": tok, "out": tok, "cut": 0, "loss_out": loss, "pad": n_rows * pack_len - tok},
+         "shards": [{"file": rel, "rows": n_rows, "sha256": shards.sha256_file(out / rel)}]}
+    (out / schema.MANIFEST).write_text(json.dumps(m))
+
+
 @pytest.mark.slow
 def test_scan_speed_100m_tokens(tmp_path):
     """100M token slots (24,415 rows x 4096, zstd) scanned in < 60 s; measured ~5 s on 2 cores."""
     import time
 
-    import pyarrow.parquet as pq
-
-    n_rows, pack_len, chunk = 24_415, 4096, 2_000
+    n_rows, pack_len = 24_415, 4096
     out = tmp_path / "big"
-    rel = f"{schema.DATA_DIR}/{schema.shard_name(0, 1)}"
-    os.makedirs(out / schema.DATA_DIR)
-    writer = pq.ParquetWriter(str(out / rel), schema.arrow_schema(pack_len), compression="zstd")
-    src0 = tok = loss = docs = 0
-    for r0 in range(0, n_rows, chunk):
-        cols = st.synthetic_rows(min(chunk, n_rows - r0), pack_len, seed=r0)
-        cols["source_index"] = [x + src0 for x in cols["source_index"]]
-        src0 += sum(len(x) for x in cols["source_index"])
-        docs += sum(len(x) for x in cols["seq_lengths"])
-        tok += int(cols["num_tokens"].sum())
-        loss += int(cols["num_loss_tokens"].sum())
-        writer.write_table(st.rows_table(cols, pack_len), row_group_size=1024)
-    writer.close()
-    m = {"schema_version": 1, "pack_len": pack_len, "pad_id": 0,
-         "counts": {"examples_read": src0, "skipped": 0, "tokenized": src0, "packed": src0, "truncated": 0,
-                    "split": 0, "split_parts": 0, "dropped": 0, "documents": docs, "rows": n_rows},
-         "skipped": [], "dropped": [], "truncated": [], "split": [],
-         "tokens": {"in": tok, "out": tok, "cut": 0, "loss_out": loss, "pad": n_rows * pack_len - tok},
-         "shards": [{"file": rel, "rows": n_rows, "sha256": st.sha256_bytes_of(str(out / rel))}]}
-    (out / schema.MANIFEST).write_text(json.dumps(m))
+    _write_synthetic_pack(out, n_rows, pack_len)
     t = time.perf_counter()
     by_name, summary = _checks(out)
     seconds = time.perf_counter() - t

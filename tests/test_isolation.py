@@ -22,13 +22,16 @@ L = 192
 
 
 @pytest.fixture(scope="module")
-def samples():
-    docs = st.make_documents(40, seed=11, min_len=6, max_len=90)
-    cols = st.pack_documents(docs, L)
-    rows = [r for r in range(len(cols["num_tokens"])) if len(cols["seq_lengths"][r]) >= 3][:2]
+def samples(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("iso") / "pack")
+    st.write_documents(out, st.make_documents(40, seed=11, min_len=6, max_len=90), L)
+    _, table = st.read_shard(out, 0)
+    cols = {c: st.token_column(table, c) for c in ("input_ids", "labels", "position_ids")}
+    seq = table.column("seq_lengths").to_pylist()
+    rows = [r for r, s in enumerate(seq) if len(s) >= 3][:2]
     assert len(rows) == 2
-    return [iso.Sample("data/s.parquet", r, cols["input_ids"][r].copy(), cols["labels"][r].copy(),
-                       cols["position_ids"][r].copy(), np.asarray(cols["seq_lengths"][r])) for r in rows]
+    return [iso.Sample("data/s.parquet", r, cols["input_ids"][r], cols["labels"][r], cols["position_ids"][r],
+                       np.asarray(seq[r])) for r in rows]
 
 
 def _by_name(checks):

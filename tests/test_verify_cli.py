@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +30,7 @@ def run(*args):
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
     out = tmp_path_factory.mktemp("v") / "good"
-    docs = st.make_documents(50, seed=3, min_len=4, max_len=70)
-    st.write_pack(str(out), st.pack_documents(docs, L), L, shard_rows=10)
+    st.write_documents(str(out), st.make_documents(50, seed=3, min_len=4, max_len=70), L, shard_rows=10)
     return out
 
 
@@ -70,6 +70,7 @@ def test_default_run_passes_and_says_which_kernel_ran(good, tmp_path):
     ev = iso[0]["evidence"]
     assert ev["rows_tested"] == 1 and ev["dtype"] == "float32" and "cu_seqlens" in ev["kernel"]
     assert doc["kernels"] and doc["kernels"][0].startswith("reference:")
+    assert doc["kernels"][0].endswith("; models llama, gpt2")
 
 
 def test_broken_pack_exits_1_naming_the_row(broken):
@@ -89,6 +90,87 @@ def test_broken_positions_fail_isolation_too(broken):
     failed = set(doc["failed"])
     assert "position_ids" in failed
     assert "isolation gpt2/sdpa logits" in failed and "isolation llama/sdpa logits" in failed
+
+
+def _exited(r) -> bool:
+    """The command ended through its exit code, not an exception escaping (CliRunner would also
+    report exit code 1 for a traceback)."""
+    return r.exception is None or isinstance(r.exception, SystemExit)
+
+
+@pytest.mark.parametrize("damage", ["garbage shard", "pack_len string"])
+def test_damaged_pack_is_a_failed_check_not_a_traceback(good, tmp_path, damage):
+    pack = tmp_path / "p"
+    shutil.copytree(good, pack)
+    if damage == "garbage shard":
+        shard = sorted((pack / "data").iterdir())[0]
+        shard.write_bytes(np.random.default_rng(0).bytes(5000))
+        line = rf"^FAIL schema: data/{shard.name}: not a readable Parquet file \(ArrowInvalid: .*$"
+    else:
+        m = json.loads((pack / "manifest.json").read_text())
+        m["pack_len"] = str(m["pack_len"])
+        (pack / "manifest.json").write_text(json.dumps(m))
+        line = rf"^FAIL manifest: pack_len '{L}' is not a positive integer$"
+    r = run(pack, "--rows", "0")
+    assert r.exit_code == 1 and _exited(r), r.exception
+    assert re.search(line, r.stderr, re.M), r.stderr
+    assert "Traceback" not in r.output
+
+
+NO_TORCH = "import sys; sys.modules['torch'] = None; from packtool.cli import main; main()"
+
+
+def _without_torch(*args):
+    """`packtool ...` in a fresh interpreter where `import torch` fails as if not installed."""
+    root = Path(__file__).parents[1]
+    return subprocess.run([sys.executable, "-c", NO_TORCH, *map(str, args)], cwd=root, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(root)})
+
+
+def test_without_torch_isolation_is_a_usage_error_and_rows_0_works(good):
+    r = _without_torch("verify", good)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["error: isolation needs PyTorch: pip install 'packtool[torch]', or run "
+                                     "integrity only with --rows 0"]
+    r = _without_torch("verify", good, "--rows", "0")
+    assert r.returncode == 0, r.stderr
+    assert "verify passed" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.fixture
+def one_token_pack(tmp_path):
+    """One document of one token: no row holds two documents and none can be built from it."""
+    out = tmp_path / "tiny"
+    st.write_documents(str(out), [(np.array([7], np.int32), np.array([-100], np.int32))], L)
+    return out
+
+
+def test_isolation_not_run_claims_no_kernel(one_token_pack, tmp_path):
+    report = tmp_path / "verify.json"
+    r = run(one_token_pack, "--backend", "reference", "--json", report)
+    assert r.exit_code == 1 and _exited(r)
+    doc = json.loads(report.read_text())
+    by_name = {c["name"]: c for c in doc["checks"]}
+    assert doc["failed"] == ["isolation"]
+    assert by_name["isolation"]["message"].startswith("not run: every valid row holds one document")
+    assert doc["kernels"] == []
+    assert not re.search(r"^kernel  reference", r.stderr, re.M), r.stderr
+    assert by_name["FlashAttention kernel"]["status"] == "skip"
+
+
+def test_flash_kernel_not_claimed_when_isolation_did_not_run(one_token_pack, monkeypatch):
+    """As on a CUDA machine where the varlen kernel resolves: nothing ran, so nothing is claimed."""
+    from packtool.verify import backends as bk
+    from packtool.verify.run import VerifyConfig, verify
+
+    gpu = [bk.Backend("torch-varlen", bk.TORCH_VARLEN, "varlen_attn", "cuda", "bfloat16", True, False),
+           bk.make("reference", "cuda")]
+    monkeypatch.setattr(bk, "resolve", lambda backend, device: gpu)
+    res = verify(VerifyConfig(path=str(one_token_pack)))
+    flash = next(c for c in res.checks if c.name == "FlashAttention kernel")
+    assert res.kernels == []
+    assert flash.skipped and not flash.passed
+    assert flash.message.startswith("FlashAttention kernel not exercised (isolation did not run it)")
 
 
 @pytest.mark.parametrize(
@@ -142,7 +224,7 @@ def test_self_test_passes(tmp_path):
 def test_one_document_rows_use_synthetic_rows(tmp_path):
     docs = st.make_documents(3, seed=1, min_len=100, max_len=150)
     out = tmp_path / "single"
-    st.write_pack(str(out), st.pack_documents(docs, L, max_docs=1), L)
+    st.write_documents(str(out), docs, L, max_docs=1)
     r = run(out, "--rows", "1", "--backend", "reference", "--json", "-")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)

@@ -1,7 +1,8 @@
 """Render a VerifyResult: a rich table of checks on stderr, and the JSON report.
 
 JSON top-level keys (schema "packtool.verify/v1"): schema, path, passed, self_test, failed (names),
-kernels (what computed attention, in words), timings_s, config, checks [{name, status
+kernels (what computed attention in the isolation checks that ran, with their models; empty
+when none ran), timings_s, config, checks [{name, status
 (pass|fail|skip), passed, message, evidence}].
 """
 

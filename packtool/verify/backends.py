@@ -26,6 +26,7 @@ from packtool.errors import UsageError
 
 BACKENDS = ("auto", "flash-attn", "torch-varlen", "sdpa", "eager", "flex", "reference")
 DEVICES = ("auto", "cpu", "cuda")
+NO_TORCH = "isolation needs PyTorch: pip install 'packtool[torch]', or run integrity only with --rows 0"
 REFERENCE = "packtool_reference"
 TORCH_VARLEN = "packtool_torch_varlen"
 
@@ -42,10 +43,17 @@ class Backend:
     gpt2: bool = True  # transformers' GPT-2 supports this implementation
 
 
-def cuda_available() -> bool:
-    import torch
+def require_torch():
+    """The torch module, or UsageError (exit 2, one line) when the optional extra is not installed."""
+    try:
+        import torch
+    except ImportError as e:
+        raise UsageError(NO_TORCH) from e
+    return torch
 
-    return bool(torch.cuda.is_available())
+
+def cuda_available() -> bool:
+    return bool(require_torch().cuda.is_available())
 
 
 def resolve_device(device: str) -> str:

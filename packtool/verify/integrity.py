@@ -17,7 +17,6 @@ kept as evidence, the rest are counted.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool import schema
+from packtool.io.shards import sha256_file
 from packtool.verify import Check
 
 MAX_EXAMPLES = 5
@@ -72,16 +72,6 @@ class _Totals:
     num_tokens_sum: int = 0
     num_loss_sum: int = 0
     source_index: list[np.ndarray] = field(default_factory=list)
-
-
-def sha256_file(path: str, chunk: int = 1 << 23) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,6 +275,23 @@ def _schema_problem(got, pack_len: int) -> str | None:
     return "; ".join(problems) or None
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _open_shard(path: str):
+    """(ParquetFile, None), or (None, why) when the file is not readable Parquet (random bytes,
+    truncated footer): a failed check names it, verify does not crash."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        pf.schema_arrow  # noqa: B018 - converting the schema can fail on its own
+    except Exception as e:
+        return None, f"not a readable Parquet file ({type(e).__name__}: {e})"
+    return pf, None
+
+
 def _pack_len_of(pf_schema) -> int | None:
     i = pf_schema.get_field_index("input_ids")
     if i < 0:
@@ -298,8 +305,6 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     carries what the isolation layer needs: pack_len, pad id, and `samples`, up to `sample_rows`
     rows with >= 2 documents chosen with `seed` during the same scan (plus `singles`, rows with
     one document, in case no row holds two)."""
-    import pyarrow.parquet as pq
-
     checks: list[Check] = []
     manifest, merr = _load_manifest(path)
     shards = list_shards(path)
@@ -309,12 +314,19 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     pool = ThreadPoolExecutor(max_workers=1)  # hashing overlaps with decoding (hashlib drops the GIL)
     hashes = {s: pool.submit(sha256_file, os.path.join(path, s)) for s in shards}
 
-    pack_len = _get(manifest, "pack_len") if manifest else None
-    if pack_len is None and shards:
-        pack_len = _pack_len_of(pq.ParquetFile(os.path.join(path, shards[0])).schema_arrow)
-    pad_id = None
-    if manifest:
-        pad_id = manifest.get("pad_id", _get(manifest, "tokenizer.pad_id"))
+    # only an int from the manifest is used; else the first shard that opens says (the manifest
+    # check below fails either way)
+    m_pack_len = _get(manifest, "pack_len") if manifest else None
+    pack_len_ok = _is_int(m_pack_len) and m_pack_len >= 1
+    pack_len = m_pack_len if pack_len_ok else None
+    opened = {}
+    for shard in shards if pack_len is None else ():
+        opened[shard] = _open_shard(os.path.join(path, shard))
+        if opened[shard][0] is not None:
+            pack_len = _pack_len_of(opened[shard][0].schema_arrow)
+            break
+    m_pad_id = manifest.get("pad_id", _get(manifest, "tokenizer.pad_id")) if manifest else None
+    pad_id = m_pad_id if _is_int(m_pad_id) else None
 
     # --- manifest itself
     if merr:
@@ -323,13 +335,15 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         problems = []
         if manifest.get("schema_version") != schema.SCHEMA_VERSION:
             problems.append(f"schema_version {manifest.get('schema_version')!r} != {schema.SCHEMA_VERSION}")
-        if not isinstance(pack_len, int) or pack_len < 1:
-            problems.append(f"pack_len {pack_len!r} is not a positive integer")
+        if not pack_len_ok:
+            problems.append(f"pack_len {m_pack_len!r} is not a positive integer")
+        if m_pad_id is not None and pad_id is None:
+            problems.append(f"pad_id {m_pad_id!r} is not an integer")
         for key in ("counts", "tokens", "shards"):
             if key not in manifest:
                 problems.append(f"key {key!r} is missing")
         checks.append(Check("manifest", not problems, "; ".join(problems) or "readable, schema v1",
-                            {"path": os.path.join(path, schema.MANIFEST), "pack_len": pack_len}))
+                            {"path": os.path.join(path, schema.MANIFEST), "pack_len": m_pack_len}))
 
     if not shards:
         checks.append(Check(SHARDS, False, f"no shards under {os.path.join(path, schema.DATA_DIR)}/*.parquet"))
@@ -342,7 +356,10 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     read_bad: list[str] = []
     shard_rows: dict[str, int] = {}
     for shard in shards:
-        pf = pq.ParquetFile(os.path.join(path, shard))
+        pf, why = opened.pop(shard, None) or _open_shard(os.path.join(path, shard))
+        if pf is None:
+            read_bad.append(f"{shard}: {why}")
+            continue
         shard_rows[shard] = pf.metadata.num_rows
         sch = pf.schema_arrow
         if any(c in sch.names for c in schema.FORBIDDEN_COLUMNS):
@@ -387,11 +404,11 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
 
     hashes_done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
-    checks.append(_shards_check(path, manifest, shards, shard_rows, hashes_done))
-    checks.append(_source_check(manifest, fails[SRC], tot))
+    checks.append(_guarded(SHARDS, _shards_check, path, manifest, shards, shard_rows, hashes_done))
+    checks.append(_guarded(SRC, _source_check, manifest, fails[SRC], tot))
     if manifest is not None:
-        checks.append(_counts_check(manifest, tot, pack_len))
-        checks.append(_conservation_check(manifest, tot))
+        checks.append(_guarded(COUNTS, _counts_check, manifest, tot, pack_len))
+        checks.append(_guarded(CONSERVE, _conservation_check, manifest, tot))
     summary = {"pack_len": pack_len, "shards": shards, "shard_rows": shard_rows, "rows": tot.rows,
                "pad_id": pad_id, "tokens": tot.tokens, "documents": tot.documents,
                "samples": multi.rows(), "singles": single.rows()}
@@ -478,6 +495,15 @@ class _Sampler:
         return sorted((row for _, row in self.kept), key=lambda d: (d["shard"], d["row"]))
 
 
+def _guarded(name: str, fn, *args) -> Check:
+    """fn(*args), or a failed check when a manifest value has a type the check cannot use (a string
+    where a number belongs): reported like any other failure, never a traceback."""
+    try:
+        return fn(*args)
+    except (TypeError, ValueError, AttributeError, KeyError) as e:
+        return Check(name, False, f"cannot check: a manifest value has the wrong type ({type(e).__name__}: {e})")
+
+
 def _shards_check(path, manifest, shards, shard_rows, hashes) -> Check:
     problems: list[str] = []
     listed = manifest.get("shards") if isinstance(manifest, dict) else None
@@ -492,17 +518,20 @@ def _shards_check(path, manifest, shards, shard_rows, hashes) -> Check:
         rows = by_file[f].get("rows")
         problems.append(f"{f} is listed in the manifest ({rows} rows) but missing on disk")
     for f in sorted(set(shards) - set(by_file)):
-        problems.append(f"{f} is on disk but not in the manifest (rows 0..{shard_rows[f] - 1} unaccounted)")
+        rows = f"rows 0..{shard_rows[f] - 1}" if f in shard_rows else "rows unknown: not readable"
+        problems.append(f"{f} is on disk but not in the manifest ({rows} unaccounted)")
     for f in shards:
         s = by_file.get(f)
         if s is None:
             continue
-        want, have = s.get("rows"), shard_rows[f]
-        if want != have:
-            if isinstance(want, int) and have < want:
+        want, have = s.get("rows"), shard_rows.get(f)
+        if have is None:
+            problems.append(f"{f} could not be read: the manifest's {want!r} rows are not on disk in a readable shard")
+        elif want != have:
+            if _is_int(want) and have < want:
                 problems.append(f"{f} has {have} rows, the manifest says {want}: rows {have}..{want - 1} are missing")
             else:
-                problems.append(f"{f} has {have} rows, the manifest says {want}")
+                problems.append(f"{f} has {have} rows, the manifest says {want!r}")
         if s.get("sha256") != hashes[f]:
             problems.append(f"{f} sha256 is {hashes[f][:12]}…, the manifest says {str(s.get('sha256'))[:12]}…: "
                             f"the shard's bytes changed after packing")
@@ -589,10 +618,11 @@ def _conservation_check(m: dict, tot: _Totals) -> Check:
         tokens.in     = tokens.out + tokens.cut,  cut = dropped lengths + truncated cuts
     """
     problems = []
-    c = m.get("counts") or {}
+    c = m.get("counts")
+    c = c if isinstance(c, dict) else {}
     keys = ("examples_read", "skipped", "tokenized", "packed", "truncated", "split", "split_parts", "dropped")
     v = {k: c.get(k) for k in keys}
-    missing = [k for k, x in v.items() if not isinstance(x, int)]
+    missing = [k for k, x in v.items() if not _is_int(x)]
     if missing:
         problems.append(f"counts.{', counts.'.join(missing)} not recorded")
     else:

@@ -263,7 +263,8 @@ def _run(samples, backends, *, pack_len, seed, batch_rows, models) -> list[Check
             if kind == "gpt2" and not backend.gpt2:
                 checks.append(Check(label, False, f"transformers {_tf_version()} has no {backend.attn_implementation} "
                                     f"for GPT-2: the absolute-position model does not run on this backend",
-                                    {"kernel": backend.kernel}, skipped=True))
+                                    {"kernel": backend.kernel, "backend": backend.name, "model_type": kind},
+                                    skipped=True))
                 continue
             t0 = time.perf_counter()
             model = build_model(kind, backend, pack_len, seed)
@@ -272,8 +273,8 @@ def _run(samples, backends, *, pack_len, seed, batch_rows, models) -> list[Check
                             batch_rows=batch_rows, swap_seed=seed + 1)
             ctrl = _compare(model, backend, samples, alone, control=True, loss_tol=loss_tol,
                             batch_rows=batch_rows, swap_seed=seed + 1)
-            ev = {"kernel": backend.kernel, "device": backend.device, "dtype": backend.dtype,
-                  "model": _model_desc(kind), "rows_tested": rows_tested, "rows_from": source,
+            ev = {"kernel": backend.kernel, "backend": backend.name, "model_type": kind, "device": backend.device,
+                  "dtype": backend.dtype, "model": _model_desc(kind), "rows_tested": rows_tested, "rows_from": source,
                   "documents": good.docs, "tokens": good.tokens, "batch_rows": batch_rows,
                   "torch": torch.__version__, "transformers": _tf_version(),
                   "seconds": round(time.perf_counter() - t0, 2)}

@@ -83,7 +83,7 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
         raise PacktoolError(f"{cfg.path} is not a folder; verify takes the OUT folder of `packtool pack` "
                             f"(holding {schema.MANIFEST} and {schema.DATA_DIR}/)")
     backends = []
-    if cfg.rows != 0:  # resolve first: a backend that cannot run here is a usage error, before any work
+    if cfg.rows != 0:  # resolve first: a backend that cannot run here (or no torch) is a usage error
         from packtool.verify import backends as bk
 
         backends = bk.resolve(cfg.backend, cfg.device)
@@ -104,11 +104,30 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
         res.checks.append(Check("isolation", False, "not run (--rows 0): integrity only", skipped=True))
         return res
     t1 = time.perf_counter()
-    res.checks.extend(_isolation(cfg, summary, backends, rows))
+    iso = _isolation(cfg, summary, backends, rows)
+    res.checks.extend(iso)
     res.timings["isolation"] = time.perf_counter() - t1
-    res.kernels = [f"{b.name}: {b.kernel} ({b.device}, {b.dtype})" for b in backends]
-    res.checks.append(_flash_note(backends))
+    ran = _ran(backends, iso)
+    res.kernels = [f"{b.name}: {b.kernel} ({b.device}, {b.dtype}); models {', '.join(models)}"
+                   for b, models in ran]
+    res.checks.append(_flash_note(backends, ran))
     return res
+
+
+def _ran(backends, checks: list[Check]) -> list[tuple]:
+    """(backend, models) for each backend that computed attention, from the evidence of the
+    isolation checks that ran (not from what was resolved: isolation may not have run at all, and a
+    model may be skipped on a backend)."""
+    out = []
+    for b in backends:
+        models = []
+        for c in checks:
+            m = c.evidence.get("model_type")
+            if not c.skipped and c.evidence.get("backend") == b.name and m and m not in models:
+                models.append(m)
+        if models:
+            out.append((b, models))
+    return out
 
 
 def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Check]:
@@ -121,8 +140,10 @@ def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Ch
     if not samples:
         samples = _synthesize(summary.get("singles", []), pack_len, rows)
     if not samples:
-        return [Check("isolation", False, "not run: no row of the pack is valid enough to sample "
-                      "(see the integrity failures above)")]
+        why = ("every valid row holds one document and no two-document row can be built from them (a "
+               "single document shorter than 2 tokens)" if summary.get("singles") else
+               "no row of the pack is valid enough to sample (see the integrity failures above)")
+        return [Check("isolation", False, f"not run: {why}")]
     batch = cfg.batch_rows or (2 if pack_len <= 8192 else 1)  # batch > 1: cu_seqlens over a flattened batch
     return run_isolation(samples, backends, pack_len=pack_len, seed=cfg.seed, batch_rows=batch)
 
@@ -157,11 +178,20 @@ def _synthesize(singles: list[dict], pack_len: int, rows: int):
     return out
 
 
-def _flash_note(backends) -> Check:
-    ran = [b for b in backends if b.name in ("flash-attn", "torch-varlen")]
-    if ran:
-        return Check("FlashAttention kernel", True, f"exercised: {ran[0].kernel} ({ran[0].dtype})",
-                     {"kernel": ran[0].kernel})
-    why = "no CUDA" if all(b.device == "cpu" for b in backends) else "not requested by --backend"
+FLASH = ("flash-attn", "torch-varlen")
+
+
+def _flash_note(backends, ran) -> Check:
+    """Whether a FlashAttention kernel computed attention in an isolation check that ran."""
+    flash = [b for b, _ in ran if b.name in FLASH]
+    if flash:
+        return Check("FlashAttention kernel", True, f"exercised: {flash[0].kernel} ({flash[0].dtype})",
+                     {"kernel": flash[0].kernel})
+    if any(b.name in FLASH for b in backends):
+        why = "isolation did not run it"
+    elif all(b.device == "cpu" for b in backends):
+        why = "no CUDA"
+    else:
+        why = "not requested by --backend"
     return Check("FlashAttention kernel", False, f"FlashAttention kernel not exercised ({why}); the CPU "
                  f"backends above prove the packed format, not the GPU kernel", skipped=True)
