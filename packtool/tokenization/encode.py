@@ -26,14 +26,12 @@ separately so the boundary is exact. Plain text: every token + EOS carries loss.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
 from packtool.tokenization.loading import ChatTemplate
 
 IGNORE = -100
-CHUNK = 64  # conversations per Rust tokenizer call
 
 
 class ExampleError(Exception):
@@ -182,50 +180,33 @@ class Encoder:
         return text, arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr
 
     # -- batches ----------------------------------------------------------------------------------
-    def _pool(self):
-        """One tokenizer thread per process (recreated after a fork by datasets.map workers)."""
-        import os
-        from concurrent.futures import ThreadPoolExecutor
+    def _chat_tokens(self, texts: list[str], spans: list[np.ndarray]):
+        """One Rust batch call for the chunk; each span is mapped to tokens with two lookups.
 
-        if getattr(self, "_pool_pid", None) != os.getpid():
-            self._executor = ThreadPoolExecutor(max_workers=1)
-            self._pool_pid = os.getpid()
-        return self._executor
-
-    def _tokenize_chat(self, texts: list[str]):
-        return self._backend.encode_batch(texts, add_special_tokens=False)
-
-    def _chat_labels(self, texts: list[str], spans: list[np.ndarray], encs):
-        """Spans → mask for a whole chunk at once, on global char positions.
-
-        Texts are laid end to end with a gap of one char, so example j's tokens can only overlap
-        example j's spans:   base_j = sum(len(text_i) + 1 for i < j)
+        A token is trained when it overlaps a span (transformers' rule). The first such token is
+        the one holding the span's first char, the last the one holding its last char, and every
+        token between them overlaps too:  tokens [char_to_token(s), char_to_token(e - 1)].
+        Chars that map to no token (a normalizer removed them) fall back to the offsets rule.
         """
-        lens = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
-        total = int(lens.sum())
-        flat = np.fromiter(chain.from_iterable(e.ids for e in encs), dtype=np.int32, count=total)
-        offsets = np.fromiter(chain.from_iterable(chain.from_iterable(e.offsets for e in encs)),
-                              dtype=np.int64, count=2 * total).reshape(-1, 2)
-        base = np.zeros(len(texts), dtype=np.int64)
-        np.cumsum([len(t) + 1 for t in texts[:-1]], out=base[1:])
-        offsets += np.repeat(base, lens)[:, None]
-        nspan = [len(s) for s in spans]
-        all_spans = np.concatenate(spans) if sum(nspan) else np.zeros((0, 2), dtype=np.int64)
-        all_spans = all_spans + np.repeat(base, nspan)[:, None]
-        mask = spans_to_mask(offsets, all_spans)
-        flat_labels = np.where(mask, flat, IGNORE).astype(np.int32)
-        cuts = np.cumsum(lens)[:-1]
-        return np.split(flat, cuts), np.split(flat_labels, cuts)
+        encs = self._backend.encode_batch(texts, add_special_tokens=False)
+        for enc, sp in zip(encs, spans, strict=True):
+            ids = np.array(enc.ids, dtype=np.int32)
+            mask = np.zeros(len(ids), dtype=bool)
+            for s, e in sp.tolist():
+                a, b = enc.char_to_token(s), enc.char_to_token(e - 1)
+                if a is None or b is None:
+                    off = np.array(enc.offsets, dtype=np.int64).reshape(-1, 2)
+                    mask = spans_to_mask(off, sp)
+                    break
+                mask[a : b + 1] = True
+            yield ids, np.where(mask, ids, IGNORE).astype(np.int32)
 
     def encode(self, examples: list[dict]) -> Encoded:
         n = len(examples)
         ids: list[np.ndarray | None] = [None] * n
         labels: list[np.ndarray | None] = [None] * n
         errors: list[str | None] = [None] * n
-        # Rendering is Python, tokenizing is Rust without the GIL: chunk k is tokenized on a
-        # thread while chunk k+1 renders, so the two costs overlap instead of adding up.
-        chunks: list[tuple[list[int], list[str], list[np.ndarray]]] = [([], [], [])]
-        futures = []
+        chat_idx, chat_texts, chat_spans = [], [], []
         pc_idx, prompts, completions = [], [], []
         text_idx, texts = [], []
         for i, ex in enumerate(examples):
@@ -233,11 +214,7 @@ class Encoder:
             try:
                 if kind == "chat":
                     t, s = self._chat_text(ex)
-                    idx, ctexts, cspans = chunks[-1]
-                    idx.append(i), ctexts.append(t), cspans.append(s)
-                    if len(idx) == CHUNK:
-                        futures.append(self._pool().submit(self._tokenize_chat, ctexts))
-                        chunks.append(([], [], []))
+                    chat_idx.append(i), chat_texts.append(t), chat_spans.append(s)
                 elif kind == "prompt_completion":
                     pc_idx.append(i), prompts.append(ex["prompt"]), completions.append(ex["completion"])
                 elif kind == "text":
@@ -246,10 +223,8 @@ class Encoder:
                     raise ExampleError(f"unknown example kind {kind!r}")
             except ExampleError as e:
                 errors[i] = str(e)
-        if chunks[-1][0]:
-            futures.append(self._pool().submit(self._tokenize_chat, chunks[-1][1]))
-        for (idx, ctexts, cspans), fut in zip(chunks, futures, strict=False):
-            for i, a, lab in zip(idx, *self._chat_labels(ctexts, cspans, fut.result()), strict=True):
+        if chat_texts:
+            for i, (a, lab) in zip(chat_idx, self._chat_tokens(chat_texts, chat_spans), strict=True):
                 ids[i], labels[i] = a, lab
         if pc_idx:
             p = self.tok(prompts, add_special_tokens=True)["input_ids"]
