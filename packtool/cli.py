@@ -44,19 +44,11 @@ def guard(fn):
 
 
 def _register() -> None:
-    from packtool.commands import inspect as inspect_cmd
-    from packtool.commands import sample as sample_cmd
+    from packtool.commands import inspect, pack, profile, sample, verify
 
-    app.command("inspect")(guard(inspect_cmd.inspect))
-    app.command("sample")(guard(sample_cmd.sample))
-    for name in ("profile", "pack", "verify"):
-        try:
-            mod = __import__(f"packtool.commands.{name}", fromlist=[name])
-        except ModuleNotFoundError as e:  # a command whose module is not written yet
-            if e.name != f"packtool.commands.{name}":
-                raise
-            continue
-        app.command(name)(guard(getattr(mod, name)))
+    for name, module in (("inspect", inspect), ("profile", profile), ("pack", pack), ("verify", verify),
+                         ("sample", sample)):
+        app.command(name)(guard(getattr(module, name)))
 
 
 _register()

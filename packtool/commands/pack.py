@@ -41,7 +41,7 @@ def pack(
 
     from packtool import api
     from packtool.io.shards import check_target
-    from packtool.packer import PackConfig, pack_tokenized
+    from packtool.packer import PackConfig
     from packtool.report.pack import pack_json, render_pack
 
     cfg = PackConfig(pack_len=pack_len, strategy=strategy, order=order, max_docs=max_docs, overflow=overflow,
@@ -56,7 +56,7 @@ def pack(
     if json_out != "-":
         c.announce(tokenized, console, warnings=False)  # render_pack lists the warnings
     with _progress(console) as update:
-        result = pack_tokenized(tokenized, cfg, out, progress=update)
+        result = api.pack(tokenized, cfg, out, progress=update)
     if json_out:
         c.write_json(pack_json(result), json_out)
     if json_out != "-":

@@ -117,15 +117,15 @@ def profile(
     with con.status("profiling", spinner="dots") as status:
         stage = lambda s: status.update(f"profiling: {s}")  # noqa: E731
         if data is not None:
-            from packtool.api import load_tokenized
+            from packtool import api
 
             status.stop()  # load_tokenized draws its own progress bars
             tcfg = c.tokenize_config(tokenizer=tokenizer, chat_template=chat_template, train_on=train_on, fmt=fmt,
                                      column=column, role=role, split=split, on_error=on_error, num_proc=num_proc,
                                      no_cache=no_cache, limit=limit)
-            td = load_tokenized(data, tcfg, progress=True)
+            td = api.load_tokenized(data, tcfg, progress=True)
             status.start()
-            result = profiler.profile_data(td, cfg, source={"data": data}, on_stage=stage)
+            result = api.profile(td, cfg, source={"data": data}, on_stage=stage)
         else:
             from packtool import synthetic as syn
 

@@ -24,10 +24,10 @@ def verify(
                                             "verify it (for CI jobs without shards).")] = False,
 ) -> None:
     """Prove a pack is safe to train on; exit 0 only if every check passes (1: a check failed, 2: bad usage)."""
+    from packtool import api
     from packtool.errors import UsageError
     from packtool.report.verify import render_verify, verify_json
     from packtool.verify.run import VerifyConfig
-    from packtool.verify.run import verify as run_verify
 
     if self_test and path:
         raise UsageError(f"--self-test builds its own pack; drop the folder argument {path!r}")
@@ -39,7 +39,7 @@ def verify(
 
         result = run_self_test(cfg)
     else:
-        result = run_verify(cfg)
+        result = api.verify(cfg)
     if json_out:
         c.write_json(verify_json(result), json_out)
     if json_out != "-":
