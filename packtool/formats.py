@@ -507,12 +507,7 @@ def _parts(parts: list, i: int, role: str) -> tuple[str, str | None, list | None
 
 def _tool_calls(value: Any, i: int) -> list[dict]:
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise FormatError(
-                f"message {i} tool call is not valid JSON: {e.msg} (col {e.colno})"
-            ) from None
+        value = _json(value, f"message {i} tool call")
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list):
@@ -520,14 +515,17 @@ def _tool_calls(value: Any, i: int) -> list[dict]:
     return [_tool_call(c, i) for c in value]
 
 
+def _json(text: str, what: str, verb: str = "is") -> Any:
+    """json.loads, or a FormatError saying what was not valid JSON and where."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"{what} {verb} not valid JSON: {e.msg} (col {e.colno})") from None
+
+
 def _tool_call(call: Any, i: int) -> dict:
     if isinstance(call, str):
-        try:
-            call = json.loads(call)
-        except json.JSONDecodeError as e:
-            raise FormatError(
-                f"message {i} tool call is not valid JSON: {e.msg} (col {e.colno})"
-            ) from None
+        call = _json(call, f"message {i} tool call")
     if not isinstance(call, dict):
         raise FormatError(f"message {i} tool call is a {type(call).__name__}, expected an object")
     fn = call.get("function")
@@ -542,12 +540,7 @@ def _tool_call(call: Any, i: int) -> dict:
     if args is None or args == "":
         args = {}
     elif isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError as e:
-            raise FormatError(
-                f"message {i} tool call {name!r} arguments are not valid JSON: {e.msg} (col {e.colno})"
-            ) from None
+        args = _json(args, f"message {i} tool call {name!r} arguments", "are")
     if not isinstance(args, dict):
         raise FormatError(
             f"message {i} tool call {name!r} arguments are a {type(args).__name__}, expected an object"
@@ -559,10 +552,7 @@ def _tools(value: Any) -> list[dict] | None:
     if value is None or value == "":
         return None
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise FormatError(f"'tools' is not valid JSON: {e.msg} (col {e.colno})") from None
+        value = _json(value, "'tools'")
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list):
@@ -572,10 +562,7 @@ def _tools(value: Any) -> list[dict] | None:
     out = []
     for j, tool in enumerate(value):
         if isinstance(tool, str):  # some datasets store each schema as its own JSON string
-            try:
-                tool = json.loads(tool)
-            except json.JSONDecodeError as e:
-                raise FormatError(f"'tools' item {j} is not valid JSON: {e.msg}") from None
+            tool = _json(tool, f"'tools' item {j}")
         if not isinstance(tool, dict):
             raise FormatError(f"'tools' item {j} is a {type(tool).__name__}, expected an object")
         if "function" not in tool and "name" in tool:
