@@ -24,6 +24,22 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from packtool import __version__
+
+        typer.echo(f"packtool {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Profile SFT datasets, pack them into static-length Parquet shards, verify the shards."""
+
+
 def guard(fn):
     """Turn PacktoolError (and Ctrl-C) into a one-line message and an exit code."""
 

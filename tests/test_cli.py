@@ -26,6 +26,23 @@ def test_cli_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
+def test_core_imports_only_numpy_and_numba():
+    """DESIGN §2: kernels, packing and stats never import typer, rich, transformers, pyarrow,
+    torch or matplotlib."""
+    code = ("import sys, packtool.kernels, packtool.packing, packtool.stats; "
+            "print([m for m in ('typer', 'rich', 'transformers', 'pyarrow', 'torch', 'matplotlib', 'datasets') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_version():
+    import packtool
+
+    res = run("--version")
+    assert res.exit_code == 0 and res.output.strip() == f"packtool {packtool.__version__}"
+
+
 def test_help_lists_commands():
     res = run("--help")
     assert res.exit_code == 0
