@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from packtool.formats import template_messages
 from packtool.tokenization.loading import ChatTemplate
 
 IGNORE = -100
@@ -47,11 +48,6 @@ class Encoded:
 
 def _first_line(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
-
-
-def _clean_messages(messages: list[dict]) -> list[dict]:
-    """Drop None-valued keys, as apply_chat_template does, and the per-message weight."""
-    return [{k: v for k, v in m.items() if v is not None and k != "weight"} for m in messages]
 
 
 def spans_to_mask(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
@@ -150,7 +146,7 @@ class Encoder:
         return full, spans
 
     def _chat_text(self, ex: dict) -> tuple[str, np.ndarray]:
-        messages = _clean_messages(ex["messages"])
+        messages = template_messages(ex)
         if not messages:
             raise ExampleError("empty conversation")
         tools = ex.get("tools") or None

@@ -332,14 +332,12 @@ def _tokenize(reader: _Reader, first, cfg: TokenizeConfig, work: Path, progress:
     if src is not None:
         with _quiet(enabled=not progress):
             ds = _map(src, encoder, num_proc, work)
-        errors = np.asarray([bool(e) for e in ds["error"]])
+        err_col = ds["error"]
+        errors = np.fromiter((bool(e) for e in err_col), dtype=bool, count=len(err_col))
         if errors.any():
-            err_col = ds["error"]
             src_col = np.asarray(ds["source_index"])
             for j in np.flatnonzero(errors):
-                sidx = int(src_col[j])
-                rec = _Where(sidx, reader.data)
-                reader._bad(rec, err_col[j])
+                reader._bad(_Where(int(src_col[j]), reader.data), err_col[j])
             ds = ds.select(np.flatnonzero(~errors)).flatten_indices()
         ds = ds.remove_columns(["error"])
     else:
