@@ -28,8 +28,9 @@ class TokenizeConfig:
     tokenizer: str | None = None  # local folder or hub id (cache only); None = built-in Qwen3
     chat_template: str | None = None  # file path or built-in name; None = the tokenizer's own
     train_on: TrainOn = "assistant"
-    num_proc: int | None = None  # None = all cores
+    num_proc: int | None = None  # None = all cores (one process for inputs under 4 MiB)
     cache: bool = True
+    tokenizer_backend: str = "auto"  # auto | fastokens | hf (see packtool.tokenization.pipeline)
     read: ReadConfig = field(default_factory=ReadConfig)
 
     def fingerprint_dict(self) -> dict:

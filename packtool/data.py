@@ -1,6 +1,7 @@
 """What the tokenization layer hands to `profile` and `pack`.
 
-`TokenizedData.dataset` is an Arrow-backed `datasets.Dataset`, one row per kept example:
+`TokenizedData.table` is an Arrow table (memory-mapped from the cache entry), one row per kept
+example:
 
     column           type            meaning
     input_ids        list<int32>     token ids of the rendered example
@@ -19,6 +20,37 @@ from typing import Any
 
 import numpy as np
 
+TOKEN_TABLE_COLUMNS = ("input_ids", "labels", "length", "num_loss_tokens", "source_index")
+
+
+def token_schema():
+    """The Arrow schema of a tokenized table (and of every batch the encode step returns)."""
+    import pyarrow as pa
+
+    return pa.schema([("input_ids", pa.list_(pa.int32())), ("labels", pa.list_(pa.int32())),
+                      ("length", pa.int32()), ("num_loss_tokens", pa.int32()), ("source_index", pa.int64())])
+
+
+def token_batch(ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray, source_index: np.ndarray):
+    """A record batch of the tokenized schema from flat int32 ids/labels and int64 offsets[n+1]."""
+    import pyarrow as pa
+
+    from packtool.schema import IGNORE_INDEX
+
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError("a batch holds more than 2^31 tokens; use smaller batches")
+    off32 = pa.array(offsets.astype(np.int32))
+    lengths = np.diff(offsets).astype(np.int32)
+    trained = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX, dtype=np.int64)])
+    loss = (trained[offsets[1:]] - trained[offsets[:-1]]).astype(np.int32)
+    return pa.RecordBatch.from_arrays(
+        [pa.ListArray.from_arrays(off32, pa.array(np.ascontiguousarray(ids, dtype=np.int32))),
+         pa.ListArray.from_arrays(off32, pa.array(np.ascontiguousarray(labels, dtype=np.int32))),
+         pa.array(lengths), pa.array(loss), pa.array(np.asarray(source_index, dtype=np.int64))],
+        schema=token_schema(),
+    )
+
 
 @dataclass(frozen=True)
 class SkippedRecord:
@@ -32,6 +64,10 @@ class SkippedRecord:
     def to_json(self) -> dict[str, Any]:
         return {"source_index": self.source_index, "file": self.file, "line": self.line, "reason": self.reason}
 
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line is not None else f"{self.file} record {self.source_index}"
+
 
 @dataclass(frozen=True)
 class SourceFile:
@@ -42,7 +78,7 @@ class SourceFile:
 
 @dataclass
 class TokenizedData:
-    dataset: Any  # datasets.Dataset with the columns drawn above
+    table: Any  # pyarrow.Table with the columns drawn above (or a datasets.Dataset of them)
     lengths: np.ndarray  # int32[n]
     loss_counts: np.ndarray  # int32[n]
     source_index: np.ndarray  # int64[n]
@@ -50,30 +86,53 @@ class TokenizedData:
     skipped: list[SkippedRecord] = field(default_factory=list)
     format: str = ""  # detected or forced input format
     format_reason: str = ""
-    tokenizer: dict[str, Any] = field(default_factory=dict)  # name, vocab_size, pad_id, eos_id, files_hash, template_hash
+    tokenizer: dict[str, Any] = field(default_factory=dict)  # name, vocab_size, pad_id, eos_id, files_hash, template
     sources: list[SourceFile] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)  # tokenization options that shaped the labels
     cache_hit: bool = False
     warnings: list[str] = field(default_factory=list)  # said once each, e.g. "12 examples have no loss token"
+    backend: dict[str, Any] = field(default_factory=dict)  # tokenizer backend that ran, and its start-up check
+    seconds: dict[str, float] = field(default_factory=dict)  # timings of the stages that ran
+    release_pages: Any = None  # callable dropping the memory-mapped pages this process touched, or None
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def example(self, i: int) -> dict[str, Any]:
+        """Row i as Python values (tests, inspect)."""
+        return {k: v[0] for k, v in self.table.slice(i, 1).to_pydict().items()}
+
+    def column(self, name: str) -> list:
+        return self.table.column(name).to_pylist()
+
+    @property
+    def dataset(self):
+        """The table as a `datasets.Dataset` (no copy), for code that wants that API."""
+        import datasets
+
+        return self.table if isinstance(self.table, datasets.Dataset) else datasets.Dataset(self.table)
+
+    @classmethod
+    def from_table(cls, table, **kw) -> TokenizedData:
+        return cls(
+            table=table,
+            lengths=np.asarray(table.column("length").to_numpy(), dtype=np.int32),
+            loss_counts=np.asarray(table.column("num_loss_tokens").to_numpy(), dtype=np.int32),
+            source_index=np.asarray(table.column("source_index").to_numpy(), dtype=np.int64),
+            **kw,
+        )
 
     @classmethod
     def from_lists(cls, input_ids: list[list[int]], labels: list[list[int]], **kw) -> TokenizedData:
         """Build from Python lists (tests and small inputs). Labels use -100 for no loss."""
-        import datasets
         import pyarrow as pa
 
-        lengths = np.array([len(x) for x in input_ids], dtype=np.int32)
-        loss = np.array([sum(1 for v in lab if v != -100) for lab in labels], dtype=np.int32)
-        src = np.asarray(kw.pop("source_index", np.arange(len(input_ids))), dtype=np.int64)
-        table = pa.table(
-            {
-                "input_ids": pa.array(input_ids, type=pa.list_(pa.int32())),
-                "labels": pa.array(labels, type=pa.list_(pa.int32())),
-                "length": pa.array(lengths, type=pa.int32()),
-                "num_loss_tokens": pa.array(loss, type=pa.int32()),
-                "source_index": pa.array(src, type=pa.int64()),
-            }
-        )
-        ds = datasets.Dataset(table)
-        kw.setdefault("num_read", len(input_ids))
-        return cls(dataset=ds, lengths=lengths, loss_counts=loss, source_index=src, **kw)
+        n = len(input_ids)
+        lengths = np.array([len(x) for x in input_ids], dtype=np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = lambda rows: np.array([v for r in rows for v in r], dtype=np.int32)  # noqa: E731
+        src = np.asarray(kw.pop("source_index", np.arange(n)), dtype=np.int64)
+        batch = token_batch(flat(input_ids), flat(labels), offsets, src)
+        kw.setdefault("num_read", n)
+        return cls.from_table(pa.Table.from_batches([batch]), **kw)

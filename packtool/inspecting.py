@@ -18,6 +18,18 @@ from packtool.config import TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
 
 
+class _Decoder:
+    """Decodes with the Rust tokenizer of a TokenizerSpec (no transformers import)."""
+
+    def __init__(self, spec):
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_str(spec.backend_json)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
 def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
     loss = labels != -100
     if len(ids) == 0:
@@ -65,16 +77,17 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             raise PacktoolError(f"{target.file} record {target.index}: pre-tokenized record: {e}") from None
         tok_info, tok = {"name": None}, None
         if cfg.tokenizer:
-            from packtool.tokenization.loading import load_tokenizer
+            from packtool.tokenization.loading import load_spec
 
-            loaded = load_tokenizer(cfg.tokenizer)
-            tok, tok_info = loaded.tokenizer, loaded.info()
+            spec = load_spec(cfg.tokenizer)
+            tok, tok_info = _Decoder(spec), spec.info()
         return {**where, "format": "pretokenized", "format_reason": "record carries input_ids",
                 "tokenizer": tok_info, "example": None, "tokens": int(len(ids)),
                 "loss_tokens": int(np.count_nonzero(labels != -100)), "runs": _runs(tok, ids, labels)}
 
+    from packtool.tokenization.backends import supports_fast
     from packtool.tokenization.encode import Encoder
-    from packtool.tokenization.loading import load_tokenizer, resolve_template
+    from packtool.tokenization.loading import load_spec, resolve_template
 
     if fmt is None:
         fmt, reason = detect_format(target.record, cfg.read)  # raises the FormatError with the keys
@@ -82,23 +95,36 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         example = normalize(target.record, fmt, cfg.read)
     except FormatError as e:
         raise PacktoolError(f"{target.file} record {target.index}: {e}") from None
-    loaded = load_tokenizer(cfg.tokenizer)
-    template = resolve_template(loaded, cfg.chat_template)
-    enc = Encoder(loaded.tokenizer, template, cfg.train_on).encode([example])
+    spec = load_spec(cfg.tokenizer)
+    template = resolve_template(spec, cfg.chat_template)
+    backend = {"name": "hf", "requested": cfg.tokenizer_backend}
+    enc = Encoder(spec, template, cfg.train_on, "hf").encode([example])
     if enc.errors[0]:
         raise PacktoolError(f"{target.file} record {target.index}: {enc.errors[0]}")
+    why = "--tokenizer-backend hf" if cfg.tokenizer_backend == "hf" else supports_fast(spec.backend_json, load=False)
+    if why is None:  # show what a pack would use: fastokens where it is identical on this example
+        fast = Encoder(spec, template, cfg.train_on, "fastokens").encode([example])
+        same = np.array_equal(fast.ids, enc.ids) and np.array_equal(fast.label_values, enc.label_values)
+        backend = {"name": "fastokens" if same else "hf", "requested": cfg.tokenizer_backend,
+                   "check": {"examples": 1, "identical": bool(same)}}
+        if not same and cfg.tokenizer_backend == "fastokens":
+            raise PacktoolError(f"{target.file} record {target.index}: fastokens differs from tokenizers on this "
+                                "example; use --tokenizer-backend hf")
+    else:
+        backend["reason"] = why
     ids, labels = enc.input_ids[0], enc.labels[0]
     return {
         **where,
         "format": fmt,
         "format_reason": reason,
-        "tokenizer": {**loaded.info(), "chat_template": template.name,
+        "tokenizer": {**spec.info(), "chat_template": template.name,
                       "generation_markers": template.has_generation},
+        "tokenizer_backend": backend,
         "train_on": cfg.train_on,
         "example": example,
         "tokens": int(len(ids)),
         "loss_tokens": int(np.count_nonzero(labels != -100)),
         "input_ids": ids.tolist(),
         "labels": labels.tolist(),
-        "runs": _runs(loaded.tokenizer, ids, labels),
+        "runs": _runs(_Decoder(spec), ids, labels),
     }

@@ -40,6 +40,7 @@ from packtool.packing import ORDERS, STRATEGIES, lower_bound_rows, plan_packs
 
 OVERFLOWS = ("drop", "truncate", "split", "error")
 MAX_PACK_LEN = kernels.MAX_BITSET_SIZE - 1
+RELEASE_TOKENS = 64 << 20  # gathered tokens (ids + labels: 512 MiB of mapped input) between page releases
 MAX_WRITERS = 4  # shards encoded in parallel (each: 2 x 4 x row-group buffers, <= 2 x 64 MiB)
 
 Progress = Callable[[int, int], None]  # (rows written, rows total)
@@ -186,10 +187,15 @@ class ListColumn:
         self.chunk = np.concatenate(chunk_of) if chunk_of else np.zeros(0, np.int64)
 
 
-def _table_rows(dataset) -> tuple[Any, np.ndarray | None]:
-    """The Arrow table under a datasets.Dataset and its row mapping (after select/shuffle), if any."""
-    table = dataset.data
-    table = getattr(table, "table", table)
+def _table_rows(table) -> tuple[Any, np.ndarray | None]:
+    """The Arrow table of tokenized data and its row mapping (a datasets.Dataset after select or
+    shuffle has one), if any."""
+    import pyarrow as pa
+
+    if isinstance(table, pa.Table):
+        return table, None
+    dataset = table
+    table = getattr(dataset.data, "table", dataset.data)
     indices = getattr(dataset, "_indices", None)
     mapping = None
     if indices is not None:
@@ -230,7 +236,7 @@ class _Located:
 
 
 def _locate(data: TokenizedData, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> _Located:
-    table, mapping = _table_rows(data.dataset)
+    table, mapping = _table_rows(data.table)
     ids = ListColumn(table.column("input_ids"), "input_ids")
     lab = ListColumn(table.column("labels"), "labels")
     trow = mapping if mapping is not None else np.arange(lengths.shape[0], dtype=np.int64)
@@ -262,7 +268,7 @@ class _Written:
 
 
 def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray, loc: _Located, pad_id: int,
-                  shard_rows: int, progress: Progress | None) -> _Written:
+                  shard_rows: int, progress: Progress | None, release=None) -> _Written:
     """Gather rows block by block (one Parquet row group each) and write the shards.
 
     Shards are written `writers` at a time, each by its own thread (one file, one thread, blocks in
@@ -279,6 +285,7 @@ def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray,
     used = [0] * writers
     out = _Written(shards=[])
     closed = {}
+    released = [0]
     with _WriterPool(writers) as pool:
         for wave in range(0, num_shards, writers):
             members = list(range(wave, min(num_shards, wave + writers)))
@@ -308,6 +315,9 @@ def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray,
                     out.loss_first_token += int(first)
                     out.documents += int(pcs.shape[0])
                     out.rows += k
+                    if release is not None and out.tokens - released[0] >= RELEASE_TOKENS:
+                        release()  # drop the input pages gathered so far: RSS stays bounded
+                        released[0] = out.tokens
                     if progress is not None:
                         progress(out.rows, R)
             for w, s in enumerate(members):
@@ -332,8 +342,8 @@ def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
     if n == 0:
         raise PacktoolError(f"nothing to pack: {data.num_read} records read, {len(data.skipped)} skipped, "
                             "0 tokenized; check the input file and --format/--column")
-    if len(data.dataset) != n or src.shape[0] != n or loss_counts.shape[0] != n:
-        raise PacktoolError(f"tokenized data is inconsistent: {len(data.dataset)} rows, {n} lengths, "
+    if len(data.table) != n or src.shape[0] != n or loss_counts.shape[0] != n:
+        raise PacktoolError(f"tokenized data is inconsistent: {len(data.table)} rows, {n} lengths, "
                             f"{src.shape[0]} source indices, {loss_counts.shape[0]} loss counts")
     pieces = apply_overflow(lengths, src, L, cfg.overflow)
     if pieces.row.shape[0] == 0:
@@ -349,7 +359,8 @@ def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
     pad_id, pad_from = pad_id_of(data.tokenizer or {})
     shard_rows = cfg.effective_shard_rows()
     with shards.atomic_output(out, cfg.force) as tmp:
-        written = _write_shards(tmp, plan, row_order, pieces.length, loc, pad_id, shard_rows, progress)
+        written = _write_shards(tmp, plan, row_order, pieces.length, loc, pad_id, shard_rows, progress,
+                                getattr(data, "release_pages", None))
         truncated_cut = int((lengths[pieces.truncated] - L).sum())
         counts = {
             "examples_read": int(data.num_read),
@@ -389,6 +400,7 @@ def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
             "pad_id": pad_id,
             "pad_id_from": pad_from,
             "tokenizer": dict(data.tokenizer or {}),
+            "tokenizer_backend": dict(getattr(data, "backend", {}) or {}),
             "options": dict(data.options or {}),
             "format": data.format,
             "sources": [{"path": s.path, "size": s.size, "sha256": s.sha256} for s in data.sources],

@@ -188,19 +188,16 @@ def loss_tokens_cut(data, pack_len: int) -> int | None:
     idx = np.flatnonzero(np.asarray(data.lengths) > pack_len)
     if idx.size == 0:
         return 0
-    ds = getattr(data, "dataset", None)
-    if ds is None or "labels" not in getattr(ds, "column_names", ()):
+    table = getattr(data, "table", None)
+    if table is None or "labels" not in table.column_names:
         return None
     from packtool.schema import IGNORE_INDEX
 
-    table = ds.select(idx.tolist()).with_format("arrow")[:]
-    labels = table.column("labels").combine_chunks()
-    offsets = np.asarray(labels.offsets, dtype=np.int64)
-    values = np.asarray(labels.values)[offsets[0]:offsets[-1]]
-    row_len = np.diff(offsets)
-    # position of every label inside its own example: 0, 1, ..., n_i - 1 per example
-    pos = np.arange(values.size, dtype=np.int64) - np.repeat(np.cumsum(row_len) - row_len, row_len)
-    return int(((values != IGNORE_INDEX) & (pos >= pack_len)).sum())
+    total = 0
+    for i in idx.tolist():  # over-length examples only, one at a time: no copy of the column
+        lab = table.column("labels")[i].values.to_numpy(zero_copy_only=False)
+        total += int(np.count_nonzero(lab[pack_len:] != IGNORE_INDEX))
+    return total
 
 
 def profile_data(data, cfg: ProfileConfig, *, source: dict[str, Any] | None = None, on_stage=None) -> ProfileResult:
@@ -210,6 +207,7 @@ def profile_data(data, cfg: ProfileConfig, *, source: dict[str, Any] | None = No
         "format": getattr(data, "format", ""),
         "tokenizer": dict(getattr(data, "tokenizer", {}) or {}),
         "cache_hit": bool(getattr(data, "cache_hit", False)),
+        "tokenizer_backend": dict(getattr(data, "backend", {}) or {}),
         **(source or {}),
     }
     if on_stage:

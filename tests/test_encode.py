@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from packtool.tokenization.encode import Encoder, spans_to_mask
+from packtool.tokenization.backends import spans_to_mask
+from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import (
     BUILTIN_TEMPLATES,
     ChatTemplate,
+    TokenizerSpec,
     _template,
     resolve_template,
 )
+
+
+def spec_of(loaded):
+    return TokenizerSpec.from_loaded(loaded)
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather by city.",
                                            "parameters": {"type": "object",
@@ -47,11 +54,12 @@ def chatml(qwen):
     return resolve_template(qwen, "chatml-train")
 
 
+@pytest.mark.parametrize("backend", ["hf", "fastokens"])
 @pytest.mark.parametrize("k", range(len(CONVERSATIONS)))
-def test_identical_to_apply_chat_template(qwen, chatml, k):
+def test_identical_to_apply_chat_template(qwen, chatml, k, backend):
     msgs = CONVERSATIONS[k]
     tools = TOOLS if k == 2 else None
-    ours = Encoder(qwen.tokenizer, chatml).encode([chat(msgs, tools)])
+    ours = Encoder(spec_of(qwen), chatml, backend=backend).encode([chat(msgs, tools)])
     assert ours.errors == [None]
     ref = qwen.tokenizer.apply_chat_template(msgs, tools=tools, chat_template=chatml.source, tokenize=True,
                                              return_dict=True, return_assistant_tokens_mask=True)
@@ -61,7 +69,7 @@ def test_identical_to_apply_chat_template(qwen, chatml, k):
 
 
 def test_batch_equals_one_by_one(qwen, chatml):
-    enc = Encoder(qwen.tokenizer, chatml)
+    enc = Encoder(spec_of(qwen), chatml)
     batch = enc.encode([chat(m) for m in CONVERSATIONS])
     for k, m in enumerate(CONVERSATIONS):
         one = enc.encode([chat(m)])
@@ -70,7 +78,7 @@ def test_batch_equals_one_by_one(qwen, chatml):
 
 
 def test_end_of_turn_token_is_trained(qwen, chatml):
-    enc = Encoder(qwen.tokenizer, chatml).encode([chat(CONVERSATIONS[1])])
+    enc = Encoder(spec_of(qwen), chatml).encode([chat(CONVERSATIONS[1])])
     ids, labels = enc.input_ids[0], enc.labels[0]
     im_end = qwen.tokenizer.convert_tokens_to_ids("<|im_end|>")
     trained_ends = int(np.sum((ids == im_end) & (labels != -100)))
@@ -80,18 +88,18 @@ def test_end_of_turn_token_is_trained(qwen, chatml):
 
 def test_weight_zero_and_train_on(qwen, chatml):
     msgs = [dict(m) for m in CONVERSATIONS[1]]
-    full = Encoder(qwen.tokenizer, chatml).encode([chat(msgs)]).labels[0]
+    full = Encoder(spec_of(qwen), chatml).encode([chat(msgs)]).labels[0]
     msgs[2]["weight"] = 0.0
-    weighted = Encoder(qwen.tokenizer, chatml).encode([chat(msgs)]).labels[0]
-    last = Encoder(qwen.tokenizer, chatml, "last").encode([chat(CONVERSATIONS[1])]).labels[0]
-    every = Encoder(qwen.tokenizer, chatml, "all").encode([chat(CONVERSATIONS[1])])
+    weighted = Encoder(spec_of(qwen), chatml).encode([chat(msgs)]).labels[0]
+    last = Encoder(spec_of(qwen), chatml, "last").encode([chat(CONVERSATIONS[1])]).labels[0]
+    every = Encoder(spec_of(qwen), chatml, "all").encode([chat(CONVERSATIONS[1])])
     assert np.array_equal(weighted, last)
     assert 0 < np.sum(weighted != -100) < np.sum(full != -100)
     assert np.array_equal(every.labels[0], every.input_ids[0])
 
 
 def test_no_assistant_turn_has_zero_loss(qwen, chatml):
-    enc = Encoder(qwen.tokenizer, chatml).encode([chat([{"role": "user", "content": "only a question"}])])
+    enc = Encoder(spec_of(qwen), chatml).encode([chat([{"role": "user", "content": "only a question"}])])
     assert enc.errors == [None] and np.all(enc.labels[0] == -100)
 
 
@@ -102,8 +110,8 @@ def test_prefix_diff_fallback_matches_markers(qwen, chatml):
     assert not fallback.has_generation
     for k, msgs in enumerate(CONVERSATIONS):
         tools = TOOLS if k == 2 else None
-        a = Encoder(qwen.tokenizer, chatml).encode([chat(msgs, tools)])
-        b = Encoder(qwen.tokenizer, fallback).encode([chat(msgs, tools)])
+        a = Encoder(spec_of(qwen), chatml).encode([chat(msgs, tools)])
+        b = Encoder(spec_of(qwen), fallback).encode([chat(msgs, tools)])
         assert b.errors == [None]
         assert np.array_equal(a.input_ids[0], b.input_ids[0])
         assert np.array_equal(a.labels[0], b.labels[0])
@@ -111,7 +119,7 @@ def test_prefix_diff_fallback_matches_markers(qwen, chatml):
 
 def test_not_prefix_preserving_template_fails_with_pointer(qwen):
     official = ChatTemplate(qwen.tokenizer.chat_template, "tokenizer", "x", False)
-    enc = Encoder(qwen.tokenizer, official).encode([chat(CONVERSATIONS[1])])
+    enc = Encoder(spec_of(qwen), official).encode([chat(CONVERSATIONS[1])])
     assert enc.errors[0] is not None
     assert re.search(r"not prefix-preserving.*--chat-template chatml-train", enc.errors[0])
 
@@ -121,13 +129,14 @@ def test_tiny_tokenizer_fallback(tiny_tokenizer):
           "{% if add_generation_prompt %}<|im_start|>assistant : {% endif %}"
     tok = tiny_tokenizer(tpl)
     msgs = [{"role": "user", "content": "hello world"}, {"role": "assistant", "content": "the answer is four"}]
-    enc = Encoder(tok, _template(tpl, "tiny")).encode([chat(msgs)])
+    enc = Encoder(TokenizerSpec.from_tokenizer(tok), _template(tpl, "tiny")).encode([chat(msgs)])
     trained = tok.convert_ids_to_tokens(enc.input_ids[0][enc.labels[0] != -100].tolist())
     assert "".join(trained).replace(" ", "") == "theansweris four<|im_end|>".replace(" ", "")
 
 
-def test_prompt_completion_and_text(qwen, chatml):
-    enc = Encoder(qwen.tokenizer, chatml).encode(
+@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+def test_prompt_completion_and_text(qwen, chatml, backend):
+    enc = Encoder(spec_of(qwen), chatml, backend=backend).encode(
         [{"kind": "prompt_completion", "prompt": "Q: capital of France?", "completion": " Paris"},
          {"kind": "text", "text": "plain pretraining text"}])
     p = qwen.tokenizer("Q: capital of France?")["input_ids"]
@@ -138,7 +147,7 @@ def test_prompt_completion_and_text(qwen, chatml):
 
 
 def test_errors_are_per_example(qwen, chatml):
-    enc = Encoder(qwen.tokenizer, chatml).encode([chat([]), chat(CONVERSATIONS[0]), {"kind": "weird"}])
+    enc = Encoder(spec_of(qwen), chatml).encode([chat([]), chat(CONVERSATIONS[0]), {"kind": "weird"}])
     assert enc.errors[0] == "empty conversation" and enc.errors[1] is None and "unknown" in enc.errors[2]
 
 
@@ -157,8 +166,8 @@ def test_prefix_diff_assistant_first_turn_does_not_train_its_header(qwen, chatml
     plain = _template(re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", chatml.source), "chatml-plain")
     msgs = [{"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "q"},
             {"role": "assistant", "content": "A1"}]
-    a = Encoder(qwen.tokenizer, chatml).encode([chat(msgs)])
-    b = Encoder(qwen.tokenizer, plain).encode([chat(msgs)])
+    a = Encoder(spec_of(qwen), chatml).encode([chat(msgs)])
+    b = Encoder(spec_of(qwen), plain).encode([chat(msgs)])
     assert b.errors == [None] and np.array_equal(a.labels[0], b.labels[0])
     trained = qwen.tokenizer.decode(b.input_ids[0][b.labels[0] != -100].tolist())
     assert trained == "Hi there<|im_end|>A1<|im_end|>"
@@ -171,5 +180,86 @@ def test_prefix_diff_refuses_to_guess_when_a_prefix_cannot_render(qwen):
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
             {"role": "assistant", "content": "A1"}, {"role": "system", "content": "NOTE"},
             {"role": "assistant", "content": "A2"}]
-    enc = Encoder(qwen.tokenizer, _template(tpl, "strict")).encode([chat(msgs)])
+    enc = Encoder(spec_of(qwen), _template(tpl, "strict")).encode([chat(msgs)])
     assert re.search(r"cannot render the conversation before assistant turn 4 \(no\)", enc.errors[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the native chatml-train renderer against transformers' jinja renderer
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _chat_examples():
+    from packtool.config import ReadConfig
+    from packtool.formats import FormatError, detect_format, normalize
+    from packtool.io.readers import iter_records
+    from packtool.sample import make_record
+
+    rng = np.random.default_rng(7)
+    out = [chat(m, TOOLS if k == 2 else None) for k, m in enumerate(CONVERSATIONS)]
+    for _ in range(300):
+        r = make_record(rng)
+        out.append(chat(r["messages"], r.get("tools")))
+    odd = [  # shapes the renderer must get right or hand to jinja
+        [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}},
+                                                             {"name": "g", "arguments": {"a": [1, "é"]}}]}],
+        [{"role": "system", "content": "s"}, {"role": "system", "content": "again"},
+         {"role": "user", "content": "u"}, {"role": "assistant", "content": "a", "thinking": "\nhmm\n"}],
+        [{"role": "tool", "content": "t1"}, {"role": "tool", "content": "t2"}, {"role": "assistant", "content": "x"}],
+        [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a", "reasoning_content": "",
+                                            "reasoning": "r"}],
+        [{"role": "user", "content": ["not", "a", "string"]}, {"role": "assistant", "content": "x"}],
+        [{"role": "assistant", "content": "x", "tool_calls": [{"function": {"name": None, "arguments": "{}"}}]}],
+    ]
+    out += [chat(m, TOOLS if k == 0 else None) for k, m in enumerate(odd)]
+    if SHARED_DATA.is_dir():
+        cfg = ReadConfig()
+        for f in sorted(SHARED_DATA.glob("*.json*")):
+            fmt = None
+            for rec in iter_records(str(f), cfg):
+                try:
+                    fmt = fmt or detect_format(rec.record, cfg)[0]
+                    ex = normalize(rec.record, fmt, cfg)
+                except FormatError:
+                    continue
+                if ex["kind"] == "chat" and ex["messages"]:
+                    out.append(ex)
+    return out
+
+
+def test_native_chatml_renderer_equals_jinja(chatml):
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from packtool.formats import template_messages
+    from packtool.tokenization import chatml as native
+
+    checked = handed_back = 0
+    for ex in _chat_examples():
+        msgs, tools = template_messages(ex), ex.get("tools") or None
+        try:
+            want_text, want_spans = render_jinja_template(conversations=[msgs], tools=tools,
+                                                          chat_template=chatml.source,
+                                                          return_assistant_tokens_mask=True)
+            want = (want_text[0], [tuple(s) for s in want_spans[0]])
+        except Exception:
+            want = None
+        try:
+            got = native.render(msgs, tools)
+        except native.NotNative:
+            handed_back += 1
+            continue
+        assert want is not None, msgs  # native must never render what jinja refuses
+        assert got[0] == want[0] and [tuple(s) for s in got[1]] == want[1], msgs
+        checked += 1
+    assert checked > 300 and handed_back >= 2
+
+
+def test_fast_path_equals_reference_on_real_chats(qwen, chatml):
+    """fastokens + native renderer against tokenizers + jinja: identical ids, labels and errors."""
+    examples = _chat_examples()
+    fast = Encoder(spec_of(qwen), chatml, backend="fastokens", renderer="native").encode(examples)
+    ref = Encoder(spec_of(qwen), chatml, backend="hf", renderer="jinja").encode(examples)
+    assert fast.errors == ref.errors
+    assert np.array_equal(fast.offsets, ref.offsets)
+    assert np.array_equal(fast.ids, ref.ids) and np.array_equal(fast.label_values, ref.label_values)

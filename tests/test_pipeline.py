@@ -53,10 +53,9 @@ def test_no_cache_recomputes(sample_file):
     assert not again.cache_hit
 
 
-def test_multiprocess_equals_single(tmp_path, monkeypatch):
+def test_multiprocess_equals_single(tmp_path):
     path = str(write_sample(tmp_path / "mp.jsonl", n=40, seed=3))
     one = load_tokenized(path, TokenizeConfig(num_proc=1, cache=False), progress=False)
-    monkeypatch.setattr(pipeline, "SMALL", 0)
     two = load_tokenized(path, TokenizeConfig(num_proc=2, cache=False), progress=False)
     assert one.dataset["input_ids"] == two.dataset["input_ids"]
     assert one.dataset["labels"] == two.dataset["labels"]
@@ -92,7 +91,7 @@ def test_template_failure_per_example_is_skipped(tmp_path, qwen):
                    "{% endif %}{{ m.content }}{% generation %}.{% endgeneration %}{% endfor %}")
     sys_first = {"messages": [{"role": "system", "content": "s"}, *GOOD["messages"]]}
     path = write_jsonl(tmp_path / "t.jsonl", [GOOD, sys_first])
-    with pytest.raises(PacktoolError, match=r"record 1: chat template failed: no system"):
+    with pytest.raises(PacktoolError, match=r"t\.jsonl:2: chat template failed: no system"):
         load_tokenized(path, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
     td = load_tokenized(path, TokenizeConfig(num_proc=1, chat_template=str(tpl),
                                              read=ReadConfig(on_error="skip")), progress=False)
@@ -164,9 +163,108 @@ def test_pretokenized_skip_and_attention_mask(tmp_path):
 
 def test_cache_key_follows_template_bytes(tmp_path, sample_file):
     tpl = tmp_path / "t.jinja"
-    tpl.write_text((pipeline.Path(pipeline.__file__).parent / "templates" / "chatml-train.jinja").read_text())
+    from pathlib import Path
+
+    tpl.write_text((Path(pipeline.__file__).parent / "templates" / "chatml-train.jinja").read_text())
     a = load_tokenized(sample_file, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
     tpl.write_text(tpl.read_text().replace("<|im_start|>assistant", "<|im_start|>assistant model"))
     b = load_tokenized(sample_file, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
     assert not a.cache_hit and not b.cache_hit
     assert np.all(b.lengths > a.lengths)
+
+
+# ---------------------------------------------------------------------------------------------
+# records that used to crash a skip run, provenance, the cache that is never trusted blindly
+
+CRASHERS = [
+    '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}",  # nested 100k deep
+    '{"messages": [{"role": "user", "content": "\\ud800"}, {"role": "assistant", "content": "x"}]}',
+    '{"messages": [], "n": ' + "9" * 5000 + "}",  # an integer of 5,000 digits
+]
+
+
+def test_skip_run_survives_hostile_lines(tmp_path):
+    path = write_jsonl(tmp_path / "hostile.jsonl", [GOOD, *CRASHERS, GOOD])
+    td = load_tokenized(path, cfg(on_error="skip"), progress=False)
+    assert td.source_index.tolist() == [0, 4]
+    assert [(s.file, s.line) for s in td.skipped] == [(path, 2), (path, 3), (path, 4)]
+    reasons = [s.reason for s in td.skipped]
+    assert "nested" in reasons[0] and "surrogate" in reasons[1] and "digits" in reasons[2]
+    for i, crash in enumerate(CRASHERS):
+        one = write_jsonl(tmp_path / f"one{i}.jsonl", [GOOD, crash])
+        with pytest.raises(PacktoolError, match=rf"one{i}\.jsonl:2: "):
+            load_tokenized(one, cfg(), progress=False)
+
+
+def test_folder_source_names_file_and_line(tmp_path):
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", [GOOD, GOOD])
+    write_jsonl(folder / "b.jsonl", [GOOD, BAD_ROLE])
+    with pytest.raises(PacktoolError, match=r"b\.jsonl:2: .*wizard"):
+        load_tokenized(str(folder), cfg(), progress=False)
+    td = load_tokenized(str(folder), cfg(on_error="skip"), progress=False)
+    assert td.skipped[0].file.endswith("b.jsonl") and td.skipped[0].line == 2 and td.skipped[0].source_index == 3
+
+
+def _entry(td_key_dir):
+    entries = sorted(td_key_dir.glob("tok-*"), key=lambda p: p.stat().st_mtime)
+    return entries[-1]
+
+
+def test_cache_entry_is_checked_and_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
+    path = str(write_sample(tmp_path / "c.jsonl", n=30, seed=2))
+    fresh = load_tokenized(path, cfg(), progress=False)
+    entry = _entry(tmp_path / "cache")
+    reference = fresh.table.to_pydict()
+    for name in ("data.arrow", "meta.json"):
+        target = entry / name
+        size = target.stat().st_size
+        for at in (0, size // 3, size // 2, size - 2):
+            blob = bytearray(target.read_bytes())
+            blob[at] ^= 0x01
+            target.write_bytes(bytes(blob))
+            with pytest.warns(UserWarning, match=r"cache entry .*damaged"):
+                again = load_tokenized(path, cfg(), progress=False)
+            assert not again.cache_hit and again.table.to_pydict() == reference
+            assert again.skipped == fresh.skipped and again.tokenizer == fresh.tokenizer
+            hit = load_tokenized(path, cfg(), progress=False)
+            assert hit.cache_hit and hit.table.to_pydict() == reference
+    (entry / "data.arrow").unlink()
+    with pytest.warns(UserWarning, match="missing"):
+        assert not load_tokenized(path, cfg(), progress=False).cache_hit
+
+
+def test_stale_work_folders_are_removed(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / "cache" / f"work-abc-{dead.pid}-1"
+    stale.mkdir(parents=True)
+    (stale / "data.arrow").write_bytes(b"half")
+    load_tokenized(str(write_sample(tmp_path / "w.jsonl", n=5, seed=0)), cfg(), progress=False)
+    assert not stale.exists()
+    assert not list((tmp_path / "cache").glob("work-*"))
+
+
+def test_concurrent_runs_share_one_entry(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = str(write_sample(tmp_path / "cc.jsonl", n=200, seed=4))
+    env = {**os.environ, "PACKTOOL_CACHE": str(tmp_path / "cache")}
+    code = ("import sys; from packtool.api import load_tokenized; from packtool.config import TokenizeConfig; "
+            "td = load_tokenized(sys.argv[1], TokenizeConfig(num_proc=1), progress=False); "
+            "print(int(td.lengths.sum()))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, path], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    assert len({o for o, _ in outs}) == 1
+    assert len(list((tmp_path / "cache").glob("tok-*"))) == 1 and not list((tmp_path / "cache").glob("work-*"))
+    again = subprocess.run([sys.executable, "-c", code, path], env=env, capture_output=True, text=True)
+    assert again.stdout == outs[0][0] and "damaged" not in again.stderr

@@ -37,7 +37,7 @@ def chunked_data(ids, labels, chunks=4, offset=3, permute_seed=None, **kw):
     import datasets
 
     pad_ids, pad_labels = [[1, 2, 3]] * offset + ids, [[-100, 2, 3]] * offset + labels
-    full = TokenizedData.from_lists(pad_ids, pad_labels).dataset.data.table.slice(offset)
+    full = TokenizedData.from_lists(pad_ids, pad_labels).table.slice(offset)
     bounds = np.linspace(0, len(ids), chunks + 1).astype(int)
     table = pa.concat_tables([full.slice(a, b - a) for a, b in itertools.pairwise(bounds)])
     table = table.set_column(4, "source_index", pa.array(np.arange(len(ids)), pa.int64()))
@@ -51,7 +51,7 @@ def chunked_data(ids, labels, chunks=4, offset=3, permute_seed=None, **kw):
         ds = ds.select(perm)
         lengths, loss, src = lengths[perm], loss[perm], src[perm]
     kw.setdefault("num_read", len(ids))
-    return TokenizedData(dataset=ds, lengths=lengths, loss_counts=loss, source_index=src, **kw)
+    return TokenizedData(table=ds, lengths=lengths, loss_counts=loss, source_index=src, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -85,12 +85,12 @@ def test_invariants_over_grid(tmp_path, data, strategy, order, max_docs, overflo
 
 def test_manifest_keys_and_accounting(tmp_path, data):
     skipped = [SkippedRecord(source_index=300, file="x.jsonl", line=301, reason="no messages")]
-    d = TokenizedData(dataset=data.dataset, lengths=data.lengths, loss_counts=data.loss_counts,
+    d = TokenizedData(table=data.table, lengths=data.lengths, loss_counts=data.loss_counts,
                       source_index=data.source_index, num_read=301, skipped=skipped, tokenizer=data.tokenizer,
                       options=data.options, format="messages")
     m = pack_tokenized(d, PackConfig(pack_len=32, overflow="truncate"), tmp_path / "o").manifest
     assert list(m) == ["schema_version", "packtool_version", "pack_len", "strategy", "order", "max_docs", "overflow",
-                       "shuffle", "seed", "shard_rows", "pad_id", "pad_id_from", "tokenizer", "options", "format",
+                       "shuffle", "seed", "shard_rows", "pad_id", "pad_id_from", "tokenizer", "tokenizer_backend", "options", "format",
                        "sources", "counts", "skipped", "dropped", "truncated", "split", "tokens", "fill",
                        "lower_bound_rows", "docs_per_row", "shards"]
     assert list(m["counts"]) == ["examples_read", "skipped", "tokenized", "packed", "truncated", "split",
@@ -223,17 +223,17 @@ def test_impossible_inputs(tmp_path, data):
 
 
 def test_conservation_is_checked_not_assumed(tmp_path, data):
-    lying = TokenizedData(dataset=data.dataset, lengths=data.lengths, loss_counts=data.loss_counts,
+    lying = TokenizedData(table=data.table, lengths=data.lengths, loss_counts=data.loss_counts,
                           source_index=data.source_index, num_read=len(data.lengths) + 2)
     with pytest.raises(PacktoolError, match=r"conservation check failed: examples_read 302 != tokenized 300 \+ skipped 0"):
         pack_tokenized(lying, PackConfig(pack_len=32), tmp_path / "o")
-    wrong_loss = TokenizedData(dataset=data.dataset, lengths=data.lengths, loss_counts=data.loss_counts + 1,
+    wrong_loss = TokenizedData(table=data.table, lengths=data.lengths, loss_counts=data.loss_counts + 1,
                                source_index=data.source_index, num_read=len(data.lengths))
     with pytest.raises(PacktoolError, match=r"loss tokens in \d+ != out"):
         pack_tokenized(wrong_loss, PackConfig(pack_len=32), tmp_path / "o")
     bad_len = data.lengths.copy()
     bad_len[4] += 1
-    mismatch = TokenizedData(dataset=data.dataset, lengths=bad_len, loss_counts=data.loss_counts,
+    mismatch = TokenizedData(table=data.table, lengths=bad_len, loss_counts=data.loss_counts,
                              source_index=data.source_index, num_read=len(data.lengths))
     with pytest.raises(PacktoolError, match=r"example 4: input_ids has \d+ entries but its length is \d+"):
         pack_tokenized(mismatch, PackConfig(pack_len=32), tmp_path / "o")

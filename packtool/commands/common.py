@@ -37,6 +37,11 @@ SplitOpt = Annotated[str, typer.Option("--split", help="Split of a hub id or Dat
 OnErrorOpt = Annotated[str, typer.Option("--on-error", help="Bad records: error (stop) or skip (count and list).")]
 NumProcOpt = Annotated[int | None, typer.Option("--num-proc", help="Tokenizer processes. Default: all cores.")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Tokenize again even if a cached result exists.")]
+BackendOpt = Annotated[
+    str,
+    typer.Option("--tokenizer-backend", help="auto (fastokens when it gives ids and labels identical to the "
+                 "tokenizers path on this run's first examples, else hf) | fastokens | hf."),
+]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Read at most N records.")]
 JsonOpt = Annotated[str | None, typer.Option("--json", help="Write the JSON report to PATH, or - for stdout.")]
 
@@ -64,11 +69,14 @@ def tokenize_config(
     num_proc: int | None,
     no_cache: bool,
     limit: int | None = None,
+    tokenizer_backend: str = "auto",
 ) -> TokenizeConfig:
     if train_on not in ("assistant", "last", "all"):
         raise UsageError(f"--train-on {train_on!r} is not one of assistant|last|all")
     if on_error not in ("error", "skip"):
         raise UsageError(f"--on-error {on_error!r} is not one of error|skip")
+    if tokenizer_backend not in ("auto", "fastokens", "hf"):
+        raise UsageError(f"--tokenizer-backend {tokenizer_backend!r} is not one of auto|fastokens|hf")
     if num_proc is not None and num_proc < 1:
         raise UsageError(f"--num-proc {num_proc} must be >= 1")
     read = ReadConfig(
@@ -85,6 +93,7 @@ def tokenize_config(
         train_on=train_on,  # type: ignore[arg-type]
         num_proc=num_proc,
         cache=not no_cache,
+        tokenizer_backend=tokenizer_backend,
         read=read,
     )
 
@@ -115,7 +124,8 @@ def announce(td, con, warnings: bool = True) -> None:
     if tok.get("name"):
         tpl = tok.get("chat_template")
         con.print(f"tokenizer: {tok['name']}" + (f", chat template: {tpl}" if tpl else ""))
-    con.print(f"examples: {td.num_read} read, {len(td.dataset)} tokenized, {len(td.skipped)} skipped"
-              + (" (from cache)" if td.cache_hit else ""))
+    backend = (td.backend or {}).get("name")
+    con.print(f"examples: {td.num_read} read, {len(td)} tokenized, {len(td.skipped)} skipped"
+              + (f", tokenizer backend {backend}" if backend else "") + (" (from cache)" if td.cache_hit else ""))
     for w in td.warnings if warnings else ():
         con.print(f"[yellow]warning:[/] {w}")

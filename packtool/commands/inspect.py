@@ -20,6 +20,7 @@ def inspect(
     role: c.RoleOpt = None,
     split: c.SplitOpt = "train",
     json_out: c.JsonOpt = None,
+    tokenizer_backend: c.BackendOpt = "auto",
 ) -> None:
     """Show one example: detected format, normalized conversation, tokens with loss highlighted."""
     from packtool.api import inspect_example
@@ -27,7 +28,7 @@ def inspect(
 
     cfg = c.tokenize_config(tokenizer=tokenizer, chat_template=chat_template, train_on=train_on, fmt=fmt,
                             column=column, role=role, split=split, on_error="error", num_proc=1,
-                            no_cache=True)
+                            no_cache=True, tokenizer_backend=tokenizer_backend)
     result = inspect_example(data, cfg, index)
     if json_out:
         c.write_json(result, json_out)

@@ -35,6 +35,7 @@ def pack(
     num_proc: c.NumProcOpt = None,
     no_cache: c.NoCacheOpt = False,
     limit: c.LimitOpt = None,
+    tokenizer_backend: c.BackendOpt = "auto",
 ) -> None:
     """Pack tokenized examples into rows of exactly --len tokens (labels, position_ids, document_id)."""
     from pathlib import Path
@@ -50,9 +51,10 @@ def pack(
     check_target(Path(out), force)  # before spending minutes on tokenization
     tcfg = c.tokenize_config(tokenizer=tokenizer, chat_template=chat_template, train_on=train_on, fmt=fmt,
                              column=column, role=role, split=split, on_error=on_error, num_proc=num_proc,
-                             no_cache=no_cache, limit=limit)
+                             no_cache=no_cache, limit=limit,
+                             tokenizer_backend=tokenizer_backend)
     console = c.console()
-    tokenized = api.load_tokenized(data, tcfg, progress=True)
+    tokenized = api.load_tokenized(data, tcfg, progress=json_out != "-")
     if json_out != "-":
         c.announce(tokenized, console, warnings=False)  # render_pack lists the warnings
     with _progress(console) as update:

@@ -80,6 +80,7 @@ def profile(
     num_proc: c.NumProcOpt = None,
     no_cache: c.NoCacheOpt = False,
     limit: c.LimitOpt = None,
+    tokenizer_backend: c.BackendOpt = "auto",
 ) -> None:
     """Length distribution, padding and attention waste per batching strategy, FLOPs and GPU-hours.
 
@@ -122,8 +123,9 @@ def profile(
             status.stop()  # load_tokenized draws its own progress bars
             tcfg = c.tokenize_config(tokenizer=tokenizer, chat_template=chat_template, train_on=train_on, fmt=fmt,
                                      column=column, role=role, split=split, on_error=on_error, num_proc=num_proc,
-                                     no_cache=no_cache, limit=limit)
-            td = api.load_tokenized(data, tcfg, progress=True)
+                                     no_cache=no_cache, limit=limit,
+                             tokenizer_backend=tokenizer_backend)
+            td = api.load_tokenized(data, tcfg, progress=json_out != "-")
             status.start()
             result = api.profile(td, cfg, source={"data": data}, on_stage=stage)
         else:

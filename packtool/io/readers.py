@@ -9,10 +9,11 @@
                                                                         folder of a DatasetDict)
     a hub dataset id (owner/name)       the local cache only            the id (or cached file)
 
-Records are yielded exactly as stored: no column mapping, no format work (packtool.formats does
-that). A line or element that cannot be parsed is yielded too, with `record=None` and `error` set,
-so the caller can stop on it or skip and count it (`--on-error`). `index` counts every record read
-across all files, malformed ones included; it is the record's `source_index`.
+Records come in batches (`RawBatch`, one file each) exactly as stored: no column mapping, no
+format work (packtool.formats does that). JSON Lines stay bytes until the encode step parses them
+(in a worker process, with orjson); a line or element that cannot be parsed is reported with its
+reason, so the caller can stop on it or skip and count it (`--on-error`). The index of a record
+counts every record read across all files, malformed ones included; it is its `source_index`.
 
 `cfg.limit` is applied here: at most `limit` records are read, malformed ones included, so a
 limited run reads a prefix of the input whatever happens downstream.
@@ -30,7 +31,7 @@ test.jsonl), only the files of `cfg.split` are read; otherwise every data file i
 Hub ids are read from the local cache only, never the network: the cache is checked first and
 loaded with offline mode forced on, so a dataset that is not cached fails at once. First the
 `datasets` cache that `load_dataset` fills, then a raw snapshot (`hf download --repo-type dataset
-ID`) read like a folder. Memory: jsonl streams one line at a time; parquet one batch; Arrow
+ID`) read like a folder. Memory: jsonl streams one batch of lines at a time; parquet one batch; Arrow
 datasets are memory-mapped; a .json file is held whole.
 """
 
@@ -50,6 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import orjson
+
 from packtool.config import ReadConfig
 from packtool.data import SourceFile
 from packtool.errors import PacktoolError, UsageError
@@ -64,7 +67,8 @@ _SUPPORTED_TEXT = (
     ".jsonl, .ndjson, .json (each also .gz/.zst/.bz2/.xz), .parquet, a folder or glob of those, "
     "a datasets.save_to_disk folder, or a cached hub dataset id"
 )
-_BATCH = 1024  # rows per Arrow batch converted to Python at once
+BATCH_RECORDS = 1024  # records per batch
+BATCH_BYTES = 8 << 20  # and at most about this much JSON text per batch
 
 # File/folder names that tag a split; aliases as in `datasets`.
 _SPLIT_NAMES = {
@@ -98,7 +102,7 @@ class RawRecord:
 
 
 @dataclass(frozen=True)
-class _Located:
+class Located:
     kind: str  # "files" | "dataset"
     files: tuple[str, ...] = ()  # kind == "files"
     dataset: Any = None  # kind == "dataset": a datasets.Dataset
@@ -160,18 +164,18 @@ def _folder_files(folder: Path, label: str, split: str) -> tuple[str, ...]:
     return tuple(os.path.join(label, str(rel)) for rel in rels)
 
 
-def _locate(source: str, split: str) -> _Located:
+def _locate(source: str, split: str) -> Located:
     path = Path(source).expanduser()
     if path.is_file():
         if _data_kind(path.name) is None:
             raise PacktoolError(
                 f"{source!r} has an unsupported extension; expected {_SUPPORTED_TEXT}"
             )
-        return _Located("files", (source,))
+        return Located("files", (source,))
     if path.is_dir():
         if _is_saved_dataset(path):
             return _load_from_disk(path, source, split)
-        return _Located("files", _folder_files(path, source, split))
+        return Located("files", _folder_files(path, source, split))
     if glob.has_magic(source):
         matches = sorted(
             p for p in glob.glob(os.path.expanduser(source), recursive=True) if os.path.isfile(p)
@@ -182,13 +186,13 @@ def _locate(source: str, split: str) -> _Located:
             raise PacktoolError(
                 f"no data files match {source!r}{found}; expected {_SUPPORTED_TEXT}"
             )
-        return _Located("files", files)
+        return Located("files", files)
     if _HUB_ID_RE.fullmatch(source) and _data_kind(source) is None:
         return _load_hub(source, split)
     raise PacktoolError(f"{source!r} does not exist; expected {_SUPPORTED_TEXT}")
 
 
-def _load_from_disk(path: Path, label: str, split: str) -> _Located:
+def _load_from_disk(path: Path, label: str, split: str) -> Located:
     import datasets
 
     try:
@@ -200,8 +204,8 @@ def _load_from_disk(path: Path, label: str, split: str) -> _Located:
             raise PacktoolError(
                 f"split {split!r} is not in {label!r}; it has {', '.join(ds)}; use --split NAME"
             )
-        return _Located("dataset", dataset=ds[split], label=os.path.join(label, split))
-    return _Located("dataset", dataset=ds, label=label)
+        return Located("dataset", dataset=ds[split], label=os.path.join(label, split))
+    return Located("dataset", dataset=ds, label=label)
 
 
 @contextmanager
@@ -239,7 +243,7 @@ def _hub_snapshot(repo_id: str) -> Path | None:
     return dirs[-1] if dirs else None
 
 
-def _load_hub(repo_id: str, split: str) -> _Located:
+def _load_hub(repo_id: str, split: str) -> Located:
     import datasets
     from datasets.naming import camelcase_to_snakecase
 
@@ -258,10 +262,10 @@ def _load_hub(repo_id: str, split: str) -> _Located:
                         "use --split NAME"
                     ) from None
                 raise PacktoolError(f"cannot load cached hub dataset {repo_id!r}: {why}") from None
-        return _Located("dataset", dataset=ds, label=repo_id)
+        return Located("dataset", dataset=ds, label=repo_id)
     snap = _hub_snapshot(repo_id)
     if snap is not None:
-        return _Located("files", _folder_files(snap, str(snap), split))
+        return Located("files", _folder_files(snap, str(snap), split))
     import huggingface_hub.constants as hub_constants
 
     raise PacktoolError(
@@ -286,36 +290,144 @@ def resolve_sources(source: str, split: str = "train") -> list[SourceFile]:
     return [SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p)) for p in sorted(paths)]
 
 
-def iter_records(source: str, cfg: ReadConfig) -> Iterator[RawRecord]:
-    """Every record behind `source`, in a deterministic order, at most `cfg.limit` of them.
-    The source is located now (a missing path or split raises here); records are read lazily."""
+def locate(source: str, split: str = "train") -> Located:
+    """Find what `source` names (a missing path, split or uncached hub id raises here)."""
+    return _locate(source, split)
+
+
+def iter_batches(located: Located, cfg: ReadConfig, batch_records: int = BATCH_RECORDS) -> Iterator[RawBatch]:
+    """Every record behind `located`, in a deterministic order, at most `cfg.limit` of them, in
+    batches of at most `batch_records` records (and about BATCH_BYTES of JSON), each from one file.
+    JSON Lines stay unparsed bytes (the encode step parses them, in parallel); parquet and Arrow
+    datasets come as Arrow record batches."""
     if cfg.limit is not None and cfg.limit < 1:
         raise UsageError(f"--limit {cfg.limit} must be >= 1")
-    return _records(_locate(source, cfg.split), cfg)
-
-
-def _records(located: _Located, cfg: ReadConfig) -> Iterator[RawRecord]:
     if located.kind == "files":
-        streams = ((f, _iter_file(f, cfg)) for f in located.files)
+        streams = ((f, _file_batches(f, cfg, batch_records)) for f in located.files)
     else:
-        streams = iter([(located.label, _iter_dataset(located.dataset))])
+        streams = iter([(located.label, _dataset_batches(located.dataset, located.label, batch_records))])
     index = 0
-    for file, rows in streams:
-        for line, record, error in rows:
-            yield RawRecord(index, file, line, record, error)
-            index += 1
+    for _file, batches in streams:
+        for b in batches:
+            n = len(b)
+            if cfg.limit is not None and index + n > cfg.limit:
+                b = b.head(cfg.limit - index)
+                n = len(b)
+            b.start = index
+            yield b
+            index += n
             if index == cfg.limit:  # stop before reading one more record (or opening a file)
                 return
 
 
+def iter_records(source: str, cfg: ReadConfig) -> Iterator[RawRecord]:
+    """Every record behind `source`, one at a time (inspect, tests). The source is located now (a
+    missing path or split raises here); records are read lazily."""
+    if cfg.limit is not None and cfg.limit < 1:
+        raise UsageError(f"--limit {cfg.limit} must be >= 1")
+    located = _locate(source, cfg.split)
+
+    def gen():
+        for b in iter_batches(located, cfg, 256):
+            records, errors = b.parsed()
+            for i in range(len(b)):
+                yield RawRecord(b.start + i, b.file, b.line_of(i), records[i], errors[i])
+
+    return gen()
+
+
+# --------------------------------------------------------------------------- batches
+
+
+@dataclass
+class RawBatch:
+    """Consecutive records of one file, as read, with their provenance.
+
+        start     source_index of the first record (set by iter_batches; counts every record read)
+        file      the path, hub id or save_to_disk folder they came from
+        lines     1-based line of each record (JSON Lines), else None
+        payload   exactly one of: raw (JSON text per record, unparsed), records (parsed dicts, None
+                  where unreadable, with errors), arrow (a pyarrow RecordBatch)
+
+    Picklable, so a worker process can parse and encode it.
+    """
+
+    file: str
+    lines: list[int] | None = None
+    raw: list[bytes] | None = None
+    records: list[dict | None] | None = None
+    errors: list[str | None] | None = None
+    arrow: Any = None
+    start: int = 0
+
+    def __len__(self) -> int:
+        if self.raw is not None:
+            return len(self.raw)
+        if self.records is not None:
+            return len(self.records)
+        return self.arrow.num_rows
+
+    def head(self, n: int) -> RawBatch:
+        return RawBatch(self.file, self.lines[:n] if self.lines is not None else None,
+                        self.raw[:n] if self.raw is not None else None,
+                        self.records[:n] if self.records is not None else None,
+                        self.errors[:n] if self.errors is not None else None,
+                        self.arrow.slice(0, n) if self.arrow is not None else None, self.start)
+
+    def line_of(self, i: int) -> int | None:
+        return self.lines[i] if self.lines is not None else None
+
+    def where(self, i: int) -> str:
+        """'data.jsonl:12' or 'data.parquet record 3', for messages."""
+        line = self.line_of(i)
+        return f"{self.file}:{line}" if line is not None else f"{self.file} record {self.start + i}"
+
+    def parsed(self) -> tuple[list[dict | None], list[str | None]]:
+        """(record or None, why not) per record; JSON lines are parsed here."""
+        if self.raw is not None:
+            rows = [parse_json_record(r) for r in self.raw]
+            return [r for r, _ in rows], [e for _, e in rows]
+        if self.records is not None:
+            return self.records, self.errors or [None] * len(self.records)
+        return self.arrow.to_pylist(), [None] * self.arrow.num_rows
+
+    def column_names(self) -> list[str] | None:
+        return list(self.arrow.schema.names) if self.arrow is not None else None
+
+
+def parse_json_record(raw: bytes) -> tuple[dict | None, str | None]:
+    """One JSON object from bytes: (record, None) or (None, why). Never raises.
+
+    orjson first (about 3x faster than json); where it refuses, the standard library decides, so
+    NaN/Infinity literals and integers beyond 64 bits load as they always did. Lone surrogate
+    escapes (which no tokenizer can encode), nesting deeper than 1024 and integers of more than 4300
+    digits are errors naming the column."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        if "surrogate in string" in str(e):
+            return None, f"invalid JSON string: {str(e).split(':')[0]} (col {e.colno}); a lone \\ud800-\\udfff escape is not text"
+        if "depth limit" in str(e):
+            return None, f"malformed JSON: nested deeper than 1024 levels (col {e.colno})"
+        try:
+            obj = json.loads(raw)  # bytes: UTF-8 (a BOM is accepted)
+        except json.JSONDecodeError as e2:
+            return None, f"malformed JSON: {e2.msg} (col {e2.colno})"
+        except UnicodeDecodeError as e2:
+            return None, f"not valid UTF-8: {e2.reason} (byte {e2.start + 1})"
+        except RecursionError:
+            return None, "malformed JSON: nested too deeply"
+        except ValueError as e2:  # e.g. an integer of more than 4300 digits
+            return None, f"malformed JSON: {str(e2).split(';')[0]}"
+    if not isinstance(obj, dict):
+        return None, f"record is a JSON {_json_type(obj)}, expected an object"
+    return obj, None
 
 
 # --------------------------------------------------------------------------- per-file readers
 
-_Row = tuple[int | None, dict | None, str | None]  # (line, record, error)
 
-
-def _iter_file(path: str, cfg: ReadConfig) -> Iterator[_Row]:
+def _file_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[RawBatch]:
     kind = _data_kind(path)
     errors: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError)
     if path.lower().endswith(".zst"):
@@ -324,11 +436,11 @@ def _iter_file(path: str, cfg: ReadConfig) -> Iterator[_Row]:
         errors += (zstandard.ZstdError,)
     try:
         if kind == "parquet":
-            yield from _iter_parquet(path)
+            yield from _parquet_batches(path, batch_records)
         elif kind == "json":
-            yield from _iter_json(path, cfg)
+            yield from _json_batches(path, cfg, batch_records)
         else:
-            yield from _iter_jsonl(path)
+            yield from _jsonl_batches(path, batch_records)
     except errors as e:  # unreadable, truncated or corrupt (compressed) data
         raise PacktoolError(f"cannot read {path!r}: {e}") from None
 
@@ -348,32 +460,31 @@ def _open(path: str) -> BinaryIO:
     return open(path, "rb")
 
 
-def _parse_line(raw: bytes, lineno: int | None) -> _Row:
-    try:
-        obj = json.loads(raw)  # bytes: UTF-8 (a BOM is accepted)
-    except json.JSONDecodeError as e:
-        return lineno, None, f"malformed JSON: {e.msg} (col {e.colno})"
-    except UnicodeDecodeError as e:
-        return lineno, None, f"not valid UTF-8: {e.reason} (byte {e.start + 1})"
-    if not isinstance(obj, dict):
-        return lineno, None, f"record is a JSON {_json_type(obj)}, expected an object"
-    return lineno, obj, None
-
-
 def _json_type(obj: Any) -> str:
     return {list: "array", str: "string", type(None): "null", bool: "boolean"}.get(
         type(obj), "number"
     )
 
 
-def _iter_jsonl(path: str) -> Iterator[_Row]:
+def _jsonl_batches(path: str, batch_records: int) -> Iterator[RawBatch]:
+    lines: list[int] = []
+    raw: list[bytes] = []
+    size = 0
     with _open(path) as f:
-        for lineno, raw in enumerate(f, 1):
-            if raw.strip():
-                yield _parse_line(raw, lineno)
+        for lineno, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            lines.append(lineno)
+            raw.append(text)
+            size += len(text)
+            if len(raw) >= batch_records or size >= BATCH_BYTES:
+                yield RawBatch(path, lines=lines, raw=raw)
+                lines, raw, size = [], [], 0
+    if raw:
+        yield RawBatch(path, lines=lines, raw=raw)
 
 
-def _iter_json(path: str, cfg: ReadConfig) -> Iterator[_Row]:
+def _json_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[RawBatch]:
     with _open(path) as f:
         data = f.read()
     if not data.strip():
@@ -382,28 +493,34 @@ def _iter_json(path: str, cfg: ReadConfig) -> Iterator[_Row]:
         obj = json.loads(data)
     except json.JSONDecodeError as e:
         first = data.lstrip().split(b"\n", 1)[0]
-        if e.msg == "Extra data" and _parse_line(first, None)[1] is not None:
-            yield from _iter_jsonl(path)  # JSON Lines saved as .json
+        if e.msg == "Extra data" and parse_json_record(first)[0] is not None:
+            yield from _jsonl_batches(path, batch_records)  # JSON Lines saved as .json
             return
         raise PacktoolError(
             f"{path}: malformed JSON at line {e.lineno} col {e.colno}: {e.msg}"
         ) from None
     except UnicodeDecodeError as e:
         raise PacktoolError(f"{path}: not valid UTF-8: {e.reason}") from None
+    except RecursionError:
+        raise PacktoolError(f"{path}: malformed JSON: nested too deeply") from None
+    except ValueError as e:
+        raise PacktoolError(f"{path}: malformed JSON: {str(e).split(';')[0]}") from None
     if isinstance(obj, dict):
         obj = _unwrap(obj, cfg)
     if isinstance(obj, dict):
-        yield None, obj, None
-        return
+        obj = [obj]
     if not isinstance(obj, list):
         raise PacktoolError(
             f"{path}: holds a JSON {_json_type(obj)}; expected a list of records or one record"
         )
-    for item in obj:
-        if isinstance(item, dict):
-            yield None, item, None
-        else:
-            yield None, None, f"record is a JSON {_json_type(item)}, expected an object"
+    for a in range(0, len(obj), batch_records):
+        items = obj[a:a + batch_records]
+        yield RawBatch(
+            path,
+            records=[x if isinstance(x, dict) else None for x in items],
+            errors=[None if isinstance(x, dict) else f"record is a JSON {_json_type(x)}, expected an object"
+                    for x in items],
+        )
 
 
 def _unwrap(obj: dict, cfg: ReadConfig) -> dict | list:
@@ -420,7 +537,7 @@ def _unwrap(obj: dict, cfg: ReadConfig) -> dict | list:
     return obj
 
 
-def _iter_parquet(path: str) -> Iterator[_Row]:
+def _parquet_batches(path: str, batch_records: int) -> Iterator[RawBatch]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -428,12 +545,14 @@ def _iter_parquet(path: str) -> Iterator[_Row]:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise PacktoolError(f"{path!r} is not a readable Parquet file: {e}") from None
-    for batch in pf.iter_batches(batch_size=_BATCH):
-        for row in batch.to_pylist():
-            yield None, row, None
+    try:
+        for batch in pf.iter_batches(batch_size=batch_records):
+            yield RawBatch(path, arrow=batch)
+    except pa.ArrowException as e:
+        raise PacktoolError(f"{path!r}: cannot read Parquet data: {e}") from None
 
 
-def _iter_dataset(ds: Any) -> Iterator[_Row]:
-    for table in ds.with_format("arrow").iter(batch_size=_BATCH):
-        for row in table.to_pylist():
-            yield None, row, None
+def _dataset_batches(ds: Any, label: str, batch_records: int) -> Iterator[RawBatch]:
+    for table in ds.with_format("arrow").iter(batch_size=batch_records):
+        for batch in table.to_batches():
+            yield RawBatch(label, arrow=batch)

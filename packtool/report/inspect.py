@@ -18,6 +18,10 @@ def render_inspect(result: dict[str, Any], console) -> None:
         tpl = tok.get("chat_template")
         console.print(f"tokenizer: {tok['name']}" + (f", chat template: {tpl}" if tpl else "")
                       + ("" if tok.get("generation_markers", True) else " (no generation markers: prefix diff)"))
+    backend = result.get("tokenizer_backend") or {}
+    if backend.get("name"):
+        console.print(f"tokenizer backend: {backend['name']}" + (f" ({backend['reason']})" if backend.get("reason")
+                                                                  else ""))
     ex = result.get("example")
     if ex and ex.get("messages"):
         table = Table(title="normalized conversation", show_lines=True, expand=True)

@@ -1,4 +1,12 @@
-"""Turn normalized examples into (input_ids, labels) with the loss on the right tokens.
+"""The encode step: a batch of raw records → an Arrow batch of (input_ids, labels), loss on the right tokens.
+
+    RawBatch ──parse (orjson)──▶ records ──normalize──▶ examples ──render──▶ texts + char spans
+        ──backend (fastokens | hf)──▶ flat ids + trained mask ──▶ pa.RecordBatch (packtool.data)
+    every refused record: (row in batch, reason), reported to the RecordSource by the caller
+
+`EncodeStep` is that whole function: plain data (tokenizer spec, template, options), picklable,
+no global state; it builds its tokenizer backend on first use in whichever process runs it, so a
+process pool (or a distributed engine) can run it over any partition of the input.
 
 Chat examples, template with generation markers (the fast path):
 
@@ -9,10 +17,11 @@ Chat examples, template with generation markers (the fast path):
 
 1. render every conversation with jinja (transformers' own renderer, which records the character
    spans of `{% generation %}` blocks);
-2. tokenize the whole batch in one call with offsets (Rust, no per-example Python tokenization);
-3. map character spans to tokens with numpy: a token is trained when it overlaps a span — the
-   same rule as `apply_chat_template(..., return_assistant_tokens_mask=True)`, so ids and masks
-   are identical (tested).
+2. tokenize the whole batch in one call (Rust; see packtool.tokenization.backends: fastokens maps
+   spans through per-token byte lengths, hf through character offsets);
+3. a token is trained when it overlaps a span — the same rule as
+   `apply_chat_template(..., return_assistant_tokens_mask=True)`, so ids and masks are identical
+   (tested, and checked at the start of every run on the run's own data).
 
 Templates without markers fall back to a prefix diff per assistant turn i: the text that
 render(messages[:i+1]) adds to render(messages[:i], add_generation_prompt=True). That only works
@@ -25,61 +34,79 @@ separately so the boundary is exact. Plain text: every token + EOS carries loss.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from packtool.config import ReadConfig
 from packtool.formats import template_messages
-from packtool.tokenization.loading import ChatTemplate
-
-IGNORE = -100
+from packtool.schema import IGNORE_INDEX as IGNORE
+from packtool.tokenization.loading import ChatTemplate, TokenizerSpec
 
 
 class ExampleError(Exception):
-    """One example cannot be encoded; the pipeline counts it (or stops, with --on-error error)."""
+    """One example cannot be encoded; the source counts it (or stops, with --on-error error)."""
 
 
 @dataclass
 class Encoded:
-    input_ids: list[np.ndarray]  # int32 each
-    labels: list[np.ndarray]  # int32 each
-    errors: list[str | None]  # per example: None, or why it was not encoded
+    """A batch of examples as flat buffers: example i is ids[offsets[i]:offsets[i+1]]."""
+
+    ids: np.ndarray  # int32, all examples back to back
+    label_values: np.ndarray  # int32, the same layout
+    offsets: np.ndarray  # int64[n + 1]
+    errors: list[str | None]  # per example: None, or why it was not encoded (then it has 0 tokens)
+
+    @property
+    def input_ids(self) -> list[np.ndarray]:
+        return [self.ids[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
+
+    @property
+    def labels(self) -> list[np.ndarray]:
+        return [self.label_values[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
 
 
 def _first_line(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
 
 
-def spans_to_mask(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """Tokens overlapping any char span [s, e). offsets: int[n, 2]; spans: int[k, 2], sorted."""
-    n = len(offsets)
-    if n == 0 or len(spans) == 0:
-        return np.zeros(n, dtype=bool)
-    # first span whose end lies after the token's start; the token is trained if it starts before
-    # that span ends (by construction) and ends after the span starts
-    j = np.searchsorted(spans[:, 1], offsets[:, 0], side="right")
-    ok = j < len(spans)
-    jj = np.minimum(j, len(spans) - 1)
-    return ok & (offsets[:, 1] > spans[jj, 0])
-
-
 class Encoder:
     """Encodes batches of normalized examples (see packtool.formats) for one tokenizer + template."""
 
-    def __init__(self, tokenizer, template: ChatTemplate, train_on: str = "assistant"):
-        self.tok = tokenizer
+    def __init__(self, spec: TokenizerSpec, template: ChatTemplate | None, train_on: str = "assistant",
+                 backend: str = "hf", renderer: str = "jinja"):
+        self.spec = spec
+        self.renderer = renderer  # "jinja" (transformers' renderer) | "native" (chatml.render: built-in template)
         self.template = template
         self.train_on = train_on
-        self.eos_id = tokenizer.eos_token_id
-        # the Rust tokenizer behind the transformers wrapper: apply_chat_template tokenizes with
-        # add_special_tokens=False, which is exactly backend.encode_batch(..., add_special_tokens=False)
-        self._backend = tokenizer.backend_tokenizer
-        self._kwargs = dict(tokenizer.special_tokens_map)
-        ends = {t for t in [tokenizer.eos_token, *getattr(tokenizer, "all_special_tokens", [])] if t}
+        self.backend_name = backend
+        self.eos_id = spec.eos_id
+        self._kwargs = dict(spec.special_tokens)
+        ends = {t for t in [spec.eos_token, *spec.all_special_tokens] if t}
         self._end_tokens = tuple(sorted(ends))
+        self._backend = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_backend": None}
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            from packtool.tokenization.backends import make_backend
+
+            self._backend = make_backend(self.backend_name, self.spec.backend_json)
+        return self._backend
 
     # -- rendering -------------------------------------------------------------------------------
     def _render(self, messages, tools, *, marks: bool, gen_prompt: bool = False):
+        if self.renderer == "native" and marks and not gen_prompt:
+            from packtool.tokenization import chatml
+
+            try:
+                return chatml.render(messages, tools)
+            except chatml.NotNative:
+                pass
         from transformers.utils.chat_template_utils import render_jinja_template
 
         texts, spans = render_jinja_template(
@@ -176,31 +203,25 @@ class Encoder:
         return text, arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr
 
     # -- batches ----------------------------------------------------------------------------------
-    def _chat_tokens(self, texts: list[str], spans: list[np.ndarray]):
-        """One Rust batch call for the chunk; each span is mapped to tokens with two lookups.
-
-        A token is trained when it overlaps a span (transformers' rule). The first such token is
-        the one holding the span's first char, the last the one holding its last char, and every
-        token between them overlaps too:  tokens [char_to_token(s), char_to_token(e - 1)].
-        Chars that map to no token (a normalizer removed them) fall back to the offsets rule.
-        """
-        encs = self._backend.encode_batch(texts, add_special_tokens=False)
-        for enc, sp in zip(encs, spans, strict=True):
-            ids = np.array(enc.ids, dtype=np.int32)
-            mask = np.zeros(len(ids), dtype=bool)
-            for s, e in sp.tolist():
-                a, b = enc.char_to_token(s), enc.char_to_token(e - 1)
-                if a is None or b is None:
-                    off = np.array(enc.offsets, dtype=np.int64).reshape(-1, 2)
-                    mask = spans_to_mask(off, sp)
-                    break
-                mask[a : b + 1] = True
-            yield ids, np.where(mask, ids, IGNORE).astype(np.int32)
+    def _safe(self, fn, items: list, *args):
+        """fn over the whole batch; if the batch call fails (a text no tokenizer accepts), item by
+        item, so one bad example is refused instead of the batch. Returns (results, errors)."""
+        try:
+            return fn(items, *args), [None] * len(items)
+        except Exception:
+            out, errors = [], []
+            for x in items:
+                try:
+                    out.append(fn([x], *args))
+                    errors.append(None)
+                except Exception as e:
+                    out.append(None)
+                    errors.append(f"the tokenizer cannot encode this example: {_first_line(e)}")
+            return out, errors
 
     def encode(self, examples: list[dict]) -> Encoded:
         n = len(examples)
-        ids: list[np.ndarray | None] = [None] * n
-        labels: list[np.ndarray | None] = [None] * n
+        pieces: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n
         errors: list[str | None] = [None] * n
         chat_idx, chat_texts, chat_spans = [], [], []
         pc_idx, prompts, completions = [], [], []
@@ -219,30 +240,169 @@ class Encoder:
                     raise ExampleError(f"unknown example kind {kind!r}")
             except ExampleError as e:
                 errors[i] = str(e)
+        eos = np.array([self.eos_id] if self.eos_id is not None else [], dtype=np.int32)
         if chat_texts:
-            for i, (a, lab) in zip(chat_idx, self._chat_tokens(chat_texts, chat_spans), strict=True):
-                ids[i], labels[i] = a, lab
+            self._chat(chat_idx, chat_texts, chat_spans, pieces, errors)
         if pc_idx:
-            p = self.tok(prompts, add_special_tokens=True)["input_ids"]
-            c = self.tok(completions, add_special_tokens=False)["input_ids"]
+            p, perr = self._safe(self._plain, prompts, True)
+            c, cerr = self._safe(self._plain, completions, False)
             for j, i in enumerate(pc_idx):
-                comp = list(c[j]) + ([self.eos_id] if self.eos_id is not None else [])
-                a = np.asarray(list(p[j]) + comp, dtype=np.int32)
+                if perr[j] or cerr[j]:
+                    errors[i] = perr[j] or cerr[j]
+                    continue
+                pi, ci = _one(p, j, perr), _one(c, j, cerr)
+                a = np.concatenate([pi, ci, eos]).astype(np.int32)
                 lab = a.copy()
                 if self.train_on != "all":
-                    lab[: len(p[j])] = IGNORE
-                ids[i], labels[i] = a, lab
+                    lab[: len(pi)] = IGNORE
+                pieces[i] = (a, lab)
         if texts:
-            t = self.tok(texts, add_special_tokens=True)["input_ids"]
+            t, terr = self._safe(self._plain, texts, True)
             for j, i in enumerate(text_idx):
-                a = np.asarray(list(t[j]) + ([self.eos_id] if self.eos_id is not None else []), dtype=np.int32)
-                ids[i], labels[i] = a, a.copy()
-        empty = np.zeros(0, dtype=np.int32)
+                if terr[j]:
+                    errors[i] = terr[j]
+                    continue
+                a = np.concatenate([_one(t, j, terr), eos]).astype(np.int32)
+                pieces[i] = (a, a.copy())
         for i in range(n):
-            if errors[i] is None and (ids[i] is None or len(ids[i]) == 0):
+            if errors[i] is None and (pieces[i] is None or len(pieces[i][0]) == 0):
                 errors[i] = "renders to zero tokens"
-        return Encoded(
-            [x if x is not None else empty for x in ids],
-            [x if x is not None else empty for x in labels],
-            errors,
-        )
+            if errors[i] is not None:
+                pieces[i] = None
+        empty = np.zeros(0, dtype=np.int32)
+        lengths = np.array([len(x[0]) if x is not None else 0 for x in pieces], dtype=np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = np.concatenate([x[0] if x is not None else empty for x in pieces]) if n else empty
+        labels = np.concatenate([x[1] if x is not None else empty for x in pieces]) if n else empty
+        return Encoded(ids.astype(np.int32, copy=False), labels.astype(np.int32, copy=False), offsets, errors)
+
+    def _plain(self, texts: list[str], special: bool):
+        ids, off = self.backend.encode(texts, add_special_tokens=special)
+        return ids, off
+
+    def _chat(self, idx, texts, spans, pieces, errors) -> None:
+        try:
+            groups = [(idx, texts, spans, self.backend.encode_spans(texts, spans))]
+        except Exception:  # isolate the example the tokenizer refuses
+            groups = []
+            for i, t, s in zip(idx, texts, spans, strict=True):
+                try:
+                    groups.append(([i], [t], [s], self.backend.encode_spans([t], [s])))
+                except Exception as e:
+                    errors[i] = f"the tokenizer cannot encode this example: {_first_line(e)}"
+        for gi, _, _, (ids, off, mask) in groups:
+            lab = np.where(mask, ids, IGNORE).astype(np.int32)
+            for j, i in enumerate(gi):
+                pieces[i] = (ids[off[j]:off[j + 1]], lab[off[j]:off[j + 1]])
+
+
+def _one(result, j: int, errs: list) -> np.ndarray:
+    """Example j's ids from a _safe result (one batch call, or one call per item)."""
+    if isinstance(result, tuple):
+        ids, off = result
+        return ids[off[j]:off[j + 1]]
+    ids, off = result[j]
+    return ids[off[0]:off[1]]
+
+
+# ---------------------------------------------------------------------------------------------
+# the step that worker processes run
+
+
+@dataclass
+class StepResult:
+    """What one batch became: the good rows, and (row in the batch, reason) for every other."""
+
+    table: Any  # pyarrow.RecordBatch of packtool.data.token_schema()
+    rejects: list[tuple[int, str]] = field(default_factory=list)
+    removed_padding: int = 0
+
+
+@dataclass
+class EncodeStep:
+    """RawBatch → StepResult: parse, normalize, render, tokenize, label. Plain data; picklable.
+
+    kind "chat": records of `fmt` (messages, sharegpt, ...) through `Encoder`;
+    kind "pretokenized": records that carry input_ids, labels from `label_source`.
+    """
+
+    kind: str
+    read: ReadConfig
+    fmt: str | None = None
+    spec: TokenizerSpec | None = None
+    template: ChatTemplate | None = None
+    train_on: str = "assistant"
+    backend: str = "hf"
+    label_source: str = "all"
+    renderer: str = "jinja"
+    _encoder: Encoder | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self):
+        return {**self.__dict__, "_encoder": None}
+
+    def with_backend(self, backend: str, renderer: str = "jinja") -> EncodeStep:
+        return EncodeStep(self.kind, self.read, self.fmt, self.spec, self.template, self.train_on, backend,
+                          self.label_source, renderer)
+
+    @property
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            self._encoder = Encoder(self.spec, self.template, self.train_on, self.backend, self.renderer)
+        return self._encoder
+
+    def __call__(self, batch) -> StepResult:
+        if self.kind == "pretokenized":
+            return self._pretokenized(batch)
+        from packtool.data import token_batch
+        from packtool.formats import FormatError, normalize
+
+        records, read_errors = batch.parsed()
+        rejects: list[tuple[int, str]] = []
+        keep, examples = [], []
+        for i, (rec, err) in enumerate(zip(records, read_errors, strict=True)):
+            if rec is None:
+                rejects.append((i, err or "unreadable record"))
+                continue
+            try:
+                examples.append(normalize(rec, self.fmt, self.read))
+                keep.append(i)
+            except FormatError as e:
+                rejects.append((i, str(e)))
+        enc = self.encoder.encode(examples)
+        good = np.array([e is None for e in enc.errors], dtype=bool)
+        rejects += [(keep[j], e) for j, e in enumerate(enc.errors) if e is not None]
+        rejects.sort()
+        if not good.all():
+            lens = np.diff(enc.offsets)
+            tok_keep = np.repeat(good, lens)
+            offsets = np.concatenate([[0], np.cumsum(lens[good])])
+            ids, labels = enc.ids[tok_keep], enc.label_values[tok_keep]
+        else:
+            offsets, ids, labels = enc.offsets, enc.ids, enc.label_values
+        rows = np.asarray(keep, dtype=np.int64)[good] if keep else np.zeros(0, np.int64)
+        return StepResult(token_batch(ids, labels, offsets, batch.start + rows), rejects)
+
+    def _pretokenized(self, batch) -> StepResult:
+        import pyarrow as pa
+
+        from packtool.tokenization import pretokenized as pt
+
+        if batch.arrow is not None:
+            v = pt.validate_batch(batch.arrow, self.label_source)
+            rejects = list(v.rejects)
+        else:
+            records, read_errors = batch.parsed()
+            rejects = [(i, err or "unreadable record") for i, (r, err) in enumerate(zip(records, read_errors,
+                                                                                          strict=True)) if r is None]
+            ok = [i for i, r in enumerate(records) if r is not None]
+            v = pt.records_batch([records[i] for i in ok], self.label_source)
+            rejects += [(ok[j], reason) for j, reason in v.rejects]
+            v.keep = np.asarray(ok, dtype=np.int64)[v.keep] if len(ok) else v.keep
+        rejects = sorted((i, f"pre-tokenized record: {r}") for i, r in rejects)
+        src = pa.array(batch.start + np.asarray(v.keep, dtype=np.int64))
+        t = v.table
+        table = pa.RecordBatch.from_arrays([t.column(c) for c in ("input_ids", "labels", "length", "num_loss_tokens")]
+                                           + [src], names=["input_ids", "labels", "length", "num_loss_tokens",
+                                                           "source_index"])
+        return StepResult(table, rejects, v.removed_padding)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,107 @@ def load_tokenizer(name: str | None) -> LoadedTokenizer:
 
 
 @dataclass(frozen=True)
+class TokenizerSpec:
+    """Everything the encode step needs from a tokenizer, as plain data (picklable, light).
+
+    `backend_json` is the Rust tokenizer exactly as transformers builds it (transformers 5 rebuilds
+    some from vocab and merges, e.g. Qwen2's pre-tokenizer, so this is not always the folder's
+    tokenizer.json); both tokenizer backends are built from it. Resolving it needs transformers
+    (about 2.7 s to import and load), so the spec is cached per tokenizer files and library versions
+    (`load_spec`), and a warm run never imports transformers' tokenizer classes.
+    """
+
+    name: str
+    folder: str | None
+    files_hash: str
+    builtin: bool
+    cls: str
+    backend_json: str
+    special_tokens: dict[str, Any]  # special_tokens_map: what templates see as bos_token, eos_token, ...
+    all_special_tokens: tuple[str, ...]
+    vocab_size: int
+    eos_id: int | None
+    pad_id: int | None
+    bos_id: int | None
+    eos_token: str | None
+    chat_template: Any  # str, {name: str}, or None
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedTokenizer) -> TokenizerSpec:
+        return cls.from_tokenizer(loaded.tokenizer, loaded.name, loaded.folder, loaded.files_hash, loaded.builtin)
+
+    @classmethod
+    def from_tokenizer(cls, tok, name: str = "tokenizer", folder=None, files_hash: str = "",
+                       builtin: bool = False) -> TokenizerSpec:
+        """From a transformers fast tokenizer (tests build tiny ones in-process)."""
+        return cls(
+            name=name, folder=str(folder) if folder else None, files_hash=files_hash,
+            builtin=builtin, cls=type(tok).__name__, backend_json=tok.backend_tokenizer.to_str(),
+            special_tokens=dict(tok.special_tokens_map),
+            all_special_tokens=tuple(getattr(tok, "all_special_tokens", []) or []), vocab_size=len(tok),
+            eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, bos_id=tok.bos_token_id, eos_token=tok.eos_token,
+            chat_template=getattr(tok, "chat_template", None),
+        )
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "class": self.cls, "vocab_size": self.vocab_size, "pad_id": self.pad_id,
+                "eos_id": self.eos_id, "bos_id": self.bos_id, "files_hash": self.files_hash}
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__, all_special_tokens=list(self.all_special_tokens))
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TokenizerSpec:
+        return cls(**{**d, "all_special_tokens": tuple(d["all_special_tokens"])})
+
+
+def tokenizer_key(name: str | None) -> str:
+    """What identifies a tokenizer's behaviour: its files' hash (or cached hub snapshot)."""
+    if name is None or name == BUILTIN_TOKENIZER:
+        return "builtin:" + _files_hash(builtin_tokenizer_dir())
+    p = Path(name).expanduser()
+    if p.is_dir():
+        return f"dir:{p.resolve()}:" + _files_hash(p)
+    snapshot = hub_folder(name)  # the cached snapshot's files: a new snapshot is a new key
+    return f"hub:{name}:" + (_files_hash(snapshot) if snapshot else "uncached")
+
+
+def library_versions() -> dict[str, str]:
+    """Versions that change rendering or tokenization, read without importing the packages."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("transformers", "tokenizers", "jinja2", "fastokens"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
+
+
+def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
+    """The TokenizerSpec of `name`, from $PACKTOOL_CACHE/tokenizers when its files and the library
+    versions are unchanged (checksummed like every cache entry), else resolved with transformers."""
+    from packtool.tokenization import cache as entry_cache
+
+    key = tokenizer_key(name)
+    if key.endswith(":uncached"):  # not on disk: let load_tokenizer say so
+        return TokenizerSpec.from_loaded(load_tokenizer(name))
+    digest = hashlib.sha256(json.dumps([key, library_versions()], sort_keys=True).encode()).hexdigest()[:24]
+    path = entry_cache.tokenizer_path(digest)
+    if cache:
+        stored = entry_cache.read_json(path)
+        if stored is not None:
+            try:
+                return TokenizerSpec.from_json(stored)
+            except TypeError:
+                pass  # written by another packtool version: resolve again
+    spec = TokenizerSpec.from_loaded(load_tokenizer(name))
+    entry_cache.write_json(path, spec.to_json())
+    return spec
+
+
+@dataclass(frozen=True)
 class ChatTemplate:
     source: str  # text of the template
     name: str  # "chatml-train", a file path, or "tokenizer"
@@ -158,7 +260,7 @@ def _template(source: str, name: str) -> ChatTemplate:
     return ChatTemplate(source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen)
 
 
-def resolve_template(loaded: LoadedTokenizer, chat_template: str | None) -> ChatTemplate:
+def resolve_template(loaded: LoadedTokenizer | TokenizerSpec, chat_template: str | None) -> ChatTemplate:
     """The template that renders conversations.
 
     Order: --chat-template (built-in name or file) > the built-in chatml-train for the built-in
@@ -175,7 +277,7 @@ def resolve_template(loaded: LoadedTokenizer, chat_template: str | None) -> Chat
         raise UsageError(f"--chat-template {chat_template!r} is neither a file nor a built-in template ({known})")
     if loaded.builtin:
         return _template(BUILTIN_TEMPLATES["chatml-train"].read_text(), "chatml-train")
-    own = getattr(loaded.tokenizer, "chat_template", None)
+    own = loaded.chat_template if isinstance(loaded, TokenizerSpec) else getattr(loaded.tokenizer, "chat_template", None)
     if isinstance(own, dict):  # several named templates: take the default one
         own = own.get("default") or next(iter(own.values()), None)
     if not own:

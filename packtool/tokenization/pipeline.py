@@ -1,36 +1,47 @@
-"""read → normalize → tokenize, cached on disk, Arrow-backed: the input of `profile` and `pack`.
+"""source → encode → cache: the tokenized input of `profile` and `pack`, computed once.
 
-    source files ──iter_records──▶ RawRecord ──normalize──▶ example JSON ──▶ normalized.arrow
-                                      │ bad: skipped (counted, listed) or fatal (--on-error error)
-    normalized.arrow ──datasets.map(Encoder, num_proc)──▶ tokenized dataset ──save_to_disk──▶ cache
+    RecordSource ──RawBatch──▶ EncodeStep (in `num_proc` worker processes, in order) ──StepResult──▶
+        rejects ──▶ RecordSource.reject (file:line; --on-error)
+        Arrow batch ──▶ EntryWriter (data.arrow, hashed as written) ──commit──▶ tok-<key>/ ──mmap──▶ TokenizedData
 
 The cache key hashes the source files' bytes, the tokenizer files, the chat template, the options
-that shape labels and the packtool version: the same input tokenized again is loaded from the
-cache (memory-mapped) without loading transformers at all.
+that shape labels and the library versions: the same input tokenized again is loaded from the cache
+(checked, memory-mapped) without importing transformers at all. A record that carries `input_ids`
+is pre-tokenized: validated batch by batch (packtool.tokenization.pretokenized), never templated.
 
-A dataset whose records already carry `input_ids` (optionally `labels`, `completion_mask` or
-`assistant_masks`) is pre-tokenized: it skips templates and tokenization entirely.
+Tokenizer backend (`--tokenizer-backend`): `auto` runs fastokens when it supports the tokenizer and
+gives ids and labels identical to the `tokenizers` path on the run's first CHECK_EXAMPLES examples;
+otherwise hf, with a note saying why. The manifest records which one ran.
+
+Memory: at most IN_FLIGHT_PER_WORKER batches per worker are in flight; the parent holds one
+batch's result at a time; the finished table is memory-mapped, not loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing as mp
 import os
-import shutil
-from pathlib import Path
+import time
+from collections import deque
 
 import numpy as np
 
 import packtool
 from packtool.config import TokenizeConfig
-from packtool.data import SkippedRecord, SourceFile, TokenizedData
-from packtool.errors import PacktoolError
-from packtool.io.files import cache_root
+from packtool.data import SkippedRecord, SourceFile, TokenizedData, token_schema
+from packtool.errors import PacktoolError, UsageError
+from packtool.progress import Progress
+from packtool.tokenization import cache
+from packtool.tokenization.encode import EncodeStep, StepResult
+from packtool.tokenization.source import RecordSource
 
-IGNORE = -100
-SMALL = 2000  # below this many examples one process is faster than forking workers
+SMALL_BYTES = 4 << 20  # below this much input one process is faster than starting workers
+CHECK_EXAMPLES = 256  # examples encoded by both backends before fastokens is trusted
+IN_FLIGHT_PER_WORKER = 2
 MAX_LISTED = 20  # source indices quoted in a warning
+BACKENDS = ("auto", "fastokens", "hf")
 
 
 def _quote(indices) -> str:
@@ -39,25 +50,10 @@ def _quote(indices) -> str:
     return head + (f", … ({len(idx) - MAX_LISTED} more)" if len(idx) > MAX_LISTED else "")
 
 
-def _tokenizer_key(name: str | None) -> str:
-    from packtool.tokenization.loading import (
-        BUILTIN_TOKENIZER,
-        _files_hash,
-        builtin_tokenizer_dir,
-        hub_folder,
-    )
-
-    if name is None or name == BUILTIN_TOKENIZER:
-        return "builtin:" + _files_hash(builtin_tokenizer_dir())
-    p = Path(name).expanduser()
-    if p.is_dir():
-        return f"dir:{p.resolve()}:" + _files_hash(p)
-    snapshot = hub_folder(name)  # the cached snapshot's files: a new snapshot is a new key
-    return f"hub:{name}:" + (_files_hash(snapshot) if snapshot else "uncached")
-
-
 def _template_key(chat_template: str | None) -> str:
     """The template's bytes: a file, or a built-in (edited built-ins must not hit old entries)."""
+    from pathlib import Path
+
     from packtool.tokenization.loading import BUILTIN_TEMPLATES
 
     if chat_template is None:  # the tokenizer's own (its files are hashed) or, for the built-in one:
@@ -68,179 +64,300 @@ def _template_key(chat_template: str | None) -> str:
     return f"name:{chat_template}"
 
 
-def _library_versions() -> dict[str, str]:
-    """Versions that change rendering or tokenization, read without importing the packages."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for pkg in ("transformers", "tokenizers", "jinja2"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "absent"
-    return out
-
-
 def cache_key(sources: list[SourceFile], cfg: TokenizeConfig) -> str:
-    h = hashlib.sha256()
+    from packtool.tokenization.loading import library_versions, tokenizer_key
+
     parts = {
         "packtool": packtool.__version__,
-        "encoder": 1,
-        "libraries": _library_versions(),
+        "encoder": 2,
+        "libraries": library_versions(),
         "sources": [(s.path, s.size, s.sha256) for s in sources],
-        "tokenizer": _tokenizer_key(cfg.tokenizer),
+        "tokenizer": tokenizer_key(cfg.tokenizer),
         "template": _template_key(cfg.chat_template),
         "options": cfg.fingerprint_dict(),
     }
-    h.update(json.dumps(parts, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:24]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
 # ---------------------------------------------------------------------------------------------
-# the datasets.map worker
+# running the step over batches, in order
 
 
-def _encode_batch(batch: dict, encoder) -> dict:
-    examples = [json.loads(s) for s in batch["example"]]
-    enc = encoder.encode(examples)
+_WORKER_STEP: EncodeStep | None = None  # the step of this worker process (set once, at its start)
+
+
+def _worker_init(step: EncodeStep) -> None:
+    global _WORKER_STEP
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _WORKER_STEP = step
+
+
+def _worker_run(batch) -> StepResult:
+    return _WORKER_STEP(batch)
+
+
+def _run(step: EncodeStep, batches, num_proc: int):
+    """Yields (batch, result) in input order; at most IN_FLIGHT_PER_WORKER batches per worker are
+    read ahead, so memory does not grow with the input."""
+    if num_proc <= 1:
+        for b in batches:
+            yield b, step(b)
+        return
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    pool = mp.get_context(method).Pool(num_proc, initializer=_worker_init, initargs=(step,))
+    try:
+        pending: deque = deque()
+        for b in batches:
+            pending.append((b, pool.apply_async(_worker_run, (b,))))
+            if len(pending) >= num_proc * IN_FLIGHT_PER_WORKER:
+                done, res = pending.popleft()
+                yield done, res.get()
+        while pending:
+            done, res = pending.popleft()
+            yield done, res.get()
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+# ---------------------------------------------------------------------------------------------
+# deciding what the input is
+
+
+def _first_batches(source: RecordSource, cfg: TokenizeConfig):
+    """(kind, fmt, reason, label_source, batches): the input is classified by its first readable
+    record; the batches read to find it are put back in front of the rest."""
+    from packtool.formats import FormatError, detect_format
+
+    it = source.batches()
+    seen = []
+    for b in it:
+        seen.append(b)
+        names = b.column_names()
+        if names is not None and b.arrow.num_rows and "input_ids" in names and cfg.read.format is None:
+            from packtool.tokenization.pretokenized import label_source_of
+
+            return "pretokenized", None, None, label_source_of(names), _chain(seen, it)
+        records, _ = b.parsed() if names is None else (b.arrow.slice(0, 64).to_pylist(), None)
+        for rec in records:
+            if rec is None:
+                continue
+            if "input_ids" in rec and cfg.read.format is None:
+                from packtool.tokenization.pretokenized import label_source
+
+                return "pretokenized", None, None, label_source(rec), _chain(seen, it)
+            try:
+                fmt, reason = detect_format(rec, cfg.read)
+            except FormatError:
+                continue  # this record is refused by the step with its own message
+            return "chat", fmt, reason, None, _chain(seen, it)
+    return "chat", cfg.read.format or "messages", "no readable record", None, _chain(seen, it)
+
+
+def _chain(seen, it):
+    yield from seen
+    yield from it
+
+
+# ---------------------------------------------------------------------------------------------
+# the tokenizer backend
+
+
+def _renderer(template) -> str:
+    """"native" for the built-in chatml-train template (byte for byte), else "jinja"."""
+    from packtool.tokenization.loading import BUILTIN_TEMPLATES
+
+    if template is None:
+        return "jinja"
+    builtin = hashlib.sha256(BUILTIN_TEMPLATES["chatml-train"].read_bytes()).hexdigest()[:16]
+    return "native" if template.hash == builtin else "jinja"
+
+
+def _fast_step(step: EncodeStep, requested: str) -> tuple[EncodeStep | None, str | None]:
+    """The fastokens variant of `step` with its Rust tokenizer already building on a thread (it
+    takes ~1 s for a 150k vocabulary and releases the GIL), or (None, why not)."""
+    if requested == "hf":
+        return None, "--tokenizer-backend hf"
+    from packtool.tokenization.backends import supports_fast
+
+    why = supports_fast(step.spec.backend_json, load=False)
+    if why is not None:
+        if requested == "fastokens":
+            raise UsageError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf")
+        return None, why
+    fast = step.with_backend("fastokens")
+    backend = fast.encoder.backend
+    if hasattr(backend, "preload"):
+        backend.preload()
+    return fast, None
+
+
+def _choose_backend(step: EncodeStep, fast: EncodeStep | None, why: str | None, requested: str,
+                    probe) -> tuple[EncodeStep, dict]:
+    """`probe`: the first raw batch, at most CHECK_EXAMPLES records. fastokens is used only when
+    it gives exactly the hf path's ids, labels and refusals on it."""
+    if fast is None:
+        return step, {"name": "hf", "requested": requested, "reason": why}
+    if probe is None or not len(probe):
+        return fast, {"name": "fastokens", "requested": requested, "check": {"examples": 0}}
+    try:
+        a = fast(probe)
+    except Exception as e:  # fastokens cannot load or map this tokenizer after all
+        why = f"fastokens failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        if requested == "fastokens":
+            raise PacktoolError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend hf") from None
+        return step, {"name": "hf", "requested": requested, "reason": why}
+    b = step(probe)
+    same = a.rejects == b.rejects and a.table.equals(b.table)
+    report = {"name": "fastokens" if same else "hf", "requested": requested,
+              "renderer": fast.renderer if same else "jinja",
+              "check": {"examples": len(probe), "identical": bool(same)}}
+    if same:
+        return fast, report
+    report["reason"] = f"fastokens differs from tokenizers on {_first_difference(a, b, probe)}"
+    if requested == "fastokens":
+        raise PacktoolError(f"--tokenizer-backend fastokens: {report['reason']}; use --tokenizer-backend hf")
+    return step, report
+
+
+def _first_difference(a: StepResult, b: StepResult, probe) -> str:
+    ra = a.table.to_pydict() if a.table.num_rows < 10_000 else {}
+    rb = b.table.to_pydict() if b.table.num_rows < 10_000 else {}
+    for j, (x, y) in enumerate(zip(ra.get("input_ids", []), rb.get("input_ids", []), strict=False)):
+        if x != y or ra["labels"][j] != rb["labels"][j]:
+            i = int(ra["source_index"][j]) - probe.start
+            return probe.where(i)
+    return "the first batch"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> TokenizedData:
+    """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run."""
+    if cfg.tokenizer_backend not in BACKENDS:
+        raise UsageError(f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}")
+    t0 = time.perf_counter()
+    source = RecordSource(data, cfg.read)
+    key = cache_key(source.files, cfg)
+    path = cache.entry_path(key)
+    if cfg.cache:
+        entry = cache.open_entry(path)
+        if entry is not None:
+            return _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
+    cache.remove_stale_work()
+    kind, fmt, reason, label_src, batches = _first_batches(source, cfg)
+    warnings: list[str] = []
+    if kind == "pretokenized":
+        step = EncodeStep("pretokenized", cfg.read, label_source=label_src)
+        tokenizer = _pretokenized_tokenizer(cfg)
+        backend = {"name": None, "reason": "pre-tokenized input is not tokenized"}
+        num_proc = 1  # vectorized validation outruns reading: workers would only add copies
+        ignored = [opt for opt, given in (("--chat-template", cfg.chat_template is not None),
+                                          ("--train-on", cfg.train_on != "assistant")) if given]
+        if ignored:
+            warnings.append(f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
+                            f"{label_src if label_src != 'all' else 'every token'}")
+        fmt, reason = "pretokenized", f"records carry input_ids; labels from " \
+                                      f"{label_src if label_src != 'all' else 'every token'}"
+    else:
+        step, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, fmt, batches)
+        if not step.template.has_generation and cfg.train_on != "all":
+            warnings.append(f"chat template '{step.template.name}' has no {{% generation %}} markers: assistant "
+                            "turns are located by a prefix diff of renders (slower; checked per example)")
+    t_enc = time.perf_counter()
+    removed = 0
+    zero_loss: list[int] = []
+    try:
+        with cache.EntryWriter(key, token_schema()) as writer, \
+                Progress("tokenizing" if kind == "chat" else "reading", enabled=progress) as bar:
+            for batch, result in _run(step, batches, num_proc):
+                for i, why in result.rejects:
+                    source.reject(batch, i, why)
+                writer.write(result.table)
+                removed += result.removed_padding
+                loss = result.table.column("num_loss_tokens").to_numpy()
+                if not loss.all():
+                    zero_loss += result.table.column("source_index").to_numpy()[loss == 0].tolist()
+                bar.advance(result.table.num_rows, int(np.sum(result.table.column("length").to_numpy())))
+            if writer.rows == 0:
+                raise PacktoolError(f"{data}: no usable examples ({source.num_read} records read, "
+                                    f"{len(source.skipped)} skipped)")
+            if zero_loss:
+                what = "pre-tokenized example(s) have no loss token" if kind == "pretokenized" else \
+                    "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
+                warnings.append(f"{len(zero_loss)} {what}: source indices {_quote(zero_loss)}")
+            meta = _meta(source, cfg, fmt, reason, tokenizer, backend, warnings, removed, kind, label_src)
+            final = writer.commit(meta, replace=not cfg.cache)
+    except OSError as e:
+        raise PacktoolError(f"cannot write the tokenization cache in {cache.cache_root()}: "
+                            f"{e.strerror or e}; free space or set PACKTOOL_CACHE to a writable folder") from None
+    entry = cache.open_entry(final)
+    if entry is None:
+        raise PacktoolError(f"the tokenization cache entry {final} could not be read back; check the disk")
+    return _finish(entry, cache_hit=False, seconds={"read_tokenize": time.perf_counter() - t_enc,
+                                                   "total": time.perf_counter() - t0})
+
+
+def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches):
+    from packtool.tokenization.loading import load_spec, resolve_template
+
+    spec = load_spec(cfg.tokenizer)
+    step = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=None, train_on=cfg.train_on)
+    fast, why = _fast_step(step, cfg.tokenizer_backend)  # builds on a thread while we go on
+    template = resolve_template(spec, cfg.chat_template)
+    step.template = template
+    if fast is not None:  # the fast path: fastokens, and the native renderer for the built-in template
+        fast.template = fast.encoder.template = template
+        fast.renderer = fast.encoder.renderer = _renderer(template)
+    first = next(batches, None)
+    probe = first.head(min(len(first), CHECK_EXAMPLES)) if first is not None else None
+    step, backend = _choose_backend(step, fast, why, cfg.tokenizer_backend, probe)
+    num_proc = cfg.num_proc or os.cpu_count() or 1
+    if cfg.num_proc is None and source.total_bytes < SMALL_BYTES:
+        num_proc = 1
+    if num_proc > 1 and hasattr(step.encoder.backend, "wait"):
+        step.encoder.backend.wait()  # built before forking: workers inherit it
+    tokenizer = {**spec.info(), "chat_template": template.name, "chat_template_hash": template.hash,
+                 "generation_markers": template.has_generation}
+    rest = _chain([first] if first is not None else [], batches)
+    return step, tokenizer, backend, rest, num_proc
+
+
+def _pretokenized_tokenizer(cfg: TokenizeConfig) -> dict:
+    if cfg.tokenizer is None:  # ids come as they are; a tokenizer only names the pad/eos ids
+        return {"name": None, "pad_id": None, "eos_id": None, "vocab_size": None}
+    from packtool.tokenization.loading import load_spec
+
+    return load_spec(cfg.tokenizer).info()
+
+
+def _meta(source, cfg, fmt, reason, tokenizer, backend, warnings, removed, kind, label_src) -> dict:
+    warnings = list(warnings)
+    if removed:
+        warnings.append(f"removed {removed} padding token(s) marked 0 in attention_mask")
+    if source.skipped:
+        warnings.insert(0, f"skipped {len(source.skipped)} bad record(s): source indices "
+                           f"{_quote(s.source_index for s in source.skipped)}")
+    if backend.get("reason") and backend.get("requested") == "auto" and kind == "chat":
+        warnings.append(f"tokenizer backend hf: {backend['reason']}")
+    options = {"train_on": cfg.train_on, "chat_template": cfg.chat_template}
+    if kind == "pretokenized":
+        options = {"labels_from": label_src, "train_on": None, "chat_template": None}
     return {
-        "input_ids": enc.input_ids,
-        "labels": enc.labels,
-        "length": [len(x) for x in enc.input_ids],
-        "num_loss_tokens": [int(np.count_nonzero(lab != IGNORE)) for lab in enc.labels],
-        "source_index": batch["source_index"],
-        "error": [e or "" for e in enc.errors],
+        "format": fmt, "format_reason": reason, "tokenizer": tokenizer, "backend": backend,
+        "warnings": warnings, "sources": [s.__dict__ for s in source.files], "options": options,
+        "num_read": source.num_read, "skipped": [s.to_json() for s in source.skipped],
     }
 
 
-def _features():
-    import datasets
-
-    return datasets.Features(
-        {
-            "input_ids": datasets.Sequence(datasets.Value("int32")),
-            "labels": datasets.Sequence(datasets.Value("int32")),
-            "length": datasets.Value("int32"),
-            "num_loss_tokens": datasets.Value("int32"),
-            "source_index": datasets.Value("int64"),
-            "error": datasets.Value("string"),
-        }
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-class _Reader:
-    """Reads and normalizes records, applying --on-error; remembers what it skipped and why."""
-
-    def __init__(self, data: str, cfg: TokenizeConfig):
-        self.data, self.cfg = data, cfg
-        self.skipped: list[SkippedRecord] = []
-        self.num_read = 0
-        self.format = ""
-        self.reason = ""
-        self._records = None
-
-    def _bad(self, rec, reason: str) -> None:
-        where = f"{rec.file}:{rec.line}" if rec.line is not None else f"{rec.file} record {rec.index}"
-        if self.cfg.read.on_error == "error":
-            raise PacktoolError(
-                f"{where}: {reason}; fix the record, or pass --on-error skip to count and list bad records"
-            )
-        self.skipped.append(SkippedRecord(rec.index, rec.file, rec.line, reason))
-
-    def records(self):
-        """Yields good records, in order. One pass: every call continues where the last stopped."""
-        if self._records is None:
-            self._records = self._read()
-        return self._records
-
-    def _read(self):
-        from packtool.io.readers import iter_records
-
-        for rec in iter_records(self.data, self.cfg.read):
-            self.num_read += 1
-            if rec.record is None:
-                self._bad(rec, rec.error or "unreadable record")
-                continue
-            yield rec
-
-    def examples(self, first=None):
-        """Yields (source_index, normalized example) for records that fit the detected format."""
-        from packtool.formats import FormatError, detect_format, normalize
-
-        def gen():
-            if first is not None:
-                yield first
-            yield from self.records()
-
-        for rec in gen():
-            if not self.format:
-                try:
-                    self.format, self.reason = detect_format(rec.record, self.cfg.read)
-                except FormatError as e:
-                    self._bad(rec, str(e))
-                    continue
-            try:
-                ex = normalize(rec.record, self.format, self.cfg.read)
-            except FormatError as e:
-                self._bad(rec, str(e))
-                continue
-            yield rec.index, ex
-
-
-def _write_normalized(reader: _Reader, first, path: Path, progress: bool) -> int:
-    """Stream normalized examples into an Arrow file (source_index int64, example JSON string)."""
-    import pyarrow as pa
-
-    schema = pa.schema([("source_index", pa.int64()), ("example", pa.large_string())])
-    n = 0
-    idx: list[int] = []
-    rows: list[str] = []
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-
-        def flush():
-            if idx:
-                writer.write_batch(pa.record_batch([pa.array(idx, pa.int64()), pa.array(rows, pa.large_string())],
-                                                   schema=schema))
-                idx.clear()
-                rows.clear()
-
-        for i, ex in _progress(reader.examples(first), progress, "reading"):
-            idx.append(i)
-            rows.append(json.dumps(ex, ensure_ascii=False))
-            n += 1
-            if len(idx) >= 10_000:
-                flush()
-        flush()
-    return n
-
-
-def _progress(it, enabled: bool, what: str):
-    if not enabled:
-        yield from it
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from packtool.commands.common import console
-
-    cols = (TextColumn(f"[bold]{what}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*cols, console=console(), transient=True) as bar:
-        task = bar.add_task(what, total=None)
-        for k, x in enumerate(it):
-            yield x
-            if k % 1000 == 0:
-                bar.update(task, completed=k)
-
-
-def _finish(ds, meta: dict, cache_hit: bool) -> TokenizedData:
-    t = ds.data.table if hasattr(ds.data, "table") else ds.data
-    return TokenizedData(
-        dataset=ds,
-        lengths=np.asarray(t.column("length").to_numpy(), dtype=np.int32),
-        loss_counts=np.asarray(t.column("num_loss_tokens").to_numpy(), dtype=np.int32),
-        source_index=np.asarray(t.column("source_index").to_numpy(), dtype=np.int64),
+def _finish(entry: cache.MappedEntry, cache_hit: bool, seconds: dict) -> TokenizedData:
+    meta = entry.meta
+    td = TokenizedData.from_table(
+        entry.table,
         num_read=meta["num_read"],
         skipped=[SkippedRecord(**s) for s in meta["skipped"]],
         format=meta["format"],
@@ -249,158 +366,9 @@ def _finish(ds, meta: dict, cache_hit: bool) -> TokenizedData:
         sources=[SourceFile(**s) for s in meta["sources"]],
         options=meta["options"],
         cache_hit=cache_hit,
-        warnings=meta["warnings"],
+        warnings=list(meta["warnings"]),
+        backend=meta.get("backend", {}),
+        seconds=seconds,
     )
-
-
-def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> TokenizedData:
-    import datasets
-
-    from packtool.io.readers import resolve_sources
-
-    sources = resolve_sources(data, cfg.read.split)
-    key = cache_key(sources, cfg)
-    final = cache_root() / f"tok-{key}"
-    if cfg.cache and (final / "meta.json").is_file():
-        meta = json.loads((final / "meta.json").read_text())
-        with _quiet():
-            return _finish(datasets.load_from_disk(str(final / "data")), meta, cache_hit=True)
-
-    reader = _Reader(data, cfg)
-    first = next(reader.records(), None)
-    work = cache_root() / f"work-{key}-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
-        if first is not None and "input_ids" in first.record and cfg.read.format is None:
-            from packtool.tokenization.pretokenized import pretokenized_dataset
-
-            ds, meta = pretokenized_dataset(reader, first, cfg)
-            if cfg.tokenizer is not None:  # ids come as they are; the tokenizer names pad/eos ids
-                from packtool.tokenization.loading import load_tokenizer
-
-                meta["tokenizer"] = load_tokenizer(cfg.tokenizer).info()
-        else:
-            ds, meta = _tokenize(reader, first, cfg, work, progress)
-        meta.update(
-            sources=[s.__dict__ for s in sources],
-            options={"train_on": cfg.train_on, "chat_template": cfg.chat_template, **meta.get("options", {})},
-            num_read=reader.num_read,
-            skipped=[s.to_json() for s in reader.skipped],
-        )
-        if reader.skipped:
-            meta["warnings"].insert(0, f"skipped {len(reader.skipped)} bad record(s): source indices "
-                                       f"{_quote(s.source_index for s in reader.skipped)}")
-        if len(ds) == 0:
-            raise PacktoolError(f"{data}: no usable examples ({reader.num_read} records read, "
-                                f"{len(reader.skipped)} skipped)")
-        if not cfg.cache:
-            shutil.rmtree(final, ignore_errors=True)
-        tmp = work / "out"
-        with _quiet():
-            ds.save_to_disk(str(tmp / "data"))
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        with _quiet():
-            return _finish(datasets.load_from_disk(str(final / "data")), meta, cache_hit=False)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _tokenize(reader: _Reader, first, cfg: TokenizeConfig, work: Path, progress: bool):
-    import datasets
-
-    from packtool.tokenization.encode import Encoder
-    from packtool.tokenization.loading import load_tokenizer, resolve_template
-
-    loaded = load_tokenizer(cfg.tokenizer)
-    template = resolve_template(loaded, cfg.chat_template)
-    n = _write_normalized(reader, first, work / "normalized.arrow", progress)
-    warnings: list[str] = []
-    if n and not template.has_generation and cfg.train_on != "all":
-        warnings.append(
-            f"chat template '{template.name}' has no {{% generation %}} markers: assistant turns are "
-            "located by a prefix diff of renders (slower; checked per example)"
-        )
-    encoder = Encoder(loaded.tokenizer, template, cfg.train_on)
-    src = datasets.Dataset.from_file(str(work / "normalized.arrow"), in_memory=False) if n else None
-    num_proc = cfg.num_proc or os.cpu_count() or 1
-    if n < SMALL:
-        num_proc = 1
-    if src is not None:
-        with _quiet(enabled=not progress):
-            ds = _map(src, encoder, num_proc, work)
-        err_col = ds["error"]
-        errors = np.fromiter((bool(e) for e in err_col), dtype=bool, count=len(err_col))
-        if errors.any():
-            src_col = np.asarray(ds["source_index"])
-            for j in np.flatnonzero(errors):
-                reader._bad(_Where(int(src_col[j]), reader.data), err_col[j])
-            ds = ds.select(np.flatnonzero(~errors)).flatten_indices()
-        ds = ds.remove_columns(["error"])
-    else:
-        ds = datasets.Dataset.from_dict(
-            {k: [] for k in ("input_ids", "labels", "length", "num_loss_tokens", "source_index", "error")},
-            features=_features(),
-        ).remove_columns(["error"])
-    if len(ds):
-        loss = np.asarray(ds.data.column("num_loss_tokens").to_numpy())
-        src_idx = np.asarray(ds.data.column("source_index").to_numpy())
-        zero = src_idx[loss == 0]
-        if len(zero):
-            warnings.append(
-                f"{len(zero)} example(s) have no loss token (no assistant turn, or every assistant weight 0): "
-                f"source indices {_quote(zero.tolist())}"
-            )
-    meta = {
-        "format": reader.format,
-        "format_reason": reader.reason,
-        "tokenizer": {**loaded.info(), "chat_template": template.name, "chat_template_hash": template.hash,
-                      "generation_markers": template.has_generation},
-        "warnings": warnings,
-    }
-    return ds, meta
-
-
-def _map(src, encoder, num_proc: int, work: Path):
-    return src.map(
-        _encode_batch,
-        batched=True,
-        batch_size=256,
-        fn_kwargs={"encoder": encoder},
-        remove_columns=src.column_names,
-        features=_features(),
-        num_proc=num_proc if num_proc > 1 else None,
-        cache_file_name=str(work / "tokenized.arrow"),
-        new_fingerprint=f"packtool-{work.name}",
-        desc=f"tokenizing ({num_proc} process{'es' if num_proc > 1 else ''})",
-    )
-
-
-class _quiet:
-    """Hide datasets' progress bars (saving, loading; tokenizing when progress is off)."""
-
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
-
-    def __enter__(self):
-        from datasets.utils import logging as dlog
-
-        self.was = dlog.is_progress_bar_enabled()
-        if self.enabled:
-            dlog.disable_progress_bar()
-
-    def __exit__(self, *exc):
-        from datasets.utils import logging as dlog
-
-        if self.was:
-            dlog.enable_progress_bar()
-
-
-class _Where:
-    """Where a record came from, for messages about records that failed after reading."""
-
-    def __init__(self, index: int, file: str):
-        self.index, self.file, self.line = index, file, None
+    td.release_pages = entry.release
+    return td

@@ -1,0 +1,549 @@
+"""Two interchangeable tokenizer backends: rendered texts + char spans → ids, offsets, trained mask.
+
+Both are built from one JSON string, the serialized Rust tokenizer that transformers really uses
+(`AutoTokenizer.from_pretrained(folder).backend_tokenizer.to_str()`: transformers v5 rebuilds e.g.
+Qwen2's pre-tokenizer and decoder, so it is not the folder's tokenizer.json). Ids are those of
+`tokenizers.Tokenizer.encode_batch(texts, add_special_tokens=False)`; the mask is the rule of
+`apply_chat_template(..., return_assistant_tokens_mask=True)`: a token is trained when its char
+range overlaps a span [s, e) of its text.
+
+    texts    ["<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nHé!<|im_end|>\\n", "..."]
+    spans    [int64[[52, 65]], int64[k, 2], ...]  "Hé!<|im_end|>"; sorted, non-overlapping char ranges
+
+    ids      int32 [ 151644 872 198 13048 151645 198 151644 77091 198 39 963 0 151645 198 | ... ]
+    offsets  int64 [0,                                                                  14, ...]  n + 1
+    mask     bool  [ 0      0   0   0     0      0   0      0     0   1  1   1 1      0   | ... ]
+
+`HFBackend` (the reference): `tokenizers` encode_batch; per span the first trained token is
+char_to_token(s), the last char_to_token(e - 1) plus the tokens after it that still start before
+e (the other pieces of a multi-byte char split over several byte tokens). Offsets are monotone, so
+that range is exactly the overlap set. Spans on chars that map to no token (a normalizer removed
+them) and empty spans take the offsets rule directly (`spans_to_mask` on `enc.offsets`).
+
+`FastBackend`: fastokens `encode_batch_flat` gives ids only (two flat buffers, no per-token Python
+objects). The mask comes from bytes instead of chars:
+
+    byte_len  int32[vocab + 1]   UTF-8 bytes each id stands for; -1 = unknown (unk, lstrip/rstrip
+                                 added tokens, pieces outside the byte alphabet); last slot: ids
+                                 outside the table
+    ends      cumsum(byte_len[ids]) over the whole batch: token t covers bytes [ends[t-1], ends[t])
+    check     per text with spans: sum of its tokens' bytes == len(text.encode("utf-8")), no -1
+              token, and (NFC normalizer) the text is already NFC; else that text alone goes
+              through HFBackend and is counted in `fallbacks`. Also every text holding "<0x" when
+              the model has byte_fallback: fastokens reads a literal "<0x0A>" as the byte piece
+              <0x0A>, where tokenizers spells it out char by char (encode does the same)
+    spans     chars → bytes (all-ASCII texts: identity; the others, joined: byte(c) = c + the
+              extra UTF-8 bytes of the non-ASCII chars before c, from "".join(...).encode(
+              "utf-32-le") and one searchsorted), shifted by the text's first byte in the batch
+    mask      one searchsorted over all spans of all texts (spans_to_mask on byte ranges)
+
+Why bytes give the char rule exactly: with an unchanged text the tokens tile its UTF-8 bytes, and
+`tokenizers` reports for token bytes [b0, b1) the chars [char(b0), ceil_char(b1)) (a token holding
+part of a multi-byte char gets that whole char). For a span [s, e) with byte bounds [B(s), B(e)):
+char(b0) < e ⟺ b0 < B(e) and ceil_char(b1) > s ⟺ b1 > B(s). Once the text is known to be in its
+normal form, every way a token's table length can differ from its real span (removed chars, a
+literal "▁" or "<0x0A>" counted as one byte) shortens it, so an equal byte sum proves every token
+exact. Normalizers that can lengthen text (Prepend, prefix spaces, Lowercase, ...) are refused by
+`supports_fast`; NFC can lengthen and shorten within one text (so the sum alone is not enough).
+
+Byte lengths per model (`supports_fast` says which tokenizers qualify):
+    byte-level BPE (ByteLevel pre-tokenizer: Qwen3, Llama-3, gpt-oss)   number of chars of the piece
+    other BPE (sentencepiece-style: Replace " "→"▁", ByteFallback)       UTF-8 length, "▁" = 1 byte,
+                                                                          "<0xNN>" = 1 byte
+    added tokens (override vocab ids)                                    UTF-8 length of content
+
+Both classes pickle without their Rust tokenizer (rebuilt lazily in the new process) and hold no
+global state; fastokens and tokenizers are imported only when a tokenizer is built.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+
+BACKENDS = ("fastokens", "hf")
+
+_SPAN_ERROR = "spans[{i}] must be sorted, non-overlapping [start, end) char ranges within texts[{i}]"
+_BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+_NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
+_BYTE_FALLBACK = re.compile(r'"byte_fallback"\s*:\s*true')
+
+
+def _byte_alphabet() -> frozenset[str]:
+    """GPT-2's bytes_to_unicode: the 256 chars a byte-level vocabulary is written in."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = [b for b in range(256) if b not in bs]
+    return frozenset(map(chr, bs + [256 + k for k in range(len(extra))]))
+
+
+# -- the mask rule -------------------------------------------------------------------------------
+def _overlap(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Tokens [starts, ends) overlapping any span [s, e); spans: int[k, 2], sorted, non-overlapping.
+
+    The first span whose end lies after the token's start decides: if the token overlaps any span
+    it overlaps that one (an earlier span ends at or before the token's start, a later one starts
+    at or after this one's end).
+    """
+    n = len(starts)
+    if n == 0 or len(spans) == 0:
+        return np.zeros(n, dtype=bool)
+    j = np.searchsorted(spans[:, 1], starts, side="right")
+    ok = j < len(spans)
+    jj = np.minimum(j, len(spans) - 1)
+    return ok & (ends > spans[jj, 0])
+
+
+def spans_to_mask(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Tokens overlapping any char span [s, e). offsets: int[n, 2]; spans: int[k, 2], sorted."""
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    return _overlap(offsets[:, 0], offsets[:, 1], np.asarray(spans, dtype=np.int64).reshape(-1, 2))
+
+
+def _check_spans(texts: list[str], spans) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Spans as int64[k, 2] arrays, checked in one vectorized pass; also counts and all rows."""
+    if len(spans) != len(texts):
+        raise ValueError(f"{len(texts)} texts but {len(spans)} span arrays")
+    arrs = [np.asarray(s, dtype=np.int64).reshape(-1, 2) for s in spans]
+    counts = np.fromiter((len(a) for a in arrs), dtype=np.int64, count=len(arrs))
+    if not counts.any():
+        return arrs, counts, np.zeros((0, 2), dtype=np.int64)
+    rows = np.concatenate(arrs)
+    owner = np.repeat(np.arange(len(arrs)), counts)
+    limit = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))[owner]
+    bad = (rows[:, 0] < 0) | (rows[:, 1] < rows[:, 0]) | (rows[:, 1] > limit)
+    bad[1:] |= (owner[1:] == owner[:-1]) & (rows[1:, 0] < rows[:-1, 1])
+    if bad.any():
+        i = int(owner[np.flatnonzero(bad)[0]])
+        raise ValueError(_SPAN_ERROR.format(i=i))
+    return arrs, counts, rows
+
+
+def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists)), out=offsets[1:])
+    ids = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32, count=int(offsets[-1]))
+    return ids, offsets
+
+
+# -- the reference backend -----------------------------------------------------------------------
+class HFBackend:
+    """`tokenizers` (Rust, with offsets): the reference both backends must agree with."""
+
+    name = "hf"
+
+    def __init__(self, backend_json: str):
+        self.backend_json = backend_json
+        self._tok = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        return {"backend_json": self.backend_json}
+
+    def __setstate__(self, state):
+        self.__init__(state["backend_json"])
+
+    def _tokenizer(self):
+        if self._tok is None:
+            with self._lock:
+                if self._tok is None:
+                    from tokenizers import Tokenizer
+
+                    tok = Tokenizer.from_str(self.backend_json)
+                    tok.no_truncation()  # apply_chat_template's defaults: ragged, untruncated
+                    tok.no_padding()
+                    self._tok = tok
+        return self._tok
+
+    def encode(self, texts: list[str], add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Flat int32 ids of all texts, int64 offsets[len(texts) + 1]."""
+        encs = self._tokenizer().encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        return _flat([e.ids for e in encs])
+
+    def encode_spans(self, texts: list[str], spans: list[np.ndarray]):
+        """Flat int32 ids, int64 offsets[n + 1], flat bool mask (token overlaps a char span of its text)."""
+        texts = list(texts)
+        arrs, counts, _ = _check_spans(texts, spans)
+        encs = self._tokenizer().encode_batch(texts, add_special_tokens=False)
+        ids, offsets = _flat([e.ids for e in encs])
+        mask = np.zeros(len(ids), dtype=bool)
+        for i in np.flatnonzero(counts).tolist():
+            base = int(offsets[i])
+            ranges = _token_ranges(encs[i], arrs[i])
+            if ranges is None:
+                off = np.array(encs[i].offsets, dtype=np.int64).reshape(-1, 2)
+                mask[base : int(offsets[i + 1])] = spans_to_mask(off, arrs[i])
+                continue
+            for a, b in ranges:
+                mask[base + a : base + b + 1] = True
+        return ids, offsets, mask
+
+
+def _token_ranges(enc, spans: np.ndarray) -> list[tuple[int, int]] | None:
+    """Inclusive token ranges trained by each span, or None: use the offsets rule for this text.
+
+    With monotone offsets, the tokens overlapping [s, e) are contiguous: from the first token that
+    holds char s to the last token that starts before e. char_to_token(e - 1) is the first token
+    holding char e - 1; when that char is split over several byte tokens, the next ones hold it too.
+    """
+    n = len(enc)
+    ranges = []
+    for s, e in spans.tolist():
+        if s >= e:
+            return None  # an empty span trains only a token straddling s
+        a, b = enc.char_to_token(s), enc.char_to_token(e - 1)
+        if a is None or b is None:
+            return None
+        while b + 1 < n:
+            nxt = enc.token_to_chars(b + 1)
+            if nxt is None or nxt[0] >= e:
+                break
+            b += 1
+        ranges.append((a, b))
+    return ranges
+
+
+# -- what fastokens can serve ----------------------------------------------------------------------
+@dataclass
+class _Plan:
+    """How byte lengths are derived for one tokenizer, and what each text must pass."""
+
+    bytelevel: bool
+    space: str | None  # the char a normalizer writes for " " (sentencepiece "▁"), counted as 1 byte
+    byte_fallback: bool
+    forms: tuple[str, ...]  # unicode normal forms a text must already be in (NFC normalizer)
+
+
+def _parts(node, key: str) -> list[dict]:
+    """A component and, for a Sequence, its members (recursively)."""
+    if not node:
+        return []
+    if node.get("type") == "Sequence":
+        return [p for sub in node.get(key) or [] for p in _parts(sub, key)]
+    return [node]
+
+
+def _plan(spec: dict) -> tuple[_Plan | None, str | None]:
+    """The byte-length plan for a parsed tokenizer JSON, or a reason it cannot have one."""
+    model = spec.get("model") or {}
+    kind = model.get("type") or ("BPE" if "merges" in model else "unknown")
+    if kind != "BPE":
+        return None, f"{kind} models are not supported"
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            return None, f"BPE {key} {model[key]!r} is not supported"
+
+    forms, space = [], None
+    for n in _parts(spec.get("normalizer"), "normalizers"):
+        t = n.get("type")
+        if t in _NORMAL_FORMS:
+            forms.append(t)
+        elif t == "Replace" and (n.get("pattern") or {}).get("String") == " " and len(n.get("content") or "") == 1:
+            space = n["content"]
+        else:
+            return None, f"normalizer {t} is not supported (it can change the text's length)"
+
+    bytelevel = False
+    for p in _parts(spec.get("pre_tokenizer"), "pretokenizers"):
+        t = p.get("type")
+        if t == "ByteLevel":
+            if p.get("add_prefix_space"):
+                return None, "the ByteLevel pre-tokenizer adds a prefix space"
+            bytelevel = True
+        elif t == "Metaspace":
+            prepend = p.get("prepend_scheme") or ("always" if p.get("add_prefix_space", True) else "never")
+            if prepend != "never":
+                return None, f"the Metaspace pre-tokenizer prepends {p.get('replacement', '▁')!r}"
+            if len(p.get("replacement") or "") != 1 or space not in (None, p["replacement"]):
+                return None, "this Metaspace pre-tokenizer is not supported"
+            space = p["replacement"]
+        elif t not in ("Split", "Digits", "Punctuation"):
+            return None, f"pre-tokenizer {t} is not supported"
+    if bytelevel and space is not None:
+        return None, "a Replace normalizer before a ByteLevel pre-tokenizer is not supported"
+    if space is not None and model.get("byte_fallback") and space not in (model.get("vocab") or {}):
+        return None, f"the vocabulary has no {space!r} piece"
+
+    for p in _parts(spec.get("post_processor"), "processors"):
+        t = p.get("type")
+        if t in ("ByteLevel", "RobertaProcessing") and p.get("trim_offsets"):
+            return None, f"the {t} post-processor trims offsets"
+        if t not in ("ByteLevel", "TemplateProcessing", "BertProcessing", "RobertaProcessing"):
+            return None, f"post-processor {t} is not supported"
+    return _Plan(bytelevel, space, bool(model.get("byte_fallback")), tuple(forms)), None
+
+
+def _byte_lengths(spec: dict, plan: _Plan) -> np.ndarray:
+    """int32[max id + 2]: UTF-8 bytes of the text each id stands for; -1 where not derivable."""
+    model = spec["model"]
+    vocab: dict[str, int] = model.get("vocab") or {}
+    added = spec.get("added_tokens") or []
+    size = max([*vocab.values(), *(a["id"] for a in added), -1]) + 2
+    out = np.full(size, -1, dtype=np.int32)
+    if plan.bytelevel:
+        alphabet = _byte_alphabet()
+        for piece, i in vocab.items():
+            if piece and alphabet.issuperset(piece):
+                out[i] = len(piece)
+    else:
+        extra = len(plan.space.encode()) - 1 if plan.space else 0
+        for piece, i in vocab.items():
+            if plan.byte_fallback and _BYTE_PIECE.fullmatch(piece):
+                out[i] = 1
+            elif piece:
+                out[i] = len(piece.encode()) - (extra * piece.count(plan.space) if extra else 0)
+    unk = model.get("unk_token")
+    if unk is not None and unk in vocab:
+        out[vocab[unk]] = -1
+    for a in added:
+        content = a.get("content") or ""
+        ambiguous = a.get("normalized") and plan.space and (plan.space in content or " " in content)
+        if not content or a.get("lstrip") or a.get("rstrip") or ambiguous:
+            out[a["id"]] = -1
+        elif plan.byte_fallback and _BYTE_PIECE.fullmatch(content):
+            # the model emits it for one byte; a literal "<0x0A>" in the text is 6 bytes, which
+            # only shortens the sum (so that text falls back)
+            out[a["id"]] = 1
+        else:
+            out[a["id"]] = len(content.encode())
+    out[out == 0] = -1
+    return out
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+
+
+def supports_fast(backend_json: str, load: bool = True) -> str | None:
+    """None when fastokens can serve this tokenizer, else a short reason.
+
+    fastokens must be importable, load the JSON, and the model / normalizer / pre-tokenizer must be
+    one whose per-token byte lengths we can derive (see the module docstring). Loading takes about a
+    second for a 150k vocabulary; `load=False` skips it (static checks only).
+    """
+    try:
+        import fastokens
+    except ImportError:
+        return "fastokens is not installed"
+    try:
+        spec = json.loads(backend_json)
+    except ValueError as e:
+        return f"the tokenizer JSON cannot be parsed ({_first_line(e)})"
+    _, reason = _plan(spec)
+    if reason is not None:
+        return reason
+    if not load:  # the caller builds it (FastBackend.preload) and handles a failure there
+        return None
+    try:
+        fastokens.Tokenizer.from_json_str(backend_json)
+    except Exception as e:
+        return f"fastokens cannot load this tokenizer: {_first_line(e)}"
+    return None
+
+
+# -- the fast backend -----------------------------------------------------------------------------
+class FastBackend:
+    """fastokens ids + byte-length table for the mask; texts that fail the byte check use HFBackend."""
+
+    name = "fastokens"
+
+    def __init__(self, backend_json: str):
+        self.backend_json = backend_json
+        self.fallbacks = 0
+        # fastokens reads a literal "<0x0A>" in the text as the byte-fallback piece <0x0A>
+        # (tokenizers spells it out char by char): such texts of byte-fallback models go through HF
+        self._literal_bytes = _BYTE_FALLBACK.search(backend_json) is not None
+        self._tok = None
+        self._lengths: np.ndarray | None = None
+        self._plan: _Plan | None = None
+        self._reason: str | None = None
+        self._hf: HFBackend | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self):
+        # the table is small and saves the JSON parse in a worker; the Rust tokenizer is rebuilt
+        return {"backend_json": self.backend_json, "fallbacks": self.fallbacks,
+                "table": (self._plan, self._lengths, self._reason)}
+
+    def __setstate__(self, state):
+        self.__init__(state["backend_json"])
+        self.fallbacks = state["fallbacks"]
+        self._plan, self._lengths, self._reason = state["table"]
+
+    # building (fastokens.Tokenizer.from_json_str releases the GIL: preload overlaps other work)
+    def preload(self) -> None:
+        """Start building the Rust tokenizer and the byte table on a background thread."""
+        if (self._tok is None or self._lengths is None) and self._thread is None:
+            self._thread = threading.Thread(target=self._preload, name="fastokens-load", daemon=True)
+            self._thread.start()
+
+    def _preload(self) -> None:
+        try:
+            self._tokenizer(wait=False)
+            self._table(wait=False)
+        except Exception:  # raised again, in the caller's thread, by the first encode
+            pass
+
+    def _wait(self) -> None:
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
+            self._thread = None
+
+    def _tokenizer(self, wait: bool = True):
+        if wait:
+            self._wait()
+        if self._tok is None:
+            with self._lock:
+                if self._tok is None:
+                    import fastokens
+
+                    tok = fastokens.Tokenizer.from_json_str(self.backend_json)
+                    tok.no_truncation()
+                    tok.no_padding()
+                    self._tok = tok
+        return self._tok
+
+    def _table(self, wait: bool = True) -> tuple[_Plan, np.ndarray]:
+        if wait:
+            self._wait()
+        if self._lengths is None and self._reason is None:
+            with self._lock:
+                if self._lengths is None and self._reason is None:
+                    spec = json.loads(self.backend_json)
+                    plan, self._reason = _plan(spec)
+                    if plan is not None:
+                        self._plan, self._lengths = plan, _byte_lengths(spec, plan)
+        if self._reason is not None:
+            raise ValueError(f"the fastokens backend cannot map spans for this tokenizer: {self._reason}")
+        return self._plan, self._lengths
+
+    def _reference(self) -> HFBackend:
+        if self._hf is None:
+            self._hf = HFBackend(self.backend_json)
+        return self._hf
+
+    def _suspects(self, texts: list[str]) -> list[int]:
+        if not self._literal_bytes:
+            return []
+        return [i for i, t in enumerate(texts) if "<0x" in t]
+
+    # encoding
+    def encode(self, texts: list[str], add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Flat int32 ids of all texts, int64 offsets[len(texts) + 1]."""
+        texts = list(texts)
+        ids_b, off_b = self._tokenizer().encode_batch_flat(texts, add_special_tokens=add_special_tokens)
+        ids = np.frombuffer(ids_b, dtype="<u4").astype(np.int32)
+        offsets = np.frombuffer(off_b, dtype="<u8").astype(np.int64)
+        redo = self._suspects(texts)
+        if redo:
+            self.fallbacks += len(redo)
+            r_ids, r_off = self._reference().encode([texts[i] for i in redo], add_special_tokens)
+            ids, offsets, _ = _splice(len(texts), redo, (ids, offsets, None), (r_ids, r_off, None))
+        return ids, offsets
+
+    def encode_spans(self, texts: list[str], spans: list[np.ndarray]):
+        """Flat int32 ids, int64 offsets[n + 1], flat bool mask (token overlaps a char span of its text)."""
+        texts = list(texts)
+        arrs, counts, rows = _check_spans(texts, spans)
+        plan, table = self._table()
+        ids_b, off_b = self._tokenizer().encode_batch_flat(texts, add_special_tokens=False)
+        raw = np.frombuffer(ids_b, dtype="<u4")
+        ids = raw.astype(np.int32)
+        offsets = np.frombuffer(off_b, dtype="<u8").astype(np.int64)
+
+        # byte range of every token in the batch: [cum[t], cum[t + 1])
+        lens = table[np.minimum(raw, len(table) - 1)]
+        unknown = lens < 0
+        cum = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(np.where(unknown, 0, lens), out=cum[1:])
+        bad = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(unknown, out=bad[1:])
+        base = cum[offsets[:-1]]  # first byte of each text in the batch
+        tok_bytes = cum[offsets[1:]] - base
+        ok = (counts > 0) & (bad[offsets[1:]] == bad[offsets[:-1]])
+        suspects = self._suspects(texts)
+        ok[suspects] = False
+
+        # char spans → byte spans; all-ASCII texts have equal char and byte positions. The others
+        # are joined: byte(c) = c + the extra UTF-8 bytes of the non-ASCII chars before c
+        text_bytes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        wide = [i for i in np.flatnonzero(ok).tolist() if not texts[i].isascii()]
+        if plan.forms:  # the normalizer would change these texts: their bytes no longer line up
+            changed = [i for i in wide if not all(unicodedata.is_normalized(f, texts[i]) for f in plan.forms)]
+            ok[changed] = False
+            wide = [i for i in wide if ok[i]]
+        owner = np.repeat(np.arange(len(texts)), counts)
+        byte_rows = rows
+        if wide:
+            cp = np.frombuffer("".join([texts[i] for i in wide]).encode("utf-32-le"), dtype=np.uint32)
+            at = np.flatnonzero(cp >= 0x80)
+            extra = np.zeros(len(at) + 1, dtype=np.int64)
+            v = cp[at]
+            np.cumsum(1 + (v >= 0x800).astype(np.int64) + (v >= 0x10000), out=extra[1:])
+
+            def byte_pos(c):
+                return c + extra[np.searchsorted(at, c)]
+
+            char_base = np.full(len(texts), -1, dtype=np.int64)
+            char_base[wide] = np.cumsum([0] + [len(texts[i]) for i in wide[:-1]])
+            b0 = byte_pos(char_base[wide])
+            text_bytes[wide] = byte_pos(char_base[wide] + text_bytes[wide]) - b0
+            sel = char_base[owner] >= 0
+            cb = char_base[owner[sel]][:, None]
+            byte_rows = rows.copy()
+            byte_rows[sel] = byte_pos(cb + rows[sel]) - byte_pos(cb)
+        ok &= tok_bytes == text_bytes
+
+        keep = ok[owner]
+        global_spans = byte_rows[keep] + base[owner[keep]][:, None]
+        mask = _overlap(cum[:-1], cum[1:], global_spans)
+
+        redo = (counts > 0) & ~ok
+        redo[suspects] = True
+        redo = np.flatnonzero(redo).tolist()
+        if redo:
+            self.fallbacks += len(redo)
+            ref = self._reference().encode_spans([texts[i] for i in redo], [arrs[i] for i in redo])
+            ids, offsets, mask = _splice(len(texts), redo, (ids, offsets, mask), ref)
+        return ids, offsets, mask
+
+
+def _splice(n: int, redo: list[int], flat: tuple, ref: tuple) -> tuple:
+    """Replace the tokens of texts `redo` in (ids, offsets, mask | None) with `ref`'s, for them only."""
+    ids, offsets, mask = flat
+    r_ids, r_off, r_mask = ref
+    at = np.asarray(redo)
+    if np.array_equal(np.diff(r_off), offsets[at + 1] - offsets[at]):  # same token counts: in place
+        for k, i in enumerate(redo):
+            a, b = int(offsets[i]), int(offsets[i + 1])
+            ids[a:b] = r_ids[r_off[k] : r_off[k + 1]]
+            if mask is not None:
+                mask[a:b] = r_mask[r_off[k] : r_off[k + 1]]
+        return ids, offsets, mask
+    # fastokens and tokenizers disagree on a text's token count: rebuild the buffers
+    pos = dict(zip(redo, range(len(redo)), strict=True))
+    srcs = [(ids, mask, offsets, i) if i not in pos else (r_ids, r_mask, r_off, pos[i]) for i in range(n)]
+    new_ids = np.concatenate([x[o[k] : o[k + 1]] for x, _, o, k in srcs]).astype(np.int32)
+    new_off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([o[k + 1] - o[k] for _, _, o, k in srcs], out=new_off[1:])
+    new_mask = None
+    if mask is not None:
+        new_mask = np.concatenate([m[o[k] : o[k + 1]] for _, m, o, k in srcs]).astype(bool)
+    return new_ids, new_off, new_mask
+
+
+def make_backend(name: str, backend_json: str):
+    """"hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first); nothing is built yet."""
+    if name == "hf":
+        return HFBackend(backend_json)
+    if name == "fastokens":
+        return FastBackend(backend_json)
+    raise ValueError(f"unknown tokenizer backend {name!r}; expected one of {', '.join(BACKENDS)}")

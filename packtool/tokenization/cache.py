@@ -1,0 +1,277 @@
+"""The tokenization cache: entries written once, checked on every load, memory-mapped.
+
+    $PACKTOOL_CACHE/
+        tok-<key>/                  one tokenized input (key: sources, tokenizer, template, options)
+            data.arrow              Arrow IPC file, the tokenized table (packtool.data), written once
+            meta.json               {"meta": {...}, "data": {"bytes", "xxh3_128"}, "checksum": ...}
+        tokenizers/<digest>.json    resolved TokenizerSpecs (same checksummed envelope)
+        work-<key>-<pid>-<n>/       an entry being written; renamed to tok-<key> when complete
+
+Trust nothing on disk: `meta.json` carries the xxh3-128 of data.arrow (hashed while it was
+written) and a checksum of its own content (format, counts, pad id, ...). `open_entry` re-hashes
+data.arrow with buffered reads (page cache, ~10 GB/s, none of it counted in our RSS) and returns
+None, after a one-line warning naming the entry and removing it, when anything differs or cannot be
+read. A run that dies leaves only a work folder, which the next run removes once its process is
+gone. Two runs on the same input write separate work folders; the first rename wins and the second
+run uses the winner's entry (the bytes are the same).
+
+Memory: the table is memory-mapped through Python's mmap, so `MappedEntry.release()` can drop the
+pages it touched from this process (MADV_DONTNEED: a file mapping re-reads them from the page
+cache) and a pack of any size keeps a bounded resident set.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import mmap
+import os
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packtool.io.files import cache_root
+
+DATA = "data.arrow"
+META = "meta.json"
+FORMAT = 2  # entry layout version; older entries are recomputed
+_CHUNK = 16 << 20
+
+
+class CacheWarning(UserWarning):
+    """A cache entry was damaged and is recomputed (the CLI prints these as one line)."""
+
+
+def _xxh(data: bytes = b""):
+    import xxhash
+
+    return xxhash.xxh3_128(data)
+
+
+def _checksum(obj: Any) -> str:
+    return _xxh(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _say(message: str) -> None:
+    warnings.warn(message, CacheWarning, stacklevel=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# small JSON entries (resolved tokenizers)
+
+
+def tokenizer_path(digest: str) -> Path:
+    return cache_root() / "tokenizers" / f"{digest}.json"
+
+
+def read_json(path: Path) -> Any | None:
+    """The stored object, or None when absent; damaged files are removed with a warning."""
+    try:
+        envelope = json.loads(path.read_bytes())
+        if envelope.get("checksum") == _checksum(envelope.get("data")):
+            return envelope["data"]
+        why = "checksum mismatch"
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError) as e:
+        why = type(e).__name__
+    _say(f"cache file {path} is damaged ({why}); recomputing it")
+    path.unlink(missing_ok=True)
+    return None
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomically (temp file + rename); a cache that cannot be written is skipped, not fatal."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"data": obj, "checksum": _checksum(obj)}))
+        os.replace(tmp, path)
+    except OSError as e:
+        _say(f"cannot write cache file {path} ({e.strerror or e}); continuing without it")
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenized entries
+
+
+def entry_path(key: str) -> Path:
+    return cache_root() / f"tok-{key}"
+
+
+@dataclass
+class MappedEntry:
+    """A verified entry: the table memory-mapped from data.arrow, and its metadata."""
+
+    path: Path
+    table: Any  # pyarrow.Table, zero-copy over `_map`
+    meta: dict[str, Any]
+    _map: mmap.mmap | None = None
+
+    def release(self) -> None:
+        """Drop the pages this process touched (they stay in the page cache)."""
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+
+def _hash_file(path: Path) -> tuple[int, str]:
+    h = _xxh()
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    size = 0
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+            size += n
+    return size, h.hexdigest()
+
+
+def _map_table(path: Path):
+    import pyarrow as pa
+
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
+    if mm is None:
+        raise ValueError("empty data file")
+    reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mm)))
+    return reader.read_all(), mm
+
+
+def open_entry(path: Path) -> MappedEntry | None:
+    """The entry at `path` if it is complete and intact, else None (damaged ones are removed)."""
+    if not path.exists():
+        return None
+    why = None
+    try:
+        envelope = json.loads((path / META).read_bytes())
+        if envelope.get("format") != FORMAT:
+            why = "written by another packtool version"
+        elif envelope.get("checksum") != _checksum([envelope.get("meta"), envelope.get("data")]):
+            why = "its metadata checksum does not match"
+        else:
+            size, digest = _hash_file(path / DATA)
+            data = envelope["data"]
+            if size != data["bytes"] or digest != data["xxh3_128"]:
+                why = f"data.arrow differs from its checksum ({size} bytes, {data['bytes']} written)"
+            else:
+                table, mm = _map_table(path / DATA)
+                if table.num_rows != data["rows"]:
+                    why = f"data.arrow holds {table.num_rows} rows, {data['rows']} written"
+                else:
+                    return MappedEntry(path, table, envelope["meta"], mm)
+    except FileNotFoundError as e:
+        why = f"{Path(e.filename).name if e.filename else 'a file'} is missing"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        why = f"unreadable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+    except Exception as e:  # pyarrow.ArrowInvalid and friends: a damaged Arrow file
+        why = f"unreadable Arrow data: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    _say(f"tokenization cache entry {path} is damaged ({why}); removing it and tokenizing again")
+    shutil.rmtree(path, ignore_errors=True)
+    return None
+
+
+class _HashingFile(io.RawIOBase):
+    """A write-only file that hashes every byte on its way to disk (no second read)."""
+
+    def __init__(self, path: Path):
+        self._f = open(path, "wb")
+        self.hash = _xxh()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        n = self._f.write(b)
+        self.hash.update(memoryview(b)[:n])
+        self.size += n
+        return n
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+        super().close()
+
+
+def remove_stale_work() -> None:
+    """Work folders of runs that are gone (killed, crashed): `work-<key>-<pid>-<n>`."""
+    root = cache_root()
+    if not root.is_dir():
+        return
+    for p in root.glob("work-*"):
+        try:
+            pid = int(p.name.split("-")[-2])
+        except (IndexError, ValueError):
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
+
+
+class EntryWriter:
+    """Streams record batches into a new entry's data.arrow; `commit` makes it visible at once."""
+
+    _count = 0
+
+    def __init__(self, key: str, schema):
+        import pyarrow as pa
+
+        EntryWriter._count += 1
+        self.key = key
+        self.final = entry_path(key)
+        self.work = cache_root() / f"work-{key}-{os.getpid()}-{EntryWriter._count}"
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir(parents=True)
+        self._file = _HashingFile(self.work / DATA)
+        self._sink = pa.PythonFile(self._file, mode="w")
+        self._writer = pa.ipc.new_file(self._sink, schema)
+        self.rows = 0
+
+    def write(self, batch) -> None:
+        if batch.num_rows:
+            self._writer.write_batch(batch)
+            self.rows += batch.num_rows
+
+    def commit(self, meta: dict[str, Any], replace: bool = False) -> Path:
+        """Close data.arrow, write meta.json, rename into place (over an existing entry when
+        `replace`, as --no-cache asks). Returns the entry's path."""
+        self._writer.close()
+        self._sink.close()
+        self._file.close()
+        data = {"bytes": self._file.size, "xxh3_128": self._file.hash.hexdigest(), "rows": self.rows}
+        envelope = {"format": FORMAT, "meta": meta, "data": data, "checksum": _checksum([meta, data])}
+        (self.work / META).write_text(json.dumps(envelope, default=str))
+        if replace:
+            shutil.rmtree(self.final, ignore_errors=True)
+        try:
+            os.replace(self.work, self.final)
+        except OSError:  # another run committed the same entry first: keep theirs if it is intact
+            if open_entry(self.final) is None:
+                os.replace(self.work, self.final)
+            else:
+                self.abort()
+        return self.final
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        except Exception:
+            pass
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def __enter__(self) -> EntryWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
