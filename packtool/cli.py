@@ -40,11 +40,19 @@ def _root(
     """Profile SFT datasets, pack them into static-length Parquet shards, verify the shards."""
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    sys.stderr.write(f"warning: {message}\n")
+
+
 def guard(fn):
-    """Turn PacktoolError (and Ctrl-C) into a one-line message and an exit code."""
+    """Turn PacktoolError (and Ctrl-C) into a one-line message and an exit code; warnings that
+    packtool raises (a damaged cache entry, ...) print as one line too."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        import warnings
+
+        warnings.showwarning = _one_line_warning
         try:
             return fn(*args, **kwargs)
         except PacktoolError as e:

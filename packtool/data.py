@@ -31,6 +31,34 @@ def token_schema():
                       ("length", pa.int32()), ("num_loss_tokens", pa.int32()), ("source_index", pa.int64())])
 
 
+_ARROW_TYPES = {np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}
+
+
+def arrow_array(values: np.ndarray):
+    """A pyarrow array over a contiguous int32/int64 numpy array, zero-copy. (pa.array(ndarray)
+    would import pandas, 0.3 s, in every process that builds a batch.)"""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    kind = getattr(pa, _ARROW_TYPES[values.dtype])()
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+def arrow_numpy(arr) -> np.ndarray:
+    """A primitive Arrow array as numpy, zero-copy when it has no nulls (Array.to_numpy imports pandas)."""
+    if arr.null_count:
+        return arr.to_numpy(zero_copy_only=False)
+    width = arr.type.bit_width // 8
+    data = np.frombuffer(arr.buffers()[1], dtype=f"<i{width}")
+    return data[arr.offset:arr.offset + len(arr)]
+
+
+def column_numpy(table, name: str, dtype) -> np.ndarray:
+    """A primitive column of a (chunked) table as one numpy array, without pandas."""
+    chunks = [arrow_numpy(c) for c in table.column(name).chunks]
+    return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype)
+
+
 def token_batch(ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray, source_index: np.ndarray):
     """A record batch of the tokenized schema from flat int32 ids/labels and int64 offsets[n+1]."""
     import pyarrow as pa
@@ -40,14 +68,14 @@ def token_batch(ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray, source
     offsets = np.asarray(offsets, dtype=np.int64)
     if offsets[-1] > np.iinfo(np.int32).max:
         raise ValueError("a batch holds more than 2^31 tokens; use smaller batches")
-    off32 = pa.array(offsets.astype(np.int32))
+    off32 = arrow_array(offsets.astype(np.int32))
     lengths = np.diff(offsets).astype(np.int32)
     trained = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX, dtype=np.int64)])
     loss = (trained[offsets[1:]] - trained[offsets[:-1]]).astype(np.int32)
     return pa.RecordBatch.from_arrays(
-        [pa.ListArray.from_arrays(off32, pa.array(np.ascontiguousarray(ids, dtype=np.int32))),
-         pa.ListArray.from_arrays(off32, pa.array(np.ascontiguousarray(labels, dtype=np.int32))),
-         pa.array(lengths), pa.array(loss), pa.array(np.asarray(source_index, dtype=np.int64))],
+        [pa.ListArray.from_arrays(off32, arrow_array(np.asarray(ids, dtype=np.int32))),
+         pa.ListArray.from_arrays(off32, arrow_array(np.asarray(labels, dtype=np.int32))),
+         arrow_array(lengths), arrow_array(loss), arrow_array(np.asarray(source_index, dtype=np.int64))],
         schema=token_schema(),
     )
 
@@ -94,6 +122,7 @@ class TokenizedData:
     backend: dict[str, Any] = field(default_factory=dict)  # tokenizer backend that ran, and its start-up check
     seconds: dict[str, float] = field(default_factory=dict)  # timings of the stages that ran
     release_pages: Any = None  # callable dropping the memory-mapped pages this process touched, or None
+    mapped_file: Any = None  # (path, base address, size) of the file `table` is memory-mapped from, or None
 
     def __len__(self) -> int:
         return len(self.table)
@@ -116,9 +145,9 @@ class TokenizedData:
     def from_table(cls, table, **kw) -> TokenizedData:
         return cls(
             table=table,
-            lengths=np.asarray(table.column("length").to_numpy(), dtype=np.int32),
-            loss_counts=np.asarray(table.column("num_loss_tokens").to_numpy(), dtype=np.int32),
-            source_index=np.asarray(table.column("source_index").to_numpy(), dtype=np.int64),
+            lengths=column_numpy(table, "length", np.int32),
+            loss_counts=column_numpy(table, "num_loss_tokens", np.int32),
+            source_index=column_numpy(table, "source_index", np.int64),
             **kw,
         )
 

@@ -9,8 +9,10 @@
                                           OUT/data/train-XXXXX-of-XXXXX.parquet, OUT/manifest.json
 
 Memory: the per-document arrays (lengths, pieces, plan: ~100 bytes per document) plus one row group
-(<= 64 MiB of token slots) and the Parquet writer's buffer for it.  Tokens are never Python objects;
-a memory-mapped dataset is read in place.
+(<= 64 MiB of token slots) and the Parquet writer's buffer for it.  Tokens are never Python objects.
+A table memory-mapped from the tokenization cache is gathered with pread (`_FileGather`), so the
+input's pages stay in the page cache instead of this process's resident set; any other Arrow
+table is read in place.
 
 Accounting is checked, not assumed (PacktoolError if any fails):
     examples_read = tokenized + skipped
@@ -40,7 +42,6 @@ from packtool.packing import ORDERS, STRATEGIES, lower_bound_rows, plan_packs
 
 OVERFLOWS = ("drop", "truncate", "split", "error")
 MAX_PACK_LEN = kernels.MAX_BITSET_SIZE - 1
-RELEASE_TOKENS = 64 << 20  # gathered tokens (ids + labels: 512 MiB of mapped input) between page releases
 MAX_WRITERS = 4  # shards encoded in parallel (each: 2 x 4 x row-group buffers, <= 2 x 64 MiB)
 
 Progress = Callable[[int, int], None]  # (rows written, rows total)
@@ -161,6 +162,7 @@ class ListColumn:
         from numba.typed import List
 
         self.values = List()
+        self.addresses: list[int] = []  # address of each chunk's first value (for file offsets)
         bases, lens, chunk_of = [], [], []
         for c, ch in enumerate(chunked.chunks):
             if not (pa.types.is_list(ch.type) or pa.types.is_large_list(ch.type)):
@@ -176,6 +178,7 @@ class ListColumn:
             vals = child.to_numpy(zero_copy_only=False)
             vals.flags.writeable = False  # one numba type for every chunk
             self.values.append(vals)
+            self.addresses.append(vals.ctypes.data)
             bases.append(offsets[:-1])
             lens.append(np.diff(offsets))
             chunk_of.append(np.full(len(ch), c, dtype=np.int64))
@@ -185,6 +188,15 @@ class ListColumn:
         self.base = np.concatenate(bases) if bases else np.zeros(0, np.int64)
         self.length = np.concatenate(lens) if lens else np.zeros(0, np.int64)
         self.chunk = np.concatenate(chunk_of) if chunk_of else np.zeros(0, np.int64)
+        self.file_offsets: np.ndarray | None = None  # byte offset of each chunk's values in the mapped file
+
+    def map_to_file(self, base_address: int, size: int) -> bool:
+        """Locate every chunk inside a memory-mapped file [base_address, +size); False if one is not."""
+        offs = np.array([a - base_address for a in self.addresses], dtype=np.int64)
+        if len(offs) and (offs.min() < 0 or offs.max() >= size):
+            return False
+        self.file_offsets = offs
+        return True
 
 
 def _table_rows(table) -> tuple[Any, np.ndarray | None]:
@@ -235,6 +247,59 @@ class _Located:
     loss_cut_tails: int  # loss tokens in the cut-off tails of truncated examples
 
 
+class _FileGather:
+    """Reads a block's pieces from the tokenization cache file with pread, into staging buffers.
+
+    Why not read them through the memory map: documents are gathered in plan order, i.e. at random
+    positions of the file, and the page cache maps large folios whole, so 5,000 random 3 KB reads
+    map ~900 MB of a 1 GB file. Resident memory (VmHWM) would grow to the size of the input. With
+    pread the pages stay in the page cache (shared, reclaimable) and this process holds only the
+    staging buffers: 2 x one row group of tokens. Cost: ~2 us a piece and column.
+
+        staging  ids  [piece q0 tokens | piece q1 tokens | ...]   (block order)
+                 labs [piece q0 labels | piece q1 labels | ...]
+    """
+
+    def __init__(self, path: str, loc: _Located, capacity: int):
+        from numba.typed import List
+
+        self.fd = os.open(path, os.O_RDONLY)
+        self.loc = loc
+        self.ids = np.empty(capacity, dtype=np.int32)
+        self.lab = np.empty(capacity, dtype=np.int32)
+        self.ids_list, self.lab_list = List([self.ids]), List([self.lab])
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
+        """(local pieces, local lengths, chunk, ids base, lab base) for copy_rows over the staging."""
+        loc = self.loc
+        n = piece_len[pcs].astype(np.int64)
+        start = np.zeros(len(pcs) + 1, dtype=np.int64)
+        np.cumsum(n, out=start[1:])
+        ids_off = loc.ids.file_offsets[loc.ids_chunk[pcs]] + 4 * loc.ids_base[pcs]
+        lab_off = loc.lab.file_offsets[loc.lab_chunk[pcs]] + 4 * loc.lab_base[pcs]
+        ids_view, lab_view = memoryview(self.ids).cast("B"), memoryview(self.lab).cast("B")
+        fd = self.fd
+        for a, b, io, lo in zip((4 * start[:-1]).tolist(), (4 * start[1:]).tolist(), ids_off.tolist(),
+                                lab_off.tolist(), strict=True):
+            if os.preadv(fd, [ids_view[a:b]], io) != b - a or os.preadv(fd, [lab_view[a:b]], lo) != b - a:
+                raise PacktoolError("the tokenization cache file was truncated while packing; run again")
+        zero = np.zeros(len(pcs), dtype=np.int64)
+        return np.arange(len(pcs), dtype=np.int64), n, zero, start[:-1], start[:-1]
+
+
+def _file_gather(data: TokenizedData, loc: _Located, capacity: int) -> _FileGather | None:
+    """A pread gather when the tokenized table is memory-mapped from a cache file, else None."""
+    mapped = getattr(data, "mapped_file", None)  # (path, base address, size)
+    if not mapped or not (loc.ids.map_to_file(mapped[1], mapped[2]) and loc.lab.map_to_file(mapped[1], mapped[2])):
+        return None
+    if data.release_pages is not None:
+        data.release_pages()  # pages mapped while locating: from here on the map is not read
+    return _FileGather(mapped[0], loc, capacity)
+
+
 def _locate(data: TokenizedData, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> _Located:
     table, mapping = _table_rows(data.table)
     ids = ListColumn(table.column("input_ids"), "input_ids")
@@ -268,7 +333,7 @@ class _Written:
 
 
 def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray, loc: _Located, pad_id: int,
-                  shard_rows: int, progress: Progress | None, release=None) -> _Written:
+                  shard_rows: int, progress: Progress | None, gather: _FileGather | None = None) -> _Written:
     """Gather rows block by block (one Parquet row group each) and write the shards.
 
     Shards are written `writers` at a time, each by its own thread (one file, one thread, blocks in
@@ -285,7 +350,6 @@ def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray,
     used = [0] * writers
     out = _Written(shards=[])
     closed = {}
-    released = [0]
     with _WriterPool(writers) as pool:
         for wave in range(0, num_shards, writers):
             members = list(range(wave, min(num_shards, wave + writers)))
@@ -304,9 +368,15 @@ def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray,
                     seq_off, pcs, dest_col, num_tokens = kernels.layout_rows(
                         rows, plan.row_offsets, plan.doc_order, piece_len, input_ids, labels, positions, doc_ids,
                         pad_id, schema.IGNORE_INDEX)
-                    num_loss, first = kernels.copy_rows(
-                        seq_off, pcs, dest_col, piece_len, loc.ids_chunk, loc.ids_base, loc.lab_chunk, loc.lab_base,
-                        loc.ids.values, loc.lab.values, input_ids, labels, schema.IGNORE_INDEX)
+                    if gather is not None:
+                        local, local_len, chunk, ids_base, lab_base = gather.stage(pcs, piece_len)
+                        num_loss, first = kernels.copy_rows(
+                            seq_off, local, dest_col, local_len, chunk, ids_base, chunk, lab_base,
+                            gather.ids_list, gather.lab_list, input_ids, labels, schema.IGNORE_INDEX)
+                    else:
+                        num_loss, first = kernels.copy_rows(
+                            seq_off, pcs, dest_col, piece_len, loc.ids_chunk, loc.ids_base, loc.lab_chunk,
+                            loc.lab_base, loc.ids.values, loc.lab.values, input_ids, labels, schema.IGNORE_INDEX)
                     table = shards.rows_table(input_ids, labels, positions, doc_ids, seq_off, piece_len[pcs],
                                               loc.source[pcs], num_tokens, num_loss)
                     pool.submit(w, open_writers[w].write, table)
@@ -315,9 +385,6 @@ def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray,
                     out.loss_first_token += int(first)
                     out.documents += int(pcs.shape[0])
                     out.rows += k
-                    if release is not None and out.tokens - released[0] >= RELEASE_TOKENS:
-                        release()  # drop the input pages gathered so far: RSS stays bounded
-                        released[0] = out.tokens
                     if progress is not None:
                         progress(out.rows, R)
             for w, s in enumerate(members):
@@ -325,6 +392,20 @@ def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray,
         pool.wait_all()
     out.shards = [closed[s].result() for s in range(num_shards)]
     return out
+
+
+def warm_up() -> None:
+    """Load what packing needs (numba's cached kernels, the Parquet writer) by packing 3 tiny
+    examples into a temporary folder. Run on a thread while tokenization keeps the workers busy:
+    it takes ~0.5 s that would otherwise come after them."""
+    import tempfile
+
+    try:
+        data = TokenizedData.from_lists([[1, 2, 3], [4, 5], [6, 7, 8, 9]], [[1, 2, 3], [-100, 5], [6, 7, 8, 9]])
+        with tempfile.TemporaryDirectory(prefix="packtool-warm-") as tmp:
+            pack_tokenized(data, PackConfig(pack_len=8, overflow="split"), Path(tmp) / "out")
+    except Exception:  # a warm-up only: the real pack reports its own errors
+        pass
 
 
 def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
@@ -359,8 +440,12 @@ def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
     pad_id, pad_from = pad_id_of(data.tokenizer or {})
     shard_rows = cfg.effective_shard_rows()
     with shards.atomic_output(out, cfg.force) as tmp:
-        written = _write_shards(tmp, plan, row_order, pieces.length, loc, pad_id, shard_rows, progress,
-                                getattr(data, "release_pages", None))
+        gather = _file_gather(data, loc, shards.row_group_rows(L, shard_rows) * L)
+        try:
+            written = _write_shards(tmp, plan, row_order, pieces.length, loc, pad_id, shard_rows, progress, gather)
+        finally:
+            if gather is not None:
+                gather.close()
         truncated_cut = int((lengths[pieces.truncated] - L).sum())
         counts = {
             "examples_read": int(data.num_read),

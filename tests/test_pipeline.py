@@ -268,3 +268,26 @@ def test_concurrent_runs_share_one_entry(tmp_path):
     assert len(list((tmp_path / "cache").glob("tok-*"))) == 1 and not list((tmp_path / "cache").glob("work-*"))
     again = subprocess.run([sys.executable, "-c", code, path], env=env, capture_output=True, text=True)
     assert again.stdout == outs[0][0] and "damaged" not in again.stderr
+
+
+def test_damaged_cache_gives_the_no_cache_shards(tmp_path, monkeypatch):
+    """CLI: a byte flipped in the entry → one warning line naming it, then the --no-cache shards."""
+    from typer.testing import CliRunner
+
+    from packtool.cli import app
+
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
+    data = str(write_sample(tmp_path / "d.jsonl", n=40, seed=5))
+    run = CliRunner().invoke
+    base = ["pack", data, "--len", "1024", "--num-proc", "1", "--overflow", "split", "--force"]
+    assert run(app, [*base, "--out", str(tmp_path / "ref"), "--no-cache"]).exit_code == 0
+    entry = _entry(tmp_path / "cache") / "data.arrow"
+    blob = bytearray(entry.read_bytes())
+    blob[len(blob) // 2] ^= 0x10
+    entry.write_bytes(bytes(blob))
+    result = run(app, [*base, "--out", str(tmp_path / "again")])
+    assert result.exit_code == 0, result.output
+    assert "warning: tokenization cache entry" in result.output and "damaged" in result.output
+    ref = sorted((tmp_path / "ref" / "data").glob("*.parquet"))
+    again = sorted((tmp_path / "again" / "data").glob("*.parquet"))
+    assert [p.read_bytes() for p in ref] == [p.read_bytes() for p in again]

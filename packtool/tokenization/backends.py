@@ -315,6 +315,15 @@ def _byte_lengths(spec: dict, plan: _Plan) -> np.ndarray:
     return out
 
 
+def _loads(text: str):
+    """The tokenizer JSON (10+ MB for a 150k vocabulary): orjson parses it ~3x faster than json."""
+    try:
+        import orjson
+    except ImportError:
+        return json.loads(text)
+    return orjson.loads(text)
+
+
 def _first_line(e: BaseException) -> str:
     s = str(e).strip()
     return s.splitlines()[0] if s else type(e).__name__
@@ -332,7 +341,7 @@ def supports_fast(backend_json: str, load: bool = True) -> str | None:
     except ImportError:
         return "fastokens is not installed"
     try:
-        spec = json.loads(backend_json)
+        spec = _loads(backend_json)
     except ValueError as e:
         return f"the tokenizer JSON cannot be parsed ({_first_line(e)})"
     _, reason = _plan(spec)
@@ -391,6 +400,10 @@ class FastBackend:
         except Exception:  # raised again, in the caller's thread, by the first encode
             pass
 
+    def wait(self) -> None:
+        """Block until preload() has finished (before forking: a fork must not copy a half-built state)."""
+        self._wait()
+
     def _wait(self) -> None:
         t = self._thread
         if t is not None and t is not threading.current_thread():
@@ -417,7 +430,7 @@ class FastBackend:
         if self._lengths is None and self._reason is None:
             with self._lock:
                 if self._lengths is None and self._reason is None:
-                    spec = json.loads(self.backend_json)
+                    spec = _loads(self.backend_json)
                     plan, self._reason = _plan(spec)
                     if plan is not None:
                         self._plan, self._lengths = plan, _byte_lengths(spec, plan)

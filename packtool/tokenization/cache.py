@@ -109,6 +109,11 @@ class MappedEntry:
     table: Any  # pyarrow.Table, zero-copy over `_map`
     meta: dict[str, Any]
     _map: mmap.mmap | None = None
+    base_address: int = 0  # where data.arrow starts in memory: buffer address - base = file offset
+
+    @property
+    def mapped_file(self) -> tuple[str, int, int]:
+        return str(self.path / DATA), self.base_address, len(self._map) if self._map is not None else 0
 
     def release(self) -> None:
         """Drop the pages this process touched (they stay in the page cache)."""
@@ -136,12 +141,14 @@ def _map_table(path: Path):
         mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
     if mm is None:
         raise ValueError("empty data file")
-    reader = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(mm)))
-    return reader.read_all(), mm
+    buf = pa.py_buffer(mm)
+    reader = pa.ipc.open_file(pa.BufferReader(buf))
+    return reader.read_all(), mm, buf.address
 
 
-def open_entry(path: Path) -> MappedEntry | None:
-    """The entry at `path` if it is complete and intact, else None (damaged ones are removed)."""
+def open_entry(path: Path, verify: bool = True) -> MappedEntry | None:
+    """The entry at `path` if it is complete and intact, else None (damaged ones are removed).
+    `verify=False` skips re-hashing data.arrow (for the entry this process has just written)."""
     if not path.exists():
         return None
     why = None
@@ -152,16 +159,16 @@ def open_entry(path: Path) -> MappedEntry | None:
         elif envelope.get("checksum") != _checksum([envelope.get("meta"), envelope.get("data")]):
             why = "its metadata checksum does not match"
         else:
-            size, digest = _hash_file(path / DATA)
             data = envelope["data"]
+            size, digest = _hash_file(path / DATA) if verify else (data["bytes"], data["xxh3_128"])
             if size != data["bytes"] or digest != data["xxh3_128"]:
                 why = f"data.arrow differs from its checksum ({size} bytes, {data['bytes']} written)"
             else:
-                table, mm = _map_table(path / DATA)
+                table, mm, base = _map_table(path / DATA)
                 if table.num_rows != data["rows"]:
                     why = f"data.arrow holds {table.num_rows} rows, {data['rows']} written"
                 else:
-                    return MappedEntry(path, table, envelope["meta"], mm)
+                    return MappedEntry(path, table, envelope["meta"], mm, base)
     except FileNotFoundError as e:
         why = f"{Path(e.filename).name if e.filename else 'a file'} is missing"
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -191,9 +198,7 @@ class _HashingFile(io.RawIOBase):
         return n
 
     def close(self) -> None:
-        if not self._f.closed:
-            self._f.flush()
-            os.fsync(self._f.fileno())
+        if not self._f.closed:  # no fsync: a torn entry fails its checksum and is recomputed
             self._f.close()
         super().close()
 

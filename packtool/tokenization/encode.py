@@ -400,7 +400,9 @@ class EncodeStep:
             rejects += [(ok[j], reason) for j, reason in v.rejects]
             v.keep = np.asarray(ok, dtype=np.int64)[v.keep] if len(ok) else v.keep
         rejects = sorted((i, f"pre-tokenized record: {r}") for i, r in rejects)
-        src = pa.array(batch.start + np.asarray(v.keep, dtype=np.int64))
+        from packtool.data import arrow_array
+
+        src = arrow_array(batch.start + np.asarray(v.keep, dtype=np.int64))
         t = v.table
         table = pa.RecordBatch.from_arrays([t.column(c) for c in ("input_ids", "labels", "length", "num_loss_tokens")]
                                            + [src], names=["input_ids", "labels", "length", "num_loss_tokens",

@@ -251,10 +251,11 @@ def _compiles(source: str, name: str) -> None:
                          f"--chat-template with a built-in ({', '.join(BUILTIN_TEMPLATES)})") from e
 
 
-def _template(source: str, name: str) -> ChatTemplate:
+def _template(source: str, name: str, compile_check: bool = True) -> ChatTemplate:
     import re
 
-    _compiles(source, name)
+    if compile_check:  # built-ins are known to parse (tested): no transformers import for them
+        _compiles(source, name)
 
     has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", source) is not None
     return ChatTemplate(source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen)
@@ -269,14 +270,14 @@ def resolve_template(loaded: LoadedTokenizer | TokenizerSpec, chat_template: str
     """
     if chat_template is not None:
         if chat_template in BUILTIN_TEMPLATES:
-            return _template(BUILTIN_TEMPLATES[chat_template].read_text(), chat_template)
+            return _template(BUILTIN_TEMPLATES[chat_template].read_text(), chat_template, compile_check=False)
         p = Path(chat_template).expanduser()
         if p.is_file():
             return _template(p.read_text(), str(p))
         known = ", ".join(BUILTIN_TEMPLATES)
         raise UsageError(f"--chat-template {chat_template!r} is neither a file nor a built-in template ({known})")
     if loaded.builtin:
-        return _template(BUILTIN_TEMPLATES["chatml-train"].read_text(), "chatml-train")
+        return _template(BUILTIN_TEMPLATES["chatml-train"].read_text(), "chatml-train", compile_check=False)
     own = loaded.chat_template if isinstance(loaded, TokenizerSpec) else getattr(loaded.tokenizer, "chat_template", None)
     if isinstance(own, dict):  # several named templates: take the default one
         own = own.get("default") or next(iter(own.values()), None)

@@ -26,11 +26,9 @@ import os
 import time
 from collections import deque
 
-import numpy as np
-
 import packtool
 from packtool.config import TokenizeConfig
-from packtool.data import SkippedRecord, SourceFile, TokenizedData, token_schema
+from packtool.data import SkippedRecord, SourceFile, TokenizedData, arrow_numpy, token_schema
 from packtool.errors import PacktoolError, UsageError
 from packtool.progress import Progress
 from packtool.tokenization import cache
@@ -98,29 +96,94 @@ def _worker_run(batch) -> StepResult:
     return _WORKER_STEP(batch)
 
 
-def _run(step: EncodeStep, batches, num_proc: int):
+def _worker_check(reference: EncodeStep, probe) -> tuple[StepResult, StepResult]:
+    return _WORKER_STEP(probe), reference(probe)
+
+
+class UseReference(Exception):
+    """The fast path differed from the reference path on the probe: start again with the reference."""
+
+
+class _Check:
+    """fastokens (and the native renderer) against tokenizers + jinja on the run's first examples.
+
+    With worker processes the reference runs in a worker while the others encode: the result is
+    settled before any refused record is reported and before the cache entry is committed.
+    """
+
+    def __init__(self, fast: EncodeStep, reference: EncodeStep, probe, requested: str):
+        self.fast, self.reference, self.probe, self.requested = fast, reference, probe, requested
+        self.report: dict | None = None
+
+    def settle(self, a: StepResult, b: StepResult) -> None:
+        same = a.rejects == b.rejects and a.table.equals(b.table)
+        check = {"examples": len(self.probe), "identical": bool(same)}
+        if same:
+            self.report = {"name": "fastokens", "requested": self.requested, "renderer": self.fast.renderer,
+                           "check": check}
+            return
+        why = f"fastokens differs from tokenizers on {_first_difference(a, b, self.probe)}"
+        if self.fast.renderer != "jinja":
+            why = f"the fast path (fastokens, {self.fast.renderer} renderer) differs from tokenizers + jinja on " \
+                  f"{_first_difference(a, b, self.probe)}"
+        if self.requested == "fastokens":
+            raise PacktoolError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend hf")
+        self.report = {"name": "hf", "requested": self.requested, "renderer": "jinja", "check": check,
+                       "reason": why}
+        raise UseReference(why)
+
+    def run_here(self) -> None:
+        self.settle(self.fast(self.probe), self.reference(self.probe))
+
+
+def _run(step: EncodeStep, batches, num_proc: int, check: _Check | None = None, on_start=None):
     """Yields (batch, result) in input order; at most IN_FLIGHT_PER_WORKER batches per worker are
-    read ahead, so memory does not grow with the input."""
+    read ahead, so memory does not grow with the input. `on_start` runs on a thread once the
+    workers exist (the caller's own warm-up, e.g. the pack stage's imports)."""
     if num_proc <= 1:
+        if check is not None:
+            check.run_here()
+        _start(on_start)
         for b in batches:
             yield b, step(b)
         return
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     pool = mp.get_context(method).Pool(num_proc, initializer=_worker_init, initargs=(step,))
+    _start(on_start)
     try:
+        checking = pool.apply_async(_worker_check, (check.reference, check.probe)) if check else None
+
+        def settled(result: StepResult | None) -> None:
+            nonlocal checking
+            if checking is not None and (result is None or result.rejects or checking.ready()):
+                pending_check, checking = checking, None
+                check.settle(*pending_check.get())
+
         pending: deque = deque()
         for b in batches:
             pending.append((b, pool.apply_async(_worker_run, (b,))))
             if len(pending) >= num_proc * IN_FLIGHT_PER_WORKER:
                 done, res = pending.popleft()
-                yield done, res.get()
+                result = res.get()
+                settled(result)
+                yield done, result
         while pending:
             done, res = pending.popleft()
-            yield done, res.get()
+            result = res.get()
+            settled(result)
+            yield done, result
+        settled(None)
         pool.close()
     finally:
         pool.terminate()
         pool.join()
+
+
+def _start(fn) -> None:
+    if fn is not None:
+        import threading
+
+        threading.Thread(target=fn, name="packtool-warm-up", daemon=True).start()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,34 +258,6 @@ def _fast_step(step: EncodeStep, requested: str) -> tuple[EncodeStep | None, str
     return fast, None
 
 
-def _choose_backend(step: EncodeStep, fast: EncodeStep | None, why: str | None, requested: str,
-                    probe) -> tuple[EncodeStep, dict]:
-    """`probe`: the first raw batch, at most CHECK_EXAMPLES records. fastokens is used only when
-    it gives exactly the hf path's ids, labels and refusals on it."""
-    if fast is None:
-        return step, {"name": "hf", "requested": requested, "reason": why}
-    if probe is None or not len(probe):
-        return fast, {"name": "fastokens", "requested": requested, "check": {"examples": 0}}
-    try:
-        a = fast(probe)
-    except Exception as e:  # fastokens cannot load or map this tokenizer after all
-        why = f"fastokens failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-        if requested == "fastokens":
-            raise PacktoolError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend hf") from None
-        return step, {"name": "hf", "requested": requested, "reason": why}
-    b = step(probe)
-    same = a.rejects == b.rejects and a.table.equals(b.table)
-    report = {"name": "fastokens" if same else "hf", "requested": requested,
-              "renderer": fast.renderer if same else "jinja",
-              "check": {"examples": len(probe), "identical": bool(same)}}
-    if same:
-        return fast, report
-    report["reason"] = f"fastokens differs from tokenizers on {_first_difference(a, b, probe)}"
-    if requested == "fastokens":
-        raise PacktoolError(f"--tokenizer-backend fastokens: {report['reason']}; use --tokenizer-backend hf")
-    return step, report
-
-
 def _first_difference(a: StepResult, b: StepResult, probe) -> str:
     ra = a.table.to_pydict() if a.table.num_rows < 10_000 else {}
     rb = b.table.to_pydict() if b.table.num_rows < 10_000 else {}
@@ -236,8 +271,10 @@ def _first_difference(a: StepResult, b: StepResult, probe) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> TokenizedData:
-    """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run."""
+def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True, on_start=None) -> TokenizedData:
+    """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run.
+
+    `on_start`, if given, runs on a thread once tokenizing has started (see `_run`)."""
     if cfg.tokenizer_backend not in BACKENDS:
         raise UsageError(f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}")
     t0 = time.perf_counter()
@@ -249,8 +286,34 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
         if entry is not None:
             return _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
     cache.remove_stale_work()
+    early = _early_start(data, cfg)  # the fast tokenizer builds (GIL-free) while the input is read
+    try:
+        return _tokenize(data, cfg, source, key, progress, on_start, t0, mismatch=None, early=early)
+    except UseReference as e:
+        return _tokenize(data, cfg, RecordSource(data, cfg.read), key, progress, None, t0, mismatch=str(e))
+
+
+def _early_start(data: str, cfg: TokenizeConfig):
+    """(spec, fast step or None) started before the first batch is read and classified, for inputs
+    that look like chats (JSON / JSON Lines; pre-tokenized ones are seldom JSON); None otherwise."""
+    from packtool.io.readers import _data_kind
+
+    if cfg.tokenizer_backend == "hf" or _data_kind(data) not in ("json", "jsonl"):
+        return None
+    from packtool.tokenization.loading import load_spec
+
+    try:
+        spec = load_spec(cfg.tokenizer)
+    except PacktoolError:
+        return None  # said again, in order, where the spec is needed
+    probe = EncodeStep("chat", cfg.read, spec=spec, train_on=cfg.train_on)
+    return spec, _fast_step(probe, cfg.tokenizer_backend)[0]
+
+
+def _tokenize(data, cfg, source, key, progress, on_start, t0, mismatch: str | None, early=None) -> TokenizedData:
     kind, fmt, reason, label_src, batches = _first_batches(source, cfg)
     warnings: list[str] = []
+    check = None
     if kind == "pretokenized":
         step = EncodeStep("pretokenized", cfg.read, label_source=label_src)
         tokenizer = _pretokenized_tokenizer(cfg)
@@ -264,7 +327,7 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
         fmt, reason = "pretokenized", f"records carry input_ids; labels from " \
                                       f"{label_src if label_src != 'all' else 'every token'}"
     else:
-        step, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, fmt, batches)
+        step, check, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, fmt, batches, mismatch, early)
         if not step.template.has_generation and cfg.train_on != "all":
             warnings.append(f"chat template '{step.template.name}' has no {{% generation %}} markers: assistant "
                             "turns are located by a prefix diff of renders (slower; checked per example)")
@@ -274,15 +337,15 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
     try:
         with cache.EntryWriter(key, token_schema()) as writer, \
                 Progress("tokenizing" if kind == "chat" else "reading", enabled=progress) as bar:
-            for batch, result in _run(step, batches, num_proc):
+            for batch, result in _run(step, batches, num_proc, check, on_start):
                 for i, why in result.rejects:
                     source.reject(batch, i, why)
                 writer.write(result.table)
                 removed += result.removed_padding
-                loss = result.table.column("num_loss_tokens").to_numpy()
+                loss = arrow_numpy(result.table.column("num_loss_tokens"))
                 if not loss.all():
-                    zero_loss += result.table.column("source_index").to_numpy()[loss == 0].tolist()
-                bar.advance(result.table.num_rows, int(np.sum(result.table.column("length").to_numpy())))
+                    zero_loss += arrow_numpy(result.table.column("source_index"))[loss == 0].tolist()
+                bar.advance(result.table.num_rows, int(arrow_numpy(result.table.column("length")).sum()))
             if writer.rows == 0:
                 raise PacktoolError(f"{data}: no usable examples ({source.num_read} records read, "
                                     f"{len(source.skipped)} skipped)")
@@ -290,41 +353,62 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
                 what = "pre-tokenized example(s) have no loss token" if kind == "pretokenized" else \
                     "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
                 warnings.append(f"{len(zero_loss)} {what}: source indices {_quote(zero_loss)}")
+            if check is not None:
+                backend = check.report
             meta = _meta(source, cfg, fmt, reason, tokenizer, backend, warnings, removed, kind, label_src)
             final = writer.commit(meta, replace=not cfg.cache)
     except OSError as e:
         raise PacktoolError(f"cannot write the tokenization cache in {cache.cache_root()}: "
                             f"{e.strerror or e}; free space or set PACKTOOL_CACHE to a writable folder") from None
-    entry = cache.open_entry(final)
+    entry = cache.open_entry(final, verify=False)  # just written and hashed on the way out
     if entry is None:
         raise PacktoolError(f"the tokenization cache entry {final} could not be read back; check the disk")
     return _finish(entry, cache_hit=False, seconds={"read_tokenize": time.perf_counter() - t_enc,
                                                    "total": time.perf_counter() - t0})
 
 
-def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches):
+def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | None, early=None):
+    """(step, check, tokenizer info, backend report, batches, num_proc) for chat-like input.
+
+    The reference path is tokenizers + transformers' jinja renderer. The fast path (fastokens, and
+    the native renderer for the built-in template) is used when `auto` allows it, and checked on
+    the first CHECK_EXAMPLES examples (`_Check`); after a failed check (`mismatch`) it is skipped."""
     from packtool.tokenization.loading import load_spec, resolve_template
 
-    spec = load_spec(cfg.tokenizer)
-    step = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=None, train_on=cfg.train_on)
-    fast, why = _fast_step(step, cfg.tokenizer_backend)  # builds on a thread while we go on
+    spec = early[0] if early else load_spec(cfg.tokenizer)
+    reference = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=None, train_on=cfg.train_on)
+    requested = "hf" if mismatch else cfg.tokenizer_backend
+    if early and early[1] is not None and not mismatch:  # reuse the one started early
+        fast, why = reference.with_backend("fastokens"), None
+        fast.encoder._backend = early[1].encoder.backend
+    else:
+        fast, why = _fast_step(reference, requested)  # builds on a thread while we go on
     template = resolve_template(spec, cfg.chat_template)
-    step.template = template
-    if fast is not None:  # the fast path: fastokens, and the native renderer for the built-in template
-        fast.template = fast.encoder.template = template
-        fast.renderer = fast.encoder.renderer = _renderer(template)
+    reference.template = template
     first = next(batches, None)
     probe = first.head(min(len(first), CHECK_EXAMPLES)) if first is not None else None
-    step, backend = _choose_backend(step, fast, why, cfg.tokenizer_backend, probe)
     num_proc = cfg.num_proc or os.cpu_count() or 1
     if cfg.num_proc is None and source.total_bytes < SMALL_BYTES:
         num_proc = 1
-    if num_proc > 1 and hasattr(step.encoder.backend, "wait"):
-        step.encoder.backend.wait()  # built before forking: workers inherit it
+    check = None
+    if fast is None:
+        step = reference
+        backend = {"name": "hf", "requested": cfg.tokenizer_backend, "renderer": "jinja",
+                   "reason": mismatch or why}
+    else:
+        step = fast
+        fast.template = fast.encoder.template = template
+        fast.renderer = fast.encoder.renderer = _renderer(template)
+        backend = {"name": "fastokens", "requested": cfg.tokenizer_backend, "renderer": fast.renderer,
+                   "check": {"examples": 0}}
+        if probe is not None and len(probe):
+            check = _Check(fast, reference, probe, cfg.tokenizer_backend)
+        if num_proc > 1:
+            fast.encoder.backend.wait()  # built before forking: workers inherit it
     tokenizer = {**spec.info(), "chat_template": template.name, "chat_template_hash": template.hash,
                  "generation_markers": template.has_generation}
     rest = _chain([first] if first is not None else [], batches)
-    return step, tokenizer, backend, rest, num_proc
+    return step, check, tokenizer, backend, rest, num_proc
 
 
 def _pretokenized_tokenizer(cfg: TokenizeConfig) -> dict:
@@ -371,4 +455,5 @@ def _finish(entry: cache.MappedEntry, cache_hit: bool, seconds: dict) -> Tokeniz
         seconds=seconds,
     )
     td.release_pages = entry.release
+    td.mapped_file = entry.mapped_file
     return td
