@@ -6,15 +6,11 @@ from packtool.config import TokenizeConfig
 from packtool.data import TokenizedData
 
 
-def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True, then_pack: bool = False) -> TokenizedData:
-    """Read, normalize and tokenize `data` (cached), or load it as is when it is pre-tokenized.
-    `then_pack`: the caller packs next, so the pack stage warms up while tokenization runs."""
+def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> TokenizedData:
+    """Read, normalize and tokenize `data` (cached), or load it as is when it is pre-tokenized."""
     from packtool.tokenization.pipeline import load_tokenized as _load
 
-    on_start = None
-    if then_pack:
-        from packtool.packer import warm_up as on_start
-    return _load(data, cfg, progress=progress, on_start=on_start)
+    return _load(data, cfg, progress=progress)
 
 
 def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict:

@@ -394,20 +394,6 @@ def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray,
     return out
 
 
-def warm_up() -> None:
-    """Load what packing needs (numba's cached kernels, the Parquet writer) by packing 3 tiny
-    examples into a temporary folder. Run on a thread while tokenization keeps the workers busy:
-    it takes ~0.5 s that would otherwise come after them."""
-    import tempfile
-
-    try:
-        data = TokenizedData.from_lists([[1, 2, 3], [4, 5], [6, 7, 8, 9]], [[1, 2, 3], [-100, 5], [6, 7, 8, 9]])
-        with tempfile.TemporaryDirectory(prefix="packtool-warm-") as tmp:
-            pack_tokenized(data, PackConfig(pack_len=8, overflow="split"), Path(tmp) / "out")
-    except Exception:  # a warm-up only: the real pack reports its own errors
-        pass
-
-
 def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
                    progress: Progress | None = None) -> PackResult:
     """Plan, gather and write `data` into `out` (atomically).  Returns the manifest and timings."""

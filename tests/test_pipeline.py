@@ -291,3 +291,28 @@ def test_damaged_cache_gives_the_no_cache_shards(tmp_path, monkeypatch):
     ref = sorted((tmp_path / "ref" / "data").glob("*.parquet"))
     again = sorted((tmp_path / "again" / "data").glob("*.parquet"))
     assert [p.read_bytes() for p in ref] == [p.read_bytes() for p in again]
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_fast_path_that_differs_is_not_used(tmp_path, monkeypatch, num_proc):
+    """A fast path that gives other ids on the run's first examples: auto falls back to hf (with a
+    warning naming the record), forced fastokens is an error; the check runs in a worker too."""
+    from packtool.tokenization import backends
+
+    path = str(write_sample(tmp_path / "m.jsonl", n=30, seed=6))
+    ref = load_tokenized(path, TokenizeConfig(num_proc=num_proc, cache=False, tokenizer_backend="hf"),
+                         progress=False)
+    real = backends.FastBackend.encode_spans
+
+    def wrong(self, texts, spans):
+        ids, offsets, mask = real(self, texts, spans)
+        return ids + 1, offsets, mask
+
+    monkeypatch.setattr(backends.FastBackend, "encode_spans", wrong)
+    td = load_tokenized(path, TokenizeConfig(num_proc=num_proc, cache=False), progress=False)
+    assert td.backend["name"] == "hf" and "differs" in td.backend["reason"]
+    assert any("differs from tokenizers + jinja on" in w and "m.jsonl:1" in w for w in td.warnings)
+    assert td.table.to_pydict() == ref.table.to_pydict()
+    with pytest.raises(PacktoolError, match="--tokenizer-backend fastokens: .*differs"):
+        load_tokenized(path, TokenizeConfig(num_proc=num_proc, cache=False, tokenizer_backend="fastokens"),
+                       progress=False)

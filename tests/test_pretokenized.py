@@ -10,8 +10,8 @@ from packtool.tokenization.pretokenized import (
     EMPTY,
     IGNORE,
     INT32_MAX,
-    RecordError,
     Validated,
+    _records_validated,
     label_source,
     label_source_of,
     record_arrays,
@@ -24,22 +24,10 @@ OUT_TYPES = {"input_ids": pa.list_(pa.int32()), "labels": pa.list_(pa.int32()), 
 
 
 def reference(records: list[dict], source: str):
-    """The per-record path: (keep, ids, labels, rejects, removed)."""
-    keep, ids_l, lab_l, rejects, removed = [], [], [], [], 0
-    for i, rec in enumerate(records):
-        try:
-            ids, labels, cut = record_arrays(rec, source)
-        except RecordError as e:
-            rejects.append((i, str(e)))
-            continue
-        if ids.size == 0:
-            rejects.append((i, EMPTY))
-            continue
-        keep.append(i)
-        ids_l.append(ids.tolist())
-        lab_l.append(labels.tolist())
-        removed += cut
-    return keep, ids_l, lab_l, rejects, removed
+    """The per-record path (record_arrays on every record): (keep, ids, labels, rejects, removed)."""
+    v = _records_validated(records, source)
+    t = v.table.to_pydict()
+    return v.keep.tolist(), t["input_ids"], t["labels"], v.rejects, v.removed_padding
 
 
 def assert_same(v: Validated, records: list[dict], source: str):

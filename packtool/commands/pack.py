@@ -54,7 +54,7 @@ def pack(
                              no_cache=no_cache, limit=limit,
                              tokenizer_backend=tokenizer_backend)
     console = c.console()
-    tokenized = api.load_tokenized(data, tcfg, progress=json_out != "-", then_pack=True)
+    tokenized = api.load_tokenized(data, tcfg, progress=json_out != "-")
     if json_out != "-":
         c.announce(tokenized, console, warnings=False)  # render_pack lists the warnings
     with _progress(console) as update:

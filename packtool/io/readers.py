@@ -68,6 +68,8 @@ _SUPPORTED_TEXT = (
     "a datasets.save_to_disk folder, or a cached hub dataset id"
 )
 BATCH_RECORDS = 1024  # records per batch
+ARROW_BATCH_RECORDS = 8192  # rows per batch of Parquet / Arrow input: decoded in bulk, and often
+# pre-tokenized, where a batch costs ~5 ms of fixed overhead whatever its size
 BATCH_BYTES = 8 << 20  # and at most about this much JSON text per batch
 
 # File/folder names that tag a split; aliases as in `datasets`.
@@ -297,7 +299,8 @@ def locate(source: str, split: str = "train") -> Located:
 
 def iter_batches(located: Located, cfg: ReadConfig, batch_records: int = BATCH_RECORDS) -> Iterator[RawBatch]:
     """Every record behind `located`, in a deterministic order, at most `cfg.limit` of them, in
-    batches of at most `batch_records` records (and about BATCH_BYTES of JSON), each from one file.
+    batches of at most `batch_records` records (and about BATCH_BYTES of JSON; Arrow sources in
+    batches of ARROW_BATCH_RECORDS rows), each from one file.
     JSON Lines stay unparsed bytes (the encode step parses them, in parallel); parquet and Arrow
     datasets come as Arrow record batches."""
     if cfg.limit is not None and cfg.limit < 1:
@@ -305,7 +308,8 @@ def iter_batches(located: Located, cfg: ReadConfig, batch_records: int = BATCH_R
     if located.kind == "files":
         streams = ((f, _file_batches(f, cfg, batch_records)) for f in located.files)
     else:
-        streams = iter([(located.label, _dataset_batches(located.dataset, located.label, batch_records))])
+        streams = iter([(located.label, _dataset_batches(located.dataset, located.label,
+                                                         max(batch_records, ARROW_BATCH_RECORDS)))])
     index = 0
     for _file, batches in streams:
         for b in batches:
@@ -436,7 +440,7 @@ def _file_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[Ra
         errors += (zstandard.ZstdError,)
     try:
         if kind == "parquet":
-            yield from _parquet_batches(path, batch_records)
+            yield from _parquet_batches(path, max(batch_records, ARROW_BATCH_RECORDS))
         elif kind == "json":
             yield from _json_batches(path, cfg, batch_records)
         else:

@@ -136,20 +136,17 @@ class _Check:
         self.settle(self.fast(self.probe), self.reference(self.probe))
 
 
-def _run(step: EncodeStep, batches, num_proc: int, check: _Check | None = None, on_start=None):
+def _run(step: EncodeStep, batches, num_proc: int, check: _Check | None = None):
     """Yields (batch, result) in input order; at most IN_FLIGHT_PER_WORKER batches per worker are
-    read ahead, so memory does not grow with the input. `on_start` runs on a thread once the
-    workers exist (the caller's own warm-up, e.g. the pack stage's imports)."""
+    read ahead, so memory does not grow with the input."""
     if num_proc <= 1:
         if check is not None:
             check.run_here()
-        _start(on_start)
         for b in batches:
             yield b, step(b)
         return
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     pool = mp.get_context(method).Pool(num_proc, initializer=_worker_init, initargs=(step,))
-    _start(on_start)
     try:
         checking = pool.apply_async(_worker_check, (check.reference, check.probe)) if check else None
 
@@ -177,13 +174,6 @@ def _run(step: EncodeStep, batches, num_proc: int, check: _Check | None = None, 
     finally:
         pool.terminate()
         pool.join()
-
-
-def _start(fn) -> None:
-    if fn is not None:
-        import threading
-
-        threading.Thread(target=fn, name="packtool-warm-up", daemon=True).start()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,10 +261,8 @@ def _first_difference(a: StepResult, b: StepResult, probe) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True, on_start=None) -> TokenizedData:
-    """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run.
-
-    `on_start`, if given, runs on a thread once tokenizing has started (see `_run`)."""
+def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> TokenizedData:
+    """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run."""
     if cfg.tokenizer_backend not in BACKENDS:
         raise UsageError(f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}")
     t0 = time.perf_counter()
@@ -286,31 +274,13 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True, on_sta
         if entry is not None:
             return _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
     cache.remove_stale_work()
-    early = _early_start(data, cfg)  # the fast tokenizer builds (GIL-free) while the input is read
     try:
-        return _tokenize(data, cfg, source, key, progress, on_start, t0, mismatch=None, early=early)
+        return _tokenize(data, cfg, source, key, progress, t0, mismatch=None)
     except UseReference as e:
-        return _tokenize(data, cfg, RecordSource(data, cfg.read), key, progress, None, t0, mismatch=str(e))
+        return _tokenize(data, cfg, RecordSource(data, cfg.read), key, progress, t0, mismatch=str(e))
 
 
-def _early_start(data: str, cfg: TokenizeConfig):
-    """(spec, fast step or None) started before the first batch is read and classified, for inputs
-    that look like chats (JSON / JSON Lines; pre-tokenized ones are seldom JSON); None otherwise."""
-    from packtool.io.readers import _data_kind
-
-    if cfg.tokenizer_backend == "hf" or _data_kind(data) not in ("json", "jsonl"):
-        return None
-    from packtool.tokenization.loading import load_spec
-
-    try:
-        spec = load_spec(cfg.tokenizer)
-    except PacktoolError:
-        return None  # said again, in order, where the spec is needed
-    probe = EncodeStep("chat", cfg.read, spec=spec, train_on=cfg.train_on)
-    return spec, _fast_step(probe, cfg.tokenizer_backend)[0]
-
-
-def _tokenize(data, cfg, source, key, progress, on_start, t0, mismatch: str | None, early=None) -> TokenizedData:
+def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> TokenizedData:
     kind, fmt, reason, label_src, batches = _first_batches(source, cfg)
     warnings: list[str] = []
     check = None
@@ -327,7 +297,7 @@ def _tokenize(data, cfg, source, key, progress, on_start, t0, mismatch: str | No
         fmt, reason = "pretokenized", f"records carry input_ids; labels from " \
                                       f"{label_src if label_src != 'all' else 'every token'}"
     else:
-        step, check, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, fmt, batches, mismatch, early)
+        step, check, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, fmt, batches, mismatch)
         if not step.template.has_generation and cfg.train_on != "all":
             warnings.append(f"chat template '{step.template.name}' has no {{% generation %}} markers: assistant "
                             "turns are located by a prefix diff of renders (slower; checked per example)")
@@ -337,7 +307,7 @@ def _tokenize(data, cfg, source, key, progress, on_start, t0, mismatch: str | No
     try:
         with cache.EntryWriter(key, token_schema()) as writer, \
                 Progress("tokenizing" if kind == "chat" else "reading", enabled=progress) as bar:
-            for batch, result in _run(step, batches, num_proc, check, on_start):
+            for batch, result in _run(step, batches, num_proc, check):
                 for i, why in result.rejects:
                     source.reject(batch, i, why)
                 writer.write(result.table)
@@ -367,7 +337,7 @@ def _tokenize(data, cfg, source, key, progress, on_start, t0, mismatch: str | No
                                                    "total": time.perf_counter() - t0})
 
 
-def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | None, early=None):
+def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | None):
     """(step, check, tokenizer info, backend report, batches, num_proc) for chat-like input.
 
     The reference path is tokenizers + transformers' jinja renderer. The fast path (fastokens, and
@@ -375,14 +345,10 @@ def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | N
     the first CHECK_EXAMPLES examples (`_Check`); after a failed check (`mismatch`) it is skipped."""
     from packtool.tokenization.loading import load_spec, resolve_template
 
-    spec = early[0] if early else load_spec(cfg.tokenizer)
+    spec = load_spec(cfg.tokenizer)
     reference = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=None, train_on=cfg.train_on)
     requested = "hf" if mismatch else cfg.tokenizer_backend
-    if early and early[1] is not None and not mismatch:  # reuse the one started early
-        fast, why = reference.with_backend("fastokens"), None
-        fast.encoder._backend = early[1].encoder.backend
-    else:
-        fast, why = _fast_step(reference, requested)  # builds on a thread while we go on
+    fast, why = _fast_step(reference, requested)  # builds on a thread while we go on
     template = resolve_template(spec, cfg.chat_template)
     reference.template = template
     first = next(batches, None)
