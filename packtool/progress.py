@@ -51,6 +51,15 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=self.count, status=self._status(live=True))
 
+    def update(self, done: int, total: int | None = None) -> None:
+        """Absolute progress (callbacks that report `done of total`)."""
+        self.count = done
+        if self._bar is not None:
+            if total is not None and total != self.total:
+                self.total = total
+                self._bar.update(self._task, total=total)
+            self._bar.update(self._task, completed=done, status=self._status(live=True))
+
     def _status(self, live: bool = False) -> str:
         dt = max(time.perf_counter() - self._t0, 1e-9)
         parts = [f"{self.count:,} {self.unit}"]

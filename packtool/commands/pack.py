@@ -57,44 +57,11 @@ def pack(
     tokenized = api.load_tokenized(data, tcfg, progress=json_out != "-")
     if json_out != "-":
         c.announce(tokenized, console, warnings=False)  # render_pack lists the warnings
-    with _progress(console) as update:
-        result = api.pack(tokenized, cfg, out, progress=update)
+    from packtool.progress import Progress
+
+    with Progress("writing", unit="rows", enabled=json_out != "-") as bar:
+        result = api.pack(tokenized, cfg, out, progress=bar.update)
     if json_out:
         c.write_json(pack_json(result), json_out)
     if json_out != "-":
         render_pack(result, console)
-
-
-class _progress:
-    """A rich bar for writing rows; silent when stderr is not a terminal."""
-
-    def __init__(self, console):
-        self.console = console
-        self.bar = None
-        self.task = None
-
-    def __enter__(self):
-        if not self.console.is_terminal:
-            return None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(TextColumn("writing rows"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            console=self.console, transient=True)
-        self.bar.__enter__()
-        return self.update
-
-    def update(self, done: int, total: int) -> None:
-        if self.task is None:
-            self.task = self.bar.add_task("write", total=total)
-        self.bar.update(self.task, completed=done)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-        return False
