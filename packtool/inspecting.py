@@ -87,7 +87,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
 
     from packtool.tokenization.backends import supports_fast
     from packtool.tokenization.encode import Encoder
-    from packtool.tokenization.loading import load_spec, resolve_template
+    from packtool.tokenization.loading import check_markers, load_spec, resolve_template
 
     if fmt is None:
         fmt, reason = detect_format(target.record, cfg.read)  # raises the FormatError with the keys
@@ -97,6 +97,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         raise PacktoolError(f"{target.file} record {target.index}: {e}") from None
     spec = load_spec(cfg.tokenizer)
     template = resolve_template(spec, cfg.chat_template)
+    check_markers(spec, template)
     backend = {"name": "hf", "requested": cfg.tokenizer_backend}
     enc = Encoder(spec, template, cfg.train_on, "hf").encode([example])
     if enc.errors[0]:

@@ -263,3 +263,35 @@ def test_fast_path_equals_reference_on_real_chats(qwen, chatml):
     assert fast.errors == ref.errors
     assert np.array_equal(fast.offsets, ref.offsets)
     assert np.array_equal(fast.ids, ref.ids) and np.array_equal(fast.label_values, ref.label_values)
+
+
+# ---------------------------------------------------------------------------------------------
+# the template's control markers must be tokens of the tokenizer
+
+LLAMA3 = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "llama3"
+
+
+def test_markers_must_be_single_tokens(qwen, chatml, tiny_tokenizer):
+    from packtool.errors import UsageError
+    from packtool.tokenization.loading import check_markers
+
+    check_markers(spec_of(qwen), chatml)  # <|im_start|>, <|im_end|> are Qwen3 tokens
+    tiny = TokenizerSpec.from_tokenizer(tiny_tokenizer(None), name="tiny")
+    check_markers(tiny, _template("{# mentions <|nope|> #}<|im_start|>{{ messages[0].content }}<|im_end|>", "ok"))
+    with pytest.raises(UsageError, match=r"'bad' writes <\|eot_id\|>, which is not a single token of tokenizer "
+                                         r"tiny: .*plain text.*--chat-template"):
+        check_markers(tiny, _template("<|im_start|>{{ messages[0].content }}<|eot_id|>", "bad"))
+
+
+def test_llama3_with_chatml_template_is_refused(tmp_path):
+    if not LLAMA3.is_dir():
+        pytest.skip(f"{LLAMA3} is absent")
+    from packtool.api import load_tokenized
+    from packtool.config import TokenizeConfig
+    from packtool.errors import UsageError
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
+    with pytest.raises(UsageError, match=r"<\|im_end\|>, <\|im_start\|>, which are not a single token of tokenizer"):
+        load_tokenized(str(data), TokenizeConfig(tokenizer=str(LLAMA3), chat_template="chatml-train", num_proc=1,
+                                                 cache=False), progress=False)

@@ -35,7 +35,7 @@ RoleOpt = Annotated[
 ]
 SplitOpt = Annotated[str, typer.Option("--split", help="Split of a hub id or DatasetDict folder.")]
 OnErrorOpt = Annotated[str, typer.Option("--on-error", help="Bad records: error (stop) or skip (count and list).")]
-NumProcOpt = Annotated[int | None, typer.Option("--num-proc", help="Tokenizer processes. Default: all cores.")]
+NumProcOpt = Annotated[int | None, typer.Option("--num-proc", help="Tokenizer processes. Default: all cores (one for inputs under 4 MiB).")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Tokenize again even if a cached result exists.")]
 BackendOpt = Annotated[
     str,

@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,13 +253,48 @@ def _compiles(source: str, name: str) -> None:
 
 
 def _template(source: str, name: str, compile_check: bool = True) -> ChatTemplate:
-    import re
-
     if compile_check:  # built-ins are known to parse (tested): no transformers import for them
         _compiles(source, name)
 
     has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", source) is not None
     return ChatTemplate(source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen)
+
+
+_MARKER = re.compile(r"<\|[A-Za-z0-9_]+\|>")
+_COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
+
+
+def _single_tokens(backend_json: str) -> set[str]:
+    """Every string that is one token of this tokenizer: added tokens and the model's vocabulary."""
+    import orjson
+
+    spec = orjson.loads(backend_json)
+    out = {a.get("content") for a in spec.get("added_tokens") or ()}
+    vocab = (spec.get("model") or {}).get("vocab")
+    if isinstance(vocab, dict):
+        out.update(vocab)
+    elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+        out.update(v[0] for v in vocab if v)
+    return out
+
+
+def check_markers(spec: TokenizerSpec, template: ChatTemplate) -> None:
+    """Every control marker the template writes (`<|name|>`: role headers, end of turn) must be one
+    token of the tokenizer; otherwise the markers are tokenized as text and the model is trained on a
+    format it never sees. UsageError naming the marker, the tokenizer and the fix."""
+    markers = sorted(set(_MARKER.findall(_COMMENT.sub("", template.source))))
+    if not markers:
+        return
+    known = _single_tokens(spec.backend_json)
+    missing = [m for m in markers if m not in known]
+    if not missing:
+        return
+    fix = ("omit --chat-template to use the tokenizer's own template, or pass --chat-template FILE written "
+           "for this model" if template.name != "tokenizer" else "pass --chat-template FILE written for this model")
+    raise UsageError(
+        f"chat template '{template.name}' writes {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+        f"not a single token of tokenizer {spec.name}: the markers would be tokenized as plain text and the "
+        f"model trained on a format it never sees; {fix}")
 
 
 def resolve_template(loaded: LoadedTokenizer | TokenizerSpec, chat_template: str | None) -> ChatTemplate:

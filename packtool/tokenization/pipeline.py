@@ -9,9 +9,12 @@ that shape labels and the library versions: the same input tokenized again is lo
 (checked, memory-mapped) without importing transformers at all. A record that carries `input_ids`
 is pre-tokenized: validated batch by batch (packtool.tokenization.pretokenized), never templated.
 
-Tokenizer backend (`--tokenizer-backend`): `auto` runs fastokens when it supports the tokenizer and
-gives ids and labels identical to the `tokenizers` path on the run's first CHECK_EXAMPLES examples;
-otherwise hf, with a note saying why. The manifest records which one ran.
+Tokenizer backend (`--tokenizer-backend`): `auto` runs the fast path (fastokens, and the native
+renderer for the built-in template) when fastokens supports the tokenizer and the fast path gives
+ids, labels and refusals identical to the reference path (tokenizers + transformers' jinja) on the
+run's first CHECK_EXAMPLES examples (`_Check`: in a worker while the others encode; settled before
+any refusal is reported or the entry is committed); otherwise hf, from the start again, with a
+warning saying why. The manifest records which one ran.
 
 Memory: at most IN_FLIGHT_PER_WORKER batches per worker are in flight; the parent holds one
 batch's result at a time; the finished table is memory-mapped, not loaded.
@@ -343,13 +346,14 @@ def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | N
     The reference path is tokenizers + transformers' jinja renderer. The fast path (fastokens, and
     the native renderer for the built-in template) is used when `auto` allows it, and checked on
     the first CHECK_EXAMPLES examples (`_Check`); after a failed check (`mismatch`) it is skipped."""
-    from packtool.tokenization.loading import load_spec, resolve_template
+    from packtool.tokenization.loading import check_markers, load_spec, resolve_template
 
     spec = load_spec(cfg.tokenizer)
     reference = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=None, train_on=cfg.train_on)
     requested = "hf" if mismatch else cfg.tokenizer_backend
     fast, why = _fast_step(reference, requested)  # builds on a thread while we go on
     template = resolve_template(spec, cfg.chat_template)
+    check_markers(spec, template)
     reference.template = template
     first = next(batches, None)
     probe = first.head(min(len(first), CHECK_EXAMPLES)) if first is not None else None
