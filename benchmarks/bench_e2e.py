@@ -60,7 +60,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -70,7 +69,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory import GIB_KB, RESULT_MARKER, Measurement, measure, parse_result  # noqa: E402
+from memory import GIB_KB, RESULT_MARKER, Measurement, measure, parse_result, versions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "packtool" / "tokenization" / "templates" / "chatml-train.jinja"
@@ -414,18 +413,6 @@ def _jsonable(runs: dict[str, list[dict]]) -> dict:
     return out
 
 
-def versions() -> dict:
-    import importlib.metadata as md
-
-    v = {"python": platform.python_version(), "cpus": os.cpu_count()}
-    for pkg in ("packtool", "transformers", "tokenizers", "datasets", "trl", "pyarrow", "numpy"):
-        try:
-            v[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            v[pkg] = None
-    return v
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="20000,200000")
@@ -457,7 +444,7 @@ def main() -> None:
         raise SystemExit(f"--variants: unknown {bad}")
     if "warm-cache" in order and "cold" in order and order.index("warm-cache") < order.index("cold"):
         raise SystemExit("--variants: warm-cache reruns on the cold run's cache, so it must come after cold")
-    v = versions()
+    v = versions("packtool", "transformers", "tokenizers", "datasets", "trl", "pyarrow", "numpy")
     print("versions:", json.dumps(v))
     print(f"packtool: {packtool}; rounds: {args.repeat}; order per round: {', '.join(order)}; "
           f"load average {os.getloadavg()[0]:.2f}")

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -51,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory import GIB_KB, measure  # noqa: E402
+from memory import GIB_KB, measure, versions  # noqa: E402
 
 PACK_LEN = 4096
 VOCAB = 150_000
@@ -227,18 +226,6 @@ def print_goals(summary: dict) -> None:
               f"{'met' if anon < GOAL_RSS_GIB else 'NOT met'}")
 
 
-def versions() -> dict:
-    import importlib.metadata as md
-
-    v = {"python": platform.python_version(), "cpus": os.cpu_count()}
-    for pkg in ("packtool", "numpy", "numba", "pyarrow", "datasets"):
-        try:
-            v[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            v[pkg] = None
-    return v
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1_000_000)
@@ -255,7 +242,7 @@ def main() -> None:
 
     packtool = args.packtool or packtool_bin()
     nps: list[int | None] = [int(x) for x in args.num_proc.split(",") if x.strip()] or [None]
-    v = versions()
+    v = versions("packtool", "numpy", "numba", "pyarrow", "datasets")
     print("versions:", json.dumps(v))
     print(f"packtool: {packtool}; load average {os.getloadavg()[0]:.2f}")
     data, info = input_file(Path(args.data_dir), args.n, args.seed)

@@ -401,3 +401,17 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def versions(*packages: str) -> dict:
+    """Python, core count and the installed versions of `packages`, for the printed header."""
+    import importlib.metadata as md
+    import platform
+
+    v = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    for pkg in packages:
+        try:
+            v[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            v[pkg] = None
+    return v
