@@ -35,6 +35,8 @@ bench: install
 	$(BIN)/python benchmarks/bench_profile.py
 	$(BIN)/python benchmarks/bench_pack.py
 	$(BIN)/python benchmarks/bench_train.py
+	$(BIN)/python benchmarks/bench_e2e.py
+	$(BIN)/python benchmarks/bench_pretokenized.py
 
 lint: install
 	$(BIN)/ruff check packtool tests benchmarks
