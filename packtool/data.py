@@ -127,13 +127,6 @@ class TokenizedData:
     def __len__(self) -> int:
         return len(self.table)
 
-    def example(self, i: int) -> dict[str, Any]:
-        """Row i as Python values (tests, inspect)."""
-        return {k: v[0] for k, v in self.table.slice(i, 1).to_pydict().items()}
-
-    def column(self, name: str) -> list:
-        return self.table.column(name).to_pylist()
-
     @property
     def dataset(self):
         """The table as a `datasets.Dataset` (no copy), for code that wants that API."""

@@ -191,12 +191,17 @@ def loss_tokens_cut(data, pack_len: int) -> int | None:
     table = getattr(data, "table", None)
     if table is None or "labels" not in table.column_names:
         return None
+    from packtool.data import arrow_numpy
     from packtool.schema import IGNORE_INDEX
 
-    total = 0
-    for i in idx.tolist():  # over-length examples only, one at a time: no copy of the column
-        lab = table.column("labels")[i].values.to_numpy(zero_copy_only=False)
-        total += int(np.count_nonzero(lab[pack_len:] != IGNORE_INDEX))
+    total, start = 0, 0
+    for chunk in table.column("labels").chunks:  # only the over-length rows' labels are read
+        rows = idx[(idx >= start) & (idx < start + len(chunk))] - start
+        start += len(chunk)
+        if rows.size:
+            offsets, values = arrow_numpy(chunk.offsets), arrow_numpy(chunk.values)
+            for r in rows.tolist():
+                total += int(np.count_nonzero(values[offsets[r] + pack_len:offsets[r + 1]] != IGNORE_INDEX))
     return total
 
 

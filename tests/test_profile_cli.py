@@ -147,6 +147,24 @@ def test_bad_input_exit_1(tmp_path):
     assert res.exit_code == 1 and "not valid JSON" in res.stderr
 
 
+def test_loss_tokens_cut_over_sliced_chunks():
+    """The per-chunk count equals a brute-force count on a sliced, multi-chunk table."""
+    import numpy as np
+    import pyarrow as pa
+
+    from packtool.profiler import loss_tokens_cut
+
+    rng = np.random.default_rng(3)
+    ids = [rng.integers(0, 50, rng.integers(1, 30)).tolist() for _ in range(60)]
+    labels = [[t if rng.random() < 0.6 else -100 for t in row] for row in ids]
+    full = TokenizedData.from_lists([[1]] * 5 + ids, [[1]] * 5 + labels).table.slice(5)
+    table = pa.concat_tables([full.slice(0, 17), full.slice(17, 25), full.slice(42)])
+    td = TokenizedData.from_table(table, num_read=60)
+    for pack_len in (1, 8, 20):
+        want = sum(sum(v != -100 for v in row[pack_len:]) for row in labels)
+        assert loss_tokens_cut(td, pack_len) == want
+
+
 def test_profile_tokenized_data_by_hand():
     #   example 0: 6 tokens, 4 with loss, 2 of them past --len 4;  example 1: no loss;  example 2: 3 tokens
     td = TokenizedData.from_lists(

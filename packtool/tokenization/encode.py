@@ -35,7 +35,7 @@ separately so the boundary is exact. Plain text: every token + EOS carries loss.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -204,21 +204,26 @@ class Encoder:
         return text, arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr
 
     # -- batches ----------------------------------------------------------------------------------
-    def _safe(self, fn, items: list, *args):
-        """fn over the whole batch; if the batch call fails (a text no tokenizer accepts), item by
-        item, so one bad example is refused instead of the batch. Returns (results, errors)."""
+    @staticmethod
+    def _each(fn, *columns: list) -> list[tuple | str]:
+        """fn(*columns) for the whole batch (a backend call returning flat arrays, offsets, ...), split
+        into one tuple of arrays per item; where the batch call fails (a text no tokenizer accepts),
+        item by item, so one bad example becomes its error string instead of failing the batch."""
+
+        def split(out) -> list[tuple]:
+            flat, off, *rest = out
+            return [tuple(x[off[j]:off[j + 1]] for x in (flat, *rest)) for j in range(len(off) - 1)]
+
         try:
-            return fn(items, *args), [None] * len(items)
+            return split(fn(*columns))
         except Exception:
-            out, errors = [], []
-            for x in items:
+            items: list[tuple | str] = []
+            for row in zip(*columns, strict=True):
                 try:
-                    out.append(fn([x], *args))
-                    errors.append(None)
+                    items += split(fn(*([x] for x in row)))
                 except Exception as e:
-                    out.append(None)
-                    errors.append(f"the tokenizer cannot encode this example: {_first_line(e)}")
-            return out, errors
+                    items.append(f"the tokenizer cannot encode this example: {_first_line(e)}")
+            return items
 
     def encode(self, examples: list[dict]) -> Encoded:
         n = len(examples)
@@ -242,28 +247,32 @@ class Encoder:
             except ExampleError as e:
                 errors[i] = str(e)
         eos = np.array([self.eos_id] if self.eos_id is not None else [], dtype=np.int32)
+        encode = self.backend.encode
         if chat_texts:
-            self._chat(chat_idx, chat_texts, chat_spans, pieces, errors)
-        if pc_idx:
-            p, perr = self._safe(self._plain, prompts, True)
-            c, cerr = self._safe(self._plain, completions, False)
-            for j, i in enumerate(pc_idx):
-                if perr[j] or cerr[j]:
-                    errors[i] = perr[j] or cerr[j]
+            for i, item in zip(chat_idx, self._each(self.backend.encode_spans, chat_texts, chat_spans), strict=True):
+                if isinstance(item, str):
+                    errors[i] = item
                     continue
-                pi, ci = _one(p, j, perr), _one(c, j, cerr)
-                a = np.concatenate([pi, ci, eos]).astype(np.int32)
+                ids, mask = item
+                pieces[i] = (ids, np.where(mask, ids, IGNORE).astype(np.int32))
+        if pc_idx:
+            p = self._each(lambda t: encode(t, add_special_tokens=True), prompts)
+            c = self._each(lambda t: encode(t, add_special_tokens=False), completions)
+            for i, pi, ci in zip(pc_idx, p, c, strict=True):
+                if isinstance(pi, str) or isinstance(ci, str):
+                    errors[i] = pi if isinstance(pi, str) else ci
+                    continue
+                a = np.concatenate([pi[0], ci[0], eos]).astype(np.int32)
                 lab = a.copy()
                 if self.train_on != "all":
-                    lab[: len(pi)] = IGNORE
+                    lab[: len(pi[0])] = IGNORE
                 pieces[i] = (a, lab)
         if texts:
-            t, terr = self._safe(self._plain, texts, True)
-            for j, i in enumerate(text_idx):
-                if terr[j]:
-                    errors[i] = terr[j]
+            for i, ti in zip(text_idx, self._each(lambda t: encode(t, add_special_tokens=True), texts), strict=True):
+                if isinstance(ti, str):
+                    errors[i] = ti
                     continue
-                a = np.concatenate([_one(t, j, terr), eos]).astype(np.int32)
+                a = np.concatenate([ti[0], eos]).astype(np.int32)
                 pieces[i] = (a, a.copy())
         for i in range(n):
             if errors[i] is None and (pieces[i] is None or len(pieces[i][0]) == 0):
@@ -277,34 +286,6 @@ class Encoder:
         ids = np.concatenate([x[0] if x is not None else empty for x in pieces]) if n else empty
         labels = np.concatenate([x[1] if x is not None else empty for x in pieces]) if n else empty
         return Encoded(ids.astype(np.int32, copy=False), labels.astype(np.int32, copy=False), offsets, errors)
-
-    def _plain(self, texts: list[str], special: bool):
-        ids, off = self.backend.encode(texts, add_special_tokens=special)
-        return ids, off
-
-    def _chat(self, idx, texts, spans, pieces, errors) -> None:
-        try:
-            groups = [(idx, texts, spans, self.backend.encode_spans(texts, spans))]
-        except Exception:  # isolate the example the tokenizer refuses
-            groups = []
-            for i, t, s in zip(idx, texts, spans, strict=True):
-                try:
-                    groups.append(([i], [t], [s], self.backend.encode_spans([t], [s])))
-                except Exception as e:
-                    errors[i] = f"the tokenizer cannot encode this example: {_first_line(e)}"
-        for gi, _, _, (ids, off, mask) in groups:
-            lab = np.where(mask, ids, IGNORE).astype(np.int32)
-            for j, i in enumerate(gi):
-                pieces[i] = (ids[off[j]:off[j + 1]], lab[off[j]:off[j + 1]])
-
-
-def _one(result, j: int, errs: list) -> np.ndarray:
-    """Example j's ids from a _safe result (one batch call, or one call per item)."""
-    if isinstance(result, tuple):
-        ids, off = result
-        return ids[off[j]:off[j + 1]]
-    ids, off = result[j]
-    return ids[off[0]:off[1]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,9 +323,12 @@ class EncodeStep:
     def __getstate__(self):
         return {**self.__dict__, "_encoder": None}
 
-    def with_backend(self, backend: str, renderer: str = "jinja") -> EncodeStep:
-        return EncodeStep(self.kind, self.read, self.fmt, self.spec, self.template, self.train_on, backend,
-                          self.label_source, renderer)
+    def with_backend(self, backend: str, renderer: str = "jinja", built=None) -> EncodeStep:
+        """This step on another backend and renderer; `built`: that backend, already built (or building)."""
+        step = replace(self, backend=backend, renderer=renderer, _encoder=None)
+        if built is not None:
+            step.encoder._backend = built
+        return step
 
     @property
     def encoder(self) -> Encoder:
@@ -387,6 +371,7 @@ class EncodeStep:
     def _pretokenized(self, batch) -> StepResult:
         import pyarrow as pa
 
+        from packtool.data import arrow_array, token_schema
         from packtool.tokenization import pretokenized as pt
 
         if batch.arrow is not None:
@@ -401,11 +386,6 @@ class EncodeStep:
             rejects += [(ok[j], reason) for j, reason in v.rejects]
             v.keep = np.asarray(ok, dtype=np.int64)[v.keep] if len(ok) else v.keep
         rejects = sorted((i, f"pre-tokenized record: {r}") for i, r in rejects)
-        from packtool.data import arrow_array
-
         src = arrow_array(batch.start + np.asarray(v.keep, dtype=np.int64))
-        t = v.table
-        table = pa.RecordBatch.from_arrays([t.column(c) for c in ("input_ids", "labels", "length", "num_loss_tokens")]
-                                           + [src], names=["input_ids", "labels", "length", "num_loss_tokens",
-                                                           "source_index"])
+        table = pa.RecordBatch.from_arrays([*v.table.columns, src], schema=token_schema())
         return StepResult(table, rejects, v.removed_padding)

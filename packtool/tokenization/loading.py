@@ -81,18 +81,6 @@ class LoadedTokenizer:
     files_hash: str
     builtin: bool
 
-    def info(self) -> dict[str, Any]:
-        tok = self.tokenizer
-        return {
-            "name": self.name,
-            "class": type(tok).__name__,
-            "vocab_size": len(tok),
-            "pad_id": tok.pad_token_id,
-            "eos_id": tok.eos_token_id,
-            "bos_id": tok.bos_token_id,
-            "files_hash": self.files_hash,
-        }
-
 
 def load_tokenizer(name: str | None) -> LoadedTokenizer:
     """`None` → the built-in Qwen3 tokenizer; a folder → that folder; else a hub id.

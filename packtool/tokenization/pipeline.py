@@ -125,10 +125,10 @@ class _Check:
             self.report = {"name": "fastokens", "requested": self.requested, "renderer": self.fast.renderer,
                            "check": check}
             return
-        why = f"fastokens differs from tokenizers on {_first_difference(a, b, self.probe)}"
+        where = _first_difference(a, b, self.probe)
+        why = f"fastokens differs from tokenizers on {where}"
         if self.fast.renderer != "jinja":
-            why = f"the fast path (fastokens, {self.fast.renderer} renderer) differs from tokenizers + jinja on " \
-                  f"{_first_difference(a, b, self.probe)}"
+            why = f"the fast path (fastokens, {self.fast.renderer} renderer) differs from tokenizers + jinja on {where}"
         if self.requested == "fastokens":
             raise PacktoolError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend hf")
         self.report = {"name": "hf", "requested": self.requested, "renderer": "jinja", "check": check,
@@ -226,35 +226,30 @@ def _renderer(template) -> str:
     """"native" for the built-in chatml-train template (byte for byte), else "jinja"."""
     from packtool.tokenization.loading import BUILTIN_TEMPLATES
 
-    if template is None:
-        return "jinja"
-    builtin = hashlib.sha256(BUILTIN_TEMPLATES["chatml-train"].read_bytes()).hexdigest()[:16]
-    return "native" if template.hash == builtin else "jinja"
+    return "native" if template.source == BUILTIN_TEMPLATES["chatml-train"].read_text() else "jinja"
 
 
-def _fast_step(step: EncodeStep, requested: str) -> tuple[EncodeStep | None, str | None]:
-    """The fastokens variant of `step` with its Rust tokenizer already building on a thread (it
-    takes ~1 s for a 150k vocabulary and releases the GIL), or (None, why not)."""
+def _fast_backend(spec, requested: str):
+    """(the fastokens backend, already building on a thread, None) or (None, why not). Building
+    takes ~1 s for a 150k vocabulary and releases the GIL, so it overlaps what follows."""
     if requested == "hf":
         return None, "--tokenizer-backend hf"
-    from packtool.tokenization.backends import supports_fast
+    from packtool.tokenization.backends import FastBackend, supports_fast
 
-    why = supports_fast(step.spec.backend_json, load=False)
+    why = supports_fast(spec.backend_json, load=False)
     if why is not None:
         if requested == "fastokens":
             raise UsageError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf")
         return None, why
-    fast = step.with_backend("fastokens")
-    backend = fast.encoder.backend
-    if hasattr(backend, "preload"):
-        backend.preload()
-    return fast, None
+    backend = FastBackend(spec.backend_json)
+    backend.preload()
+    return backend, None
 
 
 def _first_difference(a: StepResult, b: StepResult, probe) -> str:
-    ra = a.table.to_pydict() if a.table.num_rows < 10_000 else {}
-    rb = b.table.to_pydict() if b.table.num_rows < 10_000 else {}
-    for j, (x, y) in enumerate(zip(ra.get("input_ids", []), rb.get("input_ids", []), strict=False)):
+    """Where the two results of the probe (at most CHECK_EXAMPLES rows) first differ."""
+    ra, rb = a.table.to_pydict(), b.table.to_pydict()
+    for j, (x, y) in enumerate(zip(ra["input_ids"], rb["input_ids"], strict=False)):
         if x != y or ra["labels"][j] != rb["labels"][j]:
             i = int(ra["source_index"][j]) - probe.start
             return probe.where(i)
@@ -292,13 +287,13 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
         tokenizer = _pretokenized_tokenizer(cfg)
         backend = {"name": None, "reason": "pre-tokenized input is not tokenized"}
         num_proc = 1  # vectorized validation outruns reading: workers would only add copies
+        labels_from = label_src if label_src != "all" else "every token"
         ignored = [opt for opt, given in (("--chat-template", cfg.chat_template is not None),
                                           ("--train-on", cfg.train_on != "assistant")) if given]
         if ignored:
             warnings.append(f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
-                            f"{label_src if label_src != 'all' else 'every token'}")
-        fmt, reason = "pretokenized", f"records carry input_ids; labels from " \
-                                      f"{label_src if label_src != 'all' else 'every token'}"
+                            f"{labels_from}")
+        fmt, reason = "pretokenized", f"records carry input_ids; labels from {labels_from}"
     else:
         step, check, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, fmt, batches, mismatch)
         if not step.template.has_generation and cfg.train_on != "all":
@@ -349,32 +344,28 @@ def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | N
     from packtool.tokenization.loading import check_markers, load_spec, resolve_template
 
     spec = load_spec(cfg.tokenizer)
-    reference = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=None, train_on=cfg.train_on)
-    requested = "hf" if mismatch else cfg.tokenizer_backend
-    fast, why = _fast_step(reference, requested)  # builds on a thread while we go on
+    built, why = _fast_backend(spec, "hf" if mismatch else cfg.tokenizer_backend)
     template = resolve_template(spec, cfg.chat_template)
     check_markers(spec, template)
-    reference.template = template
+    reference = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=template, train_on=cfg.train_on)
     first = next(batches, None)
     probe = first.head(min(len(first), CHECK_EXAMPLES)) if first is not None else None
     num_proc = cfg.num_proc or os.cpu_count() or 1
     if cfg.num_proc is None and source.total_bytes < SMALL_BYTES:
         num_proc = 1
     check = None
-    if fast is None:
+    if built is None:
         step = reference
         backend = {"name": "hf", "requested": cfg.tokenizer_backend, "renderer": "jinja",
                    "reason": mismatch or why}
-    else:
-        step = fast
-        fast.template = fast.encoder.template = template
-        fast.renderer = fast.encoder.renderer = _renderer(template)
-        backend = {"name": "fastokens", "requested": cfg.tokenizer_backend, "renderer": fast.renderer,
+    else:  # the fast path: fastokens, and the native renderer for the built-in template
+        step = reference.with_backend("fastokens", _renderer(template), built)
+        backend = {"name": "fastokens", "requested": cfg.tokenizer_backend, "renderer": step.renderer,
                    "check": {"examples": 0}}
         if probe is not None and len(probe):
-            check = _Check(fast, reference, probe, cfg.tokenizer_backend)
+            check = _Check(step, reference, probe, cfg.tokenizer_backend)
         if num_proc > 1:
-            fast.encoder.backend.wait()  # built before forking: workers inherit it
+            built.wait()  # built before forking: workers inherit it
     tokenizer = {**spec.info(), "chat_template": template.name, "chat_template_hash": template.hash,
                  "generation_markers": template.has_generation}
     rest = _chain([first] if first is not None else [], batches)
