@@ -7,9 +7,14 @@ only with PACKTOOL_DEBUG=1. Nothing heavy (torch, transformers) is imported at m
 
 from __future__ import annotations
 
+import errno
 import functools
+import gc
 import os
+import re
+import signal
 import sys
+import threading
 
 import typer
 
@@ -44,27 +49,119 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     sys.stderr.write(f"warning: {message}\n")
 
 
+_WRITABLE = "choose a writable --out (or PACKTOOL_CACHE for the tokenization cache)"
+_FIXES = {  # errno → what to do about it
+    errno.ENOSPC: "free space, or choose another --out (or PACKTOOL_CACHE for the tokenization cache)",
+    errno.EDQUOT: "free space under your quota, or choose another --out (or PACKTOOL_CACHE)",
+    errno.EACCES: _WRITABLE,
+    errno.EPERM: _WRITABLE,
+    errno.EROFS: _WRITABLE,
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "check the path: a part of it is a file",
+    errno.EISDIR: "check the path: it is a folder",
+}
+
+
+def os_error_line(e: OSError) -> str:
+    """`<path>: <what> — <fix>` for an OSError; the path is left out when the error names none
+    (pyarrow's IO errors carry the errno only in their text)."""
+    code = e.errno
+    if code is None and (m := re.search(r"\[errno (\d+)\]", str(e), re.IGNORECASE)):
+        code = int(m.group(1))
+    what = e.strerror or (os.strerror(code) if code else str(e).splitlines()[0] if str(e) else type(e).__name__)
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{what} — {_FIXES.get(code, 'check the path and the disk')}"
+
+
+_interrupted = False  # set by the SIGINT handler: a library may swallow the KeyboardInterrupt
+
+
+def _on_sigint(signum, frame):
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def _unraisable(hook):
+    """sys.unraisablehook that drops the KeyboardInterrupts a callback swallowed (no traceback:
+    `_interrupted` remembers them) and passes everything else to `hook`."""
+
+    def unraisable(u):
+        if not isinstance(u.exc_value, KeyboardInterrupt):
+            hook(u)
+
+    return unraisable
+
+
 def guard(fn):
-    """Turn PacktoolError (and Ctrl-C) into a one-line message and an exit code; warnings that
-    packtool raises (a damaged cache entry, ...) print as one line too."""
+    """The one error boundary of every command; a traceback only with PACKTOOL_DEBUG=1.
+
+    - PacktoolError → `error: <message>`, exit 1 (UsageError, a bad option value: exit 2).
+    - OSError (no space, read-only, permission, missing file, ...) → `error: <path>: <what> — <fix>`,
+      exit 1: the environment failed mid-run (options found unusable up front, such as an --out
+      that cannot be written, are UsageErrors raised by the checks themselves).
+    - BrokenPipeError on stdout (`packtool ... | head`) → quiet, exit 0: the reader had enough.
+    - Ctrl-C at any stage → `interrupted`, exit 130, after the with-blocks and finally clauses on the
+      way up removed temporary folders and terminated worker processes. A Ctrl-C that a library
+      swallowed (numba's compile callbacks) still exits 130 when the command returns.
+    Warnings that packtool raises (a damaged cache entry, ...) print as one line too.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         import warnings
 
+        global _interrupted
         warnings.showwarning = _one_line_warning
+        debug = os.environ.get("PACKTOOL_DEBUG") == "1"
+        # not from a thread (signal.signal refuses) nor where SIGINT is ignored (nohup, `cmd &`)
+        catch = threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+        previous = signal.signal(signal.SIGINT, _on_sigint) if catch else None
+        hook, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
+        _interrupted = False
+        code = None
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except PacktoolError as e:
-            if os.environ.get("PACKTOOL_DEBUG") == "1":
+            if debug:
                 raise
             sys.stderr.write(f"error: {e}\n")
-            raise typer.Exit(e.exit_code) from None
+            code = e.exit_code
         except KeyboardInterrupt:
+            _interrupted = True
+        except BrokenPipeError:
+            _quiet_stdout()
+            code = 0
+        except OSError as e:
+            if debug:
+                raise
+            sys.stderr.write(f"error: {os_error_line(e)}\n")
+            code = 1
+        finally:
+            sys.unraisablehook = hook
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        # raised here, not in the except blocks: the finished exception (its traceback holds the
+        # suspended generators, e.g. the tokenizing pool) is freed first, so its cleanup runs now
+        if _interrupted:
+            gc.collect()
             sys.stderr.write("interrupted\n")
-            raise typer.Exit(130) from None
+            raise typer.Exit(130)
+        if code is not None:
+            raise typer.Exit(code)
+        return result
 
     return wrapper
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # CliRunner's stdout has no file descriptor
+        pass
 
 
 def _register() -> None:
@@ -78,5 +175,19 @@ def _register() -> None:
 _register()
 
 
+def _late_sigint(signum, frame):
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os.write(2, b"interrupted\n")
+    os._exit(130)
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:  # the command is over: a Ctrl-C while the interpreter shuts down exits 130 at once
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, _late_sigint)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ import numpy as np
 
 from packtool import schema
 from packtool.errors import UsageError
+from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
 ROW_GROUP_BYTES = 64 << 20  # token slots (4 int32 columns) per row group: bounds the write buffer
@@ -132,28 +134,95 @@ def write_manifest(root: Path, manifest: dict) -> None:
     (root / schema.MANIFEST).write_text(manifest_text(manifest), encoding="utf-8")
 
 
+_SHARD_FILE = re.compile(r"train-\d{5}-of-\d{5}\.parquet")
+MIN_FREE = 64 << 20  # refuse an --out with less free space than this, whatever the input
+
+
+def _not_a_pack(out: Path) -> str | None:
+    """None when the folder `out` may be replaced: empty, or exactly what packtool writes
+    (manifest.json with our keys, data/ with shard files only); else why not, for the message."""
+    names = sorted(p.name for p in out.iterdir())
+    if not names:
+        return None
+    manifest = out / schema.MANIFEST
+    if not manifest.is_file() or manifest.is_symlink():
+        return f"it is not empty and holds no {schema.MANIFEST} (not a packtool output)"
+    try:
+        m = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return f"its {schema.MANIFEST} is not packtool's (unreadable: {type(e).__name__})"
+    if not isinstance(m, dict) or "schema_version" not in m or "packtool_version" not in m:
+        return f"its {schema.MANIFEST} is not packtool's (no schema_version and packtool_version)"
+    foreign = [n for n in names if n not in (schema.DATA_DIR, schema.MANIFEST)]
+    data = out / schema.DATA_DIR
+    if data.is_symlink() or (data.exists() and not data.is_dir()):
+        foreign.insert(0, schema.DATA_DIR)
+    elif data.is_dir():
+        foreign += [f"{schema.DATA_DIR}/{p.name}" for p in sorted(data.iterdir())
+                    if not (_SHARD_FILE.fullmatch(p.name) and p.is_file() and not p.is_symlink())]
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        return f"it holds {foreign[0]}{more}, which packtool did not write"
+    return None
+
+
 def check_target(out: Path, force: bool) -> None:
-    """Fail early (before tokenizing) when OUT exists and may not be replaced."""
+    """Fail early (before tokenizing) when OUT exists and may not be replaced: --force replaces
+    only an empty folder or a packtool pack (see `_not_a_pack`)."""
     if not out.exists() and not out.is_symlink():
         return
     if not force:
         raise UsageError(f"--out {out} already exists; use --force to replace it or choose another --out")
     if not out.is_dir() or out.is_symlink():
         raise UsageError(f"--out {out} exists and is not a folder; remove it or choose another --out")
-    if any(out.iterdir()) and not (out / schema.MANIFEST).is_file():
-        raise UsageError(f"refusing to replace {out}: it is not empty and holds no {schema.MANIFEST} "
-                         "(not a packtool output); remove it yourself or choose another --out")
+    why = _not_a_pack(out)
+    if why is not None:
+        raise UsageError(f"refusing to replace {out}: {why}; remove it yourself or choose another --out")
+
+
+def check_space(out: Path, need_bytes: int = 0) -> None:
+    """Fail early (before tokenizing) when the folder that will hold OUT cannot be created or
+    written, or has less free space than max(`need_bytes`, 64 MiB). PACKTOOL_MIN_FREE_MIB=N
+    replaces that estimate (0 skips the space check)."""
+    parent = out.absolute().parent
+    why = files.unwritable(parent)
+    if why is not None:
+        raise UsageError(f"--out {out}: cannot write in {parent} ({why}); choose a writable --out")
+    need = max(need_bytes, MIN_FREE)
+    how = "about the input's size, at least 64 MiB"
+    override = os.environ.get("PACKTOOL_MIN_FREE_MIB")
+    if override is not None:
+        try:
+            need, how = int(override) << 20, "PACKTOOL_MIN_FREE_MIB"
+        except ValueError:
+            raise UsageError(f"PACKTOOL_MIN_FREE_MIB={override!r} is not a whole number of MiB") from None
+    free = shutil.disk_usage(parent).free
+    if need and free < need:
+        raise UsageError(f"--out {out}: {parent} has {free >> 20} MiB free, below the {need >> 20} MiB this pack "
+                         f"may need ({how}); free space, choose another --out, or set PACKTOOL_MIN_FREE_MIB "
+                         "(0 skips this check)")
+
+
+def _publish_modes(root: Path) -> None:
+    """Give the finished pack the modes the umask allows (mkdtemp made the folder 0700)."""
+    mask = files.umask()
+    for folder, _, names in os.walk(root):
+        os.chmod(folder, 0o777 & ~mask)
+        for name in names:
+            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
 
 
 @contextmanager
 def atomic_output(out: Path, force: bool) -> Iterator[Path]:
-    """Yield a temporary folder beside `out`; on success it becomes `out`, on any error it vanishes."""
+    """Yield a temporary folder beside `out`; on success it becomes `out` (with umask modes), on
+    any error it vanishes."""
     out = Path(out)
     check_target(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-tmp-", dir=out.parent))
     try:
         yield tmp
+        _publish_modes(tmp)
         check_target(out, force)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-old-", dir=out.parent))

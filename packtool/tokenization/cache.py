@@ -7,6 +7,9 @@
         tokenizers/<digest>.json    resolved TokenizerSpecs (same checksummed envelope)
         work-<key>-<pid>-<n>/       an entry being written; renamed to tok-<key> when complete
 
+A cache folder that cannot be written (or is short of space) is not fatal: `check_usable` warns
+once and the run keeps its entry in a temporary folder that is removed at exit.
+
 Trust nothing on disk: `meta.json` carries the xxh3-128 of data.arrow (hashed while it was
 written) and a checksum of its own content (format, counts, pad id, ...). `open_entry` re-hashes
 data.arrow with buffered reads (page cache, ~10 GB/s, none of it counted in our RSS) and returns
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packtool.io import files
 from packtool.io.files import cache_root
 
 DATA = "data.arrow"
@@ -56,6 +60,22 @@ def _checksum(obj: Any) -> str:
 
 def _say(message: str) -> None:
     warnings.warn(message, CacheWarning, stacklevel=3)
+
+
+def check_usable(need_bytes: int = 0) -> None:
+    """Before tokenizing: when the cache folder cannot be written or has less than `need_bytes`
+    free, warn in one line and use a temporary folder for this run instead (nothing is cached)."""
+    root = cache_root()
+    why = files.unwritable(root)
+    if why is None and need_bytes:
+        free = shutil.disk_usage(root).free
+        if free < need_bytes:
+            why = f"{free >> 20} MiB free, below the ~{need_bytes >> 20} MiB this input may need"
+    if why is None:
+        return
+    tmp = files.use_temporary_cache()
+    _say(f"tokenization cache {root} is unusable ({why}): this run tokenizes into {tmp}, removed at exit, "
+         "and caches nothing; set PACKTOOL_CACHE to a writable folder with space")
 
 
 # ---------------------------------------------------------------------------------------------
