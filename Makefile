@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO := .demo
 
-.PHONY: install test test-slow demo bench lint clean
+.PHONY: install test test-slow demo bench lint clean gpu-check gpu-check-dry
 
 $(BIN)/packtool: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,12 @@ bench: install
 	$(BIN)/python benchmarks/bench_train.py
 	$(BIN)/python benchmarks/bench_e2e.py
 	$(BIN)/python benchmarks/bench_pretokenized.py
+
+gpu-check:
+	PYTHON=$(PY) benchmarks/gpu_check.sh
+
+gpu-check-dry: install
+	PYTHON=$(BIN)/python benchmarks/gpu_check.sh --dry-run
 
 lint: install
 	$(BIN)/ruff check packtool tests benchmarks

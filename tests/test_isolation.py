@@ -45,14 +45,27 @@ def _run(samples, backend="reference", models=iso.MODELS):
 @pytest.mark.parametrize("backend", ["sdpa", "eager", "reference"])
 def test_correct_rows_pass_on_cpu_backend(samples, backend):
     checks = _run(samples, backend)
-    assert len(checks) == 8  # 2 models x (logits, loss sums, swap, control)
+    # 2 models x (logits, loss sums, swap, causal, vs reference, control); the reference is not compared with itself
+    assert len(checks) == (10 if backend == "reference" else 12)
     bad = [f"{c.name}: {c.message}" for c in checks.values() if not c.passed]
     assert not bad, bad
     ev = checks[f"isolation gpt2/{backend} logits"].evidence
     assert ev["rows_tested"] == 2 and ev["dtype"] == "float32" and ev["max_abs_diff"] <= ev["tol"]
     assert checks[f"isolation llama/{backend} swap A"].evidence["exact"]  # deterministic on CPU: bit-exact
+    causal = checks[f"isolation llama/{backend} causal"].evidence
+    assert causal["max_abs_diff"] == 0.0 and causal["documents_probed"] >= 4 and causal["changed_token_min_diff"] > 0
     power = checks[f"isolation llama/{backend} control"].evidence["power_over_tol"]
     assert min(power.values()) > 10
+    calls = ev["kernel_calls"]  # counted: the reference loop is a varlen call per layer; sdpa dense; eager neither
+    if backend == "reference":
+        assert calls["varlen_calls"] == calls["forwards"] * iso.LAYERS > 0 and calls["dense_calls"] == 0
+    elif backend == "sdpa":
+        assert calls["varlen_calls"] == 0 and calls["dense_calls"] == calls["forwards"] * iso.LAYERS > 0
+    else:
+        assert calls["varlen_calls"] == calls["dense_calls"] == 0 and calls["forwards"] > 0
+    if backend != "reference":
+        ref = checks[f"isolation llama/{backend} vs reference"].evidence
+        assert ref["max_abs_diff"] <= ref["tol"] == iso.REFERENCE_TOL["float32"]
 
 
 @pytest.mark.slow
@@ -231,6 +244,9 @@ def test_gpu_smoke(tmp_path):
         assert res.passed, bad
         flash = next(c for c in res.checks if c.name == "FlashAttention kernel")
         assert flash.passed and not flash.skipped, flash.message
+        ev = flash.evidence  # counted, not inferred: one varlen call per layer and forward, nothing dense
+        assert ev["varlen_calls"] == ev["expected_varlen_calls"] > 0 and ev["dense_calls"] == 0, ev
+        assert res.to_dict()["kernel_calls"][ev["backend"]]["llama"]["varlen_calls"] > 0
         diffs = {c.name: (c.evidence.get("max_abs_diff"), c.evidence.get("dtype")) for c in res.checks
                  if c.name.endswith("logits")}
         print(f"\nGPU {backend}: {res.kernels} {seconds:.1f}s {diffs}")
@@ -238,11 +254,39 @@ def test_gpu_smoke(tmp_path):
 
 def test_bf16_tolerances_hold_and_control_keeps_power(samples):
     """The bf16 tolerances (set for the GPU kernels) measured on CPU bf16 sdpa: the correct rows
-    pass and the negative control still fails by more than CONTROL_MARGIN."""
+    pass, including the comparison with the fp32 reference, swap and the causal probe (exact), and
+    the negative control still fails by more than CONTROL_MARGIN."""
     import dataclasses
 
     backend = dataclasses.replace(bk.make("sdpa", "cpu"), dtype="bfloat16", deterministic=False)
     checks = _by_name(iso.run_isolation(samples, [backend], pack_len=L))
     bad = [f"{c.name}: {c.message}" for c in checks.values() if not c.passed]
     assert not bad, bad
-    assert checks["isolation llama/sdpa logits"].evidence["tol"] == iso.LOGIT_TOL["bfloat16"]
+    assert checks["isolation llama/sdpa logits"].evidence["tol"] == iso.BF16_LOGIT_TOL
+    assert checks["isolation llama/sdpa vs reference"].evidence["tol"] == iso.BF16_REFERENCE_TOL
+    assert checks["isolation llama/sdpa swap A"].evidence["tol"] == iso.BF16_SWAP_TOL
+    assert checks["isolation gpt2/sdpa causal"].evidence["max_abs_diff"] == 0.0
+
+
+def test_measure_tolerances_reports_every_comparison():
+    lines = []
+    out = iso.measure_tolerances([bk.make("sdpa", "cpu")], pack_lens=(96,), rows=2, models=("gpt2",),
+                                 echo=lines.append)
+    assert out["ok"], out["failures"]
+    (row,) = out["rows"]
+    assert row["pack_len"] == 96 and row["backend"] == "sdpa" and row["model"] == "gpt2"
+    assert row["swap"] == (0.0, 0.0) and row["causal"] == (0.0, 0.0)
+    assert row["vs fp32 ref"][0] <= row["vs fp32 ref"][1] and row["control Δ"] > 1
+    assert set(out["max"]) == {"packed~alone", "vs fp32 ref", "swap", "causal"}
+    assert "packed~alone (tol)" in lines[0] and any(x.startswith("max vs fp32 ref:") for x in lines)
+
+
+def test_kernel_that_raises_is_a_failed_check_not_a_traceback(samples, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: no kernel image is available\nmore lines")
+
+    monkeypatch.setattr(bk, "per_segment_attention", broken)
+    backend = bk.make("reference", "cpu")
+    (c,) = iso.run_isolation(samples, [backend], pack_len=L, models=("llama",))
+    assert not c.passed and c.name == "isolation llama/reference"
+    assert c.message == "the reference kernel raised RuntimeError: CUDA error: no kernel image is available"

@@ -66,7 +66,7 @@ def test_default_run_passes_and_says_which_kernel_ran(good, tmp_path):
     assert "FlashAttention kernel not exercised (no CUDA)" in r.stderr
     doc = json.loads(report.read_text())
     iso = [c for c in doc["checks"] if c["name"].startswith("isolation gpt2/reference")]
-    assert len(iso) == 4 and all(c["status"] == "pass" for c in iso)
+    assert len(iso) == 5 and all(c["status"] == "pass" for c in iso)
     ev = iso[0]["evidence"]
     assert ev["rows_tested"] == 1 and ev["dtype"] == "float32" and "cu_seqlens" in ev["kernel"]
     assert doc["kernels"] and doc["kernels"][0].startswith("reference:")

@@ -2,8 +2,10 @@
 
 JSON top-level keys (schema "packtool.verify/v1"): schema, path, passed, self_test, failed (names),
 kernels (what computed attention in the isolation checks that ran, with their models; empty
-when none ran), timings_s, config, checks [{name, status
-(pass|fail|skip), passed, message, evidence}].
+when none ran), kernel_calls ({backend: {model: {varlen_calls, varlen_tokens, dense_calls,
+forwards, attention_layers}}}: counted, not inferred), timings_s, config, checks [{name, status
+(pass|fail|skip), passed, message, evidence}]. The "FlashAttention kernel" check's evidence holds
+the totals, the expected call count, the trial call and any `auto` fallback notes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ def evidence_text(ev: dict[str, Any]) -> str:
     if "dtype" in ev:
         parts.append(f"{ev['dtype']} {ev.get('device', '?')}, {ev.get('rows_tested', '?')} rows, "
                      f"{ev.get('documents', '?')} docs, {ev.get('seconds', '?')} s")
+    calls = ev.get("kernel_calls")
+    if calls and (calls.get("varlen_calls") or calls.get("dense_calls")):
+        parts.append(f"{_num(calls['varlen_calls'])} varlen / {_num(calls['dense_calls'])} dense calls")
     if ev.get("rows_failed"):
         parts.append(f"{_num(ev['rows_failed'])} rows failed")
     if "sha256_checked" in ev:
@@ -57,8 +62,14 @@ def render_verify(result, console) -> None:
     for k in result.kernels:
         console.print(f"kernel  {k}", soft_wrap=True)
     for c in result.checks:
-        if c.name == "FlashAttention kernel" and c.skipped:
-            console.print(f"kernel  {c.message}", soft_wrap=True)
+        if c.name == "FlashAttention kernel":
+            if c.skipped:
+                console.print(f"kernel  {c.message}", soft_wrap=True)
+                continue
+            if c.evidence.get("fallback"):
+                console.print(f"kernel  auto passed over: {'; '.join(c.evidence['fallback'])}", soft_wrap=True)
+            if c.evidence.get("trial"):
+                console.print(f"kernel  {c.evidence['backend']}: {c.evidence['trial']}", soft_wrap=True)
     for c in result.failed:
         console.print(f"[bold red]FAIL[/] {c.name}: {c.message}", soft_wrap=True)
     t = result.timings

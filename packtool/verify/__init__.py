@@ -1,13 +1,16 @@
 """verify: integrity of every row, and isolation through a real attention kernel.
 
     integrity.py   numpy over every row of every shard + the manifest (no model)
-    isolation.py   tiny random-weight decoders: packed == alone, negative control must fail
-    backends.py    which attention kernel runs, and the custom varlen functions transformers calls
+    isolation.py   tiny random-weight decoders: packed == alone, swap, causal probe, agreement with
+                   the fp32 reference; the negative control must fail; measure_tolerances
+    backends.py    which attention kernel runs, the varlen functions transformers calls, the
+                   counted calls (what really ran), auto's capability check and trial call
     run.py         VerifyConfig -> VerifyResult (the one entry point the CLI calls)
     selftest.py    builds its own pack in a temporary folder and verifies it
 
 Every layer reports `Check`s: a name, pass/fail/skip, the evidence and one message. Nothing here
-imports torch or transformers at module level.
+imports torch or transformers at module level, and verifying a pack (or the self-test) needs only
+numpy, pyarrow, numba, torch and transformers: no datasets, tokenizer backends or flash-attn.
 """
 
 from __future__ import annotations

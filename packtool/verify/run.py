@@ -4,6 +4,9 @@
 
 The result passes only when every check passes; skipped checks (e.g. the FlashAttention kernel on
 a machine without CUDA) are reported as such and never count as passes of what they skip.
+Whether a kernel ran is read from counted calls (`backends.counting`), never from check names:
+the "FlashAttention kernel" check passes only when the varlen backend made one varlen call per
+attention layer of every forward and no dense attention call.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class VerifyResult:
     timings: dict[str, float] = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     self_test: bool = False
+    kernel_calls: dict = field(default_factory=dict)  # backend -> model -> counted attention calls
 
     @property
     def passed(self) -> bool:
@@ -55,6 +59,7 @@ class VerifyResult:
             "self_test": self.self_test,
             "failed": [c.name for c in self.failed],
             "kernels": self.kernels,
+            "kernel_calls": self.kernel_calls,
             "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
             "config": self.config,
             "checks": [c.to_dict() for c in self.checks],
@@ -107,26 +112,23 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     iso = _isolation(cfg, summary, backends, rows)
     res.checks.extend(iso)
     res.timings["isolation"] = time.perf_counter() - t1
-    ran = _ran(backends, iso)
+    res.kernel_calls = kernel_calls(iso)
+    ran = [(b, list(res.kernel_calls[b.name])) for b in backends if b.name in res.kernel_calls]
     res.kernels = [f"{b.name}: {b.kernel} ({b.device}, {b.dtype}); models {', '.join(models)}"
                    for b, models in ran]
-    res.checks.append(_flash_note(backends, ran))
+    res.checks.append(_flash_note(backends, res.kernel_calls))
     return res
 
 
-def _ran(backends, checks: list[Check]) -> list[tuple]:
-    """(backend, models) for each backend that computed attention, from the evidence of the
-    isolation checks that ran (not from what was resolved: isolation may not have run at all, and a
-    model may be skipped on a backend)."""
-    out = []
-    for b in backends:
-        models = []
-        for c in checks:
-            m = c.evidence.get("model_type")
-            if not c.skipped and c.evidence.get("backend") == b.name and m and m not in models:
-                models.append(m)
-        if models:
-            out.append((b, models))
+def kernel_calls(checks: list[Check]) -> dict:
+    """{backend: {model: counted calls}} from the isolation checks' evidence: one entry per
+    (model, backend) whose forwards ran (nothing for a model skipped on a backend, or when
+    isolation did not run at all)."""
+    out: dict = {}
+    for c in checks:
+        calls = c.evidence.get("kernel_calls")
+        if calls is not None and not c.skipped:
+            out.setdefault(c.evidence["backend"], {}).setdefault(c.evidence["model_type"], calls)
     return out
 
 
@@ -181,17 +183,36 @@ def _synthesize(singles: list[dict], pack_len: int, rows: int):
 FLASH = ("flash-attn", "torch-varlen")
 
 
-def _flash_note(backends, ran) -> Check:
-    """Whether a FlashAttention kernel computed attention in an isolation check that ran."""
-    flash = [b for b, _ in ran if b.name in FLASH]
+def _flash_note(backends, calls: dict) -> Check:
+    """Whether a FlashAttention varlen kernel computed attention, from the counted calls."""
+    flash = [b for b in backends if b.name in FLASH]
+    ran = [b for b in flash if b.name in calls]
+    if ran:
+        b = ran[0]
+        per_model = calls[b.name]
+        total = {k: sum(int(m.get(k, 0)) for m in per_model.values())
+                 for k in ("varlen_calls", "varlen_tokens", "dense_calls", "forwards")}
+        expected = sum(int(m.get("forwards", 0)) * int(m.get("attention_layers", 0)) for m in per_model.values())
+        ev = {"kernel": b.kernel, "backend": b.name, "device": b.device, "dtype": b.dtype, **total,
+              "expected_varlen_calls": expected, "per_model": per_model, "trial": b.trial, "fallback": list(b.notes)}
+        counted = (f"{total['varlen_calls']:,} varlen calls over {total['varlen_tokens']:,} query tokens, "
+                   f"{total['dense_calls']} dense attention calls, {total['forwards']} forwards")
+        if total["varlen_calls"] == 0:
+            return Check("FlashAttention kernel", False, f"{b.name} was selected but made no varlen call ({counted}): "
+                         f"the models did not run the kernel", ev)
+        if total["dense_calls"] or total["varlen_calls"] != expected:
+            return Check("FlashAttention kernel", False,
+                         f"{b.name}: {counted}; expected {expected} varlen calls (one per attention layer and "
+                         f"forward) and 0 dense: some layers did not run the varlen kernel", ev)
+        return Check("FlashAttention kernel", True, f"exercised: {b.kernel} ({b.dtype}): {counted}", ev)
+    ev = {"fallback": list(backends[0].notes)} if backends and backends[0].notes else {}
     if flash:
-        return Check("FlashAttention kernel", True, f"exercised: {flash[0].kernel} ({flash[0].dtype})",
-                     {"kernel": flash[0].kernel})
-    if any(b.name in FLASH for b in backends):
         why = "isolation did not run it"
+    elif backends and backends[0].notes:
+        why = f"auto fell back to {backends[0].name}: " + "; ".join(backends[0].notes)
     elif all(b.device == "cpu" for b in backends):
         why = "no CUDA"
     else:
         why = "not requested by --backend"
-    return Check("FlashAttention kernel", False, f"FlashAttention kernel not exercised ({why}); the CPU "
-                 f"backends above prove the packed format, not the GPU kernel", skipped=True)
+    return Check("FlashAttention kernel", False, f"FlashAttention kernel not exercised ({why}); the "
+                 f"backends above prove the packed format, not the GPU kernel", ev, skipped=True)

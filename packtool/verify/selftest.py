@@ -55,6 +55,33 @@ def build_self_test_pack(out: str, *, pack_len: int = 1024, n_docs: int = 160, s
     return "packtool.packer (bfd)"
 
 
+def sample_rows(pack_len: int, rows: int, *, seed: int = 0, max_len: int | None = None):
+    """`rows` isolation Samples laid out as the packer lays rows out (documents back to back, -100
+    on each first label, the pad tail counting 0, 1, ... as its own segment), without writing a
+    pack: what `isolation.measure_tolerances` runs on. Documents are 8..max_len tokens
+    (default pack_len // 3), so every row holds >= 2 of them."""
+    from packtool.verify.isolation import Sample
+
+    max_len = max_len or max(8, pack_len // 3)
+    docs = iter(make_documents(rows * (pack_len // 8 + 2), seed=seed, min_len=8, max_len=max_len))
+    out, doc = [], next(docs)
+    for r in range(rows):
+        ids = np.full(pack_len, SELF_TEST_PAD_ID, np.int32)
+        lab = np.full(pack_len, schema.IGNORE_INDEX, np.int32)
+        pos = np.zeros(pack_len, np.int32)
+        lens, at = [], 0
+        while at + len(doc[0]) <= pack_len:
+            n = len(doc[0])
+            ids[at:at + n], lab[at:at + n], pos[at:at + n] = doc[0], doc[1], np.arange(n)
+            lab[at] = schema.IGNORE_INDEX
+            lens.append(n)
+            at += n
+            doc = next(docs)
+        pos[at:] = np.arange(pack_len - at)
+        out.append(Sample(f"synthetic (seed {seed})", r, ids, lab, pos, np.asarray(lens, np.int32)))
+    return out
+
+
 def read_shard(pack: str, index: int = 0):
     """(relative path, table) of the index-th shard of `pack`."""
     import pyarrow.parquet as pq
