@@ -302,6 +302,66 @@ def test_document_packed_twice(pack):
     assert f"source_index {src[r][0]} appears 2 times" in msg and "packed twice" in msg
 
 
+def test_duplicated_row_names_both_rows(pack):
+    rel, table = st.read_shard(str(pack), 0)
+    src = table.column("source_index").to_pylist()
+    last = table.num_rows - 1
+    st.write_shard(str(pack), rel, table.take([*range(last), 0]))  # the last row overwritten by row 0
+    failed = _failed(pack)
+    v = min(src[0])
+    k = src[0].index(v)
+    msg = failed[integ.SRC].message
+    assert msg.startswith(f"source_index {v} appears 2 times ({rel} row 0 document {k}, {rel} row {last} document "
+                          f"{k}), expected 1"), msg
+    assert f"{rel} row {last} holds the same documents as {rel} row 0 ({src[0]}): a duplicated row" in msg
+    lost = sorted(src[last])[0]
+    assert re.search(rf"in the rows: source_index {lost}\b.* in no row", failed[integ.CONSERVE].message)
+
+
+def test_merged_documents_name_the_lost_source_index(pack):
+    """Documents 0 and 1 of a row merged consistently (lengths, ids, positions, one source index
+    gone): only the accounting sees it, and names the source index that is in no row."""
+    rel, table = st.read_shard(str(pack), 0)
+    r, seq = _row_with_docs(table)
+    src = table.column("source_index").to_pylist()
+    a, b = seq[r][0], seq[r][1]
+    gone = src[r][1]
+    seq[r] = [a + b, *seq[r][2:]]
+    src[r] = [src[r][0], *src[r][2:]]
+    doc, pos = st.token_column(table, "document_id"), st.token_column(table, "position_ids")
+    doc[r][doc[r] >= 1] -= 1
+    pos[r, a:a + b] = np.arange(a, a + b)
+    st.write_shard(str(pack), rel, st.replace_columns(table, seq_lengths=seq, source_index=src, document_id=doc,
+                                                      position_ids=pos))
+    failed = _failed(pack)
+    assert set(failed) >= {integ.CONSERVE} and not set(failed) & set(integ.ROW_CHECKS)
+    msg = failed[integ.CONSERVE].message
+    assert f"documents expected, {sum(len(x) for x in _all_sources(pack))} in the rows: source_index {gone} is in " \
+           "no row and not listed as skipped or dropped (merged into another document" in msg, msg
+
+
+def test_merged_documents_with_both_source_indices_name_the_row(pack):
+    rel, table = st.read_shard(str(pack), 0)
+    r, seq = _row_with_docs(table)
+    src = table.column("source_index").to_pylist()
+    a, b = seq[r][0], seq[r][1]
+    seq[r] = [a + b, *seq[r][2:]]
+    doc, pos = st.token_column(table, "document_id"), st.token_column(table, "position_ids")
+    doc[r][doc[r] >= 1] -= 1
+    pos[r, a:a + b] = np.arange(a, a + b)
+    st.write_shard(str(pack), rel, st.replace_columns(table, seq_lengths=seq, document_id=doc, position_ids=pos))
+    msg = _failed(pack)[integ.SRC].message
+    assert msg.startswith(f"{rel} row {r}: {len(src[r])} source_index entries for {len(seq[r])} documents "
+                          f"(source_index {src[r]}, seq_lengths {seq[r]}): documents merged (a boundary lost)"), msg
+
+
+def _all_sources(pack):
+    out = []
+    for i in range(len(integ.list_shards(str(pack)))):
+        out += st.read_shard(str(pack), i)[1].column("source_index").to_pylist()
+    return out
+
+
 def _edit_manifest(pack, fn):
     p = os.path.join(pack, schema.MANIFEST)
     m = json.load(open(p))

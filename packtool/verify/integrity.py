@@ -72,6 +72,9 @@ class _Totals:
     num_tokens_sum: int = 0
     num_loss_sum: int = 0
     source_index: list[np.ndarray] = field(default_factory=list)
+    # per scanned batch, parallel to source_index: (shard, first row, offsets of its rows' entries),
+    # so that a source index found twice or missing is named by shard, row and document
+    source_rows: list[tuple[str, int, np.ndarray]] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,16 +446,33 @@ def _scan_shard(pf, shard: str, pack_len: int, pad_id, fails: dict[str, _Fail], 
         tot.num_tokens_sum += t["num_tokens_sum"]
         tot.num_loss_sum += t["num_loss_sum"]
         tot.source_index.append(np.asarray(src_val, dtype=np.int64))
+        tot.source_rows.append((shard, row0, np.asarray(cols["src_off"], dtype=np.int64)))
         for name, r in res.items():
             k = min(MAX_EXAMPLES, r["rows"].size)
             ex = []
             for i in range(k):
                 row, pos = int(r["rows"][i]) + row0, int(r["pos"][i])
                 got, exp, doc = int(r["got"][i]), int(r["expected"][i]), int(r["doc"][i])
+                msg = _describe(name, shard, row, pos, got, exp, doc)
+                if name == SRC:
+                    msg += _src_detail(cols, int(r["rows"][i]))
                 ex.append({"shard": shard, "row": row, "position": pos if pos >= 0 else None, "got": got,
-                           "expected": exp, "message": _describe(name, shard, row, pos, got, exp, doc)})
+                           "expected": exp, "message": msg})
             fails[name].add(int(r["rows"].size), ex)
         row0 += R
+
+
+def _src_detail(cols: dict, r: int) -> str:
+    """What a row's source_index and seq_lengths disagree on: the indices and the lengths, and
+    what it looks like (rare path: only rows already failing)."""
+    src = cols["src_val"][cols["src_off"][r]:cols["src_off"][r + 1]].tolist()
+    seq = cols["seq_val"][cols["seq_off"][r]:cols["seq_off"][r + 1]].tolist()
+    text = f" (source_index {src}, seq_lengths {seq})"
+    if len(src) > len(seq):
+        text += ": documents merged (a boundary lost) or a source_index added"
+    else:
+        text += ": a document split without its source_index, or a source_index lost"
+    return text
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -567,23 +587,77 @@ def _source_check(manifest, fail: _Fail, tot: _Totals) -> Check:
     bad = np.flatnonzero(counts != want)
     if bad.size:
         v = int(uniq[bad[0]])
-        return Check(SRC, False, f"source_index {v} appears {int(counts[bad[0]])} times ({_locate_source(tot, v)}), "
+        hits = _locate_source(tot, v)
+        return Check(SRC, False, f"source_index {v} appears {int(counts[bad[0]])} times ({_where_text(hits)}), "
                      f"expected {int(want[bad[0]])}" + (" (its split parts)" if v in split else
                      " (a document packed twice; only parts of split documents may repeat)")
-                     + (f"; {bad.size} indices in all" if bad.size > 1 else ""), ev)
+                     + _duplicate_rows(tot, hits)
+                     + (f"; {bad.size} indices in all" if bad.size > 1 else ""),
+                     {**ev, "first": [dict(zip(("shard", "row", "document"), h, strict=True)) for h in hits]})
     drop_idx = np.array([d.get("source_index", -1) for d in _listed(manifest, "dropped")], dtype=np.int64)
     both = np.intersect1d(drop_idx, uniq)
     if both.size:
         return Check(SRC, False, f"source_index {int(both[0])} is listed as dropped in the manifest but packed "
-                     f"({_locate_source(tot, int(both[0]))})", ev)
+                     f"({_where_text(_locate_source(tot, int(both[0])))})", ev)
     return Check(SRC, True, "no document packed twice" + (f" ({len(split)} split into parts)" if split else ""), ev)
 
 
-def _locate_source(tot: _Totals, value: int) -> str:
-    """Global document positions of a source index, for the message (rare path)."""
-    src = np.concatenate(tot.source_index)
-    hits = np.flatnonzero(src == value)[:3]
-    return "documents #" + ", #".join(str(int(h)) for h in hits) + " in row order"
+def _locate_source(tot: _Totals, value: int, limit: int = 3) -> list[tuple[str, int, int]]:
+    """(shard, row, document) of the first `limit` documents with source index `value` (rare path)."""
+    hits = []
+    for vals, (shard, row0, off) in zip(tot.source_index, tot.source_rows, strict=True):
+        for j in np.flatnonzero(vals == value)[:limit - len(hits)].tolist():
+            r = int(np.searchsorted(off, j, side="right")) - 1
+            hits.append((shard, row0 + r, j - int(off[r])))
+        if len(hits) >= limit:
+            break
+    return hits
+
+
+def _where_text(hits: list[tuple[str, int, int]]) -> str:
+    return ", ".join(f"{shard} row {row} document {doc}" for shard, row, doc in hits)
+
+
+def _row_sources(tot: _Totals, shard: str, row: int) -> list[int] | None:
+    for vals, (s, row0, off) in zip(tot.source_index, tot.source_rows, strict=True):
+        if s == shard and row0 <= row < row0 + off.size - 1:
+            r = row - row0
+            return vals[off[r]:off[r + 1]].tolist()
+    return None
+
+
+def _duplicate_rows(tot: _Totals, hits: list[tuple[str, int, int]]) -> str:
+    """'; data/x row 7 holds the same documents as data/x row 3 ([4, 9]): a duplicated row', when
+    two of the rows holding a repeated source index hold exactly the same source indices."""
+    rows = list(dict.fromkeys((shard, row) for shard, row, _ in hits))
+    seen: dict[tuple, tuple[str, int]] = {}
+    for shard, row in rows:
+        src = _row_sources(tot, shard, row)
+        key = tuple(src or ())
+        if key in seen:
+            s0, r0 = seen[key]
+            return f"; {shard} row {row} holds the same documents as {s0} row {r0} ({list(key)}): a duplicated row"
+        seen[key] = (shard, row)
+    return ""
+
+
+def _missing_sources(m: dict, tot: _Totals, limit: int = 3) -> str:
+    """Source indices that are in no row and not listed as skipped or dropped (rare path), e.g. a
+    document merged into its neighbour, or a row overwritten by a copy of another."""
+    c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
+    n = c.get("examples_read")
+    if not _is_int(n) or n < 0 or not isinstance(m.get("skipped"), list) or not isinstance(m.get("dropped"), list):
+        return ""
+    listed = [x.get("source_index") for key in ("skipped", "dropped") for x in _listed(m, key)]
+    listed = [i for i in listed if _is_int(i)]
+    src = np.concatenate(tot.source_index) if tot.source_index else np.zeros(0, np.int64)
+    missing = np.setdiff1d(np.arange(n, dtype=np.int64), np.concatenate([src, np.asarray(listed, np.int64)]))
+    if not missing.size:
+        return ""
+    head = ", ".join(str(int(x)) for x in missing[:limit]) + (f" (+{missing.size - limit} more)" if missing.size > limit else "")
+    return (f": source_index {head} {'is' if missing.size == 1 else 'are'} in no row and not listed as skipped or "
+            f"dropped (merged into another document, or its row overwritten); `packtool verify PACK --sources` "
+            f"names the row")
 
 
 def _counts_check(m: dict, tot: _Totals, pack_len) -> Check:
@@ -633,12 +707,16 @@ def _conservation_check(m: dict, tot: _Totals) -> Check:
             problems.append(f"tokenized {v['tokenized']} != packed {v['packed']} + truncated {v['truncated']} + "
                             f"split {v['split']} + dropped {v['dropped']}")
         docs = v["packed"] + v["truncated"] + v["split_parts"]
-        if docs != tot.documents:
-            problems.append(f"packed + truncated + split_parts = {docs} documents expected, {tot.documents} in the rows")
         src = np.concatenate(tot.source_index) if tot.source_index else np.zeros(0, np.int64)
         uniq = int(np.unique(src).size)
+        missing = _missing_sources(m, tot) if docs != tot.documents or uniq != whole else ""
+        if docs != tot.documents:
+            problems.append(f"packed + truncated + split_parts = {docs} documents expected, {tot.documents} in the "
+                            f"rows{missing}")
+            missing = ""
         if uniq != whole:
-            problems.append(f"{uniq} distinct source indices in the rows, but packed + truncated + split = {whole}")
+            problems.append(f"{uniq} distinct source indices in the rows, but packed + truncated + split = {whole}"
+                            f"{missing}")
         for key in ("skipped", "dropped", "truncated", "split"):
             lst = m.get(key)
             if isinstance(lst, list) and len(lst) != v[key]:
