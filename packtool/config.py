@@ -26,8 +26,10 @@ class TokenizeConfig:
     """How to turn normalized examples into input_ids and labels."""
 
     tokenizer: str | None = None  # local folder or hub id (cache only); None = built-in Qwen3
-    chat_template: str | None = None  # file path or built-in name; None = the tokenizer's own
+    chat_template: str | None = None  # None/"auto", "tokenizer", a built-in, "trl:NAME" or a file (chat_template.py)
     train_on: TrainOn = "assistant"
+    template_date: str | None = None  # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
+    special_in_content: str = "keep"  # control tokens in message text: keep | split | error
     num_proc: int | None = None  # None = all cores (one process for inputs under 4 MiB)
     cache: bool = True
     tokenizer_backend: str = "auto"  # auto | fastokens | hf (see packtool.tokenization.pipeline)

@@ -30,6 +30,14 @@ How each format maps (the key that selects it is checked in this order; `--forma
     alpaca              instruction + output             chat: [system], history pairs, user
                                                          (instruction + "\\n\\n" + input), assistant
     text                text                             text
+    preference          only with --format preference    chat: the prompt (conversations, messages or
+                        (chosen + rejected)              prompt) + the chosen answer; rejected ignored
+
+Preference data (chosen + rejected) and KTO data (a boolean `label`) are refused unless a format
+is forced: packing them as plain SFT would ignore `chosen` (no loss) or train undesirable answers.
+`--format preference` is SFT on the chosen answers; it reads TRL's layouts (explicit prompt +
+chosen/rejected as strings or message lists, or implicit: chosen is the whole conversation) and
+LLaMA-Factory's (conversations + chosen/rejected as one turn each).
 
 Turns are read the same way in `messages`, `conversations` and message-list prompts: the role from
 `role` (or `from`), the content from `content` (or `value`); ShareGPT tags are accepted in either
@@ -74,7 +82,7 @@ from typing import Any
 from packtool.config import ReadConfig
 from packtool.errors import PacktoolError, UsageError
 
-FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt")
+FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt", "preference")
 ROLES = ("system", "user", "assistant", "tool")
 
 # Role names and ShareGPT tags -> (our role, whether the content is a JSON tool call).
@@ -105,6 +113,7 @@ _FORMAT_KEYS = (
     ("prompt-completion", "prompt + completion"),
     ("alpaca", "instruction + output"),
     ("text", "text"),
+    ("preference", "chosen + rejected, with --format preference"),
 )
 _FORMATS_TEXT = ", ".join(f"{name} ({keys})" for name, keys in _FORMAT_KEYS)
 
@@ -188,6 +197,16 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         theirs = plan.back.get(key)
         return f"'{key}' (column '{theirs}')" if theirs else f"'{key}'"
 
+    if "chosen" in record and "rejected" in record:
+        raise UsageError(
+            f"records are preference data (keys {_keys(record)}): packing them as SFT would ignore 'chosen'; "
+            "pass --format preference to train on the chosen answers (the prompt turns carry no loss; "
+            "rejected is ignored)")
+    if isinstance(record.get("label"), bool) and ("completion" in record or "messages" in record):
+        raise UsageError(
+            f"records are KTO data (a boolean 'label'; keys {_keys(record)}): SFT would train the undesirable "
+            "answers too; keep the records whose label is true, then pass --format "
+            + ("prompt-completion" if "completion" in record else "messages"))
     if "messages" in record:
         return "messages", f"has {named('messages')}{_turn_shape(record['messages'], plan)}"
     if "conversations" in record:
@@ -252,11 +271,14 @@ def has_assistant(example: dict) -> bool:
 
 def template_messages(example: dict) -> list[dict]:
     """The messages as a chat template expects them: keys whose value is None dropped, `weight`
-    dropped (it is ours, not the template's)."""
-    return [
-        {k: v for k, v in m.items() if v is not None and k != "weight"}
-        for m in example["messages"] or ()
-    ]
+    dropped (it is ours, not the template's); reasoning also as `thinking` (gpt-oss templates read that)."""
+    out = []
+    for m in example["messages"] or ():
+        t = {k: v for k, v in m.items() if v is not None and k != "weight"}
+        if t.get("reasoning_content") is not None:
+            t["thinking"] = t["reasoning_content"]
+        out.append(t)
+    return out
 
 
 def _example(kind: str, messages=None, tools=None, text=None, prompt=None, completion=None) -> dict:
@@ -284,6 +306,8 @@ def _message(role, content, tool_calls=None, reasoning=None, weight=None, name=N
 def _require(record: dict, key: str, fmt: str) -> Any:
     value = record.get(key)
     if value is None:
+        if key in record:
+            raise FormatError(f"{fmt} record has '{key}': null; give it a value or drop the record")
         raise FormatError(f"{fmt} record has no '{key}'; it has keys {_keys(record)}")
     return value
 
@@ -329,6 +353,28 @@ def _norm_prompt_completion(record: dict, plan: _Plan) -> dict:
         f"'prompt' is a {type(prompt).__name__} and 'completion' a {type(completion).__name__}; "
         "both must be strings or both lists of messages"
     )
+
+
+def _norm_preference(record: dict, plan: _Plan) -> dict:
+    """SFT on the chosen answer: prompt turns (no loss) + chosen turns; `rejected` is not read."""
+    chosen = _require(record, "chosen", "preference")
+    prompt = next((record[k] for k in ("conversations", "messages", "prompt") if record.get(k) is not None), None)
+    if isinstance(chosen, str):
+        chosen = [{"role": "assistant", "content": chosen}]
+    elif isinstance(chosen, dict):
+        chosen = [chosen]
+    if not isinstance(chosen, list) or not chosen:
+        raise FormatError(f"'chosen' is a {type(chosen).__name__}, expected a string, a turn or a list of turns")
+    if prompt is None:  # implicit prompt: chosen is the whole conversation
+        messages = _turns(chosen, plan, "chosen")
+        return _example("chat", messages, _tools(record.get("tools")))
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    head = _turns(prompt, plan, "prompt", allow_empty=True)
+    for m in head:
+        m["weight"] = 0.0  # the prompt never carries loss
+    tail = _turns(chosen, plan, "chosen", offset=len(head))
+    return _example("chat", head + tail, _tools(record.get("tools")))
 
 
 def _norm_alpaca(record: dict, plan: _Plan) -> dict:
@@ -379,6 +425,7 @@ _NORMALIZERS = {
     "prompt-completion": _norm_prompt_completion,
     "alpaca": _norm_alpaca,
     "text": _norm_text,
+    "preference": _norm_preference,
 }
 
 
@@ -415,10 +462,9 @@ def _turn(turn: Any, i: int, plan: _Plan) -> dict:
     tag = plan.roles.get(raw, raw)
     found = _ROLE_TAGS.get(tag) or _ROLE_TAGS.get(tag.lower())
     if found is None:
-        raise FormatError(
-            f"message {i} has unknown role {raw!r}; known: {_KNOWN_ROLES_TEXT}; "
-            f"map it with --role {raw}=OURS"
-        )
+        fix = f"map it with --role {raw}=OURS" if raw.strip() and "=" not in raw else \
+            "fix the record (--role cannot map an empty role or one with '=')"
+        raise FormatError(f"message {i} has unknown role {raw!r}; known: {_KNOWN_ROLES_TEXT}; {fix}")
     role, is_call = found
     content = _first(turn, plan.content_keys)
 

@@ -86,8 +86,9 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
                 "loss_tokens": int(np.count_nonzero(labels != -100)), "runs": _runs(tok, ids, labels)}
 
     from packtool.tokenization.backends import supports_fast
+    from packtool.tokenization.chat_template import choose
     from packtool.tokenization.encode import Encoder
-    from packtool.tokenization.loading import check_markers, load_spec, resolve_template
+    from packtool.tokenization.loading import load_spec
 
     if fmt is None:
         fmt, reason = detect_format(target.record, cfg.read)  # raises the FormatError with the keys
@@ -96,15 +97,15 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     except FormatError as e:
         raise PacktoolError(f"{target.file} record {target.index}: {e}") from None
     spec = load_spec(cfg.tokenizer)
-    template = resolve_template(spec, cfg.chat_template)
-    check_markers(spec, template)
+    template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
     backend = {"name": "hf", "requested": cfg.tokenizer_backend}
-    enc = Encoder(spec, template, cfg.train_on, "hf").encode([example])
+    enc = Encoder(spec, template, cfg.train_on, "hf", special_in_content=cfg.special_in_content).encode([example])
     if enc.errors[0]:
         raise PacktoolError(f"{target.file} record {target.index}: {enc.errors[0]}")
     why = "--tokenizer-backend hf" if cfg.tokenizer_backend == "hf" else supports_fast(spec.backend_json, load=False)
     if why is None:  # show what a pack would use: fastokens where it is identical on this example
-        fast = Encoder(spec, template, cfg.train_on, "fastokens").encode([example])
+        fast = Encoder(spec, template, cfg.train_on, "fastokens",
+                       special_in_content=cfg.special_in_content).encode([example])
         same = np.array_equal(fast.ids, enc.ids) and np.array_equal(fast.label_values, enc.label_values)
         backend = {"name": "fastokens" if same else "hf", "requested": cfg.tokenizer_backend,
                    "check": {"examples": 1, "identical": bool(same)}}
@@ -118,8 +119,9 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         **where,
         "format": fmt,
         "format_reason": reason,
-        "tokenizer": {**spec.info(), "chat_template": template.name,
-                      "generation_markers": template.has_generation},
+        "tokenizer": {**spec.info(), **template.info(),
+                      "special_in_content": {"mode": cfg.special_in_content,
+                                             "examples": int(enc.special is not None and enc.special[0])}},
         "tokenizer_backend": backend,
         "train_on": cfg.train_on,
         "example": example,

@@ -78,7 +78,7 @@ def test_inspect_human_output(tmp_path):
         (["inspect", "{good}", "--train-on", "everything"], 2, "--train-on 'everything'"),
         (["inspect", "{good}", "--index", "9"], 2, "past the end"),
         (["inspect", "{good}", "--column", "oops"], 2, "NAME=NAME"),
-        (["inspect", "{good}", "--chat-template", "nope"], 2, "neither a file nor a built-in"),
+        (["inspect", "{good}", "--chat-template", "nope"], 2, "neither a file nor one of auto"),
         (["inspect", "{bad}"], 1, r"bad\.jsonl:1"),
         (["sample", "{tmp}/x.jsonl", "--n", "0"], 2, "--n 0"),
     ],

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from packtool.tokenization.backends import spans_to_mask
+from packtool.tokenization.chat_template import BUILTIN_TEMPLATES, ChatTemplate, pick
+from packtool.tokenization.chat_template import make_template as _template
 from packtool.tokenization.encode import Encoder
-from packtool.tokenization.loading import (
-    BUILTIN_TEMPLATES,
-    ChatTemplate,
-    TokenizerSpec,
-    _template,
-    resolve_template,
-)
+from packtool.tokenization.loading import TokenizerSpec
+
+
+def resolve_template(loaded, name):
+    return pick(TokenizerSpec.from_loaded(loaded) if not isinstance(loaded, TokenizerSpec) else loaded, name)
 
 
 def spec_of(loaded):
@@ -273,7 +273,7 @@ LLAMA3 = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "llama3
 
 def test_markers_must_be_single_tokens(qwen, chatml, tiny_tokenizer):
     from packtool.errors import UsageError
-    from packtool.tokenization.loading import check_markers
+    from packtool.tokenization.chat_template import check_markers
 
     check_markers(spec_of(qwen), chatml)  # <|im_start|>, <|im_end|> are Qwen3 tokens
     tiny = TokenizerSpec.from_tokenizer(tiny_tokenizer(None), name="tiny")

@@ -74,7 +74,7 @@ def test_detect_forced_and_unknown_format():
         detect_format({"text": "x"}, ReadConfig(format="chatml"))
     with pytest.raises(UsageError, match="unknown format 'nope'"):
         normalize({"text": "x"}, "nope", CFG)
-    assert set(FORMATS) == {"messages", "prompt-completion", "text", "alpaca", "sharegpt"}
+    assert set(FORMATS) == {"messages", "prompt-completion", "text", "alpaca", "sharegpt", "preference"}
 
 
 def test_detect_nothing_fits_lists_keys_and_formats():

@@ -88,10 +88,10 @@ def test_unknown_role_is_fatal_by_default(tmp_path):
 def test_template_failure_per_example_is_skipped(tmp_path, qwen):
     tpl = tmp_path / "strict.jinja"
     tpl.write_text("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}"
-                   "{% endif %}{{ m.content }}{% generation %}.{% endgeneration %}{% endfor %}")
+                   "{% endif %}{{ m.content }}{% generation %}<|im_end|>{% endgeneration %}{% endfor %}")
     sys_first = {"messages": [{"role": "system", "content": "s"}, *GOOD["messages"]]}
     path = write_jsonl(tmp_path / "t.jsonl", [GOOD, sys_first])
-    with pytest.raises(PacktoolError, match=r"t\.jsonl:2: chat template failed: no system"):
+    with pytest.raises(PacktoolError, match=r"t\.jsonl:2: chat template '.*strict.jinja' failed on this record: no system"):
         load_tokenized(path, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
     td = load_tokenized(path, TokenizeConfig(num_proc=1, chat_template=str(tpl),
                                              read=ReadConfig(on_error="skip")), progress=False)

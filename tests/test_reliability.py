@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -320,3 +321,59 @@ def test_a_swallowed_ctrl_c_still_exits_130(tmp_path, pretok, monkeypatch):
     monkeypatch.setattr(api, "pack", swallowed)
     r = run(pretok, "--len", 16, "--out", tmp_path / "out")
     assert r.exit_code == 130 and r.stderr.splitlines()[-1] == "interrupted"
+
+
+# --------------------------------------------------------------------------- tokenizers offline, messages
+
+def cli(*args):
+    return runner.invoke(app, [*map(str, args)])
+
+
+CHAT_LINE = json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})
+
+
+@pytest.mark.parametrize("name, pattern", [
+    ("someone/not-cached-model", r"not a local folder and not in the Hugging Face cache; pass a local folder, or "
+                                 r"(add --allow-download|unset HF_HUB_OFFLINE)"),
+    ("a/b", r"--tokenizer a/b: not a local folder and not in the Hugging Face cache"),
+    ("./missing-folder", r"--tokenizer ./missing-folder: no such folder"),
+    ("{empty}", r"the folder holds none of tokenizer\.json"),
+])
+def test_tokenizer_names_fail_at_once_offline(tmp_path, monkeypatch, name, pattern):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # even with the network allowed: no download by default
+    monkeypatch.delenv("PACKTOOL_ALLOW_DOWNLOAD", raising=False)
+    (tmp_path / "empty").mkdir()
+    data = tmp_path / "c.jsonl"
+    data.write_text(CHAT_LINE + "\n")
+    t0 = time.perf_counter()
+    res = cli("inspect", str(data), "--tokenizer", name.format(empty=tmp_path / "empty"))
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and re.search(pattern, err[0]), err
+    assert time.perf_counter() - t0 < 30  # no network wait
+
+
+@pytest.mark.parametrize("record, pattern", [
+    ({"messages": None}, r"messages record has 'messages': null; give it a value or drop the record"),
+    ({"messages": [{"role": "", "content": "x"}]}, r"unknown role ''.*fix the record \(--role cannot map"),
+])
+def test_record_messages_say_what_is_wrong(tmp_path, record, pattern):
+    data = tmp_path / "r.jsonl"
+    data.write_text(json.dumps(record) + "\n")
+    res = cli("inspect", str(data), "--format", "messages")
+    assert res.exit_code == 1 and re.search(pattern, res.stderr), res.stderr
+    assert "r.jsonl" in res.stderr and "--role =" not in res.stderr
+
+
+@pytest.mark.parametrize("template, pattern", [
+    ("", r"chat template '.*empty\.jinja' cannot render a plain test conversation"),
+    ('{{ raise_exception("boom") }}', r"chat template '.*bad\.jinja' cannot render a plain test conversation .*boom"),
+])
+def test_template_failures_say_template(tmp_path, template, pattern):
+    data = tmp_path / "c.jsonl"
+    data.write_text(CHAT_LINE + "\n")
+    name = "empty.jinja" if not template else "bad.jinja"
+    (tmp_path / name).write_text(template)
+    res = cli("pack", str(data), "--len", "64", "--out", str(tmp_path / "out"), "--chat-template", str(tmp_path / name))
+    assert res.exit_code == 2 and re.search(pattern, res.stderr), res.stderr
+    assert "fix the record" not in res.stderr and not (tmp_path / "out").exists()

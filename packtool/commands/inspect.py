@@ -21,6 +21,9 @@ def inspect(
     split: c.SplitOpt = "train",
     json_out: c.JsonOpt = None,
     tokenizer_backend: c.BackendOpt = "auto",
+    template_date: c.TemplateDateOpt = None,
+    special_in_content: c.SpecialOpt = "keep",
+    allow_download: c.AllowDownloadOpt = False,
 ) -> None:
     """Show one example: detected format, normalized conversation, tokens with loss highlighted."""
     from packtool.api import inspect_example
@@ -28,7 +31,9 @@ def inspect(
 
     cfg = c.tokenize_config(tokenizer=tokenizer, chat_template=chat_template, train_on=train_on, fmt=fmt,
                             column=column, role=role, split=split, on_error="error", num_proc=1,
-                            no_cache=True, tokenizer_backend=tokenizer_backend)
+                            no_cache=True, tokenizer_backend=tokenizer_backend,
+                            template_date=template_date, special_in_content=special_in_content,
+                             allow_download=allow_download)
     result = inspect_example(data, cfg, index)
     if json_out:
         c.write_json(result, json_out)

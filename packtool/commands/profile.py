@@ -81,6 +81,9 @@ def profile(
     no_cache: c.NoCacheOpt = False,
     limit: c.LimitOpt = None,
     tokenizer_backend: c.BackendOpt = "auto",
+    template_date: c.TemplateDateOpt = None,
+    special_in_content: c.SpecialOpt = "keep",
+    allow_download: c.AllowDownloadOpt = False,
 ) -> None:
     """Length distribution, padding and attention waste per batching strategy, FLOPs and GPU-hours.
 
@@ -121,10 +124,15 @@ def profile(
             from packtool import api
 
             status.stop()  # load_tokenized draws its own progress bars
+            from packtool.commands.pack import _input_bytes
+            from packtool.tokenization import cache
+
             tcfg = c.tokenize_config(tokenizer=tokenizer, chat_template=chat_template, train_on=train_on, fmt=fmt,
                                      column=column, role=role, split=split, on_error=on_error, num_proc=num_proc,
-                                     no_cache=no_cache, limit=limit,
-                             tokenizer_backend=tokenizer_backend)
+                                     no_cache=no_cache, limit=limit, tokenizer_backend=tokenizer_backend,
+                                     template_date=template_date, special_in_content=special_in_content,
+                                     allow_download=allow_download)
+            cache.check_usable(0 if limit else 2 * _input_bytes(data))  # unusable: one warning, run uncached
             td = api.load_tokenized(data, tcfg, progress=json_out != "-")
             status.start()
             result = api.profile(td, cfg, source={"data": data}, on_stage=stage)

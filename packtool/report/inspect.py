@@ -15,9 +15,15 @@ def render_inspect(result: dict[str, Any], console) -> None:
     console.print(f"format: [cyan]{result['format']}[/] — {result['format_reason']}")
     tok = result.get("tokenizer") or {}
     if tok.get("name"):
-        tpl = tok.get("chat_template")
-        console.print(f"tokenizer: {tok['name']}" + (f", chat template: {tpl}" if tpl else "")
-                      + ("" if tok.get("generation_markers", True) else " (no generation markers: prefix diff)"))
+        from packtool.commands.common import template_line
+
+        console.print(f"tokenizer: {tok['name']}")
+        if tok.get("chat_template"):
+            console.print(template_line(tok))
+        sic = tok.get("special_in_content") or {}
+        if sic.get("examples"):
+            console.print(f"[yellow]warning:[/] this example holds control tokens in message text "
+                          f"(--special-in-content {sic.get('mode')})")
     backend = result.get("tokenizer_backend") or {}
     if backend.get("name"):
         console.print(f"tokenizer backend: {backend['name']}" + (f" ({backend['reason']})" if backend.get("reason")

@@ -24,10 +24,19 @@ Chat examples, template with generation markers (the fast path):
    `apply_chat_template(..., return_assistant_tokens_mask=True)`, so ids and masks are identical
    (tested, and checked at the start of every run on the run's own data).
 
-Templates without markers fall back to a prefix diff per assistant turn i: the text that
-render(messages[:i+1]) adds to render(messages[:i], add_generation_prompt=True). That only works
-when the template is prefix-preserving; when it is not (Qwen3's official template rewrites earlier
-turns), the example fails with a message that points to a training template.
+How assistant tokens are located is the template's `mode` (packtool.tokenization.chat_template
+decides it once per run): `markers` trains each {% generation %} block less the generation prompt
+the template writes at its start (given to the model at inference, e.g. `<|start|>assistant`);
+`prefix` trains, for each assistant turn i, the text that render(messages[:i+1]) adds to
+render(messages[:i], add_generation_prompt=True), which needs a prefix-preserving template; `last`
+does that for the last turn only (non-prefix-preserving templates with --train-on last).
+
+Two checks per example keep the data honest: every message's text and every tool call (name and
+argument names) and tool definition must appear in the rendered text, else the example is refused
+naming what the template dropped; and control tokens inside message content (`<|im_start|>` typed
+by a user) are counted, and kept as control tokens (`keep`, what apply_chat_template does),
+tokenized as plain text (`split`: such an example is tokenized piece by piece, each literal on its
+own with special-token matching off), or refused (`error`) — `--special-in-content`.
 
 Prompt-completion strings: prompt tokens (no loss) + completion tokens + EOS (loss), tokenized
 separately so the boundary is exact. Plain text: every token + EOS carries loss.
@@ -35,6 +44,8 @@ separately so the boundary is exact. Plain text: every token + EOS carries loss.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,7 +54,8 @@ import numpy as np
 from packtool.config import ReadConfig
 from packtool.formats import template_messages
 from packtool.schema import IGNORE_INDEX as IGNORE
-from packtool.tokenization.loading import ChatTemplate, TokenizerSpec
+from packtool.tokenization.chat_template import ChatTemplate, family_fix
+from packtool.tokenization.loading import TokenizerSpec
 
 
 class ExampleError(Exception):
@@ -58,6 +70,7 @@ class Encoded:
     label_values: np.ndarray  # int32, the same layout
     offsets: np.ndarray  # int64[n + 1]
     errors: list[str | None]  # per example: None, or why it was not encoded (then it has 0 tokens)
+    special: np.ndarray | None = None  # bool[n]: message content holds control tokens
 
     @property
     def input_ids(self) -> list[np.ndarray]:
@@ -72,24 +85,85 @@ def _first_line(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
 
 
+def dated_source(template: ChatTemplate) -> str:
+    """The template with strftime_now() fixed to `template.date` (a macro shadowing the global), so a
+    template that writes today's date (gpt-oss) renders the same text on every day."""
+    if not template.date:
+        return template.source
+    import datetime
+
+    day = datetime.date.fromisoformat(template.date)
+    formats = sorted(set(re.findall(r"strftime_now\(\s*[\"']([^\"']*)[\"']\s*\)", template.source)))
+    table = json.dumps({f: day.strftime(f) for f in formats})
+    return ("{%- macro strftime_now(fmt) -%}{{ " + table + "[fmt] if fmt in " + table + " else "
+            + json.dumps(template.date) + " }}{%- endmacro -%}" + template.source)
+
+
+_PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
+
+
+def _appears(value: str, text: str) -> bool:
+    """`value` is in `text` as it is, stripped, or JSON-escaped (templates that `tojson` content)."""
+    if value in text or value.strip() in text:
+        return True
+    return any(json.dumps(value, ensure_ascii=a)[1:-1] in text for a in (False, True))
+
+
+def lost_content(messages: list[dict], tools, text: str) -> str | None:
+    """What of the conversation the rendered `text` lacks (a message's text, a tool call's name or
+    argument names, a tool definition), in words; None when everything is there."""
+    for i, m in enumerate(messages):
+        c = m.get("content")
+        if isinstance(c, str) and c.strip() and not _appears(c, text):
+            return f"the text of turn {i} ({m['role']})"
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function", call) if isinstance(call, dict) else {}
+            name = fn.get("name")
+            if name and name not in text:
+                return f"the tool call {name!r} of turn {i} ({m['role']})"
+            args = fn.get("arguments")
+            missing = [k for k in args if k not in text] if isinstance(args, dict) else []
+            if isinstance(args, str) and args.strip() and not _appears(args, text):
+                missing = ["(all)"]
+            if missing:
+                return f"the arguments {', '.join(map(repr, missing))} of tool call {name!r} of turn {i}"
+    for t in tools or ():
+        name = (t.get("function", t) if isinstance(t, dict) else {}).get("name")
+        if name and name not in text:
+            return f"the tool definition {name!r}"
+    return None
+
+
 class Encoder:
     """Encodes batches of normalized examples (see packtool.formats) for one tokenizer + template."""
 
     def __init__(self, spec: TokenizerSpec, template: ChatTemplate | None, train_on: str = "assistant",
-                 backend: str = "hf", renderer: str = "jinja"):
+                 backend: str = "hf", renderer: str = "jinja", special_in_content: str = "keep"):
+        from packtool.tokenization.chat_template import special_tokens
+
         self.spec = spec
         self.renderer = renderer  # "jinja" (transformers' renderer) | "native" (chatml.render: built-in template)
         self.template = template
         self.train_on = train_on
         self.backend_name = backend
+        self.special_in_content = special_in_content  # keep | split | error
         self.eos_id = spec.eos_id
         self._kwargs = dict(spec.special_tokens)
         ends = {t for t in [spec.eos_token, *spec.all_special_tokens] if t}
         self._end_tokens = tuple(sorted(ends))
         self._backend = None
+        self._plain = None  # a tokenizers.Tokenizer that reads control tokens as text (split mode)
+        self._gen_prompt: str | None = None
+        mode = template.mode if template is not None else ""
+        if not mode and template is not None:
+            mode = "markers" if template.has_generation else "prefix"
+        self.mode = mode
+        self._source = dated_source(template) if template is not None else None
+        specials = sorted(special_tokens(spec), key=len, reverse=True)
+        self._specials = re.compile("|".join(map(re.escape, specials))) if specials else None
 
     def __getstate__(self):
-        return {**self.__dict__, "_backend": None}
+        return {**self.__dict__, "_backend": None, "_plain": None}
 
     @property
     def backend(self):
@@ -113,7 +187,7 @@ class Encoder:
         texts, spans = render_jinja_template(
             conversations=[messages],
             tools=tools,
-            chat_template=self.template.source,
+            chat_template=self._source,
             return_assistant_tokens_mask=marks,
             add_generation_prompt=gen_prompt,
             **self._kwargs,
@@ -156,44 +230,143 @@ class Encoder:
             except Exception as e:  # guessing "" here would train the prompt: refuse instead
                 raise ExampleError(
                     f"chat template '{self.template.name}' cannot render the conversation before assistant "
-                    f"turn {i} ({_first_line(e)}), so the turn cannot be located; use a template with "
-                    "{% generation %} markers (e.g. --chat-template chatml-train)"
+                    f"turn {i} ({_first_line(e)}), so the turn cannot be located; fix: {self._fix()}"
                 ) from e
             upto, _ = self._render(messages[: i + 1], tools, marks=False)
             if not (upto.startswith(before) and full.startswith(upto)):
                 raise ExampleError(
-                    f"chat template '{self.template.name}' is not prefix-preserving (turn {i} renders "
-                    "differently once later turns follow), so assistant tokens cannot be located; "
-                    "use --chat-template chatml-train or a template with {% generation %} markers"
+                    f"chat template '{self.template.name}' is not prefix-preserving on this conversation (turn {i} "
+                    f"renders differently once later turns follow), so assistant tokens cannot be located; "
+                    f"fix: {self._fix()}"
                 )
-            end = len(upto)
-            stripped = upto.rstrip()
-            if stripped.endswith(self._end_tokens):
-                end = len(stripped)  # keep the end-of-turn token, not the newline after it
-            spans.append((len(before), end))
+            spans.append((len(before), self._turn_end(upto)))
         return full, spans
 
-    def _chat_text(self, ex: dict) -> tuple[str, np.ndarray]:
+    def _fix(self) -> str:
+        from packtool.tokenization.chat_template import family_of
+
+        return family_fix(self.template.family or family_of(self.template.source), self.train_on)
+
+    def _turn_end(self, upto: str) -> int:
+        stripped = upto.rstrip()
+        if stripped.endswith(self._end_tokens):
+            return len(stripped)  # keep the end-of-turn token, not the newline after it
+        return len(upto)
+
+    def _last_span(self, messages, tools) -> tuple[str, list[tuple[int, int]]]:
+        """Only the last turn, for templates that rewrite earlier turns (gpt-oss drops their reasoning):
+        render(messages[:-1], generation prompt) must be a prefix of render(messages)."""
+        full, _ = self._render(messages, tools, marks=False)
+        if messages[-1]["role"] != "assistant":
+            return full, []
+        if len(messages) == 1:
+            before = self._opening_header(messages, tools)
+        else:
+            before, _ = self._render(messages[:-1], tools, marks=False, gen_prompt=True)
+        if not full.startswith(before):
+            raise ExampleError(
+                f"chat template '{self.template.name}' renders the conversation before the last assistant turn "
+                f"differently once that turn follows, so it cannot be located; fix: {self._fix()}")
+        return full, [(len(before), self._turn_end(full))]
+
+    def generation_prompt(self, tools=None) -> str:
+        """What the template writes to open an assistant turn at inference (the generation prompt)."""
+        if self._gen_prompt is None:
+            probe = [{"role": "user", "content": "x"}]
+            plain, _ = self._render(probe, None, marks=False)
+            prompted, _ = self._render(probe, None, marks=False, gen_prompt=True)
+            self._gen_prompt = prompted[len(plain):] if prompted.startswith(plain) else ""
+        return self._gen_prompt
+
+    def _trim_prompt(self, text: str, spans) -> list[tuple[int, int]]:
+        """Generation blocks less the generation prompt at their start (the model is given it) and
+        less whitespace after a closing end-of-turn token (the next turn's, never generated)."""
+        g = self.generation_prompt()
+        out = []
+        for a, b in spans:
+            if g and text.startswith(g, a) and a + len(g) <= b:
+                a += len(g)
+            out.append((a, a + self._turn_end(text[a:b])))
+        return out
+
+    def _content_specials(self, messages: list[dict]) -> list[tuple[int, str]]:
+        """(turn, control token) for each message whose text holds one of the tokenizer's control tokens."""
+        if self._specials is None:
+            return []
+        out = []
+        for i, m in enumerate(messages):
+            for key in ("content", "reasoning_content"):
+                v = m.get(key)
+                hit = self._specials.search(v) if isinstance(v, str) else None
+                if hit:
+                    out.append((i, hit.group(0)))
+                    break
+        return out
+
+    def _placeholders(self, messages: list[dict]) -> tuple[list[dict], list[str]]:
+        """Control tokens in message text replaced by U+E000 n U+E001 (literal n), for split mode."""
+        literals: list[str] = []
+
+        def sub(m):
+            literals.append(m.group(0))
+            return f"\ue000{len(literals) - 1}\ue001"
+
+        out = []
+        for m in messages:
+            m = dict(m)
+            for key in ("content", "reasoning_content", "thinking"):
+                v = m.get(key)
+                if isinstance(v, str):
+                    if "\ue000" in v:
+                        raise ExampleError("message text holds U+E000, which --special-in-content split reserves")
+                    m[key] = self._specials.sub(sub, v)
+            out.append(m)
+        return out, literals
+
+    def _chat_text(self, ex: dict) -> tuple[str, np.ndarray, list[str], bool]:
+        """(rendered text, trained char spans, control-token literals of split mode, content had control tokens)."""
         messages = template_messages(ex)
         if not messages:
             raise ExampleError("empty conversation")
         tools = ex.get("tools") or None
+        found = self._content_specials(messages)
+        literals: list[str] = []
+        if found and self.special_in_content == "error":
+            i, tok = found[0]
+            raise ExampleError(
+                f"turn {i} ({messages[i]['role']}) holds the control token {tok!r} in its text (a fake turn or "
+                "marker typed in the data); --special-in-content split tokenizes it as plain text, keep as a "
+                "control token")
+        if found and self.special_in_content == "split":
+            messages, literals = self._placeholders(messages)
         try:
-            if self.template.has_generation:
+            if self.mode == "markers":
                 text, spans = self._render(messages, tools, marks=True)
+                spans = self._trim_prompt(text, spans)
+            elif self.mode == "last" and self.train_on != "all":
+                text, spans = self._last_span(messages, tools)
+            elif self.mode == "all" or self.train_on == "all":
+                text, spans = self._render(messages, tools, marks=False)
             else:
                 text, spans = self._prefix_spans(messages, tools)
         except ExampleError:
             raise
         except Exception as e:  # jinja errors, raise_exception() inside templates
-            raise ExampleError(f"chat template failed: {_first_line(e)}") from e
+            raise ExampleError(f"chat template '{self.template.name}' failed on this record: {_first_line(e)}") from e
+        lost = lost_content(messages, tools, text)
+        if lost:
+            raise ExampleError(
+                f"chat template '{self.template.name}' drops {lost}: the model would be trained without it; use a "
+                "template that renders it (--chat-template trl:NAME or FILE), or drop such records")
         if self.train_on == "all":
-            return text, np.array([[0, len(text)]], dtype=np.int64)
+            return text, np.array([[0, len(text)]], dtype=np.int64), literals, bool(found)
         weights = [m.get("weight") for m in ex["messages"] if m["role"] == "assistant"]
         keep = [w is None or w > 0 for w in weights]
-        if self.train_on == "last":
+        if self.train_on == "last" or self.mode == "last":
             keep = [False] * (len(keep) - 1) + [keep[-1]] if keep else keep
-        if not all(keep):
+        if self.mode == "last":  # one span, the last turn's
+            spans = spans if keep and keep[-1] else []
+        elif not all(keep):
             if len(spans) != len(weights):
                 raise ExampleError(
                     f"the template marks {len(spans)} generation spans for {len(weights)} assistant turns, "
@@ -201,7 +374,45 @@ class Encoder:
                 )
             spans = [s for s, k in zip(spans, keep, strict=True) if k]
         arr = np.array(spans, dtype=np.int64).reshape(-1, 2)
-        return text, arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr
+        return text, (arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr), literals, bool(found)
+
+    def _split_encode(self, text: str, spans: np.ndarray, literals: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Ids and trained mask of a text whose placeholders stand for control tokens to read as text:
+        the pieces between placeholders through the reference tokenizer, each literal alone with
+        special-token matching off (the same on both backends)."""
+        from packtool.tokenization.backends import make_backend
+
+        if self._plain is None:
+            from tokenizers import Tokenizer
+
+            self._plain = (make_backend("hf", self.spec.backend_json), Tokenizer.from_str(self.spec.backend_json))
+            self._plain[1].encode_special_tokens = True
+        ref, plain = self._plain
+        ids, mask, at = [], [], 0
+
+        def trained(a: int, b: int) -> bool:
+            return bool(len(spans)) and bool(((spans[:, 0] < b) & (spans[:, 1] > a)).any())
+
+        pieces = []
+        for m in _PLACEHOLDER.finditer(text):
+            pieces.append(("text", at, m.start()))
+            pieces.append(("literal", m.start(), m.end(), int(m.group(1))))
+            at = m.end()
+        pieces.append(("text", at, len(text)))
+        for p in pieces:
+            a, b = p[1], p[2]
+            if p[0] == "literal":
+                got = np.asarray(plain.encode(literals[p[3]], add_special_tokens=False).ids, dtype=np.int32)
+                ids.append(got)
+                mask.append(np.full(len(got), trained(a, b)))
+            elif b > a:
+                local = np.clip(spans - a, 0, b - a) if len(spans) else spans
+                local = local[local[:, 0] < local[:, 1]] if len(local) else local
+                got, _, m = ref.encode_spans([text[a:b]], [local.reshape(-1, 2)])
+                ids.append(got.astype(np.int32))
+                mask.append(m.astype(bool))
+        return (np.concatenate(ids) if ids else np.zeros(0, np.int32),
+                np.concatenate(mask) if mask else np.zeros(0, bool))
 
     # -- batches ----------------------------------------------------------------------------------
     @staticmethod
@@ -230,14 +441,19 @@ class Encoder:
         pieces: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n
         errors: list[str | None] = [None] * n
         chat_idx, chat_texts, chat_spans = [], [], []
+        split_items: list[tuple[int, str, np.ndarray, list[str]]] = []
+        special = np.zeros(n, dtype=bool)
         pc_idx, prompts, completions = [], [], []
         text_idx, texts = [], []
         for i, ex in enumerate(examples):
             kind = ex.get("kind")
             try:
                 if kind == "chat":
-                    t, s = self._chat_text(ex)
-                    chat_idx.append(i), chat_texts.append(t), chat_spans.append(s)
+                    t, s, literals, special[i] = self._chat_text(ex)
+                    if literals:
+                        split_items.append((i, t, s, literals))
+                    else:
+                        chat_idx.append(i), chat_texts.append(t), chat_spans.append(s)
                 elif kind == "prompt_completion":
                     pc_idx.append(i), prompts.append(ex["prompt"]), completions.append(ex["completion"])
                 elif kind == "text":
@@ -255,6 +471,13 @@ class Encoder:
                     continue
                 ids, mask = item
                 pieces[i] = (ids, np.where(mask, ids, IGNORE).astype(np.int32))
+        for i, t, s, literals in split_items:
+            try:
+                ids, mask = self._split_encode(t, s, literals)
+            except Exception as e:
+                errors[i] = f"the tokenizer cannot encode this example: {_first_line(e)}"
+                continue
+            pieces[i] = (ids, np.where(mask, ids, IGNORE).astype(np.int32))
         if pc_idx:
             p = self._each(lambda t: encode(t, add_special_tokens=True), prompts)
             c = self._each(lambda t: encode(t, add_special_tokens=False), completions)
@@ -285,7 +508,8 @@ class Encoder:
         np.cumsum(lengths, out=offsets[1:])
         ids = np.concatenate([x[0] if x is not None else empty for x in pieces]) if n else empty
         labels = np.concatenate([x[1] if x is not None else empty for x in pieces]) if n else empty
-        return Encoded(ids.astype(np.int32, copy=False), labels.astype(np.int32, copy=False), offsets, errors)
+        return Encoded(ids.astype(np.int32, copy=False), labels.astype(np.int32, copy=False), offsets, errors,
+                       special)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,6 +523,7 @@ class StepResult:
     table: Any  # pyarrow.RecordBatch of packtool.data.token_schema()
     rejects: list[tuple[int, str]] = field(default_factory=list)
     removed_padding: int = 0
+    special: list[int] = field(default_factory=list)  # source indices whose message text holds control tokens
 
 
 @dataclass
@@ -318,6 +543,7 @@ class EncodeStep:
     backend: str = "hf"
     label_source: str = "all"
     renderer: str = "jinja"
+    special_in_content: str = "keep"
     _encoder: Encoder | None = field(default=None, repr=False, compare=False)
 
     def __getstate__(self):
@@ -333,7 +559,8 @@ class EncodeStep:
     @property
     def encoder(self) -> Encoder:
         if self._encoder is None:
-            self._encoder = Encoder(self.spec, self.template, self.train_on, self.backend, self.renderer)
+            self._encoder = Encoder(self.spec, self.template, self.train_on, self.backend, self.renderer,
+                                    self.special_in_content)
         return self._encoder
 
     def __call__(self, batch) -> StepResult:
@@ -365,8 +592,10 @@ class EncodeStep:
             ids, labels = enc.ids[tok_keep], enc.label_values[tok_keep]
         else:
             offsets, ids, labels = enc.offsets, enc.ids, enc.label_values
-        rows = np.asarray(keep, dtype=np.int64)[good] if keep else np.zeros(0, np.int64)
-        return StepResult(token_batch(ids, labels, offsets, batch.start + rows), rejects)
+        kept = np.asarray(keep, dtype=np.int64)
+        rows = kept[good] if keep else np.zeros(0, np.int64)
+        special = (batch.start + kept[enc.special & good]).tolist() if keep and enc.special is not None else []
+        return StepResult(token_batch(ids, labels, offsets, batch.start + rows), rejects, special=special)
 
     def _pretokenized(self, batch) -> StepResult:
         import pyarrow as pa

@@ -1,4 +1,6 @@
-"""Load a tokenizer (built-in Qwen3, a local folder, or a cached hub id) and resolve chat templates."""
+"""Load a tokenizer (built-in Qwen3, a local folder, or a cached hub id) as a light, cached TokenizerSpec.
+
+Chat templates are chosen in packtool.tokenization.chat_template."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,6 @@ from typing import Any
 from packtool.errors import PacktoolError, UsageError
 
 BUILTIN_TOKENIZER = "builtin:qwen3"
-TEMPLATE_DIR = Path(__file__).parent / "templates"
-BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
-GENERATION_MARKER = "{% generation %}"
 
 
 def builtin_tokenizer_dir() -> Path:
@@ -82,11 +80,23 @@ class LoadedTokenizer:
     builtin: bool
 
 
-def load_tokenizer(name: str | None) -> LoadedTokenizer:
-    """`None` → the built-in Qwen3 tokenizer; a folder → that folder; else a hub id.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
-    With HF_HUB_OFFLINE=1 a hub id is taken from the local cache only and fails fast when absent.
-    """
+
+def downloads_allowed() -> bool:
+    """Hub tokenizers are read from the local cache only, unless --allow-download (which sets
+    PACKTOOL_ALLOW_DOWNLOAD=1) says otherwise; HF_HUB_OFFLINE=1 always wins."""
+    return os.environ.get("PACKTOOL_ALLOW_DOWNLOAD", "") == "1"
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~", ".")) or name.count("/") > 1 or os.sep in name.replace("/", "")
+
+
+def load_tokenizer(name: str | None) -> LoadedTokenizer:
+    """`None` → the built-in Qwen3 tokenizer; a folder → that folder; else a hub id, from the local
+    Hugging Face cache only unless downloads are allowed (`downloads_allowed`): never a silent wait
+    on the network."""
     from transformers import AutoTokenizer  # heavy: lazy
 
     if name is None or name == BUILTIN_TOKENIZER:
@@ -97,24 +107,38 @@ def load_tokenizer(name: str | None) -> LoadedTokenizer:
     if path.exists():
         if not path.is_dir():
             raise UsageError(f"--tokenizer {name} is a file; pass the folder that holds tokenizer.json")
+        if not any((path / f).is_file() for f in TOKENIZER_FILES):
+            raise UsageError(f"--tokenizer {name}: the folder holds none of {', '.join(TOKENIZER_FILES)}; "
+                             "pass the folder that holds the tokenizer files")
         try:
             tok = AutoTokenizer.from_pretrained(str(path))
         except Exception as e:  # transformers raises many types here
-            raise PacktoolError(f"cannot load a tokenizer from {path}: {str(e).splitlines()[0]}") from e
+            raise PacktoolError(f"cannot load a tokenizer from {path}: {_first_line(e)}; check the folder's "
+                                "tokenizer files (tokenizer.json, tokenizer_config.json)") from e
         return LoadedTokenizer(tok, str(path), path, _files_hash(path), False)
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    try:
-        tok = AutoTokenizer.from_pretrained(name, local_files_only=offline)
-    except Exception as e:
-        hint = "it is not in the local cache (HF_HUB_OFFLINE=1)" if offline else str(e).splitlines()[0]
-        raise PacktoolError(
-            f"cannot load tokenizer {name!r}: {hint}; pass a local folder with --tokenizer, "
-            "or download it first (huggingface-cli download)"
-        ) from e
+    if _looks_local(name):
+        raise UsageError(f"--tokenizer {name}: no such folder; pass the folder that holds tokenizer.json")
     folder = hub_folder(name)
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    if folder is None and (offline or not downloads_allowed()):
+        raise UsageError(
+            f"--tokenizer {name}: not a local folder and not in the Hugging Face cache; pass a local folder, "
+            + ("or unset HF_HUB_OFFLINE and add --allow-download" if offline and downloads_allowed() else
+               "or add --allow-download to fetch it from the Hub (or huggingface-cli download it first)"))
+    try:
+        tok = AutoTokenizer.from_pretrained(name, local_files_only=folder is not None and not downloads_allowed())
+    except Exception as e:
+        raise PacktoolError(f"cannot load tokenizer {name!r}: {_first_line(e)}; pass a local folder with "
+                            "--tokenizer") from e
+    folder = folder or hub_folder(name)
     files_hash = _files_hash(folder) if folder else hashlib.sha256(
         tok.backend_tokenizer.to_str().encode()).hexdigest()[:16]
     return LoadedTokenizer(tok, name, folder, files_hash, False)
+
+
+def _first_line(e: Exception) -> str:
+    text = " ".join(str(e).split())
+    return (text[:300] + " …") if len(text) > 300 else (text or type(e).__name__)
 
 
 @dataclass(frozen=True)
@@ -188,7 +212,7 @@ def library_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for pkg in ("transformers", "tokenizers", "jinja2", "fastokens"):
+    for pkg in ("transformers", "tokenizers", "jinja2", "fastokens", "trl"):  # trl: its template files
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -216,98 +240,3 @@ def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
     spec = TokenizerSpec.from_loaded(load_tokenizer(name))
     entry_cache.write_json(path, spec.to_json())
     return spec
-
-
-@dataclass(frozen=True)
-class ChatTemplate:
-    source: str  # text of the template
-    name: str  # "chatml-train", a file path, or "tokenizer"
-    hash: str
-    has_generation: bool  # True when the template marks assistant text with {% generation %}
-
-
-def _compiles(source: str, name: str) -> None:
-    """A template that does not parse is a usage error, not a bad record (found before reading)."""
-    try:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-    except ImportError:  # private helper moved: rendering will report the error per example
-        return
-    try:
-        _compile_jinja_template(source)
-    except Exception as e:
-        msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UsageError(f"chat template {name} does not parse: {msg}; fix the Jinja or pass "
-                         f"--chat-template with a built-in ({', '.join(BUILTIN_TEMPLATES)})") from e
-
-
-def _template(source: str, name: str, compile_check: bool = True) -> ChatTemplate:
-    if compile_check:  # built-ins are known to parse (tested): no transformers import for them
-        _compiles(source, name)
-
-    has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", source) is not None
-    return ChatTemplate(source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen)
-
-
-_MARKER = re.compile(r"<\|[A-Za-z0-9_]+\|>")
-_COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
-
-
-def _single_tokens(backend_json: str) -> set[str]:
-    """Every string that is one token of this tokenizer: added tokens and the model's vocabulary."""
-    import orjson
-
-    spec = orjson.loads(backend_json)
-    out = {a.get("content") for a in spec.get("added_tokens") or ()}
-    vocab = (spec.get("model") or {}).get("vocab")
-    if isinstance(vocab, dict):
-        out.update(vocab)
-    elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
-        out.update(v[0] for v in vocab if v)
-    return out
-
-
-def check_markers(spec: TokenizerSpec, template: ChatTemplate) -> None:
-    """Every control marker the template writes (`<|name|>`: role headers, end of turn) must be one
-    token of the tokenizer; otherwise the markers are tokenized as text and the model is trained on a
-    format it never sees. UsageError naming the marker, the tokenizer and the fix."""
-    markers = sorted(set(_MARKER.findall(_COMMENT.sub("", template.source))))
-    if not markers:
-        return
-    known = _single_tokens(spec.backend_json)
-    missing = [m for m in markers if m not in known]
-    if not missing:
-        return
-    fix = ("omit --chat-template to use the tokenizer's own template, or pass --chat-template FILE written "
-           "for this model" if template.name != "tokenizer" else "pass --chat-template FILE written for this model")
-    raise UsageError(
-        f"chat template '{template.name}' writes {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-        f"not a single token of tokenizer {spec.name}: the markers would be tokenized as plain text and the "
-        f"model trained on a format it never sees; {fix}")
-
-
-def resolve_template(loaded: LoadedTokenizer | TokenizerSpec, chat_template: str | None) -> ChatTemplate:
-    """The template that renders conversations.
-
-    Order: --chat-template (built-in name or file) > the built-in chatml-train for the built-in
-    tokenizer (Qwen3's official template is not prefix-preserving and has no generation markers)
-    > the tokenizer's own template.
-    """
-    if chat_template is not None:
-        if chat_template in BUILTIN_TEMPLATES:
-            return _template(BUILTIN_TEMPLATES[chat_template].read_text(), chat_template, compile_check=False)
-        p = Path(chat_template).expanduser()
-        if p.is_file():
-            return _template(p.read_text(), str(p))
-        known = ", ".join(BUILTIN_TEMPLATES)
-        raise UsageError(f"--chat-template {chat_template!r} is neither a file nor a built-in template ({known})")
-    if loaded.builtin:
-        return _template(BUILTIN_TEMPLATES["chatml-train"].read_text(), "chatml-train", compile_check=False)
-    own = loaded.chat_template if isinstance(loaded, TokenizerSpec) else getattr(loaded.tokenizer, "chat_template", None)
-    if isinstance(own, dict):  # several named templates: take the default one
-        own = own.get("default") or next(iter(own.values()), None)
-    if not own:
-        known = ", ".join(BUILTIN_TEMPLATES)
-        raise PacktoolError(
-            f"tokenizer {loaded.name} has no chat template; pass --chat-template FILE or a built-in ({known})"
-        )
-    return _template(own, "tokenizer")

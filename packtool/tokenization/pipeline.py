@@ -51,18 +51,24 @@ def _quote(indices) -> str:
     return head + (f", … ({len(idx) - MAX_LISTED} more)" if len(idx) > MAX_LISTED else "")
 
 
-def _template_key(chat_template: str | None) -> str:
-    """The template's bytes: a file, or a built-in (edited built-ins must not hit old entries)."""
+def _template_key(choice: str | None) -> str:
+    """The chosen template's bytes where they are not covered by the tokenizer's files and the
+    library versions (TRL's included): a file, a built-in, a TRL template (edits never hit old entries)."""
     from pathlib import Path
 
-    from packtool.tokenization.loading import BUILTIN_TEMPLATES
+    from packtool.tokenization.chat_template import BUILTIN_TEMPLATES, trl_dir
 
-    if chat_template is None:  # the tokenizer's own (its files are hashed) or, for the built-in one:
-        chat_template = "chatml-train"
-    path = BUILTIN_TEMPLATES.get(chat_template) or Path(chat_template).expanduser()
-    if path.is_file():
+    choice = choice or "auto"
+    if choice in ("auto", "tokenizer"):  # auto may pick the built-in chatml-train: its bytes count
+        return f"{choice}:" + hashlib.sha256(BUILTIN_TEMPLATES["chatml-train"].read_bytes()).hexdigest()
+    if choice.startswith("trl:"):
+        folder = trl_dir()
+        path = folder / f"{choice[4:]}.jinja" if folder else None
+    else:
+        path = BUILTIN_TEMPLATES.get(choice) or Path(choice).expanduser()
+    if path is not None and path.is_file():
         return hashlib.sha256(path.read_bytes()).hexdigest()
-    return f"name:{chat_template}"
+    return f"name:{choice}"
 
 
 def cache_key(sources: list[SourceFile], cfg: TokenizeConfig) -> str:
@@ -92,6 +98,8 @@ def _worker_init(step: EncodeStep) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if hasattr(signal, "pthread_sigmask"):  # blocked by _start_pool around the fork
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _WORKER_STEP = step
 
 
@@ -139,6 +147,22 @@ class _Check:
         self.settle(self.fast(self.probe), self.reference(self.probe))
 
 
+def _start_pool(step: EncodeStep, num_proc: int):
+    """The worker pool, with SIGINT blocked while it forks: a Ctrl-C (sent to the whole process
+    group) waits until every worker ignores it, then reaches the parent alone, which terminates them."""
+    import signal
+
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    mask = hasattr(signal, "pthread_sigmask")
+    if mask:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return mp.get_context(method).Pool(num_proc, initializer=_worker_init, initargs=(step,))
+    finally:
+        if mask:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _run(step: EncodeStep, batches, num_proc: int, check: _Check | None = None):
     """Yields (batch, result) in input order; at most IN_FLIGHT_PER_WORKER batches per worker are
     read ahead, so memory does not grow with the input."""
@@ -148,8 +172,7 @@ def _run(step: EncodeStep, batches, num_proc: int, check: _Check | None = None):
         for b in batches:
             yield b, step(b)
         return
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    pool = mp.get_context(method).Pool(num_proc, initializer=_worker_init, initargs=(step,))
+    pool = _start_pool(step, num_proc)
     try:
         checking = pool.apply_async(_worker_check, (check.reference, check.probe)) if check else None
 
@@ -224,7 +247,7 @@ def _chain(seen, it):
 
 def _renderer(template) -> str:
     """"native" for the built-in chatml-train template (byte for byte), else "jinja"."""
-    from packtool.tokenization.loading import BUILTIN_TEMPLATES
+    from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
 
     return "native" if template.source == BUILTIN_TEMPLATES["chatml-train"].read_text() else "jinja"
 
@@ -296,12 +319,14 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
         fmt, reason = "pretokenized", f"records carry input_ids; labels from {labels_from}"
     else:
         step, check, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, fmt, batches, mismatch)
-        if not step.template.has_generation and cfg.train_on != "all":
-            warnings.append(f"chat template '{step.template.name}' has no {{% generation %}} markers: assistant "
-                            "turns are located by a prefix diff of renders (slower; checked per example)")
+        if step.template.mode in ("prefix", "last"):
+            which = "assistant turns are" if step.template.mode == "prefix" else "the last assistant turn is"
+            warnings.append(f"chat template '{step.template.name}' has no {{% generation %}} markers: {which} "
+                            "located by diffs of renders (slower; checked per example)")
     t_enc = time.perf_counter()
     removed = 0
     zero_loss: list[int] = []
+    special: list[int] = []
     try:
         with cache.EntryWriter(key, token_schema()) as writer, \
                 Progress("tokenizing" if kind == "chat" else "reading", enabled=progress) as bar:
@@ -310,6 +335,7 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                     source.reject(batch, i, why)
                 writer.write(result.table)
                 removed += result.removed_padding
+                special += result.special
                 loss = arrow_numpy(result.table.column("num_loss_tokens"))
                 if not loss.all():
                     zero_loss += arrow_numpy(result.table.column("source_index"))[loss == 0].tolist()
@@ -321,12 +347,24 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                 what = "pre-tokenized example(s) have no loss token" if kind == "pretokenized" else \
                     "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
                 warnings.append(f"{len(zero_loss)} {what}: source indices {_quote(zero_loss)}")
+            if kind == "chat":
+                tokenizer = {**tokenizer, "special_in_content": {"mode": cfg.special_in_content,
+                                                                 "examples": len(special)}}
+                if special:
+                    how = {"keep": "kept as control tokens, as apply_chat_template does (--special-in-content "
+                                   "split reads them as text, error refuses them)",
+                           "split": "tokenized as plain text (--special-in-content split)"}[cfg.special_in_content]
+                    warnings.append(f"{len(special)} example(s) hold control tokens in message text, {how}: source "
+                                    f"indices {_quote(special)}")
             if check is not None:
                 backend = check.report
             meta = _meta(source, cfg, fmt, reason, tokenizer, backend, warnings, removed, kind, label_src)
             final = writer.commit(meta, replace=not cfg.cache)
     except OSError as e:
-        raise PacktoolError(f"cannot write the tokenization cache in {cache.cache_root()}: "
+        root = str(cache.cache_root())
+        if e.filename and not str(e.filename).startswith(root):
+            raise  # reading the input, not writing the cache: the CLI names that path
+        raise PacktoolError(f"cannot write the tokenization cache in {root}: "
                             f"{e.strerror or e}; free space or set PACKTOOL_CACHE to a writable folder") from None
     entry = cache.open_entry(final, verify=False)  # just written and hashed on the way out
     if entry is None:
@@ -341,13 +379,24 @@ def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | N
     The reference path is tokenizers + transformers' jinja renderer. The fast path (fastokens, and
     the native renderer for the built-in template) is used when `auto` allows it, and checked on
     the first CHECK_EXAMPLES examples (`_Check`); after a failed check (`mismatch`) it is skipped."""
-    from packtool.tokenization.loading import check_markers, load_spec, resolve_template
+    from packtool.tokenization.loading import load_spec
 
     spec = load_spec(cfg.tokenizer)
     built, why = _fast_backend(spec, "hf" if mismatch else cfg.tokenizer_backend)
-    template = resolve_template(spec, cfg.chat_template)
-    check_markers(spec, template)
-    reference = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=template, train_on=cfg.train_on)
+    try:
+        return _chat_step_on(spec, built, why, source, cfg, fmt, batches, mismatch)
+    except BaseException:
+        if built is not None:  # a process must not exit while the preload thread is inside native code
+            built.wait()
+        raise
+
+
+def _chat_step_on(spec, built, why, source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | None):
+    from packtool.tokenization.chat_template import choose
+
+    template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
+    reference = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=template, train_on=cfg.train_on,
+                           special_in_content=cfg.special_in_content)
     first = next(batches, None)
     probe = first.head(min(len(first), CHECK_EXAMPLES)) if first is not None else None
     num_proc = cfg.num_proc or os.cpu_count() or 1
@@ -366,8 +415,7 @@ def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | N
             check = _Check(step, reference, probe, cfg.tokenizer_backend)
         if num_proc > 1:
             built.wait()  # built before forking: workers inherit it
-    tokenizer = {**spec.info(), "chat_template": template.name, "chat_template_hash": template.hash,
-                 "generation_markers": template.has_generation}
+    tokenizer = {**spec.info(), **template.info()}
     rest = _chain([first] if first is not None else [], batches)
     return step, check, tokenizer, backend, rest, num_proc
 
@@ -389,9 +437,9 @@ def _meta(source, cfg, fmt, reason, tokenizer, backend, warnings, removed, kind,
                            f"{_quote(s.source_index for s in source.skipped)}")
     if backend.get("reason") and backend.get("requested") == "auto" and kind == "chat":
         warnings.append(f"tokenizer backend hf: {backend['reason']}")
-    options = {"train_on": cfg.train_on, "chat_template": cfg.chat_template}
+    options = cfg.fingerprint_dict()  # everything that shapes ids and labels (verify --sources reads it)
     if kind == "pretokenized":
-        options = {"labels_from": label_src, "train_on": None, "chat_template": None}
+        options.update(labels_from=label_src, train_on=None, chat_template=None)
     return {
         "format": fmt, "format_reason": reason, "tokenizer": tokenizer, "backend": backend,
         "warnings": warnings, "sources": [s.__dict__ for s in source.files], "options": options,

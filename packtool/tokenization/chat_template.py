@@ -1,0 +1,342 @@
+"""Choose a run's chat template and how its assistant tokens are located; refuse what would train
+the wrong thing. Light: reads template files (ours, and TRL's without importing trl).
+
+    --chat-template auto (the default), decided once per run, announced, recorded in the manifest:
+
+      built-in Qwen3 tokenizer ─────────────────────────▶ chatml-train (packtool's)      mode markers
+      the tokenizer's template has {% generation %} ────▶ it, as it is                   mode markers
+      it is an official template TRL ships a training
+        version of (trl/chat_templates/X.jinja) ────────▶ trl:X_training                 mode markers
+      otherwise the tokenizer's template, probed:
+        prefix-preserving ───────────────────────────────▶ it                            mode prefix
+        not, --train-on last ────────────────────────────▶ it                            mode last
+        not ─────────────────────────────────────────────▶ refusal with this family's fix
+
+    --chat-template tokenizer | chatml-train | trl:NAME | FILE picks one; its mode is probed the same way.
+
+Modes (packtool.tokenization.encode): `markers` trains each {% generation %} block less the
+generation prompt the template writes before it (the model is given that prompt at inference,
+e.g. gpt-oss's `<|start|>assistant`); `prefix` trains what render(turns[:i+1]) adds to
+render(turns[:i], generation prompt), for every assistant turn i; `last` does that for the last
+turn only, so it needs the prefix property of the final render only.
+
+Every `<|name|>`-style marker a template writes must be one token of the tokenizer, and each
+trained run must end in the tokenizer's EOS or another special token (the end of turn), so the
+model learns to stop: both are checked here, on the template source and on a probe conversation.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from packtool.errors import PacktoolError, UsageError
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
+DEFAULT_DATE = "2026-01-01"  # what strftime_now() returns in templates unless --template-date says otherwise
+CHOICES = "auto | tokenizer | chatml-train | trl:NAME | FILE"
+
+PROBE = [
+    {"role": "system", "content": "You are a probe."},
+    {"role": "user", "content": "First question?"},
+    {"role": "assistant", "content": "First answer."},
+    {"role": "user", "content": "Second question?"},
+    {"role": "assistant", "content": "Second answer."},
+]
+
+# family: (a marker its templates write, its fix when its own template cannot be used as it is)
+FAMILIES = {
+    "gpt-oss (harmony)": ("<|channel|>", "gptoss_training"),
+    "Llama 3": ("<|start_header_id|>", "llama3_training"),
+    "Gemma": ("<start_of_turn>", "gemma3_training"),
+    "DeepSeek": ("<｜Assistant｜>", "deepseekv3_training"),
+    "Cohere": ("<|START_OF_TURN_TOKEN|>", "cohere_training"),
+    "GLM": ("[gMASK]", "glm4moe_training"),
+    "Phi-3": ("<|assistant|>", "phi3_training"),
+    "ChatML (Qwen)": ("<|im_start|>", None),  # chatml-train is ours
+}
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    source: str  # text of the template
+    name: str  # "chatml-train", "trl:llama3_training", a file path, or "tokenizer"
+    hash: str
+    has_generation: bool  # True when the template marks assistant text with {% generation %}
+    origin: str = ""  # "packtool", "trl 1.16.0", "tokenizer", "file"
+    mode: str = ""  # markers | prefix | last | all (see the module docstring); "" = not decided yet
+    why: str = ""  # the decision, in words (announced)
+    date: str | None = None  # the date strftime_now() returns, when the template calls it
+    family: str | None = None
+    end_of_turn: str | None = None  # the trained end token, e.g. "<|eot_id|> (EOS)"
+
+    def info(self) -> dict:
+        return {"chat_template": self.name, "chat_template_hash": self.hash, "chat_template_origin": self.origin,
+                "chat_template_mode": self.mode, "chat_template_why": self.why, "generation_markers":
+                self.has_generation, "template_date": self.date, "family": self.family,
+                "end_of_turn": self.end_of_turn}
+
+
+def _compiles(source: str, name: str) -> None:
+    """A template that does not parse is a usage error, not a bad record (found before reading)."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # private helper moved: rendering will report the error per example
+        return
+    try:
+        _compile_jinja_template(source)
+    except Exception as e:
+        msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(f"chat template {name} does not parse: {msg}; fix the Jinja or pass "
+                         f"--chat-template {CHOICES}") from e
+
+
+def make_template(source: str, name: str, origin: str = "file", compile_check: bool = True) -> ChatTemplate:
+    if compile_check:  # built-ins are known to parse (tested): no transformers import for them
+        _compiles(source, name)
+    has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", source) is not None
+    return ChatTemplate(source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen, origin)
+
+
+# --------------------------------------------------------------------------- TRL's templates
+
+
+def trl_dir() -> Path | None:
+    """trl/chat_templates of the installed TRL, found without importing trl (which imports torch)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("trl")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "chat_templates"
+    return folder if folder.is_dir() else None
+
+
+def trl_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trl")
+    except PackageNotFoundError:
+        return "?"
+
+
+def trl_training_name(source: str) -> str | None:
+    """`X_training` when `source` is TRL's official template X.jinja and TRL ships X_training.jinja."""
+    folder = trl_dir()
+    if folder is None:
+        return None
+    for training in sorted(folder.glob("*_training.jinja")):
+        official = folder / (training.name[: -len("_training.jinja")] + ".jinja")
+        if official.is_file() and official.read_text(encoding="utf-8").strip() == source.strip():
+            return training.stem
+    return None
+
+
+def _trl_template(name: str) -> ChatTemplate:
+    folder = trl_dir()
+    if folder is None:
+        raise UsageError(f"--chat-template trl:{name} needs TRL's template files: pip install 'trl>=1,<2' "
+                         "(or pip install 'packtool[templates]')")
+    path = folder / f"{name}.jinja"
+    if not path.is_file():
+        known = ", ".join(p.stem for p in sorted(folder.glob("*_training.jinja")))
+        raise UsageError(f"--chat-template trl:{name}: TRL {trl_version()} has no {name}.jinja; "
+                         f"its training templates: {known}")
+    return make_template(path.read_text(encoding="utf-8"), f"trl:{name}", f"trl {trl_version()}",
+                         compile_check=False)
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+_MARKER = re.compile(r"<\|[A-Za-z0-9_]+\|>|<｜[^｜<>]{1,40}｜>|<(?:start|end)_of_turn>")
+_COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
+
+
+@functools.lru_cache(maxsize=8)
+def _added(backend_json: str) -> tuple[frozenset[str], dict[str, int]]:
+    """(every string that is one token: added tokens and the vocabulary, {special added token: id})."""
+    import orjson
+
+    spec = orjson.loads(backend_json)
+    added = spec.get("added_tokens") or ()
+    special = {a["content"]: a["id"] for a in added if a.get("special")}
+    out = {a.get("content") for a in added}
+    vocab = (spec.get("model") or {}).get("vocab")
+    if isinstance(vocab, dict):
+        out.update(vocab)
+    elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+        out.update(v[0] for v in vocab if v)
+    return frozenset(out), special
+
+
+def special_tokens(spec) -> dict[str, int]:
+    """The tokenizer's special added tokens (control tokens), {text: id}."""
+    return dict(_added(spec.backend_json)[1])
+
+
+def check_markers(spec, template: ChatTemplate) -> None:
+    """Every control marker the template writes (`<|name|>`, `<｜name｜>`, `<start_of_turn>`: role
+    headers, end of turn) must be one token of the tokenizer; otherwise the markers are tokenized
+    as text and the model trained on a format it never sees. UsageError naming marker, tokenizer, fix."""
+    markers = sorted(set(_MARKER.findall(_COMMENT.sub("", template.source))))
+    if not markers:
+        return
+    known, _ = _added(spec.backend_json)
+    missing = [m for m in markers if m not in known]
+    if not missing:
+        return
+    fix = ("omit --chat-template (auto picks this tokenizer's own template or its training version), or pass "
+           "--chat-template FILE written for this model" if template.name != "tokenizer"
+           else "pass --chat-template FILE written for this model")
+    raise UsageError(
+        f"chat template '{template.name}' writes {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+        f"not a single token of tokenizer {spec.name}: the markers would be tokenized as plain text and the "
+        f"model trained on a format it never sees; {fix}")
+
+
+def family_of(source: str) -> str | None:
+    for family, (marker, _) in FAMILIES.items():
+        if marker in source:
+            return family
+    return None
+
+
+def family_fix(family: str | None, train_on: str) -> str:
+    """What to do when this family's own template cannot locate every assistant turn."""
+    fixes = []
+    training = FAMILIES.get(family, (None, None))[1] if family else None
+    if family == "ChatML (Qwen)":
+        fixes.append("--chat-template chatml-train (packtool's ChatML training template)")
+    elif training:
+        have = trl_dir() is not None and (trl_dir() / f"{training}.jinja").is_file()
+        fixes.append(f"--chat-template trl:{training} (TRL's training template for {family})"
+                     + ("" if have else ", after pip install 'trl>=1,<2'"))
+    if train_on != "last":
+        fixes.append("--train-on last (only the last assistant turn carries loss)")
+    fixes.append("--chat-template FILE with {% generation %} markers")
+    return "; or ".join(fixes)
+
+
+# --------------------------------------------------------------------------- choosing
+
+
+def _own(spec) -> str | None:
+    own = spec.chat_template
+    if isinstance(own, dict):  # several named templates: take the default one
+        own = own.get("default") or next(iter(own.values()), None)
+    return own or None
+
+
+def pick(spec, choice: str | None) -> ChatTemplate:
+    """The template `choice` names (None/"auto": the automatic choice), mode not decided yet."""
+    choice = choice or "auto"
+    if choice in BUILTIN_TEMPLATES:
+        return make_template(BUILTIN_TEMPLATES[choice].read_text(), choice, "packtool", compile_check=False)
+    if choice.startswith("trl:"):
+        return _trl_template(choice[4:])
+    if choice not in ("auto", "tokenizer"):
+        p = Path(choice).expanduser()
+        if p.is_file():
+            return make_template(p.read_text(), str(p))
+        raise UsageError(f"--chat-template {choice!r} is neither a file nor one of {CHOICES}")
+    if choice == "auto" and spec.builtin:
+        return replace(pick(spec, "chatml-train"), why="the built-in Qwen3 tokenizer's training template")
+    own = _own(spec)
+    if not own:
+        raise PacktoolError(f"tokenizer {spec.name} has no chat template; pass --chat-template chatml-train "
+                            "(ChatML models), trl:NAME or FILE")
+    tpl = make_template(own, "tokenizer", "tokenizer")
+    if choice == "tokenizer" or tpl.has_generation:
+        return replace(tpl, why="the tokenizer's own template" + (", with generation markers"
+                                                                    if tpl.has_generation else ""))
+    name = trl_training_name(own)
+    if name:
+        return replace(_trl_template(name), why=f"TRL's training version of the tokenizer's official template "
+                                                f"({name[: -len('_training')]}.jinja)")
+    return replace(tpl, why="the tokenizer's own template (no training version known)")
+
+
+def choose(spec, choice: str | None, train_on: str = "assistant", date: str | None = None) -> ChatTemplate:
+    """The run's template with its mode decided on a probe conversation; refuses what cannot work."""
+    from packtool.tokenization.encode import Encoder
+
+    tpl = pick(spec, choice)
+    check_markers(spec, tpl)
+    family = family_of(tpl.source)
+    uses_date = "strftime_now" in tpl.source
+    tpl = replace(tpl, family=family, date=(date or DEFAULT_DATE) if uses_date else None)
+    if train_on == "all":
+        mode = "all"
+    elif tpl.has_generation:
+        mode = "markers"
+    else:
+        mode = "prefix"
+    tpl = replace(tpl, mode=mode)
+    probe, error = _probe(Encoder(spec, tpl, train_on, "hf"))
+    if error and mode == "prefix":
+        last = replace(tpl, mode="last")
+        probe_last, error_last = _probe(Encoder(spec, last, train_on, "hf"))
+        if train_on == "last" and not error_last:
+            tpl, probe, error = last, probe_last, None
+        elif "not prefix-preserving" in error:
+            raise UsageError(
+                f"chat template '{tpl.name}'{f' ({family})' if family else ''} of tokenizer {spec.name} is not "
+                "prefix-preserving (it renders earlier turns differently once later turns follow), so its assistant "
+                f"turns cannot be located; fix: {family_fix(family, train_on)}")
+    if error:
+        error = error.replace(f"chat template '{tpl.name}' ", "").replace(" on this record", "")
+        raise UsageError(f"chat template '{tpl.name}' cannot render a plain test conversation (system, user, "
+                         f"assistant turns): {error}; fix the template or pass --chat-template {CHOICES}")
+    if mode != "all":
+        tpl = replace(tpl, end_of_turn=_end_of_turn(spec, tpl, probe))
+    return tpl
+
+
+def _probe(encoder):
+    """(Encoded of PROBE, or of PROBE without its system turn, None) or (None, why it failed)."""
+    from packtool.formats import _example, _message
+
+    error = None
+    for messages in (PROBE, PROBE[1:]):
+        ex = _example("chat", [_message(m["role"], m["content"]) for m in messages])
+        enc = encoder.encode([ex])
+        if enc.errors[0] is None:
+            return enc, None
+        error = error or enc.errors[0]
+    return None, error
+
+
+def _end_of_turn(spec, tpl: ChatTemplate, enc) -> str:
+    """Each trained run of the probe must end in EOS or another special token: say which."""
+    import numpy as np
+
+    ids, labels = enc.input_ids[0], enc.labels[0]
+    trained = labels != -100
+    edges = np.flatnonzero(trained & ~np.append(trained[1:], False))  # last token of each run
+    specials = {v: k for k, v in special_tokens(spec).items()}
+    ends = [int(ids[i]) for i in edges]
+    bad = [e for e in ends if e != spec.eos_id and e not in specials]
+    if not ends or bad:
+        from tokenizers import Tokenizer
+
+        what = repr(Tokenizer.from_str(spec.backend_json).decode([bad[0]], skip_special_tokens=False)) if bad \
+            else "nothing"
+        raise UsageError(
+            f"chat template '{tpl.name}' ends the trained part of an assistant turn with {what}, not with an "
+            f"end-of-turn token of tokenizer {spec.name} (EOS {spec.eos_token!r}): the model would not learn to "
+            f"stop; use a template whose assistant turns end in EOS or the end-of-turn token "
+            f"(--chat-template {CHOICES})")
+    names = []
+    for e in dict.fromkeys(ends):
+        text = specials.get(e) or spec.eos_token
+        names.append(f"{text} ({'EOS' if e == spec.eos_id else 'special token; EOS is ' + str(spec.eos_token)})")
+    return ", ".join(names)
