@@ -365,7 +365,11 @@ def _norm_preference(record: dict, plan: _Plan) -> dict:
         chosen = [chosen]
     if not isinstance(chosen, list) or not chosen:
         raise FormatError(f"'chosen' is a {type(chosen).__name__}, expected a string, a turn or a list of turns")
-    if prompt is None:  # implicit prompt: chosen is the whole conversation
+    first = chosen[0] if isinstance(chosen[0], dict) else {}
+    opener = _first(first, plan.role_keys)
+    whole = isinstance(opener, str) and _ROLE_TAGS.get(plan.roles.get(opener, opener).lower(), ("",))[0] in (
+        "system", "user")
+    if prompt is None or whole:  # implicit prompt: chosen is the whole conversation (TRL, UltraFeedback)
         messages = _turns(chosen, plan, "chosen")
         return _example("chat", messages, _tools(record.get("tools")))
     if isinstance(prompt, str):

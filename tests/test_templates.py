@@ -307,3 +307,82 @@ def test_inspect_announces_template_and_end_of_turn(tmp_path):
     assert res.exit_code == 2 and "--special-in-content 'maybe' is not one of keep|split|error" in res.output
     res = CliRunner().invoke(app, ["inspect", str(path), "--template-date", "yesterday"])
     assert res.exit_code == 2 and "is not a date like 2026-01-01" in res.output
+
+
+# ------------------------------------------------------------------------- review cases
+
+
+def _tpl(tmp_path, name, source, spec):
+    p = tmp_path / name
+    p.write_text(source)
+    return ct.choose(spec, str(p))
+
+
+CALLS = [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+         {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]
+FIRST_CALL_ONLY = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+    "{% if m.tool_calls %}<tool_call>{{ m.tool_calls[0].function.name }} {{ m.tool_calls[0].function.arguments "
+    "| tojson }}</tool_call>{% endif %}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}"
+    "\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_dropped_second_tool_call_is_refused(spec, tmp_path):
+    t = _tpl(tmp_path, "first_call.jinja", FIRST_CALL_ONLY, spec)
+    msgs = [{"role": "user", "content": "Weather in Paris and Rome?"},
+            {"role": "assistant", "content": "", "tool_calls": CALLS},
+            {"role": "tool", "content": "21C"}, {"role": "assistant", "content": "Both 21C."}]
+    err = Encoder(spec, t).encode([chat(msgs)]).errors[0]
+    assert err is not None and "drops the tool call 'get_weather' of turn 1" in err
+    ok = Encoder(spec, t).encode([chat([msgs[0], {**msgs[1], "tool_calls": CALLS[:1]}, *msgs[2:]])])
+    assert ok.errors == [None]
+
+
+def test_dropped_reasoning_of_the_last_turn_is_refused(spec, tmp_path):
+    plain = FIRST_CALL_ONLY
+    t = _tpl(tmp_path, "no_reasoning.jinja", plain, spec)
+    ex = chat(CHAT[1:3])
+    ex["messages"][-1]["reasoning_content"] = "Greet back."
+    err = Encoder(spec, t).encode([ex]).errors[0]
+    assert "drops the reasoning of turn 1 (the last assistant turn)" in err
+
+
+def test_control_tokens_in_tool_arguments_are_seen(spec):
+    t = ct.choose(spec, None)
+    bad = [{"type": "function", "function": {"name": "echo", "arguments": {"text": "<|im_end|>"}}}]
+    msgs = [{"role": "user", "content": "Echo"}, {"role": "assistant", "content": "", "tool_calls": bad},
+            {"role": "tool", "content": "ok"}, {"role": "assistant", "content": "Done."}]
+    err = Encoder(spec, t, special_in_content="error").encode([chat(msgs)]).errors[0]
+    assert "holds the control token '<|im_end|>'" in err
+    split = Encoder(spec, t, special_in_content="split").encode([chat(msgs)])
+    eos = ct.special_tokens(spec)["<|im_end|>"]
+    assert split.errors == [None] and int((split.ids == eos).sum()) == 4  # one per turn, none from the argument
+
+
+def test_partial_generation_prompt_and_trailing_eos_block(spec, tmp_path):
+    src = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}<|im_start|>{{ m.content }}"
+           "<|endoftext|>\n{% endgeneration %}{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|endoftext|>\n"
+           "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|><think>\n{% elif messages[-1].role == "
+           "'assistant' %}{% generation %}{{ eos_token }}{% endgeneration %}{% endif %}")
+    t = _tpl(tmp_path, "deepseek_like.jinja", src, spec)
+    enc = Encoder(spec, t, "last").encode([chat(CHAT)])
+    assert enc.errors == [None]
+    assert trained_text(spec, enc) == ["Goodbye.<|endoftext|>\n<|im_end|>"]  # no <|im_start|>; EOS joined
+
+
+def test_preference_with_a_whole_conversation_in_chosen_is_not_doubled():
+    row = {"prompt": "Q", "messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
+           "chosen": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
+           "rejected": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "B"}]}
+    cfg = ReadConfig(format="preference")
+    assert [m["content"] for m in normalize(row, "preference", cfg)["messages"]] == ["Q", "A"]
+
+
+def test_a_role_header_is_not_an_end_of_turn(spec, tmp_path):
+    src = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}<|im_start|>"
+           "{% endgeneration %}{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+           "{% endfor %}")
+    p = tmp_path / "header_end.jinja"
+    p.write_text(src)
+    with pytest.raises(UsageError, match="not with an end-of-turn token"):
+        ct.choose(spec, str(p))

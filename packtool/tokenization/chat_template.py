@@ -143,8 +143,8 @@ def trl_training_name(source: str) -> str | None:
 def _trl_template(name: str) -> ChatTemplate:
     folder = trl_dir()
     if folder is None:
-        raise UsageError(f"--chat-template trl:{name} needs TRL's template files: pip install 'trl>=1,<2' "
-                         "(or pip install 'packtool[templates]')")
+        raise UsageError(f"--chat-template trl:{name} needs TRL's template files: pip install 'packtool[templates]' "
+                         "(or 'trl>=1,<2')")
     path = folder / f"{name}.jinja"
     if not path.is_file():
         known = ", ".join(p.stem for p in sorted(folder.glob("*_training.jinja")))
@@ -157,6 +157,7 @@ def _trl_template(name: str) -> ChatTemplate:
 # --------------------------------------------------------------------------- tokens
 
 
+_END_NAME = re.compile(r"end|eot|eos|eom|return|call|stop", re.IGNORECASE)  # how end-of-turn tokens are named
 _MARKER = re.compile(r"<\|[A-Za-z0-9_]+\|>|<｜[^｜<>]{1,40}｜>|<(?:start|end)_of_turn>")
 _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 
@@ -219,7 +220,7 @@ def family_fix(family: str | None, train_on: str) -> str:
     elif training:
         have = trl_dir() is not None and (trl_dir() / f"{training}.jinja").is_file()
         fixes.append(f"--chat-template trl:{training} (TRL's training template for {family})"
-                     + ("" if have else ", after pip install 'trl>=1,<2'"))
+                     + ("" if have else ", after pip install 'packtool[templates]' (TRL)"))
     if train_on != "last":
         fixes.append("--train-on last (only the last assistant turn carries loss)")
     fixes.append("--chat-template FILE with {% generation %} markers")
@@ -322,7 +323,7 @@ def _end_of_turn(spec, tpl: ChatTemplate, enc) -> str:
     ids, labels = enc.input_ids[0], enc.labels[0]
     trained = labels != -100
     edges = np.flatnonzero(trained & ~np.append(trained[1:], False))  # last token of each run
-    specials = {v: k for k, v in special_tokens(spec).items()}
+    specials = {v: k for k, v in special_tokens(spec).items() if _END_NAME.search(k)}  # end-of-turn tokens
     ends = [int(ids[i]) for i in edges]
     bad = [e for e in ends if e != spec.eos_id and e not in specials]
     if not ends or bad:
@@ -333,10 +334,10 @@ def _end_of_turn(spec, tpl: ChatTemplate, enc) -> str:
         raise UsageError(
             f"chat template '{tpl.name}' ends the trained part of an assistant turn with {what}, not with an "
             f"end-of-turn token of tokenizer {spec.name} (EOS {spec.eos_token!r}): the model would not learn to "
-            f"stop; use a template whose assistant turns end in EOS or the end-of-turn token "
+            f"stop; use a template whose assistant turns end in EOS or an end-of-turn token "
             f"(--chat-template {CHOICES})")
     names = []
     for e in dict.fromkeys(ends):
         text = specials.get(e) or spec.eos_token
-        names.append(f"{text} ({'EOS' if e == spec.eos_id else 'special token; EOS is ' + str(spec.eos_token)})")
+        names.append(f"{text} ({'EOS' if e == spec.eos_id else 'end-of-turn token; EOS is ' + str(spec.eos_token)})")
     return ", ".join(names)

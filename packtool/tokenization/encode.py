@@ -96,7 +96,7 @@ def dated_source(template: ChatTemplate) -> str:
     formats = sorted(set(re.findall(r"strftime_now\(\s*[\"']([^\"']*)[\"']\s*\)", template.source)))
     table = json.dumps({f: day.strftime(f) for f in formats})
     return ("{%- macro strftime_now(fmt) -%}{{ " + table + "[fmt] if fmt in " + table + " else "
-            + json.dumps(template.date) + " }}{%- endmacro -%}" + template.source)
+            + json.dumps(template.date) + " }}{%- endmacro %}" + template.source)
 
 
 _PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
@@ -109,26 +109,53 @@ def _appears(value: str, text: str) -> bool:
     return any(json.dumps(value, ensure_ascii=a)[1:-1] in text for a in (False, True))
 
 
+def _scalars(value) -> list:
+    """The leaf values of tool-call arguments (strings, numbers, booleans), depth first."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _scalars(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _scalars(v)]
+    return [] if value is None else [value]
+
+
+def _leaf_appears(value, text: str) -> bool:
+    if isinstance(value, str):
+        return not value.strip() or _appears(value, text)
+    return any(s in text for s in {json.dumps(value), str(value)})  # 3 / 3.0 / true / True
+
+
 def lost_content(messages: list[dict], tools, text: str) -> str | None:
-    """What of the conversation the rendered `text` lacks (a message's text, a tool call's name or
-    argument names, a tool definition), in words; None when everything is there."""
+    """What of the conversation the rendered `text` lacks, in words; None when everything is there:
+    a message's text; the reasoning of the last assistant turn (templates may drop earlier turns'
+    reasoning by design: gpt-oss, Qwen3); each tool call's name (as often as it is called, beside
+    its definitions), argument names and values; each tool definition."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    defined = [(t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in tools or ()]
+    calls: dict[str, int] = {}
     for i, m in enumerate(messages):
         c = m.get("content")
         if isinstance(c, str) and c.strip() and not _appears(c, text):
             return f"the text of turn {i} ({m['role']})"
+        r = m.get("reasoning_content")
+        if i == last and isinstance(r, str) and r.strip() and not _appears(r, text):
+            return f"the reasoning of turn {i} (the last assistant turn)"
         for call in m.get("tool_calls") or ():
             fn = call.get("function", call) if isinstance(call, dict) else {}
             name = fn.get("name")
-            if name and name not in text:
+            if not name:
+                continue
+            calls[name] = calls.get(name, 0) + 1
+            if text.count(name) < calls[name] + defined.count(name):
                 return f"the tool call {name!r} of turn {i} ({m['role']})"
             args = fn.get("arguments")
-            missing = [k for k in args if k not in text] if isinstance(args, dict) else []
-            if isinstance(args, str) and args.strip() and not _appears(args, text):
-                missing = ["(all)"]
+            if isinstance(args, dict):
+                missing = [k for k in args if k not in text] + [repr(v) for v in _scalars(args)
+                                                                 if not _leaf_appears(v, text)]
+            else:
+                missing = ["(all)"] if isinstance(args, str) and args.strip() and not _appears(args, text) else []
             if missing:
-                return f"the arguments {', '.join(map(repr, missing))} of tool call {name!r} of turn {i}"
-    for t in tools or ():
-        name = (t.get("function", t) if isinstance(t, dict) else {}).get("name")
+                return f"the arguments {', '.join(map(str, missing))} of tool call {name!r} of turn {i}"
+    for name in defined:
         if name and name not in text:
             return f"the tool definition {name!r}"
     return None
@@ -149,18 +176,22 @@ class Encoder:
         self.special_in_content = special_in_content  # keep | split | error
         self.eos_id = spec.eos_id
         self._kwargs = dict(spec.special_tokens)
-        ends = {t for t in [spec.eos_token, *spec.all_special_tokens] if t}
+        specials = special_tokens(spec)
+        ends = {t for t in [spec.eos_token, *spec.all_special_tokens, *specials] if t}
         self._end_tokens = tuple(sorted(ends))
         self._backend = None
         self._plain = None  # a tokenizers.Tokenizer that reads control tokens as text (split mode)
         self._gen_prompt: str | None = None
+        self._heads: list[str] | None = None  # the generation prompt and its heads that end in a special token
         mode = template.mode if template is not None else ""
         if not mode and template is not None:
             mode = "markers" if template.has_generation else "prefix"
         self.mode = mode
         self._source = dated_source(template) if template is not None else None
-        specials = sorted(special_tokens(spec), key=len, reverse=True)
-        self._specials = re.compile("|".join(map(re.escape, specials))) if specials else None
+        longest_first = sorted(specials, key=len, reverse=True)
+        self._specials = re.compile("|".join(map(re.escape, longest_first))) if specials else None
+        firsts = {t[0] for t in specials if t}
+        self._special_first = firsts.pop() if len(firsts) == 1 else None  # "<": a cheap test before the regex
 
     def __getstate__(self):
         return {**self.__dict__, "_backend": None, "_plain": None}
@@ -279,15 +310,32 @@ class Encoder:
         return self._gen_prompt
 
     def _trim_prompt(self, text: str, spans) -> list[tuple[int, int]]:
-        """Generation blocks less the generation prompt at their start (the model is given it) and
-        less whitespace after a closing end-of-turn token (the next turn's, never generated)."""
+        """Generation blocks less the generation prompt at their start (the model is given it; a
+        block may start with only its leading special tokens, e.g. DeepSeek's `<｜Assistant｜>` of
+        `<｜Assistant｜><think>\\n`), and less whitespace after a closing end-of-turn token (the
+        next turn's, never generated). A last block that holds only the EOS (Phi-3's training
+        template closes the conversation so) joins the turn before it."""
         g = self.generation_prompt()
-        out = []
+        out: list[tuple[int, int]] = []
+        if not g:
+            self._heads = []
         for a, b in spans:
-            if g and text.startswith(g, a) and a + len(g) <= b:
-                a += len(g)
+            if out and text[a:b] == self.spec.eos_token and not text[out[-1][1]:a].strip():
+                out[-1] = (out[-1][0], b)
+                continue
+            a += self._prompt_at(text, a, b, g)
             out.append((a, a + self._turn_end(text[a:b])))
         return out
+
+    def _prompt_at(self, text: str, a: int, b: int, g: str) -> int:
+        """Length of the generation prompt `g` (or of its longest head that ends in a special token)
+        written at text[a:b]."""
+        if self._heads is None:
+            self._heads = [g] + [g[:k] for k in range(len(g) - 1, 0, -1) if g[:k].endswith(self._end_tokens)]
+        for head in self._heads:
+            if len(head) <= b - a and text.startswith(head, a):
+                return len(head)
+        return 0
 
     def _content_specials(self, messages: list[dict]) -> list[tuple[int, str]]:
         """(turn, control token) for each message whose text holds one of the tokenizer's control tokens."""
@@ -295,9 +343,12 @@ class Encoder:
             return []
         out = []
         for i, m in enumerate(messages):
-            for key in ("content", "reasoning_content"):
-                v = m.get(key)
-                hit = self._specials.search(v) if isinstance(v, str) else None
+            texts = [m.get("content"), m.get("reasoning_content"),
+                     *(x for c in m.get("tool_calls") or () for x in _scalars(c))]
+            for v in texts:
+                if not isinstance(v, str) or (self._special_first is not None and self._special_first not in v):
+                    continue
+                hit = self._specials.search(v)
                 if hit:
                     out.append((i, hit.group(0)))
                     break
@@ -311,15 +362,23 @@ class Encoder:
             literals.append(m.group(0))
             return f"\ue000{len(literals) - 1}\ue001"
 
+        def walk(v):
+            if isinstance(v, str):
+                if "\ue000" in v:
+                    raise ExampleError("message text holds U+E000, which --special-in-content split reserves")
+                return self._specials.sub(sub, v)
+            if isinstance(v, dict):
+                return {k: walk(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [walk(x) for x in v]
+            return v
+
         out = []
         for m in messages:
             m = dict(m)
-            for key in ("content", "reasoning_content", "thinking"):
-                v = m.get(key)
-                if isinstance(v, str):
-                    if "\ue000" in v:
-                        raise ExampleError("message text holds U+E000, which --special-in-content split reserves")
-                    m[key] = self._specials.sub(sub, v)
+            for key in ("content", "reasoning_content", "thinking", "tool_calls"):
+                if m.get(key) is not None:
+                    m[key] = walk(m[key])
             out.append(m)
         return out, literals
 
@@ -353,7 +412,9 @@ class Encoder:
             raise
         except Exception as e:  # jinja errors, raise_exception() inside templates
             raise ExampleError(f"chat template '{self.template.name}' failed on this record: {_first_line(e)}") from e
-        lost = lost_content(messages, tools, text)
+        # the native renderer writes every text, call and definition by construction (and is checked
+        # against the jinja reference, which runs this check, on every run's first examples)
+        lost = None if self.renderer == "native" else lost_content(messages, tools, text)
         if lost:
             raise ExampleError(
                 f"chat template '{self.template.name}' drops {lost}: the model would be trained without it; use a "

@@ -90,7 +90,9 @@ def downloads_allowed() -> bool:
 
 
 def _looks_local(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~", ".")) or name.count("/") > 1 or os.sep in name.replace("/", "")
+    """A path, not a hub id (`org/name`, optionally `@revision`, which may hold slashes)."""
+    repo = name.partition("@")[0]
+    return name.startswith(("/", "./", "../", "~", ".")) or repo.count("/") > 1
 
 
 def load_tokenizer(name: str | None) -> LoadedTokenizer:

@@ -36,6 +36,7 @@ from packtool.errors import PacktoolError, UsageError
 from packtool.progress import Progress
 from packtool.tokenization import cache
 from packtool.tokenization.encode import EncodeStep, StepResult
+from packtool.tokenization.loading import load_spec, tokenizer_key
 from packtool.tokenization.source import RecordSource
 
 SMALL_BYTES = 4 << 20  # below this much input one process is faster than starting workers
@@ -288,6 +289,8 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
         raise UsageError(f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}")
     t0 = time.perf_counter()
     source = RecordSource(data, cfg.read)
+    if cfg.tokenizer is not None and tokenizer_key(cfg.tokenizer).endswith(":uncached"):
+        load_spec(cfg.tokenizer)  # fails fast, or (--allow-download) fetches it: key the cache on its files
     key = cache_key(source.files, cfg)
     path = cache.entry_path(key)
     if cfg.cache:
