@@ -18,7 +18,7 @@ import threading
 
 import typer
 
-from packtool.errors import PacktoolError
+from packtool.errors import Interrupt, PacktoolError
 
 app = typer.Typer(
     name="packtool",
@@ -78,7 +78,7 @@ _interrupted = False  # set by the SIGINT handler: a library may swallow the Key
 
 def _on_sigint(signum, frame):
     global _interrupted
-    _interrupted = True
+    _interrupted = Interrupt.requested = True
     raise KeyboardInterrupt
 
 
@@ -119,7 +119,7 @@ def guard(fn):
             signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
         previous = signal.signal(signal.SIGINT, _on_sigint) if catch else None
         hook, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
-        _interrupted = False
+        _interrupted = Interrupt.requested = False
         code = None
         try:
             result = fn(*args, **kwargs)

@@ -16,3 +16,15 @@ class UsageError(PacktoolError):
     """Bad options or option values: exit code 2."""
 
     exit_code = 2
+
+
+class Interrupt:
+    """Whether Ctrl-C was pressed in this command, even if a library swallowed the KeyboardInterrupt
+    (numba's callbacks do): set by the CLI's SIGINT handler, read before publishing an output."""
+
+    requested = False
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.requested:
+            raise KeyboardInterrupt

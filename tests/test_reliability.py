@@ -321,6 +321,8 @@ def test_a_swallowed_ctrl_c_still_exits_130(tmp_path, pretok, monkeypatch):
     monkeypatch.setattr(api, "pack", swallowed)
     r = run(pretok, "--len", 16, "--out", tmp_path / "out")
     assert r.exit_code == 130 and r.stderr.splitlines()[-1] == "interrupted"
+    assert not (tmp_path / "out").exists(), "a finished-looking pack was published after Ctrl-C"
+    assert not list(tmp_path.glob(".out.packtool-*")), "a temporary folder was left behind"
 
 
 # --------------------------------------------------------------------------- tokenizers offline, messages

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from packtool import schema
-from packtool.errors import UsageError
+from packtool.errors import Interrupt, UsageError
 from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
@@ -222,6 +222,7 @@ def atomic_output(out: Path, force: bool) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-tmp-", dir=out.parent))
     try:
         yield tmp
+        Interrupt.check()  # a Ctrl-C that a library swallowed must not publish the pack
         _publish_modes(tmp)
         check_target(out, force)
         if out.exists():
