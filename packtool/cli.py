@@ -22,6 +22,7 @@ from packtool.errors import Interrupt, PacktoolError
 
 app = typer.Typer(
     name="packtool",
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Profile SFT datasets, pack them into static-length Parquet shards, verify the shards.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -93,6 +94,21 @@ def _unraisable(hook):
     return unraisable
 
 
+# the parameters of any command that name a file or folder: `~` and $VARS are expanded in them
+PATH_PARAMS = frozenset(("data", "out", "path", "plot", "json_out", "tokenizer", "chat_template", "model",
+                         "lengths_file"))
+
+
+def expand_paths(kwargs: dict) -> dict:
+    """`~/x` and `$HOME/x` in path arguments as the shell would have expanded them (a quoted or
+    config-supplied path reaches us unexpanded); `-` (stdout) and plain names stay as they are."""
+    out = dict(kwargs)
+    for k, v in kwargs.items():
+        if k in PATH_PARAMS and isinstance(v, str) and (v.startswith("~") or "$" in v):
+            out[k] = os.path.expanduser(os.path.expandvars(v))
+    return out
+
+
 def guard(fn):
     """The one error boundary of every command; a traceback only with PACKTOOL_DEBUG=1.
 
@@ -122,7 +138,7 @@ def guard(fn):
         _interrupted = Interrupt.requested = False
         code = None
         try:
-            result = fn(*args, **kwargs)
+            result = fn(*args, **expand_paths(kwargs))
         except PacktoolError as e:
             if debug:
                 raise

@@ -379,3 +379,32 @@ def test_template_failures_say_template(tmp_path, template, pattern):
     res = cli("pack", str(data), "--len", "64", "--out", str(tmp_path / "out"), "--chat-template", str(tmp_path / name))
     assert res.exit_code == 2 and re.search(pattern, res.stderr), res.stderr
     assert "fix the record" not in res.stderr and not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- paths, -h, wrong targets
+
+
+def test_tilde_and_variables_in_paths_are_expanded(tmp_path, pretok, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PACKS", str(tmp_path / "packs"))
+    (tmp_path / "home").mkdir()
+    r = cli("pack", pretok, "--len", 16, "--out", "~/x", "--json", "$PACKS/pack.json")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "home" / "x" / "manifest.json").is_file() and (tmp_path / "packs" / "pack.json").is_file()
+    assert not Path("~").exists()
+
+
+def test_short_help_flag():
+    r = cli("pack", "-h")
+    assert r.exit_code == 0 and "--len" in r.output and "DATA" in r.output
+
+
+def test_verify_on_what_is_not_a_pack_is_a_usage_error(tmp_path):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "c.jsonl").write_text(CHAT_LINE + "\n")
+    for target, pattern in ((tmp_path / "raw", r"is not a pack \(no manifest\.json, no data/\): if it holds training "
+                                                r"data, `packtool pack .* --len N --out OUT`"),
+                            (tmp_path / "nope", r"no such folder"),
+                            (tmp_path / "raw" / "c.jsonl", r"is a file, not a pack folder")):
+        r = cli("verify", target)
+        assert r.exit_code == 2 and re.search(pattern, r.stderr), r.stderr

@@ -205,9 +205,9 @@ def test_self_test_with_folder_is_usage_error(good):
     assert r.exit_code == 2 and "--self-test builds its own pack" in r.stderr
 
 
-def test_not_a_folder_exits_1(tmp_path):
-    r = run(tmp_path / "nope")
-    assert r.exit_code == 1 and "is not a folder" in r.stderr
+def test_not_a_folder_is_a_usage_error(tmp_path):
+    r = run(tmp_path / "nope")  # a wrong target is bad usage (2), not a failed check (1)
+    assert r.exit_code == 2 and "no such folder" in r.stderr
 
 
 def test_self_test_passes(tmp_path):

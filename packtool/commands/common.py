@@ -11,7 +11,7 @@ import typer
 from packtool.config import ReadConfig, TokenizeConfig
 from packtool.errors import UsageError
 
-Data = Annotated[str, typer.Argument(help="File, folder, glob, save_to_disk folder or cached hub id.")]
+Data = Annotated[str, typer.Argument(help="File, folder, glob, save_to_disk folder or cached hub id.", metavar="DATA")]
 Tokenizer = Annotated[
     str | None,
     typer.Option("--tokenizer", "-t", help="Local tokenizer folder or cached hub id. Default: built-in Qwen3."),

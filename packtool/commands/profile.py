@@ -14,7 +14,7 @@ from packtool.errors import PacktoolError, UsageError
 
 OptData = Annotated[
     str | None,
-    typer.Argument(help="File, folder, glob, save_to_disk folder or cached hub id. "
+    typer.Argument(metavar="DATA", help="File, folder, glob, save_to_disk folder or cached hub id. "
                         "Omit it with --synthetic or --lengths.", show_default=False),
 ]
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")

@@ -10,7 +10,7 @@ from packtool.commands import common as c
 
 
 def sample(
-    out: Annotated[str, typer.Argument(help="Where to write the JSONL file.")],
+    out: Annotated[str, typer.Argument(help="Where to write the JSONL file.", metavar="OUT")],
     n: Annotated[int, typer.Option("--n", help="Number of conversations.")] = 600,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
 ) -> None:

@@ -10,9 +10,9 @@ from packtool.commands import common as c
 
 
 def verify(
-    path: Annotated[str | None, typer.Argument(help="Pack folder written by `packtool pack` (manifest.json + data/).",
+    path: Annotated[str | None, typer.Argument(metavar="PACK", help="Pack folder written by `packtool pack` (manifest.json + data/).",
                                                show_default=False)] = None,
-    data: Annotated[str | None, typer.Argument(help="With --sources: where the data is now, if it moved since "
+    data: Annotated[str | None, typer.Argument(metavar="DATA", help="With --sources: where the data is now, if it moved since "
                                                "packing (file, folder, glob...). Default: the sources recorded in "
                                                "the manifest.", show_default=False)] = None,
     backend: Annotated[str, typer.Option("--backend", help="Attention for the isolation check: auto | flash-attn | "

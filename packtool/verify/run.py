@@ -77,6 +77,25 @@ def _validate(cfg: VerifyConfig) -> None:
         raise UsageError(f"--rows {cfg.rows} must be >= 0 (0 = integrity only)")
     if cfg.batch_rows is not None and cfg.batch_rows < 1:
         raise UsageError(f"batch_rows {cfg.batch_rows} must be >= 1")
+    if cfg.path is not None:
+        _is_pack_folder(cfg.path)
+
+
+def _is_pack_folder(path: str) -> None:
+    """A usage error for what is not a pack at all (a missing path, a file, a data folder); a folder
+    with shards but no manifest is left to the integrity check (an interrupted pack is a failure)."""
+    p = os.path.expanduser(path)
+    if not os.path.exists(p):
+        raise UsageError(f"{path}: no such folder; pass a pack folder written by `packtool pack`")
+    if os.path.isfile(p):
+        raise UsageError(f"{path} is a file, not a pack folder; `packtool pack {path} --len N --out OUT` "
+                         "makes a pack, then `packtool verify OUT`")
+    has_manifest = os.path.isfile(os.path.join(p, schema.MANIFEST))
+    has_shards = os.path.isdir(os.path.join(p, schema.DATA_DIR))
+    if not has_manifest and not has_shards:
+        raise UsageError(f"{path} is not a pack (no {schema.MANIFEST}, no {schema.DATA_DIR}/): if it holds "
+                         f"training data, `packtool pack {path} --len N --out OUT` makes a pack, then "
+                         "`packtool verify OUT`")
 
 
 def verify(cfg: VerifyConfig) -> VerifyResult:
