@@ -69,6 +69,8 @@ def test_inspect_human_output(tmp_path):
     res = run("inspect", str(path))
     assert res.exit_code == 0
     assert "sharegpt" in res.output and "loss tokens" in res.output and "Hello there" in res.output
+    # not a terminal (a pipe, a CI log): the trained tokens are marked without colour
+    assert "[[Hello there<|im_end|>]]" in res.output and "[[trained]] no loss" in res.output
 
 
 @pytest.mark.parametrize(

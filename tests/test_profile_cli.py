@@ -215,3 +215,16 @@ def test_core_modules_stay_light():
             "bad = [m for m in ('rich', 'typer', 'matplotlib', 'torch', 'transformers') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gpu_table_never_prints_a_negative_saving():
+    from packtool.report.profile import _saved
+
+    assert _saved(0.5, 0.25) == "0.5 h (25%)"
+    assert _saved(-0.0683, -49.9) == "0.0683 h more" and "-" not in _saved(-0.0683, -49.9)
+    res = run("--synthetic", SPEC, "--params", "7B", "--layers", "32", "--hidden", "4096", "--gpu", "h100")
+    assert res.exit_code == 0, res.stderr
+    import re
+
+    table = res.stderr[res.stderr.index("one epoch"):res.stderr.index("FLOPs = ")]
+    assert not re.search(r"(^|[\s(])-\d", table), table  # no negative hours or shares

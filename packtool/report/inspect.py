@@ -50,10 +50,17 @@ def render_inspect(result: dict[str, Any], console) -> None:
         if ex.get("tools"):
             console.print(f"tools: {', '.join(t.get('function', t).get('name', '?') for t in ex['tools'])}")
     text = Text()
+    plain = not console.is_terminal or console.no_color  # a CI log or a pipe: colour is lost, brackets are not
     for run in result["runs"]:
-        text.append(run["text"], style="bold black on green" if run["loss"] else "dim")
-    console.print(Panel(text, title="rendered tokens: [black on green] trained [/] [dim]no loss[/]",
-                        expand=True))
+        if plain:
+            text.append(f"[[{run['text']}]]" if run["loss"] else run["text"])
+        else:
+            text.append(run["text"], style="bold black on green" if run["loss"] else "dim")
+    from rich.markup import escape
+
+    legend = (escape("rendered tokens: [[trained]] no loss") if plain else
+              "rendered tokens: [black on green] trained [/] [dim]no loss[/]")
+    console.print(Panel(text, title=legend, expand=True))
     share = result["loss_tokens"] / result["tokens"] if result["tokens"] else 0.0
     console.print(f"tokens: [bold]{result['tokens']}[/]   loss tokens: [bold]{result['loss_tokens']}[/] "
                   f"({share:.1%})")

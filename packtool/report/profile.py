@@ -111,6 +111,13 @@ def _pct_small(x: float) -> str:
     return f"{x:.2%}" if 0 < x < 0.01 else f"{x:.1%}"
 
 
+def _saved(hours: float, share: float) -> str:
+    """GPU-hours saved, or what it costs more: never a negative saving."""
+    if hours >= 0:
+        return f"{_hours(hours)} h ({share:.0%})"
+    return f"{_hours(-hours)} h more"
+
+
 def _hours(h: float | None) -> str:
     if h is None:
         return "–"
@@ -258,10 +265,10 @@ def render(r: ProfileResult, console) -> None:
             cost = r.costs[name]
             g.add_row(
                 SHORT_LABELS.get(name, name), _si(cost["flops"]), _hours(cost["gpu_hours"]),
-                "–" if name == "pad_to_len" else f"{_hours(cost['gpu_hours_saved_vs_pad_to_len'])} h "
-                f"({cost['saving_vs_pad_to_len']:.0%})",
-                "–" if name == "random_padded" else f"{_hours(cost['gpu_hours_saved_vs_random_padded'])} h "
-                f"({cost['saving_vs_random_padded']:.0%})",
+                "–" if name == "pad_to_len" else _saved(cost["gpu_hours_saved_vs_pad_to_len"],
+                                                        cost["saving_vs_pad_to_len"]),
+                "–" if name == "random_padded" else _saved(cost["gpu_hours_saved_vs_random_padded"],
+                                                           cost["saving_vs_random_padded"]),
                 style="bold green" if name == best else None,
             )
         console.print(g)
