@@ -257,3 +257,31 @@ def test_shared_data_packs_verify(name, tmp_path):
     assert r.exit_code == 0, r.stderr
     r = run(out)
     assert r.exit_code == 0, r.stderr
+
+
+def test_output_short_on_pass_full_with_v_last_line_with_q(good):
+    short = run(good, "--rows", "0")
+    assert short.exit_code == 0
+    lines = short.stderr.strip().splitlines()
+    assert lines[0].startswith("checks passed: integrity ") and lines[-1].startswith("verify passed")
+    assert len(lines) <= 8 and "PASS" not in short.stderr
+    full = run(good, "--rows", "0", "-v")
+    assert full.exit_code == 0 and full.stderr.count("PASS") >= 10
+    quiet = run(good, "--rows", "0", "-q")
+    assert quiet.exit_code == 0 and quiet.stderr.strip().splitlines() == [lines[-1]]
+
+
+def test_a_failure_shows_the_table_and_q_keeps_each_failure(good, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)  # `good` is shared by the module's tests
+    m = json.loads((bad / "manifest.json").read_text())
+    m["pack_len"] = "x"
+    (bad / "manifest.json").write_text(json.dumps(m))
+    good = bad
+    r = run(good, "--rows", "0")
+    assert r.exit_code == 1 and "PASS" in r.stderr and "FAIL manifest" in r.stderr
+    q = run(good, "--rows", "0", "-q")
+    assert q.exit_code == 1 and "FAIL manifest" in q.stderr and q.stderr.strip().splitlines()[-1].startswith(
+        "verify failed")

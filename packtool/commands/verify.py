@@ -23,6 +23,9 @@ def verify(
                                              show_default=False)] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the row sample, the tiny models' weights and --sample.")] = 0,
     json_out: c.JsonOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every check, also when all pass.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the result line (and each failure): for CI "
+                                        "logs.")] = False,
     self_test: Annotated[bool, typer.Option("--self-test", help="Build a small pack in a temporary folder and "
                                             "verify it (for CI jobs without shards).")] = False,
     sources: Annotated[bool, typer.Option("--sources", help="Also read the sources again (sha256 against the "
@@ -70,6 +73,6 @@ def verify(
     if json_out:
         c.write_json(verify_json(result), json_out)
     if json_out != "-":
-        render_verify(result, c.console())
+        render_verify(result, c.console(), verbosity=0 if quiet else 2 if verbose else 1)
     if not result.passed:
         raise typer.Exit(1)

@@ -46,19 +46,59 @@ def evidence_text(ev: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def render_verify(result, console) -> None:
+def _rate(per_s: float) -> str:
+    return f"{per_s / 1e6:.1f}M/s" if per_s >= 1e5 else f"{per_s / 1e3:.1f}k/s"
+
+
+def render_verify(result, console, verbosity: int = 1) -> None:
+    """verbosity 1 (default): a short summary when every check passes, the whole table when one
+    fails; 2 (-v): the whole table always; 0 (-q, for CI): the last line, and each failure in full."""
     from rich.table import Table
 
-    title = "verify --self-test" if result.self_test else f"verify {result.path}"
-    table = Table(title=title, title_justify="left", show_lines=False)
-    table.add_column("", no_wrap=True)
-    table.add_column("check", style="bold")
-    table.add_column("result")
-    table.add_column("evidence", style="dim")
-    for c in result.checks:
-        table.add_row(STATUS[c.status], c.name, c.message, evidence_text(c.evidence))
-    console.print(table)
-    # plain, unwrapped lines below the table: what ran, and every failure in full (grep-able CI logs)
+    full = verbosity >= 2 or (verbosity == 1 and not result.passed)
+    if full:
+        title = "verify --self-test" if result.self_test else f"verify {result.path}"
+        table = Table(title=title, title_justify="left", show_lines=False)
+        table.add_column("", no_wrap=True)
+        table.add_column("check", style="bold")
+        table.add_column("result")
+        table.add_column("evidence", style="dim")
+        for c in result.checks:
+            table.add_row(STATUS[c.status], c.name, c.message, evidence_text(c.evidence))
+        console.print(table)
+    elif verbosity == 1:
+        groups: dict[str, int] = {}
+        for c in result.checks:
+            if not c.skipped:
+                key = c.name.split(" ")[0] if c.name.startswith(("isolation", "sources")) else "integrity"
+                groups[key] = groups.get(key, 0) + 1
+        console.print("checks passed: " + ", ".join(f"{k} {n}" for k, n in groups.items())
+                      + " (-v lists every check)", soft_wrap=True)
+        for c in result.checks:
+            if c.skipped and c.name != "FlashAttention kernel":
+                console.print(f"[yellow]SKIP[/] {c.name}: {c.message}", soft_wrap=True)
+    if verbosity >= 1:
+        _kernel_lines(result, console)
+    for c in result.failed:
+        console.print(f"[bold red]FAIL[/] {c.name}: {c.message}", soft_wrap=True)
+    if verbosity == 0:
+        _last_line(result, console)
+        return
+    t = result.timings
+    scanned = next((c.evidence for c in result.checks if "rows_scanned" in c.evidence), None)
+    if "integrity" in t:
+        line = f"timing  integrity {t['integrity']:.2f} s"
+        if scanned:
+            line += (f" over every row: {scanned['rows_scanned']:,} rows, {scanned['tokens_scanned']:,} token slots "
+                     f"({_rate(t.get('integrity_tokens_per_s', 0))})")
+        if "isolation" in t:
+            line += f", isolation {t['isolation']:.2f} s"
+        console.print(line, soft_wrap=True)
+    _last_line(result, console)
+
+
+def _kernel_lines(result, console) -> None:
+    """What ran, as plain unwrapped lines (grep-able CI logs)."""
     for k in result.kernels:
         console.print(f"kernel  {k}", soft_wrap=True)
     for c in result.checks:
@@ -70,22 +110,13 @@ def render_verify(result, console) -> None:
                 console.print(f"kernel  auto passed over: {'; '.join(c.evidence['fallback'])}", soft_wrap=True)
             if c.evidence.get("trial"):
                 console.print(f"kernel  {c.evidence['backend']}: {c.evidence['trial']}", soft_wrap=True)
-    for c in result.failed:
-        console.print(f"[bold red]FAIL[/] {c.name}: {c.message}", soft_wrap=True)
-    t = result.timings
-    scanned = next((c.evidence for c in result.checks if "rows_scanned" in c.evidence), None)
-    if "integrity" in t:
-        line = f"timing  integrity {t['integrity']:.2f} s"
-        if scanned:
-            line += (f" over every row: {scanned['rows_scanned']:,} rows, {scanned['tokens_scanned']:,} token slots "
-                     f"({t.get('integrity_tokens_per_s', 0) / 1e6:.1f}M/s)")
-        if "isolation" in t:
-            line += f", isolation {t['isolation']:.2f} s"
-        console.print(line, soft_wrap=True)
+
+
+def _last_line(result, console) -> None:
     skipped = sum(c.skipped for c in result.checks)
     if result.passed:
         console.print(f"[bold green]verify passed[/]: {len(result.checks) - skipped} checks"
-                      + (f", {skipped} skipped (shown above)" if skipped else ""))
+                      + (f", {skipped} skipped" if skipped else ""))
     else:
         names = ", ".join(c.name for c in result.failed)
         console.print(f"[bold red]verify failed[/]: {len(result.failed)} of {len(result.checks)} checks ({names})",
