@@ -76,10 +76,11 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         except RecordError as e:
             raise PacktoolError(f"{target.file} record {target.index}: pre-tokenized record: {e}") from None
         tok_info, tok = {"name": None}, None
-        if cfg.tokenizer:
+        name = cfg.tokenizer or _pack_tokenizer(data)  # a pack's rows decode with the tokenizer that made them
+        if name:
             from packtool.tokenization.loading import load_spec
 
-            spec = load_spec(cfg.tokenizer)
+            spec = load_spec(None if name == "builtin" else name)
             tok, tok_info = _Decoder(spec), spec.info()
         return {**where, "format": "pretokenized", "format_reason": "record carries input_ids",
                 "tokenizer": tok_info, "example": None, "tokens": int(len(ids)),
@@ -131,3 +132,23 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         "labels": labels.tolist(),
         "runs": _runs(_Decoder(spec), ids, labels),
     }
+
+
+def _pack_tokenizer(data: str) -> str | None:
+    """The tokenizer a pack's manifest records ("builtin" for the built-in one), if `data` is a pack
+    whose tokenizer can be found here."""
+    import json
+    import os
+
+    from packtool import schema
+
+    try:
+        with open(os.path.join(os.path.expanduser(data), schema.MANIFEST), encoding="utf-8") as f:
+            tok = (json.load(f).get("tokenizer") or {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    name = tok.get("name") or ""
+    if "built-in" in name:
+        return "builtin"
+    return name if name and os.path.isdir(os.path.expanduser(name)) else None
+

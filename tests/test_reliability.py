@@ -408,3 +408,22 @@ def test_verify_on_what_is_not_a_pack_is_a_usage_error(tmp_path):
                             (tmp_path / "raw" / "c.jsonl", r"is a file, not a pack folder")):
         r = cli("verify", target)
         assert r.exit_code == 2 and re.search(pattern, r.stderr), r.stderr
+
+
+def test_profile_or_pack_on_a_pack_is_a_usage_error(tmp_path, pretok):
+    r = cli("pack", pretok, "--len", 16, "--out", tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    for args in (("profile", tmp_path / "p"), ("pack", tmp_path / "p", "--len", 16, "--out", tmp_path / "q")):
+        r = cli(*args)
+        assert r.exit_code == 2 and "is a packtool pack, not training data: `packtool verify" in r.stderr, r.stderr
+        assert "it was packed from" in r.stderr
+
+
+def test_inspect_on_a_pack_decodes_with_the_recorded_tokenizer(tmp_path):
+    data = tmp_path / "c.jsonl"
+    data.write_text(CHAT_LINE + "\n")
+    r = cli("pack", data, "--len", 64, "--out", tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    r = cli("inspect", tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    assert "Qwen/Qwen3 (built-in" in r.stderr and "<|im_start|>assistant" in r.stderr and "[[b<|im_end|>]]" in r.stderr
