@@ -221,6 +221,7 @@ def test_gptoss_training_template_labels_are_exact(tmp_path, data):
     assert got["template"] == "trl:gptoss_training" and got["mode"] == "markers", got
 
 
+@pytest.mark.slow  # tests/test_templates.py covers the same mode on one conversation in make test
 @pytest.mark.parametrize("data", [d for d in DATA if d.name in ("dummy_conversation.json", "v1_sft_demo.jsonl")],
                          ids=lambda d: d.name)
 def test_gptoss_own_template_with_train_on_last(tmp_path, data):
