@@ -117,3 +117,25 @@ def real_pack(folder, docs, pack_len: int, **options):
     data = TokenizedData.from_lists([ids.tolist() for ids, _ in docs], [lab.tolist() for _, lab in docs],
                                     tokenizer={"pad_id": PAD_ID, "eos_id": 1})
     return pack_tokenized(data, PackConfig(pack_len=pack_len, **options), folder)
+
+
+def merge_first_two(table, keep_source: bool):
+    """Damage for verify tests: in the first row with >= 2 documents, documents 0 and 1 merged into
+    one, with lengths, document_id and positions made consistent (and source_index too unless
+    `keep_source`). Returns (row, its source indices before, len 0, len 1, the damaged table)."""
+    from packtool.verify import selftest as st
+
+    seq = table.column("seq_lengths").to_pylist()
+    r = next(i for i, s in enumerate(seq) if len(s) >= 2)
+    src = table.column("source_index").to_pylist()
+    a, b = seq[r][0], seq[r][1]
+    seq[r] = [a + b, *seq[r][2:]]
+    doc, pos = st.token_column(table, "document_id"), st.token_column(table, "position_ids")
+    doc[r][doc[r] >= 1] -= 1
+    pos[r, a:a + b] = np.arange(a, a + b)
+    merged_src = list(src[r])
+    if not keep_source:
+        src[r] = [src[r][0], *src[r][2:]]
+    cols = dict(seq_lengths=seq, document_id=doc, position_ids=pos, source_index=src)
+    return r, merged_src, a, b, st.replace_columns(table, **cols)
+

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +24,9 @@ from packtool.cli import app
 from packtool.verify import integrity as integ
 from packtool.verify import selftest as st
 from packtool.verify import sources as vs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from packs import merge_first_two  # noqa: E402  (fixture damage)
 
 runner = CliRunner()
 L = 512
@@ -309,27 +314,9 @@ def test_sample_skips_damage_outside_the_sample(pack):
     assert code == 0 and checks[vs.TOKENS]["evidence"]["sampled_source_index"] == [picks[miss]]
 
 
-def _merge_first_two(table, keep_source: bool):
-    """Row and source indices of the first row with >= 2 documents, its documents 0 and 1 merged into
-    one (lengths, document_id and positions made consistent)."""
-    seq = table.column("seq_lengths").to_pylist()
-    r = next(i for i, s in enumerate(seq) if len(s) >= 2)
-    src = table.column("source_index").to_pylist()
-    a, b = seq[r][0], seq[r][1]
-    seq[r] = [a + b, *seq[r][2:]]
-    doc, pos = st.token_column(table, "document_id"), st.token_column(table, "position_ids")
-    doc[r][doc[r] >= 1] -= 1
-    pos[r, a:a + b] = np.arange(a, a + b)
-    merged_src = list(src[r])
-    if not keep_source:
-        src[r] = [src[r][0], *src[r][2:]]
-    cols = dict(seq_lengths=seq, document_id=doc, position_ids=pos, source_index=src)
-    return r, merged_src, a, b, st.replace_columns(table, **cols)
-
-
 def test_merged_documents_named_by_row(pack):
     rel, table = st.read_shard(str(pack), 0)
-    r, srcs, a, b, merged = _merge_first_two(table, keep_source=False)
+    r, srcs, a, b, merged = merge_first_two(table, keep_source=False)
     st.write_shard(str(pack), rel, merged)
     _edit_manifest(pack, lambda m: m["counts"].update(documents=m["counts"]["documents"] - 1))
     code, checks = verify(pack)
@@ -349,7 +336,7 @@ def test_merged_documents_named_by_row(pack):
 
 def test_merged_documents_keeping_both_source_indices_named_by_row(pack):
     rel, table = st.read_shard(str(pack), 0)
-    r, srcs, a, b, merged = _merge_first_two(table, keep_source=True)
+    r, srcs, a, b, merged = merge_first_two(table, keep_source=True)
     st.write_shard(str(pack), rel, merged)
     code, checks = verify(pack)
     assert code == 1
