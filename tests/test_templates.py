@@ -38,6 +38,13 @@ def spec(qwen):
     return TokenizerSpec.from_loaded(qwen)
 
 
+def _tpl(tmp_path, name, source, spec):
+    """`source` written to tmp_path/name and chosen as --chat-template FILE."""
+    p = tmp_path / name
+    p.write_text(source)
+    return ct.choose(spec, str(p))
+
+
 def trained_text(spec, enc, i=0) -> list[str]:
     from tokenizers import Tokenizer
 
@@ -102,10 +109,8 @@ def test_trl_choice_without_trl_says_how_to_install(spec, monkeypatch):
 def test_end_of_turn_must_be_trained(spec, tmp_path):
     no_end = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
               "{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}")
-    p = tmp_path / "no_end.jinja"
-    p.write_text(no_end)
     with pytest.raises(UsageError, match=r"ends the trained part of an assistant turn with .*not learn to stop"):
-        ct.choose(spec, str(p))
+        _tpl(tmp_path, "no_end.jinja", no_end, spec)
 
 
 def test_family_fix_never_names_another_familys_format():
@@ -229,9 +234,7 @@ def test_template_dropping_tool_calls_is_refused(spec, tmp_path):
     plain = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}{% generation %}"
              "{{ m.content }}<|im_end|>{% endgeneration %}{% else %}{{ m.content }}<|im_end|>{% endif %}\n"
              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    p = tmp_path / "no_tools.jinja"
-    p.write_text(plain)
-    t = ct.choose(spec, str(p))
+    t = _tpl(tmp_path, "no_tools.jinja", plain, spec)
     call = [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]
     msgs = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": call},
             {"role": "tool", "content": "21C"}, {"role": "assistant", "content": "21C."}]
@@ -243,9 +246,7 @@ def test_template_skipping_a_role_is_refused(spec, tmp_path):
     skip = ("{% for m in messages %}{% if m.role != 'system' %}<|im_start|>{{ m.role }}\n"
             "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}"
             "{% else %}{{ m.content }}<|im_end|>{% endif %}\n{% endif %}{% endfor %}")
-    p = tmp_path / "no_system.jinja"
-    p.write_text(skip)
-    err = Encoder(spec, ct.choose(spec, str(p))).encode([chat(CHAT)]).errors[0]
+    err = Encoder(spec, _tpl(tmp_path, "no_system.jinja", skip, spec)).encode([chat(CHAT)]).errors[0]
     assert "drops the text of turn 0 (system)" in err
 
 
@@ -312,12 +313,6 @@ def test_inspect_announces_template_and_end_of_turn(tmp_path):
 # ------------------------------------------------------------------------- review cases
 
 
-def _tpl(tmp_path, name, source, spec):
-    p = tmp_path / name
-    p.write_text(source)
-    return ct.choose(spec, str(p))
-
-
 CALLS = [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
          {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]
 FIRST_CALL_ONLY = (
@@ -382,7 +377,5 @@ def test_a_role_header_is_not_an_end_of_turn(spec, tmp_path):
     src = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}<|im_start|>"
            "{% endgeneration %}{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
            "{% endfor %}")
-    p = tmp_path / "header_end.jinja"
-    p.write_text(src)
     with pytest.raises(UsageError, match="not with an end-of-turn token"):
-        ct.choose(spec, str(p))
+        _tpl(tmp_path, "header_end.jinja", src, spec)
