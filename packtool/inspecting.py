@@ -137,18 +137,12 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
 def _pack_tokenizer(data: str) -> str | None:
     """The tokenizer a pack's manifest records ("builtin" for the built-in one), if `data` is a pack
     whose tokenizer can be found here."""
-    import json
     import os
 
     from packtool import schema
 
-    try:
-        with open(os.path.join(os.path.expanduser(data), schema.MANIFEST), encoding="utf-8") as f:
-            tok = (json.load(f).get("tokenizer") or {})
-    except (OSError, ValueError, AttributeError):
-        return None
-    name = tok.get("name") or ""
+    tok = (schema.read_pack_manifest(data) or {}).get("tokenizer")
+    name = (tok.get("name") if isinstance(tok, dict) else None) or ""
     if "built-in" in name:
         return "builtin"
     return name if name and os.path.isdir(os.path.expanduser(name)) else None
-

@@ -30,6 +30,25 @@ DATA_DIR = "data"
 MANIFEST = "manifest.json"
 
 
+def is_pack_manifest(m) -> bool:
+    """A parsed manifest.json is packtool's: a JSON object with our version keys."""
+    return isinstance(m, dict) and "schema_version" in m and "packtool_version" in m
+
+
+def read_pack_manifest(folder: str) -> dict | None:
+    """The manifest of the pack in `folder`; None when it has none that is ours (missing, unreadable,
+    another tool's)."""
+    import json
+    import os
+
+    try:
+        with open(os.path.join(os.path.expanduser(folder), MANIFEST), encoding="utf-8") as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return m if is_pack_manifest(m) else None
+
+
 def shard_name(index: int, total: int) -> str:
     """Hugging Face naming, so `datasets.load_dataset(OUT)` finds the train split."""
     return f"train-{index:05d}-of-{total:05d}.parquet"

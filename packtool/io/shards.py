@@ -151,7 +151,7 @@ def _not_a_pack(out: Path) -> str | None:
         m = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         return f"its {schema.MANIFEST} is not packtool's (unreadable: {type(e).__name__})"
-    if not isinstance(m, dict) or "schema_version" not in m or "packtool_version" not in m:
+    if not schema.is_pack_manifest(m):
         return f"its {schema.MANIFEST} is not packtool's (no schema_version and packtool_version)"
     foreign = [n for n in names if n not in (schema.DATA_DIR, schema.MANIFEST)]
     data = out / schema.DATA_DIR

@@ -31,9 +31,10 @@ the template writes at its start (given to the model at inference, e.g. `<|start
 render(messages[:i], add_generation_prompt=True), which needs a prefix-preserving template; `last`
 does that for the last turn only (non-prefix-preserving templates with --train-on last).
 
-Two checks per example keep the data honest: every message's text and every tool call (name and
-argument names) and tool definition must appear in the rendered text, else the example is refused
-naming what the template dropped; and control tokens inside message content (`<|im_start|>` typed
+Two checks per example keep the data honest: every message's text, the last assistant turn's
+reasoning, every tool call (its name, argument names and values) and tool definition must appear
+in the rendered text, else the example is refused naming what the template dropped (`lost_content`);
+and control tokens inside message text and tool-call arguments (`<|im_start|>` typed
 by a user) are counted, and kept as control tokens (`keep`, what apply_chat_template does),
 tokenized as plain text (`split`: such an example is tokenized piece by piece, each literal on its
 own with special-token matching off), or refused (`error`) — `--special-in-content`.

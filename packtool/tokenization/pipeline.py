@@ -72,15 +72,16 @@ def _template_key(choice: str | None) -> str:
     return f"name:{choice}"
 
 
-def cache_key(sources: list[SourceFile], cfg: TokenizeConfig) -> str:
-    from packtool.tokenization.loading import library_versions, tokenizer_key
+def cache_key(sources: list[SourceFile], cfg: TokenizeConfig, tokenizer: str | None = None) -> str:
+    """`tokenizer`: tokenizer_key(cfg.tokenizer) when the caller has it (it hashes the tokenizer's files)."""
+    from packtool.tokenization.loading import library_versions
 
     parts = {
         "packtool": packtool.__version__,
         "encoder": 2,
         "libraries": library_versions(),
         "sources": [(s.path, s.size, s.sha256) for s in sources],
-        "tokenizer": tokenizer_key(cfg.tokenizer),
+        "tokenizer": tokenizer or tokenizer_key(cfg.tokenizer),
         "template": _template_key(cfg.chat_template),
         "options": cfg.fingerprint_dict(),
     }
@@ -289,9 +290,11 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> Tok
         raise UsageError(f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}")
     t0 = time.perf_counter()
     source = RecordSource(data, cfg.read)
-    if cfg.tokenizer is not None and tokenizer_key(cfg.tokenizer).endswith(":uncached"):
+    tok_key = tokenizer_key(cfg.tokenizer)
+    if tok_key.endswith(":uncached"):
         load_spec(cfg.tokenizer)  # fails fast, or (--allow-download) fetches it: key the cache on its files
-    key = cache_key(source.files, cfg)
+        tok_key = tokenizer_key(cfg.tokenizer)
+    key = cache_key(source.files, cfg, tok_key)
     path = cache.entry_path(key)
     if cfg.cache:
         entry = cache.open_entry(path)
@@ -382,8 +385,6 @@ def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | N
     The reference path is tokenizers + transformers' jinja renderer. The fast path (fastokens, and
     the native renderer for the built-in template) is used when `auto` allows it, and checked on
     the first CHECK_EXAMPLES examples (`_Check`); after a failed check (`mismatch`) it is skipped."""
-    from packtool.tokenization.loading import load_spec
-
     spec = load_spec(cfg.tokenizer)
     built, why = _fast_backend(spec, "hf" if mismatch else cfg.tokenizer_backend)
     try:
@@ -426,8 +427,6 @@ def _chat_step_on(spec, built, why, source, cfg: TokenizeConfig, fmt: str, batch
 def _pretokenized_tokenizer(cfg: TokenizeConfig) -> dict:
     if cfg.tokenizer is None:  # ids come as they are; a tokenizer only names the pad/eos ids
         return {"name": None, "pad_id": None, "eos_id": None, "vocab_size": None}
-    from packtool.tokenization.loading import load_spec
-
     return load_spec(cfg.tokenizer).info()
 
 

@@ -59,22 +59,11 @@ class RecordSource:
 
 def _not_a_pack(data: str) -> None:
     """A pack folder given where training data is expected: say what it is and what to run."""
-    import json
-    import os
-
     from packtool import schema
     from packtool.errors import UsageError
 
-    manifest = os.path.join(os.path.expanduser(data), schema.MANIFEST)
-    if not os.path.isfile(manifest):
-        return
-    try:
-        with open(manifest, encoding="utf-8") as f:
-            m = json.load(f)
-    except (OSError, ValueError):
-        return
-    if isinstance(m, dict) and "schema_version" in m and "packtool_version" in m:
+    m = schema.read_pack_manifest(data)
+    if m is not None:
         sources = ", ".join(str(x.get("path")) for x in m.get("sources") or [] if isinstance(x, dict))
         raise UsageError(f"{data} is a packtool pack, not training data: `packtool verify {data}` checks it"
                          + (f"; it was packed from {sources}" if sources else ""))
-
