@@ -69,7 +69,7 @@ def trl_rows_and_time(lengths: np.ndarray, global_batch: bool) -> tuple[int, flo
 
 
 def bench_plan(sizes: list[int], repeat: int, with_trl: bool) -> list[dict]:
-    from packtool.packing import lower_bound_rows, plan_packs
+    from packtool.plan import lower_bound_rows, plan_packs
 
     plan_packs(lognormal_lengths(1000), PACK_LEN)  # warm-up (loads the numba cache)
     plan_packs(lognormal_lengths(1000), PACK_LEN, "ffd")

@@ -49,7 +49,7 @@ def main():
     import numpy as np
     import tokenizers
 
-    from packtool.sample import make_record
+    from packtool.demo_data import make_record
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import TokenizerSpec, load_tokenizer, resolve_template
 

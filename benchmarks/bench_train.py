@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from packtool.packing import plan_packs
+from packtool.plan import plan_packs
 from packtool.schema import IGNORE_INDEX
 from packtool.torch import PackedCollator
 

@@ -38,7 +38,7 @@ from packtool import kernels, schema
 from packtool.data import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import shards
-from packtool.packing import ORDERS, STRATEGIES, lower_bound_rows, plan_packs
+from packtool.plan import ORDERS, STRATEGIES, lower_bound_rows, plan_packs
 
 OVERFLOWS = ("drop", "truncate", "split", "error")
 MAX_PACK_LEN = kernels.MAX_BITSET_SIZE - 1

@@ -288,7 +288,7 @@ def packed(
 
     varlen: each document attends only to itself (cu_seqlens over the documents; the pad tail
     is not attended), work Σ e². dense: the whole row is one L×L score matrix, work R·L²."""
-    from packtool.packing import plan_packs
+    from packtool.plan import plan_packs
 
     n = int(e.size)
     if n == 0:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from paths import SHARED_DATA
 
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
@@ -19,7 +19,6 @@ from packtool.formats import (
 )
 
 CFG = ReadConfig()
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 EXAMPLE_KEYS = ["kind", "messages", "tools", "text", "prompt", "completion"]
 MESSAGE_KEYS = ["role", "content", "tool_calls", "reasoning_content", "weight", "name"]
 

@@ -269,7 +269,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
 def test_ctrl_c_while_tokenizing_exits_130_and_leaves_nothing(tmp_path):
-    from packtool.sample import write_sample
+    from packtool.demo_data import write_sample
 
     data = write_sample(tmp_path / "chat.jsonl", n=4000)  # 8 MB: ~2 s of tokenizing on 2 processes
     out = tmp_path / "out"

@@ -19,15 +19,12 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from conftest import build_tiny_tokenizer  # noqa: E402
 from packs import make_docs, real_pack  # noqa: E402
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SECTION = "Training on packed shards"  # must exist, with its snippets
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)

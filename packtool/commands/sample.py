@@ -16,7 +16,7 @@ def sample(
 ) -> None:
     """Write a synthetic multi-turn chat set with a long-tailed length mix (OpenAI messages JSONL)."""
     from packtool.errors import UsageError
-    from packtool.sample import write_sample
+    from packtool.demo_data import write_sample
 
     if n < 1:
         raise UsageError(f"--n {n} must be >= 1")

@@ -9,8 +9,8 @@ import pytest
 
 from packtool.api import load_tokenized
 from packtool.config import ReadConfig, TokenizeConfig
+from packtool.demo_data import write_sample
 from packtool.errors import PacktoolError
-from packtool.sample import write_sample
 from packtool.tokenization import pipeline
 
 GOOD = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}

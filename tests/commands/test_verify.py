@@ -9,16 +9,16 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import ROOT, SHARED_DATA
 from typer.testing import CliRunner
 
 from packtool.cli import app
 from packtool.verify import selftest as st
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = SHARED_DATA
 runner = CliRunner()
 L = 160
 
@@ -44,8 +44,8 @@ def broken(good, tmp_path):
 def test_import_cli_does_not_import_torch_or_transformers():
     code = ("import sys, packtool.cli; heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; "
             "sys.exit(1 if heavy else 0)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
 
 
@@ -122,7 +122,7 @@ NO_TORCH = "import sys; sys.modules['torch'] = None; from packtool.cli import ma
 
 def _without_torch(*args):
     """`packtool ...` in a fresh interpreter where `import torch` fails as if not installed."""
-    root = Path(__file__).parents[1]
+    root = ROOT
     return subprocess.run([sys.executable, "-c", NO_TORCH, *map(str, args)], cwd=root, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(root)})
 

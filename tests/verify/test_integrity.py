@@ -10,18 +10,14 @@ import json
 import os
 import re
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from packs import merge_first_two  # noqa: E402  (fixture damage)
 
 from packtool import schema
 from packtool.verify import integrity as integ
 from packtool.verify import selftest as st
-
-sys.path.insert(0, str(Path(__file__).parent))
-from packs import merge_first_two  # noqa: E402  (fixture damage)
 
 L = 128
 

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
-
-sys.path.insert(0, str(Path(__file__).parent))
 from invariants import check_pack  # noqa: E402
+from paths import SHARED_DATA
+from typer.testing import CliRunner
 
 from packtool.cli import app  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = SHARED_DATA
 runner = CliRunner()
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import SHARED
 
 from packtool.config import ReadConfig, TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
@@ -18,7 +18,6 @@ from packtool.tokenization import chat_template as ct
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec, load_spec
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 GPTOSS = SHARED / "tokenizers" / "gptoss"
 LLAMA3 = SHARED / "tokenizers" / "llama3"
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from paths import SHARED
 
 from packtool.api import load_tokenized, pack
 from packtool.config import ReadConfig, TokenizeConfig
@@ -34,7 +35,6 @@ from packtool.formats import detect_format, normalize
 from packtool.io.readers import iter_records
 from packtool.packer import PackConfig
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 DATA = sorted((SHARED / "data").glob("*.json*")) if (SHARED / "data").is_dir() else []
 LLAMA3 = SHARED / "tokenizers" / "llama3"
 GPTOSS = SHARED / "tokenizers" / "gptoss"

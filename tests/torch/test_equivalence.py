@@ -18,14 +18,11 @@ accumulation 1 vs 4 agree within 1e-5 abs per step (measured ~1e-7). The wrong s
 
 from __future__ import annotations
 
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).parent))
 from packs import make_docs, real_pack, write_pack  # noqa: E402  (fixture writers)
 
 from packtool.schema import IGNORE_INDEX  # noqa: E402

@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from packs import merge_first_two  # noqa: E402  (fixture damage)
 from typer.testing import CliRunner
 
 from packtool import schema
@@ -24,9 +23,6 @@ from packtool.cli import app
 from packtool.verify import integrity as integ
 from packtool.verify import selftest as st
 from packtool.verify import sources as vs
-
-sys.path.insert(0, str(Path(__file__).parent))
-from packs import merge_first_two  # noqa: E402  (fixture damage)
 
 runner = CliRunner()
 L = 512

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from invariants import check_pack, find_problems  # noqa: E402
+from paths import ROOT
 
 from packtool.data import SkippedRecord, TokenizedData  # noqa: E402
 from packtool.errors import PacktoolError, UsageError  # noqa: E402
@@ -264,7 +263,7 @@ def test_pipeline_as_plain_python(tmp_path):
     import subprocess
 
     code = (
-        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        f"import sys; sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]\n"
         "import numba; assert numba.config.DISABLE_JIT\n"
         "import test_shards as t\n"
         "from packtool.packer import PackConfig, pack_tokenized\n"
@@ -276,7 +275,7 @@ def test_pipeline_as_plain_python(tmp_path):
     )
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code, str(tmp_path / "py")],
-                          env=env, capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).parents[1]))
+                          env=env, capture_output=True, text=True, timeout=120, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr[-3000:]
     ids, labels = examples(n=80, max_len=50, seed=9)
     d = chunked_data(ids, labels, chunks=3, tokenizer={"pad_id": 7})

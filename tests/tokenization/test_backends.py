@@ -9,11 +9,11 @@ import pickle
 import random
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from paths import SHARED_TOKENIZERS
 
 from packtool.tokenization.backends import (
     BACKENDS,
@@ -24,7 +24,7 @@ from packtool.tokenization.backends import (
     supports_fast,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "tokenizers"
+SHARED = SHARED_TOKENIZERS
 FAMILIES = ["qwen", "llama3", "gptoss"]
 
 # pieces of adversarial text: normalizer bait (NFD accents, singletons, composition exclusions,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import SHARED_DATA, SHARED_TOKENIZERS
 
 from packtool.tokenization.backends import spans_to_mask
 from packtool.tokenization.chat_template import BUILTIN_TEMPLATES, ChatTemplate, pick
@@ -187,14 +187,13 @@ def test_prefix_diff_refuses_to_guess_when_a_prefix_cannot_render(qwen):
 # ---------------------------------------------------------------------------------------------
 # the native chatml-train renderer against transformers' jinja renderer
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def _chat_examples():
     from packtool.config import ReadConfig
+    from packtool.demo_data import make_record
     from packtool.formats import FormatError, detect_format, normalize
     from packtool.io.readers import iter_records
-    from packtool.sample import make_record
 
     rng = np.random.default_rng(7)
     out = [chat(m, TOOLS if k == 2 else None) for k, m in enumerate(CONVERSATIONS)]
@@ -268,7 +267,7 @@ def test_fast_path_equals_reference_on_real_chats(qwen, chatml):
 # ---------------------------------------------------------------------------------------------
 # the template's control markers must be tokens of the tokenizer
 
-LLAMA3 = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "llama3"
+LLAMA3 = SHARED_TOKENIZERS / "llama3"
 
 
 def test_markers_must_be_single_tokens(qwen, chatml, tiny_tokenizer):

@@ -6,15 +6,13 @@ import itertools
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import ROOT
 
 from packtool import kernels
-from packtool.packing import PackPlan, lower_bound_rows, plan_packs
-
-ROOT = Path(__file__).resolve().parents[1]
+from packtool.plan import PackPlan, lower_bound_rows, plan_packs
 
 
 def oracle(lengths, pack_len, strategy, order, max_docs, seed):
@@ -83,8 +81,8 @@ def test_plain_python_matches_oracle():
     code = (
         "import sys; sys.path.insert(0, {tests!r}); sys.path.insert(0, {root!r})\n"
         "import numba; assert numba.config.DISABLE_JIT\n"
-        "import test_kernels\n"
-        "print('checked', test_kernels.check_grid(pack_lens=(1, 7, 64), seeds=range(1)))\n"
+        "import test_plan\n"
+        "print('checked', test_plan.check_grid(pack_lens=(1, 7, 64), seeds=range(1)))\n"
     ).format(tests=str(ROOT / "tests"), root=str(ROOT))
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=env,

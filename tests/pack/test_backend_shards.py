@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
+from paths import SHARED
 
 from packtool.api import load_tokenized, pack
 from packtool.config import ReadConfig, TokenizeConfig
 from packtool.errors import PacktoolError
 from packtool.packer import PackConfig
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 DATA = sorted((SHARED / "data").glob("*.json*")) if (SHARED / "data").is_dir() else []
 
 # gpt-oss's own template is not prefix-preserving (handled by the chat-template work, not here), so
