@@ -1,12 +1,50 @@
-"""Frozen option bundles that the CLI builds and the api functions take. Pure: no heavy imports."""
+"""Frozen option bundles that the CLI builds and the api functions take; each checks itself.
+
+    ReadConfig      how records are read and normalized          (inspect, profile, pack)
+    TokenizeConfig  how examples become input_ids and labels      (inspect, profile, pack)
+    ProfileConfig   what `profile` simulates                      (profile)
+    PackConfig      how rows are planned and written              (pack)
+    VerifyConfig    what `verify` checks and with which kernel    (verify)
+
+A bad value raises UsageError in `__post_init__`, naming the option, the value and what is allowed,
+so `TokenizeConfig(train_on="bogus")` in Python fails exactly as `--train-on bogus` does. Options are
+named as on the command line (`--train-on`); the field is the same word with underscores.
+Pure: no numpy, no heavy imports (the CLI imports this module before `--help`).
+"""
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
+
+from packtool.errors import UsageError
 
 TrainOn = Literal["assistant", "last", "all"]
 OnError = Literal["error", "skip"]
+
+TRAIN_ON = ("assistant", "last", "all")
+ON_ERROR = ("error", "skip")
+SPECIAL_IN_CONTENT = ("keep", "split", "error")
+TOKENIZER_BACKENDS = ("auto", "fastokens", "hf")
+STRATEGIES = ("bfd", "ffd")  # best-fit / first-fit decreasing (packtool.plan)
+ORDERS = ("sorted", "random")
+OVERFLOWS = ("drop", "truncate", "split", "error")
+VERIFY_BACKENDS = ("auto", "flash-attn", "torch-varlen", "sdpa", "eager", "flex", "reference")
+DEVICES = ("auto", "cpu", "cuda")
+MAX_PACK_LEN = 64**4 - 1  # the planner's 4-level bitset holds 64**4 free-space values (kernels.MAX_BITSET_SIZE)
+
+
+def choice(option: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """UsageError unless `value` is one of `allowed`."""
+    if value not in allowed:
+        raise UsageError(f"{option} {value!r} is not one of {'|'.join(allowed)}")
+
+
+def at_least(option: str, value: int | None, low: int, note: str = "") -> None:
+    """UsageError when `value` (None: not set) is below `low`."""
+    if value is not None and value < low:
+        raise UsageError(f"{option} {value} must be >= {low}{note}")
 
 
 @dataclass(frozen=True)
@@ -20,6 +58,14 @@ class ReadConfig:
     on_error: OnError = "error"  # bad records: stop with a one-line error, or skip and count them
     limit: int | None = None  # read at most this many records
 
+    def __post_init__(self) -> None:
+        choice("--on-error", self.on_error, ON_ERROR)
+        at_least("--limit", self.limit, 1)
+        for option, pairs in (("--column", self.columns), ("--role", self.roles)):
+            for pair in pairs:
+                if len(pair) != 2 or not all(isinstance(x, str) and x for x in pair):
+                    raise UsageError(f"{option} {pair!r} is not a pair of names; e.g. {option} messages=dialog")
+
 
 @dataclass(frozen=True)
 class TokenizeConfig:
@@ -30,13 +76,107 @@ class TokenizeConfig:
     train_on: TrainOn = "assistant"
     template_date: str | None = None  # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
     special_in_content: str = "keep"  # control tokens in message text: keep | split | error
-    num_proc: int | None = None  # None = all cores (one process for inputs under 4 MiB)
+    num_proc: int | None = None  # None = all cores (one process for small inputs)
     cache: bool = True
     tokenizer_backend: str = "auto"  # auto | fastokens | hf (see packtool.tokenization.pipeline)
     read: ReadConfig = field(default_factory=ReadConfig)
+
+    def __post_init__(self) -> None:
+        choice("--train-on", self.train_on, TRAIN_ON)
+        choice("--tokenizer-backend", self.tokenizer_backend, TOKENIZER_BACKENDS)
+        choice("--special-in-content", self.special_in_content, SPECIAL_IN_CONTENT)
+        at_least("--num-proc", self.num_proc, 1)
+        if self.template_date is not None:
+            try:
+                datetime.date.fromisoformat(self.template_date)
+            except (TypeError, ValueError):
+                raise UsageError(f"--template-date {self.template_date!r} is not a date like 2026-01-01") from None
 
     def fingerprint_dict(self) -> dict:
         d = asdict(self)
         d.pop("num_proc")
         d.pop("cache")
         return d
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """The options of `packtool profile` that shape the numbers."""
+
+    pack_len: int = 4096
+    batch_size: int = 8
+    group_window: int = 512
+    seed: int = 0
+    model: Any = None  # a stats.ModelSpec; None: the reference 7B shape, for relative FLOPs only
+    gpu: Any = None  # a stats.GpuSpec; None: no GPU-hours
+    mfu: float = 0.4
+    bins: int = 24  # terminal histogram
+    plot_bins: int = 80  # PNG histogram
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.pack_len <= MAX_PACK_LEN:
+            raise UsageError(f"--len {self.pack_len} must be in 1..{MAX_PACK_LEN}, e.g. --len 4096")
+        at_least("--batch-size", self.batch_size, 1)
+        if self.group_window < self.batch_size:
+            raise UsageError(
+                f"--group-window {self.group_window} is smaller than --batch-size {self.batch_size}; "
+                f"a window must hold at least one batch (e.g. --group-window {64 * self.batch_size})"
+            )
+        at_least("--seed", self.seed, 0)
+        if not 0 < self.mfu <= 1:
+            raise UsageError(f"--mfu {self.mfu} must be in (0, 1], e.g. --mfu 0.4")
+        if self.gpu is not None and self.model is None:
+            raise UsageError("--gpu needs a model size: pass --model CONFIG.json or --params N --layers L --hidden D")
+
+
+@dataclass(frozen=True)
+class PackConfig:
+    """The options of `packtool pack` that shape the rows (all recorded in the manifest)."""
+
+    pack_len: int
+    strategy: str = "bfd"
+    order: str = "sorted"
+    max_docs: int = 0  # 0 = no cap
+    overflow: str = "drop"
+    seed: int = 0
+    shuffle: bool = True
+    shard_rows: int = 0  # 0 = about 512 MiB of raw token slots per shard
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.pack_len < 2:
+            raise UsageError(f"--len {self.pack_len} is too small: a row needs at least 2 tokens "
+                             "(a document's first token never carries loss); use e.g. --len 4096")
+        if self.pack_len > MAX_PACK_LEN:
+            raise UsageError(f"--len {self.pack_len} exceeds the maximum {MAX_PACK_LEN}")
+        choice("--strategy", self.strategy, STRATEGIES)
+        choice("--order", self.order, ORDERS)
+        choice("--overflow", self.overflow, OVERFLOWS)
+        at_least("--max-docs", self.max_docs, 0, " (0 = no cap)")
+        at_least("--seed", self.seed, 0)
+        if self.shard_rows < 0:
+            raise UsageError(f"--shard-rows {self.shard_rows} must be >= 1 (or 0 = automatic)")
+
+    def effective_shard_rows(self) -> int:
+        """--shard-rows, or for 0 the rows of about 512 MiB of raw token slots."""
+        from packtool.io.shards import default_shard_rows
+
+        return self.shard_rows or default_shard_rows(self.pack_len)
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """What `packtool verify` checks. The pack folder itself is checked when verify runs."""
+
+    path: str | None = None
+    backend: str = "auto"  # see VERIFY_BACKENDS and packtool.verify.backends
+    device: str = "auto"  # auto|cpu|cuda
+    rows: int | None = None  # rows tested for isolation; None = DEFAULT_ROWS[device]; 0 = integrity only
+    seed: int = 0
+    batch_rows: int | None = None  # rows per forward; None = 2 (1 above 8192 tokens: the CPU masks are L^2)
+
+    def __post_init__(self) -> None:
+        choice("--backend", self.backend, VERIFY_BACKENDS)
+        choice("--device", self.device, DEVICES)
+        at_least("--rows", self.rows, 0, " (0 = integrity only)")
+        at_least("batch_rows", self.batch_rows, 1)

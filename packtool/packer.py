@@ -35,50 +35,15 @@ import numpy as np
 
 import packtool
 from packtool import kernels, schema
+from packtool.config import MAX_PACK_LEN, OVERFLOWS, PackConfig  # noqa: F401  (re-exported)
 from packtool.data import TokenizedData
-from packtool.errors import PacktoolError, UsageError
+from packtool.errors import PacktoolError
 from packtool.io import shards
-from packtool.plan import ORDERS, STRATEGIES, lower_bound_rows, plan_packs
+from packtool.plan import lower_bound_rows, plan_packs
 
-OVERFLOWS = ("drop", "truncate", "split", "error")
-MAX_PACK_LEN = kernels.MAX_BITSET_SIZE - 1
 MAX_WRITERS = 4  # shards encoded in parallel (each: 2 x 4 x row-group buffers, <= 2 x 64 MiB)
 
 Progress = Callable[[int, int], None]  # (rows written, rows total)
-
-
-@dataclass(frozen=True)
-class PackConfig:
-    pack_len: int
-    strategy: str = "bfd"
-    order: str = "sorted"
-    max_docs: int = 0  # 0 = no cap
-    overflow: str = "drop"
-    seed: int = 0
-    shuffle: bool = True
-    shard_rows: int = 0  # 0 = about 512 MiB of raw token slots per shard
-    force: bool = False
-
-    def check(self) -> None:
-        """Raise UsageError naming the option, the value and what is allowed."""
-        if self.pack_len < 2:
-            raise UsageError(f"--len {self.pack_len} is too small: a row needs at least 2 tokens "
-                             "(a document's first token never carries loss); use e.g. --len 4096")
-        if self.pack_len > MAX_PACK_LEN:
-            raise UsageError(f"--len {self.pack_len} exceeds the maximum {MAX_PACK_LEN}")
-        for opt, value, allowed in (("--strategy", self.strategy, STRATEGIES), ("--order", self.order, ORDERS),
-                                    ("--overflow", self.overflow, OVERFLOWS)):
-            if value not in allowed:
-                raise UsageError(f"{opt} {value!r} is not one of {'|'.join(allowed)}")
-        if self.max_docs < 0:
-            raise UsageError(f"--max-docs {self.max_docs} must be >= 0 (0 = no cap)")
-        if self.seed < 0:
-            raise UsageError(f"--seed {self.seed} must be >= 0")
-        if self.shard_rows < 0:
-            raise UsageError(f"--shard-rows {self.shard_rows} must be >= 1 (or 0 = automatic)")
-
-    def effective_shard_rows(self) -> int:
-        return self.shard_rows or shards.default_shard_rows(self.pack_len)
 
 
 @dataclass
@@ -397,7 +362,6 @@ def _write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray,
 def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
                    progress: Progress | None = None) -> PackResult:
     """Plan, gather and write `data` into `out` (atomically).  Returns the manifest and timings."""
-    cfg.check()
     out = Path(out)
     shards.check_target(out, cfg.force)
     t_start = time.perf_counter()

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packtool import kernels
-
-STRATEGIES = ("bfd", "ffd")
-ORDERS = ("sorted", "random")
+from packtool.config import ORDERS, STRATEGIES  # noqa: F401  (one definition, in config)
 
 
 @dataclass(frozen=True)

@@ -18,43 +18,10 @@ from typing import Any
 import numpy as np
 
 from packtool import stats
+from packtool.config import ProfileConfig  # noqa: F401  (re-exported: profiler.ProfileConfig)
 from packtool.errors import PacktoolError, UsageError
 
 BASELINES = ("pad_to_len", "random_padded")
-
-
-@dataclass(frozen=True)
-class ProfileConfig:
-    """The options of `packtool profile` that shape the numbers."""
-
-    pack_len: int = 4096
-    batch_size: int = 8
-    group_window: int = 512
-    seed: int = 0
-    model: stats.ModelSpec | None = None  # None: the reference 7B shape, for relative FLOPs only
-    gpu: stats.GpuSpec | None = None  # None: no GPU-hours
-    mfu: float = 0.4
-    bins: int = 24  # terminal histogram
-    plot_bins: int = 80  # PNG histogram
-
-    def __post_init__(self) -> None:
-        from packtool.kernels import MAX_BITSET_SIZE
-
-        if not 1 <= self.pack_len < MAX_BITSET_SIZE:
-            raise UsageError(f"--len {self.pack_len} must be in 1..{MAX_BITSET_SIZE - 1}, e.g. --len 4096")
-        if self.batch_size < 1:
-            raise UsageError(f"--batch-size {self.batch_size} must be >= 1")
-        if self.group_window < self.batch_size:
-            raise UsageError(
-                f"--group-window {self.group_window} is smaller than --batch-size {self.batch_size}; "
-                f"a window must hold at least one batch (e.g. --group-window {64 * self.batch_size})"
-            )
-        if self.seed < 0:
-            raise UsageError(f"--seed {self.seed} must be >= 0")
-        if not 0 < self.mfu <= 1:
-            raise UsageError(f"--mfu {self.mfu} must be in (0, 1], e.g. --mfu 0.4")
-        if self.gpu is not None and self.model is None:
-            raise UsageError("--gpu needs a model size: pass --model CONFIG.json or --params N --layers L --hidden D")
 
 
 @dataclass

@@ -51,7 +51,6 @@ def pack(
 
     cfg = PackConfig(pack_len=pack_len, strategy=strategy, order=order, max_docs=max_docs, overflow=overflow,
                      seed=seed, shuffle=not no_shuffle, shard_rows=shard_rows, force=force)
-    cfg.check()
     check_target(Path(out), force)  # before spending minutes on tokenization
     size = 0 if limit else _input_bytes(data)  # --limit reads a part of unknown size
     check_space(Path(out), size)  # packs measure ~0.4x chat JSONL, ~1x pre-tokenized Parquet

@@ -15,8 +15,8 @@ def sample(
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
 ) -> None:
     """Write a synthetic multi-turn chat set with a long-tailed length mix (OpenAI messages JSONL)."""
-    from packtool.errors import UsageError
     from packtool.demo_data import write_sample
+    from packtool.errors import UsageError
 
     if n < 1:
         raise UsageError(f"--n {n} must be >= 1")

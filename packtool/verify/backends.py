@@ -41,10 +41,10 @@ import importlib.util
 import inspect
 from dataclasses import dataclass
 
+from packtool.config import DEVICES  # noqa: F401  (one definition, in config)
+from packtool.config import VERIFY_BACKENDS as BACKENDS
 from packtool.errors import UsageError
 
-BACKENDS = ("auto", "flash-attn", "torch-varlen", "sdpa", "eager", "flex", "reference")
-DEVICES = ("auto", "cpu", "cuda")
 VARLEN = ("flash-attn", "torch-varlen")  # the FlashAttention varlen kernels, in `auto`'s order
 NO_TORCH = "isolation needs PyTorch: pip install 'packtool[torch]', or run integrity only with --rows 0"
 REFERENCE = "packtool_reference"

@@ -18,20 +18,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from packtool import schema
+from packtool.config import VerifyConfig  # noqa: F401  (re-exported: verify.run.VerifyConfig)
 from packtool.errors import PacktoolError, UsageError
 from packtool.verify import Check
 
 DEFAULT_ROWS = {"cpu": 4, "cuda": 16}  # CPU: 4 rows x 4096 tokens, ~25 s on a shared 2-core box
-
-
-@dataclass(frozen=True)
-class VerifyConfig:
-    path: str | None = None
-    backend: str = "auto"  # auto|flash-attn|torch-varlen|sdpa|eager|flex|reference
-    device: str = "auto"  # auto|cpu|cuda
-    rows: int | None = None  # rows tested for isolation; None = DEFAULT_ROWS[device]; 0 = integrity only
-    seed: int = 0
-    batch_rows: int | None = None  # rows per forward; None = 2 (1 above 8192 tokens: the CPU masks are L^2)
 
 
 @dataclass
@@ -67,16 +58,6 @@ class VerifyResult:
 
 
 def _validate(cfg: VerifyConfig) -> None:
-    from packtool.verify.backends import BACKENDS, DEVICES
-
-    if cfg.backend not in BACKENDS:
-        raise UsageError(f"--backend {cfg.backend!r} is not one of {'|'.join(BACKENDS)}")
-    if cfg.device not in DEVICES:
-        raise UsageError(f"--device {cfg.device!r} is not one of {'|'.join(DEVICES)}")
-    if cfg.rows is not None and cfg.rows < 0:
-        raise UsageError(f"--rows {cfg.rows} must be >= 0 (0 = integrity only)")
-    if cfg.batch_rows is not None and cfg.batch_rows < 1:
-        raise UsageError(f"batch_rows {cfg.batch_rows} must be >= 1")
     if cfg.path is not None:
         _is_pack_folder(cfg.path)
 

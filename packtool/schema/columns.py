@@ -1,11 +1,11 @@
-"""Packed shard schema v1 (DESIGN §3), shared by the writer, verify and the torch loader.
+"""Packed shard schema v1: columns, constants and the Arrow schema (docs/ARCHITECTURE.md, "Schema").
 
 One row = `pack_len` token slots holding k documents back to back, then padding:
 
     slot          0    1    2    3  | 4    5    6  | 7    8
     input_ids     a0   a1   a2   a3 | b0   b1   b2 | pad  pad
     labels       -100  a1  -100  a3 |-100  b1   b2 |-100 -100   (prompt tokens and each doc's first: -100)
-    position_ids  0    1    2    3  | 0    1    2  | 0    1      (pad tail counts as its own segment)
+    position_ids  0    1    2    3  | 0    1    2  | 0    1      (pad tail: its own segment, see segments.py)
     document_id   0    0    0    0  | 1    1    1  | -1   -1
     seq_lengths   [4, 3]            cu_seqlens = [0, 4, 7]
     source_index  [i_a, i_b]        num_tokens = 7, num_loss_tokens = 4
@@ -28,25 +28,6 @@ FORBIDDEN_COLUMNS = ("attention_mask",)
 
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
-
-
-def is_pack_manifest(m) -> bool:
-    """A parsed manifest.json is packtool's: a JSON object with our version keys."""
-    return isinstance(m, dict) and "schema_version" in m and "packtool_version" in m
-
-
-def read_pack_manifest(folder: str) -> dict | None:
-    """The manifest of the pack in `folder`; None when it has none that is ours (missing, unreadable,
-    another tool's)."""
-    import json
-    import os
-
-    try:
-        with open(os.path.join(os.path.expanduser(folder), MANIFEST), encoding="utf-8") as f:
-            m = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return m if is_pack_manifest(m) else None
 
 
 def shard_name(index: int, total: int) -> str:
@@ -72,3 +53,32 @@ def arrow_schema(pack_len: int):
         ],
         metadata={b"packtool_schema_version": str(SCHEMA_VERSION).encode()},
     )
+
+
+def pack_len_of(got) -> int | None:
+    """The row length of a shard from its Arrow schema (input_ids' fixed list size); None if absent."""
+    i = got.get_field_index("input_ids")
+    return None if i < 0 else getattr(got.field(i).type, "list_size", None)
+
+
+def shard_schema_problems(got, pack_len: int) -> list[str]:
+    """What is wrong with a shard's Arrow schema `got` for rows of `pack_len` tokens (empty: nothing).
+
+    The one shard-schema check: verify reports the problems, the trainer-side dataset refuses the
+    shard. A forbidden column (attention_mask) is named first: it is the mistake that matters."""
+    want = arrow_schema(pack_len)
+    problems = [f"forbidden column {c!r} (schema v{SCHEMA_VERSION} has none)" for c in FORBIDDEN_COLUMNS
+                if c in got.names]
+    for f in want:
+        i = got.get_field_index(f.name)
+        if i < 0:
+            problems.append(f"column {f.name} is missing")
+        elif not got.field(i).type.equals(f.type):
+            problems.append(f"column {f.name} is {got.field(i).type}, expected {f.type}")
+    extra = [n for n in got.names if n not in want.names and n not in FORBIDDEN_COLUMNS]
+    if extra:
+        problems.append(f"unexpected columns {extra}")
+    ver = (got.metadata or {}).get(b"packtool_schema_version")
+    if ver is not None and ver != str(SCHEMA_VERSION).encode():
+        problems.append(f"schema version {ver.decode()} != {SCHEMA_VERSION}")
+    return problems

@@ -1,0 +1,52 @@
+"""The pack contract: what `packtool pack` writes and everything else reads.
+
+    columns.py    constants (IGNORE_INDEX, column names, SCHEMA_VERSION), the Arrow schema of a shard
+                  and the one shard-schema check
+    segments.py   where attention may look: documents and the pad tail, as cu_seqlens / position_ids
+    manifest.py   manifest.json as a typed Manifest (to/from JSON) and the conservation rules
+    notices.py    structured warnings (code, message, count, items)
+
+Pure: numpy only (pyarrow is imported inside the functions that take or build Arrow schemas).
+"""
+
+from packtool.schema.columns import (
+    COLUMNS,
+    DATA_DIR,
+    FORBIDDEN_COLUMNS,
+    IGNORE_INDEX,
+    LIST_COLUMNS,
+    MANIFEST,
+    PAD_DOCUMENT_ID,
+    SCALAR_COLUMNS,
+    SCHEMA_VERSION,
+    TOKEN_COLUMNS,
+    arrow_schema,
+    pack_len_of,
+    shard_name,
+    shard_schema_problems,
+)
+from packtool.schema.manifest import (
+    Counts,
+    Manifest,
+    ManifestError,
+    Tokens,
+    conservation_problems,
+    is_pack_manifest,
+    read_pack_manifest,
+)
+from packtool.schema.notices import Notice
+from packtool.schema.segments import (
+    cu_seqlens,
+    document_ids,
+    position_ids,
+    row_segments,
+    segment_starts,
+)
+
+__all__ = [
+    "COLUMNS", "DATA_DIR", "FORBIDDEN_COLUMNS", "IGNORE_INDEX", "LIST_COLUMNS", "MANIFEST", "PAD_DOCUMENT_ID",
+    "SCALAR_COLUMNS", "SCHEMA_VERSION", "TOKEN_COLUMNS", "arrow_schema", "pack_len_of", "shard_name",
+    "shard_schema_problems", "Counts", "Manifest", "ManifestError", "Tokens", "conservation_problems",
+    "is_pack_manifest", "read_pack_manifest", "Notice", "cu_seqlens", "document_ids", "position_ids",
+    "row_segments", "segment_starts",
+]
