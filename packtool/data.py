@@ -20,8 +20,6 @@ from typing import Any
 
 import numpy as np
 
-TOKEN_TABLE_COLUMNS = ("input_ids", "labels", "length", "num_loss_tokens", "source_index")
-
 
 def token_schema():
     """The Arrow schema of a tokenized table (and of every batch the encode step returns)."""

@@ -83,7 +83,6 @@ from packtool.config import ReadConfig
 from packtool.errors import PacktoolError, UsageError
 
 FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt", "preference")
-ROLES = ("system", "user", "assistant", "tool")
 
 # Role names and ShareGPT tags -> (our role, whether the content is a JSON tool call).
 _ROLE_TAGS: dict[str, tuple[str, bool]] = {

@@ -16,6 +16,7 @@ import numpy as np
 
 from packtool.config import TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
+from packtool.schema import IGNORE_INDEX
 
 
 class _Decoder:
@@ -31,7 +32,7 @@ class _Decoder:
 
 
 def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
-    loss = labels != -100
+    loss = labels != IGNORE_INDEX
     if len(ids) == 0:
         return []
     cuts = np.flatnonzero(np.diff(loss.astype(np.int8))) + 1
@@ -84,7 +85,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             tok, tok_info = _Decoder(spec), spec.info()
         return {**where, "format": "pretokenized", "format_reason": "record carries input_ids",
                 "tokenizer": tok_info, "example": None, "tokens": int(len(ids)),
-                "loss_tokens": int(np.count_nonzero(labels != -100)), "runs": _runs(tok, ids, labels)}
+                "loss_tokens": int(np.count_nonzero(labels != IGNORE_INDEX)), "runs": _runs(tok, ids, labels)}
 
     from packtool.tokenization.backends import supports_fast
     from packtool.tokenization.chat_template import choose
@@ -127,7 +128,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         "train_on": cfg.train_on,
         "example": example,
         "tokens": int(len(ids)),
-        "loss_tokens": int(np.count_nonzero(labels != -100)),
+        "loss_tokens": int(np.count_nonzero(labels != IGNORE_INDEX)),
         "input_ids": ids.tolist(),
         "labels": labels.tolist(),
         "runs": _runs(_Decoder(spec), ids, labels),

@@ -62,7 +62,6 @@ _JSONL = (".jsonl", ".ndjson")
 _JSON = (".json",)
 _PARQUET = (".parquet",)
 _COMPRESSED = (".gz", ".zst", ".bz2", ".xz")
-SUPPORTED = (".jsonl", ".ndjson", ".json", ".parquet")  # jsonl/json also compressed: + _COMPRESSED
 _SUPPORTED_TEXT = (
     ".jsonl, .ndjson, .json (each also .gz/.zst/.bz2/.xz), .parquet, a folder or glob of those, "
     "a datasets.save_to_disk folder, or a cached hub dataset id"

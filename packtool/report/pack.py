@@ -1,14 +1,16 @@
 """Render a PackResult: a rich summary on stderr, and the JSON report.
 
 JSON top-level keys (schema "packtool.pack/v1"): schema, out, manifest (manifest.json as written),
-rows_over_lower_bound, warnings, timings (seconds; never in manifest.json, which stays byte-identical).
+rows_over_lower_bound, warnings ([{code, message, count, items}], see packtool.schema.notices),
+timings (seconds; never in manifest.json, which stays byte-identical).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from packtool.packer import PackResult
+from packtool.pack import PackResult
+from packtool.schema import notices
 
 SCHEMA = "packtool.pack/v1"
 LISTED = 5  # source indices quoted per category in the terminal
@@ -22,7 +24,7 @@ def pack_json(result: PackResult) -> dict[str, Any]:
         "out": result.out,
         "manifest": m,
         "rows_over_lower_bound": round(m["counts"]["rows"] / lb, 6) if lb else None,
-        "warnings": list(result.warnings),
+        "warnings": [w.to_json() for w in result.warnings],
         "timings": {k: round(v, 3) for k, v in result.seconds.items()},
     }
 
@@ -83,5 +85,5 @@ def render_pack(result: PackResult, console) -> None:
         console.print(f"[yellow]dropped {c['dropped']:,} example(s): {_quote(m['dropped'])} "
                       "(see 'dropped' in manifest.json; --overflow truncate|split keeps long ones)[/]")
     for w in result.warnings:
-        if not w.startswith(("truncated ", "dropped ")):
-            console.print(f"[yellow]warning: {w}[/]")
+        if w.code not in (notices.TRUNCATED, notices.DROPPED):  # drawn above from the manifest
+            console.print(f"[yellow]warning: {w.message}[/]")

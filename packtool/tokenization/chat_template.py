@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packtool.errors import PacktoolError, UsageError
+from packtool.schema import IGNORE_INDEX
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
@@ -321,7 +322,7 @@ def _end_of_turn(spec, tpl: ChatTemplate, enc) -> str:
     import numpy as np
 
     ids, labels = enc.input_ids[0], enc.labels[0]
-    trained = labels != -100
+    trained = labels != IGNORE_INDEX
     edges = np.flatnonzero(trained & ~np.append(trained[1:], False))  # last token of each run
     specials = {v: k for k, v in special_tokens(spec).items() if _END_NAME.search(k)}  # end-of-turn tokens
     ends = [int(ids[i]) for i in edges]

@@ -54,7 +54,7 @@ import numpy as np
 
 from packtool.config import ReadConfig
 from packtool.formats import template_messages
-from packtool.schema import IGNORE_INDEX as IGNORE
+from packtool.schema import IGNORE_INDEX
 from packtool.tokenization.chat_template import ChatTemplate, family_fix
 from packtool.tokenization.loading import TokenizerSpec
 
@@ -532,14 +532,14 @@ class Encoder:
                     errors[i] = item
                     continue
                 ids, mask = item
-                pieces[i] = (ids, np.where(mask, ids, IGNORE).astype(np.int32))
+                pieces[i] = (ids, np.where(mask, ids, IGNORE_INDEX).astype(np.int32))
         for i, t, s, literals in split_items:
             try:
                 ids, mask = self._split_encode(t, s, literals)
             except Exception as e:
                 errors[i] = f"the tokenizer cannot encode this example: {_first_line(e)}"
                 continue
-            pieces[i] = (ids, np.where(mask, ids, IGNORE).astype(np.int32))
+            pieces[i] = (ids, np.where(mask, ids, IGNORE_INDEX).astype(np.int32))
         if pc_idx:
             p = self._each(lambda t: encode(t, add_special_tokens=True), prompts)
             c = self._each(lambda t: encode(t, add_special_tokens=False), completions)
@@ -550,7 +550,7 @@ class Encoder:
                 a = np.concatenate([pi[0], ci[0], eos]).astype(np.int32)
                 lab = a.copy()
                 if self.train_on != "all":
-                    lab[: len(pi[0])] = IGNORE
+                    lab[: len(pi[0])] = IGNORE_INDEX
                 pieces[i] = (a, lab)
         if texts:
             for i, ti in zip(text_idx, self._each(lambda t: encode(t, add_special_tokens=True), texts), strict=True):

@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from packtool.schema import IGNORE_INDEX
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
-IGNORE = -100
 MASK_COLUMNS = ("completion_mask", "assistant_masks")
 LABEL_COLUMNS = ("labels", *MASK_COLUMNS)
 INT32_MAX = np.iinfo(np.int32).max
@@ -156,13 +157,13 @@ def record_arrays(record: dict, source: str) -> tuple[np.ndarray, np.ndarray, in
         if col.size != ids.size:
             raise RecordError(_m_count(source, col.size, ids.size))
         if source == "labels":
-            wrong = (col != IGNORE) & (col != ids)
+            wrong = (col != IGNORE_INDEX) & (col != ids)
             if wrong.any():
                 j = int(np.flatnonzero(wrong)[0])
                 raise RecordError(_m_shifted(j, int(col[j]), int(ids[j])))
             labels = col
         else:
-            labels = np.where(col != 0, ids, IGNORE)
+            labels = np.where(col != 0, ids, IGNORE_INDEX)
     removed = 0
     mask = record.get("attention_mask")
     if mask is not None:
@@ -503,7 +504,7 @@ def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) ->
             lab.vals = aligned
             if source == "labels":
                 wrong = lab.vals != ids.vals
-                wrong &= lab.vals != IGNORE
+                wrong &= lab.vals != IGNORE_INDEX
                 rows, pos = _first_per_row(wrong, ids, st.ok)
                 st.fail(rows, lambda k, i: _m_shifted(int(pos[k] - ids.off[i]), _int(lab.vals[pos[k]]),
                                                       _int(ids.vals[pos[k]])))
@@ -571,10 +572,10 @@ def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) ->
                 lab_values = pa.array(lab_np)
         else:
             m = _take(lab.vals, how, total, lab.vals.dtype)
-            lab_np = np.where(m != 0, ids_np, np.int32(IGNORE)).astype(np.int32, copy=False)
+            lab_np = np.where(m != 0, ids_np, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
             lab_values = pa.array(lab_np)
         labels_out = pa.ListArray.from_arrays(offsets, lab_values)
-        ignored = np.add.reduceat((lab_np == IGNORE).view(np.uint8), off32[:-1], dtype=np.int32)
+        ignored = np.add.reduceat((lab_np == IGNORE_INDEX).view(np.uint8), off32[:-1], dtype=np.int32)
         loss = (lengths - ignored).astype(np.int32)
     table = pa.record_batch([ids_out, labels_out, pa.array(lengths.astype(np.int32)), pa.array(loss)],
                             names=list(OUT_COLUMNS))
@@ -640,7 +641,7 @@ def _records_validated(records: list[dict], source: str) -> Validated:
     np.cumsum(lens, out=off[1:])
     offsets = pa.array(off)
     labels = np.concatenate(lab_l)
-    loss = np.add.reduceat(labels != IGNORE, off[:-1].astype(np.int64), dtype=np.int64).astype(np.int32)
+    loss = np.add.reduceat(labels != IGNORE_INDEX, off[:-1].astype(np.int64), dtype=np.int64).astype(np.int32)
     table = pa.record_batch([pa.ListArray.from_arrays(offsets, pa.array(np.concatenate(ids_l))),
                              pa.ListArray.from_arrays(offsets, pa.array(labels)),
                              pa.array(lens.astype(np.int32)), pa.array(loss)], names=list(OUT_COLUMNS))

@@ -1,0 +1,16 @@
+"""`packtool pack` as a library: TokenizedData + PackConfig → a pack folder (see run.py's drawing).
+
+    overflow.py   --overflow: examples → pieces (pure numpy; profile predicts pack with it)
+    gather.py     locating each piece's tokens in the Arrow buffers (or the cache file, by pread)
+    write.py      rows → Parquet shards, a few writer threads, bytes independent of timing
+    run.py        pack_tokenized: plan, write, manifest, conservation, warnings
+
+The planner is packtool.plan, the numba kernels packtool.kernels, the file layout packtool.io.shards.
+"""
+
+from packtool.config import MAX_PACK_LEN, OVERFLOWS, PackConfig
+from packtool.pack.overflow import Pieces, apply_overflow
+from packtool.pack.run import PackResult, pack_tokenized, pad_id_of
+
+__all__ = ["MAX_PACK_LEN", "OVERFLOWS", "PackConfig", "PackResult", "Pieces", "apply_overflow", "pack_tokenized",
+           "pad_id_of"]

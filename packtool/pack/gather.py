@@ -1,0 +1,175 @@
+"""Reading tokens for the rows straight from Arrow buffers: no Python objects per token.
+
+    tokenized table (chunked, maybe sliced or memory-mapped from the cache)
+      input_ids  chunk 0 values [....] offsets    chunk 1 values [....] offsets ...
+      labels     chunk 0 values [....] offsets    ...
+                        │ ListColumn: per dataset row its chunk and the offset of its first token
+                        ▼
+    Located: per piece (chunk, base) in both columns  ──copy_rows──▶  rows
+                        │ the table is a cache file's memory map?
+                        ▼
+    FileGather: pread each block's pieces into two staging buffers instead of touching the map
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from packtool import kernels, schema
+from packtool.data import TokenizedData
+from packtool.errors import PacktoolError
+from packtool.pack.overflow import Pieces
+
+
+class ListColumn:
+    """A list<int> column of a (possibly chunked, sliced, memory-mapped) Arrow table, zero-copy."""
+
+    def __init__(self, chunked, name: str):
+        import pyarrow as pa
+        from numba.typed import List
+
+        self.values = List()
+        self.addresses: list[int] = []  # address of each chunk's first value (for file offsets)
+        bases, lens, chunk_of = [], [], []
+        for c, ch in enumerate(chunked.chunks):
+            if not (pa.types.is_list(ch.type) or pa.types.is_large_list(ch.type)):
+                raise PacktoolError(f"column {name!r} has Arrow type {ch.type}; expected list<int32>")
+            if ch.null_count:
+                raise PacktoolError(f"column {name!r} has {ch.null_count} null rows; every example needs tokens")
+            if ch.type.value_type != pa.int32():
+                ch = ch.cast(pa.list_(pa.int32()))
+            offsets = ch.offsets.to_numpy().astype(np.int64, copy=False)
+            child = ch.values
+            if child.null_count:
+                raise PacktoolError(f"column {name!r} has null token ids")
+            vals = child.to_numpy(zero_copy_only=False)
+            vals.flags.writeable = False  # one numba type for every chunk
+            self.values.append(vals)
+            self.addresses.append(vals.ctypes.data)
+            bases.append(offsets[:-1])
+            lens.append(np.diff(offsets))
+            chunk_of.append(np.full(len(ch), c, dtype=np.int64))
+        if not len(self.values):
+            self.values.append(np.zeros(1, dtype=np.int32)[:0])
+            self.values[0].flags.writeable = False
+        self.base = np.concatenate(bases) if bases else np.zeros(0, np.int64)
+        self.length = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+        self.chunk = np.concatenate(chunk_of) if chunk_of else np.zeros(0, np.int64)
+        self.file_offsets: np.ndarray | None = None  # byte offset of each chunk's values in the mapped file
+
+    def map_to_file(self, base_address: int, size: int) -> bool:
+        """Locate every chunk inside a memory-mapped file [base_address, +size); False if one is not."""
+        offs = np.array([a - base_address for a in self.addresses], dtype=np.int64)
+        if len(offs) and (offs.min() < 0 or offs.max() >= size):
+            return False
+        self.file_offsets = offs
+        return True
+
+
+def _table_rows(table) -> tuple[Any, np.ndarray | None]:
+    """The Arrow table of tokenized data and its row mapping (a datasets.Dataset after select or
+    shuffle has one), if any."""
+    import pyarrow as pa
+
+    if isinstance(table, pa.Table):
+        return table, None
+    dataset = table
+    table = getattr(dataset.data, "table", dataset.data)
+    indices = getattr(dataset, "_indices", None)
+    mapping = None
+    if indices is not None:
+        mapping = np.asarray(indices.column(0).to_numpy(), dtype=np.int64)
+    return table, mapping
+
+
+@dataclass
+class Located:
+    """Pieces located in the Arrow buffers: piece p reads ids.values[ids_chunk[p]][ids_base[p]:...]."""
+
+    ids: ListColumn
+    lab: ListColumn
+    ids_chunk: np.ndarray
+    ids_base: np.ndarray
+    lab_chunk: np.ndarray
+    lab_base: np.ndarray
+    source: np.ndarray  # source_index per piece
+    loss_cut_tails: int  # loss tokens in the cut-off tails of truncated examples
+
+
+class FileGather:
+    """Reads a block's pieces from the tokenization cache file with pread, into staging buffers.
+
+    Why not read them through the memory map: documents are gathered in plan order, i.e. at random
+    positions of the file, and the page cache maps large folios whole, so 5,000 random 3 KB reads
+    map ~900 MB of a 1 GB file. Resident memory (VmHWM) would grow to the size of the input. With
+    pread the pages stay in the page cache (shared, reclaimable) and this process holds only the
+    staging buffers: 2 x one row group of tokens. Cost: ~2 us a piece and column.
+
+        staging  ids  [piece q0 tokens | piece q1 tokens | ...]   (block order)
+                 labs [piece q0 labels | piece q1 labels | ...]
+    """
+
+    def __init__(self, path: str, loc: Located, capacity: int):
+        from numba.typed import List
+
+        self.fd = os.open(path, os.O_RDONLY)
+        self.loc = loc
+        self.ids = np.empty(capacity, dtype=np.int32)
+        self.lab = np.empty(capacity, dtype=np.int32)
+        self.ids_list, self.lab_list = List([self.ids]), List([self.lab])
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
+        """(local pieces, local lengths, chunk, ids base, lab base) for copy_rows over the staging."""
+        loc = self.loc
+        n = piece_len[pcs].astype(np.int64)
+        start = np.zeros(len(pcs) + 1, dtype=np.int64)
+        np.cumsum(n, out=start[1:])
+        ids_off = loc.ids.file_offsets[loc.ids_chunk[pcs]] + 4 * loc.ids_base[pcs]
+        lab_off = loc.lab.file_offsets[loc.lab_chunk[pcs]] + 4 * loc.lab_base[pcs]
+        ids_view, lab_view = memoryview(self.ids).cast("B"), memoryview(self.lab).cast("B")
+        fd = self.fd
+        for a, b, io, lo in zip((4 * start[:-1]).tolist(), (4 * start[1:]).tolist(), ids_off.tolist(),
+                                lab_off.tolist(), strict=True):
+            if os.preadv(fd, [ids_view[a:b]], io) != b - a or os.preadv(fd, [lab_view[a:b]], lo) != b - a:
+                raise PacktoolError("the tokenization cache file was truncated while packing; run again")
+        zero = np.zeros(len(pcs), dtype=np.int64)
+        return np.arange(len(pcs), dtype=np.int64), n, zero, start[:-1], start[:-1]
+
+
+def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather | None:
+    """A pread gather when the tokenized table is memory-mapped from a cache file, else None."""
+    mapped = getattr(data, "mapped_file", None)  # (path, base address, size)
+    if not mapped or not (loc.ids.map_to_file(mapped[1], mapped[2]) and loc.lab.map_to_file(mapped[1], mapped[2])):
+        return None
+    if data.release_pages is not None:
+        data.release_pages()  # pages mapped while locating: from here on the map is not read
+    return FileGather(mapped[0], loc, capacity)
+
+
+def locate(data: TokenizedData, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> Located:
+    table, mapping = _table_rows(data.table)
+    ids = ListColumn(table.column("input_ids"), "input_ids")
+    lab = ListColumn(table.column("labels"), "labels")
+    trow = mapping if mapping is not None else np.arange(lengths.shape[0], dtype=np.int64)
+    for col, name in ((ids, "input_ids"), (lab, "labels")):
+        bad = np.flatnonzero(col.length[trow] != lengths)
+        if bad.size:
+            i = int(bad[0])
+            raise PacktoolError(f"example {int(src[i])}: {name} has {int(col.length[trow[i]])} entries but its "
+                                f"length is {int(lengths[i])}; the tokenized data is inconsistent")
+    prow = trow[pieces.row]
+    tails = 0
+    if pieces.truncated.size:
+        tr = trow[pieces.truncated]
+        tails = int(kernels.count_not_equal(lab.chunk[tr], lab.base[tr] + L, lab.base[tr] + lengths[pieces.truncated],
+                                            lab.values, schema.IGNORE_INDEX).sum())
+    return Located(ids=ids, lab=lab, ids_chunk=ids.chunk[prow], ids_base=ids.base[prow] + pieces.start,
+                    lab_chunk=lab.chunk[prow], lab_base=lab.base[prow] + pieces.start, source=src[pieces.row],
+                    loss_cut_tails=tails)

@@ -1,0 +1,74 @@
+"""--overflow: examples → pieces, the documents a row can hold (1..pack_len tokens each).
+
+    example lengths   [3, 9, 0, 5]          pack_len 4
+    drop      pieces  (0,0,3) (3,0,4)        dropped [1 (longer than --len), 2 (empty)]
+    truncate  pieces  (0,0,3) (1,0,4) (3,0,4)  truncated [1, 3]: tokens past pack_len are cut
+    split     pieces  (0,0,3) (1,0,4) (1,4,4) (1,8,1) (3,0,4) (3,4,1)   split [1, 3], parts [3, 2]
+    error     PacktoolError naming the first example longer than --len
+                      piece = (dataset row, first token, length)
+
+Pure numpy: profile uses the same function to predict what pack will do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from packtool.errors import PacktoolError
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """Documents as packed.  Piece p = tokens [start[p], start[p] + length[p]) of dataset row row[p]."""
+
+    row: np.ndarray  # int64
+    start: np.ndarray  # int64
+    length: np.ndarray  # int64
+    dropped: np.ndarray  # dataset rows dropped (int64)
+    dropped_reason: list[str]
+    truncated: np.ndarray  # dataset rows truncated
+    split: np.ndarray  # dataset rows split
+    split_parts: np.ndarray  # parts per split row
+
+
+def apply_overflow(lengths: np.ndarray, source_index: np.ndarray, pack_len: int, overflow: str) -> Pieces:
+    """Turn examples into pieces of 1..pack_len tokens under the --overflow policy.
+
+    Empty examples (0 tokens) are always dropped with reason "empty".
+    """
+    n = lengths.shape[0]
+    rows = np.arange(n, dtype=np.int64)
+    over = lengths > pack_len
+    empty = lengths == 0
+    if overflow == "error" and over.any():
+        bad = np.flatnonzero(over)
+        i = int(bad[0])
+        more = (f" ({bad.size} examples are longer than --len; the longest has {int(lengths[bad].max())} tokens)"
+                if bad.size > 1 else "")
+        raise PacktoolError(f"example {int(source_index[i])} has {int(lengths[i])} tokens > --len {pack_len}; "
+                            f"use --overflow truncate|split or raise --len{more}")
+    none = np.zeros(0, dtype=np.int64)
+    truncated, split, parts_of_split = none, none, none
+    drop_mask = empty | over if overflow == "drop" else empty
+    keep = ~drop_mask
+    if overflow == "split":
+        parts = np.where(keep, -(-lengths // pack_len), 0)
+        split = np.flatnonzero(over)
+        parts_of_split = parts[split]
+        row = np.repeat(rows, parts)
+        first = np.cumsum(parts) - parts  # index of each row's first part
+        part_no = np.arange(row.shape[0], dtype=np.int64) - np.repeat(first, parts)
+        start = part_no * pack_len
+        length = np.minimum(pack_len, lengths[row] - start)
+    else:
+        row = rows[keep]
+        start = np.zeros(row.shape[0], dtype=np.int64)
+        length = np.minimum(lengths[row], pack_len)
+        if overflow == "truncate":
+            truncated = np.flatnonzero(over)
+    dropped = np.flatnonzero(drop_mask)
+    reasons = ["empty" if lengths[i] == 0 else f"longer than --len {pack_len}" for i in dropped.tolist()]
+    return Pieces(row=row, start=start, length=length.astype(np.int64), dropped=dropped, dropped_reason=reasons,
+                  truncated=truncated, split=split, split_parts=parts_of_split)

@@ -1,0 +1,184 @@
+"""The pack pipeline: TokenizedData + PackConfig → schema-v1 Parquet shards + manifest.json.
+
+    lengths ──overflow──▶ pieces (row, start, length) ──plan_packs──▶ PackPlan (CSR rows)
+      drop | truncate | split | error                                   │ shuffle rows (seed)
+                                                                        ▼
+    Arrow list buffers (flat values + offsets per chunk) ──layout_rows / copy_rows──▶ [k, L] int32
+                                                                        │ zero-copy pyarrow
+                                                                        ▼
+                                          OUT/data/train-XXXXX-of-XXXXX.parquet, OUT/manifest.json
+
+Memory: the per-document arrays (lengths, pieces, plan: ~100 bytes per document) plus one row group
+(<= 64 MiB of token slots) and the Parquet writer's buffer for it.  Tokens are never Python objects.
+
+Accounting is checked, not assumed, before the pack is published (schema.conservation_problems,
+plus: every example is a piece or dropped; the rows written are the rows planned).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import packtool
+from packtool import schema
+from packtool.config import PackConfig
+from packtool.data import TokenizedData
+from packtool.errors import PacktoolError
+from packtool.io import shards
+from packtool.pack.gather import file_gather, locate
+from packtool.pack.overflow import Pieces, apply_overflow
+from packtool.pack.write import Progress, write_shards
+from packtool.plan import lower_bound_rows, plan_packs
+from packtool.schema import notices
+
+
+@dataclass
+class PackResult:
+    out: str
+    manifest: dict[str, Any]
+    seconds: dict[str, float]  # timings: kept out of the manifest so that it stays byte-identical
+    warnings: list[schema.Notice] = field(default_factory=list)  # input's warnings, then truncated/dropped
+
+
+def pad_id_of(tokenizer: dict) -> tuple[int, str]:
+    for key in ("pad_id", "eos_id"):
+        v = tokenizer.get(key)
+        if v is not None:
+            return int(v), f"tokenizer {key}"
+    return 0, "default 0 (tokenizer has neither pad_id nor eos_id)"
+
+
+def _histogram(values: np.ndarray) -> dict[str, int]:
+    counts = np.bincount(values) if values.size else np.zeros(0, np.int64)
+    return {str(k): int(v) for k, v in enumerate(counts) if v}
+
+
+def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
+                   progress: Progress | None = None) -> PackResult:
+    """Plan, gather and write `data` into `out` (atomically).  Returns the manifest and timings."""
+    out = Path(out)
+    shards.check_target(out, cfg.force)
+    t_start = time.perf_counter()
+    L = cfg.pack_len
+    lengths = np.ascontiguousarray(data.lengths, dtype=np.int64)
+    src = np.ascontiguousarray(data.source_index, dtype=np.int64)
+    loss_counts = np.ascontiguousarray(data.loss_counts, dtype=np.int64)
+    n = lengths.shape[0]
+    if n == 0:
+        raise PacktoolError(f"nothing to pack: {data.num_read} records read, {len(data.skipped)} skipped, "
+                            "0 tokenized; check the input file and --format/--column")
+    if len(data.table) != n or src.shape[0] != n or loss_counts.shape[0] != n:
+        raise PacktoolError(f"tokenized data is inconsistent: {len(data.table)} rows, {n} lengths, "
+                            f"{src.shape[0]} source indices, {loss_counts.shape[0]} loss counts")
+    pieces = apply_overflow(lengths, src, L, cfg.overflow)
+    if pieces.row.shape[0] == 0:
+        raise PacktoolError(f"nothing to pack: all {n} examples were dropped (longest {int(lengths.max())} "
+                            f"tokens > --len {L}); use --overflow truncate|split or raise --len")
+    plan = plan_packs(pieces.length, L, cfg.strategy, cfg.order, cfg.max_docs, cfg.seed)
+    loc = locate(data, lengths, src, pieces, L)
+    t_plan = time.perf_counter()
+
+    R = plan.num_rows
+    rng = np.random.default_rng((cfg.seed, 1))
+    row_order = rng.permutation(R).astype(np.int64) if cfg.shuffle else np.arange(R, dtype=np.int64)
+    pad_id, pad_from = pad_id_of(data.tokenizer or {})
+    shard_rows = cfg.effective_shard_rows()
+    with shards.atomic_output(out, cfg.force) as tmp:
+        gather = file_gather(data, loc, shards.row_group_rows(L, shard_rows) * L)
+        try:
+            written = write_shards(tmp, plan, row_order, pieces.length, loc, pad_id, shard_rows, progress, gather)
+        finally:
+            if gather is not None:
+                gather.close()
+        truncated_cut = int((lengths[pieces.truncated] - L).sum())
+        counts = {
+            "examples_read": int(data.num_read),
+            "skipped": len(data.skipped),
+            "tokenized": n,
+            "packed": n - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
+            "truncated": int(pieces.truncated.size),
+            "split": int(pieces.split.size),
+            "split_parts": int(pieces.split_parts.sum()),
+            "dropped": int(pieces.dropped.size),
+            "documents": written.documents,
+            "rows": written.rows,
+        }
+        tokens = {
+            "in": int(lengths.sum()),
+            "out": written.tokens,
+            "cut": int(lengths[pieces.dropped].sum()) + truncated_cut,
+            "loss_in": int(loss_counts.sum()),
+            "loss_out": written.loss,
+            "loss_first_token": written.loss_first_token,
+            "loss_cut": int(loss_counts[pieces.dropped].sum()) + loc.loss_cut_tails,
+            "pad": written.rows * L - written.tokens,
+        }
+        _check_conservation(counts, tokens, pieces, n, plan, written.shards)
+        docs = plan.docs_per_row()
+        manifest = schema.Manifest(
+            schema_version=schema.SCHEMA_VERSION,
+            packtool_version=packtool.__version__,
+            pack_len=L,
+            strategy=cfg.strategy,
+            order=cfg.order,
+            max_docs=cfg.max_docs,
+            overflow=cfg.overflow,
+            shuffle=cfg.shuffle,
+            seed=cfg.seed,
+            shard_rows=shard_rows,
+            pad_id=pad_id,
+            pad_id_from=pad_from,
+            tokenizer=dict(data.tokenizer or {}),
+            tokenizer_backend=dict(getattr(data, "backend", {}) or {}),
+            options=dict(data.options or {}),
+            format=data.format,
+            sources=[{"path": s.path, "size": s.size, "sha256": s.sha256} for s in data.sources],
+            counts=schema.Counts(**counts),
+            skipped=[r.to_json() for r in data.skipped],
+            dropped=[{"source_index": int(src[i]), "length": int(lengths[i]), "reason": why}
+                     for i, why in zip(pieces.dropped.tolist(), pieces.dropped_reason, strict=True)],
+            truncated=[{"source_index": int(src[i]), "length": int(lengths[i]), "cut": int(lengths[i]) - L}
+                       for i in pieces.truncated.tolist()],
+            split=[{"source_index": int(src[i]), "length": int(lengths[i]), "parts": int(p)}
+                   for i, p in zip(pieces.split.tolist(), pieces.split_parts.tolist(), strict=True)],
+            tokens=schema.Tokens.from_json(tokens),
+            fill=round(written.tokens / (written.rows * L), 6),
+            lower_bound_rows=lower_bound_rows(written.tokens, L),
+            docs_per_row={"min": int(docs.min()), "mean": round(float(docs.mean()), 4), "max": int(docs.max()),
+                          "histogram": _histogram(docs)},
+            shards=written.shards,
+        ).to_json()
+        shards.write_manifest(tmp, manifest)
+    t_end = time.perf_counter()
+    warnings = [schema.Notice(notices.INPUT, str(w)) for w in getattr(data, "warnings", []) or []]
+    if counts["truncated"]:
+        warnings.append(schema.Notice(
+            notices.TRUNCATED, f"truncated {counts['truncated']} example(s) to --len {L}: {truncated_cut} tokens cut "
+            "(listed under 'truncated' in the manifest); --overflow split keeps them",
+            counts["truncated"], [x["source_index"] for x in manifest["truncated"]]))
+    if counts["dropped"]:
+        warnings.append(schema.Notice(
+            notices.DROPPED, f"dropped {counts['dropped']} example(s) (listed under 'dropped' in the manifest)",
+            counts["dropped"], [x["source_index"] for x in manifest["dropped"]]))
+    return PackResult(out=str(out), manifest=manifest, warnings=warnings,
+                      seconds={"plan": t_plan - t_start, "write": t_end - t_plan, "total": t_end - t_start})
+
+
+def _check_conservation(counts: dict, tokens: dict, pieces: Pieces, n: int, plan, shard_entries) -> None:
+    """The contract's conservation rules (schema.conservation_problems) plus what only the writer
+    can check: every example is a piece or dropped, and the rows written are the rows planned."""
+    problems = schema.conservation_problems(counts, tokens)
+    covered = np.zeros(n, dtype=np.int64)
+    np.add.at(covered, pieces.row, 1)
+    if np.any(covered[pieces.dropped] != 0) or int(np.count_nonzero(covered)) + pieces.dropped.size != n:
+        problems.append("an example is neither packed nor listed as dropped")
+    m, R = pieces.row.shape[0], plan.num_rows
+    if counts["documents"] != m or counts["rows"] != R or sum(e["rows"] for e in shard_entries) != R:
+        problems.append(f"wrote {counts['documents']} documents in {counts['rows']} rows; planned {m} in {R}")
+    if problems:
+        raise PacktoolError("conservation check failed: " + "; ".join(problems))

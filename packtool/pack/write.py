@@ -1,0 +1,159 @@
+"""Rows → Parquet shards, gathered block by block and encoded by a few writer threads.
+
+    plan rows in shuffled order ──blocks of one row group──▶ layout_rows + copy_rows (numba, nogil)
+        shard 0: block 0, block 1, ...  → writer thread 0 ─┐
+        shard 1: block 0, block 1, ...  → writer thread 1 ─┼─▶ tmp/data/train-XXXXX-of-XXXXX.parquet
+        ...                                                 ┘
+    each writer has two buffer sets: the main thread fills one while the writer encodes the other.
+    One file is written by one thread, blocks in order: the bytes never depend on timing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packtool import kernels, schema
+from packtool.io import shards
+from packtool.pack.gather import FileGather, Located
+
+MAX_WRITERS = 4  # shards encoded in parallel (each: 2 x 4 x row-group buffers, <= 2 x 64 MiB)
+
+Progress = Callable[[int, int], None]  # (rows written, rows total)
+
+
+@dataclass
+class Written:
+    shards: list[dict[str, Any]]
+    rows: int = 0
+    documents: int = 0
+    tokens: int = 0
+    loss: int = 0
+    loss_first_token: int = 0
+
+
+def write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray, loc: Located, pad_id: int,
+                  shard_rows: int, progress: Progress | None, gather: FileGather | None = None) -> Written:
+    """Gather rows block by block (one Parquet row group each) and write the shards.
+
+    Shards are written `writers` at a time, each by its own thread (one file, one thread, blocks in
+    order: the bytes do not depend on timing).  Each writer has two buffer sets: the main thread
+    gathers a writer's next block while that writer encodes the previous one.
+    """
+    L = plan.pack_len
+    R = plan.num_rows
+    group_rows = shards.row_group_rows(L, shard_rows)
+    num_shards = -(-R // shard_rows)
+    writers = max(1, min(MAX_WRITERS, os.cpu_count() or 1, num_shards))
+    bufsets = [[[np.empty((min(group_rows, R), L), dtype=np.int32) for _ in range(4)] for _ in range(2)]
+               for _ in range(writers)]
+    used = [0] * writers
+    out = Written(shards=[])
+    closed = {}
+    with WriterPool(writers) as pool:
+        for wave in range(0, num_shards, writers):
+            members = list(range(wave, min(num_shards, wave + writers)))
+            open_writers = [pool.opened(shards.ShardWriter(tmp, s, num_shards, L)) for s in members]
+            blocks = [list(range(s * shard_rows, min(R, (s + 1) * shard_rows), group_rows)) for s in members]
+            for i in range(max(len(b) for b in blocks)):
+                for w, s in enumerate(members):
+                    if i >= len(blocks[w]):
+                        continue
+                    b0 = blocks[w][i]
+                    rows = row_order[b0:min(b0 + group_rows, (s + 1) * shard_rows, R)]
+                    k = rows.shape[0]
+                    pool.wait(w, keep=1)  # the write that used this buffer set has finished
+                    input_ids, labels, positions, doc_ids = (b[:k] for b in bufsets[w][used[w] % 2])
+                    used[w] += 1
+                    seq_off, pcs, dest_col, num_tokens = kernels.layout_rows(
+                        rows, plan.row_offsets, plan.doc_order, piece_len, input_ids, labels, positions, doc_ids,
+                        pad_id, schema.IGNORE_INDEX)
+                    if gather is not None:
+                        local, local_len, chunk, ids_base, lab_base = gather.stage(pcs, piece_len)
+                        num_loss, first = kernels.copy_rows(
+                            seq_off, local, dest_col, local_len, chunk, ids_base, chunk, lab_base,
+                            gather.ids_list, gather.lab_list, input_ids, labels, schema.IGNORE_INDEX)
+                    else:
+                        num_loss, first = kernels.copy_rows(
+                            seq_off, pcs, dest_col, piece_len, loc.ids_chunk, loc.ids_base, loc.lab_chunk,
+                            loc.lab_base, loc.ids.values, loc.lab.values, input_ids, labels, schema.IGNORE_INDEX)
+                    table = shards.rows_table(input_ids, labels, positions, doc_ids, seq_off, piece_len[pcs],
+                                              loc.source[pcs], num_tokens, num_loss)
+                    pool.submit(w, open_writers[w].write, table)
+                    out.tokens += int(num_tokens.sum())
+                    out.loss += int(num_loss.sum())
+                    out.loss_first_token += int(first)
+                    out.documents += int(pcs.shape[0])
+                    out.rows += k
+                    if progress is not None:
+                        progress(out.rows, R)
+            for w, s in enumerate(members):
+                closed[s] = pool.submit(w, open_writers[w].close)
+        pool.wait_all()
+    out.shards = [closed[s].result() for s in range(num_shards)]
+    return out
+
+
+class WriterPool:
+    """`n` writer threads; tasks given to one thread run in submission order.  After any failure
+    the remaining tasks of every thread are skipped and the open writers are aborted.
+
+    pyarrow's Parquet encoder and the numba gather kernels (nogil) release the GIL: on the 2-core
+    box, 2 writers + gather in the main thread measured 1.5x faster than one thread doing it all.
+    """
+
+    def __init__(self, n: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.threads = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"packtool-write{i}") for i in range(n)]
+        self.pending: list[deque] = [deque() for _ in range(n)]
+        self.failed = False
+        self.writers: list = []
+
+    def opened(self, writer):
+        self.writers.append(writer)
+        return writer
+
+    def submit(self, i: int, fn, *args):
+        def run():
+            if self.failed:
+                return None
+            try:
+                return fn(*args)
+            except BaseException:
+                self.failed = True
+                raise
+
+        fut = self.threads[i].submit(run)
+        self.pending[i].append(fut)
+        return fut
+
+    def wait(self, i: int, keep: int) -> None:
+        while len(self.pending[i]) > keep:
+            self.pending[i].popleft().result()
+
+    def wait_all(self) -> None:
+        for i in range(len(self.threads)):
+            self.wait(i, 0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.failed = True
+            for q in self.pending:
+                for fut in q:
+                    fut.cancel()
+        for t in self.threads:
+            t.shutdown(wait=True)
+        if exc_type is not None:
+            for w in self.writers:
+                w.abort()
+        return False
