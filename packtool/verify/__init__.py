@@ -1,12 +1,24 @@
 """verify: integrity of every row, and isolation through a real attention kernel.
 
-    integrity.py   numpy over every row of every shard + the manifest (no model)
-    isolation.py   tiny random-weight decoders: packed == alone, swap, causal probe, agreement with
-                   the fp32 reference; the negative control must fail; measure_tolerances
-    backends.py    which attention kernel runs, the varlen functions transformers calls, the
-                   counted calls (what really ran), auto's capability check and trial call
-    run.py         VerifyConfig -> VerifyResult (the one entry point the CLI calls)
-    selftest.py    builds its own pack in a temporary folder and verifies it
+    run.py           VerifyConfig (packtool.config) -> VerifyResult: the one entry point the CLI calls
+    integrity.py     the integrity layer's walk: shards, batches, one list of Checks (no model)
+      audit.py         the files against the contract: manifest, shard list, sha256, Arrow schema
+      scan.py          the vectorized row scan of a batch, and the text naming a failing slot
+      accounting.py    where every example and token went: the manifest's arithmetic and the rows
+      names.py         the integrity checks' names, in report order
+    sampling.py      the rows isolation runs on: chosen during the scan, or built from single documents
+    isolation.py     the isolation layer: per (model, backend) the runs, then one Check per comparison
+      tiny_models.py   the two tiny random-weight decoders (Llama: RoPE, GPT-2: absolute positions)
+      forwards.py      packed / alone / swapped / last-token / control runs and their differences
+      tolerances.py    what counts as equal per dtype; measure_tolerances (sets them on a GPU)
+    backends.py      which attention kernel runs, the varlen functions transformers calls, the
+                     counted calls (what really ran), auto's capability check and trial call
+    kernel_check.py  the "FlashAttention kernel" check, from the counted calls
+    selftest.py      builds its own pack in a temporary folder and verifies it
+    sources.py       verify --sources: tokenize the sources again and compare every document
+
+The layout of a row and the rules checked are the pack contract (packtool.schema;
+docs/ARCHITECTURE.md, "Schema" and "Verify").
 
 Every layer reports `Check`s: a name, pass/fail/skip, the evidence and one message. Nothing here
 imports torch or transformers at module level, and verifying a pack (or the self-test) needs only

@@ -6,6 +6,10 @@ packer and shard writer (`packtool.packer`, `packtool.io.shards`) write the pack
 it only rewrite one shard of a copy, to build the deliberately broken pack that verify must catch
 (the tests use them the same way).
 
+    "self-test pack"                the pack was written and reads back whole (manifest, rows, documents)
+    every check of `verify`         on that pack
+    "self-test: broken copy caught" a copy with positions not reset in row 0 fails position_ids
+
     doc  = [p p p p c c c]           labels = [-100 -100 -100 -100 c c c]
     row  = doc0 doc1 ... pad         first label of each document forced to -100
 """
@@ -19,8 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from packtool import schema
+from packtool.verify import Check
 
 SELF_TEST_PAD_ID = 0
+SELF_TEST_DOCS = 160  # documents of 8..pack_len // 3 tokens: all packed whole, several per row
 
 
 def make_documents(n: int, *, seed: int = 0, min_len: int = 8, max_len: int = 200, vocab: int = 5000):
@@ -48,7 +54,7 @@ def write_documents(out: str, docs, pack_len: int, *, shard_rows: int = 16, max_
     pack_tokenized(td, PackConfig(pack_len=pack_len, shard_rows=shard_rows, max_docs=max_docs, seed=seed), out)
 
 
-def build_self_test_pack(out: str, *, pack_len: int = 1024, n_docs: int = 160, seed: int = 0) -> str:
+def build_self_test_pack(out: str, *, pack_len: int = 1024, n_docs: int = SELF_TEST_DOCS, seed: int = 0) -> str:
     """Write a pack of synthetic documents into `out`; returns which writer made it."""
     write_documents(out, make_documents(n_docs, seed=seed, min_len=8, max_len=pack_len // 3), pack_len,
                     shard_rows=16, seed=seed)
@@ -56,11 +62,11 @@ def build_self_test_pack(out: str, *, pack_len: int = 1024, n_docs: int = 160, s
 
 
 def sample_rows(pack_len: int, rows: int, *, seed: int = 0, max_len: int | None = None):
-    """`rows` isolation Samples laid out as the packer lays rows out (documents back to back, -100
-    on each first label, the pad tail counting 0, 1, ... as its own segment), without writing a
+    """`rows` isolation Samples laid out as the packer lays rows out (documents back to back,
+    IGNORE_INDEX on each first label, positions by schema.position_ids), without writing a
     pack: what `isolation.measure_tolerances` runs on. Documents are 8..max_len tokens
     (default pack_len // 3), so every row holds >= 2 of them."""
-    from packtool.verify.isolation import Sample
+    from packtool.verify.sampling import Sample
 
     max_len = max_len or max(8, pack_len // 3)
     docs = iter(make_documents(rows * (pack_len // 8 + 2), seed=seed, min_len=8, max_len=max_len))
@@ -68,16 +74,15 @@ def sample_rows(pack_len: int, rows: int, *, seed: int = 0, max_len: int | None 
     for r in range(rows):
         ids = np.full(pack_len, SELF_TEST_PAD_ID, np.int32)
         lab = np.full(pack_len, schema.IGNORE_INDEX, np.int32)
-        pos = np.zeros(pack_len, np.int32)
         lens, at = [], 0
         while at + len(doc[0]) <= pack_len:
             n = len(doc[0])
-            ids[at:at + n], lab[at:at + n], pos[at:at + n] = doc[0], doc[1], np.arange(n)
+            ids[at:at + n], lab[at:at + n] = doc[0], doc[1]
             lab[at] = schema.IGNORE_INDEX
             lens.append(n)
             at += n
             doc = next(docs)
-        pos[at:] = np.arange(pack_len - at)
+        pos = schema.position_ids(lens, pack_len)
         out.append(Sample(f"synthetic (seed {seed})", r, ids, lab, pos, np.asarray(lens, np.int32)))
     return out
 
@@ -146,30 +151,64 @@ def _break_positions(src: str, dst: str) -> None:
     write_shard(dst, rel, replace_columns(table, position_ids=pos))
 
 
+def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
+    """The self-test pack was written and reads back whole: a packtool manifest that counts every
+    document, and shards whose rows and documents are what it says (else verify would pass on
+    an empty or partial pack)."""
+    import pyarrow.parquet as pq
+
+    ev: dict = {"writer": writer, "documents_written": n_docs}
+    m = schema.read_pack_manifest(out)
+    if m is None:
+        return Check("self-test pack", False, f"built with {writer}, but {out} has no readable packtool manifest", ev)
+    counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
+    rows = docs = 0
+    try:
+        for entry in m.get("shards") or []:
+            col = pq.read_table(os.path.join(out, entry["file"]), columns=["seq_lengths"]).column("seq_lengths")
+            rows += len(col)
+            docs += sum(len(chunk.flatten()) for chunk in col.chunks)
+    except Exception as e:  # any failure to read back is the check failing
+        return Check("self-test pack", False, f"built with {writer}, but its shards do not read back "
+                     f"({type(e).__name__}: {e})", ev)
+    ev.update(rows=rows, documents=docs)
+    problems = []
+    if counts.get("examples_read") != n_docs or counts.get("documents") != n_docs:
+        problems.append(f"the manifest counts {counts.get('examples_read')!r} examples read and "
+                        f"{counts.get('documents')!r} documents, {n_docs} were written")
+    if rows == 0 or rows != counts.get("rows"):
+        problems.append(f"the shards hold {rows} rows, the manifest says {counts.get('rows')!r}")
+    if docs != n_docs:
+        problems.append(f"the rows hold {docs} documents, {n_docs} were written")
+    if problems:
+        return Check("self-test pack", False, f"built with {writer}, but " + "; ".join(problems), ev)
+    return Check("self-test pack", True, f"built with {writer} in {seconds:.2f} s: {n_docs} documents in "
+                 f"{rows} rows, read back", ev)
+
+
 def run_self_test(cfg):
-    """Build a pack in a temporary folder, verify it with `cfg` (path ignored), and check that the
-    integrity layer catches a deliberately broken copy. Returns the VerifyResult."""
+    """Build a pack in a temporary folder, check that it reads back whole, verify it with `cfg`
+    (path ignored), and check that the integrity layer catches a deliberately broken copy.
+    Returns the VerifyResult."""
     import dataclasses
     import tempfile
     import time
 
-    from packtool.verify import Check
     from packtool.verify import integrity as integ
     from packtool.verify.run import verify
 
     with tempfile.TemporaryDirectory(prefix="packtool-selftest-") as tmp:
         out = os.path.join(tmp, "pack")
         t0 = time.perf_counter()
-        writer = build_self_test_pack(out, seed=cfg.seed)
-        built = time.perf_counter() - t0
+        writer = build_self_test_pack(out, n_docs=SELF_TEST_DOCS, seed=cfg.seed)
+        built = _pack_check(out, writer, time.perf_counter() - t0, SELF_TEST_DOCS)
         result = verify(dataclasses.replace(cfg, path=out))
         broken = os.path.join(tmp, "broken")
         _break_positions(out, broken)
         checks, _ = integ.check_integrity(broken)
         pos = next(c for c in checks if c.name == integ.POS)
         caught = not pos.passed and " row 0 " in pos.message
-        result.checks.insert(0, Check("self-test pack", True, f"built with {writer} in {built:.2f} s",
-                                      {"writer": writer}))
+        result.checks.insert(0, built)
         result.checks.append(Check("self-test: broken copy caught", caught,
                                    f"positions not reset in row 0 → {pos.message}" if caught else
                                    "a copy with positions not reset in row 0 PASSED the position check: "

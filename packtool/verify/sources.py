@@ -49,7 +49,6 @@ BATCH_TOKENS = 1 << 22
 # keys of manifest["options"] that are not TokenizeConfig fields: the DATA argument as given to
 # pack, and where the labels of pre-tokenized input came from
 EXTRA_OPTIONS = {"input", "labels_from"}
-IGNORE = schema.IGNORE_INDEX
 
 
 class _Stop(Exception):
@@ -287,12 +286,12 @@ class _Expected:
         """(ids, labels, offsets): the pieces [start, start + length) of `records`, back to back."""
         import pyarrow as pa
 
-        from packtool.verify.integrity import _flat_list
+        from packtool.verify.scan import flat_list
 
         uniq, inv = np.unique(records, return_inverse=True)
         take = pa.array(uniq.astype(np.int64))
-        off_i, ids = _flat_list(self.ids_col.take(take).combine_chunks())
-        off_l, lab = _flat_list(self.lab_col.take(take).combine_chunks())
+        off_i, ids = flat_list(self.ids_col.take(take).combine_chunks())
+        off_l, lab = flat_list(self.lab_col.take(take).combine_chunks())
         base = off_i[:-1][inv] + starts
         seg, intra = _segments(lengths)
         at = base[seg] + intra
@@ -324,9 +323,9 @@ def _hashes(ids: np.ndarray, off: np.ndarray, pack_len: int) -> np.ndarray:
     """A uint64 hash of each segment off[i]:off[i+1] of ids (position-weighted sum, wrapping):
     tells the parts of a split record apart. Equal hash -> compared anyway, token by token."""
     if pack_len not in _MULT:
-        from packtool.verify.integrity import _mix
+        from packtool.verify.sampling import mix
 
-        _MULT[pack_len] = _mix(np.arange(pack_len, dtype=np.uint64)) | np.uint64(1)
+        _MULT[pack_len] = mix(np.arange(pack_len, dtype=np.uint64)) | np.uint64(1)
     lens = np.diff(off)
     if not lens.size:
         return np.zeros(0, np.uint64)
@@ -420,8 +419,8 @@ def _compare_docs(cmp: _Compare, shard: str, row0: int, docs: _Doc, pieces: np.n
         return
     elen = exp.piece_len[pieces]
     e_ids, e_lab, e_off = exp.gather(exp.piece_row[pieces], exp.piece_start[pieces], elen)
-    cmp.first_token_loss += int(np.count_nonzero(e_lab[e_off[:-1]] != IGNORE))
-    e_lab[e_off[:-1]] = IGNORE  # as kernels.copy_rows stores it: no document's first token is trained
+    cmp.first_token_loss += int(np.count_nonzero(e_lab[e_off[:-1]] != schema.IGNORE_INDEX))
+    e_lab[e_off[:-1]] = schema.IGNORE_INDEX  # as kernels.copy_rows stores it: no document's first token is trained
     m = np.minimum(docs.length, elen)
     seg, intra = _segments(m)
     gi = got_start[seg] + intra
@@ -463,8 +462,8 @@ def _compare_docs(cmp: _Compare, shard: str, row0: int, docs: _Doc, pieces: np.n
         if g_ids[t] != x_ids[t]:
             parts.append(f"input_id {int(g_ids[t])}, expected {int(x_ids[t])}")
         if g_lab[t] != x_lab[t]:
-            why = (" (a prompt token trained)" if x_lab[t] == IGNORE else
-                   " (a trained token masked)" if g_lab[t] == IGNORE else "")
+            why = (" (a prompt token trained)" if x_lab[t] == schema.IGNORE_INDEX else
+                   " (a trained token masked)" if g_lab[t] == schema.IGNORE_INDEX else "")
             parts.append(f"label {int(g_lab[t])}, expected {int(x_lab[t])}{why}")
         a, b = max(0, t - WINDOW), min(gl, el, t + WINDOW + 1)
         msg = (f"{head} position {c + t} (document {k}, token {t}): {'; '.join(parts)}; "
@@ -478,7 +477,7 @@ def _compare_docs(cmp: _Compare, shard: str, row0: int, docs: _Doc, pieces: np.n
 def _scan_shard(cmp: _Compare, pack: str, shard: str, wanted: np.ndarray | None) -> None:
     import pyarrow.parquet as pq
 
-    from packtool.verify.integrity import _flat_fixed, _flat_list
+    from packtool.verify.scan import flat_fixed, flat_list
 
     exp = cmp.exp
     L = exp.pack_len
@@ -489,8 +488,8 @@ def _scan_shard(cmp: _Compare, pack: str, shard: str, wanted: np.ndarray | None)
         R = batch.num_rows
         if not R:
             continue
-        seq_off, seq = _flat_list(batch.column("seq_lengths"))
-        src_off, src = _flat_list(batch.column("source_index"))
+        seq_off, seq = flat_list(batch.column("seq_lengths"))
+        src_off, src = flat_list(batch.column("source_index"))
         seq = seq.astype(np.int64)
         nd, ns = np.diff(seq_off), np.diff(src_off)
         cs = np.concatenate(([0], np.cumsum(seq)))
@@ -514,8 +513,8 @@ def _scan_shard(cmp: _Compare, pack: str, shard: str, wanted: np.ndarray | None)
         if not s.size:
             row0 += R
             continue
-        ids = _flat_fixed(batch.column("input_ids"), R, L).reshape(-1)
-        lab = _flat_fixed(batch.column("labels"), R, L).reshape(-1)
+        ids = flat_fixed(batch.column("input_ids"), R, L).reshape(-1)
+        lab = flat_fixed(batch.column("labels"), R, L).reshape(-1)
         start = row * L + col
         rec = exp.record_of(s)
         pieces = np.full(s.size, -1, np.int64)
@@ -668,10 +667,10 @@ def check_sources(pack: str, data: str | None = None, sample: int | None = None,
     """The `verify --sources` checks of the pack folder `pack`: sources re-read from `data` (None:
     where the manifest says), tokenized again with the recorded tokenizer, template and options,
     and every document (or `sample` records, picked with `seed`) compared with the shards."""
-    from packtool.verify.integrity import _load_manifest, list_shards
+    from packtool.verify.audit import list_shards, load_manifest
 
     checks: list[Check] = []
-    manifest, merr = _load_manifest(pack)
+    manifest, merr = load_manifest(pack)
     try:
         if merr:
             raise _Stop(FILES, merr)

@@ -28,6 +28,7 @@ pytest.importorskip("transformers")
 
 import torch.nn.functional as F  # noqa: E402
 
+from packtool import schema  # noqa: E402
 from packtool.errors import UsageError  # noqa: E402
 from packtool.verify import backends as bk  # noqa: E402
 from packtool.verify import isolation as iso  # noqa: E402
@@ -336,8 +337,8 @@ def test_sample_rows_follow_the_row_layout():
     n = int(s.seq_lengths.sum())
     assert len(s.seq_lengths) >= 2 and n <= 256
     starts = np.concatenate(([0], np.cumsum(s.seq_lengths)[:-1]))
-    assert (s.position_ids[starts] == 0).all() and (s.labels[starts] == -100).all()
-    assert (s.labels[n:] == -100).all() and (s.position_ids[n:] == np.arange(256 - n)).all()
+    assert (s.position_ids[starts] == 0).all() and (s.labels[starts] == schema.IGNORE_INDEX).all()
+    assert (s.labels[n:] == schema.IGNORE_INDEX).all() and (s.position_ids[n:] == np.arange(256 - n)).all()
 
 
 def test_explicit_backend_reports_its_trial_but_is_judged_by_the_checks(gpu, pack):

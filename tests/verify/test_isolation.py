@@ -34,6 +34,14 @@ def samples(tmp_path_factory):
                        np.asarray(seq[r])) for r in rows]
 
 
+def test_varlen_segments_are_the_contracts():
+    """A varlen backend gets schema.cu_seqlens over the batch: the pad tail is a segment of its own."""
+    from packtool.verify import forwards
+
+    cu, longest = forwards._cu([[4, 3], [9]], 9, "cpu")
+    assert cu.dtype == torch.int32 and cu.tolist() == [0, 4, 7, 9, 18] and longest == 9
+
+
 def _by_name(checks):
     return {c.name: c for c in checks}
 
@@ -157,7 +165,7 @@ def test_nan_outputs_fail_instead_of_passing(samples, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# transformers 5.x pitfalls (DESIGN §6), measured: why verify feeds models the way it does
+# transformers 5.x pitfalls (docs/ARCHITECTURE.md, "Verify"), measured: why verify feeds models the way it does
 
 
 def _leak(impl: str, kind: str = "llama", **call):

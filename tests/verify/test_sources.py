@@ -147,7 +147,7 @@ def test_prompt_token_trained_passes_integrity_but_not_sources(pack):
                      rf"\[.*\] expected \[.*\]", msg), msg
     first = bad[vs.TOKENS]["evidence"]["first"][0]
     assert (first["shard"], first["row"], first["position"], first["source_index"]) == (rel, r, p, src)
-    assert first["got"]["label"] == ids[r, p] and first["expected"]["label"] == -100
+    assert first["got"]["label"] == ids[r, p] and first["expected"]["label"] == schema.IGNORE_INDEX
     # the manifest's loss counts were re-signed too: re-tokenizing gives the true ones
     assert "tokens.loss_in is" in bad[vs.ACCOUNT]["message"]
 
@@ -187,7 +187,7 @@ def test_damaged_split_part_is_caught_and_named_as_a_part(pack):
     ids = st.token_column(table, "input_ids")
     ids[r, col] += 1
     lab = st.token_column(table, "labels")
-    if lab[r, col] != -100:
+    if lab[r, col] != schema.IGNORE_INDEX:
         lab[r, col] = ids[r, col]
     st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids, labels=lab))
     assert verify(pack)[0] == 0
@@ -223,7 +223,7 @@ def test_truncated_and_dropped_records(built, tmp_path, overflow):
     col = sum(table.column("seq_lengths").to_pylist()[r][:k]) + 255  # the last token kept
     ids, lab = st.token_column(table, "input_ids"), st.token_column(table, "labels")
     ids[r, col] += 1
-    lab[r, col] = ids[r, col] if lab[r, col] != -100 else -100
+    lab[r, col] = ids[r, col] if lab[r, col] != schema.IGNORE_INDEX else schema.IGNORE_INDEX
     st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids, labels=lab))
     code, checks = verify(pack, "--sources")
     assert code == 1

@@ -1,0 +1,173 @@
+"""The pack's files against the contract: the manifest, the shard list, each shard's Arrow schema.
+
+    OUT/
+      manifest.json                   load_manifest, manifest_check: readable, schema v1, pack_len, pad_id
+      data/train-00000-of-0000N.parquet
+        Arrow schema                  shard_schema: schema.shard_schema_problems; attention_mask named apart
+        rows, sha256                  shards_check: every listed shard on disk, nothing extra, same bytes
+
+A damaged manifest is still read as a dict (verify reports each of its problems in the check it
+concerns and goes on scanning the rows), not as `schema.Manifest` (which stops at the first bad
+key). Every failure is a failed Check, never a traceback: `guarded` turns a manifest value of the
+wrong type into one. Where every example and token went is accounting.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from packtool import schema
+from packtool.verify import Check
+from packtool.verify.names import MANIFEST_CHECK, SHARDS
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def load_manifest(path: str) -> tuple[dict | None, str | None]:
+    """(manifest, None), or (None, why) when the pack has no readable JSON object as its manifest."""
+    mpath = os.path.join(path, schema.MANIFEST)
+    if not os.path.isfile(mpath):
+        return None, f"{mpath} is missing; a finished pack always has one (was the pack interrupted?)"
+    try:
+        with open(mpath) as f:
+            m = json.load(f)
+    except (OSError, ValueError) as e:
+        return None, f"{mpath} is not valid JSON: {e}"
+    if not isinstance(m, dict):
+        return None, f"{mpath} is not a JSON object"
+    return m, None
+
+
+def value(m: dict | None, dotted: str):
+    """m["a"]["b"] for "a.b"; None where a key is absent or a level is not an object."""
+    cur = m
+    for k in dotted.split("."):
+        if not isinstance(cur, dict) or k not in cur:
+            return None
+        cur = cur[k]
+    return cur
+
+
+def manifest_pack_len(m: dict | None) -> int | None:
+    """The manifest's pack_len when it is a positive integer (else the shards say)."""
+    v = value(m, "pack_len")
+    return v if _is_int(v) and v >= 1 else None
+
+
+def _raw_pad_id(m: dict | None):
+    return m.get("pad_id", value(m, "tokenizer.pad_id")) if m else None
+
+
+def manifest_pad_id(m: dict | None) -> int | None:
+    """The pad id the pad tail must hold, when the manifest records it as an integer."""
+    v = _raw_pad_id(m)
+    return v if _is_int(v) else None
+
+
+def manifest_check(path: str, m: dict | None, why: str | None) -> Check:
+    """The manifest itself: readable, schema v1, a usable pack_len and pad_id, the main keys."""
+    if why:
+        return Check(MANIFEST_CHECK, False, why)
+    problems = []
+    if m.get("schema_version") != schema.SCHEMA_VERSION:
+        problems.append(f"schema_version {m.get('schema_version')!r} != {schema.SCHEMA_VERSION}")
+    pack_len = value(m, "pack_len")
+    if manifest_pack_len(m) is None:
+        problems.append(f"pack_len {pack_len!r} is not a positive integer")
+    pad_id = _raw_pad_id(m)
+    if pad_id is not None and manifest_pad_id(m) is None:
+        problems.append(f"pad_id {pad_id!r} is not an integer")
+    for key in ("counts", "tokens", "shards"):
+        if key not in m:
+            problems.append(f"key {key!r} is missing")
+    return Check(MANIFEST_CHECK, not problems, "; ".join(problems) or f"readable, schema v{schema.SCHEMA_VERSION}",
+                 {"path": os.path.join(path, schema.MANIFEST), "pack_len": pack_len})
+
+
+def list_shards(path: str) -> list[str]:
+    """Relative paths `data/*.parquet`, sorted."""
+    d = os.path.join(path, schema.DATA_DIR)
+    if not os.path.isdir(d):
+        return []
+    return sorted(f"{schema.DATA_DIR}/{f}" for f in os.listdir(d) if f.endswith(".parquet"))
+
+
+def open_shard(path: str):
+    """(ParquetFile, None), or (None, why) when the file is not readable Parquet (random bytes,
+    truncated footer): a failed check names it, verify does not crash."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        pf.schema_arrow  # noqa: B018 - converting the schema can fail on its own
+    except Exception as e:
+        return None, f"not a readable Parquet file ({type(e).__name__}: {e})"
+    return pf, None
+
+
+def shard_schema(pf, shard: str, pack_len: int | None) -> tuple[str | None, str | None, bool]:
+    """(schema problem, attention_mask problem, scannable) of one opened shard. The forbidden
+    column is its own check (no attention_mask), so the schema problem leaves it out;
+    `scannable`: every column is there and input_ids holds rows of `pack_len`."""
+    sch = pf.schema_arrow
+    rows = pf.metadata.num_rows
+    forbidden = [c for c in schema.FORBIDDEN_COLUMNS if c in sch.names]
+    mask = None
+    if forbidden:
+        mask = (f"{shard} has an attention_mask column (rows 0..{rows - 1}): an all-ones mask beside packed "
+                f"position_ids makes sdpa/eager attend across documents; drop the column")
+    if pack_len:  # shard_schema_problems names the forbidden columns first: they are reported above
+        problem = "; ".join(schema.shard_schema_problems(sch, pack_len)[len(forbidden):]) or None
+    else:
+        problem = "pack_len unknown"
+    scannable = all(sch.get_field_index(c) >= 0 for c in schema.COLUMNS) and schema.pack_len_of(sch) == pack_len
+    return problem, mask, scannable
+
+
+def guarded(name: str, fn, *args) -> Check:
+    """fn(*args), or a failed check when a manifest value has a type the check cannot use (a string
+    where a number belongs): reported like any other failure, never a traceback."""
+    try:
+        return fn(*args)
+    except (TypeError, ValueError, AttributeError, KeyError) as e:
+        return Check(name, False, f"cannot check: a manifest value has the wrong type ({type(e).__name__}: {e})")
+
+
+def shards_check(manifest: dict | None, shards: list[str], shard_rows: dict[str, int],
+                 hashes: dict[str, str]) -> Check:
+    """Every shard the manifest lists is on disk with its rows and sha256, and nothing else is."""
+    problems: list[str] = []
+    listed = manifest.get("shards") if isinstance(manifest, dict) else None
+    if not isinstance(listed, list):
+        problems.append("the manifest lists no shards: rows and sha256 cannot be checked")
+        listed = []
+    by_file = {}
+    for s in listed:
+        if isinstance(s, dict) and "file" in s:
+            by_file[str(s["file"]).replace(os.sep, "/")] = s
+    for f in sorted(set(by_file) - set(shards)):
+        rows = by_file[f].get("rows")
+        problems.append(f"{f} is listed in the manifest ({rows} rows) but missing on disk")
+    for f in sorted(set(shards) - set(by_file)):
+        rows = f"rows 0..{shard_rows[f] - 1}" if f in shard_rows else "rows unknown: not readable"
+        problems.append(f"{f} is on disk but not in the manifest ({rows} unaccounted)")
+    for f in shards:
+        s = by_file.get(f)
+        if s is None:
+            continue
+        want, have = s.get("rows"), shard_rows.get(f)
+        if have is None:
+            problems.append(f"{f} could not be read: the manifest's {want!r} rows are not on disk in a readable shard")
+        elif want != have:
+            if _is_int(want) and have < want:
+                problems.append(f"{f} has {have} rows, the manifest says {want}: rows {have}..{want - 1} are missing")
+            else:
+                problems.append(f"{f} has {have} rows, the manifest says {want!r}")
+        if s.get("sha256") != hashes[f]:
+            problems.append(f"{f} sha256 is {hashes[f][:12]}…, the manifest says {str(s.get('sha256'))[:12]}…: "
+                            f"the shard's bytes changed after packing")
+    ev = {"shards": len(shards), "rows": sum(shard_rows.values()), "sha256_checked": len(set(shards) & set(by_file))}
+    return Check(SHARDS, not problems, "; ".join(problems) or "every shard present; rows and sha256 match the manifest", ev)

@@ -1,0 +1,112 @@
+"""The rows the isolation check runs on (`Sample`): chosen during the integrity scan, or built when none fits.
+
+Choosing: every valid row gets a seeded pseudo-random key from its global index (its place over all
+shards, not within a batch), and a `Sampler` keeps the `n` rows with the smallest keys seen so far,
+so the choice does not depend on how the shards were cut into batches:
+
+    global row     0    1    2    3    4    5   ...
+    key            splitmix64(row ^ splitmix64(seed))
+    candidates     rows with >= 2 documents (else, in a second sampler, rows with one)
+    kept           the n smallest keys, as copies {shard, row, seq_lengths, input_ids, labels, position_ids}
+
+Building (`synthesize`): when no row holds two documents, rows of two are made from the pack's own
+documents (the heads of two one-document rows, or the two halves of the only document), laid out
+by the contract (docs/ARCHITECTURE.md, "Schema"); the report says the rows are synthetic.
+
+    [A A A A | B B B | pad pad]      labels IGNORE_INDEX at 0 and at B's first token, and on the pad tail
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from packtool import schema
+
+
+@dataclass
+class Sample:
+    """One packed row to test: its documents' lengths and the token columns (int32 [L])."""
+
+    shard: str
+    row: int
+    input_ids: np.ndarray
+    labels: np.ndarray
+    position_ids: np.ndarray
+    seq_lengths: np.ndarray
+    synthetic: bool = False
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        cs = np.concatenate(([0], np.cumsum(self.seq_lengths)))
+        return [(int(a), int(b)) for a, b in zip(cs[:-1], cs[1:], strict=True)]
+
+
+def mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64: a seeded pseudo-random key per global row, independent of batch boundaries."""
+    z = x + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+class Sampler:
+    """Keeps the `n` candidate rows with the smallest seeded keys seen so far (copies, tiny)."""
+
+    def __init__(self, n: int, seed: int):
+        self.n = n
+        self.salt = mix(np.array([seed], dtype=np.uint64))[0]
+        self.kept: list[tuple[int, dict]] = []
+
+    def offer(self, cand: np.ndarray, gidx: np.ndarray, cols: dict, shard: str, row0: int) -> None:
+        """Rows of a scanned batch: `cand` (R,) which may be kept, `gidx` (R,) uint64 their global
+        indices, `cols` the batch's columns (see scan.py), the batch's first row `row0` in `shard`."""
+        if self.n <= 0 or not cand.any():
+            return
+        local = np.flatnonzero(cand)
+        with np.errstate(over="ignore"):
+            keys = mix(gidx[local] ^ self.salt)
+        order = np.argsort(keys)[: self.n]
+        for i in order:
+            r = int(local[i])
+            key = int(keys[i])
+            if len(self.kept) >= self.n and key >= self.kept[-1][0]:
+                break
+            a, b = int(cols["seq_off"][r]), int(cols["seq_off"][r + 1])
+            row = {"shard": shard, "row": row0 + r, "seq_lengths": np.array(cols["seq_val"][a:b], np.int64)}
+            for c in ("input_ids", "labels", "position_ids"):
+                row[c] = cols[c][r].copy()
+            self.kept.append((key, row))
+            self.kept.sort(key=lambda kv: kv[0])
+            del self.kept[self.n:]
+
+    def rows(self) -> list[dict]:
+        return sorted((row for _, row in self.kept), key=lambda d: (d["shard"], d["row"]))
+
+
+def synthesize(singles: list[dict], pack_len: int, rows: int):
+    """No row holds two documents: up to `rows` isolation Samples of two documents built from the
+    one-document rows `singles` (Sampler.rows() dicts). Token slots keep the row's layout rules."""
+    docs = [(d["input_ids"][: int(d["seq_lengths"][0])], d["labels"][: int(d["seq_lengths"][0])], d)
+            for d in singles]
+    pairs = []
+    if len(docs) >= 2:
+        pairs = [(a, b) for a, b in zip(docs[0::2], docs[1::2], strict=False)]
+    elif len(docs) == 1 and len(docs[0][0]) >= 2:
+        ids, lab, d = docs[0]
+        h = len(ids) // 2
+        pairs = [((ids[:h], lab[:h], d), (ids[h:], lab[h:], d))]
+    out = []
+    for (ia, la_, da), (ib, lb_, db) in pairs[:rows]:
+        na = min(len(ia), pack_len // 2)
+        nb = min(len(ib), pack_len - na)
+        pad = pack_len - na - nb
+        ids = np.concatenate((ia[:na], ib[:nb], np.zeros(pad, np.int32)))
+        lab = np.concatenate((la_[:na], lb_[:nb], np.full(pad, schema.IGNORE_INDEX)))
+        lab[[0, na]] = schema.IGNORE_INDEX
+        pos = schema.position_ids([na, nb], pack_len)
+        out.append(Sample(shard=f"synthetic from {da['shard']} row {da['row']}", row=int(db["row"]),
+                          input_ids=ids.astype(np.int32), labels=lab.astype(np.int32),
+                          position_ids=pos.astype(np.int32), seq_lengths=np.array([na, nb]), synthetic=True))
+    return out

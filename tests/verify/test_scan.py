@@ -1,0 +1,207 @@
+"""The row scan: the vectorized checks against a per-row oracle, and each row-level damage named
+by check, shard, row and position (the manifest's shard sha256/rows re-recorded: only the one
+change is left to find)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from packs import merge_first_two  # noqa: E402  (fixture damage)
+
+from packtool import schema
+from packtool.verify import integrity as integ
+from packtool.verify import scan
+from packtool.verify import selftest as st
+
+L = 128
+IGNORE = schema.IGNORE_INDEX
+
+
+def _row_with_docs(table, k=2):
+    seq = table.column("seq_lengths").to_pylist()
+    return next(r for r, s in enumerate(seq) if len(s) >= k), seq
+
+
+# ---------------------------------------------------------------------------------------------
+# the vectorized scan against a per-row oracle
+
+
+def _oracle(cols, pad_id):
+    """First bad position per check and row, computed the slow obvious way."""
+    out = {}
+    R, n = cols["input_ids"].shape
+    for r in range(R):
+        lens = cols["seq_val"][cols["seq_off"][r]:cols["seq_off"][r + 1]]
+        doc = np.concatenate([np.full(k, j) for j, k in enumerate(lens)] + [np.full(n - sum(lens), -1)])
+        pos = np.concatenate([np.arange(k) for k in lens] + [np.arange(n - sum(lens))])
+        first = np.zeros(n, bool)
+        first[np.concatenate(([0], np.cumsum(lens)[:-1]))] = True
+        pad = doc < 0
+        lab, ids = cols["labels"][r], cols["input_ids"][r]
+        masks = {
+            integ.DOC: cols["document_id"][r] != doc,
+            integ.POS: cols["position_ids"][r] != pos,
+            integ.LAB_MASK: (first | pad) & (lab != IGNORE),
+            integ.LAB_EQ: ~(first | pad) & (lab != IGNORE) & (lab != ids),
+            integ.PAD: pad & (ids != pad_id),
+        }
+        for name, bad in masks.items():
+            if bad.any():
+                out.setdefault(name, {})[r] = int(np.argmax(bad))
+    return out
+
+
+def _cols(table):
+    cols = {c: st.token_column(table, c) for c in schema.TOKEN_COLUMNS}
+    seq = table.column("seq_lengths").to_pylist()
+    cols["seq_off"] = np.concatenate(([0], np.cumsum([len(s) for s in seq])))
+    cols["seq_val"] = np.array([x for s in seq for x in s], np.int32)
+    src = table.column("source_index").to_pylist()
+    cols["src_off"] = np.concatenate(([0], np.cumsum([len(s) for s in src])))
+    cols["src_val"] = np.array([x for s in src for x in s], np.int64)
+    cols["num_tokens"] = table.column("num_tokens").to_numpy().astype(np.int64)
+    cols["num_loss_tokens"] = table.column("num_loss_tokens").to_numpy().astype(np.int64)
+    return cols
+
+
+@pytest.mark.parametrize("column", schema.TOKEN_COLUMNS)
+def test_scan_matches_oracle_on_random_corruption(clean_pack, column):
+    _, table = st.read_shard(str(clean_pack), 0)
+    rng = np.random.default_rng(hash(column) % 2**32)
+    for _ in range(20):
+        cols = _cols(table)
+        R = cols["input_ids"].shape[0]
+        for _ in range(3):  # a few random cells per trial, possibly in the same row
+            r, p = int(rng.integers(R)), int(rng.integers(L))
+            cols[column][r, p] += int(rng.choice([-2, -1, 1, 5]))
+        got = integ.scan_rows(cols, pad_id=0)
+        want = _oracle(cols, 0)
+        for name in (integ.DOC, integ.POS, integ.LAB_MASK, integ.LAB_EQ, integ.PAD):
+            have = dict(zip(got[name]["rows"].tolist(), got[name]["pos"].tolist(), strict=True)) if name in got else {}
+            assert have == want.get(name, {}), name
+
+
+def test_batch_columns_read_a_shard_as_the_scan_reads_it(clean_pack):
+    """The decoded Arrow batch and the test's own column reading agree, and scan clean."""
+    _, table = st.read_shard(str(clean_pack), 0)
+    (batch,) = table.combine_chunks().to_batches()
+    got, want = scan.batch_columns(batch, L, 0), _cols(table)
+    for c, v in want.items():
+        assert np.array_equal(got[c], v), c
+    res = scan.scan_rows(got, pad_id=0)
+    assert set(res) == {"_totals"} and res["_totals"]["valid"].all()
+
+
+# ---------------------------------------------------------------------------------------------
+# power: each deliberately broken row fails, naming shard, row and position
+
+
+def test_positions_not_reset(pack, failed_of):
+    rel, table = st.read_shard(str(pack), 0)
+    r, seq = _row_with_docs(table)
+    pos = st.token_column(table, "position_ids")
+    n = int(sum(seq[r]))
+    pos[r, :n] = np.arange(n)  # counts on across documents
+    st.write_shard(str(pack), rel, st.replace_columns(table, position_ids=pos))
+    failed = failed_of(pack)
+    a = seq[r][0]
+    assert set(failed) == {integ.POS}
+    assert failed[integ.POS].message.startswith(
+        f"{rel} row {r} position {a} (document 1): position_id {a}, expected 0")
+
+
+def test_first_label_not_masked(pack, expect_failure):
+    rel, table = st.read_shard(str(pack), 0)
+    r, seq = _row_with_docs(table)
+    lab, ids = st.token_column(table, "labels"), st.token_column(table, "input_ids")
+    a = seq[r][0]
+    lab[r, a] = ids[r, a]
+    nloss = table.column("num_loss_tokens").to_numpy().copy()
+    nloss[r] += 1
+    st.write_shard(str(pack), rel, st.replace_columns(table, labels=lab, num_loss_tokens=nloss))
+    expect_failure(pack, integ.LAB_MASK, rf"^{rel} row {r} position {a} \(first token of document 1\): label \d+, must be -100")
+
+
+def test_token_moved_across_document_boundary(pack, failed_of):
+    """The writer gives A's last token to B (lengths, document_id, positions all agree): the label
+    of B's new first token is not -100, so the check fails at that slot."""
+    rel, table = st.read_shard(str(pack), 0)
+    seq = table.column("seq_lengths").to_pylist()
+    lab = st.token_column(table, "labels")
+    r = next(i for i, s in enumerate(seq) if len(s) >= 2 and s[0] > 1 and lab[i, s[0] - 1] != IGNORE)
+    a = seq[r][0]
+    seq[r][0] -= 1
+    seq[r][1] += 1
+    doc, pos = st.token_column(table, "document_id"), st.token_column(table, "position_ids")
+    doc[r, a - 1] = 1
+    pos[r, a - 1:a - 1 + seq[r][1]] = np.arange(seq[r][1])
+    st.write_shard(str(pack), rel, st.replace_columns(table, seq_lengths=seq, document_id=doc, position_ids=pos))
+    failed = failed_of(pack)
+    assert set(failed) == {integ.LAB_MASK}
+    assert f"{rel} row {r} position {a - 1} (first token of document 1)" in failed[integ.LAB_MASK].message
+
+
+def test_token_swapped_across_boundary_breaks_labels(pack, expect_failure):
+    """A's last token and B's first trade places in input_ids only: labels no longer match."""
+    rel, table = st.read_shard(str(pack), 0)
+    seq = table.column("seq_lengths").to_pylist()
+    ids, lab = st.token_column(table, "input_ids"), st.token_column(table, "labels")
+    r = next(i for i, s in enumerate(seq) if len(s) >= 2 and lab[i, s[0] - 1] != IGNORE
+             and ids[i, s[0] - 1] != ids[i, s[0]])
+    a = seq[r][0]
+    ids[r, [a - 1, a]] = ids[r, [a, a - 1]]
+    st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids))
+    expect_failure(pack, integ.LAB_EQ, rf"^{rel} row {r} position {a - 1} \(document 0\): label \d+ != input_id \d+")
+
+
+def test_document_id_disagrees_with_seq_lengths(pack, failed_of):
+    rel, table = st.read_shard(str(pack), 0)
+    r, seq = _row_with_docs(table)
+    doc = st.token_column(table, "document_id")
+    a = seq[r][0]
+    doc[r, a] = 0  # B's first slot claimed by A
+    st.write_shard(str(pack), rel, st.replace_columns(table, document_id=doc))
+    failed = failed_of(pack)
+    assert set(failed) == {integ.DOC}
+    assert failed[integ.DOC].message.startswith(
+        f"{rel} row {r} position {a}: document_id 0, but seq_lengths put document 1 there")
+
+
+def test_seq_lengths_overflowing_the_row(pack, failed_of):
+    rel, table = st.read_shard(str(pack), 0)
+    seq = table.column("seq_lengths").to_pylist()
+    seq[3] = [*seq[3], L]
+    st.write_shard(str(pack), rel, st.replace_columns(table, seq_lengths=seq))
+    failed = failed_of(pack)
+    assert f"{rel} row 3: seq_lengths declare" in failed[integ.SEQ].message
+
+
+@pytest.mark.parametrize("column", ["num_tokens", "num_loss_tokens"])
+def test_scalar_counts(pack, column, failed_of):
+    rel, table = st.read_shard(str(pack), 0)
+    v = table.column(column).to_numpy().copy()
+    v[2] += 1
+    st.write_shard(str(pack), rel, st.replace_columns(table, **{column: v}))
+    failed = failed_of(pack)
+    name = integ.NTOK if column == "num_tokens" else integ.NLOSS
+    assert failed[name].message.startswith(f"{rel} row 2: {column} {v[2]}")
+
+
+def test_pad_tail_with_wrong_token(pack, failed_of):
+    rel, table = st.read_shard(str(pack), 0)
+    ntok = table.column("num_tokens").to_numpy()
+    r = int(np.flatnonzero(ntok < L)[0])
+    ids = st.token_column(table, "input_ids")
+    ids[r, L - 1] = 7
+    st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids))
+    assert failed_of(pack)[integ.PAD].message == f"{rel} row {r} position {L - 1} (padding): input_id 7 != pad id 0"
+
+
+def test_merged_documents_with_both_source_indices_name_the_row(pack, failed_of):
+    rel, table = st.read_shard(str(pack), 0)
+    r, src_r, _, _, merged = merge_first_two(table, keep_source=True)
+    st.write_shard(str(pack), rel, merged)
+    seq_r = merged.column("seq_lengths").to_pylist()[r]
+    msg = failed_of(pack)[integ.SRC].message
+    assert msg.startswith(f"{rel} row {r}: {len(src_r)} source_index entries for {len(seq_r)} documents "
+                          f"(source_index {src_r}, seq_lengths {seq_r}): documents merged (a boundary lost)"), msg
