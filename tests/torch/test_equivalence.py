@@ -1,7 +1,7 @@
 """Proof that training on packed rows equals training on the same examples unpacked (CPU, fp32).
 
 Tiny random-weight decoders built from a config (no downloads): Llama (RoPE) and GPT-2 (absolute
-positions, so a position that is not reset shows up in the logits, DESIGN §6).
+positions, so a position that is not reset shows up in the logits, docs/ARCHITECTURE.md, "Semantics").
 
 Attention paths, measured on CPU with transformers 5.24 / torch 2.13: sdpa, eager and flex_attention
 all detect packed rows from restarting position_ids (no attention_mask, use_cache=False) and isolate

@@ -1,0 +1,64 @@
+"""Train on packed shards with PyTorch: dataset, collator, sampler, FlexAttention mask, token-weighted loss.
+
+The only packtool package that imports torch (nothing outside it does at module level, so
+`packtool --help` never loads PyTorch). A pack folder (schema v1, see `packtool.schema` and
+docs/ARCHITECTURE.md, "Schema") holds rows of exactly `pack_len` tokens; a batch of B rows becomes,
+per consumer:
+
+    row 0   a0 a1 a2 a3 | b0 b1 b2 | p  p        position_ids 0 1 2 3 0 1 2 0 1
+    row 1   c0 c1 c2 c3 c4 c5 | d0 d1 d2         position_ids 0 1 2 3 4 5 0 1 2
+
+    mode="hf"      input_ids, labels, position_ids  [B, L] int64, use_cache=False, and for the
+                   flash-attention path over the flattened B*L tokens:
+                   cu_seq_lens_q = cu_seq_lens_k = [0, 4, 7, 9, 15, 18]  int32 (the pad tail is a segment)
+                   max_length_q  = max_length_k  = 6                    python int
+                   No attention_mask: beside packed position_ids an all-ones mask makes transformers'
+                   sdpa/eager paths attend across documents.
+    mode="varlen"  input_ids, labels, position_ids  [B*L] (or [sum num_tokens] with drop_padding),
+                   cu_seqlens int32, max_seqlen int: what flash_attn_varlen_func / varlen_attn take.
+    mode="flex"    input_ids, labels, position_ids  [B, L] int64 and document_id [B, L] int32, for
+                   `document_block_mask(document_id)` -> FlexAttention BlockMask.
+
+`use_cache=False` is part of every "hf" batch: transformers (5.x) models default to building a cache
+even in train mode, and a cache switches off the detection of packed sequences from position_ids,
+so documents silently attend to each other.
+
+Labels are unshifted (the model shifts). For a shifted loss the count of loss tokens is
+`labels[..., 1:] != -100` (`schema.IGNORE_INDEX`); see `global_loss_tokens` for why packing needs no
+extra care there.
+
+Who does what (the rows' segments, position_ids and cu_seqlens are `packtool.schema.segments`'s,
+the ignore index `schema.IGNORE_INDEX`: this package defines neither):
+
+    dataset.py      PackedDataset: manifest + shards -> one item per row (torch tensors)
+    arrow_cache.py  the Parquet -> uncompressed Arrow IPC cache, memory-mapped (numpy/pyarrow only)
+    collate.py      PackedCollator: items -> an "hf" / "varlen" / "flex" batch
+    mask.py         document_block_mask: document_id -> FlexAttention BlockMask
+    loss.py         count_loss_tokens, global_loss_tokens, token_loss_sum, accumulation_groups
+    sampler.py      PackedSampler: seeded, epoch-aware, resumable, rank-split row order
+"""
+
+from __future__ import annotations
+
+from packtool.torch.collate import MODES as MODES  # not in __all__, importable as before the split
+from packtool.torch.collate import PackedCollator
+from packtool.torch.dataset import PackedDataset
+from packtool.torch.loss import (
+    accumulation_groups,
+    count_loss_tokens,
+    global_loss_tokens,
+    token_loss_sum,
+)
+from packtool.torch.mask import document_block_mask
+from packtool.torch.sampler import PackedSampler
+
+__all__ = [
+    "PackedDataset",
+    "PackedCollator",
+    "PackedSampler",
+    "document_block_mask",
+    "count_loss_tokens",
+    "global_loss_tokens",
+    "token_loss_sum",
+    "accumulation_groups",
+]

@@ -1,0 +1,134 @@
+"""PackedCollator: a list of packed rows -> one batch for a transformers model, a varlen kernel or
+FlexAttention (the three layouts are drawn in `packtool.torch`'s docstring).
+
+Rows are stacked, never padded or truncated: every row already holds `pack_len` tokens. Where
+attention may look is the schema's rule (`schema.segments`: every document a segment, the pad tail
+one more): position_ids rebuilt from seq_lengths are `schema.position_ids`, cu_seqlens are
+`schema.cu_seqlens`, converted to torch tensors here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from packtool import schema
+
+MODES = ("hf", "varlen", "flex")
+
+
+def _stack(features: Sequence[Mapping[str, Any]], name: str, dtype: torch.dtype) -> torch.Tensor:
+    return torch.stack([torch.as_tensor(f[name]) for f in features]).to(dtype)
+
+
+def _missing(name: str) -> KeyError:
+    return KeyError(
+        f"batch items have no {name!r}; if a Trainer dropped it, pass remove_unused_columns=False "
+        "in TrainingArguments/SFTConfig"
+    )
+
+
+def _segments_read_off(position_ids: torch.Tensor) -> list[int]:
+    """The segment lengths of a 1-D run of position_ids: a segment starts at every 0 (for items
+    that carry position_ids but no seq_lengths, e.g. rows a caller built itself)."""
+    starts = torch.nonzero(position_ids == 0).flatten().tolist()
+    return [b - a for a, b in zip(starts, [*starts[1:], position_ids.numel()], strict=True)]
+
+
+class PackedCollator:
+    """Turn a list of `PackedDataset` items into one batch for `mode` ("hf", "varlen", "flex").
+
+    Segments (for cu_seqlens) are the rows' seq_lengths plus the pad tail (`schema.cu_seqlens`);
+    items without seq_lengths have them read off position_ids (a segment starts at every 0). Rows
+    are stacked, never padded or truncated: every row already holds `pack_len` tokens.
+
+    mode="hf" keys: input_ids, labels, position_ids [B, L] int64; use_cache=False; and when
+        flash_kwargs (default): cu_seq_lens_q/k int32 over the flattened B*L tokens, max_length_q/k int.
+        transformers' flash-attention path then runs one varlen call for the batch; with batch size
+        > 1 it needs them (it reads packing from position_ids only when the batch size is 1).
+        sdpa/eager/flex ignore these keys and isolate documents from position_ids.
+    mode="varlen" keys: input_ids, labels, position_ids [T] int64; cu_seqlens int32; max_seqlen int;
+        T = B*L, or the real tokens only with drop_padding=True (shape then varies per batch).
+    mode="flex" keys: input_ids, labels, position_ids [B, L] int64; document_id [B, L] int32.
+    """
+
+    def __init__(self, mode: str = "hf", *, flash_kwargs: bool = True, drop_padding: bool = False):
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r}; choose one of {', '.join(MODES)}")
+        if drop_padding and mode != "varlen":
+            raise ValueError("drop_padding=True only applies to mode='varlen'")
+        self.mode = mode
+        self.flash_kwargs = flash_kwargs
+        self.drop_padding = drop_padding
+
+    def __repr__(self) -> str:
+        return f"PackedCollator(mode={self.mode!r}, flash_kwargs={self.flash_kwargs}, drop_padding={self.drop_padding})"
+
+    def _position_ids(self, features, pack_len: int) -> torch.Tensor:
+        first = features[0]
+        if "position_ids" in first:
+            return _stack(features, "position_ids", torch.long)
+        if "seq_lengths" in first:
+            return torch.stack([torch.from_numpy(schema.position_ids(f["seq_lengths"], pack_len)).long()
+                                for f in features])
+        raise _missing("position_ids")
+
+    def _cu_seqlens(self, features, position_ids: torch.Tensor, flat_pos: torch.Tensor) -> torch.Tensor:
+        """int32 segment boundaries over the batch's output tokens (B*L, or the real ones only)."""
+        pack_len = position_ids.shape[1]
+        if all("seq_lengths" in f for f in features):
+            lengths = [[int(n) for n in f["seq_lengths"]] for f in features]
+            if self.drop_padding:  # the pad tails are gone: the documents, end to end, fill the stream
+                lengths = [[n for lens in lengths for n in lens]]
+                pack_len = flat_pos.numel()
+        elif self.drop_padding:
+            lengths, pack_len = [_segments_read_off(flat_pos)], flat_pos.numel()
+        else:
+            lengths = [_segments_read_off(row) for row in position_ids]
+        return torch.from_numpy(schema.cu_seqlens(lengths, pack_len))
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        if not features:
+            raise ValueError("empty batch")
+        for name in ("input_ids", "labels"):
+            if name not in features[0]:
+                raise _missing(name)
+        input_ids = _stack(features, "input_ids", torch.long)
+        labels = _stack(features, "labels", torch.long)
+        if input_ids.dim() != 2 or labels.shape != input_ids.shape:
+            raise ValueError(f"rows must all have the same length; got input_ids {tuple(input_ids.shape)}")
+        position_ids = self._position_ids(features, input_ids.shape[1])
+        if position_ids.shape != input_ids.shape or bool((position_ids[:, 0] != 0).any()):
+            raise ValueError("position_ids must have the row shape and start every row at 0 (schema v1)")
+
+        if self.mode == "flex":
+            if "document_id" not in features[0]:
+                raise _missing("document_id")
+            document_id = _stack(features, "document_id", torch.int32)
+            return {"input_ids": input_ids, "labels": labels, "position_ids": position_ids,
+                    "document_id": document_id}
+
+        if self.mode == "varlen" and self.drop_padding:
+            if "num_tokens" in features[0]:
+                keep = torch.arange(input_ids.shape[1])[None, :] < torch.tensor(
+                    [int(f["num_tokens"]) for f in features])[:, None]
+            elif "document_id" in features[0]:
+                keep = _stack(features, "document_id", torch.int32) >= 0  # pad tail: PAD_DOCUMENT_ID (-1)
+            else:
+                raise _missing("num_tokens")
+            flat_ids, flat_labels, flat_pos = input_ids[keep], labels[keep], position_ids[keep]
+        else:
+            flat_ids, flat_labels, flat_pos = input_ids.reshape(-1), labels.reshape(-1), position_ids.reshape(-1)
+
+        cu = self._cu_seqlens(features, position_ids, flat_pos)
+        max_len = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+
+        if self.mode == "varlen":
+            return {"input_ids": flat_ids, "labels": flat_labels, "position_ids": flat_pos,
+                    "cu_seqlens": cu, "max_seqlen": max_len}
+        batch = {"input_ids": input_ids, "labels": labels, "position_ids": position_ids, "use_cache": False}
+        if self.flash_kwargs:
+            batch.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_len, max_length_k=max_len)
+        return batch
