@@ -1,8 +1,8 @@
 """Build a profile: counts, length distributions, strategy simulation and FLOP projection.
 
-    TokenizedData ──profile_data──┐
-                                  ├──▶ ProfileResult ──▶ packtool.report.profile (rich, JSON, PNG)
-    lengths (synthetic / file) ───┘ profile_lengths
+    TokenizedData ──profile_data──┐                    ┌──▶ packtool.report.profile (rich, JSON)
+                                  ├──▶ ProfileResult ──┤
+    lengths (synthetic / file) ───┘ profile_lengths    └──▶ packtool.report.profile_png (PNG)
 
 No rendering here. Everything is computed on whole arrays (numpy + the packer's numba kernels):
 10M lengths profile in a few seconds (benchmarks/bench_profile.py).

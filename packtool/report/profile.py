@@ -1,9 +1,19 @@
-"""Render a ProfileResult: rich tables and a unicode histogram (stderr), JSON, PNG (matplotlib Agg).
+"""Render a ProfileResult: rich tables and a unicode histogram (stderr) and JSON; decide what to
+lead with (best_strategy, headline). The PNG is packtool.report.profile_png (write_png is
+re-exported here).
 
 JSON top-level keys (stable, schema "packtool.profile/v1"):
     schema, packtool_version, source, options, counts, lengths, loss_tokens_per_example,
     truncation, strategies, flops, histogram, random_batch_waste, notes, timings
-`strategies` maps a fixed id (stats.STRATEGY_LABELS order) to the same keys for every strategy.
+`strategies` maps a fixed id (stats.STRATEGY_LABELS order) to the same keys for every strategy
+(STRATEGY_KEYS; null where a key does not apply):
+
+    "strategies": {
+      "pad_to_len":    {"label": "pad to --len", "rows": …, …, "docs_per_row": null, …},
+      "random_padded": {…},
+      …
+      "packed_ffd_dense": {…, "docs_per_row": 3.1, …, "gpu_hours": null (without --gpu), …}
+    }
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ from typing import Any
 
 from packtool import stats
 from packtool.profiler import ProfileResult
+from packtool.report.profile_png import write_png  # noqa: F401  (re-exported: report.profile.write_png)
 
 SCHEMA = "packtool.profile/v1"
 STRATEGY_KEYS = (
@@ -20,9 +31,6 @@ STRATEGY_KEYS = (
     "relative_flops", "saving_vs_pad_to_len", "saving_vs_random_padded", "gpu_hours",
     "gpu_hours_saved_vs_pad_to_len", "gpu_hours_saved_vs_random_padded",
 )
-_COLOR = {"pad_to_len": "#c44e52", "random_padded": "#dd8452", "length_grouped": "#ccb974",
-          "padding_free": "#55a868", "packed_bfd_varlen": "#4c72b0", "packed_bfd_dense": "#4c72b0",
-          "packed_ffd_varlen": "#8172b3", "packed_ffd_dense": "#8172b3"}
 # terminal labels, short enough for an 80-column table
 SHORT_LABELS = {"pad_to_len": "pad to --len", "random_padded": "random, padded", "length_grouped": "length-grouped",
                 "padding_free": "padding-free", "packed_bfd_varlen": "packed BFD varlen",
@@ -30,7 +38,7 @@ SHORT_LABELS = {"pad_to_len": "pad to --len", "random_padded": "random, padded",
                 "packed_ffd_dense": "packed FFD dense"}
 
 
-def _strategy_json(name: str, s: stats.StrategyResult, cost: dict[str, Any]) -> dict[str, Any]:
+def _strategy_json(s: stats.StrategyResult, cost: dict[str, Any]) -> dict[str, Any]:
     d = {
         "label": s.label, "rows": s.rows, "steps": s.steps, "tokens": s.tokens, "slots": s.slots,
         "pad_slots": s.slots - s.tokens, "occupancy": s.occupancy,
@@ -59,7 +67,7 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
         "lengths": r.lengths,
         "loss_tokens_per_example": r.loss_lengths,
         "truncation": r.truncation,
-        "strategies": {n: _strategy_json(n, s, r.costs[n]) for n, s in r.strategies.items()},
+        "strategies": {n: _strategy_json(s, r.costs[n]) for n, s in r.strategies.items()},
         "flops": {
             "formula": stats.FLOPS_FORMULA,
             "attention_convention": stats.ATTENTION_CONVENTION,
@@ -79,9 +87,7 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
 # terminal
 
 
-def _num(x: float | int | None, digits: int = 0) -> str:
-    if x is None:
-        return "–"
+def _num(x: float | int, digits: int = 0) -> str:
     if isinstance(x, float) and not x.is_integer() or digits:
         return f"{x:,.{digits}f}"
     return f"{int(x):,}"
@@ -118,9 +124,7 @@ def _saved(hours: float, share: float) -> str:
     return f"{_hours(-hours)} h more"
 
 
-def _hours(h: float | None) -> str:
-    if h is None:
-        return "–"
+def _hours(h: float) -> str:
     if abs(h) >= 100:
         return f"{h:,.0f}"
     if abs(h) >= 1:
@@ -284,12 +288,7 @@ def render(r: ProfileResult, console) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# PNG
-
-
-def _source_name(r: ProfileResult) -> str:
-    src = r.source
-    return str(src.get("data") or src.get("spec") or src.get("path") or src.get("kind", ""))
+# decisions
 
 
 _PREFERENCE = ("padding_free", "packed_bfd_varlen", "packed_ffd_varlen", "length_grouped", "packed_bfd_dense",
@@ -311,144 +310,3 @@ def headline(r: ProfileResult) -> str:
     if best != "random_padded":
         text += f", {c['random_padded']['flops'] / f:.1f}× fewer than random padded batches"
     return text
-
-
-def write_png(r: ProfileResult, path: str) -> None:
-    """Four panels: length histogram with p50/p90/p99/--len; occupancy by strategy; relative
-    training FLOPs split into linear and attention; per-batch attention waste of random batches."""
-    import os
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    cfg = r.config
-    names = list(r.strategies)
-    labels = [r.strategies[n].label for n in names]
-
-    colors = [_COLOR.get(n, "#888888") for n in names]
-    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
-                         "axes.titleweight": "bold", "axes.titlesize": 10})
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5), dpi=110)
-    (ax_h, ax_o), (ax_f, ax_w) = axes
-
-    # (a) length histogram
-    h = r.plot_histogram
-    edges = h.edges.astype(float)
-    widths = np.diff(edges)
-    if h.overflow:  # draw the tail bin as wide as the others; its label says what it holds
-        widths[-1] = widths[0]
-    ax_h.bar(edges[:-1], h.counts, width=widths, align="edge", color="#4c72b0", alpha=0.85,
-             edgecolor="white", linewidth=0.3)
-    ymax = max(h.counts.max(), 1)
-    for k, (label, v, style) in enumerate((("p50", r.lengths["median"], ":"), ("p90", r.lengths["p90"], "--"),
-                                           ("p99", r.lengths["p99"], "-."))):
-        ax_h.axvline(v, color="#333333", linestyle=style, linewidth=1)
-        ax_h.text(v, ymax * (1.17 - 0.08 * k), f" {label} {v:,.0f}", va="center", ha="left", fontsize=8,
-                  bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
-    right = edges[-2] + widths[-1]
-    if cfg.pack_len <= right:
-        ax_h.axvline(cfg.pack_len, color="#c44e52", linewidth=1.8)
-        ax_h.axvspan(cfg.pack_len, right, color="#c44e52", alpha=0.08)
-        over = r.truncation["examples_over"]
-        ax_h.text(cfg.pack_len, ymax * 0.6, f"--len {cfg.pack_len:,} \n{over:,} longer ", color="#c44e52",
-                  fontsize=9, fontweight="bold", ha="right",
-                  bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
-    if h.overflow:
-        ax_h.annotate(f"≥{int(edges[-2]):,}\n(tail to {r.lengths['max']:,})", (edges[-2] + widths[-1] / 2, h.counts[-1]),
-                      xytext=(0, 28), textcoords="offset points", ha="right", fontsize=7,
-                      arrowprops={"arrowstyle": "-", "color": "#999999", "linewidth": 0.6})
-    ax_h.set_ylim(0, ymax * 1.25)
-    ax_h.set_xlabel("tokens per example" + ("" if cfg.pack_len <= right else
-                                            f"   (--len {cfg.pack_len:,} is beyond the longest example)"))
-    ax_h.set_ylabel("examples")
-    from matplotlib.ticker import FuncFormatter as _Fmt
-
-    ax_h.yaxis.set_major_formatter(_Fmt(lambda v, _p: f"{v:,.0f}"))
-    c = r.counts
-    ax_h.set_title(f"Length distribution · {c['examples']:,} examples, {c['tokens']:,} tokens")
-
-    # (b) occupancy
-    y = np.arange(len(names))[::-1]
-    occ = [r.strategies[n].occupancy * 100 for n in names]
-    ax_o.barh(y, occ, color=colors, height=0.65)
-    for yi, n, o in zip(y, names, occ, strict=True):
-        st = r.strategies[n]
-        ax_o.text(min(o, 100) + 1.5, yi, f"{_pct(st.occupancy)} · attn ×{st.attention_waste:.2f}", va="center",
-                  fontsize=8)
-    ax_o.set_yticks(y, labels)
-    ax_o.set_xlim(0, 150)
-    ax_o.set_xticks([0, 25, 50, 75, 100])
-    ax_o.axvline(100, color="#999999", linewidth=0.6)
-    ax_o.set_xlabel("occupancy: real tokens / computed slots (%)")
-    ax_o.set_title(f"Occupancy by strategy · --len {cfg.pack_len:,}, batch {cfg.batch_size}")
-
-    # (c) relative FLOPs, linear vs attention
-    ideal = r.costs["padding_free"]["flops"] or 1.0
-    lin = np.array([r.costs[n]["flops_linear"] / ideal for n in names])
-    att = np.array([r.costs[n]["flops_attention"] / ideal for n in names])
-    ax_f.barh(y, lin, color=colors, height=0.65)
-    ax_f.barh(y, att, left=lin, color=colors, height=0.65, alpha=0.45, hatch="///", edgecolor="white")
-    from matplotlib.patches import Patch
-
-    handles = [Patch(facecolor="#777777", label="linear layers: 6·P·slots"),
-               Patch(facecolor="#777777", alpha=0.45, hatch="///", edgecolor="white",
-                     label="attention: 12·layers·d_attn·work")]
-    totals = lin + att
-    # one huge bar (pad to --len on short data) would flatten the rest: clip it and say so
-    rest = np.sort(totals)[-2] if totals.size > 1 else totals.max()
-    cap = totals.max() * 1.3 if totals.max() <= 4 * rest else max(rest * 1.6, 2.0)
-    for yi, n, total in zip(y, names, totals, strict=True):
-        cost = r.costs[n]
-        txt = f"{total:.2f}×"
-        if cfg.gpu is not None:
-            txt += f"  {_hours(cost['gpu_hours'])} {cfg.gpu.name} h"
-        if total > cap:
-            ax_f.text(cap * 0.98, yi, txt + " ▶", va="center", ha="right", fontsize=8, color="white",
-                      fontweight="bold")
-        else:
-            ax_f.text(total + cap * 0.01, yi, txt, va="center", fontsize=8)
-    ax_f.set_yticks(y, labels)
-    ax_f.set_xlim(0, cap)
-    ax_f.axvline(1.0, color="#999999", linewidth=0.6)
-    ax_f.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8,
-                frameon=False)
-    ax_f.set_xlabel("training FLOPs relative to padding-free (1.0 = no waste)")
-    ax_f.set_title(f"Training FLOPs · {r.model.name}")
-
-    # (d) per-batch attention waste of random padded batches
-    w = r.batch_waste
-    wedges = np.asarray(w["edges"])
-    wcounts = np.asarray(w["counts"])
-    ax_w.bar(wedges[:-1], wcounts, width=np.diff(wedges), align="edge", color="#dd8452",
-             edgecolor="white", linewidth=0.3)
-    ax_w.set_xscale("log")
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
-    ticks = [t for t in (1, 1.5, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= wedges[-1] * 1.05]
-    ax_w.xaxis.set_major_locator(FixedLocator(ticks))
-    ax_w.xaxis.set_minor_locator(NullLocator())
-    ax_w.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}×"))
-    summ = w["summary"]
-    if summ.get("batches"):
-        top = max(wcounts.max(), 1)
-        for k, (label, key, style) in enumerate((("median", "median", "--"), ("p90", "p90", ":"))):
-            ax_w.axvline(summ[key], color="#333333", linestyle=style, linewidth=1)
-            ax_w.text(summ[key], top * (1.17 - 0.08 * k), f" {label} ×{summ[key]:.2f}", va="center", ha="left",
-                      fontsize=8, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
-        ax_w.set_ylim(0, top * 1.25)
-        overall = r.strategies["random_padded"].attention_waste
-        ax_w.text(0.02, 0.97, f"{summ['batches']:,} batches of {cfg.batch_size}\nepoch waste ×{overall:.2f}",
-                  transform=ax_w.transAxes, ha="left", va="top", fontsize=8)
-    ax_w.set_xlabel("attention waste per batch: b·m² / Σ n²  (log scale)")
-    ax_w.set_ylabel("batches")
-    ax_w.set_title("Random padded batches: attention waste per batch")
-
-    fig.suptitle(f"packtool profile · {_source_name(r)}\n{headline(r)}", fontsize=11, fontweight="bold")
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-

@@ -1,4 +1,4 @@
-"""--synthetic specs and --lengths files: parsing, validation, determinism."""
+"""packtool.stats.synthetic: --synthetic specs and --lengths files (parsing, validation, determinism)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from packtool.errors import PacktoolError, UsageError
-from packtool.synthetic import EXAMPLE, parse_spec, read_lengths, synthetic_lengths
+from packtool.stats.synthetic import EXAMPLE, parse_spec, read_lengths, synthetic_lengths
 
 
 def test_parse_fills_defaults():

@@ -6,9 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from packtool.schema import IGNORE_INDEX as IGNORE
 from packtool.tokenization.pretokenized import (
     EMPTY,
-    IGNORE,
     INT32_MAX,
     Validated,
     _records_validated,

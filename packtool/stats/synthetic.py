@@ -16,6 +16,13 @@
 
 Component i draws from default_rng([seed, i]), so a mixture's parts are independent and every
 spec is reproducible. Generating 10M lognormal lengths takes about 0.3 s.
+
+    --lengths FILE    lengths.txt             lengths.npy
+                      412                     a 1-D integer array, shape (n,)
+                      1033
+                                  ← blank lines are skipped
+                      97
+                      → int32[n], every length >= 1 (a bad line is named by its number)
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ def _number(text: str, key: str, part: str) -> float:
     return value
 
 
-def _component(text: str, index: int) -> Component:
+def _component(text: str) -> Component:
     name, _, args = text.partition(":")
     name = name.strip().lower()
     if name not in DISTRIBUTIONS:
@@ -130,7 +137,7 @@ def parse_spec(spec: str) -> tuple[Component, ...]:
         raise _fail(spec, "empty spec")
     # "+" joins components; a "+" inside a number (2e+4) is followed by a digit, not a letter
     parts = re.split(r"\+(?=\s*[A-Za-z])", spec.strip())
-    return tuple(_component(part.strip(), i) for i, part in enumerate(parts))
+    return tuple(_component(part.strip()) for part in parts)
 
 
 def _draw(c: Component, index: int) -> np.ndarray:

@@ -1,0 +1,233 @@
+"""Batching strategies over one epoch, each reduced to three integers. Pure numpy (+ the packer).
+
+Every strategy is computed on the *effective* lengths e_i = min(n_i, L) (over-length examples
+are truncated to --len for every strategy):
+
+    tokens          Σ e_i                        real tokens, the same for all strategies
+    slots           token positions computed     real + pad; what the linear layers pay for
+    attention_work  Σ (query, key) pairs         what the attention kernel pays for
+
+Attention work counts the *full* score matrix: a sequence of n positions costs n² pairs, a batch
+padded to m with b rows costs b·m², a packed row of L with a dense mask costs L², a document under
+a varlen kernel costs n² (docs/ARCHITECTURE.md, "Semantics"). A causal kernel that skips masked
+blocks does about half of every one of these, so the ratios between strategies do not change.
+
+    batch of 2 padded to 4      packed row, L = 8, varlen      packed row, L = 8, dense mask
+    a a a .  ← 2 pads           a a a b b b b .                a a a b b b b .
+    b b b b                     work 3² + 4² = 25              work 8² = 64
+    slots 8, work 2·4² = 32     slots 8                        slots 8
+
+simulate(lengths, --len, --batch-size, --group-window, --seed) returns, in STRATEGY_LABELS order:
+
+    pad_to_len  random_padded  length_grouped  padding_free  packed_{bfd,ffd}_{varlen,dense}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+OVERFLOW_POLICY = "examples longer than --len are truncated to --len for every strategy"
+
+STRATEGY_LABELS: dict[str, str] = {
+    "pad_to_len": "pad to --len",
+    "random_padded": "random batches, padded",
+    "length_grouped": "length-grouped batches",
+    "padding_free": "padding-free (varlen)",
+    "packed_bfd_varlen": "packed BFD + varlen",
+    "packed_bfd_dense": "packed BFD + dense mask",
+    "packed_ffd_varlen": "packed FFD + varlen",
+    "packed_ffd_dense": "packed FFD + dense mask",
+}
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    """One batching strategy over the whole epoch (see the module docstring for the units)."""
+
+    name: str
+    rows: int  # sequences fed to the model: padded rows, varlen sequences or packed rows
+    steps: int  # micro-batches of --batch-size rows
+    tokens: int  # Σ e_i
+    slots: int  # positions computed, pad included
+    attention_work: int  # Σ pairs, full-n² convention
+    own_work: int  # Σ e_i², the work of every example attended alone
+    docs_per_row: float | None = None  # packed strategies only
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return STRATEGY_LABELS.get(self.name, self.name)
+
+    @property
+    def occupancy(self) -> float:
+        return self.tokens / self.slots if self.slots else 1.0
+
+    @property
+    def padding_fraction(self) -> float:
+        return 1.0 - self.occupancy
+
+    @property
+    def attention_waste(self) -> float:
+        return self.attention_work / self.own_work if self.own_work else 1.0
+
+
+def truncate(lengths: np.ndarray, pack_len: int) -> tuple[np.ndarray, int, int]:
+    """(effective int64 lengths min(n, L), examples over L, tokens truncation cuts)."""
+    n = np.asarray(lengths, dtype=np.int64)
+    over = n > pack_len
+    cut = int((n[over] - pack_len).sum())
+    return np.minimum(n, pack_len), int(over.sum()), cut
+
+
+def _total(e: np.ndarray) -> int:
+    return int(e.sum(dtype=np.int64))
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _sq_sum(e: np.ndarray) -> int:
+    e = e.astype(np.int64, copy=False)
+    return int((e * e).sum())
+
+
+def pad_to_len(e: np.ndarray, pack_len: int, batch_size: int, own_work: int) -> StrategyResult:
+    n = int(e.size)
+    return StrategyResult(
+        "pad_to_len", rows=n, steps=_ceil_div(n, batch_size), tokens=_total(e),
+        slots=n * pack_len, attention_work=n * pack_len * pack_len, own_work=own_work,
+    )
+
+
+def padded_batches(x: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut `x` (lengths in batch order) into consecutive batches of `batch_size` (the last may be
+    short). Returns per batch (rows, longest, Σ e²) as int64, via ufunc.reduceat (no padding copy).
+
+        x        5 1 | 2 7 | 3       batch_size 2
+        rows     2     2     1
+        longest  5     7     3
+        Σ e²     26    53    9
+    """
+    n = x.size
+    starts = np.arange(0, n, batch_size)
+    rows = np.diff(np.append(starts, n))
+    longest = np.maximum.reduceat(x, starts).astype(np.int64)
+    sq = x.astype(np.int64)
+    np.multiply(sq, sq, out=sq)
+    return rows, longest, np.add.reduceat(sq, starts)
+
+
+def random_padded(e: np.ndarray, batch_size: int, perm: np.ndarray, own_work: int) -> StrategyResult:
+    """Shuffle, cut into batches of B, pad each batch to its longest member: slots b·m, work b·m².
+
+    extra["batch_waste"] holds each batch's own waste ratio b·m² / Σ e² (for the plot)."""
+    rows, m, sq = padded_batches(e[perm], batch_size)
+    return StrategyResult(
+        "random_padded", rows=int(e.size), steps=int(rows.size), tokens=_total(e),
+        slots=int((rows * m).sum()), attention_work=int((rows * m * m).sum()), own_work=own_work,
+        extra={"batch_waste": (rows * m * m) / np.maximum(sq, 1)},
+    )
+
+
+def length_grouped(
+    e: np.ndarray, batch_size: int, window: int, perm: np.ndarray, own_work: int
+) -> StrategyResult:
+    """Shuffle, take windows of `window` consecutive examples, sort each window by length
+    (longest first), cut each window into batches of B (a window's last batch may be short;
+    batches never cross windows), pad each batch to its longest member.
+
+        shuffled  5 1 4 2 | 3 6        window 4, B 2
+        sorted    5 4 2 1 | 6 3        batches [5 4] [2 1] [6 3]
+    """
+    x = e[perm]
+    n = x.size
+    window = max(1, min(window, n))  # one window holding everything is the same as a larger one
+    nw = _ceil_div(n, window)
+    grid = np.zeros(nw * window, dtype=np.int32)  # e <= --len < 2**31
+    grid[:n] = x
+    grid = grid.reshape(nw, window)
+    grid.sort(axis=1)  # ascending, in place; zeros (the last window's padding) come first
+    grid = grid[:, ::-1]  # longest first, zeros last
+    per_window = _ceil_div(window, batch_size) * batch_size
+    if per_window != window:
+        grid = np.pad(grid, ((0, 0), (0, per_window - window)))
+    batches = np.ascontiguousarray(grid).reshape(-1, batch_size).astype(np.int64)
+    m = batches[:, 0]
+    rows = (batches > 0).sum(axis=1)
+    keep = rows > 0
+    m, rows = m[keep], rows[keep]
+    return StrategyResult(
+        "length_grouped", rows=int(n), steps=int(rows.size), tokens=_total(e),
+        slots=int((rows * m).sum()), attention_work=int((rows * m * m).sum()), own_work=own_work,
+    )
+
+
+def padding_free(e: np.ndarray, batch_size: int, own_work: int) -> StrategyResult:
+    """Batches of B examples concatenated without pad (TRL padding_free, DataCollatorWithFlattening)."""
+    n = int(e.size)
+    tokens = _total(e)
+    return StrategyResult(
+        "padding_free", rows=n, steps=_ceil_div(n, batch_size), tokens=tokens, slots=tokens,
+        attention_work=own_work, own_work=own_work,
+    )
+
+
+def packed(
+    e: np.ndarray, pack_len: int, batch_size: int, algo: str, own_work: int, seed: int = 0
+) -> tuple[StrategyResult, StrategyResult]:
+    """Rows of --len planned by the same packer as `packtool pack`; (varlen, dense-mask) results.
+
+    varlen: each document attends only to itself (cu_seqlens over the documents; the pad tail
+    is not attended), work Σ e². dense: the whole row is one L×L score matrix, work R·L²."""
+    from packtool.plan import plan_packs
+
+    n = int(e.size)
+    if n == 0:
+        num_rows = 0
+    else:
+        plan = plan_packs(e, pack_len, strategy=algo, seed=seed)
+        num_rows = int(plan.num_rows)
+    tokens = _total(e)
+    common = dict(
+        rows=num_rows, steps=_ceil_div(num_rows, batch_size), tokens=tokens,
+        slots=num_rows * pack_len, own_work=own_work,
+        docs_per_row=(n / num_rows) if num_rows else None,
+    )
+    return (
+        StrategyResult(f"packed_{algo}_varlen", attention_work=own_work, **common),
+        StrategyResult(f"packed_{algo}_dense", attention_work=num_rows * pack_len * pack_len, **common),
+    )
+
+
+def simulate(
+    lengths: np.ndarray,
+    pack_len: int,
+    batch_size: int,
+    group_window: int,
+    seed: int = 0,
+    on_stage=None,
+) -> dict[str, StrategyResult]:
+    """All strategies on `lengths` (truncated to `pack_len` first). Random and length-grouped
+    batching share one seeded shuffle, so they differ only by the sorting inside windows."""
+    say = on_stage or (lambda _s: None)
+    e, _, _ = truncate(lengths, pack_len)
+    own = _sq_sum(e)
+    e = e.astype(np.int32)  # <= --len < 2**24: half the memory traffic; products are taken in int64
+    out: dict[str, StrategyResult] = {}
+    out["pad_to_len"] = pad_to_len(e, pack_len, batch_size, own)
+    say("random batches")
+    perm = np.random.default_rng(seed).permutation(e.size)
+    out["random_padded"] = random_padded(e, batch_size, perm, own)
+    say("length-grouped batches")
+    out["length_grouped"] = length_grouped(e, batch_size, group_window, perm, own)
+    del perm
+    out["padding_free"] = padding_free(e, batch_size, own)
+    for algo in ("bfd", "ffd"):
+        say(f"packing ({algo.upper()})")
+        varlen, dense = packed(e, pack_len, batch_size, algo, own, seed=seed)
+        out[varlen.name] = varlen
+        out[dense.name] = dense
+    return out

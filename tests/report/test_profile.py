@@ -1,0 +1,127 @@
+"""packtool.report.profile: JSON layout, terminal formatting and rendering, best strategy and headline."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from packtool.profiler import ProfileConfig, profile_lengths
+from packtool.report import profile as report
+from packtool.stats import STRATEGY_LABELS
+
+
+@pytest.fixture(scope="module")
+def by_hand():
+    """lengths [1, 2, 3, 4], --len 4, batch size 2: pad to --len computes 16 slots, padding-free 10."""
+    return profile_lengths(np.array([1, 2, 3, 4]), ProfileConfig(pack_len=4, batch_size=2, group_window=2))
+
+
+def rendered(r, width: int = 200) -> str:
+    buf = io.StringIO()
+    report.render(r, Console(file=buf, width=width, force_terminal=False))
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+
+def test_json_strategies_have_every_key_in_label_order(by_hand):
+    d = report.to_json(by_hand)
+    assert d["schema"] == report.SCHEMA
+    assert list(d["strategies"]) == list(STRATEGY_LABELS)
+    for name, s in d["strategies"].items():
+        assert list(s) == list(report.STRATEGY_KEYS), name
+        assert s["label"] == STRATEGY_LABELS[name]
+        assert s["pad_slots"] == s["slots"] - s["tokens"]
+        assert s["gpu_hours"] is None  # no --gpu
+    assert d["strategies"]["pad_to_len"]["docs_per_row"] is None
+    assert d["strategies"]["packed_bfd_varlen"]["docs_per_row"] == pytest.approx(4 / 3)  # [4] [3 1] [2]
+    assert (d["strategies"]["pad_to_len"]["slots"], d["strategies"]["padding_free"]["slots"]) == (16, 10)
+    assert d["flops"]["relative_to"] == "padding_free" and d["flops"]["gpu"] is None
+
+
+# ---------------------------------------------------------------------------------------------
+# terminal formatting
+
+
+def test_bar_resolution():
+    assert report.bar(0, 10, 5) == "" and report.bar(3, 0, 5) == ""
+    assert report.bar(10, 10, 5) == "█████"
+    assert report.bar(5, 10, 5) == "██▌"  # 20 eighths
+    assert report.bar(0.001, 10, 5) == "▏"  # a non-zero value shows
+
+
+def test_number_formats():
+    assert (report._num(1234), report._num(1234.0), report._num(2.5, 1), report._num(3.14159)) == (
+        "1,234", "1,234", "2.5", "3")
+    assert (report._count(999_999), report._count(1_620_000)) == ("999,999", "1.62M")
+    assert (report._si(1.5e18), report._si(2.0e9), report._si(999)) == ("1.5E", "2G", "999")
+    assert (report._hours(1234.5), report._hours(12.34), report._hours(0.0683)) == ("1,234", "12.3", "0.0683")
+
+
+def test_percent_formats_never_round_to_a_lie():
+    assert report._pct(0.5) == "50.0%"
+    assert report._pct(0.9997) == "99.97%"
+    assert report._pct(0.99999) == "99.99%"  # not 100.00 %
+    assert report._pct(1.0) == "100.0%"
+    assert report._pct_small(0.0003) == "0.03%" and report._pct_small(0.0) == "0.0%"
+    assert report._pct_small(0.25) == "25.0%"
+
+
+def test_histogram_lines_mark_percentiles_and_len(by_hand):
+    rows = report.histogram_lines(by_hand, width=8)
+    assert len(rows) == len(by_hand.histogram.counts)
+    assert sum(int(cnt.replace(",", "")) for _, _, cnt, _ in rows) == 4
+    marks = " ".join(m for *_, m in rows)
+    for label in ("p50", "p90", "p99", "--len 4"):
+        assert label in marks
+
+
+def test_render_by_hand(by_hand):
+    out = rendered(by_hand)
+    assert "every example fits in --len 4" in out
+    assert report.headline(by_hand) in out
+    assert "◀ --len 4" in out and "beyond the longest example" not in out  # --len in the last bin [4, 5)
+    wide = profile_lengths(np.array([1, 2, 3, 4]), ProfileConfig(pack_len=8, batch_size=2, group_window=2))
+    assert "--len 8 is beyond the longest example (4)" in rendered(wide)
+
+
+def test_render_names_truncation():
+    r = profile_lengths(np.array([1, 2, 3, 9, 6]), ProfileConfig(pack_len=4, batch_size=2, group_window=2))
+    out = rendered(r)
+    assert "2 examples (40.00%) exceed --len 4" in out and "cut 7 tokens" in out
+    assert "beyond the longest example" not in out
+
+
+# ---------------------------------------------------------------------------------------------
+# decisions
+
+
+def fake(flops: dict[str, float]):
+    return SimpleNamespace(costs={n: {"flops": f} for n, f in flops.items()},
+                           strategies={n: SimpleNamespace(label=STRATEGY_LABELS.get(n, n)) for n in flops})
+
+
+def test_best_strategy_is_the_cheapest_and_ties_go_to_the_simplest():
+    assert report.best_strategy(fake({"pad_to_len": 9, "random_padded": 4, "length_grouped": 2})) == "length_grouped"
+    tie = fake({"pad_to_len": 9, "packed_bfd_varlen": 1, "padding_free": 1, "packed_ffd_varlen": 1})
+    assert report.best_strategy(tie) == "padding_free"
+    assert report.best_strategy(fake({"zz_new": 1, "pad_to_len": 1})) == "pad_to_len"  # unknown ids last
+
+
+def test_headline():
+    h = report.headline(fake({"pad_to_len": 10, "random_padded": 4, "padding_free": 2}))
+    assert h == ("padding-free (varlen): 5.0× fewer training FLOPs than pad to --len, "
+                 "2.0× fewer than random padded batches")
+    assert report.headline(fake({"pad_to_len": 10, "random_padded": 4})) == (
+        "random batches, padded: 2.5× fewer training FLOPs than pad to --len")
+
+
+def test_headline_of_a_profile(by_hand):
+    assert report.best_strategy(by_hand) == "padding_free"
+    assert report.headline(by_hand).startswith("padding-free (varlen): ")
