@@ -156,9 +156,9 @@ def child_pack(arrow_path: str, out: str) -> None:
     """Runs in a fresh process: memory-map the input, pack it, print one JSON line."""
     import datasets
 
-    from packtool import packer
     from packtool.data import TokenizedData
-    from packtool.packer import PackConfig, pack_tokenized
+    from packtool.pack import PackConfig, pack_tokenized
+    from packtool.pack import write as pack_write
 
     peak_anon = [0]
     stop = threading.Event()
@@ -189,7 +189,7 @@ def child_pack(arrow_path: str, out: str) -> None:
         "fill": m["fill"], "shards": len(m["shards"]), "out_bytes": sum(s["bytes"] for s in m["shards"]),
         "peak_rss_kb": _status_kb("VmHWM"), "peak_anon_kb": max(peak_anon[0], _status_kb("RssAnon")),
         "cpu_user_s": ru.ru_utime, "cpu_sys_s": ru.ru_stime, "minor_faults": ru.ru_minflt,
-        "writers": min(packer.MAX_WRITERS, os.cpu_count() or 1, len(m["shards"])),
+        "writers": min(pack_write.MAX_WRITERS, os.cpu_count() or 1, len(m["shards"])),
     }))
 
 

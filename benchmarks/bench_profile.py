@@ -25,7 +25,7 @@ import platform
 import time
 
 from packtool.profiler import ProfileConfig, profile_lengths
-from packtool.synthetic import _number, synthetic_lengths
+from packtool.stats.synthetic import _number, synthetic_lengths
 
 
 def bench(n: int, pack_len: int, batch_size: int, window: int) -> dict:

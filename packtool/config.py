@@ -32,6 +32,7 @@ ORDERS = ("sorted", "random")
 OVERFLOWS = ("drop", "truncate", "split", "error")
 VERIFY_BACKENDS = ("auto", "flash-attn", "torch-varlen", "sdpa", "eager", "flex", "reference")
 DEVICES = ("auto", "cpu", "cuda")
+SHARD_BYTES = 512 << 20  # raw token bytes (4 int32 columns) per shard when --shard-rows is not given
 MAX_PACK_LEN = 64**4 - 1  # the planner's 4-level bitset holds 64**4 free-space values (kernels.MAX_BITSET_SIZE)
 
 
@@ -159,9 +160,7 @@ class PackConfig:
 
     def effective_shard_rows(self) -> int:
         """--shard-rows, or for 0 the rows of about 512 MiB of raw token slots."""
-        from packtool.io.shards import default_shard_rows
-
-        return self.shard_rows or default_shard_rows(self.pack_len)
+        return self.shard_rows or max(1, SHARD_BYTES // (16 * self.pack_len))
 
 
 @dataclass(frozen=True)

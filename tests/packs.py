@@ -112,7 +112,7 @@ def write_pack(folder, docs, pack_len: int, *, rows_per_shard: int = 8, pad_id: 
 def real_pack(folder, docs, pack_len: int, **options):
     """The same documents packed by packtool's own planner and shard writer (`packtool pack`)."""
     from packtool.data import TokenizedData
-    from packtool.packer import PackConfig, pack_tokenized
+    from packtool.pack import PackConfig, pack_tokenized
 
     data = TokenizedData.from_lists([ids.tolist() for ids, _ in docs], [lab.tolist() for _, lab in docs],
                                     tokenizer={"pad_id": PAD_ID, "eos_id": 1})

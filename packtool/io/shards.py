@@ -33,11 +33,6 @@ from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
 ROW_GROUP_BYTES = 64 << 20  # token slots (4 int32 columns) per row group: bounds the write buffer
-SHARD_BYTES = 512 << 20  # raw token bytes per shard when --shard-rows is not given
-
-
-def default_shard_rows(pack_len: int) -> int:
-    return max(1, SHARD_BYTES // (16 * pack_len))
 
 
 def row_group_rows(pack_len: int, shard_rows: int) -> int:

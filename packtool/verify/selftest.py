@@ -2,7 +2,7 @@
 
 The pack is made of synthetic chat-like documents (a masked prompt, then a completion that
 carries loss), so CI jobs without shards at hand exercise the very same checks. The production
-packer and shard writer (`packtool.packer`, `packtool.io.shards`) write the pack; the helpers below
+packer and shard writer (`packtool.pack`, `packtool.io.shards`) write the pack; the helpers below
 it only rewrite one shard of a copy, to build the deliberately broken pack that verify must catch
 (the tests use them the same way).
 
@@ -47,7 +47,7 @@ def write_documents(out: str, docs, pack_len: int, *, shard_rows: int = 16, max_
                     seed: int = 0) -> None:
     """Pack (input_ids, labels) documents into `out` with the production packer and writer."""
     from packtool.data import TokenizedData
-    from packtool.packer import PackConfig, pack_tokenized
+    from packtool.pack import PackConfig, pack_tokenized
 
     td = TokenizedData.from_lists([d[0].tolist() for d in docs], [d[1].tolist() for d in docs],
                                   tokenizer={"name": "synthetic", "pad_id": SELF_TEST_PAD_ID}, format="synthetic")
@@ -58,7 +58,7 @@ def build_self_test_pack(out: str, *, pack_len: int = 1024, n_docs: int = SELF_T
     """Write a pack of synthetic documents into `out`; returns which writer made it."""
     write_documents(out, make_documents(n_docs, seed=seed, min_len=8, max_len=pack_len // 3), pack_len,
                     shard_rows=16, seed=seed)
-    return "packtool.packer (bfd)"
+    return "packtool.pack (bfd)"
 
 
 def sample_rows(pack_len: int, rows: int, *, seed: int = 0, max_len: int | None = None):

@@ -8,7 +8,7 @@ This layer recomputes what the shards must hold from the data itself:
         │ sha256 of each source file; TokenizeConfig rebuilt from the recorded options, cache off
         ▼ (a poisoned tokenization cache cannot hide damage)
     pipeline.load_tokenized ──▶ per record: input_ids, labels, source_index   (the path pack used)
-        │ packer.apply_overflow(lengths, pack_len, overflow)                   (the packer's own)
+        │ pack.overflow.apply_overflow(lengths, pack_len, overflow)                   (the packer's own)
         ▼
     pieces  record, start, length        drop: none | truncate: [0, L) | split: [0, L), [L, 2L), ...
         │ label of every piece's first token -> -100                          (kernels.copy_rows)
@@ -336,7 +336,7 @@ def _hashes(ids: np.ndarray, off: np.ndarray, pack_len: int) -> np.ndarray:
 
 
 def _expected(tokenized, manifest: dict) -> _Expected:
-    from packtool.packer import apply_overflow
+    from packtool.pack import apply_overflow
 
     table = tokenized.table
     table = getattr(getattr(table, "data", None), "table", table)  # a datasets.Dataset: its Arrow table

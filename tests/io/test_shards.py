@@ -16,7 +16,7 @@ from paths import ROOT
 from packtool.data import SkippedRecord, TokenizedData  # noqa: E402
 from packtool.errors import PacktoolError, UsageError  # noqa: E402
 from packtool.io import shards  # noqa: E402
-from packtool.packer import PackConfig, pack_tokenized  # noqa: E402
+from packtool.pack import PackConfig, pack_tokenized  # noqa: E402
 
 
 def examples(n=300, max_len=70, seed=0):
@@ -266,7 +266,7 @@ def test_pipeline_as_plain_python(tmp_path):
         f"import sys; sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]\n"
         "import numba; assert numba.config.DISABLE_JIT\n"
         "import test_shards as t\n"
-        "from packtool.packer import PackConfig, pack_tokenized\n"
+        "from packtool.pack import PackConfig, pack_tokenized\n"
         "from invariants import check_pack\n"
         "ids, labels = t.examples(n=80, max_len=50, seed=9)\n"
         "d = t.chunked_data(ids, labels, chunks=3, tokenizer={'pad_id': 7})\n"

@@ -17,7 +17,7 @@ from paths import SHARED
 from packtool.api import load_tokenized, pack
 from packtool.config import ReadConfig, TokenizeConfig
 from packtool.errors import PacktoolError
-from packtool.packer import PackConfig
+from packtool.pack import PackConfig
 
 DATA = sorted((SHARED / "data").glob("*.json*")) if (SHARED / "data").is_dir() else []
 

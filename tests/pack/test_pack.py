@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from packtool.errors import PacktoolError, UsageError
-from packtool.packer import PackConfig, apply_overflow, pad_id_of
+from packtool.pack import PackConfig, apply_overflow, pad_id_of
 
 LENGTHS = np.array([3, 0, 9, 4, 20, 8], dtype=np.int64)  # pack_len 8: rows 2 and 4 are too long
 SRC = np.array([10, 11, 12, 13, 14, 15], dtype=np.int64)

@@ -33,7 +33,7 @@ from packtool.api import load_tokenized, pack
 from packtool.config import ReadConfig, TokenizeConfig
 from packtool.formats import detect_format, normalize
 from packtool.io.readers import iter_records
-from packtool.packer import PackConfig
+from packtool.pack import PackConfig
 
 DATA = sorted((SHARED / "data").glob("*.json*")) if (SHARED / "data").is_dir() else []
 LLAMA3 = SHARED / "tokenizers" / "llama3"

@@ -34,7 +34,7 @@ def test_real_packer_packs_pass(tmp_path, failed_of):
     """Every --overflow mode of the production packer passes, split parts included."""
     pytest.importorskip("datasets")
     from packtool.data import TokenizedData
-    from packtool.packer import PackConfig, pack_tokenized
+    from packtool.pack import PackConfig, pack_tokenized
 
     docs = st.make_documents(80, seed=2, min_len=4, max_len=300)
     td = TokenizedData.from_lists([d[0].tolist() for d in docs], [d[1].tolist() for d in docs],
