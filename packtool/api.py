@@ -1,13 +1,53 @@
-"""The Python entry points that the CLI calls. Heavy modules are imported inside the functions."""
+"""The Python entry points; the CLI (packtool.commands) reaches the library only through them.
+
+Light at import: only packtool.config (pure) is imported here, so the CLI imports this module before
+`--help`; every heavy module (numpy, pyarrow, tokenizers, torch) is imported inside the function
+that needs it. The configs are re-exported (`from packtool.api import TokenizeConfig, pack`), and
+TokenizedData too, on first use.
+
+    read + tokenize   load_tokenized, inspect_example
+    profile           profile, profile_lengths, synthetic_lengths, read_lengths, model_from_config,
+                      model_from_params, gpu_spec
+    pack              check_output, check_cache, input_bytes, pack
+    verify            verify, self_test, check_sources
+    demo data         write_sample
+"""
 
 from __future__ import annotations
 
-from packtool.config import TokenizeConfig
-from packtool.data import TokenizedData
+import os
+from typing import TYPE_CHECKING
+
+from packtool.config import PackConfig, ProfileConfig, ReadConfig, TokenizeConfig, VerifyConfig
+
+if TYPE_CHECKING:
+    from packtool.data import TokenizedData
+    from packtool.progress import Reporter
+
+__all__ = [
+    "PackConfig", "ProfileConfig", "ReadConfig", "TokenizeConfig", "VerifyConfig", "TokenizedData",
+    "load_tokenized", "inspect_example", "profile", "profile_lengths", "synthetic_lengths", "read_lengths",
+    "model_from_config", "model_from_params", "gpu_spec", "input_bytes", "check_output", "check_cache", "pack",
+    "verify", "self_test", "check_sources", "write_sample",
+]
 
 
-def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> TokenizedData:
-    """Read, normalize and tokenize `data` (cached), or load it as is when it is pre-tokenized."""
+def __getattr__(name: str):
+    if name == "TokenizedData":  # numpy: imported on first use, not with the CLI
+        from packtool.data import TokenizedData
+
+        return TokenizedData
+    raise AttributeError(f"module 'packtool.api' has no attribute {name!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# read + tokenize
+
+
+def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool | Reporter = True) -> TokenizedData:
+    """Read, normalize and tokenize `data` (cached), or load it as is when it is pre-tokenized.
+
+    `progress`: a packtool.progress.Reporter, True (bars on a terminal, a line otherwise) or False."""
     from packtool.tokenization.pipeline import load_tokenized as _load
 
     return _load(data, cfg, progress=progress)
@@ -20,25 +60,134 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict:
     return _inspect(data, cfg, index)
 
 
-def profile(data: TokenizedData, cfg, source: dict | None = None, on_stage=None):
-    """Length statistics, strategy table and FLOP projection of tokenized data (a ProfileResult).
+# ---------------------------------------------------------------------------------------------
+# profile
 
-    `cfg` is a `packtool.profiler.ProfileConfig`; for bare lengths use `profiler.profile_lengths`.
-    """
+
+def profile(data: TokenizedData, cfg: ProfileConfig, source: dict | None = None, on_stage=None):
+    """Length statistics, strategy table and FLOP projection of tokenized data (a ProfileResult)."""
     from packtool.profiler import profile_data
 
     return profile_data(data, cfg, source=source, on_stage=on_stage)
 
 
-def pack(data: TokenizedData, cfg, out: str, progress=None):
-    """Pack tokenized data into `out` (a PackResult). `cfg` is a `packtool.packer.PackConfig`."""
-    from packtool.packer import pack_tokenized
+def profile_lengths(lengths, cfg: ProfileConfig, source: dict | None = None, on_stage=None):
+    """`profile` of bare example lengths (a numpy array), e.g. from `synthetic_lengths`."""
+    from packtool.profiler import profile_lengths as _profile_lengths
+
+    return _profile_lengths(lengths, cfg, source=source, on_stage=on_stage)
+
+
+def _synthetic():
+    from packtool.stats import synthetic
+
+    return synthetic
+
+
+def synthetic_lengths(spec: str):
+    """Lengths drawn from a `--synthetic` spec, e.g. `lognormal:median=450,n=20000`."""
+    return _synthetic().synthetic_lengths(spec)
+
+
+def read_lengths(path: str):
+    """Lengths from a file: .txt (one per line) or .npy (`--lengths`)."""
+    return _synthetic().read_lengths(path)
+
+
+def model_from_config(config: dict, name: str = "config.json"):
+    """The model shape (a stats.ModelSpec) of a transformers config.json's contents."""
+    from packtool import stats
+
+    return stats.model_from_config(config, name)
+
+
+def model_from_params(params: float, layers: int, hidden: int):
+    """The model shape of a parameter count, its layers and its hidden size."""
+    from packtool import stats
+
+    return stats.model_from_params(params, layers, hidden)
+
+
+def gpu_spec(value: str):
+    """A GPU by name (h100, a100, ...) or its dense bf16 TFLOP/s (a stats.GpuSpec)."""
+    from packtool import stats
+
+    return stats.gpu_spec(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# pack
+
+
+def input_bytes(data: str) -> int:
+    """Bytes of a local input file or folder (0 for a hub id or glob): the base of the free-space checks."""
+    if os.path.isfile(data):
+        return os.path.getsize(data)
+    total = 0
+    for folder, _, names in os.walk(data):  # nothing for a path that is not a folder
+        total += sum(os.path.getsize(os.path.join(folder, n)) for n in names
+                     if os.path.isfile(os.path.join(folder, n)))
+    return total
+
+
+def check_output(out: str, force: bool, need_bytes: int = 0) -> None:
+    """Before tokenizing: UsageError when `out` exists and may not be replaced (--force replaces
+    only a packtool pack), or its folder cannot be written or lacks about `need_bytes` of space."""
+    from pathlib import Path
+
+    from packtool.io.shards import check_space, check_target
+
+    check_target(Path(out), force)
+    check_space(Path(out), need_bytes)
+
+
+def check_cache(need_bytes: int = 0) -> None:
+    """Before tokenizing: an unusable tokenization cache (unwritable, under `need_bytes` free) is
+    one warning, and this run tokenizes into a temporary folder instead."""
+    from packtool.tokenization import cache
+
+    cache.check_usable(need_bytes)
+
+
+def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None):
+    """Pack tokenized data into `out` (a PackResult). `progress(rows written, rows total)`."""
+    from packtool.pack import pack_tokenized
 
     return pack_tokenized(data, cfg, out, progress=progress)
 
 
-def verify(cfg):
-    """Integrity and isolation checks of a pack (a VerifyResult). `cfg` is a `verify.run.VerifyConfig`."""
+# ---------------------------------------------------------------------------------------------
+# verify
+
+
+def verify(cfg: VerifyConfig):
+    """Integrity and isolation checks of a pack (a VerifyResult)."""
     from packtool.verify.run import verify as _verify
 
     return _verify(cfg)
+
+
+def self_test(cfg: VerifyConfig):
+    """`verify --self-test`: build a small pack in a temporary folder, verify it and a broken copy."""
+    from packtool.verify.selftest import run_self_test
+
+    return run_self_test(cfg)
+
+
+def check_sources(pack: str, data: str | None = None, sample: int | None = None, seed: int = 0,
+                  progress: bool | Reporter = False) -> list:
+    """`verify --sources`: the sources read again, tokenized again and compared with the shards (Checks)."""
+    from packtool.verify.sources import check_sources as _check_sources
+
+    return _check_sources(pack, data, sample=sample, seed=seed, progress=progress)
+
+
+# ---------------------------------------------------------------------------------------------
+# demo data
+
+
+def write_sample(path: str, n: int = 600, seed: int = 0):
+    """Write the built-in synthetic chat set (OpenAI messages JSONL) to `path`; returns its Path."""
+    from packtool.demo_data import write_sample as _write_sample
+
+    return _write_sample(path, n=n, seed=seed)

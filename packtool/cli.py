@@ -1,8 +1,10 @@
 """The command line: thin typer commands and the one error boundary.
 
-Each command parses options, builds a frozen config, calls one `packtool.api` function and renders
-the result. Errors become one line on stderr: exit 1 for bad input, 2 for bad usage; tracebacks
-only with PACKTOOL_DEBUG=1. Nothing heavy (torch, transformers) is imported at module level.
+Each command (packtool.commands) parses its options (commands.options), builds a frozen config,
+calls `packtool.api` and hands the result to its output object (commands.output). Errors become one
+line on stderr: exit 1 for bad input, 2 for bad usage; tracebacks only with PACKTOOL_DEBUG=1.
+Nothing heavy (torch, transformers, numpy, rich) is imported at module level; see
+docs/ARCHITECTURE.md, "Module map".
 """
 
 from __future__ import annotations
@@ -17,11 +19,52 @@ import sys
 import threading
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from packtool.errors import Interrupt, PacktoolError
 
+
+class _Flag(TyperOption):
+    """A boolean flag: shown in --help as `--force`, without the `<bool>` value placeholder that this
+    typer's rich help gives every option (its plain help leaves flags without one too)."""
+
+    def display_type_rich(self, ctx) -> None:
+        return None
+
+
+class _Help:
+    """--help of packtool and its commands: flags as flags, required arguments as `DATA` (not
+    `{DATA}`) in the usage line."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for p in params:
+            if type(p) is TyperOption and p.is_flag:
+                p.__class__ = _Flag  # the same option; only its help rendering differs
+        return params
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if isinstance(p, TyperArgument) and p.required:
+                pieces.append(p.display_name_raw + ("..." if p.nargs != 1 else ""))
+            else:
+                pieces.extend(p.get_usage_pieces(ctx))
+        return pieces
+
+
+class Command(_Help, TyperCommand):
+    pass
+
+
+class Group(_Help, TyperGroup):
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), self.subcommand_metavar]
+
+
 app = typer.Typer(
     name="packtool",
+    cls=Group,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Profile SFT datasets, pack them into static-length Parquet shards, verify the shards.",
     no_args_is_help=True,
@@ -185,7 +228,7 @@ def _register() -> None:
 
     for name, module in (("inspect", inspect), ("profile", profile), ("pack", pack), ("verify", verify),
                          ("sample", sample)):
-        app.command(name)(guard(getattr(module, name)))
+        app.command(name, cls=Command)(guard(getattr(module, name)))
 
 
 _register()

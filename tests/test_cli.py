@@ -27,8 +27,8 @@ def test_cli_import_is_light():
 
 
 def test_core_imports_only_numpy_and_numba():
-    """DESIGN §2: kernels, packing and stats never import typer, rich, transformers, pyarrow,
-    torch or matplotlib."""
+    """docs/ARCHITECTURE.md, "Module map": kernels, packing and stats never import typer, rich,
+    transformers, pyarrow, torch or matplotlib."""
     code = ("import sys, packtool.kernels, packtool.plan, packtool.stats; "
             "print([m for m in ('typer', 'rich', 'transformers', 'pyarrow', 'torch', 'matplotlib', 'datasets') "
             "if m in sys.modules])")

@@ -6,36 +6,23 @@ from typing import Annotated
 
 import typer
 
-from packtool.commands import common as c
+from packtool import api
+from packtool.commands.options import Data, JsonOpt, TokenizeArgs, tokenize_options
+from packtool.commands.output import Output
 
 
+@tokenize_options(whole_input=False)
 def inspect(
-    data: c.Data,
+    data: Data,
     index: Annotated[int, typer.Option("--index", "-i", help="Record to show (0-based).")] = 0,
-    tokenizer: c.Tokenizer = None,
-    chat_template: c.ChatTemplate = None,
-    train_on: c.TrainOnOpt = "assistant",
-    fmt: c.FormatOpt = None,
-    column: c.ColumnOpt = None,
-    role: c.RoleOpt = None,
-    split: c.SplitOpt = "train",
-    json_out: c.JsonOpt = None,
-    tokenizer_backend: c.BackendOpt = "auto",
-    template_date: c.TemplateDateOpt = None,
-    special_in_content: c.SpecialOpt = "keep",
-    allow_download: c.AllowDownloadOpt = False,
+    json_out: JsonOpt = None,
+    *,
+    tok: TokenizeArgs,
 ) -> None:
     """Show one example: detected format, normalized conversation, tokens with loss highlighted."""
-    from packtool.api import inspect_example
     from packtool.report.inspect import render_inspect
 
-    cfg = c.tokenize_config(tokenizer=tokenizer, chat_template=chat_template, train_on=train_on, fmt=fmt,
-                            column=column, role=role, split=split, on_error="error", num_proc=1,
-                            no_cache=True, tokenizer_backend=tokenizer_backend,
-                            template_date=template_date, special_in_content=special_in_content,
-                             allow_download=allow_download)
-    result = inspect_example(data, cfg, index)
-    if json_out:
-        c.write_json(result, json_out)
-    if json_out != "-":
-        render_inspect(result, c.console())
+    out = Output(json_out)
+    cfg = tok.config(on_error="error", num_proc=1, no_cache=True)  # one record: no workers, no cache
+    result = api.inspect_example(data, cfg, index)
+    out.report(result, lambda console: render_inspect(result, console))

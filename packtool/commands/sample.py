@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from packtool.commands import common as c
+from packtool import api
+from packtool.commands.output import Output
+from packtool.errors import UsageError
 
 
 def sample(
@@ -15,10 +17,7 @@ def sample(
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
 ) -> None:
     """Write a synthetic multi-turn chat set with a long-tailed length mix (OpenAI messages JSONL)."""
-    from packtool.demo_data import write_sample
-    from packtool.errors import UsageError
-
     if n < 1:
         raise UsageError(f"--n {n} must be >= 1")
-    path = write_sample(out, n=n, seed=seed)
-    c.console().print(f"wrote {n} conversations to {path}")
+    path = api.write_sample(out, n=n, seed=seed)
+    Output().say(f"wrote {n} conversations to {path}")

@@ -6,7 +6,11 @@ from typing import Annotated
 
 import typer
 
-from packtool.commands import common as c
+from packtool import api
+from packtool.commands.options import JsonOpt
+from packtool.commands.output import Output
+from packtool.config import VerifyConfig
+from packtool.errors import UsageError
 
 
 def verify(
@@ -22,7 +26,7 @@ def verify(
                                              "(0 = integrity only). Default: 4 on CPU, 16 on CUDA.",
                                              show_default=False)] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the row sample, the tiny models' weights and --sample.")] = 0,
-    json_out: c.JsonOpt = None,
+    json_out: JsonOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every check, also when all pass.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the result line (and each failure): for CI "
                                         "logs.")] = False,
@@ -37,10 +41,7 @@ def verify(
                                                show_default=False)] = None,
 ) -> None:
     """Prove a pack is safe to train on; exit 0 only if every check passes (1: a check failed, 2: bad usage)."""
-    from packtool import api
-    from packtool.errors import UsageError
     from packtool.report.verify import render_verify, verify_json
-    from packtool.verify.run import VerifyConfig
 
     if self_test and path:
         raise UsageError(f"--self-test builds its own pack; drop the folder argument {path!r}")
@@ -56,23 +57,16 @@ def verify(
     if sample is not None and sample < 1:
         raise UsageError(f"--sample {sample} must be >= 1 (omit it to compare every record)")
     cfg = VerifyConfig(path=path, backend=backend, device=device, rows=rows, seed=seed)
-    if self_test:
-        from packtool.verify.selftest import run_self_test
-
-        result = run_self_test(cfg)
-    else:
-        result = api.verify(cfg)
+    out = Output(json_out, quiet=quiet)
+    with out.stage("verifying", spinner=True):  # a spinner on a terminal; no line in logs (nothing counted)
+        result = api.self_test(cfg) if self_test else api.verify(cfg)
     if sources:
         import time
 
-        from packtool.verify.sources import check_sources
-
         t0 = time.perf_counter()
-        result.checks.extend(check_sources(path, data, sample=sample, seed=seed, progress=json_out != "-"))
+        result.checks.extend(api.check_sources(path, data, sample=sample, seed=seed, progress=out))
         result.timings["sources"] = time.perf_counter() - t0
-    if json_out:
-        c.write_json(verify_json(result), json_out)
-    if json_out != "-":
-        render_verify(result, c.console(), verbosity=0 if quiet else 2 if verbose else 1)
+    out.report(lambda: verify_json(result), lambda console: render_verify(
+        result, console, verbosity=0 if quiet else 2 if verbose else 1))
     if not result.passed:
         raise typer.Exit(1)

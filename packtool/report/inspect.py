@@ -15,7 +15,7 @@ def render_inspect(result: dict[str, Any], console) -> None:
     console.print(f"format: [cyan]{result['format']}[/] — {result['format_reason']}")
     tok = result.get("tokenizer") or {}
     if tok.get("name"):
-        from packtool.commands.common import template_line
+        from packtool.report.tokenized import template_line
 
         console.print(f"tokenizer: {tok['name']}")
         if tok.get("chat_template"):

@@ -33,7 +33,7 @@ import packtool
 from packtool.config import TokenizeConfig
 from packtool.data import SkippedRecord, SourceFile, TokenizedData, arrow_numpy, token_schema
 from packtool.errors import PacktoolError, UsageError
-from packtool.progress import Progress
+from packtool.progress import Reporter, reporter
 from packtool.tokenization import cache
 from packtool.tokenization.encode import EncodeStep, StepResult
 from packtool.tokenization.loading import load_spec, tokenizer_key
@@ -284,8 +284,11 @@ def _first_difference(a: StepResult, b: StepResult, probe) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool = True) -> TokenizedData:
-    """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run."""
+def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool | Reporter = True) -> TokenizedData:
+    """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run.
+
+    `progress`: where the tokenizing stage reports (packtool.progress.reporter: a Reporter, True for
+    the default terminal drawing, False for none)."""
     if cfg.tokenizer_backend not in BACKENDS:
         raise UsageError(f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}")
     t0 = time.perf_counter()
@@ -335,7 +338,8 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
     special: list[int] = []
     try:
         with cache.EntryWriter(key, token_schema()) as writer, \
-                Progress("tokenizing" if kind == "chat" else "reading", enabled=progress) as bar:
+                reporter(progress).stage("tokenizing" if kind == "chat" else "reading", unit="examples",
+                                         detail=f"{num_proc} processes" if num_proc > 1 else None) as bar:
             for batch, result in _run(step, batches, num_proc, check):
                 for i, why in result.rejects:
                     source.reject(batch, i, why)

@@ -1,0 +1,104 @@
+"""The one output object of every command: human output, --json, quiet, progress.
+
+    out = Output(json_out, quiet=quiet)
+    td = api.load_tokenized(data, cfg, progress=out)      # the library reports stages into it
+    with out.stage("profiling", spinner=True) as stage:   # or a stage of the command's own
+        result = api.profile(td, cfg, on_stage=stage.step)
+    out.report(to_json(result), lambda console: render(result, console))
+
+- Human output goes to stderr (a rich Console), so `--json -` keeps stdout for the JSON alone.
+- `--json PATH` writes the report there (folders created) and the human output still shows;
+  `--json -` writes it to stdout and shows no human report and no progress.
+- quiet: no progress (a command passes its own verbosity to its renderer).
+- Progress (packtool.progress.Reporter): on a terminal, live rich bars and spinners; otherwise one
+  plain line per stage when it ends, e.g. `tokenizing: 3,456 examples, 1.2M tokens in 2.1 s (...)`;
+  none under `--json -` or quiet.
+
+rich is imported when something is printed, never at import (`packtool --help` stays fast).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from packtool.progress import SILENT, Stage, Terminal
+
+
+class Output:
+    """Where a command's report, its human output and its progress go (see the module docstring)."""
+
+    def __init__(self, json_out: str | None = None, *, quiet: bool = False, tty: bool | None = None):
+        self.json_out = json_out
+        self.quiet = quiet
+        self._tty = tty  # None: stderr.isatty() when a stage starts
+        self._console = None
+
+    @property
+    def json_to_stdout(self) -> bool:
+        return self.json_out == "-"
+
+    @property
+    def human(self) -> bool:
+        """Whether the human report is shown (not under `--json -`)."""
+        return not self.json_to_stdout
+
+    @property
+    def show_progress(self) -> bool:
+        return self.human and not self.quiet
+
+    @property
+    def console(self):
+        """The rich Console on stderr."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False)
+        return self._console
+
+    # ----------------------------------------------------------------------- what is said
+
+    def say(self, *objects: Any, **kw: Any) -> None:
+        """Human output (not under `--json -`)."""
+        if self.human:
+            self.console.print(*objects, **kw)
+
+    def note(self, text: str) -> None:
+        """A dim line that is said even under `--json -` (on stderr), e.g. `wrote profile.png`."""
+        self.console.print(f"[dim]{text}[/]")
+
+    def write_json(self, doc: dict) -> None:
+        """The JSON report to --json's PATH or, for `-`, to stdout; nothing without --json."""
+        if not self.json_out:
+            return
+        import json
+
+        text = json.dumps(doc, indent=2, sort_keys=False, default=str)
+        if self.json_to_stdout:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(self.json_out)), exist_ok=True)
+            with open(self.json_out, "w") as f:
+                f.write(text + "\n")
+
+    def report(self, doc: dict | Callable[[], dict], render: Callable[[Any], None]) -> None:
+        """The command's result: the JSON (`doc`, or a function making it only when --json asks)
+        where --json says, then `render(console)` unless `--json -`."""
+        if self.json_out:
+            self.write_json(doc() if callable(doc) else doc)
+        if self.human:
+            render(self.console)
+
+    # ----------------------------------------------------------------------- progress
+
+    def stage(self, what: str, *, unit: str = "examples", total: int | None = None,
+              detail: str | None = None, spinner: bool = False) -> AbstractContextManager[Stage]:
+        """packtool.progress.Reporter: the library's stages and the command's own."""
+        if not self.show_progress:
+            return SILENT.stage(what, unit=unit, total=total, detail=detail, spinner=spinner)
+        return Terminal(self.console, tty=self._tty).stage(what, unit=unit, total=total, detail=detail,
+                                                           spinner=spinner)
