@@ -1,4 +1,4 @@
-"""Check every DESIGN §3–§4 invariant over a written pack folder (reusable by any test).
+"""Check every invariant of docs/ARCHITECTURE.md ("Schema", "Semantics") over a written pack folder (reusable by any test).
 
     from invariants import check_pack
     manifest = check_pack(out_dir)                 # structure, schema, every row, manifest, hashes

@@ -6,13 +6,14 @@ checkout without it (CI has it; a clone elsewhere may not)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-SHARED = ROOT.parent / "shared"
+SHARED = Path(os.environ.get("PACKTOOL_SHARED", ROOT.parent / "shared"))  # override: run as if absent
 SHARED_DATA = SHARED / "data"
 SHARED_TOKENIZERS = SHARED / "tokenizers"
 

@@ -16,6 +16,12 @@
     kernel_check.py  the "FlashAttention kernel" check, from the counted calls
     selftest.py      builds its own pack in a temporary folder and verifies it
     sources.py       verify --sources: tokenize the sources again and compare every document
+      sources_options.py   the recorded options → a TokenizeConfig
+      sources_load.py      the recorded files, tokenizer and template still match; tokenize again
+      sources_pieces.py    the documents the packer cut from each record (pack.overflow's own cut)
+      sources_match.py     each shard's documents matched to the expected pieces
+      sources_compare.py   token-by-token comparison and the text naming a mismatch
+      sources_accounting.py  every expected piece found once; names.py-like check names: sources_names.py
 
 The layout of a row and the rules checked are the pack contract (packtool.schema;
 docs/ARCHITECTURE.md, "Schema" and "Verify").

@@ -1,4 +1,4 @@
-"""The pack pipeline end to end: shards read back and checked against every DESIGN §3–§4 invariant."""
+"""The pack pipeline end to end: shards read back and checked against every invariant of docs/ARCHITECTURE.md ("Schema", "Semantics")."""
 
 from __future__ import annotations
 

@@ -1,0 +1,159 @@
+"""The pack's sources read again: located, checked against the manifest, and tokenized again.
+
+    manifest  options.input | sources [path, size, sha256]   tokenizer {name, files_hash, chat_template_hash}
+        │ recorded_data: DATA as given to pack (or the one source, or their common folder);
+        │ a relative path is tried from here, then beside the pack folder
+        ▼
+    readers.resolve_sources(DATA) ──▶ [path, size, sha256] now, sorted by path  ─── files_check (FILES)
+    load_spec(cfg.tokenizer).files_hash      == tokenizer.files_hash            ─── tokenizer_check (TOKENIZER)
+    pipeline.load_tokenized(DATA, cfg) ──▶ data.TokenizedData (the path `pack` took; cache off)
+        table      input_ids list<int32>, labels list<int32>    one row per tokenized record
+        lengths, source_index, loss_counts, skipped, num_read
+        tokenizer  {chat_template, chat_template_hash}          == manifest's ─── template_check (TEMPLATE)
+
+    Provenance(DATA, read)(source_index) ──▶ "chats.jsonl:12" | "data.parquet record 3"
+        (read lazily, only for the few records a message names)
+
+A failure that leaves nothing to compare raises Stop (sources_names): the later checks are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+
+from packtool.errors import PacktoolError
+from packtool.verify import Check
+from packtool.verify.sources_names import FILES, TEMPLATE, TOKENIZER, TOKENS, Stop
+
+
+def recorded_data(manifest: dict, pack: str) -> str:
+    """What to read when --sources names no DATA: the input given to pack, or the one recorded
+    source, or the folder holding all of them. Relative paths are relative to the directory pack
+    ran in: tried from here, then beside the pack folder."""
+    options = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
+    sources = [s for s in manifest.get("sources") or [] if isinstance(s, dict) and s.get("path")]
+    rec = options.get("input")
+    if not rec:
+        if not sources:
+            raise Stop(FILES, "the manifest records no source files (packed from data in memory?): nothing to "
+                       "read again; pass the data: packtool verify PACK --sources DATA")
+        paths = [str(s["path"]) for s in sources]
+        rec = paths[0] if len(paths) == 1 else os.path.commonpath(paths)
+    rec = str(rec)
+    if os.path.isabs(rec):
+        return rec
+    for base in (os.getcwd(), os.path.dirname(os.path.abspath(pack))):
+        cand = os.path.join(base, rec)
+        if os.path.exists(cand):
+            return cand if base != os.getcwd() else rec
+    return rec  # a hub id, or a path that moved: located (or refused) like any input
+
+
+def files_check(data: str, manifest: dict, split: str) -> tuple[Check, list]:
+    """(Check FILES, the source files now): every file at `data` has the sha256 the manifest records."""
+    from packtool.io import readers
+
+    try:
+        now = readers.resolve_sources(data, split)
+    except PacktoolError as e:
+        raise Stop(FILES, f"cannot read the sources at {data}: {e}; if the data moved, pass it: packtool verify "
+                   f"PACK --sources DATA") from None
+    rec = sorted((s for s in manifest.get("sources") or [] if isinstance(s, dict)), key=lambda s: str(s.get("path")))
+    ev = {"data": data, "files": len(now), "recorded": len(rec)}
+    problems = []
+    if len(now) != len(rec):
+        problems.append(f"{data} holds {len(now)} source file(s), the manifest records {len(rec)} "
+                        f"({', '.join(str(s.get('path')) for s in rec[:5])}); pass the data that was packed: "
+                        f"packtool verify PACK --sources DATA")
+    else:
+        for f, r in zip(now, rec, strict=True):
+            if f.sha256 != r.get("sha256"):
+                was = f" (recorded as {r.get('path')})" if os.path.basename(f.path) != os.path.basename(str(r.get("path"))) else ""
+                problems.append(f"{f.path}{was}: sha256 {f.sha256[:12]}… ({f.size} bytes), the manifest records "
+                                f"{str(r.get('sha256'))[:12]}… ({r.get('size')} bytes): the source changed after packing")
+    if problems:
+        raise Stop(FILES, "; ".join(problems), ev)
+    return Check(FILES, True, f"{len(now)} source file(s) at {data}: sha256 match the manifest", ev), now
+
+
+def tokenizer_check(cfg, manifest: dict) -> Check:
+    """Check TOKENIZER: the recorded tokenizer loads and its files hash to what the manifest records
+    (skipped for pre-tokenized input)."""
+    rec = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else {}
+    want = rec.get("files_hash")
+    if not want:
+        return Check(TOKENIZER, False, "no tokenizer files hash in the manifest (pre-tokenized input): ids are read "
+                     "as they are", skipped=True)
+    from packtool.tokenization.loading import load_spec
+
+    what = "the built-in tokenizer" if cfg.tokenizer is None else f"tokenizer {cfg.tokenizer}"
+    try:
+        spec = load_spec(cfg.tokenizer)
+    except PacktoolError as e:
+        raise Stop(TOKENIZER, f"{what} (recorded in the manifest) cannot be loaded: {e}") from None
+    ev = {"tokenizer": spec.name, "files_hash": spec.files_hash, "recorded": want}
+    if spec.files_hash != want:
+        raise Stop(TOKENIZER, f"{what}: files hash {spec.files_hash}, the manifest records {want} "
+                   f"({rec.get('name')}): the tokenizer's files changed since packing", ev)
+    return Check(TOKENIZER, True, f"{spec.name}: files hash {want} matches the manifest", ev)
+
+
+def tokenize_again(data: str, cfg, progress=False):
+    """The sources at `data` through pipeline.load_tokenized with `cfg` (the path pack took);
+    Stop(TOKENS) when that fails."""
+    from packtool.tokenization.pipeline import load_tokenized
+
+    try:
+        return load_tokenized(data, cfg, progress=progress)
+    except PacktoolError as e:
+        raise Stop(TOKENS, f"tokenizing the sources again failed: {e}") from None
+
+
+def template_check(cfg, manifest: dict, tokenized) -> Check:
+    """Check TEMPLATE: the chat template resolved now hashes to what the manifest records (a
+    failure, not a Stop: the token comparison still runs and shows what changed)."""
+    rec = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else {}
+    now = tokenized.tokenizer or {}
+    want, have = rec.get("chat_template_hash"), now.get("chat_template_hash")
+    if want is None and have is None:
+        return Check(TEMPLATE, False, "no chat template (pre-tokenized input)", skipped=True)
+    how = (f"--chat-template {cfg.chat_template}" if cfg.chat_template is not None else
+           "no --chat-template: the tokenizer's own, or chatml-train for the built-in tokenizer")
+    ev = {"template": now.get("chat_template"), "hash": have, "recorded": want}
+    if have != want:
+        return Check(TEMPLATE, False, f"chat template '{now.get('chat_template')}' (resolved from the recorded {how}) "
+                     f"hashes {have}, the manifest records {want} ('{rec.get('chat_template')}'): the template changed "
+                     f"since packing, so ids and labels may differ", ev)
+    return Check(TEMPLATE, True, f"'{now.get('chat_template')}' ({how}): hash {want} matches the manifest", ev)
+
+
+class Provenance:
+    """source_index -> 'data.jsonl:12' (or 'data.parquet record 3'), read lazily and only for the
+    few records a message names."""
+
+    def __init__(self, data: str, read):
+        self.data, self.read = data, read
+        self.known: dict[int, str] = {}
+
+    def resolve(self, indices) -> None:
+        want = {int(i) for i in indices} - set(self.known)
+        if not want:
+            return
+        from packtool.io import readers
+
+        try:
+            for b in readers.iter_batches(readers.locate(self.data, self.read.split), self.read, 4096):
+                hits = [i for i in want if b.start <= i < b.start + len(b)]
+                for i in hits:
+                    self.known[i] = b.where(i - b.start)
+                want.difference_update(hits)
+                if not want or b.start > max(want):
+                    break
+        except Exception:  # provenance is decoration: never let it hide the difference itself
+            pass
+        for i in want:
+            self.known[i] = f"record {i}"
+
+    def __call__(self, i: int) -> str:
+        self.resolve([i])
+        return self.known[int(i)]

@@ -1,0 +1,137 @@
+"""What the shards must hold: the records tokenized again, cut into pieces the way the packer cuts them.
+
+    TokenizedData (sources_load)        record r: input_ids, labels, length n_r, source_index (increasing)
+        │ packtool.pack.overflow.apply_overflow(lengths, source_index, pack_len L, overflow)
+        ▼                               the packer's own function: the same cut, by construction
+    pieces  (row = record, start, length), grouped by record; num_pieces per record:
+        n_r = 0         none (dropped as empty)                                        0
+        n_r <= L        [0, n_r)                                                       1
+        n_r > L  drop       none                                                       0
+                 truncate   [0, L)                                                     1
+                 split      [0, L), [L, 2L), ..., [kL, n_r)                            k + 1
+                 error      as drop (pack refused such a record: none is in the shards)
+
+    Expected
+      ids_col, lab_col       the tokenized table's list columns (no copy)
+      src, lengths           per record
+      piece_row/start/len    per piece; first_piece[r] .. first_piece[r] + num_pieces[r] - 1 are r's
+      record_of(source_index) ──▶ record, or -1
+      gather(records, starts, lengths) ──▶ (ids, labels, offsets): pieces back to back, flat int32
+      part_hashes(r) ──▶ uint64 per part of split record r (which part a shard document is)
+
+The policies and the loss rule are the contract's (docs/ARCHITECTURE.md, "Semantics": Overflow,
+Loss). The labels here are the record's own; the packer also sets each piece's first label to
+schema.IGNORE_INDEX, and sources_compare does the same before comparing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from packtool.errors import PacktoolError
+from packtool.verify.sources_names import TOKENS, Stop
+
+
+@dataclass
+class Expected:
+    """The re-tokenized records and, per record, its pieces as the packer cuts them."""
+
+    ids_col: object  # ChunkedArray list<int32>, per tokenized record
+    lab_col: object
+    src: np.ndarray  # source_index per record (sorted)
+    lengths: np.ndarray
+    piece_row: np.ndarray  # record of each piece
+    piece_start: np.ndarray
+    piece_len: np.ndarray
+    first_piece: np.ndarray  # per record: index of its first piece
+    num_pieces: np.ndarray  # per record: 0 (dropped), 1, or the parts of a split record
+    pack_len: int
+    overflow: str
+    pieces: object = None  # the packer's Pieces (dropped, truncated, split lists)
+    hashes: dict[int, np.ndarray] = field(default_factory=dict)  # record -> uint64 hash of each part
+
+    def record_of(self, source_index: np.ndarray) -> np.ndarray:
+        """Record (row of the tokenized table) of each source index, -1 if it is not one."""
+        pos = np.searchsorted(self.src, source_index)
+        pos = np.minimum(pos, max(self.src.size - 1, 0))
+        ok = (self.src.size > 0) & (self.src[pos] == source_index) if self.src.size else np.zeros(source_index.shape, bool)
+        return np.where(ok, pos, -1)
+
+    def gather(self, records: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
+        """(ids, labels, offsets): the pieces [start, start + length) of `records`, back to back."""
+        import pyarrow as pa
+
+        from packtool.verify.scan import flat_list
+
+        uniq, inv = np.unique(records, return_inverse=True)
+        take = pa.array(uniq.astype(np.int64))
+        off_i, ids = flat_list(self.ids_col.take(take).combine_chunks())
+        off_l, lab = flat_list(self.lab_col.take(take).combine_chunks())
+        base = off_i[:-1][inv] + starts
+        seg, intra = segments(lengths)
+        at = base[seg] + intra
+        out_off = np.concatenate(([0], np.cumsum(lengths)))
+        return ids[at].astype(np.int32, copy=False), lab[at].astype(np.int32, copy=False), out_off
+
+    def part_hashes(self, record: int) -> np.ndarray:
+        if record not in self.hashes:
+            p0, n = int(self.first_piece[record]), int(self.num_pieces[record])
+            sl = slice(p0, p0 + n)
+            ids, _, off = self.gather(self.piece_row[sl], self.piece_start[sl], self.piece_len[sl])
+            self.hashes[record] = hashes(ids, off, self.pack_len)
+        return self.hashes[record]
+
+
+def segments(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(segment, index within it) of every element of segments of `lengths` laid back to back.
+
+        lengths [2, 3]  ──▶  segment 0 0 1 1 1,  index 0 1 0 1 2
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    seg = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    intra = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return seg, intra
+
+
+_MULT: dict[int, np.ndarray] = {}
+
+
+def hashes(ids: np.ndarray, off: np.ndarray, pack_len: int) -> np.ndarray:
+    """A uint64 hash of each segment off[i]:off[i+1] of ids (position-weighted sum, wrapping):
+    tells the parts of a split record apart. Equal hash -> compared anyway, token by token."""
+    if pack_len not in _MULT:
+        from packtool.verify.sampling import mix
+
+        _MULT[pack_len] = mix(np.arange(pack_len, dtype=np.uint64)) | np.uint64(1)
+    lens = np.diff(off)
+    if not lens.size:
+        return np.zeros(0, np.uint64)
+    _, intra = segments(lens)
+    with np.errstate(over="ignore"):
+        terms = (ids.astype(np.uint64) + np.uint64(1)) * _MULT[pack_len][np.minimum(intra, pack_len - 1)]
+    return np.add.reduceat(terms, off[:-1].astype(np.int64))
+
+
+def expected_pieces(tokenized, manifest: dict) -> Expected:
+    """The pieces of every record at the manifest's pack_len and overflow; Stop(TOKENS) when the
+    records are not in source order or the packer's cut refuses them."""
+    from packtool.pack.overflow import apply_overflow
+
+    table = tokenized.table
+    table = getattr(getattr(table, "data", None), "table", table)  # a datasets.Dataset: its Arrow table
+    L, overflow = int(manifest["pack_len"]), str(manifest.get("overflow", "drop"))
+    lengths = np.ascontiguousarray(tokenized.lengths, dtype=np.int64)
+    src = np.ascontiguousarray(tokenized.source_index, dtype=np.int64)
+    if src.size > 1 and np.any(np.diff(src) <= 0):
+        raise Stop(TOKENS, "the re-tokenized records are not in source order: cannot match them to the shards")
+    try:
+        pieces = apply_overflow(lengths, src, L, overflow if overflow != "error" else "drop")
+    except PacktoolError as e:
+        raise Stop(TOKENS, f"--overflow {overflow}: {e}") from None
+    num = np.bincount(pieces.row, minlength=lengths.size).astype(np.int64)
+    first = np.searchsorted(pieces.row, np.arange(lengths.size))
+    return Expected(table.column("input_ids"), table.column("labels"), src, lengths, pieces.row, pieces.start,
+                    pieces.length, first, num, L, overflow, pieces)
