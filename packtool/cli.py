@@ -62,11 +62,23 @@ class Group(_Help, TyperGroup):
         return [*super().collect_usage_pieces(ctx), self.subcommand_metavar]
 
 
+# the environment variables packtool reads, one line each (README.md, "Environment", has the details)
+EPILOG = """Environment:
+  PACKTOOL_CACHE=DIR         cache folder; default $XDG_CACHE_HOME/packtool
+  XDG_CACHE_HOME=DIR         parent of the default cache (default: ~/.cache)
+  PACKTOOL_DEBUG=1           Python tracebacks instead of one-line errors
+  PACKTOOL_ALLOW_DOWNLOAD=1  fetch uncached hub tokenizers (--allow-download)
+  PACKTOOL_MIN_FREE_MIB=N    pack: MiB free --out needs (0: no check)
+  HF_HUB_OFFLINE=1           never fetch, even with --allow-download
+
+Each command's options: packtool COMMAND --help, and README.md."""
+
 app = typer.Typer(
     name="packtool",
     cls=Group,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Profile SFT datasets, pack them into static-length Parquet shards, verify the shards.",
+    epilog=EPILOG,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
