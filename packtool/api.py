@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PackConfig", "ProfileConfig", "ReadConfig", "TokenizeConfig", "VerifyConfig", "TokenizedData",
-    "load_tokenized", "inspect_example", "profile", "profile_lengths", "synthetic_lengths", "read_lengths",
+    "load_tokenized", "inspect_example", "profile", "profile_lengths", "profile_lens", "parse_lens", "synthetic_lengths", "read_lengths",
     "model_from_config", "model_from_params", "gpu_spec", "input_bytes", "check_output", "check_cache", "pack",
     "verify", "self_test", "check_sources", "write_sample",
 ]
@@ -76,6 +76,21 @@ def profile_lengths(lengths, cfg: ProfileConfig, source: dict | None = None, on_
     from packtool.profiler import profile_lengths as _profile_lengths
 
     return _profile_lengths(lengths, cfg, source=source, on_stage=on_stage)
+
+
+def parse_lens(text: str) -> list[int]:
+    """--len values: 4096 | 2048,4096,8192 | 1024-8192 (powers of two between) | 1024:8192:1024."""
+    from packtool.stats.sweep import parse_lens as _parse
+
+    return _parse(text)
+
+
+def profile_lens(data_or_lengths, cfg: ProfileConfig, lens, source: dict | None = None, on_stage=None):
+    """A profile at one --len, or a sweep: the full profile at the --len the advice picks, with the
+    per-len table attached. `data_or_lengths` is TokenizedData or a numpy array of lengths."""
+    from packtool.profiler import profile_lens as _profile_lens
+
+    return _profile_lens(data_or_lengths, cfg, lens, source=source, on_stage=on_stage)
 
 
 def _synthetic():

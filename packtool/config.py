@@ -113,8 +113,10 @@ class ProfileConfig:
     mfu: float = 0.4
     bins: int = 24  # terminal histogram
     plot_bins: int = 80  # PNG histogram
+    overflow: str = "drop"  # what happens to examples longer than --len: as in PackConfig (pack's default)
 
     def __post_init__(self) -> None:
+        choice("--overflow", self.overflow, OVERFLOWS)
         if not 1 <= self.pack_len <= MAX_PACK_LEN:
             raise UsageError(f"--len {self.pack_len} must be in 1..{MAX_PACK_LEN}, e.g. --len 4096")
         at_least("--batch-size", self.batch_size, 1)

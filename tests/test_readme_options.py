@@ -34,10 +34,9 @@ ENV_HEADER = ("variable", "default", "what it does")
 ENV_HEADING = "Environment"
 HELP_OPTS = {"--help", "-h"}
 
-# Options the README documents ahead of the code: (command, option) pairs that may be in a README
-# table while the command does not declare them yet. Another change is adding `--overflow` to
-# `packtool profile`; once it has landed, remove the entry (the allow-list is meant to be empty).
-PENDING = {("profile", "--overflow")}
+# Options the README may document ahead of the code: (command, option) pairs that may be in a README
+# table while the command does not declare them yet. Meant to be empty; an entry is for one change.
+PENDING: set[tuple[str, str]] = set()
 
 GROUP = typer.main.get_command(packtool.cli.app)  # the click Group typer builds
 COMMANDS = dict(GROUP.commands)

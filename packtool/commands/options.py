@@ -90,6 +90,19 @@ class TokenizeArgs:
 
         return tokenize_config(**{**dataclasses.asdict(self), **fixed})
 
+    def pack_args(self) -> list[str]:
+        """The options set away from their defaults, as words for the recommended `packtool pack`
+        command, so that it reads and tokenizes as this run did (not --num-proc, --no-cache,
+        --allow-download: they do not change what is packed)."""
+        words: list[str] = []
+        for name, f in _FIELDS.items():
+            value = getattr(self, name)
+            if name in ("num_proc", "no_cache", "allow_download") or value == f.default or value in (None, []):
+                continue
+            for v in value if isinstance(value, list) else [value]:
+                words += [flag(name), str(v)]
+        return words
+
     def given(self, *names: str) -> list[str]:
         """The flags of the options among `names` that were set (to a non-empty value)."""
         return [flag(n) for n in names if getattr(self, n)]

@@ -57,7 +57,8 @@ def load_model(model: str | None, params: str | None, layers: int | None, hidden
 @tokenize_options()
 def profile(
     data: OptData = None,
-    pack_len: Annotated[int, typer.Option("--len", help="Row length of packing and pad-to-max; longer examples are truncated to it.")] = 4096,
+    pack_len: Annotated[str, typer.Option("--len", metavar="N|LIST|RANGE", help="Row length of pack and pad-to-max, e.g. 4096. Several to compare: 2048,4096,8192, 1024-8192 (powers of two between) or 1024:8192:1024; they give a table side by side and the full profile at the --len the recommendation picks.")] = "4096",
+    overflow: Annotated[str, typer.Option("--overflow", help="What pack does with examples longer than --len, and so what profile predicts: drop (pack's default: leave them out), truncate (cut to --len), split (parts of --len as separate documents), error (stop, naming the example).")] = "drop",
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Rows per micro-batch.")] = 8,
     group_window: Annotated[int, typer.Option("--group-window", help="Length-grouped: sort each window of this many shuffled examples by length, then batch.")] = 512,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random batch order.")] = 0,
@@ -97,10 +98,12 @@ def profile(
         given = tok.given("tokenizer", "chat_template", "fmt", "column", "role", "limit")
         if given:
             raise UsageError(f"{', '.join(given)} only apply to DATA, not to --synthetic/--lengths")
+    # one number is checked by ProfileConfig (its range in the message); lists and ranges by parse_lens
+    lens = [int(pack_len)] if re.fullmatch(r"\s*-?\d+\s*", pack_len) else api.parse_lens(pack_len)
     spec = load_model(model, params, layers, hidden)
     cfg = ProfileConfig(
-        pack_len=pack_len, batch_size=batch_size, group_window=group_window, seed=seed, model=spec,
-        gpu=api.gpu_spec(gpu) if gpu is not None else None, mfu=mfu,
+        pack_len=lens[-1], batch_size=batch_size, group_window=group_window, seed=seed, model=spec,
+        gpu=api.gpu_spec(gpu) if gpu is not None else None, mfu=mfu, overflow=overflow,
     )
     if plot is not None and not plot.lower().endswith(".png"):
         raise UsageError(f"--plot {plot!r} must end in .png")
@@ -112,15 +115,16 @@ def profile(
         td = api.load_tokenized(data, tcfg, progress=out)
     with out.stage("profiling", spinner=True) as stage:
         if td is not None:
-            result = api.profile(td, cfg, source={"data": data}, on_stage=stage.step)
+            result = api.profile_lens(td, cfg, lens, source={"data": data, "pack_args": tok.pack_args()},
+                                      on_stage=stage.step)
         elif synthetic is not None:
             stage.step("drawing lengths")
-            result = api.profile_lengths(api.synthetic_lengths(synthetic), cfg,
-                                         source={"kind": "synthetic", "spec": synthetic}, on_stage=stage.step)
+            result = api.profile_lens(api.synthetic_lengths(synthetic), cfg, lens,
+                                      source={"kind": "synthetic", "spec": synthetic}, on_stage=stage.step)
         else:
             stage.step("reading lengths")
-            result = api.profile_lengths(api.read_lengths(lengths_file), cfg,
-                                         source={"kind": "lengths", "path": lengths_file}, on_stage=stage.step)
+            result = api.profile_lens(api.read_lengths(lengths_file), cfg, lens,
+                                      source={"kind": "lengths", "path": lengths_file}, on_stage=stage.step)
         if plot is not None:
             stage.step("drawing the PNG")
             report.write_png(result, plot)

@@ -1,12 +1,16 @@
 """Render a ProfileResult: rich tables and a unicode histogram (stderr) and JSON; decide what to
-lead with (best_strategy, headline). The PNG is packtool.report.profile_png (write_png is
-re-exported here).
+lead with (best_strategy, headline) and what to do (stats.advice.recommend, shown last). The PNG is
+packtool.report.profile_png (write_png is re-exported here).
 
-JSON top-level keys (stable, schema "packtool.profile/v1"):
+JSON top-level keys (schema "packtool.profile/v1"; keys are only ever added):
     schema, packtool_version, source, options, counts, lengths, loss_tokens_per_example,
-    truncation, strategies, flops, histogram, random_batch_waste, notes, timings
+    truncation, pack, strategies, flops, histogram, random_batch_waste, sweep, recommendation,
+    notes, timings
+`truncation` (the v1 name) is what --overflow (options.overflow) takes from the examples longer
+than --len; `pack` is what `packtool pack` with the same --len and --overflow writes in its
+manifest (profiler.PACK_KEYS: rows, documents, tokens cut, examples dropped / truncated / split, ...).
 `strategies` maps a fixed id (stats.STRATEGY_LABELS order) to the same keys for every strategy
-(STRATEGY_KEYS; null where a key does not apply):
+(STRATEGY_KEYS; null where a key does not apply), all simulated on the pieces pack would pack:
 
     "strategies": {
       "pad_to_len":    {"label": "pad to --len", "rows": …, …, "docs_per_row": null, …},
@@ -14,6 +18,10 @@ JSON top-level keys (stable, schema "packtool.profile/v1"):
       …
       "packed_ffd_dense": {…, "docs_per_row": 3.1, …, "gpu_hours": null (without --gpu), …}
     }
+    "sweep": null, or per --len {**pack, "strategies": {id: {rows, occupancy, attention_waste,
+             relative_flops, flops, gpu_hours}}}  (profiler.profile_lens with several --len values)
+    "recommendation": stats.advice.Recommendation.to_json(): strategy, pack_len, overflow, the
+             reasons, cut, rows, command, hints, candidates (what each policy takes per --len)
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any
 from packtool import stats
 from packtool.profiler import ProfileResult
 from packtool.report.profile_png import write_png  # noqa: F401  (re-exported: report.profile.write_png)
+from packtool.stats import advice
 
 SCHEMA = "packtool.profile/v1"
 STRATEGY_KEYS = (
@@ -61,12 +70,14 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
         "source": r.source,
         "options": {
             "len": cfg.pack_len, "batch_size": cfg.batch_size, "group_window": cfg.group_window,
-            "seed": cfg.seed, "mfu": cfg.mfu, "overflow": "truncate",
+            "seed": cfg.seed, "mfu": cfg.mfu, "overflow": cfg.overflow,
+            "lens": None if not r.sweep else [p.pack_len for p in r.sweep],
         },
         "counts": r.counts,
         "lengths": r.lengths,
         "loss_tokens_per_example": r.loss_lengths,
         "truncation": r.truncation,
+        "pack": r.pack,
         "strategies": {n: _strategy_json(s, r.costs[n]) for n, s in r.strategies.items()},
         "flops": {
             "formula": stats.FLOPS_FORMULA,
@@ -78,6 +89,8 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
         },
         "histogram": r.histogram.to_json(),
         "random_batch_waste": r.batch_waste,
+        "sweep": None if not r.sweep else [p.to_json() for p in r.sweep],
+        "recommendation": advice.recommend(r).to_json(),
         "notes": r.notes,
         "timings": {k: round(v, 4) for k, v in r.timings.items()},
     }
@@ -215,18 +228,8 @@ def render(r: ProfileResult, console) -> None:
         if dist and dist["count"]:
             d.add_row(label, *(_num(dist[k], 1 if k == "mean" else 0) for k in ("min", "mean", "median", "p90", "p95", "p99", "max")))
     console.print(d)
-    tr = r.truncation
-    if tr["examples_over"]:
-        loss = "" if tr["loss_tokens_cut"] is None else f", {tr['loss_tokens_cut']:,} of them loss tokens"
-        k = tr["examples_over"]
-        console.print(
-            f"[yellow]{k:,} example{'s' if k != 1 else ''} ({tr['examples_over_share']:.2%}) "
-            f"exceed{'s' if k == 1 else ''} --len {cfg.pack_len:,}[/]: "
-            f"truncation would cut {tr['tokens_cut']:,} tokens ({tr['tokens_cut_share']:.2%}){loss}. "
-            "Every strategy below truncates them to --len."
-        )
-    else:
-        console.print(f"[green]every example fits in --len {cfg.pack_len:,}[/]")
+    for line in overflow_lines(r):
+        console.print(line)
 
     # histogram -----------------------------------------------------------------------------
     console.print()
@@ -248,7 +251,7 @@ def render(r: ProfileResult, console) -> None:
 
     # strategies ----------------------------------------------------------------------------
     gpu = cfg.gpu
-    title = (f"strategies · --len {cfg.pack_len:,} · --batch-size {cfg.batch_size} · "
+    title = (f"strategies · --len {cfg.pack_len:,} · --overflow {cfg.overflow} · --batch-size {cfg.batch_size} · "
              f"--group-window {cfg.group_window} · --seed {cfg.seed}")
     s = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, padding=(0, 1))
     for col in ("strategy", "rows", "steps", "occupancy", "padding", "attn\nwaste", "rel.\nFLOPs"):
@@ -282,9 +285,111 @@ def render(r: ProfileResult, console) -> None:
     console.print(f"[dim]{stats.FLOPS_FORMULA}  ({m.name}: {params}); rel. FLOPs are ÷ padding-free.[/]")
     console.print(f"[dim]attention waste = Σ attention work / Σ own-length work (Σ n²); {stats.ATTENTION_CONVENTION}.[/]")
     console.print("[dim]rows: padded rows, varlen sequences or packed rows; steps: micro-batches of "
-                  f"{cfg.batch_size} rows; {stats.OVERFLOW_POLICY}.[/]")
+                  f"{cfg.batch_size} rows; {stats.overflow_note(cfg.overflow)}.[/]")
     for note in r.notes:
         console.print(f"[dim]note: {note}[/]")
+    if r.sweep:
+        console.print()
+        console.print(sweep_table(r))
+    render_recommendation(advice.recommend(r), console)
+
+
+def _them(k: int) -> str:
+    return "it" if k == 1 else "them"
+
+
+def overflow_lines(r: ProfileResult) -> list[str]:
+    """The lines (rich markup) under the distribution: what --overflow does to the examples over
+    --len, and what `packtool pack` with this --len and --overflow would write."""
+    cfg, tr, pk = r.config, r.truncation, r.pack
+    k = tr["examples_over"]
+    out = []
+    if k:
+        loss = "" if tr["loss_tokens_cut"] is None else f", {tr['loss_tokens_cut']:,} of them loss tokens"
+        head = (f"[yellow]{k:,} example{'s' if k != 1 else ''} ({tr['examples_over_share']:.2%}) "
+                f"exceed{'s' if k == 1 else ''} --len {cfg.pack_len:,}[/]: ")
+        if cfg.overflow == "drop":
+            out.append(head + f"--overflow drop leaves {_them(k)} out, {tr['tokens_cut']:,} tokens "
+                       f"({tr['tokens_cut_share']:.2%}){loss}. Every strategy below leaves {_them(k)} out.")
+        elif cfg.overflow == "truncate":
+            out.append(head + f"truncation would cut {tr['tokens_cut']:,} tokens ({tr['tokens_cut_share']:.2%}){loss}. "
+                       "Every strategy below truncates them to --len.")
+        else:
+            out.append(head + f"--overflow split makes {_them(k)} {tr['split_parts']:,} documents of at most --len; "
+                       "nothing is cut. Every strategy below takes the parts as documents.")
+    else:
+        out.append(f"[green]every example fits in --len {cfg.pack_len:,}[/]")
+    if pk:
+        did = []
+        if pk["examples_dropped"]:
+            empty = pk["examples_dropped_empty"]
+            over = pk["examples_dropped"] - empty
+            if over:
+                did.append(f"drops {over:,} example{'s' if over != 1 else ''}")
+            if empty:
+                did.append(f"drops {empty:,} empty")
+        if pk["examples_truncated"]:
+            did.append(f"truncates {pk['examples_truncated']:,}")
+        if pk["examples_split"]:
+            did.append(f"splits {pk['examples_split']:,} into {pk['split_parts']:,} documents")
+        cut = f"{pk['tokens_cut']:,} tokens cut" + (
+            "" if pk["loss_tokens_cut"] is None else f" ({pk['loss_tokens_cut']:,} loss tokens)")
+        out.append(f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}[/] would write "
+                   f"{pk['rows']:,} rows of {pk['documents']:,} documents, {_pct(pk['fill'])} full; "
+                   + ", ".join(did + [cut]))
+    return out
+
+
+def sweep_table(r: ProfileResult):
+    """One row per swept --len: pack's rows and fill, what --overflow takes, FLOPs ÷ padding-free."""
+    from rich import box
+    from rich.table import Table
+
+    cfg = r.config
+    rec = advice.recommend(r)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
+              title=f"--len sweep · --overflow {cfg.overflow} · pack's rows (BFD) and FLOPs ÷ padding-free at each --len")
+    cols = ["--len", "rows", "fill", "tokens cut", "dropped", "trunc.", "split", "loss cut",
+            "packed\nvarlen", "packed\ndense", "length-\ngrouped", "random"]
+    if cfg.gpu is not None:
+        cols.append("GPU-h\npacked")
+    for col in cols:
+        t.add_column(col, justify="right", no_wrap=True)
+    for p in r.sweep or []:
+        pk = p.pack
+        rel = {n: p.relative_flops(n) for n in ("packed_bfd_varlen", "packed_bfd_dense", "length_grouped",
+                                                "random_padded")}
+        row = [f"{p.pack_len:,}", _count(p.rows), "–" if p.fill is None else _pct(p.fill),
+               f"{pk['tokens_cut']:,} ({_pct_small(pk['tokens_cut_share'] or 0.0)})",
+               f"{pk['examples_dropped']:,}", f"{pk['examples_truncated']:,}", f"{pk['examples_split']:,}",
+               "–" if pk["loss_tokens_cut"] is None else f"{pk['loss_tokens_cut']:,}"]
+        row += ["–" if v is None else f"{v:.2f}×" for v in rel.values()]
+        if cfg.gpu is not None:
+            h = (p.strategies.get("packed_bfd_varlen") or {}).get("gpu_hours")
+            row.append("–" if h is None else _hours(h))
+        style = "bold green" if p.pack_len == rec.pack_len else None
+        t.add_row(*row, style=style)
+    return t
+
+
+def render_recommendation(rec: advice.Recommendation, console) -> None:
+    """The closing block: strategy, --len, --overflow, what is cut, notes, then the command alone
+    on its line (not wrapped, so that it can be copied)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    console.print()
+    console.print(Text("recommendation", style="bold"))
+    t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
+    t.add_column(style="dim", no_wrap=True)
+    t.add_column()
+    for label, text in rec.lines():
+        if label in ("next", "to pack"):
+            continue
+        t.add_row(label, Text(text))
+    console.print(t)
+    label = "next" if rec.strategy == advice.PACKED else "to pack"
+    console.print(Text.assemble((f"{label}: ", "bold"), (rec.command, "bold green")), soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------------------

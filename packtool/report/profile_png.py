@@ -1,12 +1,21 @@
-"""The profile PNG: four panels drawn with matplotlib (Agg), imported only when a PNG is written.
+"""The profile PNG: four panels (five with a --len sweep) drawn with matplotlib (Agg), imported
+only when a PNG is written. The title is the source, the recommendation and its command
+(stats.advice.recommend).
 
     ┌───────────────────────────────────┬───────────────────────────────────┐
+    │ packtool profile · DATA                                               │
+    │ recommended: packed BFD + varlen … · --len 4,096 --overflow split · … │
+    │ next: packtool pack DATA --len 4096 --overflow split --out packed/    │
+    ├───────────────────────────────────┬───────────────────────────────────┤
     │ (a) length histogram              │ (b) occupancy by strategy         │
     │     p50, p90, p99 and --len       │     real tokens / computed slots  │
     ├───────────────────────────────────┼───────────────────────────────────┤
     │ (c) training FLOPs relative to    │ (d) attention waste per random    │
     │     padding-free, linear + attn   │     padded batch, log scale       │
-    └───────────────────────────────────┴───────────────────────────────────┘
+    ├───────────────────────────────────┴───────────────────────────────────┤
+    │ (e) only with a sweep: packed occupancy (fill) and the share of       │
+    │     tokens --overflow cuts, against --len (log2 axis), the pick marked│
+    └───────────────────────────────────────────────────────────────────────┘
 
 Panel (a) draws `plot_histogram`. A folded tail bar is drawn as wide as the first bin, so the view
 ends at `end` (histogram_view), short of the longest example:
@@ -63,6 +72,33 @@ def len_axis_note(r: ProfileResult) -> str:
     return f"--len {pack_len:,} is in the tail bar: {over:,} example{'s' if over != 1 else ''} exceed{'' if over != 1 else 's'} it"
 
 
+def sweep_series(r: ProfileResult) -> dict[str, list]:
+    """Panel (e)'s data, one entry per swept --len (empty lists without a sweep):
+
+        lens       [1024, 2048, 4096]
+        fill       packed BFD occupancy, % (None where nothing is left to pack)
+        grouped    length-grouped occupancy, %
+        cut        tokens --overflow cuts, % of all tokens
+    """
+    out: dict[str, list] = {"lens": [], "fill": [], "grouped": [], "cut": []}
+    for p in r.sweep or []:
+        g = (p.strategies.get("length_grouped") or {}).get("occupancy")
+        out["lens"].append(p.pack_len)
+        out["fill"].append(None if p.fill is None else 100 * p.fill)
+        out["grouped"].append(None if g is None else 100 * g)
+        out["cut"].append(100 * (p.pack.get("tokens_cut_share") or 0.0))
+    return out
+
+
+def title_lines(r: ProfileResult) -> list[str]:
+    """The figure title: source, the recommendation in one line, its command."""
+    from packtool.stats import advice
+
+    rec = advice.recommend(r)
+    label = "next" if rec.strategy == advice.PACKED else "to pack"
+    return [f"packtool profile · {_source_name(r)}", rec.summary(), f"{label}: {rec.command}"]
+
+
 def _source_name(r: ProfileResult) -> str:
     src = r.source
     return str(src.get("data") or src.get("spec") or src.get("path") or src.get("kind", ""))
@@ -80,7 +116,7 @@ def write_png(r: ProfileResult, path: str) -> None:
     from matplotlib.patches import Patch
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    from packtool.report.profile import _hours, _pct, headline
+    from packtool.report.profile import _hours, _pct
 
     cfg = r.config
     names = list(r.strategies)
@@ -89,8 +125,17 @@ def write_png(r: ProfileResult, path: str) -> None:
     colors = [_COLOR.get(n, "#888888") for n in names]
     plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
                          "axes.titleweight": "bold", "axes.titlesize": 10})
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5), dpi=110)
-    (ax_h, ax_o), (ax_f, ax_w) = axes
+    series = sweep_series(r)
+    if series["lens"]:
+        fig = plt.figure(figsize=(13, 12), dpi=110)
+        grid = fig.add_gridspec(3, 2, height_ratios=[1, 1, 0.8])
+        ax_h, ax_o = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+        ax_f, ax_w = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
+        ax_s = fig.add_subplot(grid[2, :])
+    else:
+        fig, axes = plt.subplots(2, 2, figsize=(13, 9), dpi=110)
+        (ax_h, ax_o), (ax_f, ax_w) = axes
+        ax_s = None
 
     # (a) length histogram
     h = r.plot_histogram
@@ -194,8 +239,53 @@ def write_png(r: ProfileResult, path: str) -> None:
     ax_w.set_ylabel("batches")
     ax_w.set_title("Random padded batches: attention waste per batch")
 
-    fig.suptitle(f"packtool profile · {_source_name(r)}\n{headline(r)}", fontsize=11, fontweight="bold")
-    fig.tight_layout()
+    if ax_s is not None:
+        _draw_sweep(ax_s, series, r)
+
+    title = title_lines(r)
+    fig.suptitle("\n".join(title), fontsize=10, fontweight="bold")
+    fig.tight_layout(rect=(0, 0, 1, 0.99 - 0.012 * len(title)))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def _draw_sweep(ax, series: dict[str, list], r: ProfileResult) -> None:
+    """Panel (e): fill of pack's rows and length-grouped occupancy (left axis, %), tokens cut by
+    --overflow (bars, right axis, %), against --len on a log2 axis; the recommended --len marked."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    from packtool.stats import advice
+
+    lens = np.asarray(series["lens"], dtype=float)
+    fill = np.array([np.nan if v is None else v for v in series["fill"]], dtype=float)
+    grouped = np.array([np.nan if v is None else v for v in series["grouped"]], dtype=float)
+    cut = np.asarray(series["cut"], dtype=float)
+    ax.set_xscale("log", base=2)
+    right = ax.twinx()
+    right.spines["right"].set_visible(True)
+    widths = lens * 0.25
+    right.bar(lens, cut, width=widths, color="#c44e52", alpha=0.3, label="tokens cut by --overflow (%)")
+    right.set_ylim(0, max(5.0, float(np.nanmax(cut)) * 1.3 if cut.size else 5.0))
+    right.set_ylabel(f"tokens cut (--overflow {r.config.overflow}), %", color="#c44e52")
+    ax.plot(lens, fill, "o-", color="#4c72b0", label="packed BFD fill (%)")
+    ax.plot(lens, grouped, "s--", color="#ccb974", label="length-grouped occupancy (%)")
+    for x, y in zip(lens, fill, strict=True):
+        if not np.isnan(y):
+            ax.annotate(f"{y:.1f}%", (x, y), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=8)
+    low = np.nanmin(np.concatenate([fill, grouped])) if np.isfinite(np.concatenate([fill, grouped])).any() else 0
+    ax.set_ylim(max(0.0, min(low - 5, 90.0)), 101.5)
+    ax.set_zorder(right.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    ax.xaxis.set_major_locator(FixedLocator(lens.tolist()))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:,.0f}"))
+    pick = advice.recommend(r).pack_len
+    if pick in series["lens"]:
+        ax.axvline(pick, color="#55a868", linewidth=1.5, linestyle=":")
+        ax.text(pick, 101, f" recommended --len {pick:,}", color="#2d7a45", fontsize=8, va="top", ha="left")
+    ax.set_xlabel("--len")
+    ax.set_ylabel("occupancy, %")
+    handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, loc="lower right", fontsize=8, frameon=False)
+    ax.set_title(f"--len sweep · packed fill and tokens cut by --overflow {r.config.overflow}")

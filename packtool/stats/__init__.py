@@ -11,14 +11,19 @@ No typer, rich, pyarrow, transformers or matplotlib here (docs/ARCHITECTURE.md, 
     → percentiles, Histogram       → {name: StrategyResult}  ─(slots, ─▶ training_flops, gpu_hours
                                                                 work)    → FLOPs, GPU-hours
 
+    sweep.py        parse_lens (--len 2048,4096 | 1024-8192 | 1024:8192:1024), SweepPoint
+    advice.py       cuts_by_len, choose_len, recommend → Recommendation (strategy, --len,
+                    --overflow, what is cut, the `packtool pack` command)
+
 Every public name of lengths, strategies and flops is re-exported here, so `stats.describe`,
 `stats.simulate`, `stats.model_from_config` … name the same objects as the submodules'. The
-synthetic lengths stay in their own namespace: `from packtool.stats import synthetic`.
+synthetic lengths, the --len sweep and the advice stay in their own namespaces:
+`from packtool.stats import advice, sweep, synthetic`.
 """
 
 from __future__ import annotations
 
-from packtool.stats import synthetic
+from packtool.stats import advice, sweep, synthetic
 from packtool.stats.flops import (
     ATTENTION_CONVENTION,
     FLOPS_FORMULA,
@@ -35,10 +40,15 @@ from packtool.stats.flops import (
 )
 from packtool.stats.lengths import PERCENTILES, Histogram, describe, length_histogram, nice_step
 from packtool.stats.strategies import (
+    OVERFLOW_NOTES,
     OVERFLOW_POLICY,
+    PACK_MAX_DOCS,
+    PACK_ORDER,
+    PACK_SEED,
     STRATEGY_LABELS,
     StrategyResult,
     length_grouped,
+    overflow_note,
     packed,
     pad_to_len,
     padded_batches,
@@ -52,11 +62,12 @@ __all__ = [
     # lengths
     "PERCENTILES", "Histogram", "describe", "length_histogram", "nice_step",
     # strategies
-    "OVERFLOW_POLICY", "STRATEGY_LABELS", "StrategyResult", "length_grouped", "packed", "pad_to_len",
-    "padded_batches", "padding_free", "random_padded", "simulate", "truncate",
+    "OVERFLOW_NOTES", "OVERFLOW_POLICY", "PACK_MAX_DOCS", "PACK_ORDER", "PACK_SEED", "STRATEGY_LABELS",
+    "StrategyResult", "length_grouped", "overflow_note", "packed", "pad_to_len", "padded_batches",
+    "padding_free", "random_padded", "simulate", "truncate",
     # flops
     "ATTENTION_CONVENTION", "FLOPS_FORMULA", "GPU_PEAK_TFLOPS", "REFERENCE_CONFIG", "GpuSpec", "ModelSpec",
     "gpu_hours", "gpu_spec", "model_from_config", "model_from_params", "reference_model", "training_flops",
-    # the --synthetic / --lengths submodule
-    "synthetic",
+    # submodules in their own namespace: --synthetic / --lengths, --len sweeps, the recommendation
+    "advice", "sweep", "synthetic",
 ]

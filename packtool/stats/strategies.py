@@ -1,7 +1,12 @@
 """Batching strategies over one epoch, each reduced to three integers. Pure numpy (+ the packer).
 
-Every strategy is computed on the *effective* lengths e_i = min(n_i, L) (over-length examples
-are truncated to --len for every strategy):
+Every strategy is computed on the *documents pack would pack*: the pieces that `--overflow` makes
+of the examples (packtool.pack.overflow.apply_overflow; the profiler applies it, docs/ARCHITECTURE.md,
+"Semantics", Overflow), each of 1..L tokens e_i:
+
+    examples  [3, 9, 0, 5]   L 4      drop      e = [3, 4]          9 and 0 left out
+                                      truncate  e = [3, 4, 4]       9 → 4, 5 → 4
+                                      split     e = [3, 4, 4, 1, 4, 1]
 
     tokens          Σ e_i                        real tokens, the same for all strategies
     slots           token positions computed     real + pad; what the linear layers pay for
@@ -17,6 +22,10 @@ blocks does about half of every one of these, so the ratios between strategies d
     b b b b                     work 3² + 4² = 25              work 8² = 64
     slots 8, work 2·4² = 32     slots 8                        slots 8
 
+Packed rows are planned by plan.plan_packs with pack's own defaults (PACK_ORDER sorted,
+PACK_MAX_DOCS 0, PACK_SEED 0): packed_bfd_* rows are the rows `packtool pack` writes for the
+same pieces.
+
 simulate(lengths, --len, --batch-size, --group-window, --seed) returns, in STRATEGY_LABELS order:
 
     pad_to_len  random_padded  length_grouped  padding_free  packed_{bfd,ffd}_{varlen,dense}
@@ -28,7 +37,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-OVERFLOW_POLICY = "examples longer than --len are truncated to --len for every strategy"
+# what every strategy does with the examples longer than --len, per --overflow (pack's policy)
+OVERFLOW_NOTES: dict[str, str] = {
+    "drop": "examples longer than --len are left out of every strategy (--overflow drop, as pack)",
+    "truncate": "examples longer than --len are truncated to --len for every strategy",
+    "split": "examples longer than --len are split into parts of --len, each a document of its own",
+    "error": "no example is longer than --len (--overflow error)",
+}
+OVERFLOW_POLICY = OVERFLOW_NOTES["truncate"]  # the v1 wording, when profile always truncated
+# pack's planner options that the packed strategies use: config.PackConfig's defaults
+PACK_ORDER, PACK_MAX_DOCS, PACK_SEED = "sorted", 0, 0
+
+
+def overflow_note(policy: str) -> str:
+    """One line: what the strategies do with examples longer than --len under `policy`."""
+    return OVERFLOW_NOTES.get(policy, OVERFLOW_POLICY)
 
 STRATEGY_LABELS: dict[str, str] = {
     "pad_to_len": "pad to --len",
@@ -180,6 +203,8 @@ def packed(
 ) -> tuple[StrategyResult, StrategyResult]:
     """Rows of --len planned by the same packer as `packtool pack`; (varlen, dense-mask) results.
 
+    plan_packs(e, L, algo, PACK_ORDER, PACK_MAX_DOCS, seed) as pack/run.py calls it; `seed` is
+    pack's --seed (0 by default, unused by order "sorted"), not profile's batch-shuffle seed.
     varlen: each document attends only to itself (cu_seqlens over the documents; the pad tail
     is not attended), work Σ e². dense: the whole row is one L×L score matrix, work R·L²."""
     from packtool.plan import plan_packs
@@ -188,7 +213,7 @@ def packed(
     if n == 0:
         num_rows = 0
     else:
-        plan = plan_packs(e, pack_len, strategy=algo, seed=seed)
+        plan = plan_packs(e, pack_len, algo, PACK_ORDER, PACK_MAX_DOCS, seed)
         num_rows = int(plan.num_rows)
     tokens = _total(e)
     common = dict(
@@ -210,8 +235,10 @@ def simulate(
     seed: int = 0,
     on_stage=None,
 ) -> dict[str, StrategyResult]:
-    """All strategies on `lengths` (truncated to `pack_len` first). Random and length-grouped
-    batching share one seeded shuffle, so they differ only by the sorting inside windows."""
+    """All strategies on `lengths`: the documents to batch, normally the pieces of
+    pack.overflow.apply_overflow (1..pack_len each; anything longer is truncated to `pack_len`
+    first). Random and length-grouped batching share one shuffle seeded with `seed` (profile's
+    --seed); the packed rows use pack's planner defaults (PACK_ORDER, PACK_MAX_DOCS, PACK_SEED)."""
     say = on_stage or (lambda _s: None)
     e, _, _ = truncate(lengths, pack_len)
     own = _sq_sum(e)
@@ -227,7 +254,7 @@ def simulate(
     out["padding_free"] = padding_free(e, batch_size, own)
     for algo in ("bfd", "ffd"):
         say(f"packing ({algo.upper()})")
-        varlen, dense = packed(e, pack_len, batch_size, algo, own, seed=seed)
+        varlen, dense = packed(e, pack_len, batch_size, algo, own, seed=PACK_SEED)
         out[varlen.name] = varlen
         out[dense.name] = dense
     return out

@@ -18,7 +18,8 @@ from packtool.report.profile import STRATEGY_KEYS, to_json
 from packtool.stats import STRATEGY_LABELS
 
 TOP_KEYS = ["schema", "packtool_version", "source", "options", "counts", "lengths", "loss_tokens_per_example",
-            "truncation", "strategies", "flops", "histogram", "random_batch_waste", "notes", "timings"]
+            "truncation", "pack", "strategies", "flops", "histogram", "random_batch_waste", "sweep", "recommendation",
+            "notes", "timings"]
 SPEC = "lognormal:median=300,sigma=0.8,n=3000,max=6000,seed=1"
 runner = CliRunner()
 
@@ -46,12 +47,29 @@ def test_json_to_stdout_has_stable_keys():
 
 
 def test_human_report_goes_to_stderr():
-    res = run("--synthetic", SPEC, "--len", "1024")
+    res = run("--synthetic", SPEC, "--len", "1024", "--overflow", "truncate")
     assert res.exit_code == 0, res.stderr
     assert res.stdout == ""
     for text in ("length histogram", "◀ p50", "--len 1,024", "packed BFD varlen", "attn", "FLOPs = 6*P*slots",
                  "truncation would cut"):
         assert text in res.stderr, text
+
+
+def test_default_profile_predicts_pack_and_recommends_a_command():
+    res = run("--synthetic", SPEC, "--len", "1024")
+    assert res.exit_code == 0, res.stderr
+    assert "--overflow drop" in res.stderr and "recommendation" in res.stderr
+    assert res.stderr.rstrip().splitlines()[-1] == "next: packtool pack DATA --len 4096 --out packed/"
+
+
+def test_len_sweep_from_the_command_line():
+    res = run("--synthetic", SPEC, "--len", "1024-4096", "--json", "-")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert [p["len"] for p in d["sweep"]] == [1024, 2048, 4096]
+    assert d["recommendation"]["command"].startswith("packtool pack DATA --len ")
+    bad = run("--synthetic", SPEC, "--len", "4096,x")
+    assert bad.exit_code == 2 and "--len" in bad.stderr
 
 
 def test_same_seed_same_numbers():
@@ -172,7 +190,8 @@ def test_profile_tokenized_data_by_hand():
         [[-100, -100, 3, 4, 5, 6], [-100, -100], [-100, 8, 9]],
         num_read=4, skipped=[SkippedRecord(1, "f.jsonl", 2, "no assistant turn")], format="messages",
     )
-    r = profile_data(td, ProfileConfig(pack_len=4, batch_size=2, group_window=2), source={"data": "f.jsonl"})
+    r = profile_data(td, ProfileConfig(pack_len=4, batch_size=2, group_window=2, overflow="truncate"),
+                     source={"data": "f.jsonl"})
     c = r.counts
     assert (c["examples_read"], c["examples_skipped"], c["examples"], c["tokens"]) == (4, 1, 3, 11)
     assert c["skipped_reasons"] == {"no assistant turn": 1}

@@ -92,7 +92,8 @@ def test_render_by_hand(by_hand):
 
 
 def test_render_names_truncation():
-    r = profile_lengths(np.array([1, 2, 3, 9, 6]), ProfileConfig(pack_len=4, batch_size=2, group_window=2))
+    r = profile_lengths(np.array([1, 2, 3, 9, 6]),
+                        ProfileConfig(pack_len=4, batch_size=2, group_window=2, overflow="truncate"))
     out = rendered(r)
     assert "2 examples (40.00%) exceed --len 4" in out and "cut 7 tokens" in out
     assert "beyond the longest example" not in out
@@ -125,3 +126,106 @@ def test_headline():
 def test_headline_of_a_profile(by_hand):
     assert report.best_strategy(by_hand) == "padding_free"
     assert report.headline(by_hand).startswith("padding-free (varlen): ")
+
+
+# ---------------------------------------------------------------------------------------------
+# --overflow, the pack prediction, the sweep and the recommendation
+
+
+TOP_KEYS = ["schema", "packtool_version", "source", "options", "counts", "lengths", "loss_tokens_per_example",
+            "truncation", "pack", "strategies", "flops", "histogram", "random_batch_waste", "sweep",
+            "recommendation", "notes", "timings"]
+
+
+def test_json_top_level_keys_pack_and_recommendation():
+    import json
+
+    from packtool.profiler import PACK_KEYS
+
+    r = profile_lengths(np.array([1, 2, 3, 9, 6]), ProfileConfig(pack_len=4, batch_size=2, group_window=2))
+    d = report.to_json(r)
+    assert list(d) == TOP_KEYS
+    assert d["options"]["overflow"] == "drop" and d["options"]["lens"] is None
+    assert list(d["pack"]) == list(PACK_KEYS) and d["pack"]["examples_dropped"] == 2
+    assert d["truncation"]["policy"] == "drop" and d["truncation"]["tokens_cut"] == 15
+    assert d["sweep"] is None
+    rec = d["recommendation"]
+    assert rec["command"].startswith("packtool pack DATA --len ") and rec["overflow"] in ("drop", "split")
+    assert {c["len"] for c in rec["candidates"]} >= {4}
+    json.dumps(d)
+
+
+def test_json_of_a_sweep():
+    from packtool.profiler import profile_lens
+
+    lengths = np.random.default_rng(0).integers(50, 3000, 400)
+    r = profile_lens(lengths, ProfileConfig(), "1024-4096")
+    d = report.to_json(r)
+    assert d["options"]["lens"] == [1024, 2048, 4096] and d["options"]["len"] == d["recommendation"]["pack_len"]
+    assert [p["len"] for p in d["sweep"]] == [1024, 2048, 4096]
+    for p in d["sweep"]:
+        assert set(p["strategies"]) == set(STRATEGY_LABELS)
+        assert set(p["strategies"]["packed_bfd_varlen"]) == {"rows", "occupancy", "attention_waste", "relative_flops",
+                                                             "flops", "gpu_hours"}
+
+
+@pytest.mark.parametrize("overflow, says", [
+    ("drop", "--overflow drop leaves them out, 15 tokens (71.43%). Every strategy below leaves them out."),
+    ("truncate", "truncation would cut 7 tokens (33.33%). Every strategy below truncates them to --len."),
+    ("split", "--overflow split makes them 5 documents of at most --len; nothing is cut."),
+])
+def test_render_says_what_overflow_does(overflow, says):
+    r = profile_lengths(np.array([1, 2, 3, 9, 6]),
+                        ProfileConfig(pack_len=4, batch_size=2, group_window=2, overflow=overflow))
+    out = rendered(r, width=300)
+    assert "2 examples (40.00%) exceed --len 4" in out and says in out
+    assert f"pack --len 4 --overflow {overflow} would write {r.pack['rows']} rows of {r.pack['documents']} documents" \
+        in out
+    assert stats_note(overflow) in out
+    assert f"--overflow {overflow} · --batch-size 2" in out
+
+
+def stats_note(policy: str) -> str:
+    from packtool import stats
+
+    return stats.overflow_note(policy)
+
+
+def test_render_ends_with_the_recommendation_and_an_unwrapped_command():
+    from packtool.stats import advice
+
+    r = profile_lengths(np.concatenate([np.full(300, 400), [11_540]]), ProfileConfig(pack_len=4096),
+                        source={"data": "my data/glaive.json"})
+    rec = advice.recommend(r)
+    out = rendered(r, width=80)
+    assert "\nrecommendation\n" in out
+    assert out.rstrip("\n").endswith(f"next: {rec.command}")
+    assert rec.command == "packtool pack 'my data/glaive.json' --len 4096 --overflow split --out packed/"
+    assert out.index("recommendation") > out.index("strategies ·")
+
+
+def test_sweep_table_marks_the_pick():
+    from packtool.profiler import profile_lens
+
+    lengths = np.random.default_rng(1).integers(50, 3000, 400)
+    r = profile_lens(lengths, ProfileConfig(), [512, 1024, 2048, 4096])
+    out = rendered(r, width=200)
+    assert "--len sweep · --overflow drop" in out
+    table = out[out.index("--len sweep"):out.index("recommendation")]
+    for L in ("512", "1,024", "2,048", "4,096"):
+        assert f" {L} " in table
+    assert report.sweep_table(r).rows[[p.pack_len for p in r.sweep].index(r.config.pack_len)].style == "bold green"
+
+
+@pytest.mark.parametrize("spec", ["constant:value=3,n=3", "lognormal:median=450,sigma=0.9,n=2000,seed=0",
+                                  "lognormal:median=300,n=900+constant:value=9000,n=40"])
+def test_rendered_savings_are_never_negative(spec):
+    import re
+
+    from packtool import stats
+    from packtool.stats.synthetic import synthetic_lengths
+
+    cfg = ProfileConfig(pack_len=2048, model=stats.model_from_params(7e9, 32, 4096), gpu=stats.gpu_spec("h100"))
+    out = rendered(profile_lengths(synthetic_lengths(spec), cfg), width=200)
+    block = out[out.index("\nrecommendation\n"):]
+    assert not re.search(r"(^|[\s(])-\d", block), block

@@ -143,3 +143,54 @@ def test_matplotlib_is_imported_only_to_draw():
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------------------------
+# the recommendation in the title, the sweep panel
+
+
+def test_title_is_source_recommendation_and_command():
+    from packtool.stats import advice
+
+    r = profile_lengths(np.concatenate([synthetic_lengths(BULK), [11_540]]), ProfileConfig(pack_len=4096),
+                        source={"data": "data.jsonl"})
+    rec = advice.recommend(r)
+    assert profile_png.title_lines(r) == ["packtool profile · data.jsonl", rec.summary(), f"next: {rec.command}"]
+    assert "--len 4,096 · drops 1 example: 11,540 tokens (0.48%)" in rec.summary()  # a tiny share: drop
+    assert rec.command == "packtool pack data.jsonl --len 4096 --out packed/"
+
+
+def test_sweep_series():
+    from packtool.profiler import profile_lens
+
+    lengths = np.concatenate([synthetic_lengths(BULK), [5000, 8000]])
+    r = profile_lens(lengths, ProfileConfig(), "1024-8192")
+    s = profile_png.sweep_series(r)
+    assert s["lens"] == [1024, 2048, 4096, 8192]
+    assert s["fill"] == [100 * p.fill for p in r.sweep]
+    assert s["cut"][-1] == 0.0 and s["cut"][0] > s["cut"][2] > 0  # 8192 keeps everything
+    assert profile_png.sweep_series(profiled(lengths, 4096)) == {"lens": [], "fill": [], "grouped": [], "cut": []}
+
+
+def test_write_png_with_a_sweep_has_five_panels_and_the_command(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from packtool.profiler import profile_lens
+
+    titles: list[str] = []
+    suptitle = matplotlib.figure.Figure.suptitle
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle",
+                        lambda self, t, *a, **k: titles.append(t) or suptitle(self, t, *a, **k))
+    savefig = matplotlib.figure.Figure.savefig
+    panels: list[int] = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda self, *a, **k: panels.append(len(self.axes)) or savefig(self, *a, **k))
+    lengths = np.concatenate([synthetic_lengths(BULK), [5000, 8000, 11_540]])
+    r = profile_lens(lengths, ProfileConfig(), "1024-8192", source={"data": "d.jsonl"})
+    png = tmp_path / "s.png"
+    profile_png.write_png(r, str(png))
+    assert panels == [6]  # (a)-(e), plus the twin axis of (e)
+    assert titles and titles[0].splitlines()[2].startswith("next: packtool pack d.jsonl --len ")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    profile_png.write_png(profiled(lengths, 4096), str(tmp_path / "one.png"))
+    assert panels == [6, 4]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from packtool import stats
-from packtool.stats import flops, lengths, strategies, synthetic
+from packtool.stats import advice, flops, lengths, strategies, sweep, synthetic
 
 # the public names of packtool/stats.py before it became a package, by the module that holds them now
 MOVED = {
@@ -16,6 +16,16 @@ MOVED = {
             "REFERENCE_CONFIG", "reference_model", "model_from_params", "GpuSpec", "gpu_spec",
             "training_flops", "gpu_hours"],
 }
+# added with --overflow in profile (pack's policy and planner defaults)
+ADDED = {strategies: ["OVERFLOW_NOTES", "overflow_note", "PACK_ORDER", "PACK_MAX_DOCS", "PACK_SEED"]}
+SUBMODULES = ["advice", "sweep", "synthetic"]
+
+
+@pytest.mark.parametrize("module", list(ADDED), ids=lambda m: m.__name__)
+def test_every_added_name_is_the_submodules_object(module):
+    for name in ADDED[module]:
+        assert getattr(stats, name) is getattr(module, name), name
+        assert name in stats.__all__
 
 
 @pytest.mark.parametrize("module", list(MOVED), ids=lambda m: m.__name__)
@@ -25,11 +35,23 @@ def test_every_old_name_is_the_submodules_object(module):
         assert name in stats.__all__
 
 
-def test_all_names_exactly_the_moved_ones():
-    assert sorted(stats.__all__) == sorted([n for names in MOVED.values() for n in names] + ["synthetic"])
+def test_all_names_exactly_the_moved_and_added_ones():
+    names = [n for group in (MOVED, ADDED) for names in group.values() for n in names]
+    assert sorted(stats.__all__) == sorted(names + SUBMODULES)
 
 
-def test_synthetic_is_a_submodule():
-    assert stats.synthetic is synthetic
-    assert synthetic.__name__ == "packtool.stats.synthetic"
-    assert not hasattr(stats, "synthetic_lengths")  # its names stay in their own namespace
+def test_synthetic_sweep_and_advice_are_submodules():
+    for name, module in (("synthetic", synthetic), ("sweep", sweep), ("advice", advice)):
+        assert getattr(stats, name) is module
+        assert module.__name__ == f"packtool.stats.{name}"
+    # their names stay in their own namespaces
+    for name in ("synthetic_lengths", "parse_lens", "SweepPoint", "recommend", "Recommendation"):
+        assert not hasattr(stats, name), name
+
+
+def test_pack_plan_defaults_are_packs():
+    from packtool.config import PackConfig
+
+    cfg = PackConfig(pack_len=4096)
+    assert (stats.PACK_ORDER, stats.PACK_MAX_DOCS, stats.PACK_SEED) == (cfg.order, cfg.max_docs, cfg.seed)
+    assert cfg.strategy == "bfd" and cfg.overflow == "drop"
