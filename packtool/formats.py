@@ -68,8 +68,11 @@ Example: {"dialog": [{"speaker": "bot", "utterance": "hi"}]} reads with
 `--column messages=dialog --column role=speaker --column content=utterance --role bot=assistant`.
 
 Column mapping and detection happen here; the readers yield records exactly as stored. The caller
-detects once, on the first parseable record, and normalizes every record with that format. An
-Example without an assistant turn is valid here (it carries 0 loss tokens; `has_assistant` tells).
+detects once per file, on that file's first record whose format is found (`detect_first`), and
+normalizes every record of the file with that format, so a folder or glob may mix formats, one per
+file; `--format` forces one format on every file. A file none of whose records fits a format is
+normalized with AUTO: each record is refused with what `detect_format` says of it. An Example
+without an assistant turn is valid here (it carries 0 loss tokens; `has_assistant` tells).
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ from packtool.config import ReadConfig
 from packtool.errors import PacktoolError, UsageError
 
 FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt", "preference")
+AUTO = "auto"  # normalize(): detect each record's own format (a file none of whose records fits one)
 
 # Role names and ShareGPT tags -> (our role, whether the content is a JSON tool call).
 _ROLE_TAGS: dict[str, tuple[str, bool]] = {
@@ -224,7 +228,10 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
     if "text" in record:
         return "text", f"has {named('text')}"
     hint = ""
-    if "prompt" in record or "completion" in record:
+    if "input_ids" in record:
+        hint = ("; it is pre-tokenized (input_ids), and pre-tokenized and chat files cannot be mixed in one "
+                "input: read them separately")
+    elif "prompt" in record or "completion" in record:
         hint = "; prompt-completion needs both 'prompt' and 'completion'"
     elif "instruction" in record:
         hint = "; alpaca needs both 'instruction' and 'output'"
@@ -232,6 +239,20 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         f"record fits no known format: it has keys {_keys(record)}{hint}; "
         f"known formats: {_FORMATS_TEXT}; use --format NAME, or --column OURS=THEIRS to map a column"
     )
+
+
+def detect_first(records, cfg: ReadConfig) -> tuple[int, str, str] | None:
+    """(i, format, why) of the first of `records` (None entries: unreadable, passed over) whose
+    format is found, or None when none fits a format. Preference and KTO data raise UsageError."""
+    for i, rec in enumerate(records):
+        if rec is None:
+            continue
+        try:
+            fmt, why = detect_format(rec, cfg)
+        except FormatError:
+            continue  # refused later, with its own message
+        return i, fmt, why
+    return None
 
 
 def _turn_shape(turns: Any, plan: _Plan) -> str:
@@ -248,8 +269,11 @@ def _turn_shape(turns: Any, plan: _Plan) -> str:
 
 
 def normalize(record: dict, fmt: str, cfg: ReadConfig) -> dict:
-    """Record -> Example (see the module docstring). Raises FormatError on a bad record."""
+    """Record -> Example (see the module docstring). Raises FormatError on a bad record. `fmt`
+    AUTO: the record's own format (detect_format), or the FormatError saying it fits none."""
     plan = _plan(cfg)
+    if fmt == AUTO:
+        fmt = detect_format(record, cfg)[0]
     fn = _NORMALIZERS.get(fmt)
     if fn is None:
         raise UsageError(f"unknown format {fmt!r}; use one of {'|'.join(FORMATS)}")

@@ -10,8 +10,10 @@ from paths import SHARED_DATA
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
 from packtool.formats import (
+    AUTO,
     FORMATS,
     FormatError,
+    detect_first,
     detect_format,
     has_assistant,
     normalize,
@@ -88,6 +90,25 @@ def test_detect_nothing_fits_lists_keys_and_formats():
         detect_format({"instruction": "q"}, CFG)
     with pytest.raises(FormatError, match="record is a list"):
         detect_format([1], CFG)  # type: ignore[arg-type]
+
+
+def test_auto_detects_each_record_and_pretokenized_records_say_so():
+    alpaca = {"instruction": "q", "output": "a"}
+    assert normalize(alpaca, AUTO, CFG) == normalize(alpaca, "alpaca", CFG)
+    assert normalize({"text": "t"}, AUTO, CFG)["kind"] == "text"
+    with pytest.raises(FormatError, match="fits no known format: it has keys 'question'"):
+        normalize({"question": "q"}, AUTO, CFG)
+    with pytest.raises(FormatError, match=r"keys 'input_ids'; it is pre-tokenized \(input_ids\), and pre-tokenized "
+                                          "and chat files cannot be mixed"):
+        detect_format({"input_ids": [1, 2]}, CFG)
+
+
+def test_detect_first_passes_over_unreadable_and_unknown_records():
+    rows = [None, {"question": "q"}, {"instruction": "q", "output": "a"}, {"messages": []}]
+    assert detect_first(rows, CFG) == (2, "alpaca", "has 'instruction' and 'output'")
+    assert detect_first(rows[:2], CFG) is None
+    with pytest.raises(UsageError, match="preference data"):
+        detect_first([{"chosen": "a", "rejected": "b"}], CFG)
 
 
 # --------------------------------------------------------------------------- messages

@@ -125,7 +125,14 @@ def commands_of(code: str) -> list[list[str]]:
     return out
 
 
-SHELL_BLOCKS = [p for p in blocks(("bash", "")) if commands_of(p.values[2])]
+def _shell_block(p):
+    """A README block of several verify runs (each trains tiny models on CPU: ~20 s) runs in
+    `make test-slow`; every other block runs in `make test`."""
+    several = sum(c[:2] == ["packtool", "verify"] for c in commands_of(p.values[2])) > 1
+    return pytest.param(*p.values, id=p.id, marks=[pytest.mark.slow] if several else [])
+
+
+SHELL_BLOCKS = [_shell_block(p) for p in blocks(("bash", "")) if commands_of(p.values[2])]
 
 
 @pytest.mark.parametrize("source,line,code", SHELL_BLOCKS)

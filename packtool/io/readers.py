@@ -14,6 +14,8 @@ format work (packtool.formats does that). JSON Lines stay bytes until the encode
 (in a worker process, with orjson); a line or element that cannot be parsed is reported with its
 reason, so the caller can stop on it or skip and count it (`--on-error`). The index of a record
 counts every record read across all files, malformed ones included; it is its `source_index`.
+Messages name a record within its own file, never by that index: `data.jsonl:12` (its line) or
+`data.json record 3` (its 0-based position in that file: `RawRecord.position`, `RawBatch.offset`).
 
 `cfg.limit` is applied here: at most `limit` records are read, malformed ones included, so a
 limited run reads a prefix of the input whatever happens downstream.
@@ -88,15 +90,14 @@ class RawRecord:
     line: int | None  # 1-based line for jsonl, None otherwise
     record: dict | None  # the parsed record, None when it could not be parsed
     error: str | None  # why not parsed, e.g. "malformed JSON: Expecting ',' delimiter (col 17)"
+    position: int | None = None  # 0-based position within its own file (None: = index)
 
     @property
     def where(self) -> str:
-        """'data.jsonl:12' or 'data.parquet record 3', for messages."""
-        return (
-            f"{self.file}:{self.line}"
-            if self.line is not None
-            else f"{self.file} record {self.index}"
-        )
+        """'data.jsonl:12' or 'data.parquet record 3' (within its own file), for messages."""
+        if self.line is not None:
+            return f"{self.file}:{self.line}"
+        return f"{self.file} record {self.index if self.position is None else self.position}"
 
 
 # --------------------------------------------------------------------------- locating sources
@@ -311,14 +312,16 @@ def iter_batches(located: Located, cfg: ReadConfig, batch_records: int = BATCH_R
                                                          max(batch_records, ARROW_BATCH_RECORDS)))])
     index = 0
     for _file, batches in streams:
+        offset = 0  # records of this file before the batch
         for b in batches:
             n = len(b)
             if cfg.limit is not None and index + n > cfg.limit:
                 b = b.head(cfg.limit - index)
                 n = len(b)
-            b.start = index
+            b.start, b.offset = index, offset
             yield b
             index += n
+            offset += n
             if index == cfg.limit:  # stop before reading one more record (or opening a file)
                 return
 
@@ -334,7 +337,7 @@ def iter_records(source: str, cfg: ReadConfig) -> Iterator[RawRecord]:
         for b in iter_batches(located, cfg, 256):
             records, errors = b.parsed()
             for i in range(len(b)):
-                yield RawRecord(b.start + i, b.file, b.line_of(i), records[i], errors[i])
+                yield RawRecord(b.start + i, b.file, b.line_of(i), records[i], errors[i], b.offset + i)
 
     return gen()
 
@@ -347,7 +350,10 @@ class RawBatch:
     """Consecutive records of one file, as read, with their provenance.
 
         start     source_index of the first record (set by iter_batches; counts every record read)
+        offset    0-based position of the first record within its file (set by iter_batches)
         file      the path, hub id or save_to_disk folder they came from
+        fmt       the format its file's records are normalized with, set by the tokenization
+                  pipeline per file (None: the encode step's own)
         lines     1-based line of each record (JSON Lines), else None
         payload   exactly one of: raw (JSON text per record, unparsed), records (parsed dicts, None
                   where unreadable, with errors), arrow (a pyarrow RecordBatch)
@@ -362,6 +368,8 @@ class RawBatch:
     errors: list[str | None] | None = None
     arrow: Any = None
     start: int = 0
+    offset: int = 0
+    fmt: str | None = None
 
     def __len__(self) -> int:
         if self.raw is not None:
@@ -375,15 +383,20 @@ class RawBatch:
                         self.raw[:n] if self.raw is not None else None,
                         self.records[:n] if self.records is not None else None,
                         self.errors[:n] if self.errors is not None else None,
-                        self.arrow.slice(0, n) if self.arrow is not None else None, self.start)
+                        self.arrow.slice(0, n) if self.arrow is not None else None, self.start, self.offset,
+                        self.fmt)
 
     def line_of(self, i: int) -> int | None:
         return self.lines[i] if self.lines is not None else None
 
+    def position(self, i: int) -> int:
+        """0-based position of record i of the batch within its file."""
+        return self.offset + i
+
     def where(self, i: int) -> str:
-        """'data.jsonl:12' or 'data.parquet record 3', for messages."""
+        """'data.jsonl:12' or 'data.parquet record 3' (within its own file), for messages."""
         line = self.line_of(i)
-        return f"{self.file}:{line}" if line is not None else f"{self.file} record {self.start + i}"
+        return f"{self.file}:{line}" if line is not None else f"{self.file} record {self.offset + i}"
 
     def parsed(self) -> tuple[list[dict | None], list[str | None]]:
         """(record or None, why not) per record; JSON lines are parsed here."""

@@ -1,6 +1,10 @@
 """Say what was read and how, before a command's own report (stderr, rich markup):
 
     format: messages — every record has a messages list
+    (a folder or glob whose files differ in format: one line for the input, then one per file)
+    format: mixed: alpaca (identity.json 91), sharegpt (a.json 300) — each file's format detected ...
+      identity.json: alpaca, 91 records — has 'instruction' and 'output' (with 'input')
+      a.json: sharegpt, 300 records — has 'conversations' with from/value turns
     tokenizer: Qwen/Qwen3-0.6B (built-in)
     chat template: NAME (ORIGIN) — why; labels from generation markers; end of turn <|im_end|>; ...
     examples: 600 read, 598 tokenized, 2 skipped, tokenizer backend fastokens (from cache)
@@ -26,10 +30,37 @@ def template_line(tok: dict) -> str:
     return "; ".join(parts)
 
 
+MAX_FILES = 20  # files listed one per line; the rest counted by format
+
+
+def format_lines(td) -> list[str]:
+    """One line per file, 'identity.json: alpaca, 91 records — why', when the files of the input
+    were not all read in one format (td.format is then a 'mixed: ...' summary, or the one format
+    beside files that fit none); else none."""
+    formats = getattr(td, "formats", None) or {}
+    if len({f.format for f in formats.values()}) < 2:
+        return []
+    names = td.file_names()
+    items = list(formats.items())
+    lines = [f"{names[p]}: {f.format}, {f.records:,} record{'s' if f.records != 1 else ''} — {f.reason}"
+             for p, f in items[:MAX_FILES]]
+    if len(items) > MAX_FILES:
+        rest: dict[str, int] = {}
+        for _, f in items[MAX_FILES:]:
+            rest[f.format] = rest.get(f.format, 0) + 1
+        lines.append(f"… and {len(items) - MAX_FILES} more files: "
+                     + ", ".join(f"{k} {fmt}" for fmt, k in sorted(rest.items())))
+    return lines
+
+
 def announce(td, con, warnings: bool = True) -> None:
     """Say what was read and how: format and why, tokenizer and template, cache, warnings, skips."""
+    from rich.markup import escape
+
     tok = td.tokenizer or {}
-    con.print(f"format: [cyan]{td.format}[/] — {td.format_reason}")
+    con.print(f"format: [cyan]{escape(td.format)}[/] — {escape(td.format_reason)}")
+    for line in format_lines(td):
+        con.print(f"  {escape(line)}")
     if tok.get("name"):
         con.print(f"tokenizer: {tok['name']}")
         if tok.get("chat_template"):

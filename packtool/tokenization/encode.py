@@ -592,7 +592,8 @@ class StepResult:
 class EncodeStep:
     """RawBatch → StepResult: parse, normalize, render, tokenize, label. Plain data; picklable.
 
-    kind "chat": records of `fmt` (messages, sharegpt, ...) through `Encoder`;
+    kind "chat": records of the batch's `fmt` (its file's format: messages, sharegpt, ...; else the
+    step's `fmt`) through `Encoder`;
     kind "pretokenized": records that carry input_ids, labels from `label_source`.
     """
 
@@ -632,6 +633,7 @@ class EncodeStep:
         from packtool.formats import FormatError, normalize
 
         records, read_errors = batch.parsed()
+        fmt = batch.fmt if getattr(batch, "fmt", None) is not None else self.fmt  # its file's format
         rejects: list[tuple[int, str]] = []
         keep, examples = [], []
         for i, (rec, err) in enumerate(zip(records, read_errors, strict=True)):
@@ -639,7 +641,7 @@ class EncodeStep:
                 rejects.append((i, err or "unreadable record"))
                 continue
             try:
-                examples.append(normalize(rec, self.fmt, self.read))
+                examples.append(normalize(rec, fmt, self.read))
                 keep.append(i)
             except FormatError as e:
                 rejects.append((i, str(e)))

@@ -1,8 +1,15 @@
 """source → encode → cache: the tokenized input of `profile` and `pack`, computed once.
 
-    RecordSource ──RawBatch──▶ EncodeStep (in `num_proc` worker processes, in order) ──StepResult──▶
-        rejects ──▶ RecordSource.reject (file:line; --on-error)
+    RecordSource ──RawBatch──▶ _FileFormats (batch.fmt: its file's format) ──▶ EncodeStep (in `num_proc`
+    worker processes, in order) ──StepResult──▶
+        rejects ──▶ RecordSource.reject (file:line or file record N; --on-error)
         Arrow batch ──▶ EntryWriter (data.arrow, hashed as written) ──commit──▶ tok-<key>/ ──mmap──▶ TokenizedData
+
+Each file of a folder or glob is read in its own format, detected from its own first record whose
+format is found (or forced by --format); TokenizedData.formats lists them, and .format is the one
+format, or a "mixed: ..." summary. Whether the input is pre-tokenized is decided once, by its first
+readable record. A skip run that drops more than SKIP_SHARE of the records read, or a whole file,
+says so in one warning (RecordSource.skip_warning).
 
 The cache key hashes the source files' bytes, the tokenizer files, the chat template, the options
 that shape labels and the library versions: the same input tokenized again is loaded from the cache
@@ -30,8 +37,17 @@ import time
 from collections import deque
 
 import packtool
-from packtool.config import TokenizeConfig
-from packtool.data import SkippedRecord, SourceFile, TokenizedData, arrow_numpy, token_schema
+from packtool.config import ReadConfig, TokenizeConfig
+from packtool.data import (
+    NO_FORMAT,
+    FileFormat,
+    SkippedRecord,
+    SourceFile,
+    TokenizedData,
+    arrow_numpy,
+    formats_summary,
+    token_schema,
+)
 from packtool.errors import PacktoolError, UsageError
 from packtool.progress import Reporter, reporter
 from packtool.tokenization import cache
@@ -78,7 +94,7 @@ def cache_key(sources: list[SourceFile], cfg: TokenizeConfig, tokenizer: str | N
 
     parts = {
         "packtool": packtool.__version__,
-        "encoder": 2,
+        "encoder": 3,  # 3: each file of a folder or glob in its own format; skips named within their file
         "libraries": library_versions(),
         "sources": [(s.path, s.size, s.sha256) for s in sources],
         "tokenizer": tokenizer or tokenizer_key(cfg.tokenizer),
@@ -208,34 +224,145 @@ def _run(step: EncodeStep, batches, num_proc: int, check: _Check | None = None):
 # deciding what the input is
 
 
-def _first_batches(source: RecordSource, cfg: TokenizeConfig):
-    """(kind, fmt, reason, label_source, batches): the input is classified by its first readable
-    record; the batches read to find it are put back in front of the rest."""
+def _records_of(b):
+    """The records of a batch, parsed one by one (None where unreadable): detection usually needs
+    only the first, so the parent parses no more than that."""
+    from packtool.io.readers import parse_json_record
+
+    if b.raw is not None:
+        for raw in b.raw:
+            yield parse_json_record(raw)[0]
+    elif b.records is not None:
+        yield from b.records
+    else:
+        for a in range(0, b.arrow.num_rows, 64):
+            yield from b.arrow.slice(a, 64).to_pylist()
+
+
+def _detect(b, read: ReadConfig, pretokenized_too: bool = False):
+    """(format, why) of the first record of batch `b` whose format is found, ("pretokenized", rec)
+    for a record carrying input_ids (when `pretokenized_too` and no --format), or None. Preference and
+    KTO data raise UsageError, naming the record."""
     from packtool.formats import FormatError, detect_format
 
+    for i, rec in enumerate(_records_of(b)):
+        if rec is None:
+            continue
+        if pretokenized_too and "input_ids" in rec and read.format is None:
+            return "pretokenized", rec
+        try:
+            return detect_format(rec, read)
+        except FormatError:
+            continue  # this record is refused by the step with its own message
+        except UsageError as e:
+            raise UsageError(f"{b.where(i)}: {e}") from None
+    return None
+
+
+class _FileFormats:
+    """The format of each file, detected from that file's own records as its batches stream past
+    (or forced by --format): `assign` yields the batches in order with `fmt` set; the batches read
+    to find a file's format are held back until it is known. A file none of whose records fits a
+    format is read with formats.AUTO (each record refused with what detection says of it).
+
+        found   {file: (format, why)}            in reading order
+        looks   {file: format}                   with --format: what the file's first record is without it
+    """
+
+    def __init__(self, read: ReadConfig):
+        self.read = read
+        self.found: dict[str, tuple[str, str]] = {}
+        self.looks: dict[str, str] = {}
+
+    def assign(self, batches):
+        from packtool.formats import AUTO
+
+        held: list = []
+        current = None
+        for b in batches:
+            if b.file != current:
+                yield from self._release(current, held, (AUTO, "no record fits a known format"))
+                held, current = [], b.file
+            if current in self.found:
+                b.fmt = self.found[current][0]
+                yield b
+                continue
+            held.append(b)
+            hit = _detect(b, self.read)
+            if hit is not None:
+                yield from self._release(current, held, hit)
+                held = []
+        yield from self._release(current, held, (AUTO, "no record fits a known format"))
+
+    def _release(self, file, held: list, hit: tuple[str, str]):
+        if not held:
+            return
+        self.found[file] = hit
+        if self.read.format is not None:
+            self._look(file, held)
+        for b in held:
+            b.fmt = hit[0]
+            yield b
+
+    def _look(self, file, held: list) -> None:
+        import dataclasses
+
+        try:
+            free = dataclasses.replace(self.read, format=None)
+            hit = next((h for h in (_detect(b, free) for b in held) if h is not None), None)
+        except PacktoolError:  # preference data, say: what --format was given for
+            return
+        if hit is not None:
+            self.looks[file] = hit[0]
+
+    def table(self, per_file: dict[str, int]) -> dict[str, FileFormat]:
+        """{file: FileFormat} of every file read, in reading order."""
+        from packtool.formats import AUTO
+
+        out = {}
+        for f, n in per_file.items():
+            fmt, why = self.found.get(f, (AUTO, "no record fits a known format"))
+            if fmt == AUTO:
+                fmt = NO_FORMAT
+            elif self.looks.get(f) not in (None, fmt):
+                why = f"{why}; its first record looks {self.looks[f]}"
+            out[f] = FileFormat(fmt, why, n)
+        return out
+
+    def input_format(self, per_file: dict[str, int]) -> tuple[str, str]:
+        """(format, why) of the whole input: one format (the first file's reason, as for one file), or
+        a 'mixed: ...' summary (data.formats_summary)."""
+        from packtool.formats import AUTO
+
+        mixed = formats_summary(self.table(per_file))
+        if mixed is not None:
+            return mixed
+        first = next((hit for hit in self.found.values() if hit[0] != AUTO), None)
+        return first if first is not None else (self.read.format or "messages", "no readable record")
+
+
+def _first_batches(source: RecordSource, cfg: TokenizeConfig):
+    """(kind, label_source, batches, file formats): the input is classified (chat or pre-tokenized)
+    by its first readable record; the batches read to find it are put back in front of the rest.
+    Chat batches come with their file's format set (_FileFormats.assign)."""
     it = source.batches()
     seen = []
+    formats = _FileFormats(cfg.read)
     for b in it:
         seen.append(b)
         names = b.column_names()
         if names is not None and b.arrow.num_rows and "input_ids" in names and cfg.read.format is None:
             from packtool.tokenization.pretokenized import label_source_of
 
-            return "pretokenized", None, None, label_source_of(names), _chain(seen, it)
-        records, _ = b.parsed() if names is None else (b.arrow.slice(0, 64).to_pylist(), None)
-        for rec in records:
-            if rec is None:
-                continue
-            if "input_ids" in rec and cfg.read.format is None:
-                from packtool.tokenization.pretokenized import label_source
+            return "pretokenized", label_source_of(names), _chain(seen, it), formats
+        hit = _detect(b, cfg.read, pretokenized_too=True)
+        if hit is not None and hit[0] == "pretokenized":
+            from packtool.tokenization.pretokenized import label_source
 
-                return "pretokenized", None, None, label_source(rec), _chain(seen, it)
-            try:
-                fmt, reason = detect_format(rec, cfg.read)
-            except FormatError:
-                continue  # this record is refused by the step with its own message
-            return "chat", fmt, reason, None, _chain(seen, it)
-    return "chat", cfg.read.format or "messages", "no readable record", None, _chain(seen, it)
+            return "pretokenized", label_source(hit[1]), _chain(seen, it), formats
+        if hit is not None:
+            break
+    return "chat", None, formats.assign(_chain(seen, it)), formats
 
 
 def _chain(seen, it):
@@ -311,7 +438,8 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool | Reporter = T
 
 
 def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> TokenizedData:
-    kind, fmt, reason, label_src, batches = _first_batches(source, cfg)
+    kind, label_src, batches, formats = _first_batches(source, cfg)
+    fmt = reason = None
     warnings: list[str] = []
     check = None
     if kind == "pretokenized":
@@ -327,7 +455,7 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                             f"{labels_from}")
         fmt, reason = "pretokenized", f"records carry input_ids; labels from {labels_from}"
     else:
-        step, check, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, fmt, batches, mismatch)
+        step, check, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, batches, mismatch)
         if step.template.mode in ("prefix", "last"):
             which = "assistant turns are" if step.template.mode == "prefix" else "the last assistant turn is"
             warnings.append(f"chat template '{step.template.name}' has no {{% generation %}} markers: {which} "
@@ -368,7 +496,7 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                                     f"indices {_quote(special)}")
             if check is not None:
                 backend = check.report
-            meta = _meta(source, cfg, fmt, reason, tokenizer, backend, warnings, removed, kind, label_src)
+            meta = _meta(source, cfg, formats, (fmt, reason), tokenizer, backend, warnings, removed, kind, label_src)
             final = writer.commit(meta, replace=not cfg.cache)
     except OSError as e:
         root = str(cache.cache_root())
@@ -383,7 +511,7 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                                                    "total": time.perf_counter() - t0})
 
 
-def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | None):
+def _chat_step(source, cfg: TokenizeConfig, batches, mismatch: str | None):
     """(step, check, tokenizer info, backend report, batches, num_proc) for chat-like input.
 
     The reference path is tokenizers + transformers' jinja renderer. The fast path (fastokens, and
@@ -392,20 +520,21 @@ def _chat_step(source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | N
     spec = load_spec(cfg.tokenizer)
     built, why = _fast_backend(spec, "hf" if mismatch else cfg.tokenizer_backend)
     try:
-        return _chat_step_on(spec, built, why, source, cfg, fmt, batches, mismatch)
+        return _chat_step_on(spec, built, why, source, cfg, batches, mismatch)
     except BaseException:
         if built is not None:  # a process must not exit while the preload thread is inside native code
             built.wait()
         raise
 
 
-def _chat_step_on(spec, built, why, source, cfg: TokenizeConfig, fmt: str, batches, mismatch: str | None):
+def _chat_step_on(spec, built, why, source, cfg: TokenizeConfig, batches, mismatch: str | None):
     from packtool.tokenization.chat_template import choose
 
     template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
+    first = next(batches, None)  # every batch carries its file's format (_FileFormats.assign)
+    fmt = first.fmt if first is not None and first.fmt is not None else cfg.read.format or "messages"
     reference = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=template, train_on=cfg.train_on,
                            special_in_content=cfg.special_in_content)
-    first = next(batches, None)
     probe = first.head(min(len(first), CHECK_EXAMPLES)) if first is not None else None
     num_proc = cfg.num_proc or os.cpu_count() or 1
     if cfg.num_proc is None and source.total_bytes < SMALL_BYTES:
@@ -434,20 +563,30 @@ def _pretokenized_tokenizer(cfg: TokenizeConfig) -> dict:
     return load_spec(cfg.tokenizer).info()
 
 
-def _meta(source, cfg, fmt, reason, tokenizer, backend, warnings, removed, kind, label_src) -> dict:
+def _meta(source, cfg, formats: _FileFormats, pretokenized, tokenizer, backend, warnings, removed, kind,
+          label_src) -> dict:
+    """The cache entry's meta: what TokenizedData carries besides the table. `pretokenized`: the
+    (format, why) of pre-tokenized input; chat input's come from `formats`."""
     warnings = list(warnings)
     if removed:
         warnings.append(f"removed {removed} padding token(s) marked 0 in attention_mask")
-    if source.skipped:
-        warnings.insert(0, f"skipped {len(source.skipped)} bad record(s): source indices "
-                           f"{_quote(s.source_index for s in source.skipped)}")
+    if kind == "pretokenized":
+        fmt, reason = pretokenized
+        per_file = {f: FileFormat(fmt, reason, n) for f, n in source.per_file.items()}
+    else:
+        fmt, reason = formats.input_format(source.per_file)
+        per_file = formats.table(source.per_file)
+    said = source.skip_warning(per_file, cfg.read.format, formats.looks)
+    if said:
+        warnings.insert(0, said)
     if backend.get("reason") and backend.get("requested") == "auto" and kind == "chat":
         warnings.append(f"tokenizer backend hf: {backend['reason']}")
     options = cfg.fingerprint_dict()  # everything that shapes ids and labels (verify --sources reads it)
     if kind == "pretokenized":
         options.update(labels_from=label_src, train_on=None, chat_template=None)
     return {
-        "format": fmt, "format_reason": reason, "tokenizer": tokenizer, "backend": backend,
+        "format": fmt, "format_reason": reason, "formats": {f: list(x) for f, x in per_file.items()},
+        "tokenizer": tokenizer, "backend": backend,
         "warnings": warnings, "sources": [s.__dict__ for s in source.files], "options": options,
         "num_read": source.num_read, "skipped": [s.to_json() for s in source.skipped],
     }
@@ -461,6 +600,7 @@ def _finish(entry: cache.MappedEntry, cache_hit: bool, seconds: dict) -> Tokeniz
         skipped=[SkippedRecord(**s) for s in meta["skipped"]],
         format=meta["format"],
         format_reason=meta["format_reason"],
+        formats={f: FileFormat(*x) for f, x in (meta.get("formats") or {}).items()},
         tokenizer=meta["tokenizer"],
         sources=[SourceFile(**s) for s in meta["sources"]],
         options=meta["options"],

@@ -194,6 +194,27 @@ def test_folder_sorted_recursive_mixed_hidden_skipped(tmp_path):
     ]
 
 
+def test_folder_positions_count_within_each_file(tmp_path):
+    from packtool.io.readers import iter_batches, locate
+
+    d = tmp_path / "pos"
+    write(d / "a.json", json.dumps(ROWS[:2]))
+    write(d / "b.jsonl", b"\n" + jsonl_bytes(ROWS[2:3]))
+    write_parquet(d / "c.parquet", ROWS[3:])
+    got = read(d)
+    assert [r.index for r in got] == [0, 1, 2, 3, 4]  # source_index: across files
+    assert [r.position for r in got] == [0, 1, 0, 0, 1]  # within each file
+    assert [r.where.replace(str(d) + os.sep, "") for r in got] == [
+        "a.json record 0", "a.json record 1", "b.jsonl:2", "c.parquet record 0", "c.parquet record 1"]
+    batches = list(iter_batches(locate(str(d)), CFG, 1))
+    assert [(b.start, b.offset) for b in batches] == [(0, 0), (1, 1), (2, 0), (3, 0)]  # parquet: one batch
+    assert batches[3].where(1) == f"{d / 'c.parquet'} record 1" and batches[3].position(1) == 1
+    head = batches[1].head(1)
+    assert (head.start, head.offset, head.fmt) == (1, 1, None)
+    limited = read(d, ReadConfig(limit=4))
+    assert [(r.index, r.position) for r in limited] == [(0, 0), (1, 1), (2, 0), (3, 0)]
+
+
 def test_folder_split_files(tmp_path):
     d = tmp_path / "hubstyle"
     write_parquet(d / "data" / "train-00000-of-00002.parquet", ROWS[:2])
