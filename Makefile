@@ -52,6 +52,7 @@ gpu-check-dry: install
 
 lint: install
 	$(BIN)/ruff check packtool tests benchmarks
+	$(BIN)/ruff format --check packtool tests benchmarks
 
 clean:
 	rm -rf $(DEMO) build *.egg-info

@@ -77,7 +77,7 @@ PACK_LEN = 4096
 GOAL = 4.0
 
 # The TRL path, as a user's script: run with `python -c THEIRS DATA TEMPLATE PACK_LEN NUM_PROC ...`.
-THEIRS = r'''
+THEIRS = r"""
 import importlib.util, json, os, sys, time
 t0 = time.perf_counter()
 data, template_path, pack_len, num_proc, strategy, pack_num_proc = sys.argv[1:7]
@@ -111,7 +111,7 @@ packed_tok = pc.sum(pc.list_value_length(packed.data.column("input_ids"))).as_py
 print(__RESULT_MARKER__ + json.dumps({"examples": len(ds), "tokens": n_tok, "assistant_tokens": n_loss, "rows": len(packed),
       "packed_tokens": packed_tok, "seconds": {"import+tokenizer": t1 - t0, "load_dataset": t2 - t1,
       "map(apply_chat_template)": t3 - t2, "pack_dataset": t4 - t3, "total_in_script": t4 - t0}}), flush=True)
-'''.replace("__RESULT_MARKER__", repr(RESULT_MARKER))
+""".replace("__RESULT_MARKER__", repr(RESULT_MARKER))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -130,10 +130,15 @@ def sample_file(data_dir: Path, n: int, seed: int, packtool: str) -> Path:
         data_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         t = time.perf_counter()
-        subprocess.run([packtool, "sample", str(tmp), "--n", str(n), "--seed", str(seed)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [packtool, "sample", str(tmp), "--n", str(n), "--seed", str(seed)],
+            check=True,
+            capture_output=True,
+        )
         tmp.rename(path)
-        print(f"  generated {path} ({path.stat().st_size / 2**20:.1f} MiB) in {time.perf_counter() - t:.1f} s")
+        print(
+            f"  generated {path} ({path.stat().st_size / 2**20:.1f} MiB) in {time.perf_counter() - t:.1f} s"
+        )
     return path
 
 
@@ -142,19 +147,41 @@ def sample_file(data_dir: Path, n: int, seed: int, packtool: str) -> Path:
 # ------------------------------------------------------------------------------------------------
 
 
-def pack_cmd(packtool: str, data: Path, out: Path, report: Path, num_proc: int, no_cache: bool) -> list[str]:
-    cmd = [packtool, "pack", str(data), "--len", str(PACK_LEN), "--out", str(out), "--overflow", "split",
-           "--force"] + (["--no-cache"] if no_cache else []) + ["--num-proc", str(num_proc), "--json", str(report)]
+def pack_cmd(
+    packtool: str, data: Path, out: Path, report: Path, num_proc: int, no_cache: bool
+) -> list[str]:
+    cmd = (
+        [
+            packtool,
+            "pack",
+            str(data),
+            "--len",
+            str(PACK_LEN),
+            "--out",
+            str(out),
+            "--overflow",
+            "split",
+            "--force",
+        ]
+        + (["--no-cache"] if no_cache else [])
+        + ["--num-proc", str(num_proc), "--json", str(report)]
+    )
     return cmd
 
 
-def run_ours(args, packtool: str, data: Path, cache: Path, work: Path, tag: str, no_cache: bool) -> dict:
+def run_ours(
+    args, packtool: str, data: Path, cache: Path, work: Path, tag: str, no_cache: bool
+) -> dict:
     out, report, hf = work / f"out-{tag}", work / f"report-{tag}.json", work / f"hf-{tag}"
     shutil.rmtree(hf, ignore_errors=True)
     report.unlink(missing_ok=True)
     env = {"PACKTOOL_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(hf)}
-    m = measure(pack_cmd(packtool, data, out, report, args.num_proc, no_cache), env, timeout=args.timeout,
-                pss=args.pss)
+    m = measure(
+        pack_cmd(packtool, data, out, report, args.num_proc, no_cache),
+        env,
+        timeout=args.timeout,
+        pss=args.pss,
+    )
     shutil.rmtree(hf, ignore_errors=True)
     r = {"measurement": m, "out": out}
     if not m.ok:
@@ -175,8 +202,17 @@ def run_theirs(args, data: Path, work: Path, tag: str) -> dict:
     hf = work / f"hf-{tag}"
     shutil.rmtree(hf, ignore_errors=True)
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(hf)}
-    argv = [sys.executable, "-c", THEIRS, str(data), str(TEMPLATE), str(PACK_LEN), str(args.num_proc),
-            args.trl_strategy, str(args.num_proc if args.trl_pack_num_proc is None else args.trl_pack_num_proc)]
+    argv = [
+        sys.executable,
+        "-c",
+        THEIRS,
+        str(data),
+        str(TEMPLATE),
+        str(PACK_LEN),
+        str(args.num_proc),
+        args.trl_strategy,
+        str(args.num_proc if args.trl_pack_num_proc is None else args.trl_pack_num_proc),
+    ]
     m = measure(argv, env, timeout=args.timeout, pss=args.pss)
     shutil.rmtree(hf, ignore_errors=True)
     r = {"measurement": m}
@@ -192,10 +228,18 @@ def prime_tokenizer_cache(args, packtool: str, data_dir: Path, cache: Path, work
     """One untimed run on a different small file, so $PACKTOOL_CACHE/tokenizers is warm."""
     small = sample_file(data_dir, 200, 1, packtool)
     out = work / "out-prime"
-    env = {**os.environ, "PACKTOOL_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_CACHE": str(work / "hf-prime")}
-    p = subprocess.run(pack_cmd(packtool, small, out, work / "report-prime.json", args.num_proc, True), env=env,
-                       capture_output=True, text=True)
+    env = {
+        **os.environ,
+        "PACKTOOL_CACHE": str(cache),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(work / "hf-prime"),
+    }
+    p = subprocess.run(
+        pack_cmd(packtool, small, out, work / "report-prime.json", args.num_proc, True),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(work / "hf-prime", ignore_errors=True)
     if p.returncode != 0:
@@ -229,8 +273,14 @@ def check_exact(data: Path, out: Path, k: int, seed: int = 0) -> dict:
     ref = {}
     for i in picked.tolist():
         ex = json.loads(lines[i])
-        o = tok.apply_chat_template(ex["messages"], tools=ex.get("tools"), tokenize=True, return_dict=True,
-                                    return_assistant_tokens_mask=True, chat_template=template)
+        o = tok.apply_chat_template(
+            ex["messages"],
+            tools=ex.get("tools"),
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+            chat_template=template,
+        )
         ids = np.asarray(o["input_ids"], dtype=np.int64)
         mask = np.asarray(o["assistant_masks"], dtype=bool)
         ref[i] = (ids, np.where(mask, ids, -100))
@@ -248,10 +298,14 @@ def check_exact(data: Path, out: Path, k: int, seed: int = 0) -> dict:
         offs = sl.offsets.to_numpy().astype(np.int64)
         row = np.repeat(np.arange(len(offs) - 1), np.diff(offs))
         csum = np.cumsum(lens) - lens  # start of each document in the shard's token stream
-        start = csum - np.repeat(csum[offs[:-1]], np.diff(offs))  # ... and in its row (every row has one)
+        start = csum - np.repeat(
+            csum[offs[:-1]], np.diff(offs)
+        )  # ... and in its row (every row has one)
         for j in np.flatnonzero(np.isin(srcs, wanted)).tolist():
             r, s, n = int(row[j]), int(start[j]), int(lens[j])
-            parts[int(srcs[j])].append((ids[r, s:s + n].astype(np.int64), lab[r, s:s + n].astype(np.int64)))
+            parts[int(srcs[j])].append(
+                (ids[r, s : s + n].astype(np.int64), lab[r, s : s + n].astype(np.int64))
+            )
     bad = []
     for i, (rid, rlab) in ref.items():
         why = _match(parts[i], rid, rlab, PACK_LEN)
@@ -270,19 +324,27 @@ def _match(found: list, rid, rlab, L: int) -> str | None:
     used = set()
     for pid, plab in found:
         for o in range(0, len(rid), L):
-            if o in used or len(pid) != min(L, len(rid) - o) or not np.array_equal(pid, rid[o:o + len(pid)]):
+            if (
+                o in used
+                or len(pid) != min(L, len(rid) - o)
+                or not np.array_equal(pid, rid[o : o + len(pid)])
+            ):
                 continue
             used.add(o)
             if plab[0] != -100:
                 return f"first label of the document at token {o} is {plab[0]}, expected -100"
-            if not np.array_equal(plab[1:], rlab[o + 1:o + len(pid)]):
-                d = int(np.flatnonzero(plab[1:] != rlab[o + 1:o + len(pid)])[0]) + 1
+            if not np.array_equal(plab[1:], rlab[o + 1 : o + len(pid)]):
+                d = int(np.flatnonzero(plab[1:] != rlab[o + 1 : o + len(pid)])[0]) + 1
                 return f"labels differ at token {o + d}: {plab[d]} vs {rlab[o + d]}"
             break
         else:
             m = min(len(pid), len(rid))
             diff = np.flatnonzero(pid[:m] != rid[:m])
-            where = f"first difference with the start at token {int(diff[0])}" if diff.size else "a prefix"
+            where = (
+                f"first difference with the start at token {int(diff[0])}"
+                if diff.size
+                else "a prefix"
+            )
             return f"a document of {len(pid)} tokens matches no {L}-token window of the reference ({where})"
     return None
 
@@ -301,9 +363,17 @@ def _walk_seconds(obj, prefix="") -> dict[str, float]:
                 continue
             p = f"{prefix}{k}"
             if k in ("timings", "seconds") and isinstance(v, dict):
-                out.update({f"{p}.{a}": float(b) for a, b in v.items() if isinstance(b, int | float)})
-                out.update(_walk_seconds({a: b for a, b in v.items() if isinstance(b, dict)}, p + "."))
-            elif isinstance(v, int | float) and not isinstance(v, bool) and (k.endswith("_s") or k.endswith("_seconds")):
+                out.update(
+                    {f"{p}.{a}": float(b) for a, b in v.items() if isinstance(b, int | float)}
+                )
+                out.update(
+                    _walk_seconds({a: b for a, b in v.items() if isinstance(b, dict)}, p + ".")
+                )
+            elif (
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and (k.endswith("_s") or k.endswith("_seconds"))
+            ):
                 out[p] = float(v)
             elif isinstance(v, dict):
                 out.update(_walk_seconds(v, p + "."))
@@ -325,20 +395,34 @@ def summarize(runs: list[dict], tokens: int | None) -> dict | None:
     walls = [r["measurement"].wall_s for r in good]
     ms: list[Measurement] = [r["measurement"] for r in good]
     med = statistics.median(walls)
-    s = {"runs": len(good), "wall_median_s": med, "wall_min_s": min(walls), "wall_max_s": max(walls),
-         "walls_s": walls, "tokens_per_s": tokens / med if tokens else None,
-         "main_hwm_kb": max(m.main_hwm_kb for m in ms), "max_hwm_kb": max(m.max_hwm_kb for m in ms),
-         "peak_anon_kb": max(m.peak_anon_kb for m in ms), "peak_file_kb": max(m.peak_file_kb for m in ms),
-         "peak_pss_kb": max((m.peak_pss_kb or 0) for m in ms) or None,
-         "cpu_s_median": statistics.median(m.cpu_user_s + m.cpu_sys_s for m in ms),
-         "procs": max(m.peak_procs for m in ms)}
+    s = {
+        "runs": len(good),
+        "wall_median_s": med,
+        "wall_min_s": min(walls),
+        "wall_max_s": max(walls),
+        "walls_s": walls,
+        "tokens_per_s": tokens / med if tokens else None,
+        "main_hwm_kb": max(m.main_hwm_kb for m in ms),
+        "max_hwm_kb": max(m.max_hwm_kb for m in ms),
+        "peak_anon_kb": max(m.peak_anon_kb for m in ms),
+        "peak_file_kb": max(m.peak_file_kb for m in ms),
+        "peak_pss_kb": max((m.peak_pss_kb or 0) for m in ms) or None,
+        "cpu_s_median": statistics.median(m.cpu_user_s + m.cpu_sys_s for m in ms),
+        "procs": max(m.peak_procs for m in ms),
+    }
     return s
 
 
-def print_size(n: int, tokens: int | None, variants: dict[str, list[dict]], exact: dict | None) -> dict:
-    print(f"\nN = {n:,} conversations, {tokens:,} tokens in (manifest)" if tokens else f"\nN = {n:,}")
-    hdr = (f"  {'':22s} {'wall: median [min–max]':>28s} {'tokens/s':>10s} {'CPU s':>7s} {'VmHWM main':>11s} "
-           f"{'max proc':>9s} {'Σ anon':>8s} {'Σ file':>8s}  {'theirs/ours':>11s}")
+def print_size(
+    n: int, tokens: int | None, variants: dict[str, list[dict]], exact: dict | None
+) -> dict:
+    print(
+        f"\nN = {n:,} conversations, {tokens:,} tokens in (manifest)" if tokens else f"\nN = {n:,}"
+    )
+    hdr = (
+        f"  {'':22s} {'wall: median [min–max]':>28s} {'tokens/s':>10s} {'CPU s':>7s} {'VmHWM main':>11s} "
+        f"{'max proc':>9s} {'Σ anon':>8s} {'Σ file':>8s}  {'theirs/ours':>11s}"
+    )
     print(hdr)
     sums = {name: summarize(runs, tokens) for name, runs in variants.items()}
     theirs = sums.get("theirs (TRL)")
@@ -346,7 +430,9 @@ def print_size(n: int, tokens: int | None, variants: dict[str, list[dict]], exac
         s = sums[name]
         for r in runs:
             if "error" in r:
-                print(f"  {name:22s} FAILED {r['error'].strip().splitlines()[-1][:200] if r['error'].strip() else ''}")
+                print(
+                    f"  {name:22s} FAILED {r['error'].strip().splitlines()[-1][:200] if r['error'].strip() else ''}"
+                )
         if s is None:
             continue
         ratio = ""
@@ -354,10 +440,12 @@ def print_size(n: int, tokens: int | None, variants: dict[str, list[dict]], exac
             ratio = f"{theirs['wall_median_s'] / s['wall_median_s']:10.2f}x"
         tps = f"{s['tokens_per_s'] / 1e6:7.2f} M/s" if s["tokens_per_s"] else "—"
         pss = f"  Σ PSS {s['peak_pss_kb'] / GIB_KB:.2f}" if s["peak_pss_kb"] else ""
-        print(f"  {name:22s} {spread([r['measurement'].wall_s for r in runs if 'error' not in r]):>28s} "
-              f"{tps:>10s} {s['cpu_s_median']:7.1f} {s['main_hwm_kb'] / GIB_KB:8.2f} GiB "
-              f"{s['max_hwm_kb'] / GIB_KB:6.2f} GiB {s['peak_anon_kb'] / GIB_KB:5.2f} GiB "
-              f"{s['peak_file_kb'] / GIB_KB:5.2f} GiB {ratio:>11s}{pss}")
+        print(
+            f"  {name:22s} {spread([r['measurement'].wall_s for r in runs if 'error' not in r]):>28s} "
+            f"{tps:>10s} {s['cpu_s_median']:7.1f} {s['main_hwm_kb'] / GIB_KB:8.2f} GiB "
+            f"{s['max_hwm_kb'] / GIB_KB:6.2f} GiB {s['peak_anon_kb'] / GIB_KB:5.2f} GiB "
+            f"{s['peak_file_kb'] / GIB_KB:5.2f} GiB {ratio:>11s}{pss}"
+        )
     cold = sums.get("ours, cold")
     verdict = {}
     if theirs and cold:
@@ -365,8 +453,10 @@ def print_size(n: int, tokens: int | None, variants: dict[str, list[dict]], exac
         best = theirs["wall_min_s"] / cold["wall_min_s"]
         cpu = theirs["cpu_s_median"] / cold["cpu_s_median"]
         verdict = {"ratio_median": med, "ratio_best": best, "ratio_cpu": cpu, "met": med >= GOAL}
-        print(f"  theirs / ours cold: {med:.2f}x on medians, {best:.2f}x on best runs, {cpu:.2f}x in CPU seconds   "
-              f"(goal >= {GOAL:g}x: {'met' if med >= GOAL else 'NOT met'})")
+        print(
+            f"  theirs / ours cold: {med:.2f}x on medians, {best:.2f}x on best runs, {cpu:.2f}x in CPU seconds   "
+            f"(goal >= {GOAL:g}x: {'met' if med >= GOAL else 'NOT met'})"
+        )
     # per-stage seconds: ours from the pack JSON report, theirs from its own clock
     for name, runs in variants.items():
         good = [r for r in runs if "error" not in r]
@@ -376,8 +466,14 @@ def print_size(n: int, tokens: int | None, variants: dict[str, list[dict]], exac
                 sec = {k: float(v) for k, v in r.get("seconds", {}).items()}
             else:
                 sec = _walk_seconds(r.get("report") or {})
-                if "timings.total" in sec:  # start-up, reading, tokenization / cache load: all before packing
-                    sec = {"before pack (wall - timings.total)": r["measurement"].wall_s - sec["timings.total"], **sec}
+                if (
+                    "timings.total" in sec
+                ):  # start-up, reading, tokenization / cache load: all before packing
+                    sec = {
+                        "before pack (wall - timings.total)": r["measurement"].wall_s
+                        - sec["timings.total"],
+                        **sec,
+                    }
             for k, v in sec.items():
                 stages.setdefault(k, []).append(v)
         if stages:
@@ -386,12 +482,21 @@ def print_size(n: int, tokens: int | None, variants: dict[str, list[dict]], exac
             extra = f"  (tokenization cache hit: {sum(map(bool, hit))}/{len(hit)})" if hit else ""
             print(f"    stages, {name}: {body} s (median){extra}")
     if theirs:
-        t = variants["theirs (TRL)"][0] if "error" not in variants["theirs (TRL)"][0] else \
-            next((r for r in variants["theirs (TRL)"] if "error" not in r), None)
+        t = (
+            variants["theirs (TRL)"][0]
+            if "error" not in variants["theirs (TRL)"][0]
+            else next((r for r in variants["theirs (TRL)"] if "error" not in r), None)
+        )
         if t:
-            print(f"    theirs: {t['examples']:,} examples, {t['tokens']:,} tokens ({t['assistant_tokens']:,} assistant), "
-                  f"{t['rows']:,} rows, {t['packed_tokens']:,} tokens packed"
-                  + ("" if not tokens or t["tokens"] == tokens else f"   (NB: ours counted {tokens:,} tokens in)"))
+            print(
+                f"    theirs: {t['examples']:,} examples, {t['tokens']:,} tokens ({t['assistant_tokens']:,} assistant), "
+                f"{t['rows']:,} rows, {t['packed_tokens']:,} tokens packed"
+                + (
+                    ""
+                    if not tokens or t["tokens"] == tokens
+                    else f"   (NB: ours counted {tokens:,} tokens in)"
+                )
+            )
     ours_rows = next((r["rows"] for r in variants.get("ours, cold", []) if "rows" in r), None)
     if ours_rows:
         print(f"    ours: {ours_rows:,} rows")
@@ -414,22 +519,42 @@ def _jsonable(runs: dict[str, list[dict]]) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="20000,200000")
-    ap.add_argument("--repeat", type=int, default=3, help="rounds of (ours cold, theirs, ours warm tok., ours warm cache)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="rounds of (ours cold, theirs, ours warm tok., ours warm cache)",
+    )
     ap.add_argument("--num-proc", type=int, default=2)
-    ap.add_argument("--variants", default="cold,theirs,warm-tokenizer,warm-cache",
-                    help="subset and order of: cold, theirs, warm-tokenizer, warm-cache")
+    ap.add_argument(
+        "--variants",
+        default="cold,theirs,warm-tokenizer,warm-cache",
+        help="subset and order of: cold, theirs, warm-tokenizer, warm-cache",
+    )
     ap.add_argument("--trl-strategy", default="bfd", choices=["bfd", "bfd_split", "wrapped"])
-    ap.add_argument("--trl-pack-num-proc", type=int, default=None,
-                    help="num_proc in pack_dataset's map_kwargs (default: --num-proc, as SFTTrainer; 0: none)")
-    ap.add_argument("--exact-sizes", default="20000", help="sizes whose shards get the exactness check")
+    ap.add_argument(
+        "--trl-pack-num-proc",
+        type=int,
+        default=None,
+        help="num_proc in pack_dataset's map_kwargs (default: --num-proc, as SFTTrainer; 0: none)",
+    )
+    ap.add_argument(
+        "--exact-sizes", default="20000", help="sizes whose shards get the exactness check"
+    )
     ap.add_argument("--exact-n", type=int, default=500)
     ap.add_argument("--data-dir", default="/tmp/packtool-bench")
     ap.add_argument("--work-dir", default=None, help="scratch (default: a temp dir, removed)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per measured run")
-    ap.add_argument("--pss", action="store_true", help="also sample Σ PSS (smaps_rollup; costs a little CPU)")
-    ap.add_argument("--packtool", default=None, help="the packtool executable (default: next to this python)")
+    ap.add_argument(
+        "--pss", action="store_true", help="also sample Σ PSS (smaps_rollup; costs a little CPU)"
+    )
+    ap.add_argument(
+        "--packtool", default=None, help="the packtool executable (default: next to this python)"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -437,19 +562,33 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     exact_sizes = {int(s) for s in args.exact_sizes.split(",") if s}
     order = [v.strip() for v in args.variants.split(",") if v.strip()]
-    names = {"cold": "ours, cold", "warm-tokenizer": "ours, warm tokenizer", "warm-cache": "ours, warm cache",
-             "theirs": "theirs (TRL)"}
+    names = {
+        "cold": "ours, cold",
+        "warm-tokenizer": "ours, warm tokenizer",
+        "warm-cache": "ours, warm cache",
+        "theirs": "theirs (TRL)",
+    }
     bad = [v for v in order if v not in names]
     if bad:
         raise SystemExit(f"--variants: unknown {bad}")
-    if "warm-cache" in order and "cold" in order and order.index("warm-cache") < order.index("cold"):
-        raise SystemExit("--variants: warm-cache reruns on the cold run's cache, so it must come after cold")
+    if (
+        "warm-cache" in order
+        and "cold" in order
+        and order.index("warm-cache") < order.index("cold")
+    ):
+        raise SystemExit(
+            "--variants: warm-cache reruns on the cold run's cache, so it must come after cold"
+        )
     v = versions("packtool", "transformers", "tokenizers", "datasets", "trl", "pyarrow", "numpy")
     print("versions:", json.dumps(v))
-    print(f"packtool: {packtool}; rounds: {args.repeat}; order per round: {', '.join(order)}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"packtool: {packtool}; rounds: {args.repeat}; order per round: {', '.join(order)}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     data_dir = Path(args.data_dir)
-    work_root = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench_e2e-"))
+    work_root = (
+        Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench_e2e-"))
+    )
     work_root.mkdir(parents=True, exist_ok=True)
     results = {"versions": v, "args": vars(args), "sizes": []}
     try:
@@ -473,24 +612,36 @@ def main() -> None:
                         r = run_ours(args, packtool, data, cache, work, "warmtok", no_cache=True)
                         shutil.rmtree(cache, ignore_errors=True)
                     elif x == "warm-cache":
-                        if not cold_cache.exists():  # no cold run in --variants: fill a cache first, untimed
+                        if (
+                            not cold_cache.exists()
+                        ):  # no cold run in --variants: fill a cache first, untimed
                             run_ours(args, packtool, data, cold_cache, work, "fill", no_cache=True)
-                        r = run_ours(args, packtool, data, cold_cache, work, "warmcache", no_cache=False)
+                        r = run_ours(
+                            args, packtool, data, cold_cache, work, "warmcache", no_cache=False
+                        )
                     else:
                         r = run_theirs(args, data, work, "theirs")
                     r["load_before"] = load
                     runs[names[x]].append(r)
                     m = r["measurement"]
-                    print(f"  [{n:,} round {rnd + 1}/{args.repeat}] {names[x]:22s} "
-                          + (f"{m.wall_s:7.2f} s (load {load:.1f})  " + m.summary().split(";", 1)[1].strip()
-                             if "error" not in r
-                             else f"FAILED after {time.perf_counter() - t:.1f} s"), flush=True)
+                    print(
+                        f"  [{n:,} round {rnd + 1}/{args.repeat}] {names[x]:22s} "
+                        + (
+                            f"{m.wall_s:7.2f} s (load {load:.1f})  "
+                            + m.summary().split(";", 1)[1].strip()
+                            if "error" not in r
+                            else f"FAILED after {time.perf_counter() - t:.1f} s"
+                        ),
+                        flush=True,
+                    )
                     if x != "cold" and "out" in r:
                         shutil.rmtree(r["out"], ignore_errors=True)
                 if rnd < args.repeat - 1 or n not in exact_sizes:
                     shutil.rmtree(work / "out-cold", ignore_errors=True)
                 shutil.rmtree(cold_cache, ignore_errors=True)
-            tokens = next((r["tokens_in"] for rs in runs.values() for r in rs if "tokens_in" in r), None)
+            tokens = next(
+                (r["tokens_in"] for rs in runs.values() for r in rs if "tokens_in" in r), None
+            )
             exact = None
             if n in exact_sizes and (work / "out-cold" / "manifest.json").exists():
                 t = time.perf_counter()
@@ -498,8 +649,16 @@ def main() -> None:
                 exact["seconds"] = time.perf_counter() - t
             shutil.rmtree(work / "out-cold", ignore_errors=True)
             rep = print_size(n, tokens, runs, exact)
-            results["sizes"].append({"n": n, "tokens_in": tokens, "runs": _jsonable(runs), "exact": exact,
-                                     "summary": rep["summary"], "verdict": rep["verdict"]})
+            results["sizes"].append(
+                {
+                    "n": n,
+                    "tokens_in": tokens,
+                    "runs": _jsonable(runs),
+                    "exact": exact,
+                    "summary": rep["summary"],
+                    "verdict": rep["verdict"],
+                }
+            )
             if args.json:
                 Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
     finally:

@@ -37,7 +37,9 @@ sys.path.insert(0, str(ROOT))
 PACK_LEN = 4096
 
 
-def lognormal_lengths(n: int, seed: int = 0, median: float = 450, sigma: float = 0.9, cap: int = PACK_LEN):
+def lognormal_lengths(
+    n: int, seed: int = 0, median: float = 450, sigma: float = 0.9, cap: int = PACK_LEN
+):
     rng = np.random.default_rng(seed)
     return np.clip(np.round(rng.lognormal(np.log(median), sigma, n)), 1, cap).astype(np.int64)
 
@@ -59,7 +61,9 @@ def trl_rows_and_time(lengths: np.ndarray, global_batch: bool) -> tuple[int, flo
     offsets = np.zeros(lengths.size + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     values = pa.array(np.ones(int(offsets[-1]), dtype=np.int32))
-    ds = datasets.Dataset(pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), values)}))
+    ds = datasets.Dataset(
+        pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), values)})
+    )
     kwargs = {"map_kwargs": {"batch_size": None}} if global_batch else {}
     datasets.disable_progress_bars()
     t = time.perf_counter()
@@ -78,17 +82,31 @@ def bench_plan(sizes: list[int], repeat: int, with_trl: bool) -> list[dict]:
         lengths = lognormal_lengths(n)
         lb = lower_bound_rows(int(lengths.sum()), PACK_LEN)
         row = {"n": n, "tokens": int(lengths.sum()), "lower_bound": lb}
-        for name, strategy, order in (("bfd", "bfd", "sorted"), ("ffd", "ffd", "sorted"),
-                                      ("bfd_random", "bfd", "random")):
+        for name, strategy, order in (
+            ("bfd", "bfd", "sorted"),
+            ("ffd", "ffd", "sorted"),
+            ("bfd_random", "bfd", "random"),
+        ):
             plan = plan_packs(lengths, PACK_LEN, strategy, order)
-            secs = best_of(lambda s=strategy, o=order, x=lengths: plan_packs(x, PACK_LEN, s, o), repeat)
-            row[name] = {"seconds": secs, "seq_per_s": n / secs, "rows": plan.num_rows,
-                         "rows_over_lb": plan.num_rows / lb}
+            secs = best_of(
+                lambda s=strategy, o=order, x=lengths: plan_packs(x, PACK_LEN, s, o), repeat
+            )
+            row[name] = {
+                "seconds": secs,
+                "seq_per_s": n / secs,
+                "rows": plan.num_rows,
+                "rows_over_lb": plan.num_rows / lb,
+            }
         if with_trl:
             for name, glob in (("trl_bfd", False), ("trl_bfd_global", True)):
                 try:
                     rows, secs = trl_rows_and_time(lengths, glob)
-                    row[name] = {"seconds": secs, "seq_per_s": n / secs, "rows": rows, "rows_over_lb": rows / lb}
+                    row[name] = {
+                        "seconds": secs,
+                        "seq_per_s": n / secs,
+                        "rows": rows,
+                        "rows_over_lb": rows / lb,
+                    }
                 except Exception as e:  # noqa: BLE001 - report and continue
                     row[name] = {"error": f"{type(e).__name__}: {e}"}
         out.append(row)
@@ -107,8 +125,10 @@ def print_plan_row(row: dict) -> None:
         if "error" in r:
             print(f"    {name:15s} {r['error']}")
             continue
-        print(f"    {name:15s} {r['seconds'] * 1e3:10.1f} ms  {r['seq_per_s'] / 1e6:8.2f} M seq/s  "
-              f"rows {r['rows']:>9,}  rows/LB {r['rows_over_lb']:.5f}  time / ours-bfd {r['seconds'] / ours:9.1f}x")
+        print(
+            f"    {name:15s} {r['seconds'] * 1e3:10.1f} ms  {r['seq_per_s'] / 1e6:8.2f} M seq/s  "
+            f"rows {r['rows']:>9,}  rows/LB {r['rows_over_lb']:.5f}  time / ours-bfd {r['seconds'] / ours:9.1f}x"
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -122,12 +142,19 @@ def make_pretokenized(path: Path, n: int, seed: int = 1, batch: int = 10_000) ->
 
     rng = np.random.default_rng(seed)
     lengths = lognormal_lengths(n, seed=seed)
-    schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("labels", pa.list_(pa.int32())),
-                        ("length", pa.int32()), ("num_loss_tokens", pa.int32()), ("source_index", pa.int64())])
+    schema = pa.schema(
+        [
+            ("input_ids", pa.list_(pa.int32())),
+            ("labels", pa.list_(pa.int32())),
+            ("length", pa.int32()),
+            ("num_loss_tokens", pa.int32()),
+            ("source_index", pa.int64()),
+        ]
+    )
     loss_total = 0
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
         for a in range(0, n, batch):
-            ln = lengths[a:a + batch]
+            ln = lengths[a : a + batch]
             off = np.zeros(ln.size + 1, dtype=np.int32)
             np.cumsum(ln, out=off[1:])
             ids = rng.integers(0, 151_643, int(off[-1]), dtype=np.int32)
@@ -137,11 +164,24 @@ def make_pretokenized(path: Path, n: int, seed: int = 1, batch: int = 10_000) ->
             loss = (ln - prompt).astype(np.int32)
             loss_total += int(loss.sum())
             offs = pa.array(off)
-            w.write_batch(pa.record_batch([
-                pa.ListArray.from_arrays(offs, pa.array(ids)), pa.ListArray.from_arrays(offs, pa.array(labels)),
-                pa.array(ln.astype(np.int32)), pa.array(loss), pa.array(np.arange(a, a + ln.size, dtype=np.int64)),
-            ], schema=schema))
-    return {"examples": n, "tokens": int(lengths.sum()), "loss_tokens": loss_total, "bytes": path.stat().st_size}
+            w.write_batch(
+                pa.record_batch(
+                    [
+                        pa.ListArray.from_arrays(offs, pa.array(ids)),
+                        pa.ListArray.from_arrays(offs, pa.array(labels)),
+                        pa.array(ln.astype(np.int32)),
+                        pa.array(loss),
+                        pa.array(np.arange(a, a + ln.size, dtype=np.int64)),
+                    ],
+                    schema=schema,
+                )
+            )
+    return {
+        "examples": n,
+        "tokens": int(lengths.sum()),
+        "loss_tokens": loss_total,
+        "bytes": path.stat().st_size,
+    }
 
 
 def _status_kb(key: str) -> int:
@@ -172,9 +212,14 @@ def child_pack(arrow_path: str, out: str) -> None:
     t0 = time.perf_counter()
     ds = datasets.Dataset.from_file(arrow_path)  # memory-mapped
     lengths = ds.data.column("length").to_numpy()
-    data = TokenizedData(dataset=ds, lengths=lengths, loss_counts=ds.data.column("num_loss_tokens").to_numpy(),
-                         source_index=ds.data.column("source_index").to_numpy(), num_read=len(ds),
-                         tokenizer={"name": "random", "pad_id": 151_643})
+    data = TokenizedData(
+        dataset=ds,
+        lengths=lengths,
+        loss_counts=ds.data.column("num_loss_tokens").to_numpy(),
+        source_index=ds.data.column("source_index").to_numpy(),
+        num_read=len(ds),
+        tokenizer={"name": "random", "pad_id": 151_643},
+    )
     t1 = time.perf_counter()
     result = pack_tokenized(data, PackConfig(pack_len=PACK_LEN), out)
     t2 = time.perf_counter()
@@ -183,14 +228,28 @@ def child_pack(arrow_path: str, out: str) -> None:
 
     ru = resource.getrusage(resource.RUSAGE_SELF)
     m = result.manifest
-    print(json.dumps({
-        "load_s": t1 - t0, "pack_s": t2 - t1, "plan_s": result.seconds["plan"], "write_s": result.seconds["write"],
-        "tokens_in": m["tokens"]["in"], "rows": m["counts"]["rows"], "lower_bound": m["lower_bound_rows"],
-        "fill": m["fill"], "shards": len(m["shards"]), "out_bytes": sum(s["bytes"] for s in m["shards"]),
-        "peak_rss_kb": _status_kb("VmHWM"), "peak_anon_kb": max(peak_anon[0], _status_kb("RssAnon")),
-        "cpu_user_s": ru.ru_utime, "cpu_sys_s": ru.ru_stime, "minor_faults": ru.ru_minflt,
-        "writers": min(pack_write.MAX_WRITERS, os.cpu_count() or 1, len(m["shards"])),
-    }))
+    print(
+        json.dumps(
+            {
+                "load_s": t1 - t0,
+                "pack_s": t2 - t1,
+                "plan_s": result.seconds["plan"],
+                "write_s": result.seconds["write"],
+                "tokens_in": m["tokens"]["in"],
+                "rows": m["counts"]["rows"],
+                "lower_bound": m["lower_bound_rows"],
+                "fill": m["fill"],
+                "shards": len(m["shards"]),
+                "out_bytes": sum(s["bytes"] for s in m["shards"]),
+                "peak_rss_kb": _status_kb("VmHWM"),
+                "peak_anon_kb": max(peak_anon[0], _status_kb("RssAnon")),
+                "cpu_user_s": ru.ru_utime,
+                "cpu_sys_s": ru.ru_stime,
+                "minor_faults": ru.ru_minflt,
+                "writers": min(pack_write.MAX_WRITERS, os.cpu_count() or 1, len(m["shards"])),
+            }
+        )
+    )
 
 
 def bench_pack_stage(n: int, workdir: Path) -> dict:
@@ -199,24 +258,38 @@ def bench_pack_stage(n: int, workdir: Path) -> dict:
     if arrow.exists():  # --workdir kept from an earlier run
         shutil.rmtree(workdir / "packed", ignore_errors=True)
     info = make_pretokenized(arrow, n)
-    print(f"\n(b) generated {n:,} pre-tokenized examples, {info['tokens']:,} tokens, "
-          f"{info['bytes'] / 2**30:.2f} GiB Arrow in {time.perf_counter() - t:.1f} s")
+    print(
+        f"\n(b) generated {n:,} pre-tokenized examples, {info['tokens']:,} tokens, "
+        f"{info['bytes'] / 2**30:.2f} GiB Arrow in {time.perf_counter() - t:.1f} s"
+    )
     out = workdir / "packed"
-    proc = subprocess.run([sys.executable, __file__, "--_child", str(arrow), str(out)], capture_output=True,
-                          text=True, cwd=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, __file__, "--_child", str(arrow), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=str(ROOT),
+    )
     if proc.returncode != 0:
         raise SystemExit(f"pack stage failed:\n{proc.stderr[-3000:]}")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     r["tokens_per_s"] = r["tokens_in"] / r["pack_s"]
     r["input_bytes"] = info["bytes"]
-    print(f"    pack_tokenized: {r['pack_s']:.1f} s (plan+overflow {r['plan_s']:.2f} s, gather+write {r['write_s']:.1f} s)"
-          f"  → {r['tokens_per_s'] / 1e6:.1f} M tokens/s")
-    print(f"    rows {r['rows']:,} (lower bound {r['lower_bound']:,}), fill {r['fill']:.4%}, {r['shards']} shards, "
-          f"{r['out_bytes'] / 2**30:.2f} GiB Parquet")
-    print(f"    peak RSS {r['peak_rss_kb'] / 2**20:.2f} GiB (incl. memory-mapped input pages), "
-          f"peak anonymous RSS {r['peak_anon_kb'] / 2**20:.2f} GiB")
-    print(f"    child process CPU: user {r['cpu_user_s']:.1f} s, sys {r['cpu_sys_s']:.1f} s, "
-          f"{r['minor_faults']:,} minor faults, {r['writers']} writer threads")
+    print(
+        f"    pack_tokenized: {r['pack_s']:.1f} s (plan+overflow {r['plan_s']:.2f} s, gather+write {r['write_s']:.1f} s)"
+        f"  → {r['tokens_per_s'] / 1e6:.1f} M tokens/s"
+    )
+    print(
+        f"    rows {r['rows']:,} (lower bound {r['lower_bound']:,}), fill {r['fill']:.4%}, {r['shards']} shards, "
+        f"{r['out_bytes'] / 2**30:.2f} GiB Parquet"
+    )
+    print(
+        f"    peak RSS {r['peak_rss_kb'] / 2**20:.2f} GiB (incl. memory-mapped input pages), "
+        f"peak anonymous RSS {r['peak_anon_kb'] / 2**20:.2f} GiB"
+    )
+    print(
+        f"    child process CPU: user {r['cpu_user_s']:.1f} s, sys {r['cpu_sys_s']:.1f} s, "
+        f"{r['minor_faults']:,} minor faults, {r['writers']} writer threads"
+    )
     return r
 
 
@@ -225,8 +298,14 @@ def versions() -> dict:
     import numba
     import pyarrow
 
-    v = {"python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
-         "pyarrow": pyarrow.__version__, "datasets": datasets.__version__, "cpus": os.cpu_count()}
+    v = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "pyarrow": pyarrow.__version__,
+        "datasets": datasets.__version__,
+        "cpus": os.cpu_count(),
+    }
     try:
         import trl
 
@@ -240,12 +319,16 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--_child":
         child_pack(sys.argv[2], sys.argv[3])
         return
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="20000,200000,1000000")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-trl", action="store_true")
     ap.add_argument("--pack-n", type=int, default=1_000_000, help="examples for (b); 0 skips it")
-    ap.add_argument("--workdir", default=None, help="scratch folder for (b) (default: a temp dir, removed)")
+    ap.add_argument(
+        "--workdir", default=None, help="scratch folder for (b) (default: a temp dir, removed)"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     v = versions()

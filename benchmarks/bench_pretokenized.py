@@ -77,23 +77,42 @@ def generate(path: Path, n: int, seed: int) -> dict:
     with pq.ParquetWriter(str(tmp), schema, compression="snappy", use_dictionary=False) as w:
         for a in range(0, n, ROW_GROUP):
             m = min(ROW_GROUP, n - a)
-            ln = np.clip(np.round(rng.lognormal(np.log(MEDIAN), SIGMA, m)), MIN_LEN, MAX_LEN).astype(np.int32)
+            ln = np.clip(
+                np.round(rng.lognormal(np.log(MEDIAN), SIGMA, m)), MIN_LEN, MAX_LEN
+            ).astype(np.int32)
             off = np.zeros(m + 1, dtype=np.int32)
             np.cumsum(ln, out=off[1:])
             total = int(off[-1])
             ids = rng.integers(0, VOCAB, total, dtype=np.int32)
-            prompt = rng.integers(1, ln, dtype=np.int32)  # 1..len-1 prompt tokens: every row has loss
+            prompt = rng.integers(
+                1, ln, dtype=np.int32
+            )  # 1..len-1 prompt tokens: every row has loss
             pos = np.arange(total, dtype=np.int32) - np.repeat(off[:-1], ln)
-            labels = np.where(pos >= np.repeat(prompt, ln), ids, np.int32(-100)).astype(np.int32, copy=False)
+            labels = np.where(pos >= np.repeat(prompt, ln), ids, np.int32(-100)).astype(
+                np.int32, copy=False
+            )
             del pos
             offs = pa.array(off)
-            w.write_table(pa.table([pa.ListArray.from_arrays(offs, pa.array(ids)),
-                                    pa.ListArray.from_arrays(offs, pa.array(labels))], schema=schema),
-                          row_group_size=m)
+            w.write_table(
+                pa.table(
+                    [
+                        pa.ListArray.from_arrays(offs, pa.array(ids)),
+                        pa.ListArray.from_arrays(offs, pa.array(labels)),
+                    ],
+                    schema=schema,
+                ),
+                row_group_size=m,
+            )
             tokens += total
             loss += int((ln - prompt).sum())
     tmp.rename(path)
-    return {"rows": n, "tokens": tokens, "loss_tokens": loss, "bytes": path.stat().st_size, "seed": seed}
+    return {
+        "rows": n,
+        "tokens": tokens,
+        "loss_tokens": loss,
+        "bytes": path.stat().st_size,
+        "seed": seed,
+    }
 
 
 def input_file(data_dir: Path, n: int, seed: int) -> tuple[Path, dict]:
@@ -108,8 +127,10 @@ def input_file(data_dir: Path, n: int, seed: int) -> tuple[Path, dict]:
     info = generate(path, n, seed)
     info["generate_s"] = time.perf_counter() - t
     meta.write_text(json.dumps(info) + "\n")
-    print(f"input: generated {path}: {n:,} rows, {info['tokens']:,} tokens ({info['loss_tokens']:,} with loss), "
-          f"{info['bytes'] / 2**30:.2f} GiB, in {info['generate_s']:.1f} s")
+    print(
+        f"input: generated {path}: {n:,} rows, {info['tokens']:,} tokens ({info['loss_tokens']:,} with loss), "
+        f"{info['bytes'] / 2**30:.2f} GiB, in {info['generate_s']:.1f} s"
+    )
     return path, info
 
 
@@ -123,13 +144,25 @@ def packtool_bin() -> str:
     return str(cand) if cand.exists() else (shutil.which("packtool") or "packtool")
 
 
-def run_pack(args, packtool: str, data: Path, cache: Path, work: Path, num_proc: int | None,
-             no_cache: bool) -> dict:
+def run_pack(
+    args, packtool: str, data: Path, cache: Path, work: Path, num_proc: int | None, no_cache: bool
+) -> dict:
     out, report, hf = work / "out", work / "report.json", work / "hf"
     for p in (out, hf):
         shutil.rmtree(p, ignore_errors=True)
     report.unlink(missing_ok=True)
-    cmd = [packtool, "pack", str(data), "--len", str(PACK_LEN), "--out", str(out), "--overflow", "split", "--force"]
+    cmd = [
+        packtool,
+        "pack",
+        str(data),
+        "--len",
+        str(PACK_LEN),
+        "--out",
+        str(out),
+        "--overflow",
+        "split",
+        "--force",
+    ]
     cmd += ["--no-cache"] if no_cache else []
     cmd += ["--num-proc", str(num_proc)] if num_proc else []
     cmd += ["--json", str(report)]
@@ -172,8 +205,10 @@ def _t(xs: list[float]) -> str:
 
 
 def print_table(groups: dict[str, list[dict]], tokens: int) -> dict:
-    print(f"\n{'':18s} {'wall':>22s} {'tokens/s':>11s} {'CPU s':>7s} {'tok/CPU-s':>10s} {'VmHWM':>10s} {'Σ anon':>10s} "
-          f"{'Σ file':>10s} {'Σ RSS':>10s}  stages (median s)")
+    print(
+        f"\n{'':18s} {'wall':>22s} {'tokens/s':>11s} {'CPU s':>7s} {'tok/CPU-s':>10s} {'VmHWM':>10s} {'Σ anon':>10s} "
+        f"{'Σ file':>10s} {'Σ RSS':>10s}  stages (median s)"
+    )
     summary = {}
     for name, runs in groups.items():
         good = [r for r in runs if "error" not in r]
@@ -185,14 +220,22 @@ def print_table(groups: dict[str, list[dict]], tokens: int) -> dict:
         ms = [r["measurement"] for r in good]
         walls = [m.wall_s for m in ms]
         med = statistics.median(walls)
-        s = {"runs": len(good), "walls_s": walls, "wall_median_s": med, "tokens_per_s": tokens / med,
-             "best_tokens_per_s": tokens / min(walls),
-             "main_hwm_kb": max(m.main_hwm_kb for m in ms), "max_hwm_kb": max(m.max_hwm_kb for m in ms),
-             "peak_anon_kb": max(m.peak_anon_kb for m in ms), "peak_file_kb": max(m.peak_file_kb for m in ms),
-             "peak_rss_kb": max(m.peak_rss_kb for m in ms),
-             "peak_pss_kb": max((m.peak_pss_kb or 0) for m in ms) or None,
-             "cpu_s": statistics.median(m.cpu_user_s + m.cpu_sys_s for m in ms),
-             "procs": max(m.peak_procs for m in ms), "cache_hit": [r["cache_hit"] for r in good]}
+        s = {
+            "runs": len(good),
+            "walls_s": walls,
+            "wall_median_s": med,
+            "tokens_per_s": tokens / med,
+            "best_tokens_per_s": tokens / min(walls),
+            "main_hwm_kb": max(m.main_hwm_kb for m in ms),
+            "max_hwm_kb": max(m.max_hwm_kb for m in ms),
+            "peak_anon_kb": max(m.peak_anon_kb for m in ms),
+            "peak_file_kb": max(m.peak_file_kb for m in ms),
+            "peak_rss_kb": max(m.peak_rss_kb for m in ms),
+            "peak_pss_kb": max((m.peak_pss_kb or 0) for m in ms) or None,
+            "cpu_s": statistics.median(m.cpu_user_s + m.cpu_sys_s for m in ms),
+            "procs": max(m.peak_procs for m in ms),
+            "cache_hit": [r["cache_hit"] for r in good],
+        }
         stages: dict[str, list[float]] = {}
         for r, m in zip(good, ms, strict=True):
             tm = dict(r.get("timings") or {})
@@ -203,12 +246,18 @@ def print_table(groups: dict[str, list[dict]], tokens: int) -> dict:
         s["stages_s"] = {k: statistics.median(v) for k, v in stages.items()}
         summary[name] = s
         st = ", ".join(f"{k} {v:.2f}" for k, v in s["stages_s"].items())
-        procs = f" ({s['procs']} procs, max process {s['max_hwm_kb'] / GIB_KB:.2f})" if s["procs"] > 1 else ""
+        procs = (
+            f" ({s['procs']} procs, max process {s['max_hwm_kb'] / GIB_KB:.2f})"
+            if s["procs"] > 1
+            else ""
+        )
         pss = f" Σ PSS {s['peak_pss_kb'] / GIB_KB:.2f} GiB" if s["peak_pss_kb"] else ""
-        print(f"  {name:16s} {_t(walls):>22s} {s['tokens_per_s'] / 1e6:7.1f} M/s {s['cpu_s']:7.1f} {tokens / s['cpu_s'] / 1e6:6.1f} M/s "
-              f"{s['main_hwm_kb'] / GIB_KB:6.2f} GiB {s['peak_anon_kb'] / GIB_KB:6.2f} GiB "
-              f"{s['peak_file_kb'] / GIB_KB:6.2f} GiB {s['peak_rss_kb'] / GIB_KB:6.2f} GiB  {st}{procs}{pss}"
-              + ("" if all(s["cache_hit"]) or name.startswith("cold") else "  (NB: no cache hit)"))
+        print(
+            f"  {name:16s} {_t(walls):>22s} {s['tokens_per_s'] / 1e6:7.1f} M/s {s['cpu_s']:7.1f} {tokens / s['cpu_s'] / 1e6:6.1f} M/s "
+            f"{s['main_hwm_kb'] / GIB_KB:6.2f} GiB {s['peak_anon_kb'] / GIB_KB:6.2f} GiB "
+            f"{s['peak_file_kb'] / GIB_KB:6.2f} GiB {s['peak_rss_kb'] / GIB_KB:6.2f} GiB  {st}{procs}{pss}"
+            + ("" if all(s["cache_hit"]) or name.startswith("cold") else "  (NB: no cache hit)")
+        )
     return summary
 
 
@@ -219,23 +268,35 @@ def print_goals(summary: dict) -> None:
     for name, s in summary.items():
         tps_ok = s["tokens_per_s"] >= GOAL_TPS
         hwm, anon = s["main_hwm_kb"] / GIB_KB, s["peak_anon_kb"] / GIB_KB
-        print(f"  {name:16s} {s['tokens_per_s'] / 1e6:6.1f} M tokens/s (best {s['best_tokens_per_s'] / 1e6:.1f}) "
-              f"{'>=' if tps_ok else '<'} 15M: {'met' if tps_ok else 'NOT met'};  "
-              f"VmHWM {hwm:.2f} GiB {'<' if hwm < GOAL_RSS_GIB else '>='} 2: {'met' if hwm < GOAL_RSS_GIB else 'NOT met'};  "
-              f"peak anon {anon:.2f} GiB {'<' if anon < GOAL_RSS_GIB else '>='} 2: "
-              f"{'met' if anon < GOAL_RSS_GIB else 'NOT met'}")
+        print(
+            f"  {name:16s} {s['tokens_per_s'] / 1e6:6.1f} M tokens/s (best {s['best_tokens_per_s'] / 1e6:.1f}) "
+            f"{'>=' if tps_ok else '<'} 15M: {'met' if tps_ok else 'NOT met'};  "
+            f"VmHWM {hwm:.2f} GiB {'<' if hwm < GOAL_RSS_GIB else '>='} 2: {'met' if hwm < GOAL_RSS_GIB else 'NOT met'};  "
+            f"peak anon {anon:.2f} GiB {'<' if anon < GOAL_RSS_GIB else '>='} 2: "
+            f"{'met' if anon < GOAL_RSS_GIB else 'NOT met'}"
+        )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--num-proc", default="", help='comma list, e.g. "1,2"; empty: do not pass --num-proc')
+    ap.add_argument(
+        "--num-proc", default="", help='comma list, e.g. "1,2"; empty: do not pass --num-proc'
+    )
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--data-dir", default="/tmp/packtool-bench")
-    ap.add_argument("--work-dir", default=None, help="scratch for caches and output (default: a temp dir, removed)")
+    ap.add_argument(
+        "--work-dir",
+        default=None,
+        help="scratch for caches and output (default: a temp dir, removed)",
+    )
     ap.add_argument("--timeout", type=float, default=3600)
-    ap.add_argument("--pss", action="store_true", help="also sample Σ PSS (smaps_rollup; costs a little CPU)")
+    ap.add_argument(
+        "--pss", action="store_true", help="also sample Σ PSS (smaps_rollup; costs a little CPU)"
+    )
     ap.add_argument("--packtool", default=None)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -268,25 +329,44 @@ def main() -> None:
                         print(f"  [{rnd + 1}/{args.repeat}] {name}: FAILED after {m.wall_s:.1f} s")
                     else:
                         tokens = r["tokens_in"]
-                        print(f"  [{rnd + 1}/{args.repeat}] {name}: {m.wall_s:.2f} s, "
-                              f"{r['tokens_in'] / m.wall_s / 1e6:.1f} M tokens/s (load avg before {load:.1f}); "
-                              + m.summary().split(";", 1)[1].strip()
-                              + f"; rows {r['rows']:,} (lower bound {r['lower_bound']:,}), {r['shards']} shards "
-                              f"{r['out_bytes'] / 2**30:.2f} GiB, cache {r['cache_bytes'] / 2**30:.2f} GiB"
-                              + (", cache hit" if r["cache_hit"] else ""), flush=True)
+                        print(
+                            f"  [{rnd + 1}/{args.repeat}] {name}: {m.wall_s:.2f} s, "
+                            f"{r['tokens_in'] / m.wall_s / 1e6:.1f} M tokens/s (load avg before {load:.1f}); "
+                            + m.summary().split(";", 1)[1].strip()
+                            + f"; rows {r['rows']:,} (lower bound {r['lower_bound']:,}), {r['shards']} shards "
+                            f"{r['out_bytes'] / 2**30:.2f} GiB, cache {r['cache_bytes'] / 2**30:.2f} GiB"
+                            + (", cache hit" if r["cache_hit"] else ""),
+                            flush=True,
+                        )
                 shutil.rmtree(cache, ignore_errors=True)
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{args.n:,} pre-tokenized rows, {(tokens or info['tokens']):,} tokens in (manifest; generated "
-          f"{info['tokens']:,}), input {info['bytes'] / 2**30:.2f} GiB Parquet; {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"\n{args.n:,} pre-tokenized rows, {(tokens or info['tokens']):,} tokens in (manifest; generated "
+        f"{info['tokens']:,}), input {info['bytes'] / 2**30:.2f} GiB Parquet; {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     summary = print_table(groups, tokens or info["tokens"])
     print_goals(summary)
     if args.json:
-        out = {"versions": v, "args": vars(args), "input": info, "tokens_in": tokens, "summary": summary,
-               "runs": {k: [{**{a: b for a, b in r.items() if a != "measurement"},
-                             "measurement": r["measurement"].to_json()} for r in rs] for k, rs in groups.items()}}
+        out = {
+            "versions": v,
+            "args": vars(args),
+            "input": info,
+            "tokens_in": tokens,
+            "summary": summary,
+            "runs": {
+                k: [
+                    {
+                        **{a: b for a, b in r.items() if a != "measurement"},
+                        "measurement": r["measurement"].to_json(),
+                    }
+                    for r in rs
+                ]
+                for k, rs in groups.items()
+            },
+        }
         Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
 
 

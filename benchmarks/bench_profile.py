@@ -41,34 +41,53 @@ def bench(n: int, pack_len: int, batch_size: int, window: int) -> dict:
         last[:] = [now, name]
 
     t1 = time.perf_counter()
-    r = profile_lengths(lengths, ProfileConfig(pack_len=pack_len, batch_size=batch_size, group_window=window),
-                        on_stage=on_stage)
+    r = profile_lengths(
+        lengths,
+        ProfileConfig(pack_len=pack_len, batch_size=batch_size, group_window=window),
+        on_stage=on_stage,
+    )
     total = time.perf_counter() - t1
     stages[last[1]] = stages.get(last[1], 0.0) + time.perf_counter() - last[0]
-    return {"n": n, "draw": draw, "profile": total, "stages": stages,
-            "occupancy_bfd": r.strategies["packed_bfd_varlen"].occupancy}
+    return {
+        "n": n,
+        "draw": draw,
+        "profile": total,
+        "stages": stages,
+        "occupancy_bfd": r.strategies["packed_bfd_varlen"].occupancy,
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", nargs="+", default=["1M", "10M"], help="sizes, e.g. 1M 10M")
     ap.add_argument("--len", type=int, default=4096, dest="pack_len")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--group-window", type=int, default=512)
     args = ap.parse_args()
     bench(10_000, args.pack_len, args.batch_size, args.group_window)  # numba compile / cache load
-    print(f"# {platform.processor() or platform.machine()}, python {platform.python_version()}, "
-          f"--len {args.pack_len}, --batch-size {args.batch_size}, --group-window {args.group_window}")
-    print("| examples | draw lengths | profile (total) | statistics | random | grouped | BFD | FFD |")
+    print(
+        f"# {platform.processor() or platform.machine()}, python {platform.python_version()}, "
+        f"--len {args.pack_len}, --batch-size {args.batch_size}, --group-window {args.group_window}"
+    )
+    print(
+        "| examples | draw lengths | profile (total) | statistics | random | grouped | BFD | FFD |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for text in args.n:
         n = int(_number(text, "n", text))
         r = bench(n, args.pack_len, args.batch_size, args.group_window)
         s = r["stages"]
-        cols = [s.get("setup", 0.0) + s.get("length statistics", 0.0)] + [s.get(k, 0.0) for k in ("random batches", "length-grouped batches",
-                                        "packing (BFD)", "packing (FFD)")]
-        print(f"| {n:,} | {r['draw']:.2f} s | **{r['profile']:.2f} s** | "
-              + " | ".join(f"{c:.2f} s" for c in cols) + " |")
+        cols = [s.get("setup", 0.0) + s.get("length statistics", 0.0)] + [
+            s.get(k, 0.0)
+            for k in ("random batches", "length-grouped batches", "packing (BFD)", "packing (FFD)")
+        ]
+        print(
+            f"| {n:,} | {r['draw']:.2f} s | **{r['profile']:.2f} s** | "
+            + " | ".join(f"{c:.2f} s" for c in cols)
+            + " |"
+        )
 
 
 if __name__ == "__main__":

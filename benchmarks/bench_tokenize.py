@@ -60,29 +60,46 @@ def main():
     tok = loaded.tokenizer
     spec = TokenizerSpec.from_loaded(loaded)
     tpl = resolve_template(loaded, None)
-    texts = [tok.apply_chat_template(c["messages"], tools=c.get("tools"), chat_template=tpl.source,
-                                     tokenize=False) for c in convs]
+    texts = [
+        tok.apply_chat_template(
+            c["messages"], tools=c.get("tools"), chat_template=tpl.source, tokenize=False
+        )
+        for c in convs
+    ]
     raw = tokenizers.Tokenizer.from_str(spec.backend_json)
     encoders = {
-        "ours fast (fastokens, native render)": Encoder(spec, tpl, backend="fastokens", renderer="native"),
-        "ours fast/j2 (fastokens, jinja render)": Encoder(spec, tpl, backend="fastokens", renderer="jinja"),
+        "ours fast (fastokens, native render)": Encoder(
+            spec, tpl, backend="fastokens", renderer="native"
+        ),
+        "ours fast/j2 (fastokens, jinja render)": Encoder(
+            spec, tpl, backend="fastokens", renderer="jinja"
+        ),
         "ours hf (tokenizers, jinja render)": Encoder(spec, tpl, backend="hf", renderer="jinja"),
     }
     for enc in encoders.values():  # build the Rust tokenizers outside the timings
         enc.encode(examples[:2])
 
     def run(enc):
-        return lambda: [enc.encode(examples[i:i + 1024]) for i in range(0, len(examples), 1024)]
+        return lambda: [enc.encode(examples[i : i + 1024]) for i in range(0, len(examples), 1024)]
 
     def ceiling():
-        return sum(len(e.ids) for i in range(0, len(texts), 1024)
-                   for e in raw.encode_batch(texts[i:i + 1024], add_special_tokens=False))
+        return sum(
+            len(e.ids)
+            for i in range(0, len(texts), 1024)
+            for e in raw.encode_batch(texts[i : i + 1024], add_special_tokens=False)
+        )
 
     def per_example():
         n = 0
         for c in convs:
-            out = tok.apply_chat_template(c["messages"], tools=c.get("tools"), chat_template=tpl.source,
-                                          tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+            out = tok.apply_chat_template(
+                c["messages"],
+                tools=c.get("tools"),
+                chat_template=tpl.source,
+                tokenize=True,
+                return_dict=True,
+                return_assistant_tokens_mask=True,
+            )
             n += len(out["input_ids"])
         return n
 
@@ -92,15 +109,24 @@ def main():
     outs = {name: r[1] for name, r in results.items()}
     counts = {name: sum(len(e.ids) for e in out) for name, out in outs.items()}
     assert len(set(counts.values()) | {n_ceil, n_pe}) == 1, (counts, n_ceil, n_pe)
-    fast, ref = outs["ours fast (fastokens, native render)"], outs["ours hf (tokenizers, jinja render)"]
+    fast, ref = (
+        outs["ours fast (fastokens, native render)"],
+        outs["ours hf (tokenizers, jinja render)"],
+    )
     for a, b in zip(fast, ref, strict=True):
         assert np.array_equal(a.ids, b.ids) and np.array_equal(a.label_values, b.label_values)
-    print(f"{args.n} conversations, {n_ceil:,} tokens; transformers {version('transformers')}, tokenizers "
-          f"{version('tokenizers')}, fastokens {version('fastokens')}, {os.cpu_count()} cores, 1 process")
-    rows = [(name, t) for name, (t, _) in results.items()] + [("ceiling: tokenizers encode_batch, pre-rendered",
-                                                               t_ceil), ("apply_chat_template per example", t_pe)]
+    print(
+        f"{args.n} conversations, {n_ceil:,} tokens; transformers {version('transformers')}, tokenizers "
+        f"{version('tokenizers')}, fastokens {version('fastokens')}, {os.cpu_count()} cores, 1 process"
+    )
+    rows = [(name, t) for name, (t, _) in results.items()] + [
+        ("ceiling: tokenizers encode_batch, pre-rendered", t_ceil),
+        ("apply_chat_template per example", t_pe),
+    ]
     for name, t in rows:
-        print(f"  {name:48s} {t:7.3f} s  {n_ceil / t / 1e6:6.2f} M tokens/s  {t_ceil / t:5.2f}x ceiling")
+        print(
+            f"  {name:48s} {t:7.3f} s  {n_ceil / t / 1e6:6.2f} M tokens/s  {t_ceil / t:5.2f}x ceiling"
+        )
     print("  ids and labels: ours fast == ours hf (identical)")
     t_fast = results["ours fast (fastokens, native render)"][0]
     print(f"  ours fast / ceiling = {t_ceil / t_fast:.2f}x   (goal >= 5x)")

@@ -55,12 +55,19 @@ def padded_batches(docs, batch: int, seed: int) -> list[tuple[dict, int, int]]:
         labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
         labels[:, 0] = IGNORE_INDEX
         real = int(mask.sum())
-        out.append(({"input_ids": ids, "attention_mask": mask, "labels": labels, "use_cache": False},
-                    real, batch * width))
+        out.append(
+            (
+                {"input_ids": ids, "attention_mask": mask, "labels": labels, "use_cache": False},
+                real,
+                batch * width,
+            )
+        )
     return out
 
 
-def packed_batches(docs, lengths, pack_len: int, batch: int, seed: int) -> list[tuple[dict, int, int]]:
+def packed_batches(
+    docs, lengths, pack_len: int, batch: int, seed: int
+) -> list[tuple[dict, int, int]]:
     """(batch, real tokens, slots) for `batch` packed rows of exactly `pack_len` tokens each."""
     plan = plan_packs(lengths, pack_len, strategy="bfd", order="sorted")
     rows = []
@@ -72,12 +79,21 @@ def packed_batches(docs, lengths, pack_len: int, batch: int, seed: int) -> list[
         at = 0
         for i in members:
             d = docs[i]
-            ids[at : at + len(d)], labels[at + 1 : at + len(d)] = d, d[1:]  # -100 on each first token
+            ids[at : at + len(d)], labels[at + 1 : at + len(d)] = (
+                d,
+                d[1:],
+            )  # -100 on each first token
             pos[at : at + len(d)] = np.arange(len(d))
             at += len(d)
         pos[at:] = np.arange(pack_len - at)
-        rows.append({"input_ids": torch.from_numpy(ids), "labels": torch.from_numpy(labels),
-                     "position_ids": torch.from_numpy(pos), "num_tokens": at})
+        rows.append(
+            {
+                "input_ids": torch.from_numpy(ids),
+                "labels": torch.from_numpy(labels),
+                "position_ids": torch.from_numpy(pos),
+                "num_tokens": at,
+            }
+        )
     order = np.random.default_rng(seed + 3).permutation(len(rows))  # the writer shuffles rows too
     collate = PackedCollator()
     out = []
@@ -91,10 +107,16 @@ def build_model(args, attn: str, device: str, dtype: torch.dtype):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(args.seed)
-    cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 4,
-                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                      num_key_value_heads=args.heads, max_position_embeddings=args.len,
-                      attn_implementation=attn)
+    cfg = LlamaConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 4,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.heads,
+        max_position_embeddings=args.len,
+        attn_implementation=attn,
+    )
     return LlamaForCausalLM(cfg).to(device=device, dtype=dtype).train()
 
 
@@ -112,7 +134,10 @@ def pick_attention(requested: str, device: str) -> str:
 
 
 def to_device(batch: dict, device: str) -> dict:
-    return {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+    return {
+        k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v)
+        for k, v in batch.items()
+    }
 
 
 def main(argv=None) -> dict:
@@ -120,7 +145,9 @@ def main(argv=None) -> dict:
     p.add_argument("--docs", type=int, default=600)
     p.add_argument("--median", type=float, default=96)
     p.add_argument("--sigma", type=float, default=0.9)
-    p.add_argument("--len", type=int, default=512, help="pack_len = the padded batches' longest allowed")
+    p.add_argument(
+        "--len", type=int, default=512, help="pack_len = the padded batches' longest allowed"
+    )
     p.add_argument("--batch", type=int, default=4, help="rows per step, both strategies")
     p.add_argument("--steps", type=int, default=10, help="timed steps per strategy")
     p.add_argument("--warmup", type=int, default=2)
@@ -129,7 +156,9 @@ def main(argv=None) -> dict:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--attn", default="auto", help="auto: flash_attention_2 on CUDA if installed, else sdpa")
+    p.add_argument(
+        "--attn", default="auto", help="auto: flash_attention_2 on CUDA if installed, else sdpa"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -182,21 +211,32 @@ def main(argv=None) -> dict:
         s["real_tokens_per_s"] = s["real"] / s["seconds"]
     result = {
         "strategies": stats,
-        "ratio_packed_over_padded": stats["packed"]["real_tokens_per_s"] / stats["padded"]["real_tokens_per_s"],
-        "config": {k: v for k, v in vars(args).items() if k != "json"} | {"attn": attn, "dtype": str(dtype)},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": __import__("transformers").__version__,
-                     "cpu_threads": torch.get_num_threads(),
-                     "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"},
+        "ratio_packed_over_padded": stats["packed"]["real_tokens_per_s"]
+        / stats["padded"]["real_tokens_per_s"],
+        "config": {k: v for k, v in vars(args).items() if k != "json"}
+        | {"attn": attn, "dtype": str(dtype)},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": __import__("transformers").__version__,
+            "cpu_threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name()
+            if device == "cuda"
+            else platform.processor() or "cpu",
+        },
     }
     if args.json:
         print(json.dumps(result, indent=1))
         return result
-    print(f"{args.steps} timed steps x {args.batch} rows, len {args.len}, {device} {dtype}, attn={attn}, "
-          f"model {args.layers}x{args.hidden}, {torch.get_num_threads()} threads")
+    print(
+        f"{args.steps} timed steps x {args.batch} rows, len {args.len}, {device} {dtype}, attn={attn}, "
+        f"model {args.layers}x{args.hidden}, {torch.get_num_threads()} threads"
+    )
     print(f"{'strategy':<8} {'occupancy':>9} {'real tokens':>12} {'seconds':>8} {'real tok/s':>11}")
     for name, s in stats.items():
-        print(f"{name:<8} {s['occupancy']:>9.3f} {s['real']:>12,d} {s['seconds']:>8.2f} {s['real_tokens_per_s']:>11,.0f}")
+        print(
+            f"{name:<8} {s['occupancy']:>9.3f} {s['real']:>12,d} {s['seconds']:>8.2f} {s['real_tokens_per_s']:>11,.0f}"
+        )
     print(f"packed / padded real tokens/s: {result['ratio_packed_over_padded']:.2f}x")
     return result
 

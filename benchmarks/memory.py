@@ -81,8 +81,12 @@ class Measurement:
     timed_out: bool = False
     stdout: str = field(default="", repr=False)
     stderr: str = field(default="", repr=False)
-    hwm_by_pid: dict[int, dict] = field(default_factory=dict, repr=False)  # pid -> {"cmd", "hwm_kb"}
-    result: object = field(default=None, repr=False)  # measure_callable: the function's return value
+    hwm_by_pid: dict[int, dict] = field(
+        default_factory=dict, repr=False
+    )  # pid -> {"cmd", "hwm_kb"}
+    result: object = field(
+        default=None, repr=False
+    )  # measure_callable: the function's return value
 
     @property
     def ok(self) -> bool:
@@ -94,12 +98,14 @@ class Measurement:
 
     def summary(self) -> str:
         pss = f", peak Σ PSS {self.gib('peak_pss_kb'):.2f}" if self.peak_pss_kb is not None else ""
-        return (f"rc {self.returncode}{' (timed out)' if self.timed_out else ''}, {self.wall_s:.2f} s wall, "
-                f"cpu {self.cpu_user_s:.1f}u+{self.cpu_sys_s:.1f}s; VmHWM main {self.gib('main_hwm_kb'):.2f} GiB "
-                f"(max process {self.gib('max_hwm_kb'):.2f}, Σ {self.gib('sum_hwm_kb'):.2f}, "
-                f"ru_maxrss {self.gib('ru_maxrss_kb'):.2f}), "
-                f"peak Σ anon {self.gib('peak_anon_kb'):.2f}, Σ file {self.gib('peak_file_kb'):.2f}, "
-                f"Σ RSS {self.gib('peak_rss_kb'):.2f}{pss}; {self.peak_procs} process(es), {self.samples} samples")
+        return (
+            f"rc {self.returncode}{' (timed out)' if self.timed_out else ''}, {self.wall_s:.2f} s wall, "
+            f"cpu {self.cpu_user_s:.1f}u+{self.cpu_sys_s:.1f}s; VmHWM main {self.gib('main_hwm_kb'):.2f} GiB "
+            f"(max process {self.gib('max_hwm_kb'):.2f}, Σ {self.gib('sum_hwm_kb'):.2f}, "
+            f"ru_maxrss {self.gib('ru_maxrss_kb'):.2f}), "
+            f"peak Σ anon {self.gib('peak_anon_kb'):.2f}, Σ file {self.gib('peak_file_kb'):.2f}, "
+            f"Σ RSS {self.gib('peak_rss_kb'):.2f}{pss}; {self.peak_procs} process(es), {self.samples} samples"
+        )
 
     def to_json(self, with_output: bool = False) -> dict:
         d = asdict(self)
@@ -243,9 +249,17 @@ class _Sampler(threading.Thread):
 # ------------------------------------------------------------------------------------------------
 
 
-def measure(argv: list[str], env: dict[str, str] | None = None, *, cwd: str | os.PathLike | None = None,
-            replace_env: bool = False, interval: float = 0.02, timeout: float | None = None,
-            pss: bool = False, stdin_text: str | None = None) -> Measurement:
+def measure(
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    *,
+    cwd: str | os.PathLike | None = None,
+    replace_env: bool = False,
+    interval: float = 0.02,
+    timeout: float | None = None,
+    pss: bool = False,
+    stdin_text: str | None = None,
+) -> Measurement:
     """Run `argv` (its output captured) and measure it and its descendants.
 
     `env` is added to os.environ (or replaces it with replace_env=True). The command runs in a new
@@ -255,8 +269,15 @@ def measure(argv: list[str], env: dict[str, str] | None = None, *, cwd: str | os
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         stdin = subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL
         t0 = time.perf_counter()
-        proc = subprocess.Popen([str(a) for a in argv], env=full_env, cwd=cwd, stdout=out, stderr=err,
-                                stdin=stdin, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(a) for a in argv],
+            env=full_env,
+            cwd=cwd,
+            stdout=out,
+            stderr=err,
+            stdin=stdin,
+            start_new_session=True,
+        )
         sampler = _Sampler(proc.pid, interval, pss)
         sampler.start()
         if stdin_text is not None:
@@ -265,6 +286,7 @@ def measure(argv: list[str], env: dict[str, str] | None = None, *, cwd: str | os
         timed_out = False
         timer = None
         if timeout:
+
             def kill():
                 nonlocal timed_out
                 timed_out = True
@@ -272,11 +294,14 @@ def measure(argv: list[str], env: dict[str, str] | None = None, *, cwd: str | os
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
             timer = threading.Timer(timeout, kill)
             timer.start()
         _, status, ru = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: keep Popen from waiting again
+        proc.returncode = os.waitstatus_to_exitcode(
+            status
+        )  # reaped here: keep Popen from waiting again
         if timer:
             timer.cancel()
         sampler.stop.set()
@@ -298,24 +323,43 @@ def measure(argv: list[str], env: dict[str, str] | None = None, *, cwd: str | os
         main_hwm = hwm.get(proc.pid, 0)
     hwm[proc.pid] = main_hwm
     return Measurement(
-        argv=[str(a) for a in argv], returncode=proc.returncode, wall_s=wall,
-        main_hwm_kb=main_hwm, ru_maxrss_kb=maxrss, max_hwm_kb=max(maxrss, *hwm.values()),
+        argv=[str(a) for a in argv],
+        returncode=proc.returncode,
+        wall_s=wall,
+        main_hwm_kb=main_hwm,
+        ru_maxrss_kb=maxrss,
+        max_hwm_kb=max(maxrss, *hwm.values()),
         sum_hwm_kb=sum(hwm.values()),
-        peak_anon_kb=sampler.peak_anon, peak_file_kb=sampler.peak_file, peak_rss_kb=sampler.peak_rss,
-        peak_pss_kb=sampler.peak_pss if pss else None, peak_procs=sampler.peak_procs, samples=sampler.samples,
-        cpu_user_s=ru.ru_utime, cpu_sys_s=ru.ru_stime, timed_out=timed_out, stdout=stdout, stderr=stderr,
+        peak_anon_kb=sampler.peak_anon,
+        peak_file_kb=sampler.peak_file,
+        peak_rss_kb=sampler.peak_rss,
+        peak_pss_kb=sampler.peak_pss if pss else None,
+        peak_procs=sampler.peak_procs,
+        samples=sampler.samples,
+        cpu_user_s=ru.ru_utime,
+        cpu_sys_s=ru.ru_stime,
+        timed_out=timed_out,
+        stdout=stdout,
+        stderr=stderr,
         hwm_by_pid={p: {"cmd": sampler.cmd.get(p, "?"), "hwm_kb": v} for p, v in hwm.items()},
     )
 
 
-def measure_python(code: str, env: dict[str, str] | None = None, *, python: str = sys.executable,
-                   **kw) -> Measurement:
+def measure_python(
+    code: str, env: dict[str, str] | None = None, *, python: str = sys.executable, **kw
+) -> Measurement:
     """`python -c code` in a fresh interpreter (imports included in the time)."""
     return measure([python, "-c", code], env, **kw)
 
 
-def measure_callable(module_path: str | os.PathLike, func: str, *args, env: dict[str, str] | None = None,
-                     python: str = sys.executable, **kw) -> Measurement:
+def measure_callable(
+    module_path: str | os.PathLike,
+    func: str,
+    *args,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
+    **kw,
+) -> Measurement:
     """`func(*args)` from the file `module_path`, in a fresh interpreter; its JSON-able return value
     lands in .result (printed by the child on a marker line of its stdout). Args must be JSON-able.
     The module is imported in the child, so keep its top level light: what it imports is timed."""
@@ -337,7 +381,7 @@ def parse_result(stdout: str):
     """The value a measured child printed after RESULT_MARKER (its last such line), else None."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_MARKER):
-            return json.loads(line[len(RESULT_MARKER):])
+            return json.loads(line[len(RESULT_MARKER) :])
     return None
 
 
@@ -380,7 +424,9 @@ def main() -> None:
             print(f"  pid {pid}: VmHWM {v['hwm_kb'] / KIB:.0f} MiB  {v['cmd'][:80]}")
         assert m.ok, m.stderr
         assert 290 << 10 < m.main_hwm_kb < 450 << 10, m.main_hwm_kb  # the parent's own 300 MiB
-        assert m.max_hwm_kb > 590 << 10, m.max_hwm_kb  # a worker: the parent's 300 (shared) + its own 300
+        assert m.max_hwm_kb > 590 << 10, (
+            m.max_hwm_kb
+        )  # a worker: the parent's 300 (shared) + its own 300
         assert m.peak_anon_kb > 800 << 10, m.peak_anon_kb  # 300 MiB parent + 2 x 300 MiB workers
         assert m.peak_procs == 3, m.peak_procs
         t = measure([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.5)

@@ -25,10 +25,31 @@ if TYPE_CHECKING:
     from packtool.progress import Reporter
 
 __all__ = [
-    "PackConfig", "ProfileConfig", "ReadConfig", "TokenizeConfig", "VerifyConfig", "TokenizedData",
-    "load_tokenized", "inspect_example", "profile", "profile_lengths", "profile_lens", "parse_lens", "synthetic_lengths", "read_lengths",
-    "model_from_config", "model_from_params", "gpu_spec", "input_bytes", "check_output", "check_cache", "pack",
-    "verify", "self_test", "check_sources", "write_sample",
+    "PackConfig",
+    "ProfileConfig",
+    "ReadConfig",
+    "TokenizeConfig",
+    "VerifyConfig",
+    "TokenizedData",
+    "load_tokenized",
+    "inspect_example",
+    "profile",
+    "profile_lengths",
+    "profile_lens",
+    "parse_lens",
+    "synthetic_lengths",
+    "read_lengths",
+    "model_from_config",
+    "model_from_params",
+    "gpu_spec",
+    "input_bytes",
+    "check_output",
+    "check_cache",
+    "pack",
+    "verify",
+    "self_test",
+    "check_sources",
+    "write_sample",
 ]
 
 
@@ -44,7 +65,9 @@ def __getattr__(name: str):
 # read + tokenize
 
 
-def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool | Reporter = True) -> TokenizedData:
+def load_tokenized(
+    data: str, cfg: TokenizeConfig, progress: bool | Reporter = True
+) -> TokenizedData:
     """Read, normalize and tokenize `data` (cached), or load it as is when it is pre-tokenized.
 
     `progress`: a packtool.progress.Reporter, True (bars on a terminal, a line otherwise) or False."""
@@ -85,7 +108,9 @@ def parse_lens(text: str) -> list[int]:
     return _parse(text)
 
 
-def profile_lens(data_or_lengths, cfg: ProfileConfig, lens, source: dict | None = None, on_stage=None):
+def profile_lens(
+    data_or_lengths, cfg: ProfileConfig, lens, source: dict | None = None, on_stage=None
+):
     """A profile at one --len, or a sweep: the full profile at the --len the advice picks, with the
     per-len table attached. `data_or_lengths` is TokenizedData or a numpy array of lengths."""
     from packtool.profiler import profile_lens as _profile_lens
@@ -140,8 +165,11 @@ def input_bytes(data: str) -> int:
         return os.path.getsize(data)
     total = 0
     for folder, _, names in os.walk(data):  # nothing for a path that is not a folder
-        total += sum(os.path.getsize(os.path.join(folder, n)) for n in names
-                     if os.path.isfile(os.path.join(folder, n)))
+        total += sum(
+            os.path.getsize(os.path.join(folder, n))
+            for n in names
+            if os.path.isfile(os.path.join(folder, n))
+        )
     return total
 
 
@@ -189,8 +217,13 @@ def self_test(cfg: VerifyConfig):
     return run_self_test(cfg)
 
 
-def check_sources(pack: str, data: str | None = None, sample: int | None = None, seed: int = 0,
-                  progress: bool | Reporter = False) -> list:
+def check_sources(
+    pack: str,
+    data: str | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    progress: bool | Reporter = False,
+) -> list:
     """`verify --sources`: the sources read again, tokenized again and compared with the shards (Checks)."""
     from packtool.verify.sources import check_sources as _check_sources
 

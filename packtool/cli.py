@@ -95,8 +95,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Profile SFT datasets, pack them into static-length Parquet shards, verify the shards."""
 
@@ -124,7 +125,9 @@ def os_error_line(e: OSError) -> str:
     code = e.errno
     if code is None and (m := re.search(r"\[errno (\d+)\]", str(e), re.IGNORECASE)):
         code = int(m.group(1))
-    what = e.strerror or (os.strerror(code) if code else str(e).splitlines()[0] if str(e) else type(e).__name__)
+    what = e.strerror or (
+        os.strerror(code) if code else str(e).splitlines()[0] if str(e) else type(e).__name__
+    )
     where = f"{e.filename}: " if e.filename else ""
     return f"{where}{what} — {_FIXES.get(code, 'check the path and the disk')}"
 
@@ -150,8 +153,19 @@ def _unraisable(hook):
 
 
 # the parameters of any command that name a file or folder: `~` and $VARS are expanded in them
-PATH_PARAMS = frozenset(("data", "out", "path", "plot", "json_out", "tokenizer", "chat_template", "model",
-                         "lengths_file"))
+PATH_PARAMS = frozenset(
+    (
+        "data",
+        "out",
+        "path",
+        "plot",
+        "json_out",
+        "tokenizer",
+        "chat_template",
+        "model",
+        "lengths_file",
+    )
+)
 
 
 def expand_paths(kwargs: dict) -> dict:
@@ -186,8 +200,10 @@ def guard(fn):
         warnings.showwarning = _one_line_warning
         debug = os.environ.get("PACKTOOL_DEBUG") == "1"
         # not from a thread (signal.signal refuses) nor where SIGINT is ignored (nohup, `cmd &`)
-        catch = threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+        catch = (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+        )
         previous = signal.signal(signal.SIGINT, _on_sigint) if catch else None
         hook, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
         _interrupted = Interrupt.requested = False
@@ -238,8 +254,13 @@ def _quiet_stdout() -> None:
 def _register() -> None:
     from packtool.commands import inspect, pack, profile, sample, verify
 
-    for name, module in (("inspect", inspect), ("profile", profile), ("pack", pack), ("verify", verify),
-                         ("sample", sample)):
+    for name, module in (
+        ("inspect", inspect),
+        ("profile", profile),
+        ("pack", pack),
+        ("verify", verify),
+        ("sample", sample),
+    ):
         app.command(name, cls=Command)(guard(getattr(module, name)))
 
 

@@ -32,8 +32,12 @@ ORDERS = ("sorted", "random")
 OVERFLOWS = ("drop", "truncate", "split", "error")
 VERIFY_BACKENDS = ("auto", "flash-attn", "torch-varlen", "sdpa", "eager", "flex", "reference")
 DEVICES = ("auto", "cpu", "cuda")
-SHARD_BYTES = 512 << 20  # raw token bytes (4 int32 columns) per shard when --shard-rows is not given
-MAX_PACK_LEN = 64**4 - 1  # the planner's 4-level bitset holds 64**4 free-space values (kernels.MAX_BITSET_SIZE)
+SHARD_BYTES = (
+    512 << 20
+)  # raw token bytes (4 int32 columns) per shard when --shard-rows is not given
+MAX_PACK_LEN = (
+    64**4 - 1
+)  # the planner's 4-level bitset holds 64**4 free-space values (kernels.MAX_BITSET_SIZE)
 
 
 def choice(option: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -54,7 +58,9 @@ class ReadConfig:
 
     format: str | None = None  # force a format (see formats.FORMATS); None = detect
     split: str = "train"  # for hub ids and save_to_disk DatasetDicts
-    columns: tuple[tuple[str, str], ...] = ()  # (our name, their column), e.g. ("messages", "dialog")
+    columns: tuple[
+        tuple[str, str], ...
+    ] = ()  # (our name, their column), e.g. ("messages", "dialog")
     roles: tuple[tuple[str, str], ...] = ()  # (their role, our role), e.g. ("bot", "assistant")
     on_error: OnError = "error"  # bad records: stop with a one-line error, or skip and count them
     limit: int | None = None  # read at most this many records
@@ -65,7 +71,9 @@ class ReadConfig:
         for option, pairs in (("--column", self.columns), ("--role", self.roles)):
             for pair in pairs:
                 if len(pair) != 2 or not all(isinstance(x, str) and x for x in pair):
-                    raise UsageError(f"{option} {pair!r} is not a pair of names; e.g. {option} messages=dialog")
+                    raise UsageError(
+                        f"{option} {pair!r} is not a pair of names; e.g. {option} messages=dialog"
+                    )
 
 
 @dataclass(frozen=True)
@@ -73,9 +81,13 @@ class TokenizeConfig:
     """How to turn normalized examples into input_ids and labels."""
 
     tokenizer: str | None = None  # local folder or hub id (cache only); None = built-in Qwen3
-    chat_template: str | None = None  # None/"auto", "tokenizer", a built-in, "trl:NAME" or a file (chat_template.py)
+    chat_template: str | None = (
+        None  # None/"auto", "tokenizer", a built-in, "trl:NAME" or a file (chat_template.py)
+    )
     train_on: TrainOn = "assistant"
-    template_date: str | None = None  # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
+    template_date: str | None = (
+        None  # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
+    )
     special_in_content: str = "keep"  # control tokens in message text: keep | split | error
     num_proc: int | None = None  # None = all cores (one process for small inputs)
     cache: bool = True
@@ -91,7 +103,9 @@ class TokenizeConfig:
             try:
                 datetime.date.fromisoformat(self.template_date)
             except (TypeError, ValueError):
-                raise UsageError(f"--template-date {self.template_date!r} is not a date like 2026-01-01") from None
+                raise UsageError(
+                    f"--template-date {self.template_date!r} is not a date like 2026-01-01"
+                ) from None
 
     def fingerprint_dict(self) -> dict:
         d = asdict(self)
@@ -113,7 +127,9 @@ class ProfileConfig:
     mfu: float = 0.4
     bins: int = 24  # terminal histogram
     plot_bins: int = 80  # PNG histogram
-    overflow: str = "drop"  # what happens to examples longer than --len: as in PackConfig (pack's default)
+    overflow: str = (
+        "drop"  # what happens to examples longer than --len: as in PackConfig (pack's default)
+    )
 
     def __post_init__(self) -> None:
         choice("--overflow", self.overflow, OVERFLOWS)
@@ -129,7 +145,9 @@ class ProfileConfig:
         if not 0 < self.mfu <= 1:
             raise UsageError(f"--mfu {self.mfu} must be in (0, 1], e.g. --mfu 0.4")
         if self.gpu is not None and self.model is None:
-            raise UsageError("--gpu needs a model size: pass --model CONFIG.json or --params N --layers L --hidden D")
+            raise UsageError(
+                "--gpu needs a model size: pass --model CONFIG.json or --params N --layers L --hidden D"
+            )
 
 
 @dataclass(frozen=True)
@@ -148,8 +166,10 @@ class PackConfig:
 
     def __post_init__(self) -> None:
         if self.pack_len < 2:
-            raise UsageError(f"--len {self.pack_len} is too small: a row needs at least 2 tokens "
-                             "(a document's first token never carries loss); use e.g. --len 4096")
+            raise UsageError(
+                f"--len {self.pack_len} is too small: a row needs at least 2 tokens "
+                "(a document's first token never carries loss); use e.g. --len 4096"
+            )
         if self.pack_len > MAX_PACK_LEN:
             raise UsageError(f"--len {self.pack_len} exceeds the maximum {MAX_PACK_LEN}")
         choice("--strategy", self.strategy, STRATEGIES)
@@ -172,9 +192,13 @@ class VerifyConfig:
     path: str | None = None
     backend: str = "auto"  # see VERIFY_BACKENDS and packtool.verify.backends
     device: str = "auto"  # auto|cpu|cuda
-    rows: int | None = None  # rows tested for isolation; None = DEFAULT_ROWS[device]; 0 = integrity only
+    rows: int | None = (
+        None  # rows tested for isolation; None = DEFAULT_ROWS[device]; 0 = integrity only
+    )
     seed: int = 0
-    batch_rows: int | None = None  # rows per forward; None = 2 (1 above 8192 tokens: the CPU masks are L^2)
+    batch_rows: int | None = (
+        None  # rows per forward; None = 2 (1 above 8192 tokens: the CPU masks are L^2)
+    )
 
     def __post_init__(self) -> None:
         choice("--backend", self.backend, VERIFY_BACKENDS)

@@ -25,8 +25,15 @@ def token_schema():
     """The Arrow schema of a tokenized table (and of every batch the encode step returns)."""
     import pyarrow as pa
 
-    return pa.schema([("input_ids", pa.list_(pa.int32())), ("labels", pa.list_(pa.int32())),
-                      ("length", pa.int32()), ("num_loss_tokens", pa.int32()), ("source_index", pa.int64())])
+    return pa.schema(
+        [
+            ("input_ids", pa.list_(pa.int32())),
+            ("labels", pa.list_(pa.int32())),
+            ("length", pa.int32()),
+            ("num_loss_tokens", pa.int32()),
+            ("source_index", pa.int64()),
+        ]
+    )
 
 
 _ARROW_TYPES = {np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}
@@ -48,7 +55,7 @@ def arrow_numpy(arr) -> np.ndarray:
         return arr.to_numpy(zero_copy_only=False)
     width = arr.type.bit_width // 8
     data = np.frombuffer(arr.buffers()[1], dtype=f"<i{width}")
-    return data[arr.offset:arr.offset + len(arr)]
+    return data[arr.offset : arr.offset + len(arr)]
 
 
 def column_numpy(table, name: str, dtype) -> np.ndarray:
@@ -71,9 +78,13 @@ def token_batch(ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray, source
     trained = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX, dtype=np.int64)])
     loss = (trained[offsets[1:]] - trained[offsets[:-1]]).astype(np.int32)
     return pa.RecordBatch.from_arrays(
-        [pa.ListArray.from_arrays(off32, arrow_array(np.asarray(ids, dtype=np.int32))),
-         pa.ListArray.from_arrays(off32, arrow_array(np.asarray(labels, dtype=np.int32))),
-         arrow_array(lengths), arrow_array(loss), arrow_array(np.asarray(source_index, dtype=np.int64))],
+        [
+            pa.ListArray.from_arrays(off32, arrow_array(np.asarray(ids, dtype=np.int32))),
+            pa.ListArray.from_arrays(off32, arrow_array(np.asarray(labels, dtype=np.int32))),
+            arrow_array(lengths),
+            arrow_array(loss),
+            arrow_array(np.asarray(source_index, dtype=np.int64)),
+        ],
         schema=token_schema(),
     )
 
@@ -93,7 +104,12 @@ class SkippedRecord:
     record: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {"source_index": self.source_index, "file": self.file, "line": self.line, "reason": self.reason}
+        out = {
+            "source_index": self.source_index,
+            "file": self.file,
+            "line": self.line,
+            "reason": self.reason,
+        }
         if self.record is not None:
             out["record"] = self.record
         return out
@@ -106,7 +122,11 @@ class SkippedRecord:
     @property
     def where(self) -> str:
         """'data.jsonl:12' or 'data.json record 3', both within the record's own file."""
-        return f"{self.file}:{self.line}" if self.line is not None else f"{self.file} record {self.position}"
+        return (
+            f"{self.file}:{self.line}"
+            if self.line is not None
+            else f"{self.file} record {self.position}"
+        )
 
 
 @dataclass(frozen=True)
@@ -159,7 +179,9 @@ def formats_summary(formats: dict[str, FileFormat]) -> tuple[str, str] | None:
             parts.append(f"{fmt} ({', '.join(f'{n} {k}' for n, k in files)})")
         else:
             parts.append(f"{fmt} ({len(files)} files, {sum(k for _, k in files)} records)")
-    return "mixed: " + ", ".join(parts), f"each file's format detected from its own records ({len(formats)} files)"
+    return "mixed: " + ", ".join(
+        parts
+    ), f"each file's format detected from its own records ({len(formats)} files)"
 
 
 NO_FORMAT = "none"  # FileFormat.format of a file none of whose records fits a known format
@@ -174,18 +196,34 @@ class TokenizedData:
     source_index: np.ndarray  # int64[n]
     num_read: int  # records read, skipped ones included
     skipped: list[SkippedRecord] = field(default_factory=list)
-    format: str = ""  # detected or forced input format; "mixed: ..." (formats_summary) when files differ
+    format: str = (
+        ""  # detected or forced input format; "mixed: ..." (formats_summary) when files differ
+    )
     format_reason: str = ""
-    formats: dict[str, FileFormat] = field(default_factory=dict)  # per file read: its format, why, records
-    tokenizer: dict[str, Any] = field(default_factory=dict)  # name, vocab_size, pad_id, eos_id, files_hash, template
+    formats: dict[str, FileFormat] = field(
+        default_factory=dict
+    )  # per file read: its format, why, records
+    tokenizer: dict[str, Any] = field(
+        default_factory=dict
+    )  # name, vocab_size, pad_id, eos_id, files_hash, template
     sources: list[SourceFile] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)  # tokenization options that shaped the labels
+    options: dict[str, Any] = field(
+        default_factory=dict
+    )  # tokenization options that shaped the labels
     cache_hit: bool = False
-    warnings: list[str] = field(default_factory=list)  # said once each, e.g. "12 examples have no loss token"
-    backend: dict[str, Any] = field(default_factory=dict)  # tokenizer backend that ran, and its start-up check
+    warnings: list[str] = field(
+        default_factory=list
+    )  # said once each, e.g. "12 examples have no loss token"
+    backend: dict[str, Any] = field(
+        default_factory=dict
+    )  # tokenizer backend that ran, and its start-up check
     seconds: dict[str, float] = field(default_factory=dict)  # timings of the stages that ran
-    release_pages: Any = None  # callable dropping the memory-mapped pages this process touched, or None
-    mapped_file: Any = None  # (path, base address, size) of the file `table` is memory-mapped from, or None
+    release_pages: Any = (
+        None  # callable dropping the memory-mapped pages this process touched, or None
+    )
+    mapped_file: Any = (
+        None  # (path, base address, size) of the file `table` is memory-mapped from, or None
+    )
 
     def __len__(self) -> int:
         return len(self.table)
@@ -199,7 +237,9 @@ class TokenizedData:
         """The table as a `datasets.Dataset` (no copy), for code that wants that API."""
         import datasets
 
-        return self.table if isinstance(self.table, datasets.Dataset) else datasets.Dataset(self.table)
+        return (
+            self.table if isinstance(self.table, datasets.Dataset) else datasets.Dataset(self.table)
+        )
 
     @classmethod
     def from_table(cls, table, **kw) -> TokenizedData:

@@ -29,10 +29,23 @@ WORDS = (
     "careful correct fast clear small large long short first last next every each because so and "
     "but or if then with without into over under about between"
 ).split()
-TOPICS = ["sequence packing", "learning rates", "tokenizers", "attention masks", "data loaders",
-          "mixed precision", "gradient accumulation", "evaluation", "fine-tuning", "checkpoints"]
-SYSTEMS = ["You are a helpful assistant.", "You are a concise expert in machine learning.",
-           "Answer step by step and keep the final answer short."]
+TOPICS = [
+    "sequence packing",
+    "learning rates",
+    "tokenizers",
+    "attention masks",
+    "data loaders",
+    "mixed precision",
+    "gradient accumulation",
+    "evaluation",
+    "fine-tuning",
+    "checkpoints",
+]
+SYSTEMS = [
+    "You are a helpful assistant.",
+    "You are a concise expert in machine learning.",
+    "Answer step by step and keep the final answer short.",
+]
 TOOL = {
     "type": "function",
     "function": {
@@ -72,10 +85,23 @@ def make_record(rng: np.random.Generator) -> dict:
         run = f"run-{rng.integers(100, 999)}"
         messages += [
             {"role": "user", "content": f"What was the final loss of {run}?"},
-            {"role": "assistant", "content": "",
-             "tool_calls": [{"type": "function", "function": {"name": "lookup_metric",
-                                                               "arguments": {"run_id": run, "metric": "loss"}}}]},
-            {"role": "tool", "content": json.dumps({"run_id": run, "loss": round(float(rng.random() * 3), 4)})},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "lookup_metric",
+                            "arguments": {"run_id": run, "metric": "loss"},
+                        },
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "content": json.dumps({"run_id": run, "loss": round(float(rng.random() * 3), 4)}),
+            },
             {"role": "assistant", "content": _text(rng, _words(rng, 25, 0.5, 200))},
         ]
         return {"messages": messages, "tools": [TOOL]}

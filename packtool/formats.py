@@ -86,7 +86,9 @@ from packtool.config import ReadConfig
 from packtool.errors import PacktoolError, UsageError
 
 FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt", "preference")
-AUTO = "auto"  # normalize(): detect each record's own format (a file none of whose records fits one)
+AUTO = (
+    "auto"  # normalize(): detect each record's own format (a file none of whose records fits one)
+)
 
 # Role names and ShareGPT tags -> (our role, whether the content is a JSON tool call).
 _ROLE_TAGS: dict[str, tuple[str, bool]] = {
@@ -204,12 +206,14 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         raise UsageError(
             f"records are preference data (keys {_keys(record)}): packing them as SFT would ignore 'chosen'; "
             "pass --format preference to train on the chosen answers (the prompt turns carry no loss; "
-            "rejected is ignored)")
+            "rejected is ignored)"
+        )
     if isinstance(record.get("label"), bool) and ("completion" in record or "messages" in record):
         raise UsageError(
             f"records are KTO data (a boolean 'label'; keys {_keys(record)}): SFT would train the undesirable "
             "answers too; keep the records whose label is true, then pass --format "
-            + ("prompt-completion" if "completion" in record else "messages"))
+            + ("prompt-completion" if "completion" in record else "messages")
+        )
     if "messages" in record:
         return "messages", f"has {named('messages')}{_turn_shape(record['messages'], plan)}"
     if "conversations" in record:
@@ -229,8 +233,10 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         return "text", f"has {named('text')}"
     hint = ""
     if "input_ids" in record:
-        hint = ("; it is pre-tokenized (input_ids), and pre-tokenized and chat files cannot be mixed in one "
-                "input: read them separately")
+        hint = (
+            "; it is pre-tokenized (input_ids), and pre-tokenized and chat files cannot be mixed in one "
+            "input: read them separately"
+        )
     elif "prompt" in record or "completion" in record:
         hint = "; prompt-completion needs both 'prompt' and 'completion'"
     elif "instruction" in record:
@@ -381,18 +387,26 @@ def _norm_prompt_completion(record: dict, plan: _Plan) -> dict:
 def _norm_preference(record: dict, plan: _Plan) -> dict:
     """SFT on the chosen answer: prompt turns (no loss) + chosen turns; `rejected` is not read."""
     chosen = _require(record, "chosen", "preference")
-    prompt = next((record[k] for k in ("conversations", "messages", "prompt") if record.get(k) is not None), None)
+    prompt = next(
+        (record[k] for k in ("conversations", "messages", "prompt") if record.get(k) is not None),
+        None,
+    )
     if isinstance(chosen, str):
         chosen = [{"role": "assistant", "content": chosen}]
     elif isinstance(chosen, dict):
         chosen = [chosen]
     if not isinstance(chosen, list) or not chosen:
-        raise FormatError(f"'chosen' is a {type(chosen).__name__}, expected a string, a turn or a list of turns")
+        raise FormatError(
+            f"'chosen' is a {type(chosen).__name__}, expected a string, a turn or a list of turns"
+        )
     first = chosen[0] if isinstance(chosen[0], dict) else {}
     opener = _first(first, plan.role_keys)
-    whole = isinstance(opener, str) and _ROLE_TAGS.get(plan.roles.get(opener, opener).lower(), ("",))[0] in (
-        "system", "user")
-    if prompt is None or whole:  # implicit prompt: chosen is the whole conversation (TRL, UltraFeedback)
+    whole = isinstance(opener, str) and _ROLE_TAGS.get(
+        plan.roles.get(opener, opener).lower(), ("",)
+    )[0] in ("system", "user")
+    if (
+        prompt is None or whole
+    ):  # implicit prompt: chosen is the whole conversation (TRL, UltraFeedback)
         messages = _turns(chosen, plan, "chosen")
         return _example("chat", messages, _tools(record.get("tools")))
     if isinstance(prompt, str):
@@ -489,9 +503,14 @@ def _turn(turn: Any, i: int, plan: _Plan) -> dict:
     tag = plan.roles.get(raw, raw)
     found = _ROLE_TAGS.get(tag) or _ROLE_TAGS.get(tag.lower())
     if found is None:
-        fix = f"map it with --role {raw}=OURS" if raw.strip() and "=" not in raw else \
-            "fix the record (--role cannot map an empty role or one with '=')"
-        raise FormatError(f"message {i} has unknown role {raw!r}; known: {_KNOWN_ROLES_TEXT}; {fix}")
+        fix = (
+            f"map it with --role {raw}=OURS"
+            if raw.strip() and "=" not in raw
+            else "fix the record (--role cannot map an empty role or one with '=')"
+        )
+        raise FormatError(
+            f"message {i} has unknown role {raw!r}; known: {_KNOWN_ROLES_TEXT}; {fix}"
+        )
     role, is_call = found
     content = _first(turn, plan.content_keys)
 

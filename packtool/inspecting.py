@@ -39,8 +39,11 @@ def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
     bounds = [0, *cuts.tolist(), len(ids)]
     runs = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        text = tok.decode(ids[a:b].tolist(), skip_special_tokens=False) if tok is not None else " ".join(
-            str(t) for t in ids[a:b])
+        text = (
+            tok.decode(ids[a:b].tolist(), skip_special_tokens=False)
+            if tok is not None
+            else " ".join(str(t) for t in ids[a:b])
+        )
         runs.append({"text": text, "loss": bool(loss[a]), "tokens": int(b - a)})
     return runs
 
@@ -75,17 +78,28 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         try:
             ids, labels, _ = record_arrays(target.record, label_source(target.record))
         except RecordError as e:
-            raise PacktoolError(f"{target.file} record {target.index}: pre-tokenized record: {e}") from None
+            raise PacktoolError(
+                f"{target.file} record {target.index}: pre-tokenized record: {e}"
+            ) from None
         tok_info, tok = {"name": None}, None
-        name = cfg.tokenizer or _pack_tokenizer(data)  # a pack's rows decode with the tokenizer that made them
+        name = cfg.tokenizer or _pack_tokenizer(
+            data
+        )  # a pack's rows decode with the tokenizer that made them
         if name:
             from packtool.tokenization.loading import load_spec
 
             spec = load_spec(None if name == "builtin" else name)
             tok, tok_info = _Decoder(spec), spec.info()
-        return {**where, "format": "pretokenized", "format_reason": "record carries input_ids",
-                "tokenizer": tok_info, "example": None, "tokens": int(len(ids)),
-                "loss_tokens": int(np.count_nonzero(labels != IGNORE_INDEX)), "runs": _runs(tok, ids, labels)}
+        return {
+            **where,
+            "format": "pretokenized",
+            "format_reason": "record carries input_ids",
+            "tokenizer": tok_info,
+            "example": None,
+            "tokens": int(len(ids)),
+            "loss_tokens": int(np.count_nonzero(labels != IGNORE_INDEX)),
+            "runs": _runs(tok, ids, labels),
+        }
 
     from packtool.tokenization.backends import supports_fast
     from packtool.tokenization.chat_template import choose
@@ -101,19 +115,33 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     spec = load_spec(cfg.tokenizer)
     template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
     backend = {"name": "hf", "requested": cfg.tokenizer_backend}
-    enc = Encoder(spec, template, cfg.train_on, "hf", special_in_content=cfg.special_in_content).encode([example])
+    enc = Encoder(
+        spec, template, cfg.train_on, "hf", special_in_content=cfg.special_in_content
+    ).encode([example])
     if enc.errors[0]:
         raise PacktoolError(f"{target.file} record {target.index}: {enc.errors[0]}")
-    why = "--tokenizer-backend hf" if cfg.tokenizer_backend == "hf" else supports_fast(spec.backend_json, load=False)
+    why = (
+        "--tokenizer-backend hf"
+        if cfg.tokenizer_backend == "hf"
+        else supports_fast(spec.backend_json, load=False)
+    )
     if why is None:  # show what a pack would use: fastokens where it is identical on this example
-        fast = Encoder(spec, template, cfg.train_on, "fastokens",
-                       special_in_content=cfg.special_in_content).encode([example])
-        same = np.array_equal(fast.ids, enc.ids) and np.array_equal(fast.label_values, enc.label_values)
-        backend = {"name": "fastokens" if same else "hf", "requested": cfg.tokenizer_backend,
-                   "check": {"examples": 1, "identical": bool(same)}}
+        fast = Encoder(
+            spec, template, cfg.train_on, "fastokens", special_in_content=cfg.special_in_content
+        ).encode([example])
+        same = np.array_equal(fast.ids, enc.ids) and np.array_equal(
+            fast.label_values, enc.label_values
+        )
+        backend = {
+            "name": "fastokens" if same else "hf",
+            "requested": cfg.tokenizer_backend,
+            "check": {"examples": 1, "identical": bool(same)},
+        }
         if not same and cfg.tokenizer_backend == "fastokens":
-            raise PacktoolError(f"{target.file} record {target.index}: fastokens differs from tokenizers on this "
-                                "example; use --tokenizer-backend hf")
+            raise PacktoolError(
+                f"{target.file} record {target.index}: fastokens differs from tokenizers on this "
+                "example; use --tokenizer-backend hf"
+            )
     else:
         backend["reason"] = why
     ids, labels = enc.input_ids[0], enc.labels[0]
@@ -121,9 +149,14 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         **where,
         "format": fmt,
         "format_reason": reason,
-        "tokenizer": {**spec.info(), **template.info(),
-                      "special_in_content": {"mode": cfg.special_in_content,
-                                             "examples": int(enc.special is not None and enc.special[0])}},
+        "tokenizer": {
+            **spec.info(),
+            **template.info(),
+            "special_in_content": {
+                "mode": cfg.special_in_content,
+                "examples": int(enc.special is not None and enc.special[0]),
+            },
+        },
         "tokenizer_backend": backend,
         "train_on": cfg.train_on,
         "example": example,

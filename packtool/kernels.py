@@ -283,8 +283,18 @@ def row_sums(values, doc_order, row_offsets):
 
 
 @njit(cache=True, nogil=True)
-def layout_rows(rows, row_offsets, doc_order, piece_len, input_ids, labels, position_ids,
-                document_id, pad_id, ignore_index):
+def layout_rows(
+    rows,
+    row_offsets,
+    doc_order,
+    piece_len,
+    input_ids,
+    labels,
+    position_ids,
+    document_id,
+    pad_id,
+    ignore_index,
+):
     """Lay out plan rows `rows` (in shard order) into preallocated int32 [len(rows), L] arrays.
 
         input_ids     . . . . . . . | pad pad     (documents: filled by copy_rows)
@@ -329,8 +339,21 @@ def layout_rows(rows, row_offsets, doc_order, piece_len, input_ids, labels, posi
 
 
 @njit(cache=True, nogil=True)
-def copy_rows(seq_offsets, pieces, dest_col, piece_len, ids_chunk, ids_base, lab_chunk, lab_base,
-              ids_values, lab_values, input_ids, labels, ignore_index):
+def copy_rows(
+    seq_offsets,
+    pieces,
+    dest_col,
+    piece_len,
+    ids_chunk,
+    ids_base,
+    lab_chunk,
+    lab_base,
+    ids_values,
+    lab_values,
+    input_ids,
+    labels,
+    ignore_index,
+):
     """Copy each piece's tokens and labels into its row; mask every document's first label.
 
     Returns (num_loss_tokens int64[k], first_loss): first_loss counts documents whose first label
@@ -347,10 +370,10 @@ def copy_rows(seq_offsets, pieces, dest_col, piece_len, ids_chunk, ids_base, lab
             n = piece_len[p]
             c = dest_col[q]
             a = ids_base[p]
-            input_ids[j, c:c + n] = ids_values[ids_chunk[p]][a:a + n]
+            input_ids[j, c : c + n] = ids_values[ids_chunk[p]][a : a + n]
             b = lab_base[p]
             src = lab_values[lab_chunk[p]]
-            row[c:c + n] = src[b:b + n]
+            row[c : c + n] = src[b : b + n]
             if row[c] != ignore_index:
                 first_loss += 1
             row[c] = ignore_index

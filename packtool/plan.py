@@ -27,8 +27,12 @@ from packtool.config import ORDERS, STRATEGIES  # noqa: F401  (one definition, i
 
 @dataclass(frozen=True)
 class PackPlan:
-    row_offsets: np.ndarray  # int64[R+1]; row r holds documents doc_order[row_offsets[r]:row_offsets[r+1]]
-    doc_order: np.ndarray  # int64[n]; indices into `lengths`, in row order (each index exactly once)
+    row_offsets: (
+        np.ndarray
+    )  # int64[R+1]; row r holds documents doc_order[row_offsets[r]:row_offsets[r+1]]
+    doc_order: (
+        np.ndarray
+    )  # int64[n]; indices into `lengths`, in row order (each index exactly once)
     pack_len: int
 
     @property
@@ -37,7 +41,9 @@ class PackPlan:
 
     def row_lengths(self, lengths) -> np.ndarray:
         """Tokens used per row, int64[R]."""
-        return kernels.row_sums(np.asarray(lengths, dtype=np.int64), self.doc_order, self.row_offsets)
+        return kernels.row_sums(
+            np.asarray(lengths, dtype=np.int64), self.doc_order, self.row_offsets
+        )
 
     def docs_per_row(self) -> np.ndarray:
         """Documents per row, int64[R]."""

@@ -45,12 +45,40 @@ BASELINES = ("pad_to_len", "random_padded")
 #   split_parts = counts.split_parts, tokens_in/out/cut = tokens.in/out/cut, loss_tokens_in = tokens.loss_in,
 #   loss_tokens_cut = tokens.loss_cut (None when labels are unknown), pad_slots = tokens.pad, fill
 PACK_KEYS = (
-    "len", "overflow", "strategy", "order", "max_docs", "seed", "examples", "examples_packed",
-    "examples_dropped", "examples_dropped_empty", "examples_truncated", "examples_split", "split_parts",
-    "documents", "rows", "lower_bound_rows", "tokens_in", "tokens_out", "tokens_cut", "tokens_cut_share",
-    "loss_tokens_in", "loss_tokens_cut", "loss_tokens_cut_share", "pad_slots", "fill",
+    "len",
+    "overflow",
+    "strategy",
+    "order",
+    "max_docs",
+    "seed",
+    "examples",
+    "examples_packed",
+    "examples_dropped",
+    "examples_dropped_empty",
+    "examples_truncated",
+    "examples_split",
+    "split_parts",
+    "documents",
+    "rows",
+    "lower_bound_rows",
+    "tokens_in",
+    "tokens_out",
+    "tokens_cut",
+    "tokens_cut_share",
+    "loss_tokens_in",
+    "loss_tokens_cut",
+    "loss_tokens_cut_share",
+    "pad_slots",
+    "fill",
 )
-SWEEP_STRATEGY_KEYS = ("rows", "occupancy", "attention_waste", "relative_flops", "flops", "gpu_hours")
+SWEEP_STRATEGY_KEYS = (
+    "rows",
+    "occupancy",
+    "attention_waste",
+    "relative_flops",
+    "flops",
+    "gpu_hours",
+)
 
 
 @dataclass
@@ -70,9 +98,13 @@ class ProfileResult:
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     pack: dict[str, Any] = field(default_factory=dict)  # what pack would write (PACK_KEYS)
-    cuts: dict[int, dict[str, Any]] = field(default_factory=dict)  # advice.cuts_by_len at candidate lengths
+    cuts: dict[int, dict[str, Any]] = field(
+        default_factory=dict
+    )  # advice.cuts_by_len at candidate lengths
     sweep: list[SweepPoint] | None = None  # profile_lens with several --len values
-    advice_point: SweepPoint | None = None  # at the advice's (--len, --overflow) when that is not this profile's
+    advice_point: SweepPoint | None = (
+        None  # at the advice's (--len, --overflow) when that is not this profile's
+    )
 
 
 @dataclass
@@ -83,7 +115,9 @@ class _Input:
     source_index: np.ndarray  # int64[n]: what an --overflow error names
     loss_counts: np.ndarray | None  # int64[n] or None (bare lengths)
     data: Any = None  # TokenizedData: its labels give truncation's loss cut
-    loss_tokens_cut: int | None = None  # the caller's truncation loss cut at `given_len` (profile_lengths)
+    loss_tokens_cut: int | None = (
+        None  # the caller's truncation loss cut at `given_len` (profile_lengths)
+    )
     given_len: int | None = None
 
     @property
@@ -102,7 +136,9 @@ class _AtLen:
     seconds: float
 
 
-def _costs(strategies: dict[str, stats.StrategyResult], cfg: ProfileConfig, model: stats.ModelSpec) -> dict:
+def _costs(
+    strategies: dict[str, stats.StrategyResult], cfg: ProfileConfig, model: stats.ModelSpec
+) -> dict:
     out: dict[str, dict[str, Any]] = {}
     for name, s in strategies.items():
         lin, att = stats.training_flops(model, s.slots, s.attention_work)
@@ -116,7 +152,9 @@ def _costs(strategies: dict[str, stats.StrategyResult], cfg: ProfileConfig, mode
         if cfg.gpu is not None:
             c["gpu_hours"] = stats.gpu_hours(c["flops"], cfg.gpu, cfg.mfu)
             for base in BASELINES:
-                c[f"gpu_hours_saved_vs_{base}"] = stats.gpu_hours(out[base]["flops"] - c["flops"], cfg.gpu, cfg.mfu)
+                c[f"gpu_hours_saved_vs_{base}"] = stats.gpu_hours(
+                    out[base]["flops"] - c["flops"], cfg.gpu, cfg.mfu
+                )
     return out
 
 
@@ -127,8 +165,14 @@ def _batch_waste(ratios: np.ndarray) -> dict[str, Any]:
     edges = np.geomspace(1.0, hi * (1 + 1e-9), 41)
     counts, _ = np.histogram(np.clip(ratios, 1.0, None), bins=edges)
     p50, p90, p99 = (float(x) for x in np.percentile(ratios, (50, 90, 99)))
-    summary = {"batches": int(ratios.size), "mean": float(ratios.mean()), "median": p50,
-               "p90": p90, "p99": p99, "max": float(ratios.max())}
+    summary = {
+        "batches": int(ratios.size),
+        "mean": float(ratios.mean()),
+        "median": p50,
+        "p90": p90,
+        "p99": p99,
+        "max": float(ratios.max()),
+    }
     return {"summary": summary, "edges": edges.tolist(), "counts": counts.tolist()}
 
 
@@ -153,9 +197,15 @@ def _nothing_to_pack(inp: _Input, cfg: ProfileConfig) -> PacktoolError:
     """What pack says when --overflow leaves nothing (pack/run.py), with the shortest example."""
     n = inp.lengths
     keep = n[n > 0]
-    shortest = f"shortest {int(keep.min()):,} tokens > --len {cfg.pack_len:,}" if keep.size else "all empty"
-    return PacktoolError(f"nothing to pack: all {n.size:,} examples would be dropped ({shortest}); "
-                         "use --overflow truncate|split or raise --len")
+    shortest = (
+        f"shortest {int(keep.min()):,} tokens > --len {cfg.pack_len:,}"
+        if keep.size
+        else "all empty"
+    )
+    return PacktoolError(
+        f"nothing to pack: all {n.size:,} examples would be dropped ({shortest}); "
+        "use --overflow truncate|split or raise --len"
+    )
 
 
 def _at_len(inp: _Input, cfg: ProfileConfig, model: stats.ModelSpec, say) -> _AtLen | None:
@@ -163,7 +213,9 @@ def _at_len(inp: _Input, cfg: ProfileConfig, model: stats.ModelSpec, say) -> _At
     leaves nothing to pack (pack stops there with an error)."""
     t0 = time.perf_counter()
     L, lengths = cfg.pack_len, inp.lengths
-    pieces = apply_overflow(lengths, inp.source_index, L, cfg.overflow)  # error: PacktoolError, as pack
+    pieces = apply_overflow(
+        lengths, inp.source_index, L, cfg.overflow
+    )  # error: PacktoolError, as pack
     n_all = int(lengths.size)
     nonempty = int(np.count_nonzero(lengths))
     over = int(np.count_nonzero(lengths > L))
@@ -196,10 +248,15 @@ def _at_len(inp: _Input, cfg: ProfileConfig, model: stats.ModelSpec, say) -> _At
     strategies = stats.simulate(pieces.length, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
     rows = strategies["packed_bfd_varlen"].rows
     pack = {
-        "len": L, "overflow": cfg.overflow, "strategy": "bfd", "order": stats.PACK_ORDER,
-        "max_docs": stats.PACK_MAX_DOCS, "seed": stats.PACK_SEED,
+        "len": L,
+        "overflow": cfg.overflow,
+        "strategy": "bfd",
+        "order": stats.PACK_ORDER,
+        "max_docs": stats.PACK_MAX_DOCS,
+        "seed": stats.PACK_SEED,
         "examples": n_all,
-        "examples_packed": n_all - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
+        "examples_packed": n_all
+        - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
         "examples_dropped": int(pieces.dropped.size),
         "examples_dropped_empty": n_all - nonempty,
         "examples_truncated": int(pieces.truncated.size),
@@ -218,8 +275,13 @@ def _at_len(inp: _Input, cfg: ProfileConfig, model: stats.ModelSpec, say) -> _At
         "pad_slots": rows * L - tokens_out,
         "fill": tokens_out / (rows * L) if rows else None,
     }
-    return _AtLen(pack={k: pack[k] for k in PACK_KEYS}, truncation=truncation, strategies=strategies,
-                  costs=_costs(strategies, cfg, model), seconds=time.perf_counter() - t0)
+    return _AtLen(
+        pack={k: pack[k] for k in PACK_KEYS},
+        truncation=truncation,
+        strategies=strategies,
+        costs=_costs(strategies, cfg, model),
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def _input(lengths, loss_counts=None, source_index=None, data=None) -> _Input:
@@ -233,17 +295,34 @@ def _input(lengths, loss_counts=None, source_index=None, data=None) -> _Input:
         i = int(np.argmin(lengths))
         raise UsageError(f"length #{i + 1} is {int(lengths[i])}; lengths must be >= 0")
     n = lengths.size
-    src = np.arange(n, dtype=np.int64) if source_index is None else np.ascontiguousarray(source_index, dtype=np.int64)
+    src = (
+        np.arange(n, dtype=np.int64)
+        if source_index is None
+        else np.ascontiguousarray(source_index, dtype=np.int64)
+    )
     loss = None if loss_counts is None else np.ascontiguousarray(loss_counts, dtype=np.int64)
     if src.shape != (n,) or (loss is not None and loss.shape != (n,)):
-        raise UsageError(f"{n} lengths but {src.size} source indices and "
-                         f"{'no' if loss is None else loss.size} loss counts")
+        raise UsageError(
+            f"{n} lengths but {src.size} source indices and "
+            f"{'no' if loss is None else loss.size} loss counts"
+        )
     return _Input(lengths=lengths, source_index=src, loss_counts=loss, data=data)
 
 
-def _profile(inp: _Input, cfg: ProfileConfig, *, source: dict[str, Any], num_read: int | None, skipped,
-             notes: list[str], on_stage, at: _AtLen | None = None, given: list[int] | None = None,
-             points: list[SweepPoint] | None = None, advise: bool = True) -> ProfileResult:
+def _profile(
+    inp: _Input,
+    cfg: ProfileConfig,
+    *,
+    source: dict[str, Any],
+    num_read: int | None,
+    skipped,
+    notes: list[str],
+    on_stage,
+    at: _AtLen | None = None,
+    given: list[int] | None = None,
+    points: list[SweepPoint] | None = None,
+    advise: bool = True,
+) -> ProfileResult:
     say = on_stage or (lambda _s: None)
     timings: dict[str, float] = {}
     notes = list(notes or [])
@@ -254,7 +333,9 @@ def _profile(inp: _Input, cfg: ProfileConfig, *, source: dict[str, Any], num_rea
     kept = lengths[keep]
     kept_loss = None if inp.loss_counts is None else inp.loss_counts[keep]
     if empty:
-        notes.append(f"{empty} examples have no tokens and are left out of every strategy (pack drops them too)")
+        notes.append(
+            f"{empty} examples have no tokens and are left out of every strategy (pack drops them too)"
+        )
     n = int(kept.size)
     if n == 0:
         total = num_read if num_read is not None else empty + len(skipped)
@@ -275,7 +356,9 @@ def _profile(inp: _Input, cfg: ProfileConfig, *, source: dict[str, Any], num_rea
         "loss_share": None if loss_dist is None or not tokens else loss_dist["sum"] / tokens,
         "examples_without_loss": None if kept_loss is None else int((kept_loss == 0).sum()),
     }
-    cuts = advice.cuts_by_len(kept, kept_loss, advice.candidate_lens(dist["max"], given or [cfg.pack_len]))
+    cuts = advice.cuts_by_len(
+        kept, kept_loss, advice.candidate_lens(dist["max"], given or [cfg.pack_len])
+    )
     hist = stats.length_histogram(kept, cfg.pack_len, cfg.bins, p99=dist["p99"])
     plot_hist = stats.length_histogram(kept, cfg.pack_len, cfg.plot_bins, p99=dist["p99"])
     timings["statistics"] = time.perf_counter() - t0
@@ -287,15 +370,31 @@ def _profile(inp: _Input, cfg: ProfileConfig, *, source: dict[str, Any], num_rea
             raise _nothing_to_pack(inp, cfg)
     timings["strategies"] = at.seconds
     waste = _batch_waste(at.strategies["random_padded"].extra.get("batch_waste", np.zeros(0)))
-    extra = _advice_point(inp, cfg, model, cuts, counts, dist, given, points, say) if advise else None
+    extra = (
+        _advice_point(inp, cfg, model, cuts, counts, dist, given, points, say) if advise else None
+    )
     if extra is not None:
         timings["advice"] = extra[1]
     timings["total"] = time.perf_counter() - t0
     return ProfileResult(
-        source=source, config=cfg, counts=counts, lengths=dist, loss_lengths=loss_dist,
-        truncation=at.truncation, strategies=at.strategies, model=model, costs=at.costs, histogram=hist,
-        plot_histogram=plot_hist, batch_waste=waste, notes=notes + list(model.notes), timings=timings,
-        pack=at.pack, cuts=cuts, sweep=points, advice_point=None if extra is None else extra[0],
+        source=source,
+        config=cfg,
+        counts=counts,
+        lengths=dist,
+        loss_lengths=loss_dist,
+        truncation=at.truncation,
+        strategies=at.strategies,
+        model=model,
+        costs=at.costs,
+        histogram=hist,
+        plot_histogram=plot_hist,
+        batch_waste=waste,
+        notes=notes + list(model.notes),
+        timings=timings,
+        pack=at.pack,
+        cuts=cuts,
+        sweep=points,
+        advice_point=None if extra is None else extra[0],
     )
 
 
@@ -303,17 +402,26 @@ def _advice_point(inp: _Input, cfg: ProfileConfig, model, cuts, counts, dist, gi
     """(SweepPoint, seconds) at the (--len, --overflow) stats.advice.choose_len picks, when pack
     would pack other pieces there than this profile did (so that the recommendation's FLOPs are
     its own); None when it is this profile's case or a sweep point's."""
-    totals = advice.Totals(examples=counts["examples"], tokens=counts["tokens"], loss_tokens=counts["loss_tokens"],
-                           longest=int(dist["max"]), empty=counts["examples_empty"])
+    totals = advice.Totals(
+        examples=counts["examples"],
+        tokens=counts["tokens"],
+        loss_tokens=counts["loss_tokens"],
+        longest=int(dist["max"]),
+        empty=counts["examples_empty"],
+    )
     lens = given or [cfg.pack_len]
-    choice = advice.choose_len(cuts, totals, lens, {p.pack_len: p for p in points} if points else None)
+    choice = advice.choose_len(
+        cuts, totals, lens, {p.pack_len: p for p in points} if points else None
+    )
     L, ov = choice.pack_len, choice.overflow
     nothing_over = cuts[L]["examples_over"] == 0
 
     def same(pl: int, po: str) -> bool:
         return pl == L and (po == ov or nothing_over)
 
-    if same(cfg.pack_len, cfg.overflow) or any(same(p.pack_len, p.overflow) and p.rows for p in points or []):
+    if same(cfg.pack_len, cfg.overflow) or any(
+        same(p.pack_len, p.overflow) and p.rows for p in points or []
+    ):
         return None
     c = dataclasses.replace(cfg, pack_len=L, overflow=ov)
     at = _at_len(inp, c, model, lambda s: say(f"recommended --len {L:,}: {s}"))
@@ -344,8 +452,16 @@ def profile_lengths(
     own; False skips that second simulation (benchmarks)."""
     inp = _input(lengths, loss_counts, source_index)
     inp.loss_tokens_cut, inp.given_len = loss_tokens_cut, cfg.pack_len
-    return _profile(inp, cfg, source=source or {"kind": "lengths"}, num_read=num_read, skipped=skipped,
-                    notes=notes or [], on_stage=on_stage, advise=advise)
+    return _profile(
+        inp,
+        cfg,
+        source=source or {"kind": "lengths"},
+        num_read=num_read,
+        skipped=skipped,
+        notes=notes or [],
+        on_stage=on_stage,
+        advise=advise,
+    )
 
 
 def loss_tokens_cut(data, pack_len: int) -> int | None:
@@ -356,8 +472,14 @@ def loss_tokens_cut(data, pack_len: int) -> int | None:
     if idx.size == 0:
         return 0
     table = getattr(data, "table", None)
-    if table is not None and not hasattr(table, "column") and getattr(table, "_indices", None) is None:
-        table = getattr(getattr(table, "data", None), "table", None)  # a datasets.Dataset without a mapping
+    if (
+        table is not None
+        and not hasattr(table, "column")
+        and getattr(table, "_indices", None) is None
+    ):
+        table = getattr(
+            getattr(table, "data", None), "table", None
+        )  # a datasets.Dataset without a mapping
     if table is None or not hasattr(table, "column") or "labels" not in table.column_names:
         return None
     from packtool.data import arrow_numpy
@@ -370,7 +492,9 @@ def loss_tokens_cut(data, pack_len: int) -> int | None:
         if rows.size:
             offsets, values = arrow_numpy(chunk.offsets), arrow_numpy(chunk.values)
             for r in rows.tolist():
-                total += int(np.count_nonzero(values[offsets[r] + pack_len:offsets[r + 1]] != IGNORE_INDEX))
+                total += int(
+                    np.count_nonzero(values[offsets[r] + pack_len : offsets[r + 1]] != IGNORE_INDEX)
+                )
     return total
 
 
@@ -389,16 +513,29 @@ def _data_input(data) -> _Input:
     return _input(data.lengths, data.loss_counts, getattr(data, "source_index", None), data=data)
 
 
-def profile_data(data, cfg: ProfileConfig, *, source: dict[str, Any] | None = None, on_stage=None,
-                 advise: bool = True) -> ProfileResult:
+def profile_data(
+    data,
+    cfg: ProfileConfig,
+    *,
+    source: dict[str, Any] | None = None,
+    on_stage=None,
+    advise: bool = True,
+) -> ProfileResult:
     """Profile a `TokenizedData` (lengths and loss counts from the tokenization cache; labels for
     the loss tokens --overflow truncate cuts) under cfg.overflow, as pack would pack it.
     `advise` as in profile_lengths."""
     if on_stage:
         on_stage("what --overflow takes")
-    return _profile(_data_input(data), cfg, source=_data_source(data, source), num_read=data.num_read,
-                    skipped=list(data.skipped), notes=list(getattr(data, "warnings", []) or []), on_stage=on_stage,
-                    advise=advise)
+    return _profile(
+        _data_input(data),
+        cfg,
+        source=_data_source(data, source),
+        num_read=data.num_read,
+        skipped=list(data.skipped),
+        notes=list(getattr(data, "warnings", []) or []),
+        on_stage=on_stage,
+        advise=advise,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,26 +553,52 @@ def _point(at: _AtLen | None, inp: _Input, cfg: ProfileConfig) -> SweepPoint:
         tokens_in = int(lengths.sum())
         loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
         pack = dict.fromkeys(PACK_KEYS)
-        pack.update({
-            "len": cfg.pack_len, "overflow": cfg.overflow, "strategy": "bfd", "order": stats.PACK_ORDER,
-            "max_docs": stats.PACK_MAX_DOCS, "seed": stats.PACK_SEED, "examples": int(lengths.size),
-            "examples_packed": 0, "examples_dropped": int(lengths.size),
-            "examples_dropped_empty": int(lengths.size - np.count_nonzero(lengths)), "examples_truncated": 0,
-            "examples_split": 0, "split_parts": 0, "documents": 0, "rows": 0, "lower_bound_rows": 0,
-            "tokens_in": tokens_in, "tokens_out": 0, "tokens_cut": tokens_in, "tokens_cut_share": 1.0 if tokens_in else 0.0,
-            "loss_tokens_in": loss_in, "loss_tokens_cut": loss_in, "loss_tokens_cut_share": 1.0 if loss_in else 0.0,
-            "pad_slots": 0,
-        })
+        pack.update(
+            {
+                "len": cfg.pack_len,
+                "overflow": cfg.overflow,
+                "strategy": "bfd",
+                "order": stats.PACK_ORDER,
+                "max_docs": stats.PACK_MAX_DOCS,
+                "seed": stats.PACK_SEED,
+                "examples": int(lengths.size),
+                "examples_packed": 0,
+                "examples_dropped": int(lengths.size),
+                "examples_dropped_empty": int(lengths.size - np.count_nonzero(lengths)),
+                "examples_truncated": 0,
+                "examples_split": 0,
+                "split_parts": 0,
+                "documents": 0,
+                "rows": 0,
+                "lower_bound_rows": 0,
+                "tokens_in": tokens_in,
+                "tokens_out": 0,
+                "tokens_cut": tokens_in,
+                "tokens_cut_share": 1.0 if tokens_in else 0.0,
+                "loss_tokens_in": loss_in,
+                "loss_tokens_cut": loss_in,
+                "loss_tokens_cut_share": 1.0 if loss_in else 0.0,
+                "pad_slots": 0,
+            }
+        )
         return SweepPoint(pack=pack, strategies={})
     summary = {}
     for name, s in at.strategies.items():
         c = at.costs[name]
-        summary[name] = {"rows": s.rows, "occupancy": s.occupancy, "attention_waste": s.attention_waste,
-                         "relative_flops": c["relative_flops"], "flops": c["flops"], "gpu_hours": c.get("gpu_hours")}
+        summary[name] = {
+            "rows": s.rows,
+            "occupancy": s.occupancy,
+            "attention_waste": s.attention_waste,
+            "relative_flops": c["relative_flops"],
+            "flops": c["flops"],
+            "gpu_hours": c.get("gpu_hours"),
+        }
     return SweepPoint(pack=dict(at.pack), strategies=summary)
 
 
-def _sweep(inp: _Input, cfg: ProfileConfig, lens: list[int], on_stage) -> tuple[list[SweepPoint], dict[int, _AtLen]]:
+def _sweep(
+    inp: _Input, cfg: ProfileConfig, lens: list[int], on_stage
+) -> tuple[list[SweepPoint], dict[int, _AtLen]]:
     say = on_stage or (lambda _s: None)
     model = cfg.model or stats.reference_model()
     points, done = [], {}
@@ -460,8 +623,14 @@ def sweep(data_or_lengths, cfg: ProfileConfig, lens, *, on_stage=None) -> list[S
     return _sweep(inp, cfg, lens, on_stage)[0]
 
 
-def profile_lens(data_or_lengths, cfg: ProfileConfig, lens, *, source: dict[str, Any] | None = None,
-                 on_stage=None) -> ProfileResult:
+def profile_lens(
+    data_or_lengths,
+    cfg: ProfileConfig,
+    lens,
+    *,
+    source: dict[str, Any] | None = None,
+    on_stage=None,
+) -> ProfileResult:
     """`packtool profile --len TEXT`: one value profiles as profile_data / profile_lengths at it;
     several profile each (sweep), then give the full profile at the --len stats.advice picks
     among them (choose_len), with `sweep` attached. `lens` is a list or a --len text."""
@@ -481,22 +650,46 @@ def profile_lens(data_or_lengths, cfg: ProfileConfig, lens, *, source: dict[str,
         src, num_read, skipped = _data_source(data, source), data.num_read, list(data.skipped)
         notes = list(getattr(data, "warnings", []) or [])
     else:
-        inp, src, num_read, skipped, notes = _input(data_or_lengths), source or {"kind": "lengths"}, None, [], []
+        inp, src, num_read, skipped, notes = (
+            _input(data_or_lengths),
+            source or {"kind": "lengths"},
+            None,
+            [],
+            [],
+        )
     points, done = _sweep(inp, cfg, lens, on_stage)
     kept = inp.lengths[inp.nonempty]
     if kept.size == 0:
-        raise PacktoolError(f"nothing to profile: none of the {inp.lengths.size:,} examples read has a token")
+        raise PacktoolError(
+            f"nothing to profile: none of the {inp.lengths.size:,} examples read has a token"
+        )
     kept_loss = None if inp.loss_counts is None else inp.loss_counts[inp.nonempty]
     cuts = advice.cuts_by_len(kept, kept_loss, lens)
-    totals = advice.Totals(examples=int(kept.size), tokens=int(kept.sum()),
-                           loss_tokens=None if kept_loss is None else int(kept_loss.sum()), longest=int(kept.max()))
+    totals = advice.Totals(
+        examples=int(kept.size),
+        tokens=int(kept.sum()),
+        loss_tokens=None if kept_loss is None else int(kept_loss.sum()),
+        longest=int(kept.max()),
+    )
     pick = advice.choose_len(cuts, totals, lens, {p.pack_len: p for p in points}).pack_len
-    if pick not in done:  # --overflow leaves nothing at the pick: the longest --len that packs something
+    if (
+        pick not in done
+    ):  # --overflow leaves nothing at the pick: the longest --len that packs something
         if not done:
             raise _nothing_to_pack(inp, dataclasses.replace(cfg, pack_len=lens[-1]))
         pick = max(done)
     main = dataclasses.replace(cfg, pack_len=pick)
-    r = _profile(inp, main, source=src, num_read=num_read, skipped=skipped, notes=notes, on_stage=on_stage,
-                 at=done[pick], given=lens, points=points)
+    r = _profile(
+        inp,
+        main,
+        source=src,
+        num_read=num_read,
+        skipped=skipped,
+        notes=notes,
+        on_stage=on_stage,
+        at=done[pick],
+        given=lens,
+        points=points,
+    )
     r.timings["sweep"] = time.perf_counter() - t0
     return r

@@ -42,8 +42,15 @@ class Stage(Protocol):
 class Reporter(Protocol):
     """Hands out the Stage of each long step."""
 
-    def stage(self, what: str, *, unit: str = "examples", total: int | None = None,
-              detail: str | None = None, spinner: bool = False) -> AbstractContextManager[Stage]:
+    def stage(
+        self,
+        what: str,
+        *,
+        unit: str = "examples",
+        total: int | None = None,
+        detail: str | None = None,
+        spinner: bool = False,
+    ) -> AbstractContextManager[Stage]:
         """`what`: the stage's name ("tokenizing"); `detail`: said once after it ("2 processes");
         `spinner`: a stage without a known count (a spinner on a terminal, not a bar)."""
 
@@ -63,8 +70,15 @@ class Silent:
     """Reports nothing (`progress=False`, `--json -`, quiet)."""
 
     @contextmanager
-    def stage(self, what: str, *, unit: str = "examples", total: int | None = None,
-              detail: str | None = None, spinner: bool = False):
+    def stage(
+        self,
+        what: str,
+        *,
+        unit: str = "examples",
+        total: int | None = None,
+        detail: str | None = None,
+        spinner: bool = False,
+    ):
         yield _NoStage()
 
 
@@ -98,7 +112,11 @@ class Counter:
         parts = [f"{self.count:,} {self.unit}"]
         if self.tokens:
             parts.append(f"{_num(self.tokens)} tokens")
-        rate = f"{_num(self.tokens / dt)} tokens/s" if self.tokens else f"{_num(self.count / dt)} {self.unit}/s"
+        rate = (
+            f"{_num(self.tokens / dt)} tokens/s"
+            if self.tokens
+            else f"{_num(self.count / dt)} {self.unit}/s"
+        )
         return "  ".join(parts + [rate]) if live else ", ".join(parts) + f" in {dt:.1f} s ({rate})"
 
     def line(self) -> str:
@@ -129,10 +147,21 @@ class _BarStage(Counter):
         from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as Bar
 
-        columns = (SpinnerColumn("dots"), TextColumn("[bold]{task.description}"), TextColumn("{task.fields[status]}"),
-                   TimeElapsedColumn()) if spinner else \
-            (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
-             TimeElapsedColumn())
+        columns = (
+            (
+                SpinnerColumn("dots"),
+                TextColumn("[bold]{task.description}"),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+            )
+            if spinner
+            else (
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+            )
+        )
         self.spinner = spinner
         self.bar = Bar(*columns, console=console, transient=True)
         self.task = self.bar.add_task(what, total=total, status="")
@@ -176,8 +205,15 @@ class Terminal:
             return False
 
     @contextmanager
-    def stage(self, what: str, *, unit: str = "examples", total: int | None = None,
-              detail: str | None = None, spinner: bool = False):
+    def stage(
+        self,
+        what: str,
+        *,
+        unit: str = "examples",
+        total: int | None = None,
+        detail: str | None = None,
+        spinner: bool = False,
+    ):
         name = label(what, detail)
         if not self._on_terminal():
             stage = _LineStage(name, unit, total)

@@ -45,10 +45,21 @@ def build_tiny_tokenizer(chat_template: str | None = None):
     specials = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="isolated")
-    corpus = ["hello world how are you", "user assistant system tool", "the answer is four", "\n", ":"]
+    corpus = [
+        "hello world how are you",
+        "user assistant system tool",
+        "the answer is four",
+        "\n",
+        ":",
+    ]
     tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=specials))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
-                                   eos_token="<|im_end|>", additional_special_tokens=specials[2:])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=specials[2:],
+    )
     if chat_template:
         fast.chat_template = chat_template
     return fast

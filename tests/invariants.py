@@ -31,17 +31,26 @@ def _sha256(path: Path) -> str:
 
 def _fixed(table, name, pack_len) -> np.ndarray:
     col = table.column(name).combine_chunks()
-    return col.values.to_numpy()[col.offset * pack_len:(col.offset + len(col)) * pack_len].reshape(len(col), pack_len)
+    return col.values.to_numpy()[
+        col.offset * pack_len : (col.offset + len(col)) * pack_len
+    ].reshape(len(col), pack_len)
 
 
 def _lists(table, name):
     col = table.column(name).combine_chunks()
     offsets = col.offsets.to_numpy().astype(np.int64)
-    return col.values.to_numpy()[offsets[0]:offsets[-1]], offsets - offsets[0]
+    return col.values.to_numpy()[offsets[0] : offsets[-1]], offsets - offsets[0]
 
 
-def _check_rows(table, pack_len: int, pad_id: int, labels_equal_ids: bool, where: str, problems: list[str],
-                docs_out: list) -> dict:
+def _check_rows(
+    table,
+    pack_len: int,
+    pad_id: int,
+    labels_equal_ids: bool,
+    where: str,
+    problems: list[str],
+    docs_out: list,
+) -> dict:
     k = table.num_rows
     before = len(problems)
     ids = _fixed(table, "input_ids", pack_len)
@@ -56,14 +65,18 @@ def _check_rows(table, pack_len: int, pad_id: int, labels_equal_ids: bool, where
     def bad(mask_rows, what):
         rows = np.flatnonzero(mask_rows)
         if rows.size:
-            problems.append(f"{where}: {what} (rows {rows[:5].tolist()}{'…' if rows.size > 5 else ''})")
+            problems.append(
+                f"{where}: {what} (rows {rows[:5].tolist()}{'…' if rows.size > 5 else ''})"
+            )
 
     ndocs = np.diff(seq_off)
     bad(ndocs < 1, "row without documents")
     bad(np.diff(src_off) != ndocs, "source_index and seq_lengths differ in length")
     if seq.size and seq.min() < 1:
         problems.append(f"{where}: a document has length < 1")
-    row_sum = np.add.reduceat(seq.astype(np.int64), seq_off[:-1]) if seq.size else np.zeros(k, np.int64)
+    row_sum = (
+        np.add.reduceat(seq.astype(np.int64), seq_off[:-1]) if seq.size else np.zeros(k, np.int64)
+    )
     row_sum = np.where(ndocs > 0, row_sum, 0)
     bad(row_sum != num_tokens, "num_tokens != sum(seq_lengths)")
     bad(row_sum > pack_len, "documents exceed pack_len")
@@ -87,14 +100,23 @@ def _check_rows(table, pack_len: int, pad_id: int, labels_equal_ids: bool, where
     exp_pos = (slot - np.repeat(seg_start, seg_len)).reshape(k, pack_len)
     exp_doc = np.repeat(seg_doc, seg_len).reshape(k, pack_len)
     pad_slot = np.repeat(seg_is_pad, seg_len).reshape(k, pack_len)
-    bad((pos != exp_pos).any(1), "position_ids do not restart at 0 for every document / the pad tail")
+    bad(
+        (pos != exp_pos).any(1),
+        "position_ids do not restart at 0 for every document / the pad tail",
+    )
     bad((doc != exp_doc).any(1), "document_id is not 0..k-1 per document and -1 on padding")
     starts = (exp_pos == 0) & ~pad_slot
-    bad(((labels != IGNORE) & starts).any(1), "a document's first token carries a label (must be -100)")
+    bad(
+        ((labels != IGNORE) & starts).any(1),
+        "a document's first token carries a label (must be -100)",
+    )
     bad(((labels != IGNORE) & pad_slot).any(1), "padding carries a label")
     bad(((ids != pad_id) & pad_slot).any(1), f"padding is not the pad id {pad_id}")
     if labels_equal_ids:
-        bad(((labels != IGNORE) & (labels != ids)).any(1), "a label is neither -100 nor the token id (unshifted)")
+        bad(
+            ((labels != IGNORE) & (labels != ids)).any(1),
+            "a label is neither -100 nor the token id (unshifted)",
+        )
     bad((labels != IGNORE).sum(1) != num_loss, "num_loss_tokens != count(labels != -100)")
     if ids.size and ids.min() < 0:
         problems.append(f"{where}: negative token id")
@@ -120,18 +142,27 @@ def _check_source(docs_out, source, pack_len: int, manifest: dict, problems: lis
                 ex = ds[by_src[s]]
                 tok = np.asarray(ex["input_ids"], dtype=np.int64)
                 lab = np.asarray(ex["labels"], dtype=np.int64)
-                got, got_lab = ids[r, c0:c0 + n], labels[r, c0:c0 + n]
+                got, got_lab = ids[r, c0 : c0 + n], labels[r, c0 : c0 + n]
                 # offsets where this document could come from (split parts may repeat content)
                 used = taken.setdefault(s, set())
-                cands = [o for o in range(0, max(1, len(tok)), pack_len)
-                         if o not in used and np.array_equal(tok[o:o + n], got)]
+                cands = [
+                    o
+                    for o in range(0, max(1, len(tok)), pack_len)
+                    if o not in used and np.array_equal(tok[o : o + n], got)
+                ]
                 if not cands:
                     problems.append(f"document from example {s} does not match its tokens")
                 else:
-                    ok = [o for o in cands if got_lab[0] == IGNORE and np.array_equal(got_lab[1:], lab[o + 1:o + n])]
+                    ok = [
+                        o
+                        for o in cands
+                        if got_lab[0] == IGNORE and np.array_equal(got_lab[1:], lab[o + 1 : o + n])
+                    ]
                     if not ok:
-                        problems.append(f"document from example {s}: labels differ from the input's "
-                                        "(or the first label is not -100)")
+                        problems.append(
+                            f"document from example {s}: labels differ from the input's "
+                            "(or the first label is not -100)"
+                        )
                     used.add((ok or cands)[0])
                     seen.setdefault(s, []).append(n)
     dropped = {d["source_index"] for d in manifest.get("dropped", [])}
@@ -163,16 +194,25 @@ def find_problems(folder, source=None, labels_equal_ids: bool = True) -> list[st
     L = int(manifest["pack_len"])
     pad_id = int(manifest["pad_id"])
     if manifest.get("schema_version") != schema.SCHEMA_VERSION:
-        problems.append(f"schema_version {manifest.get('schema_version')} != {schema.SCHEMA_VERSION}")
+        problems.append(
+            f"schema_version {manifest.get('schema_version')} != {schema.SCHEMA_VERSION}"
+        )
     entries = manifest["shards"]
-    expected_files = [f"{schema.DATA_DIR}/{schema.shard_name(i, len(entries))}" for i in range(len(entries))]
+    expected_files = [
+        f"{schema.DATA_DIR}/{schema.shard_name(i, len(entries))}" for i in range(len(entries))
+    ]
     if [e["file"] for e in entries] != expected_files:
         problems.append(f"shard names {[e['file'] for e in entries]} != {expected_files}")
-    on_disk = sorted(str(p.relative_to(folder)) for p in (folder / schema.DATA_DIR).glob("*")) \
-        if (folder / schema.DATA_DIR).is_dir() else []
+    on_disk = (
+        sorted(str(p.relative_to(folder)) for p in (folder / schema.DATA_DIR).glob("*"))
+        if (folder / schema.DATA_DIR).is_dir()
+        else []
+    )
     if on_disk != sorted(expected_files):
         problems.append(f"files in data/ {on_disk} != manifest {expected_files}")
-    extra = sorted(p.name for p in folder.iterdir() if p.name not in (schema.MANIFEST, schema.DATA_DIR))
+    extra = sorted(
+        p.name for p in folder.iterdir() if p.name not in (schema.MANIFEST, schema.DATA_DIR)
+    )
     if extra:
         problems.append(f"unexpected files in the pack folder: {extra}")
     if problems:
@@ -187,8 +227,11 @@ def find_problems(folder, source=None, labels_equal_ids: bool = True) -> list[st
             problems.append(f"{e['file']}: sha256 differs from the manifest")
         pf = pq.ParquetFile(path)
         got = pf.schema_arrow
-        if not got.equals(want, check_metadata=False) or (got.metadata or {}).get(b"packtool_schema_version") != \
-                str(schema.SCHEMA_VERSION).encode():
+        if (
+            not got.equals(want, check_metadata=False)
+            or (got.metadata or {}).get(b"packtool_schema_version")
+            != str(schema.SCHEMA_VERSION).encode()
+        ):
             problems.append(f"{e['file']}: schema {got} != schema v1 for pack_len {L}")
             continue
         if any(c in got.names for c in schema.FORBIDDEN_COLUMNS):
@@ -218,19 +261,33 @@ def find_problems(folder, source=None, labels_equal_ids: bool = True) -> list[st
     eq("tokens.loss_out vs num_loss_tokens in shards", t["loss_out"], loss)
     eq("tokens.pad", t["pad"], rows * L - tokens)
     eq("examples_read = tokenized + skipped", c["examples_read"], c["tokenized"] + c["skipped"])
-    eq("tokenized = packed + truncated + split + dropped", c["tokenized"],
-       c["packed"] + c["truncated"] + c["split"] + c["dropped"])
-    eq("documents = packed + truncated + split_parts", c["documents"], c["packed"] + c["truncated"] + c["split_parts"])
+    eq(
+        "tokenized = packed + truncated + split + dropped",
+        c["tokenized"],
+        c["packed"] + c["truncated"] + c["split"] + c["dropped"],
+    )
+    eq(
+        "documents = packed + truncated + split_parts",
+        c["documents"],
+        c["packed"] + c["truncated"] + c["split_parts"],
+    )
     eq("tokens.in = out + cut", t["in"], t["out"] + t["cut"])
-    eq("loss_in = loss_out + loss_first_token + loss_cut", t["loss_in"],
-       t["loss_out"] + t["loss_first_token"] + t["loss_cut"])
+    eq(
+        "loss_in = loss_out + loss_first_token + loss_cut",
+        t["loss_in"],
+        t["loss_out"] + t["loss_first_token"] + t["loss_cut"],
+    )
     eq("len(skipped)", len(manifest["skipped"]), c["skipped"])
     eq("len(dropped)", len(manifest["dropped"]), c["dropped"])
     eq("len(truncated)", len(manifest["truncated"]), c["truncated"])
     eq("len(split)", len(manifest["split"]), c["split"])
     eq("split_parts", sum(s["parts"] for s in manifest["split"]), c["split_parts"])
-    eq("truncated cut", sum(x["cut"] for x in manifest["truncated"]) + sum(x["length"] for x in manifest["dropped"]),
-       t["cut"])
+    eq(
+        "truncated cut",
+        sum(x["cut"] for x in manifest["truncated"])
+        + sum(x["length"] for x in manifest["dropped"]),
+        t["cut"],
+    )
     eq("lower_bound_rows", manifest["lower_bound_rows"], math.ceil(tokens / L))
     if rows:
         eq("fill", manifest["fill"], round(tokens / (rows * L), 6))
@@ -240,7 +297,9 @@ def find_problems(folder, source=None, labels_equal_ids: bool = True) -> list[st
         eq("docs_per_row.histogram", dpr["histogram"], hist)
     if manifest["max_docs"]:
         if docs.size and docs.max() > manifest["max_docs"]:
-            problems.append(f"a row holds {int(docs.max())} documents > max_docs {manifest['max_docs']}")
+            problems.append(
+                f"a row holds {int(docs.max())} documents > max_docs {manifest['max_docs']}"
+            )
     if source is not None:
         eq("tokenized vs source", c["tokenized"], len(source.lengths))
         eq("tokens.in vs source", t["in"], int(np.asarray(source.lengths, dtype=np.int64).sum()))

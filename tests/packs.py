@@ -69,14 +69,26 @@ def build_row(docs, members, pack_len: int, pad_id: int = PAD_ID) -> dict:
         at += n
     pos[at:] = np.arange(pack_len - at)  # the pad tail counts as its own segment
     return {
-        "input_ids": ids, "labels": labels, "position_ids": pos, "document_id": doc_id,
-        "seq_lengths": [len(docs[i][0]) for i in members], "source_index": list(members),
-        "num_tokens": at, "num_loss_tokens": int((labels != IGNORE).sum()),
+        "input_ids": ids,
+        "labels": labels,
+        "position_ids": pos,
+        "document_id": doc_id,
+        "seq_lengths": [len(docs[i][0]) for i in members],
+        "source_index": list(members),
+        "num_tokens": at,
+        "num_loss_tokens": int((labels != IGNORE).sum()),
     }
 
 
-def write_pack(folder, docs, pack_len: int, *, rows_per_shard: int = 8, pad_id: int = PAD_ID,
-               rows: list[list[int]] | None = None) -> list[dict]:
+def write_pack(
+    folder,
+    docs,
+    pack_len: int,
+    *,
+    rows_per_shard: int = 8,
+    pad_id: int = PAD_ID,
+    rows: list[list[int]] | None = None,
+) -> list[dict]:
     """Write `docs` as a schema-v1 pack into `folder`; returns the rows as dicts of numpy arrays."""
     folder = Path(folder)
     (folder / schema.DATA_DIR).mkdir(parents=True, exist_ok=True)
@@ -91,19 +103,29 @@ def write_pack(folder, docs, pack_len: int, *, rows_per_shard: int = 8, pad_id: 
         for f in arrow:
             values = [r[f.name] for r in part]
             if f.name in schema.TOKEN_COLUMNS:
-                flat = pa.array(np.concatenate(values) if values else np.zeros(0, np.int32), pa.int32())
+                flat = pa.array(
+                    np.concatenate(values) if values else np.zeros(0, np.int32), pa.int32()
+                )
                 cols[f.name] = pa.FixedSizeListArray.from_arrays(flat, pack_len)
             else:
                 cols[f.name] = pa.array(values, f.type)
         name = schema.shard_name(s, n_shards)
         path = folder / schema.DATA_DIR / name
         pq.write_table(pa.table(cols, schema=arrow), path, compression="zstd", row_group_size=5)
-        shards.append({"file": f"{schema.DATA_DIR}/{name}", "rows": len(part),
-                       "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+        shards.append(
+            {
+                "file": f"{schema.DATA_DIR}/{name}",
+                "rows": len(part),
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            }
+        )
     manifest = {
-        "schema_version": schema.SCHEMA_VERSION, "pack_len": pack_len,
+        "schema_version": schema.SCHEMA_VERSION,
+        "pack_len": pack_len,
         "counts": {"rows": len(built), "packed": sum(len(m) for m in rows)},
-        "pad_id": pad_id, "tokenizer": {"pad_id": pad_id}, "shards": shards,
+        "pad_id": pad_id,
+        "tokenizer": {"pad_id": pad_id},
+        "shards": shards,
     }
     (folder / schema.MANIFEST).write_text(json.dumps(manifest, indent=1))
     return built
@@ -114,8 +136,11 @@ def real_pack(folder, docs, pack_len: int, **options):
     from packtool.data import TokenizedData
     from packtool.pack import PackConfig, pack_tokenized
 
-    data = TokenizedData.from_lists([ids.tolist() for ids, _ in docs], [lab.tolist() for _, lab in docs],
-                                    tokenizer={"pad_id": PAD_ID, "eos_id": 1})
+    data = TokenizedData.from_lists(
+        [ids.tolist() for ids, _ in docs],
+        [lab.tolist() for _, lab in docs],
+        tokenizer={"pad_id": PAD_ID, "eos_id": 1},
+    )
     return pack_tokenized(data, PackConfig(pack_len=pack_len, **options), folder)
 
 
@@ -132,10 +157,9 @@ def merge_first_two(table, keep_source: bool):
     seq[r] = [a + b, *seq[r][2:]]
     doc, pos = st.token_column(table, "document_id"), st.token_column(table, "position_ids")
     doc[r][doc[r] >= 1] -= 1
-    pos[r, a:a + b] = np.arange(a, a + b)
+    pos[r, a : a + b] = np.arange(a, a + b)
     merged_src = list(src[r])
     if not keep_source:
         src[r] = [src[r][0], *src[r][2:]]
     cols = dict(seq_lengths=seq, document_id=doc, position_ids=pos, source_index=src)
     return r, merged_src, a, b, st.replace_columns(table, **cols)
-

@@ -13,7 +13,9 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-SHARED = Path(os.environ.get("PACKTOOL_SHARED", ROOT.parent / "shared"))  # override: run as if absent
+SHARED = Path(
+    os.environ.get("PACKTOOL_SHARED", ROOT.parent / "shared")
+)  # override: run as if absent
 SHARED_DATA = SHARED / "data"
 SHARED_TOKENIZERS = SHARED / "tokenizers"
 
@@ -21,4 +23,6 @@ SHARED_TOKENIZERS = SHARED / "tokenizers"
 def needs_shared(*parts: str):
     """A skip marker for tests that read `../shared/<parts>`."""
     path = SHARED.joinpath(*parts)
-    return pytest.mark.skipif(not path.exists(), reason=f"{path} is absent (the shared folder is not checked out)")
+    return pytest.mark.skipif(
+        not path.exists(), reason=f"{path} is absent (the shared folder is not checked out)"
+    )

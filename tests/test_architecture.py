@@ -31,8 +31,13 @@ def module_map() -> dict[str, set[str]]:
         if not m:
             continue
         allowed = cells[2]
-        rules[m.group(1)] = {"*"} if allowed == "all of the above" else \
-            set() if allowed == "nothing" else {a.strip() for a in allowed.split(",")}
+        rules[m.group(1)] = (
+            {"*"}
+            if allowed == "all of the above"
+            else set()
+            if allowed == "nothing"
+            else {a.strip() for a in allowed.split(",")}
+        )
     return rules
 
 
@@ -51,7 +56,9 @@ def imports_of(path) -> set[str]:
 
 def test_the_map_names_every_module():
     rules = module_map()
-    units = {_unit(".".join(p.relative_to(ROOT).with_suffix("").parts)) for p in PACKAGE.rglob("*.py")}
+    units = {
+        _unit(".".join(p.relative_to(ROOT).with_suffix("").parts)) for p in PACKAGE.rglob("*.py")
+    }
     units -= {"packtool", "__init__", "__main__"}
     assert units - set(rules) == set(), "modules missing from docs/ARCHITECTURE.md's Module map"
     assert set(rules) - units == set(), "the Module map names modules that do not exist"
@@ -71,8 +78,10 @@ def test_imports_follow_the_map():
                 dst = "packtool"
             if dst == src or dst in ANYONE or "*" in allowed or dst in allowed:
                 continue
-            problems.append(f"{path.relative_to(ROOT)} imports {dotted} ({src} may import: "
-                            f"{', '.join(sorted(allowed)) or 'nothing'})")
+            problems.append(
+                f"{path.relative_to(ROOT)} imports {dotted} ({src} may import: "
+                f"{', '.join(sorted(allowed)) or 'nothing'})"
+            )
     assert not problems, "\n".join(problems)
 
 

@@ -20,8 +20,10 @@ def run(*args):
 
 
 def test_cli_import_is_light():
-    code = ("import sys, packtool.cli; heavy = [m for m in ('torch', 'transformers', 'datasets', 'matplotlib') "
-            "if m in sys.modules]; print(heavy)")
+    code = (
+        "import sys, packtool.cli; heavy = [m for m in ('torch', 'transformers', 'datasets', 'matplotlib') "
+        "if m in sys.modules]; print(heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -29,9 +31,11 @@ def test_cli_import_is_light():
 def test_core_imports_only_numpy_and_numba():
     """docs/ARCHITECTURE.md, "Module map": kernels, packing and stats never import typer, rich,
     transformers, pyarrow, torch or matplotlib."""
-    code = ("import sys, packtool.kernels, packtool.plan, packtool.stats; "
-            "print([m for m in ('typer', 'rich', 'transformers', 'pyarrow', 'torch', 'matplotlib', 'datasets') "
-            "if m in sys.modules])")
+    code = (
+        "import sys, packtool.kernels, packtool.plan, packtool.stats; "
+        "print([m for m in ('typer', 'rich', 'transformers', 'pyarrow', 'torch', 'matplotlib', 'datasets') "
+        "if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -64,8 +68,17 @@ def test_sample_then_inspect_json(tmp_path):
 
 def test_inspect_human_output(tmp_path):
     path = tmp_path / "s.jsonl"
-    path.write_text(json.dumps({"conversations": [{"from": "human", "value": "Hi"},
-                                                  {"from": "gpt", "value": "Hello there"}]}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "conversations": [
+                    {"from": "human", "value": "Hi"},
+                    {"from": "gpt", "value": "Hello there"},
+                ]
+            }
+        )
+        + "\n"
+    )
     res = run("inspect", str(path))
     assert res.exit_code == 0
     assert "sharegpt" in res.output and "loss tokens" in res.output and "Hello there" in res.output
@@ -102,6 +115,10 @@ def test_errors_are_one_line(tmp_path, args, code, pattern):
 
 def test_debug_shows_traceback(tmp_path):
     env = {**os.environ, "PACKTOOL_DEBUG": "1"}
-    out = subprocess.run([sys.executable, "-m", "packtool", "inspect", str(tmp_path / "none.jsonl")],
-                         capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "packtool", "inspect", str(tmp_path / "none.jsonl")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert out.returncode != 0 and "Traceback" in out.stderr

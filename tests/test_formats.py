@@ -75,7 +75,14 @@ def test_detect_forced_and_unknown_format():
         detect_format({"text": "x"}, ReadConfig(format="chatml"))
     with pytest.raises(UsageError, match="unknown format 'nope'"):
         normalize({"text": "x"}, "nope", CFG)
-    assert set(FORMATS) == {"messages", "prompt-completion", "text", "alpaca", "sharegpt", "preference"}
+    assert set(FORMATS) == {
+        "messages",
+        "prompt-completion",
+        "text",
+        "alpaca",
+        "sharegpt",
+        "preference",
+    }
 
 
 def test_detect_nothing_fits_lists_keys_and_formats():
@@ -98,8 +105,11 @@ def test_auto_detects_each_record_and_pretokenized_records_say_so():
     assert normalize({"text": "t"}, AUTO, CFG)["kind"] == "text"
     with pytest.raises(FormatError, match="fits no known format: it has keys 'question'"):
         normalize({"question": "q"}, AUTO, CFG)
-    with pytest.raises(FormatError, match=r"keys 'input_ids'; it is pre-tokenized \(input_ids\), and pre-tokenized "
-                                          "and chat files cannot be mixed"):
+    with pytest.raises(
+        FormatError,
+        match=r"keys 'input_ids'; it is pre-tokenized \(input_ids\), and pre-tokenized "
+        "and chat files cannot be mixed",
+    ):
         detect_format({"input_ids": [1, 2]}, CFG)
 
 

@@ -62,7 +62,9 @@ def check_grid(pack_lens=(1, 2, 7, 64, 100), seeds=range(3)) -> int:
         rng = np.random.default_rng(1000 * pack_len + seed)
         for lengths in length_cases(rng, pack_len):
             lengths = lengths.astype(np.int64)
-            for strategy, order, max_docs in itertools.product(("bfd", "ffd"), ("sorted", "random"), (0, 1, 2, 3)):
+            for strategy, order, max_docs in itertools.product(
+                ("bfd", "ffd"), ("sorted", "random"), (0, 1, 2, 3)
+            ):
                 plan = plan_packs(lengths, pack_len, strategy, order, max_docs, seed)
                 offsets, doc_order = oracle(lengths, pack_len, strategy, order, max_docs, seed)
                 ctx = f"L={pack_len} {strategy} {order} max_docs={max_docs} seed={seed} lengths={lengths.tolist()}"
@@ -85,8 +87,13 @@ def test_plain_python_matches_oracle():
         "print('checked', test_plan.check_grid(pack_lens=(1, 7, 64), seeds=range(1)))\n"
     ).format(tests=str(ROOT / "tests"), root=str(ROOT))
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "checked" in out.stdout
 
@@ -97,7 +104,9 @@ def test_plain_python_matches_oracle():
 def test_plan_invariants_at_scale(strategy, order, max_docs):
     rng = np.random.default_rng(7)
     pack_len = 4096
-    lengths = np.clip(np.round(rng.lognormal(np.log(450), 0.9, 50_000)), 1, pack_len).astype(np.int32)
+    lengths = np.clip(np.round(rng.lognormal(np.log(450), 0.9, 50_000)), 1, pack_len).astype(
+        np.int32
+    )
     plan = plan_packs(lengths, pack_len, strategy, order, max_docs, seed=3)
     assert isinstance(plan, PackPlan) and plan.pack_len == pack_len
     assert plan.row_offsets.dtype == np.int64 and plan.doc_order.dtype == np.int64
@@ -168,7 +177,12 @@ def test_bitset_against_a_set(size):
     "lengths, pack_len, kw, match",
     [
         ([1, 0, 2], 4, {}, r"document 1 has length 0, outside 1\.\.4"),
-        ([1, 9, 2], 4, {}, r"document 1 has length 9, outside 1\.\.4 \(1 such\); apply the overflow"),
+        (
+            [1, 9, 2],
+            4,
+            {},
+            r"document 1 has length 9, outside 1\.\.4 \(1 such\); apply the overflow",
+        ),
         ([-1], 4, {}, "outside"),
         ([1.5], 4, {}, "must be integers"),
         ([[1, 2]], 4, {}, "must be 1-D"),

@@ -40,19 +40,33 @@ def test_drop_leaves_over_length_and_empty_examples_out():
     r = profile_lengths(BY_HAND, cfg(overflow="drop"))
     p = r.pack
     assert list(p) == list(PACK_KEYS)
-    assert (p["documents"], p["examples_dropped"], p["examples_dropped_empty"]) == (2, 3, 1)  # [3] [2]
+    assert (p["documents"], p["examples_dropped"], p["examples_dropped_empty"]) == (
+        2,
+        3,
+        1,
+    )  # [3] [2]
     assert (p["tokens_in"], p["tokens_out"], p["tokens_cut"]) == (19, 5, 14)
     assert p["rows"] == 2 and p["examples_packed"] == 2
     assert r.strategies["padding_free"].tokens == 5 and r.strategies["pad_to_len"].rows == 2
     t = r.truncation
-    assert (t["policy"], t["examples_over"], t["tokens_cut"], t["examples_dropped"]) == ("drop", 2, 14, 3)
+    assert (t["policy"], t["examples_over"], t["tokens_cut"], t["examples_dropped"]) == (
+        "drop",
+        2,
+        14,
+        3,
+    )
     assert t["loss_tokens_cut"] is None  # bare lengths: loss unknown
 
 
 def test_truncate_cuts_to_len():
     r = profile_lengths(BY_HAND, cfg(overflow="truncate"))
     p = r.pack
-    assert (p["documents"], p["examples_truncated"], p["examples_dropped"], p["tokens_cut"]) == (4, 2, 1, 5 + 1)
+    assert (p["documents"], p["examples_truncated"], p["examples_dropped"], p["tokens_cut"]) == (
+        4,
+        2,
+        1,
+        5 + 1,
+    )
     assert r.strategies["padding_free"].tokens == 3 + 4 + 4 + 2
     assert r.truncation["tokens_cut"] == 6
 
@@ -60,7 +74,12 @@ def test_truncate_cuts_to_len():
 def test_split_makes_parts_documents():
     r = profile_lengths(BY_HAND, cfg(overflow="split"))
     p = r.pack
-    assert (p["documents"], p["examples_split"], p["split_parts"], p["tokens_cut"]) == (1 + 3 + 2 + 1, 2, 5, 0)
+    assert (p["documents"], p["examples_split"], p["split_parts"], p["tokens_cut"]) == (
+        1 + 3 + 2 + 1,
+        2,
+        5,
+        0,
+    )
     assert r.strategies["padding_free"].rows == 7  # 3 | 4 4 1 | 4 1 | 2
     assert r.truncation["tokens_cut"] == 0 and r.truncation["loss_tokens_cut"] == 0
 
@@ -73,11 +92,15 @@ def test_error_names_the_example_as_pack_does():
         apply_overflow(BY_HAND.astype(np.int64), src, 4, "error")
     assert str(ours.value) == str(packs.value)
     assert "example 11 has 9 tokens > --len 4" in str(ours.value)
-    assert profile_lengths(np.array([1, 4]), cfg(overflow="error")).pack["documents"] == 2  # nothing over
+    assert (
+        profile_lengths(np.array([1, 4]), cfg(overflow="error")).pack["documents"] == 2
+    )  # nothing over
 
 
 def test_nothing_to_pack_is_bad_input_as_in_pack():
-    with pytest.raises(PacktoolError, match=r"nothing to pack: all 2 examples would be dropped \(shortest 5 tokens"):
+    with pytest.raises(
+        PacktoolError, match=r"nothing to pack: all 2 examples would be dropped \(shortest 5 tokens"
+    ):
         profile_lengths(np.array([5, 7]), cfg(overflow="drop"))
     assert profile_lengths(np.array([5, 7]), cfg(overflow="split")).pack["rows"] == 3
 
@@ -102,8 +125,15 @@ def test_packed_rows_are_plan_packs_with_packs_arguments(case):
         d = PackConfig(pack_len=max(L, 2), overflow=overflow)
         want = plan_packs(pieces.length, L, d.strategy, d.order, d.max_docs, d.seed).num_rows
         r = profile_lengths(lengths, ProfileConfig(pack_len=L, overflow=overflow, seed=int(case)))
-        assert r.pack["rows"] == r.strategies["packed_bfd_varlen"].rows == r.strategies["packed_bfd_dense"].rows == want
-        assert r.pack["documents"] == pieces.length.size and r.pack["tokens_out"] == int(pieces.length.sum())
+        assert (
+            r.pack["rows"]
+            == r.strategies["packed_bfd_varlen"].rows
+            == r.strategies["packed_bfd_dense"].rows
+            == want
+        )
+        assert r.pack["documents"] == pieces.length.size and r.pack["tokens_out"] == int(
+            pieces.length.sum()
+        )
         assert r.strategies["padding_free"].tokens == int(pieces.length.sum())
 
 
@@ -117,22 +147,52 @@ def tokenized_by_hand() -> TokenizedData:
     return TokenizedData.from_lists(
         [[1, 2, 3, 4, 5, 6], [1, 2], [7, 8, 9], list(range(1, 10))],
         [[-100, -100, 3, 4, 5, 6], [-100, -100], [-100, 8, 9], [-100, -100] + list(range(3, 10))],
-        source_index=[0, 2, 3, 4], num_read=5, skipped=[SkippedRecord(1, "f.jsonl", 2, "no assistant turn")],
+        source_index=[0, 2, 3, 4],
+        num_read=5,
+        skipped=[SkippedRecord(1, "f.jsonl", 2, "no assistant turn")],
     )
 
 
 def manifest_view(m: dict) -> dict:
     c, t = m["counts"], m["tokens"]
-    return {"rows": c["rows"], "documents": c["documents"], "examples_packed": c["packed"],
-            "examples_dropped": c["dropped"], "examples_truncated": c["truncated"], "examples_split": c["split"],
-            "split_parts": c["split_parts"], "tokens_in": t["in"], "tokens_out": t["out"], "tokens_cut": t["cut"],
-            "loss_tokens_in": t["loss_in"], "loss_tokens_cut": t["loss_cut"], "pad_slots": t["pad"]}
+    return {
+        "rows": c["rows"],
+        "documents": c["documents"],
+        "examples_packed": c["packed"],
+        "examples_dropped": c["dropped"],
+        "examples_truncated": c["truncated"],
+        "examples_split": c["split"],
+        "split_parts": c["split_parts"],
+        "tokens_in": t["in"],
+        "tokens_out": t["out"],
+        "tokens_cut": t["cut"],
+        "loss_tokens_in": t["loss_in"],
+        "loss_tokens_cut": t["loss_cut"],
+        "pad_slots": t["pad"],
+    }
 
 
 def predicted(r) -> dict:
-    return {k: r.pack[k] for k in manifest_view({"counts": {k: 0 for k in ("rows", "documents", "packed", "dropped",
-            "truncated", "split", "split_parts")}, "tokens": {k: 0 for k in ("in", "out", "cut", "loss_in",
-            "loss_cut", "pad")}})}
+    return {
+        k: r.pack[k]
+        for k in manifest_view(
+            {
+                "counts": {
+                    k: 0
+                    for k in (
+                        "rows",
+                        "documents",
+                        "packed",
+                        "dropped",
+                        "truncated",
+                        "split",
+                        "split_parts",
+                    )
+                },
+                "tokens": {k: 0 for k in ("in", "out", "cut", "loss_in", "loss_cut", "pad")},
+            }
+        )
+    }
 
 
 def packed_manifest(td, pack_len: int, overflow: str, out) -> dict | str:
@@ -183,7 +243,11 @@ def test_profile_predicts_pack_on_shared_data(name, tmp_path):
             ours = profiled(td, pack_len, overflow)
             packs = packed_manifest(td, pack_len, overflow, tmp_path / f"{pack_len}-{overflow}")
             if isinstance(packs, str):
-                assert isinstance(ours, str) and "nothing to pack" in ours and "nothing to pack" in packs, (ours, packs)
+                assert (
+                    isinstance(ours, str)
+                    and "nothing to pack" in ours
+                    and "nothing to pack" in packs
+                ), (ours, packs)
             else:
                 assert ours == manifest_view(packs), (name, pack_len, overflow)
 
@@ -194,16 +258,32 @@ def test_the_glaive_issue(tmp_path):
     39 rows and dropped one 11,540-token example with 5,730 loss tokens."""
     from packtool.api import load_tokenized
 
-    td = load_tokenized(str(SHARED_DATA / "glaive_toolcall_en_demo.json"), TokenizeConfig(), progress=False)
-    r = profile_data(td, ProfileConfig(pack_len=4096), source={"data": "glaive_toolcall_en_demo.json"})
+    td = load_tokenized(
+        str(SHARED_DATA / "glaive_toolcall_en_demo.json"), TokenizeConfig(), progress=False
+    )
+    r = profile_data(
+        td, ProfileConfig(pack_len=4096), source={"data": "glaive_toolcall_en_demo.json"}
+    )
     p = r.pack
-    assert (p["rows"], p["examples_dropped"], p["tokens_cut"], p["loss_tokens_cut"]) == (39, 1, 11_540, 5_730)
+    assert (p["rows"], p["examples_dropped"], p["tokens_cut"], p["loss_tokens_cut"]) == (
+        39,
+        1,
+        11_540,
+        5_730,
+    )
     t = profile_data(td, ProfileConfig(pack_len=4096, overflow="truncate")).pack
     assert (t["rows"], t["tokens_cut"]) == (40, 7_444)
     rec = advice.recommend(r)
     assert (rec.pack_len, rec.overflow) == (4096, "split")
-    assert rec.command == "packtool pack glaive_toolcall_en_demo.json --len 4096 --overflow split --out packed/"
-    assert rec.rows == profile_data(td, ProfileConfig(pack_len=4096, overflow="split")).pack["rows"] == 42
+    assert (
+        rec.command
+        == "packtool pack glaive_toolcall_en_demo.json --len 4096 --overflow split --out packed/"
+    )
+    assert (
+        rec.rows
+        == profile_data(td, ProfileConfig(pack_len=4096, overflow="split")).pack["rows"]
+        == 42
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,8 +312,12 @@ def test_sweep_points_equal_full_profiles():
 def test_sweep_on_tokenized_data_and_an_empty_len():
     td = tokenized_by_hand()
     points = sweep(td, ProfileConfig(overflow="drop"), [1, 4, 16])
-    assert [p.rows for p in points][1:] == [profile_data(td, ProfileConfig(pack_len=L)).pack["rows"] for L in (4, 16)]
-    assert points[0].rows == 0 and points[0].fill is None and points[0].strategies == {}  # every example dropped
+    assert [p.rows for p in points][1:] == [
+        profile_data(td, ProfileConfig(pack_len=L)).pack["rows"] for L in (4, 16)
+    ]
+    assert (
+        points[0].rows == 0 and points[0].fill is None and points[0].strategies == {}
+    )  # every example dropped
     assert points[0].pack["tokens_cut"] == 20 and points[0].pack["examples_dropped"] == 4
     with pytest.raises(UsageError, match="--len 0 must be in"):
         sweep(td, ProfileConfig(), [0, 4])
@@ -254,7 +338,9 @@ def test_profile_lens_profiles_the_advised_len_and_keeps_the_sweep():
     from packtool.stats.synthetic import synthetic_lengths
 
     lengths = synthetic_lengths(LOGNORMAL)
-    r = profile_lens(lengths, ProfileConfig(), "512-8192", source={"kind": "synthetic", "spec": LOGNORMAL})
+    r = profile_lens(
+        lengths, ProfileConfig(), "512-8192", source={"kind": "synthetic", "spec": LOGNORMAL}
+    )
     assert [p.pack_len for p in r.sweep] == [512, 1024, 2048, 4096, 8192]
     rec = advice.recommend(r)
     assert r.config.pack_len == rec.pack_len
@@ -264,18 +350,32 @@ def test_profile_lens_profiles_the_advised_len_and_keeps_the_sweep():
 
 
 def test_advice_point_when_the_advice_differs():
-    lengths = np.concatenate([np.full(500, 300), [20_000]])  # one heavy outlier: split at --len 1024
+    lengths = np.concatenate(
+        [np.full(500, 300), [20_000]]
+    )  # one heavy outlier: split at --len 1024
     r = profile_lengths(lengths, ProfileConfig(pack_len=1024))
-    assert r.advice_point is not None and (r.advice_point.pack_len, r.advice_point.overflow) == (1024, "split")
+    assert r.advice_point is not None and (r.advice_point.pack_len, r.advice_point.overflow) == (
+        1024,
+        "split",
+    )
     split = profile_lengths(lengths, ProfileConfig(pack_len=1024, overflow="split"))
     assert r.advice_point.pack == split.pack and split.advice_point is None
     rec = advice.recommend(r)
     assert rec.rows == split.pack["rows"] and rec.evidence_overflow == "split"
     assert not any("FLOP figures" in h for h in rec.hints)
-    bare = profile_lengths(lengths, ProfileConfig(pack_len=1024), advise=False)  # no second simulation
+    bare = profile_lengths(
+        lengths, ProfileConfig(pack_len=1024), advise=False
+    )  # no second simulation
     assert bare.advice_point is None and "advice" not in bare.timings
     rec = advice.recommend(bare)
-    assert (rec.pack_len, rec.overflow, rec.rows, rec.evidence_overflow) == (1024, "split", None, "drop")
-    assert ("the FLOP figures are at the profiled --overflow drop; "
-            "`packtool profile DATA --len 1024 --overflow split` shows them for split") in rec.hints
+    assert (rec.pack_len, rec.overflow, rec.rows, rec.evidence_overflow) == (
+        1024,
+        "split",
+        None,
+        "drop",
+    )
+    assert (
+        "the FLOP figures are at the profiled --overflow drop; "
+        "`packtool profile DATA --len 1024 --overflow split` shows them for split"
+    ) in rec.hints
     assert profile_lengths(np.full(10, 30), ProfileConfig(pack_len=64)).advice_point is None

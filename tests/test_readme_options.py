@@ -111,20 +111,29 @@ def documented_options(name: str) -> dict[str, tuple[Table, list[str]]]:
 
 def test_every_options_table_names_a_command():
     tables = readme_tables(OPTIONS_HEADER)
-    assert tables, f"README.md has no options table (a table with the header | {' | '.join(OPTIONS_HEADER)} |)"
+    assert tables, (
+        f"README.md has no options table (a table with the header | {' | '.join(OPTIONS_HEADER)} |)"
+    )
     for table in tables:
         assert table_commands(table), (
             f"the options table at {table.where} belongs to no command: its heading must name one or more "
-            f"of {', '.join(COMMANDS)}, e.g. '### profile options'")
+            f"of {', '.join(COMMANDS)}, e.g. '### profile options'"
+        )
         for row in table.rows:
-            assert len(row) == len(OPTIONS_HEADER), f"{table.where}: row {row} does not have {len(OPTIONS_HEADER)} cells"
-            assert OPTION_NAME.search(row[0]), f"{table.where}: row {row} names no option in its first cell"
+            assert len(row) == len(OPTIONS_HEADER), (
+                f"{table.where}: row {row} does not have {len(OPTIONS_HEADER)} cells"
+            )
+            assert OPTION_NAME.search(row[0]), (
+                f"{table.where}: row {row} names no option in its first cell"
+            )
 
 
 def test_pending_options_are_documented():
     for name, opt in sorted(PENDING):
         assert name in COMMANDS, f"PENDING names {name!r}, which is not a packtool command"
-        assert opt in documented_options(name), f"PENDING has ({name!r}, {opt!r}), but README.md has no row for it"
+        assert opt in documented_options(name), (
+            f"PENDING has ({name!r}, {opt!r}), but README.md has no row for it"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -133,18 +142,22 @@ def test_readme_documents_the_options_of(name):
     documented = documented_options(name)
     tables = sorted({t.where for t, _ in documented.values()})
     if declared and not documented:
-        pytest.fail(f"README.md has no options table for `packtool {name}`: add one (header "
-                    f"| {' | '.join(OPTIONS_HEADER)} |) under a heading naming it, e.g. '### {name} options'")
+        pytest.fail(
+            f"README.md has no options table for `packtool {name}`: add one (header "
+            f"| {' | '.join(OPTIONS_HEADER)} |) under a heading naming it, e.g. '### {name} options'"
+        )
     undocumented = sorted(set(declared) - set(documented))
     assert not undocumented, (
         f"`packtool {name}` declares {', '.join(undocumented)}, missing from its README table(s) "
-        f"{'; '.join(tables)}: add a row each")
+        f"{'; '.join(tables)}: add a row each"
+    )
     pending = {opt for cmd, opt in PENDING if cmd == name}
     stale = sorted(set(documented) - set(declared) - pending)
     assert not stale, (
         f"README.md documents {', '.join(stale)} for `packtool {name}` "
         f"({'; '.join(sorted({documented[o][0].where for o in stale}))}), but the command has no such option "
-        f"(see `packtool {name} --help`): remove or fix the row, or add it to PENDING if it is on its way")
+        f"(see `packtool {name} --help`): remove or fix the row, or add it to PENDING if it is on its way"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -168,12 +181,16 @@ def test_readme_defaults_match(name):
             expected = f"`{param.default}`"
         if cell != expected:
             wrong.append(f"{opt}: {cell!r}, expected {expected!r} ({table.where})")
-    assert not wrong, f"README.md's defaults for `packtool {name}` differ from the command's:\n  " + "\n  ".join(wrong)
+    assert not wrong, (
+        f"README.md's defaults for `packtool {name}` differ from the command's:\n  "
+        + "\n  ".join(wrong)
+    )
 
 
 def _is_environ(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
-        (isinstance(node, ast.Name) and node.id == "environ")
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
 
 
 def _text(node: ast.AST | None) -> str | None:
@@ -188,13 +205,22 @@ def env_reads() -> dict[str, list[str]]:
             name = None
             if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute):
                 f = node.func
-                if (f.attr == "get" and _is_environ(f.value)) or \
-                        (f.attr == "getenv" and isinstance(f.value, ast.Name) and f.value.id == "os"):
+                if (f.attr == "get" and _is_environ(f.value)) or (
+                    f.attr == "getenv" and isinstance(f.value, ast.Name) and f.value.id == "os"
+                ):
                     name = _text(node.args[0])
-            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value):
+            elif (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.ctx, ast.Load)
+                and _is_environ(node.value)
+            ):
                 name = _text(node.slice)
-            elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In | ast.NotIn) \
-                    and _is_environ(node.comparators[0]):
+            elif (
+                isinstance(node, ast.Compare)
+                and len(node.ops) == 1
+                and isinstance(node.ops[0], ast.In | ast.NotIn)
+                and _is_environ(node.comparators[0])
+            ):
                 name = _text(node.left)
             if name:
                 found.setdefault(name, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
@@ -203,9 +229,16 @@ def env_reads() -> dict[str, list[str]]:
 
 def readme_env() -> dict[str, Table]:
     tables = [t for t in readme_tables(ENV_HEADER) if t.heading == ENV_HEADING]
-    assert tables, (f"README.md has no Environment table: a table with the header | {' | '.join(ENV_HEADER)} | "
-                    f"under the heading '## {ENV_HEADING}'")
-    return {m.group(0): t for t in tables for row in t.rows if (m := re.search(r"[A-Z][A-Z0-9_]{2,}", row[0]))}
+    assert tables, (
+        f"README.md has no Environment table: a table with the header | {' | '.join(ENV_HEADER)} | "
+        f"under the heading '## {ENV_HEADING}'"
+    )
+    return {
+        m.group(0): t
+        for t in tables
+        for row in t.rows
+        if (m := re.search(r"[A-Z][A-Z0-9_]{2,}", row[0]))
+    }
 
 
 def test_env_scan_finds_the_known_variables():
@@ -216,11 +249,15 @@ def test_env_scan_finds_the_known_variables():
 def test_readme_environment_table():
     reads, documented = env_reads(), readme_env()
     missing = sorted(set(reads) - set(documented))
-    assert not missing, "README.md's Environment table lacks variables packtool reads: " + ", ".join(
-        f"{n} (read at {', '.join(reads[n])})" for n in missing)
+    assert not missing, (
+        "README.md's Environment table lacks variables packtool reads: "
+        + ", ".join(f"{n} (read at {', '.join(reads[n])})" for n in missing)
+    )
     stale = sorted(set(documented) - set(reads))
-    assert not stale, (f"README.md's Environment table documents {', '.join(stale)}, which packtool's source "
-                       "does not read: remove or fix the row")
+    assert not stale, (
+        f"README.md's Environment table documents {', '.join(stale)}, which packtool's source "
+        "does not read: remove or fix the row"
+    )
 
 
 def test_root_help_lists_environment_and_commands():
@@ -229,8 +266,13 @@ def test_root_help_lists_environment_and_commands():
     epilog = GROUP.epilog or ""
     for name, where in sorted(env_reads().items()):
         assert re.search(rf"^\s*{re.escape(name)}\b", epilog, re.M), (
-            f"the `packtool --help` epilog (packtool/cli.py) lacks a line for {name} (read at {', '.join(where)})")
+            f"the `packtool --help` epilog (packtool/cli.py) lacks a line for {name} (read at {', '.join(where)})"
+        )
         assert name in result.output, f"`packtool --help` does not show {name}"
     for name, command in COMMANDS.items():
-        assert command.get_short_help_str().strip(), f"`packtool {name}` has no help line (its docstring)"
-        assert re.search(rf"^\W*{name}\s+\w", result.output, re.M), f"`packtool --help` does not list `{name}`"
+        assert command.get_short_help_str().strip(), (
+            f"`packtool {name}` has no help line (its docstring)"
+        )
+        assert re.search(rf"^\W*{name}\s+\w", result.output, re.M), (
+            f"`packtool --help` does not list `{name}`"
+        )

@@ -77,8 +77,10 @@ def test_force_refuses_a_web_folder_with_a_manifest(tmp_path, pretok, monkeypatc
     no_tokenizing(monkeypatch)
     r = run(pretok, "--len", 16, "--out", web, "--force")
     assert r.exit_code == 2, r.output
-    assert error_lines(r) == [f"error: refusing to replace {web}: its manifest.json is not packtool's (no "
-                              "schema_version and packtool_version); remove it yourself or choose another --out"]
+    assert error_lines(r) == [
+        f"error: refusing to replace {web}: its manifest.json is not packtool's (no "
+        "schema_version and packtool_version); remove it yourself or choose another --out"
+    ]
     assert (web / "index.html").read_text() == "<html>precious</html>"
 
 
@@ -89,8 +91,10 @@ def test_force_refuses_a_pack_with_foreign_files(tmp_path, pretok):
     (out / "data" / "notes.txt").write_text("mine too")
     r = run(pretok, "--len", 16, "--out", out, "--force")
     assert r.exit_code == 2, r.output
-    assert error_lines(r) == [f"error: refusing to replace {out}: it holds index.html (and 1 more), which packtool "
-                              "did not write; remove it yourself or choose another --out"]
+    assert error_lines(r) == [
+        f"error: refusing to replace {out}: it holds index.html (and 1 more), which packtool "
+        "did not write; remove it yourself or choose another --out"
+    ]
     (out / "index.html").unlink()
     r = run(pretok, "--len", 16, "--out", out, "--force")
     assert r.exit_code == 2 and "it holds data/notes.txt, which packtool did not write" in r.stderr
@@ -111,7 +115,9 @@ def test_force_replaces_a_pack_and_modes_follow_the_umask(tmp_path, pretok, mask
     dirs = [out, out / "data"]
     found = [p for p in out.rglob("*") if p.is_file()]
     assert {p.name for p in found} >= {"manifest.json", "train-00000-of-00001.parquet"}
-    assert {oct(stat.S_IMODE(d.stat().st_mode)) for d in dirs} == {oct(0o777 & ~mask)}  # 755 under 022
+    assert {oct(stat.S_IMODE(d.stat().st_mode)) for d in dirs} == {
+        oct(0o777 & ~mask)
+    }  # 755 under 022
     assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in found} == {oct(0o666 & ~mask)}  # 644
     assert sorted(p.name for p in tmp_path.iterdir() if "packtool" in p.name) == []
 
@@ -131,8 +137,10 @@ def test_read_only_parent_fails_before_tokenizing(tmp_path, pretok, monkeypatch)
     finally:
         parent.chmod(0o755)
     assert r.exit_code == 2, r.output
-    assert error_lines(r) == [f"error: --out {parent / 'out'}: cannot write in {parent} (Permission denied); "
-                              "choose a writable --out"]
+    assert error_lines(r) == [
+        f"error: --out {parent / 'out'}: cannot write in {parent} (Permission denied); "
+        "choose a writable --out"
+    ]
 
 
 def test_parent_that_cannot_be_created_fails_before_tokenizing(tmp_path, pretok, monkeypatch):
@@ -141,8 +149,10 @@ def test_parent_that_cannot_be_created_fails_before_tokenizing(tmp_path, pretok,
     no_tokenizing(monkeypatch)
     r = run(pretok, "--len", 16, "--out", out)
     assert r.exit_code == 2, r.output
-    assert error_lines(r) == [f"error: --out {out}: cannot write in {out.parent} (Not a directory); "
-                              "choose a writable --out"]
+    assert error_lines(r) == [
+        f"error: --out {out}: cannot write in {out.parent} (Not a directory); "
+        "choose a writable --out"
+    ]
 
 
 def test_missing_parent_is_created(tmp_path, pretok):
@@ -164,9 +174,11 @@ def test_full_disk_fails_before_tokenizing(tmp_path, pretok, monkeypatch):
         no_tokenizing(mp)
         r = run(pretok, "--len", 16, "--out", out)
     assert r.exit_code == 2, r.output
-    assert error_lines(r) == [f"error: --out {out}: {tmp_path} has 10 MiB free, below the 64 MiB this pack may "
-                              "need (about the input's size, at least 64 MiB); free space, choose another --out, "
-                              "or set PACKTOOL_MIN_FREE_MIB (0 skips this check)"]
+    assert error_lines(r) == [
+        f"error: --out {out}: {tmp_path} has 10 MiB free, below the 64 MiB this pack may "
+        "need (about the input's size, at least 64 MiB); free space, choose another --out, "
+        "or set PACKTOOL_MIN_FREE_MIB (0 skips this check)"
+    ]
     monkeypatch.setenv("PACKTOOL_MIN_FREE_MIB", "0")
     r = run(pretok, "--len", 16, "--out", out)
     assert r.exit_code == 0, r.output
@@ -180,8 +192,9 @@ def test_unusable_cache_warns_and_still_packs(tmp_path, pretok, monkeypatch):
     r = run(pretok, "--len", 16, "--out", out)
     assert r.exit_code == 0, r.output
     warned = [line for line in r.stderr.splitlines() if "tokenization cache" in line]
-    assert len(warned) == 1 and warned[0].startswith(f"warning: tokenization cache {bad} is unusable (Not a "
-                                                     "directory): this run tokenizes into ")
+    assert len(warned) == 1 and warned[0].startswith(
+        f"warning: tokenization cache {bad} is unusable (Not a directory): this run tokenizes into "
+    )
     assert "caches nothing; set PACKTOOL_CACHE to a writable folder with space" in warned[0]
     assert (out / "manifest.json").is_file()
 
@@ -205,20 +218,35 @@ def test_read_only_cache_warns_and_still_packs(tmp_path, pretok, monkeypatch):
 # the error boundary
 
 
-@pytest.mark.parametrize("err, line", [
-    (OSError(errno.ENOSPC, "No space left on device", "/big/out/data/x.parquet"),
-     "/big/out/data/x.parquet: No space left on device — free space, or choose another --out (or "
-     "PACKTOOL_CACHE for the tokenization cache)"),
-    (OSError(errno.EROFS, "Read-only file system", "/ro/out"),
-     "/ro/out: Read-only file system — choose a writable --out (or PACKTOOL_CACHE for the tokenization cache)"),
-    (PermissionError(errno.EACCES, "Permission denied", "/x"),
-     "/x: Permission denied — choose a writable --out (or PACKTOOL_CACHE for the tokenization cache)"),
-    (FileNotFoundError(errno.ENOENT, "No such file or directory", "/gone"),
-     "/gone: No such file or directory — check the path"),
-    (OSError("[Errno 28] No space left on device. Detail: [errno 28] No space left on device"),  # pyarrow
-     "No space left on device — free space, or choose another --out (or PACKTOOL_CACHE for the tokenization "
-     "cache)"),
-])
+@pytest.mark.parametrize(
+    "err, line",
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/big/out/data/x.parquet"),
+            "/big/out/data/x.parquet: No space left on device — free space, or choose another --out (or "
+            "PACKTOOL_CACHE for the tokenization cache)",
+        ),
+        (
+            OSError(errno.EROFS, "Read-only file system", "/ro/out"),
+            "/ro/out: Read-only file system — choose a writable --out (or PACKTOOL_CACHE for the tokenization cache)",
+        ),
+        (
+            PermissionError(errno.EACCES, "Permission denied", "/x"),
+            "/x: Permission denied — choose a writable --out (or PACKTOOL_CACHE for the tokenization cache)",
+        ),
+        (
+            FileNotFoundError(errno.ENOENT, "No such file or directory", "/gone"),
+            "/gone: No such file or directory — check the path",
+        ),
+        (
+            OSError(
+                "[Errno 28] No space left on device. Detail: [errno 28] No space left on device"
+            ),  # pyarrow
+            "No space left on device — free space, or choose another --out (or PACKTOOL_CACHE for the tokenization "
+            "cache)",
+        ),
+    ],
+)
 def test_os_errors_become_one_line(tmp_path, pretok, monkeypatch, err, line):
     def boom(*a, **k):
         raise err
@@ -234,8 +262,21 @@ def test_os_errors_become_one_line(tmp_path, pretok, monkeypatch, err, line):
 
 
 def test_broken_stdout_pipe_exits_quietly(tmp_path, pretok):
-    p = subprocess.Popen([PACKTOOL, "pack", str(pretok), "--len", "16", "--out", str(tmp_path / "out"),
-                          "--json", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [
+            PACKTOOL,
+            "pack",
+            str(pretok),
+            "--len",
+            "16",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+            "-",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     p.stdout.close()  # like `| head` that has already exited
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 0, err
@@ -250,7 +291,9 @@ def _children(pid: int) -> list[int]:
     out = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            fields = dict(
+                line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line
+            )
         except OSError:
             continue
         if fields.get("PPid", "").strip() == str(pid):
@@ -276,9 +319,24 @@ def test_ctrl_c_while_tokenizing_exits_130_and_leaves_nothing(tmp_path):
     cache = tmp_path / "cache"
     env = dict(os.environ, PACKTOOL_CACHE=str(cache), HF_HUB_OFFLINE="1")
     p = subprocess.Popen(
-        [PACKTOOL, "pack", str(data), "--len", "4096", "--out", str(out), "--num-proc", "2", "--no-cache"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # pytest's own may be SIG_IGN
+        [
+            PACKTOOL,
+            "pack",
+            str(data),
+            "--len",
+            "4096",
+            "--out",
+            str(out),
+            "--num-proc",
+            "2",
+            "--no-cache",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # pytest's own may be SIG_IGN
     deadline = time.monotonic() + 120
     while len(kids := _children(p.pid)) < 2 and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)  # the workers are forked when tokenizing starts
@@ -288,7 +346,11 @@ def test_ctrl_c_while_tokenizing_exits_130_and_leaves_nothing(tmp_path):
     _, err = p.communicate(timeout=60)
     err = err.decode()
     assert p.returncode == 130, err
-    assert err.splitlines()[-1] == "interrupted" and "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert (
+        err.splitlines()[-1] == "interrupted"
+        and "Traceback" not in err
+        and "KeyboardInterrupt" not in err
+    )
     time.sleep(0.2)
     assert [k for k in kids if _alive(k)] == []
     assert not out.exists()
@@ -302,7 +364,11 @@ def test_ctrl_c_in_any_stage_is_one_line_and_130(tmp_path, pretok, monkeypatch):
 
     monkeypatch.setattr(api, "pack", interrupted)
     r = run(pretok, "--len", 16, "--out", tmp_path / "out")
-    assert r.exit_code == 130 and r.stderr.splitlines()[-1] == "interrupted" and "Traceback" not in r.stderr
+    assert (
+        r.exit_code == 130
+        and r.stderr.splitlines()[-1] == "interrupted"
+        and "Traceback" not in r.stderr
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -327,22 +393,33 @@ def test_a_swallowed_ctrl_c_still_exits_130(tmp_path, pretok, monkeypatch):
 
 # --------------------------------------------------------------------------- tokenizers offline, messages
 
+
 def cli(*args):
     return runner.invoke(app, [*map(str, args)])
 
 
-CHAT_LINE = json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})
+CHAT_LINE = json.dumps(
+    {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+)
 
 
-@pytest.mark.parametrize("name, pattern", [
-    ("someone/not-cached-model", r"not a local folder and not in the Hugging Face cache; pass a local folder, or "
-                                 r"(add --allow-download|unset HF_HUB_OFFLINE)"),
-    ("a/b", r"--tokenizer a/b: not a local folder and not in the Hugging Face cache"),
-    ("./missing-folder", r"--tokenizer ./missing-folder: no such folder"),
-    ("{empty}", r"the folder holds none of tokenizer\.json"),
-])
+@pytest.mark.parametrize(
+    "name, pattern",
+    [
+        (
+            "someone/not-cached-model",
+            r"not a local folder and not in the Hugging Face cache; pass a local folder, or "
+            r"(add --allow-download|unset HF_HUB_OFFLINE)",
+        ),
+        ("a/b", r"--tokenizer a/b: not a local folder and not in the Hugging Face cache"),
+        ("./missing-folder", r"--tokenizer ./missing-folder: no such folder"),
+        ("{empty}", r"the folder holds none of tokenizer\.json"),
+    ],
+)
 def test_tokenizer_names_fail_at_once_offline(tmp_path, monkeypatch, name, pattern):
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # even with the network allowed: no download by default
+    monkeypatch.delenv(
+        "HF_HUB_OFFLINE", raising=False
+    )  # even with the network allowed: no download by default
     monkeypatch.delenv("PACKTOOL_ALLOW_DOWNLOAD", raising=False)
     (tmp_path / "empty").mkdir()
     data = tmp_path / "c.jsonl"
@@ -355,10 +432,19 @@ def test_tokenizer_names_fail_at_once_offline(tmp_path, monkeypatch, name, patte
     assert time.perf_counter() - t0 < 30  # no network wait
 
 
-@pytest.mark.parametrize("record, pattern", [
-    ({"messages": None}, r"messages record has 'messages': null; give it a value or drop the record"),
-    ({"messages": [{"role": "", "content": "x"}]}, r"unknown role ''.*fix the record \(--role cannot map"),
-])
+@pytest.mark.parametrize(
+    "record, pattern",
+    [
+        (
+            {"messages": None},
+            r"messages record has 'messages': null; give it a value or drop the record",
+        ),
+        (
+            {"messages": [{"role": "", "content": "x"}]},
+            r"unknown role ''.*fix the record \(--role cannot map",
+        ),
+    ],
+)
 def test_record_messages_say_what_is_wrong(tmp_path, record, pattern):
     data = tmp_path / "r.jsonl"
     data.write_text(json.dumps(record) + "\n")
@@ -367,16 +453,31 @@ def test_record_messages_say_what_is_wrong(tmp_path, record, pattern):
     assert "r.jsonl" in res.stderr and "--role =" not in res.stderr
 
 
-@pytest.mark.parametrize("template, pattern", [
-    ("", r"chat template '.*empty\.jinja' cannot render a plain test conversation"),
-    ('{{ raise_exception("boom") }}', r"chat template '.*bad\.jinja' cannot render a plain test conversation .*boom"),
-])
+@pytest.mark.parametrize(
+    "template, pattern",
+    [
+        ("", r"chat template '.*empty\.jinja' cannot render a plain test conversation"),
+        (
+            '{{ raise_exception("boom") }}',
+            r"chat template '.*bad\.jinja' cannot render a plain test conversation .*boom",
+        ),
+    ],
+)
 def test_template_failures_say_template(tmp_path, template, pattern):
     data = tmp_path / "c.jsonl"
     data.write_text(CHAT_LINE + "\n")
     name = "empty.jinja" if not template else "bad.jinja"
     (tmp_path / name).write_text(template)
-    res = cli("pack", str(data), "--len", "64", "--out", str(tmp_path / "out"), "--chat-template", str(tmp_path / name))
+    res = cli(
+        "pack",
+        str(data),
+        "--len",
+        "64",
+        "--out",
+        str(tmp_path / "out"),
+        "--chat-template",
+        str(tmp_path / name),
+    )
     assert res.exit_code == 2 and re.search(pattern, res.stderr), res.stderr
     assert "fix the record" not in res.stderr and not (tmp_path / "out").exists()
 
@@ -390,7 +491,9 @@ def test_tilde_and_variables_in_paths_are_expanded(tmp_path, pretok, monkeypatch
     (tmp_path / "home").mkdir()
     r = cli("pack", pretok, "--len", 16, "--out", "~/x", "--json", "$PACKS/pack.json")
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "home" / "x" / "manifest.json").is_file() and (tmp_path / "packs" / "pack.json").is_file()
+    assert (tmp_path / "home" / "x" / "manifest.json").is_file() and (
+        tmp_path / "packs" / "pack.json"
+    ).is_file()
     assert not Path("~").exists()
 
 
@@ -402,10 +505,15 @@ def test_short_help_flag():
 def test_verify_on_what_is_not_a_pack_is_a_usage_error(tmp_path):
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "c.jsonl").write_text(CHAT_LINE + "\n")
-    for target, pattern in ((tmp_path / "raw", r"is not a pack \(no manifest\.json, no data/\): if it holds training "
-                                                r"data, `packtool pack .* --len N --out OUT`"),
-                            (tmp_path / "nope", r"no such folder"),
-                            (tmp_path / "raw" / "c.jsonl", r"is a file, not a pack folder")):
+    for target, pattern in (
+        (
+            tmp_path / "raw",
+            r"is not a pack \(no manifest\.json, no data/\): if it holds training "
+            r"data, `packtool pack .* --len N --out OUT`",
+        ),
+        (tmp_path / "nope", r"no such folder"),
+        (tmp_path / "raw" / "c.jsonl", r"is a file, not a pack folder"),
+    ):
         r = cli("verify", target)
         assert r.exit_code == 2 and re.search(pattern, r.stderr), r.stderr
 
@@ -413,9 +521,15 @@ def test_verify_on_what_is_not_a_pack_is_a_usage_error(tmp_path):
 def test_profile_or_pack_on_a_pack_is_a_usage_error(tmp_path, pretok):
     r = cli("pack", pretok, "--len", 16, "--out", tmp_path / "p")
     assert r.exit_code == 0, r.output
-    for args in (("profile", tmp_path / "p"), ("pack", tmp_path / "p", "--len", 16, "--out", tmp_path / "q")):
+    for args in (
+        ("profile", tmp_path / "p"),
+        ("pack", tmp_path / "p", "--len", 16, "--out", tmp_path / "q"),
+    ):
         r = cli(*args)
-        assert r.exit_code == 2 and "is a packtool pack, not training data: `packtool verify" in r.stderr, r.stderr
+        assert (
+            r.exit_code == 2
+            and "is a packtool pack, not training data: `packtool verify" in r.stderr
+        ), r.stderr
         assert "it was packed from" in r.stderr
 
 
@@ -426,4 +540,8 @@ def test_inspect_on_a_pack_decodes_with_the_recorded_tokenizer(tmp_path):
     assert r.exit_code == 0, r.output
     r = cli("inspect", tmp_path / "p")
     assert r.exit_code == 0, r.output
-    assert "Qwen/Qwen3 (built-in" in r.stderr and "<|im_start|>assistant" in r.stderr and "[[b<|im_end|>]]" in r.stderr
+    assert (
+        "Qwen/Qwen3 (built-in" in r.stderr
+        and "<|im_start|>assistant" in r.stderr
+        and "[[b<|im_end|>]]" in r.stderr
+    )

@@ -72,10 +72,20 @@ def workspace(tmp_path_factory):
     import transformers
 
     root = tmp_path_factory.mktemp("docs")
-    real_pack(root / "packed", make_docs(40, seed=5, min_len=4, max_len=40, vocab=64), 64, shard_rows=4)
-    cfg = transformers.Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                   max_position_embeddings=128, tie_word_embeddings=True)
+    real_pack(
+        root / "packed", make_docs(40, seed=5, min_len=4, max_len=40, vocab=64), 64, shard_rows=4
+    )
+    cfg = transformers.Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     transformers.Qwen3ForCausalLM(cfg).save_pretrained(root / "Qwen" / "Qwen3-0.6B")
     build_tiny_tokenizer().save_pretrained(root / "Qwen" / "Qwen3-0.6B")
@@ -105,7 +115,9 @@ def test_python_snippet_runs(source, line, code, in_workspace):
     if re.search(r"^\s*(from|import) trl\b", code, re.M):
         pytest.importorskip("trl", reason=f"{source}:{line} uses TRL, which is not installed")
     if re.search(r"\b(Trainer|SFTTrainer)\(", code):
-        pytest.importorskip("accelerate", reason=f"{source}:{line} builds a Trainer, which needs accelerate")
+        pytest.importorskip(
+            "accelerate", reason=f"{source}:{line} builds a Trainer, which needs accelerate"
+        )
     namespace = {"__name__": "__docs__"}
     exec(compile(code, f"{source}:{line}", "exec"), namespace)  # noqa: S102  (our own docs)
     if "trainer" in namespace:
@@ -144,17 +156,39 @@ def test_shell_commands_are_real(source, line, code, tmp_path):
     commands = commands_of(code)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PACKTOOL_CACHE=str(tmp_path / "cache"))
     cli = [sys.executable, "-m", "packtool"]
-    subprocess.run([*cli, "sample", "data.jsonl", "--n", "40"], cwd=tmp_path, env=env, check=True,
-                   capture_output=True)
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 688, "vocab_size": 32000}))
+    subprocess.run(
+        [*cli, "sample", "data.jsonl", "--n", "40"],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 4,
+                "hidden_size": 256,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 688,
+                "vocab_size": 32000,
+            }
+        )
+    )
     np.save(tmp_path / "lengths.npy", np.random.default_rng(0).integers(1, 6000, 500))
     if not any(a[1] == "pack" for a in commands):
-        subprocess.run([*cli, "pack", "data.jsonl", "--len", "4096", "--out", "packed/"], cwd=tmp_path, env=env,
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*cli, "pack", "data.jsonl", "--len", "4096", "--out", "packed/"],
+            cwd=tmp_path,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
     for argv in commands:
-        done = subprocess.run([*cli, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [*cli, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
         assert done.returncode == 0, f"{source}:{line}: {shlex.join(argv)}\n{done.stderr[-2000:]}"
     if any(a[1] == "pack" for a in commands):
         from packtool.torch import PackedDataset

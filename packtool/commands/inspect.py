@@ -23,6 +23,8 @@ def inspect(
     from packtool.report.inspect import render_inspect
 
     out = Output(json_out)
-    cfg = tok.config(on_error="error", num_proc=1, no_cache=True)  # one record: no workers, no cache
+    cfg = tok.config(
+        on_error="error", num_proc=1, no_cache=True
+    )  # one record: no workers, no cache
     result = api.inspect_example(data, cfg, index)
     out.report(result, lambda console: render_inspect(result, console))

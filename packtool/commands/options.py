@@ -26,17 +26,34 @@ import typer
 
 from packtool.config import TokenizeConfig
 
-Data = Annotated[str, typer.Argument(help="File, folder, glob, save_to_disk folder or cached hub id.", metavar="DATA")]
-JsonOpt = Annotated[str | None, typer.Option("--json", help="Write the JSON report to PATH, or - for stdout (then "
-                                             "stdout holds only the JSON and no progress is drawn).",
-                                             show_default=False)]
+Data = Annotated[
+    str,
+    typer.Argument(
+        help="File, folder, glob, save_to_disk folder or cached hub id.", metavar="DATA"
+    ),
+]
+JsonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--json",
+        help="Write the JSON report to PATH, or - for stdout (then "
+        "stdout holds only the JSON and no progress is drawn).",
+        show_default=False,
+    ),
+]
 
 
 def _option(default: Any, *decls: str, help: str, whole_input: bool = False, **kw: Any):
     """A TokenizeArgs field and its command-line option. `whole_input`: only for commands that
     tokenize a whole input (profile, pack), not for `inspect`, which encodes one record."""
-    return field(default=default, metadata={"option": typer.Option(*decls, help=help, **kw), "flag": decls[0],
-                                            "whole_input": whole_input})
+    return field(
+        default=default,
+        metadata={
+            "option": typer.Option(*decls, help=help, **kw),
+            "flag": decls[0],
+            "whole_input": whole_input,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -44,43 +61,85 @@ class TokenizeArgs:
     """The tokenization options as given on the command line; `config()` makes them a TokenizeConfig."""
 
     tokenizer: str | None = _option(
-        None, "--tokenizer", "-t", help="Local tokenizer folder or cached hub id. Default: built-in Qwen3.")
+        None,
+        "--tokenizer",
+        "-t",
+        help="Local tokenizer folder or cached hub id. Default: built-in Qwen3.",
+    )
     chat_template: str | None = _option(
-        None, "--chat-template", help="auto (default: the tokenizer's template if it marks generation, else TRL's "
+        None,
+        "--chat-template",
+        help="auto (default: the tokenizer's template if it marks generation, else TRL's "
         "training version of it, else the tokenizer's located by render diffs) | tokenizer | chatml-train | "
-        "trl:NAME (a template TRL ships) | FILE.", show_default=False)
-    train_on: str = _option("assistant", "--train-on", help="Which turns carry loss: assistant|last|all.")
+        "trl:NAME (a template TRL ships) | FILE.",
+        show_default=False,
+    )
+    train_on: str = _option(
+        "assistant", "--train-on", help="Which turns carry loss: assistant|last|all."
+    )
     fmt: str | None = _option(
-        None, "--format", "-f", help="Force the record format: messages|prompt-completion|text|alpaca|sharegpt|"
-        "preference (SFT on the chosen answers).")
+        None,
+        "--format",
+        "-f",
+        help="Force the record format: messages|prompt-completion|text|alpaca|sharegpt|"
+        "preference (SFT on the chosen answers).",
+    )
     column: list[str] | None = _option(
-        None, "--column", help="Map a column: OURS=THEIRS, e.g. messages=dialog. Repeatable.",
-        metavar="OURS=THEIRS")
+        None,
+        "--column",
+        help="Map a column: OURS=THEIRS, e.g. messages=dialog. Repeatable.",
+        metavar="OURS=THEIRS",
+    )
     role: list[str] | None = _option(
-        None, "--role", help="Map a role: THEIRS=OURS, e.g. bot=assistant. Repeatable.",
-        metavar="THEIRS=OURS")
+        None,
+        "--role",
+        help="Map a role: THEIRS=OURS, e.g. bot=assistant. Repeatable.",
+        metavar="THEIRS=OURS",
+    )
     split: str = _option("train", "--split", help="Split of a hub id or DatasetDict folder.")
-    on_error: str = _option("error", "--on-error", help="Bad records: error (stop) or skip (count and list).",
-                            whole_input=True)
+    on_error: str = _option(
+        "error",
+        "--on-error",
+        help="Bad records: error (stop) or skip (count and list).",
+        whole_input=True,
+    )
     num_proc: int | None = _option(
-        None, "--num-proc", help="Tokenizer processes; N is used as given. Default: all cores, or one for inputs "
-        "under 4 MiB. Pre-tokenized input is always read in one process.", whole_input=True)
-    no_cache: bool = _option(False, "--no-cache", help="Tokenize again even if a cached result exists.",
-                             whole_input=True)
+        None,
+        "--num-proc",
+        help="Tokenizer processes; N is used as given. Default: all cores, or one for inputs "
+        "under 4 MiB. Pre-tokenized input is always read in one process.",
+        whole_input=True,
+    )
+    no_cache: bool = _option(
+        False, "--no-cache", help="Tokenize again even if a cached result exists.", whole_input=True
+    )
     limit: int | None = _option(None, "--limit", help="Read at most N records.", whole_input=True)
     tokenizer_backend: str = _option(
-        "auto", "--tokenizer-backend", help="auto (fastokens when it gives ids and labels identical to the "
-        "tokenizers path on this run's first examples, else hf) | fastokens | hf.")
+        "auto",
+        "--tokenizer-backend",
+        help="auto (fastokens when it gives ids and labels identical to the "
+        "tokenizers path on this run's first examples, else hf) | fastokens | hf.",
+    )
     template_date: str | None = _option(
-        None, "--template-date", help="Date (YYYY-MM-DD) that templates writing today's date get, so packs are "
-        "reproducible. Default: 2026-01-01.", show_default=False)
+        None,
+        "--template-date",
+        help="Date (YYYY-MM-DD) that templates writing today's date get, so packs are "
+        "reproducible. Default: 2026-01-01.",
+        show_default=False,
+    )
     special_in_content: str = _option(
-        "keep", "--special-in-content", help="Control tokens inside message text (e.g. a typed <|im_start|>): keep "
+        "keep",
+        "--special-in-content",
+        help="Control tokens inside message text (e.g. a typed <|im_start|>): keep "
         "(as control tokens, like apply_chat_template; counted and announced) | split (tokenize as plain text) | "
-        "error (refuse the record).")
+        "error (refuse the record).",
+    )
     allow_download: bool = _option(
-        False, "--allow-download", help="Fetch a --tokenizer hub id that is not in the local Hugging Face cache "
-        "(by default packtool never goes to the network for it).")
+        False,
+        "--allow-download",
+        help="Fetch a --tokenizer hub id that is not in the local Hugging Face cache "
+        "(by default packtool never goes to the network for it).",
+    )
 
     def config(self, **fixed: Any) -> TokenizeConfig:
         """The TokenizeConfig of these values (`fixed` replaces some, e.g. inspect's num_proc=1); it
@@ -97,7 +156,11 @@ class TokenizeArgs:
         words: list[str] = []
         for name, f in _FIELDS.items():
             value = getattr(self, name)
-            if name in ("num_proc", "no_cache", "allow_download") or value == f.default or value in (None, []):
+            if (
+                name in ("num_proc", "no_cache", "allow_download")
+                or value == f.default
+                or value in (None, [])
+            ):
                 continue
             for v in value if isinstance(value, list) else [value]:
                 words += [flag(name), str(v)]
@@ -120,9 +183,16 @@ WHOLE_INPUT_OPTION_NAMES = tuple(n for n, f in _FIELDS.items() if f.metadata["wh
 
 
 def _parameters(whole_input: bool) -> list[inspect.Parameter]:
-    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                              annotation=Annotated[_HINTS[name], f.metadata["option"]])
-            for name, f in _FIELDS.items() if whole_input or not f.metadata["whole_input"]]
+    return [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=f.default,
+            annotation=Annotated[_HINTS[name], f.metadata["option"]],
+        )
+        for name, f in _FIELDS.items()
+        if whole_input or not f.metadata["whole_input"]
+    ]
 
 
 def tokenize_options(whole_input: bool = True, into: str = "tok"):
@@ -131,7 +201,9 @@ def tokenize_options(whole_input: bool = True, into: str = "tok"):
     apply to tokenizing a whole input (--on-error, --num-proc, --no-cache, --limit)."""
 
     def decorate(fn):
-        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != into]
+        own = [
+            p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != into
+        ]
         bundle = _parameters(whole_input)
         names = [p.name for p in bundle]
 

@@ -31,7 +31,9 @@ from packtool.progress import SILENT, Stage, Terminal
 class Output:
     """Where a command's report, its human output and its progress go (see the module docstring)."""
 
-    def __init__(self, json_out: str | None = None, *, quiet: bool = False, tty: bool | None = None):
+    def __init__(
+        self, json_out: str | None = None, *, quiet: bool = False, tty: bool | None = None
+    ):
         self.json_out = json_out
         self.quiet = quiet
         self._tty = tty  # None: stderr.isatty() when a stage starts
@@ -95,10 +97,18 @@ class Output:
 
     # ----------------------------------------------------------------------- progress
 
-    def stage(self, what: str, *, unit: str = "examples", total: int | None = None,
-              detail: str | None = None, spinner: bool = False) -> AbstractContextManager[Stage]:
+    def stage(
+        self,
+        what: str,
+        *,
+        unit: str = "examples",
+        total: int | None = None,
+        detail: str | None = None,
+        spinner: bool = False,
+    ) -> AbstractContextManager[Stage]:
         """packtool.progress.Reporter: the library's stages and the command's own."""
         if not self.show_progress:
             return SILENT.stage(what, unit=unit, total=total, detail=detail, spinner=spinner)
-        return Terminal(self.console, tty=self._tty).stage(what, unit=unit, total=total, detail=detail,
-                                                           spinner=spinner)
+        return Terminal(self.console, tty=self._tty).stage(
+            what, unit=unit, total=total, detail=detail, spinner=spinner
+        )

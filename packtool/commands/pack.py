@@ -16,18 +16,61 @@ from packtool.report.tokenized import announce
 @tokenize_options()
 def pack(
     data: Data,
-    pack_len: Annotated[int, typer.Option("--len", help="Tokens per packed row (every row has exactly this many).",
-                                          show_default=False)],
-    out: Annotated[str, typer.Option("--out", "-o", help="Output folder (data/*.parquet + manifest.json).",
-                                     show_default=False)],
-    strategy: Annotated[str, typer.Option("--strategy", help="bfd (best-fit decreasing) | ffd (first-fit decreasing).")] = "bfd",
-    order: Annotated[str, typer.Option("--order", help="sorted: longest first (tightest) | random: seeded shuffle, rows not length-sorted.")] = "sorted",
-    max_docs: Annotated[int, typer.Option("--max-docs", help="At most N documents per row (0 = no cap).")] = 0,
-    overflow: Annotated[str, typer.Option("--overflow", help="Examples longer than --len: drop | truncate | split | error.")] = "drop",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of --order random and of the row shuffle.")] = 0,
-    no_shuffle: Annotated[bool, typer.Option("--no-shuffle", help="Keep rows in packing order (long documents first).")] = False,
-    shard_rows: Annotated[int, typer.Option("--shard-rows", help="Rows per Parquet shard (0 = about 512 MiB of tokens).")] = 0,
-    force: Annotated[bool, typer.Option("--force", help="Replace --out if it is a packtool pack (manifest.json and data/ shards, nothing else).")] = False,
+    pack_len: Annotated[
+        int,
+        typer.Option(
+            "--len",
+            help="Tokens per packed row (every row has exactly this many).",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        str,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output folder (data/*.parquet + manifest.json).",
+            show_default=False,
+        ),
+    ],
+    strategy: Annotated[
+        str,
+        typer.Option("--strategy", help="bfd (best-fit decreasing) | ffd (first-fit decreasing)."),
+    ] = "bfd",
+    order: Annotated[
+        str,
+        typer.Option(
+            "--order",
+            help="sorted: longest first (tightest) | random: seeded shuffle, rows not length-sorted.",
+        ),
+    ] = "sorted",
+    max_docs: Annotated[
+        int, typer.Option("--max-docs", help="At most N documents per row (0 = no cap).")
+    ] = 0,
+    overflow: Annotated[
+        str,
+        typer.Option(
+            "--overflow", help="Examples longer than --len: drop | truncate | split | error."
+        ),
+    ] = "drop",
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of --order random and of the row shuffle.")
+    ] = 0,
+    no_shuffle: Annotated[
+        bool,
+        typer.Option("--no-shuffle", help="Keep rows in packing order (long documents first)."),
+    ] = False,
+    shard_rows: Annotated[
+        int,
+        typer.Option("--shard-rows", help="Rows per Parquet shard (0 = about 512 MiB of tokens)."),
+    ] = 0,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace --out if it is a packtool pack (manifest.json and data/ shards, nothing else).",
+        ),
+    ] = False,
     json_out: JsonOpt = None,
     *,
     tok: TokenizeArgs,
@@ -36,8 +79,17 @@ def pack(
     from packtool.report.pack import pack_json, render_pack
 
     output = Output(json_out)
-    cfg = PackConfig(pack_len=pack_len, strategy=strategy, order=order, max_docs=max_docs, overflow=overflow,
-                     seed=seed, shuffle=not no_shuffle, shard_rows=shard_rows, force=force)
+    cfg = PackConfig(
+        pack_len=pack_len,
+        strategy=strategy,
+        order=order,
+        max_docs=max_docs,
+        overflow=overflow,
+        seed=seed,
+        shuffle=not no_shuffle,
+        shard_rows=shard_rows,
+        force=force,
+    )
     tcfg = tok.config()
     size = 0 if tok.limit else api.input_bytes(data)  # --limit reads a part of unknown size
     # before spending minutes on tokenization; packs measure ~0.4x chat JSONL, ~1x pre-tokenized Parquet

@@ -17,8 +17,12 @@ from packtool.errors import PacktoolError, UsageError
 
 OptData = Annotated[
     str | None,
-    typer.Argument(metavar="DATA", help="File, folder, glob, save_to_disk folder or cached hub id. "
-                        "Omit it with --synthetic or --lengths.", show_default=False),
+    typer.Argument(
+        metavar="DATA",
+        help="File, folder, glob, save_to_disk folder or cached hub id. "
+        "Omit it with --synthetic or --lengths.",
+        show_default=False,
+    ),
 ]
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")
 _SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
@@ -38,7 +42,9 @@ def load_model(model: str | None, params: str | None, layers: int | None, hidden
     if model:
         path = os.path.join(model, "config.json") if os.path.isdir(model) else model
         if not os.path.isfile(path):
-            raise UsageError(f"--model {model!r}: no such file (a transformers config.json or its folder)")
+            raise UsageError(
+                f"--model {model!r}: no such file (a transformers config.json or its folder)"
+            )
         try:
             with open(path) as f:
                 cfg = json.load(f)
@@ -47,31 +53,86 @@ def load_model(model: str | None, params: str | None, layers: int | None, hidden
         return api.model_from_config(cfg, path)
     if params is None:
         if layers is not None or hidden is not None:
-            raise UsageError("--layers/--hidden need --params N as well, e.g. --params 7e9 --layers 32 --hidden 4096")
+            raise UsageError(
+                "--layers/--hidden need --params N as well, e.g. --params 7e9 --layers 32 --hidden 4096"
+            )
         return None
     if layers is None or hidden is None:
-        raise UsageError("--params needs --layers L and --hidden D too, e.g. --params 7e9 --layers 32 --hidden 4096")
+        raise UsageError(
+            "--params needs --layers L and --hidden D too, e.g. --params 7e9 --layers 32 --hidden 4096"
+        )
     return api.model_from_params(parse_count(params, "--params"), layers, hidden)
 
 
 @tokenize_options()
 def profile(
     data: OptData = None,
-    pack_len: Annotated[str, typer.Option("--len", metavar="N|LIST|RANGE", help="Row length of pack and pad-to-max, e.g. 4096. Several to compare: 2048,4096,8192, 1024-8192 (powers of two between) or 1024:8192:1024; they give a table side by side and the full profile at the --len the recommendation picks.")] = "4096",
-    overflow: Annotated[str, typer.Option("--overflow", help="What pack does with examples longer than --len, and so what profile predicts: drop (pack's default: leave them out), truncate (cut to --len), split (parts of --len as separate documents), error (stop, naming the example).")] = "drop",
-    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Rows per micro-batch.")] = 8,
-    group_window: Annotated[int, typer.Option("--group-window", help="Length-grouped: sort each window of this many shuffled examples by length, then batch.")] = 512,
+    pack_len: Annotated[
+        str,
+        typer.Option(
+            "--len",
+            metavar="N|LIST|RANGE",
+            help="Row length of pack and pad-to-max, e.g. 4096. Several to compare: 2048,4096,8192, 1024-8192 (powers of two between) or 1024:8192:1024; they give a table side by side and the full profile at the --len the recommendation picks.",
+        ),
+    ] = "4096",
+    overflow: Annotated[
+        str,
+        typer.Option(
+            "--overflow",
+            help="What pack does with examples longer than --len, and so what profile predicts: drop (pack's default: leave them out), truncate (cut to --len), split (parts of --len as separate documents), error (stop, naming the example).",
+        ),
+    ] = "drop",
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", "-b", help="Rows per micro-batch.")
+    ] = 8,
+    group_window: Annotated[
+        int,
+        typer.Option(
+            "--group-window",
+            help="Length-grouped: sort each window of this many shuffled examples by length, then batch.",
+        ),
+    ] = 512,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random batch order.")] = 0,
     json_out: JsonOpt = None,
-    plot: Annotated[str | None, typer.Option("--plot", help="Write a PNG with histograms and the strategy comparison.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="transformers config.json (or its folder) for FLOPs.")] = None,
-    params: Annotated[str | None, typer.Option("--params", help="Parameter count, e.g. 7e9 or 7B (with --layers, --hidden).")] = None,
-    layers: Annotated[int | None, typer.Option("--layers", help="Transformer layers (with --params).")] = None,
-    hidden: Annotated[int | None, typer.Option("--hidden", help="Hidden size = attention width (with --params).")] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="h100|h100-pcie|h200|a100|l40s|l4|a10|b200|mi300x or a dense bf16 TFLOP/s number: GPU-hours.")] = None,
-    mfu: Annotated[float, typer.Option("--mfu", help="Model FLOPs utilization for GPU-hours.")] = 0.4,
-    synthetic: Annotated[str | None, typer.Option("--synthetic", help="Profile a length distribution instead of DATA, e.g. lognormal:median=450,sigma=0.9,n=20000,max=4096,seed=0 (grammar above).")] = None,
-    lengths_file: Annotated[str | None, typer.Option("--lengths", help="Profile lengths from a file: .txt (one per line) or .npy.")] = None,
+    plot: Annotated[
+        str | None,
+        typer.Option("--plot", help="Write a PNG with histograms and the strategy comparison."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="transformers config.json (or its folder) for FLOPs."),
+    ] = None,
+    params: Annotated[
+        str | None,
+        typer.Option("--params", help="Parameter count, e.g. 7e9 or 7B (with --layers, --hidden)."),
+    ] = None,
+    layers: Annotated[
+        int | None, typer.Option("--layers", help="Transformer layers (with --params).")
+    ] = None,
+    hidden: Annotated[
+        int | None, typer.Option("--hidden", help="Hidden size = attention width (with --params).")
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu",
+            help="h100|h100-pcie|h200|a100|l40s|l4|a10|b200|mi300x or a dense bf16 TFLOP/s number: GPU-hours.",
+        ),
+    ] = None,
+    mfu: Annotated[
+        float, typer.Option("--mfu", help="Model FLOPs utilization for GPU-hours.")
+    ] = 0.4,
+    synthetic: Annotated[
+        str | None,
+        typer.Option(
+            "--synthetic",
+            help="Profile a length distribution instead of DATA, e.g. lognormal:median=450,sigma=0.9,n=20000,max=4096,seed=0 (grammar above).",
+        ),
+    ] = None,
+    lengths_file: Annotated[
+        str | None,
+        typer.Option("--lengths", help="Profile lengths from a file: .txt (one per line) or .npy."),
+    ] = None,
     *,
     tok: TokenizeArgs,
 ) -> None:
@@ -92,8 +153,10 @@ def profile(
 
     sources = [x for x in (data, synthetic, lengths_file) if x is not None]
     if len(sources) != 1:
-        raise UsageError("give exactly one of DATA, --synthetic SPEC or --lengths FILE, "
-                         "e.g. packtool profile --synthetic lognormal:median=450,n=20000")
+        raise UsageError(
+            "give exactly one of DATA, --synthetic SPEC or --lengths FILE, "
+            "e.g. packtool profile --synthetic lognormal:median=450,n=20000"
+        )
     if data is None:
         given = tok.given("tokenizer", "chat_template", "fmt", "column", "role", "limit")
         if given:
@@ -102,8 +165,14 @@ def profile(
     lens = [int(pack_len)] if re.fullmatch(r"\s*-?\d+\s*", pack_len) else api.parse_lens(pack_len)
     spec = load_model(model, params, layers, hidden)
     cfg = ProfileConfig(
-        pack_len=lens[-1], batch_size=batch_size, group_window=group_window, seed=seed, model=spec,
-        gpu=api.gpu_spec(gpu) if gpu is not None else None, mfu=mfu, overflow=overflow,
+        pack_len=lens[-1],
+        batch_size=batch_size,
+        group_window=group_window,
+        seed=seed,
+        model=spec,
+        gpu=api.gpu_spec(gpu) if gpu is not None else None,
+        mfu=mfu,
+        overflow=overflow,
     )
     if plot is not None and not plot.lower().endswith(".png"):
         raise UsageError(f"--plot {plot!r} must end in .png")
@@ -111,20 +180,37 @@ def profile(
     td = None
     if data is not None:
         tcfg = tok.config()
-        api.check_cache(0 if tok.limit else 2 * api.input_bytes(data))  # unusable: one warning, run uncached
+        api.check_cache(
+            0 if tok.limit else 2 * api.input_bytes(data)
+        )  # unusable: one warning, run uncached
         td = api.load_tokenized(data, tcfg, progress=out)
     with out.stage("profiling", spinner=True) as stage:
         if td is not None:
-            result = api.profile_lens(td, cfg, lens, source={"data": data, "pack_args": tok.pack_args()},
-                                      on_stage=stage.step)
+            result = api.profile_lens(
+                td,
+                cfg,
+                lens,
+                source={"data": data, "pack_args": tok.pack_args()},
+                on_stage=stage.step,
+            )
         elif synthetic is not None:
             stage.step("drawing lengths")
-            result = api.profile_lens(api.synthetic_lengths(synthetic), cfg, lens,
-                                      source={"kind": "synthetic", "spec": synthetic}, on_stage=stage.step)
+            result = api.profile_lens(
+                api.synthetic_lengths(synthetic),
+                cfg,
+                lens,
+                source={"kind": "synthetic", "spec": synthetic},
+                on_stage=stage.step,
+            )
         else:
             stage.step("reading lengths")
-            result = api.profile_lens(api.read_lengths(lengths_file), cfg, lens,
-                                      source={"kind": "lengths", "path": lengths_file}, on_stage=stage.step)
+            result = api.profile_lens(
+                api.read_lengths(lengths_file),
+                cfg,
+                lens,
+                source={"kind": "lengths", "path": lengths_file},
+                on_stage=stage.step,
+            )
         if plot is not None:
             stage.step("drawing the PNG")
             report.write_png(result, plot)

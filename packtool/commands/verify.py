@@ -14,31 +14,83 @@ from packtool.errors import UsageError
 
 
 def verify(
-    path: Annotated[str | None, typer.Argument(metavar="PACK", help="Pack folder written by `packtool pack` (manifest.json + data/).",
-                                               show_default=False)] = None,
-    data: Annotated[str | None, typer.Argument(metavar="DATA", help="With --sources: where the data is now, if it moved since "
-                                               "packing (file, folder, glob...). Default: the sources recorded in "
-                                               "the manifest.", show_default=False)] = None,
-    backend: Annotated[str, typer.Option("--backend", help="Attention for the isolation check: auto | flash-attn | "
-                                         "torch-varlen | sdpa | eager | flex | reference.")] = "auto",
+    path: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="PACK",
+            help="Pack folder written by `packtool pack` (manifest.json + data/).",
+            show_default=False,
+        ),
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="DATA",
+            help="With --sources: where the data is now, if it moved since "
+            "packing (file, folder, glob...). Default: the sources recorded in "
+            "the manifest.",
+            show_default=False,
+        ),
+    ] = None,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            help="Attention for the isolation check: auto | flash-attn | "
+            "torch-varlen | sdpa | eager | flex | reference.",
+        ),
+    ] = "auto",
     device: Annotated[str, typer.Option("--device", help="auto | cpu | cuda.")] = "auto",
-    rows: Annotated[int | None, typer.Option("--rows", help="Rows with >= 2 documents run through the tiny models "
-                                             "(0 = integrity only). Default: 4 on CPU, 16 on CUDA.",
-                                             show_default=False)] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the row sample, the tiny models' weights and --sample.")] = 0,
+    rows: Annotated[
+        int | None,
+        typer.Option(
+            "--rows",
+            help="Rows with >= 2 documents run through the tiny models "
+            "(0 = integrity only). Default: 4 on CPU, 16 on CUDA.",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", help="Seed of the row sample, the tiny models' weights and --sample."
+        ),
+    ] = 0,
     json_out: JsonOpt = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List every check, also when all pass.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the result line (and each failure): for CI "
-                                        "logs.")] = False,
-    self_test: Annotated[bool, typer.Option("--self-test", help="Build a small pack in a temporary folder and "
-                                            "verify it (for CI jobs without shards).")] = False,
-    sources: Annotated[bool, typer.Option("--sources", help="Also read the sources again (sha256 against the "
-                                          "manifest), tokenize them with the recorded tokenizer, template and "
-                                          "options (no cache), and compare every document's input_ids and labels "
-                                          "with the shards: `verify PACK --sources [DATA]`.")] = False,
-    sample: Annotated[int | None, typer.Option("--sample", help="With --sources: compare N records picked with "
-                                               "--seed instead of all (the sources are still tokenized whole).",
-                                               show_default=False)] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="List every check, also when all pass.")
+    ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Only the result line (and each failure): for CI logs."),
+    ] = False,
+    self_test: Annotated[
+        bool,
+        typer.Option(
+            "--self-test",
+            help="Build a small pack in a temporary folder and "
+            "verify it (for CI jobs without shards).",
+        ),
+    ] = False,
+    sources: Annotated[
+        bool,
+        typer.Option(
+            "--sources",
+            help="Also read the sources again (sha256 against the "
+            "manifest), tokenize them with the recorded tokenizer, template and "
+            "options (no cache), and compare every document's input_ids and labels "
+            "with the shards: `verify PACK --sources [DATA]`.",
+        ),
+    ] = False,
+    sample: Annotated[
+        int | None,
+        typer.Option(
+            "--sample",
+            help="With --sources: compare N records picked with "
+            "--seed instead of all (the sources are still tokenized whole).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Prove a pack is safe to train on; exit 0 only if every check passes (1: a check failed, 2: bad usage)."""
     from packtool.report.verify import render_verify, verify_json
@@ -46,19 +98,27 @@ def verify(
     if self_test and path:
         raise UsageError(f"--self-test builds its own pack; drop the folder argument {path!r}")
     if not self_test and not path:
-        raise UsageError("give the pack folder to verify, e.g. `packtool verify out/`, or use --self-test")
+        raise UsageError(
+            "give the pack folder to verify, e.g. `packtool verify out/`, or use --self-test"
+        )
     if self_test and sources:
-        raise UsageError("--self-test builds its pack from data in memory: there are no sources to read; drop --sources")
+        raise UsageError(
+            "--self-test builds its pack from data in memory: there are no sources to read; drop --sources"
+        )
     if data is not None and not sources:
-        raise UsageError(f"a second argument ({data!r}) is the data for --sources: `packtool verify {path} --sources "
-                         f"{data}`")
+        raise UsageError(
+            f"a second argument ({data!r}) is the data for --sources: `packtool verify {path} --sources "
+            f"{data}`"
+        )
     if sample is not None and not sources:
         raise UsageError("--sample N picks the records --sources compares; add --sources")
     if sample is not None and sample < 1:
         raise UsageError(f"--sample {sample} must be >= 1 (omit it to compare every record)")
     cfg = VerifyConfig(path=path, backend=backend, device=device, rows=rows, seed=seed)
     out = Output(json_out, quiet=quiet)
-    with out.stage("verifying", spinner=True):  # a spinner on a terminal; no line in logs (nothing counted)
+    with out.stage(
+        "verifying", spinner=True
+    ):  # a spinner on a terminal; no line in logs (nothing counted)
         result = api.self_test(cfg) if self_test else api.verify(cfg)
     if sources:
         import time
@@ -66,7 +126,11 @@ def verify(
         t0 = time.perf_counter()
         result.checks.extend(api.check_sources(path, data, sample=sample, seed=seed, progress=out))
         result.timings["sources"] = time.perf_counter() - t0
-    out.report(lambda: verify_json(result), lambda console: render_verify(
-        result, console, verbosity=0 if quiet else 2 if verbose else 1))
+    out.report(
+        lambda: verify_json(result),
+        lambda console: render_verify(
+            result, console, verbosity=0 if quiet else 2 if verbose else 1
+        ),
+    )
     if not result.passed:
         raise typer.Exit(1)

@@ -289,7 +289,9 @@ def resolve_sources(source: str, split: str = "train") -> list[SourceFile]:
         paths = list(located.files)
     else:
         paths = [f["filename"] for f in located.dataset.cache_files]
-    return [SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p)) for p in sorted(paths)]
+    return [
+        SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p)) for p in sorted(paths)
+    ]
 
 
 def locate(source: str, split: str = "train") -> Located:
@@ -297,7 +299,9 @@ def locate(source: str, split: str = "train") -> Located:
     return _locate(source, split)
 
 
-def iter_batches(located: Located, cfg: ReadConfig, batch_records: int = BATCH_RECORDS) -> Iterator[RawBatch]:
+def iter_batches(
+    located: Located, cfg: ReadConfig, batch_records: int = BATCH_RECORDS
+) -> Iterator[RawBatch]:
     """Every record behind `located`, in a deterministic order, at most `cfg.limit` of them, in
     batches of at most `batch_records` records (and about BATCH_BYTES of JSON; Arrow sources in
     batches of ARROW_BATCH_RECORDS rows), each from one file.
@@ -308,8 +312,16 @@ def iter_batches(located: Located, cfg: ReadConfig, batch_records: int = BATCH_R
     if located.kind == "files":
         streams = ((f, _file_batches(f, cfg, batch_records)) for f in located.files)
     else:
-        streams = iter([(located.label, _dataset_batches(located.dataset, located.label,
-                                                         max(batch_records, ARROW_BATCH_RECORDS)))])
+        streams = iter(
+            [
+                (
+                    located.label,
+                    _dataset_batches(
+                        located.dataset, located.label, max(batch_records, ARROW_BATCH_RECORDS)
+                    ),
+                )
+            ]
+        )
     index = 0
     for _file, batches in streams:
         offset = 0  # records of this file before the batch
@@ -337,7 +349,9 @@ def iter_records(source: str, cfg: ReadConfig) -> Iterator[RawRecord]:
         for b in iter_batches(located, cfg, 256):
             records, errors = b.parsed()
             for i in range(len(b)):
-                yield RawRecord(b.start + i, b.file, b.line_of(i), records[i], errors[i], b.offset + i)
+                yield RawRecord(
+                    b.start + i, b.file, b.line_of(i), records[i], errors[i], b.offset + i
+                )
 
     return gen()
 
@@ -379,12 +393,17 @@ class RawBatch:
         return self.arrow.num_rows
 
     def head(self, n: int) -> RawBatch:
-        return RawBatch(self.file, self.lines[:n] if self.lines is not None else None,
-                        self.raw[:n] if self.raw is not None else None,
-                        self.records[:n] if self.records is not None else None,
-                        self.errors[:n] if self.errors is not None else None,
-                        self.arrow.slice(0, n) if self.arrow is not None else None, self.start, self.offset,
-                        self.fmt)
+        return RawBatch(
+            self.file,
+            self.lines[:n] if self.lines is not None else None,
+            self.raw[:n] if self.raw is not None else None,
+            self.records[:n] if self.records is not None else None,
+            self.errors[:n] if self.errors is not None else None,
+            self.arrow.slice(0, n) if self.arrow is not None else None,
+            self.start,
+            self.offset,
+            self.fmt,
+        )
 
     def line_of(self, i: int) -> int | None:
         return self.lines[i] if self.lines is not None else None
@@ -396,7 +415,9 @@ class RawBatch:
     def where(self, i: int) -> str:
         """'data.jsonl:12' or 'data.parquet record 3' (within its own file), for messages."""
         line = self.line_of(i)
-        return f"{self.file}:{line}" if line is not None else f"{self.file} record {self.offset + i}"
+        return (
+            f"{self.file}:{line}" if line is not None else f"{self.file} record {self.offset + i}"
+        )
 
     def parsed(self) -> tuple[list[dict | None], list[str | None]]:
         """(record or None, why not) per record; JSON lines are parsed here."""
@@ -422,7 +443,10 @@ def parse_json_record(raw: bytes) -> tuple[dict | None, str | None]:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         if "surrogate in string" in str(e):
-            return None, f"invalid JSON string: {str(e).split(':')[0]} (col {e.colno}); a lone \\ud800-\\udfff escape is not text"
+            return (
+                None,
+                f"invalid JSON string: {str(e).split(':')[0]} (col {e.colno}); a lone \\ud800-\\udfff escape is not text",
+            )
         if "depth limit" in str(e):
             return None, f"malformed JSON: nested deeper than 1024 levels (col {e.colno})"
         try:
@@ -530,12 +554,16 @@ def _json_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[Ra
             f"{path}: holds a JSON {_json_type(obj)}; expected a list of records or one record"
         )
     for a in range(0, len(obj), batch_records):
-        items = obj[a:a + batch_records]
+        items = obj[a : a + batch_records]
         yield RawBatch(
             path,
             records=[x if isinstance(x, dict) else None for x in items],
-            errors=[None if isinstance(x, dict) else f"record is a JSON {_json_type(x)}, expected an object"
-                    for x in items],
+            errors=[
+                None
+                if isinstance(x, dict)
+                else f"record is a JSON {_json_type(x)}, expected an object"
+                for x in items
+            ],
         )
 
 

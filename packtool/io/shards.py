@@ -56,8 +56,17 @@ def _int_array(values: np.ndarray, pa_type):
     return pa.Array.from_buffers(pa_type, values.shape[0], [None, pa.py_buffer(values)])
 
 
-def rows_table(input_ids, labels, position_ids, document_id, seq_offsets, seq_lengths, source_index,
-               num_tokens, num_loss_tokens):
+def rows_table(
+    input_ids,
+    labels,
+    position_ids,
+    document_id,
+    seq_offsets,
+    seq_lengths,
+    source_index,
+    num_tokens,
+    num_loss_tokens,
+):
     """Wrap [k, L] int32 arrays and CSR lists as a schema-v1 table without copying token data."""
     import pyarrow as pa
 
@@ -90,7 +99,9 @@ class ShardWriter:
         self.path = root / self.relpath
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.rows = 0
-        self._writer = pq.ParquetWriter(str(self.path), schema.arrow_schema(pack_len), **writer_options())
+        self._writer = pq.ParquetWriter(
+            str(self.path), schema.arrow_schema(pack_len), **writer_options()
+        )
 
     def write(self, table) -> None:
         self._writer.write_table(table, row_group_size=table.num_rows)
@@ -98,8 +109,12 @@ class ShardWriter:
 
     def close(self) -> dict[str, Any]:
         self._writer.close()
-        return {"file": self.relpath, "rows": self.rows, "bytes": self.path.stat().st_size,
-                "sha256": sha256_file(self.path)}
+        return {
+            "file": self.relpath,
+            "rows": self.rows,
+            "bytes": self.path.stat().st_size,
+            "sha256": sha256_file(self.path),
+        }
 
     def abort(self) -> None:
         try:
@@ -153,8 +168,11 @@ def _not_a_pack(out: Path) -> str | None:
     if data.is_symlink() or (data.exists() and not data.is_dir()):
         foreign.insert(0, schema.DATA_DIR)
     elif data.is_dir():
-        foreign += [f"{schema.DATA_DIR}/{p.name}" for p in sorted(data.iterdir())
-                    if not (_SHARD_FILE.fullmatch(p.name) and p.is_file() and not p.is_symlink())]
+        foreign += [
+            f"{schema.DATA_DIR}/{p.name}"
+            for p in sorted(data.iterdir())
+            if not (_SHARD_FILE.fullmatch(p.name) and p.is_file() and not p.is_symlink())
+        ]
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         return f"it holds {foreign[0]}{more}, which packtool did not write"
@@ -167,12 +185,18 @@ def check_target(out: Path, force: bool) -> None:
     if not out.exists() and not out.is_symlink():
         return
     if not force:
-        raise UsageError(f"--out {out} already exists; use --force to replace it or choose another --out")
+        raise UsageError(
+            f"--out {out} already exists; use --force to replace it or choose another --out"
+        )
     if not out.is_dir() or out.is_symlink():
-        raise UsageError(f"--out {out} exists and is not a folder; remove it or choose another --out")
+        raise UsageError(
+            f"--out {out} exists and is not a folder; remove it or choose another --out"
+        )
     why = _not_a_pack(out)
     if why is not None:
-        raise UsageError(f"refusing to replace {out}: {why}; remove it yourself or choose another --out")
+        raise UsageError(
+            f"refusing to replace {out}: {why}; remove it yourself or choose another --out"
+        )
 
 
 def check_space(out: Path, need_bytes: int = 0) -> None:
@@ -190,12 +214,16 @@ def check_space(out: Path, need_bytes: int = 0) -> None:
         try:
             need, how = int(override) << 20, "PACKTOOL_MIN_FREE_MIB"
         except ValueError:
-            raise UsageError(f"PACKTOOL_MIN_FREE_MIB={override!r} is not a whole number of MiB") from None
+            raise UsageError(
+                f"PACKTOOL_MIN_FREE_MIB={override!r} is not a whole number of MiB"
+            ) from None
     free = shutil.disk_usage(parent).free
     if need and free < need:
-        raise UsageError(f"--out {out}: {parent} has {free >> 20} MiB free, below the {need >> 20} MiB this pack "
-                         f"may need ({how}); free space, choose another --out, or set PACKTOOL_MIN_FREE_MIB "
-                         "(0 skips this check)")
+        raise UsageError(
+            f"--out {out}: {parent} has {free >> 20} MiB free, below the {need >> 20} MiB this pack "
+            f"may need ({how}); free space, choose another --out, or set PACKTOOL_MIN_FREE_MIB "
+            "(0 skips this check)"
+        )
 
 
 def _publish_modes(root: Path) -> None:

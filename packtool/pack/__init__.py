@@ -12,5 +12,13 @@ from packtool.config import MAX_PACK_LEN, OVERFLOWS, PackConfig
 from packtool.pack.overflow import Pieces, apply_overflow
 from packtool.pack.run import PackResult, pack_tokenized, pad_id_of
 
-__all__ = ["MAX_PACK_LEN", "OVERFLOWS", "PackConfig", "PackResult", "Pieces", "apply_overflow", "pack_tokenized",
-           "pad_id_of"]
+__all__ = [
+    "MAX_PACK_LEN",
+    "OVERFLOWS",
+    "PackConfig",
+    "PackResult",
+    "Pieces",
+    "apply_overflow",
+    "pack_tokenized",
+    "pad_id_of",
+]

@@ -1,14 +1,14 @@
 """Reading tokens for the rows straight from Arrow buffers: no Python objects per token.
 
-    tokenized table (chunked, maybe sliced or memory-mapped from the cache)
-      input_ids  chunk 0 values [....] offsets    chunk 1 values [....] offsets ...
-      labels     chunk 0 values [....] offsets    ...
-                        │ ListColumn: per dataset row its chunk and the offset of its first token
-                        ▼
-    Located: per piece (chunk, base) in both columns  ──copy_rows──▶  rows
-                        │ the table is a cache file's memory map?
-                        ▼
-    FileGather: pread each block's pieces into two staging buffers instead of touching the map
+tokenized table (chunked, maybe sliced or memory-mapped from the cache)
+  input_ids  chunk 0 values [....] offsets    chunk 1 values [....] offsets ...
+  labels     chunk 0 values [....] offsets    ...
+                    │ ListColumn: per dataset row its chunk and the offset of its first token
+                    ▼
+Located: per piece (chunk, base) in both columns  ──copy_rows──▶  rows
+                    │ the table is a cache file's memory map?
+                    ▼
+FileGather: pread each block's pieces into two staging buffers instead of touching the map
 """
 
 from __future__ import annotations
@@ -37,9 +37,13 @@ class ListColumn:
         bases, lens, chunk_of = [], [], []
         for c, ch in enumerate(chunked.chunks):
             if not (pa.types.is_list(ch.type) or pa.types.is_large_list(ch.type)):
-                raise PacktoolError(f"column {name!r} has Arrow type {ch.type}; expected list<int32>")
+                raise PacktoolError(
+                    f"column {name!r} has Arrow type {ch.type}; expected list<int32>"
+                )
             if ch.null_count:
-                raise PacktoolError(f"column {name!r} has {ch.null_count} null rows; every example needs tokens")
+                raise PacktoolError(
+                    f"column {name!r} has {ch.null_count} null rows; every example needs tokens"
+                )
             if ch.type.value_type != pa.int32():
                 ch = ch.cast(pa.list_(pa.int32()))
             offsets = ch.offsets.to_numpy().astype(np.int64, copy=False)
@@ -59,7 +63,9 @@ class ListColumn:
         self.base = np.concatenate(bases) if bases else np.zeros(0, np.int64)
         self.length = np.concatenate(lens) if lens else np.zeros(0, np.int64)
         self.chunk = np.concatenate(chunk_of) if chunk_of else np.zeros(0, np.int64)
-        self.file_offsets: np.ndarray | None = None  # byte offset of each chunk's values in the mapped file
+        self.file_offsets: np.ndarray | None = (
+            None  # byte offset of each chunk's values in the mapped file
+        )
 
     def map_to_file(self, base_address: int, size: int) -> bool:
         """Locate every chunk inside a memory-mapped file [base_address, +size); False if one is not."""
@@ -135,10 +141,20 @@ class FileGather:
         lab_off = loc.lab.file_offsets[loc.lab_chunk[pcs]] + 4 * loc.lab_base[pcs]
         ids_view, lab_view = memoryview(self.ids).cast("B"), memoryview(self.lab).cast("B")
         fd = self.fd
-        for a, b, io, lo in zip((4 * start[:-1]).tolist(), (4 * start[1:]).tolist(), ids_off.tolist(),
-                                lab_off.tolist(), strict=True):
-            if os.preadv(fd, [ids_view[a:b]], io) != b - a or os.preadv(fd, [lab_view[a:b]], lo) != b - a:
-                raise PacktoolError("the tokenization cache file was truncated while packing; run again")
+        for a, b, io, lo in zip(
+            (4 * start[:-1]).tolist(),
+            (4 * start[1:]).tolist(),
+            ids_off.tolist(),
+            lab_off.tolist(),
+            strict=True,
+        ):
+            if (
+                os.preadv(fd, [ids_view[a:b]], io) != b - a
+                or os.preadv(fd, [lab_view[a:b]], lo) != b - a
+            ):
+                raise PacktoolError(
+                    "the tokenization cache file was truncated while packing; run again"
+                )
         zero = np.zeros(len(pcs), dtype=np.int64)
         return np.arange(len(pcs), dtype=np.int64), n, zero, start[:-1], start[:-1]
 
@@ -146,14 +162,18 @@ class FileGather:
 def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather | None:
     """A pread gather when the tokenized table is memory-mapped from a cache file, else None."""
     mapped = getattr(data, "mapped_file", None)  # (path, base address, size)
-    if not mapped or not (loc.ids.map_to_file(mapped[1], mapped[2]) and loc.lab.map_to_file(mapped[1], mapped[2])):
+    if not mapped or not (
+        loc.ids.map_to_file(mapped[1], mapped[2]) and loc.lab.map_to_file(mapped[1], mapped[2])
+    ):
         return None
     if data.release_pages is not None:
         data.release_pages()  # pages mapped while locating: from here on the map is not read
     return FileGather(mapped[0], loc, capacity)
 
 
-def locate(data: TokenizedData, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> Located:
+def locate(
+    data: TokenizedData, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int
+) -> Located:
     table, mapping = _table_rows(data.table)
     ids = ListColumn(table.column("input_ids"), "input_ids")
     lab = ListColumn(table.column("labels"), "labels")
@@ -162,14 +182,30 @@ def locate(data: TokenizedData, lengths: np.ndarray, src: np.ndarray, pieces: Pi
         bad = np.flatnonzero(col.length[trow] != lengths)
         if bad.size:
             i = int(bad[0])
-            raise PacktoolError(f"example {int(src[i])}: {name} has {int(col.length[trow[i]])} entries but its "
-                                f"length is {int(lengths[i])}; the tokenized data is inconsistent")
+            raise PacktoolError(
+                f"example {int(src[i])}: {name} has {int(col.length[trow[i]])} entries but its "
+                f"length is {int(lengths[i])}; the tokenized data is inconsistent"
+            )
     prow = trow[pieces.row]
     tails = 0
     if pieces.truncated.size:
         tr = trow[pieces.truncated]
-        tails = int(kernels.count_not_equal(lab.chunk[tr], lab.base[tr] + L, lab.base[tr] + lengths[pieces.truncated],
-                                            lab.values, schema.IGNORE_INDEX).sum())
-    return Located(ids=ids, lab=lab, ids_chunk=ids.chunk[prow], ids_base=ids.base[prow] + pieces.start,
-                    lab_chunk=lab.chunk[prow], lab_base=lab.base[prow] + pieces.start, source=src[pieces.row],
-                    loss_cut_tails=tails)
+        tails = int(
+            kernels.count_not_equal(
+                lab.chunk[tr],
+                lab.base[tr] + L,
+                lab.base[tr] + lengths[pieces.truncated],
+                lab.values,
+                schema.IGNORE_INDEX,
+            ).sum()
+        )
+    return Located(
+        ids=ids,
+        lab=lab,
+        ids_chunk=ids.chunk[prow],
+        ids_base=ids.base[prow] + pieces.start,
+        lab_chunk=lab.chunk[prow],
+        lab_base=lab.base[prow] + pieces.start,
+        source=src[pieces.row],
+        loss_cut_tails=tails,
+    )

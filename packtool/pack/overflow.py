@@ -33,7 +33,9 @@ class Pieces:
     split_parts: np.ndarray  # parts per split row
 
 
-def apply_overflow(lengths: np.ndarray, source_index: np.ndarray, pack_len: int, overflow: str) -> Pieces:
+def apply_overflow(
+    lengths: np.ndarray, source_index: np.ndarray, pack_len: int, overflow: str
+) -> Pieces:
     """Turn examples into pieces of 1..pack_len tokens under the --overflow policy.
 
     Empty examples (0 tokens) are always dropped with reason "empty".
@@ -45,10 +47,15 @@ def apply_overflow(lengths: np.ndarray, source_index: np.ndarray, pack_len: int,
     if overflow == "error" and over.any():
         bad = np.flatnonzero(over)
         i = int(bad[0])
-        more = (f" ({bad.size} examples are longer than --len; the longest has {int(lengths[bad].max())} tokens)"
-                if bad.size > 1 else "")
-        raise PacktoolError(f"example {int(source_index[i])} has {int(lengths[i])} tokens > --len {pack_len}; "
-                            f"use --overflow truncate|split or raise --len{more}")
+        more = (
+            f" ({bad.size} examples are longer than --len; the longest has {int(lengths[bad].max())} tokens)"
+            if bad.size > 1
+            else ""
+        )
+        raise PacktoolError(
+            f"example {int(source_index[i])} has {int(lengths[i])} tokens > --len {pack_len}; "
+            f"use --overflow truncate|split or raise --len{more}"
+        )
     none = np.zeros(0, dtype=np.int64)
     truncated, split, parts_of_split = none, none, none
     drop_mask = empty | over if overflow == "drop" else empty
@@ -69,6 +76,16 @@ def apply_overflow(lengths: np.ndarray, source_index: np.ndarray, pack_len: int,
         if overflow == "truncate":
             truncated = np.flatnonzero(over)
     dropped = np.flatnonzero(drop_mask)
-    reasons = ["empty" if lengths[i] == 0 else f"longer than --len {pack_len}" for i in dropped.tolist()]
-    return Pieces(row=row, start=start, length=length.astype(np.int64), dropped=dropped, dropped_reason=reasons,
-                  truncated=truncated, split=split, split_parts=parts_of_split)
+    reasons = [
+        "empty" if lengths[i] == 0 else f"longer than --len {pack_len}" for i in dropped.tolist()
+    ]
+    return Pieces(
+        row=row,
+        start=start,
+        length=length.astype(np.int64),
+        dropped=dropped,
+        dropped_reason=reasons,
+        truncated=truncated,
+        split=split,
+        split_parts=parts_of_split,
+    )

@@ -42,7 +42,9 @@ class PackResult:
     out: str
     manifest: dict[str, Any]
     seconds: dict[str, float]  # timings: kept out of the manifest so that it stays byte-identical
-    warnings: list[schema.Notice] = field(default_factory=list)  # input's warnings, then truncated/dropped
+    warnings: list[schema.Notice] = field(
+        default_factory=list
+    )  # input's warnings, then truncated/dropped
 
 
 def pad_id_of(tokenizer: dict) -> tuple[int, str]:
@@ -58,8 +60,9 @@ def _histogram(values: np.ndarray) -> dict[str, int]:
     return {str(k): int(v) for k, v in enumerate(counts) if v}
 
 
-def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
-                   progress: Progress | None = None) -> PackResult:
+def pack_tokenized(
+    data: TokenizedData, cfg: PackConfig, out: str | Path, progress: Progress | None = None
+) -> PackResult:
     """Plan, gather and write `data` into `out` (atomically).  Returns the manifest and timings."""
     out = Path(out)
     shards.check_target(out, cfg.force)
@@ -70,15 +73,21 @@ def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
     loss_counts = np.ascontiguousarray(data.loss_counts, dtype=np.int64)
     n = lengths.shape[0]
     if n == 0:
-        raise PacktoolError(f"nothing to pack: {data.num_read} records read, {len(data.skipped)} skipped, "
-                            "0 tokenized; check the input file and --format/--column")
+        raise PacktoolError(
+            f"nothing to pack: {data.num_read} records read, {len(data.skipped)} skipped, "
+            "0 tokenized; check the input file and --format/--column"
+        )
     if len(data.table) != n or src.shape[0] != n or loss_counts.shape[0] != n:
-        raise PacktoolError(f"tokenized data is inconsistent: {len(data.table)} rows, {n} lengths, "
-                            f"{src.shape[0]} source indices, {loss_counts.shape[0]} loss counts")
+        raise PacktoolError(
+            f"tokenized data is inconsistent: {len(data.table)} rows, {n} lengths, "
+            f"{src.shape[0]} source indices, {loss_counts.shape[0]} loss counts"
+        )
     pieces = apply_overflow(lengths, src, L, cfg.overflow)
     if pieces.row.shape[0] == 0:
-        raise PacktoolError(f"nothing to pack: all {n} examples were dropped (longest {int(lengths.max())} "
-                            f"tokens > --len {L}); use --overflow truncate|split or raise --len")
+        raise PacktoolError(
+            f"nothing to pack: all {n} examples were dropped (longest {int(lengths.max())} "
+            f"tokens > --len {L}); use --overflow truncate|split or raise --len"
+        )
     plan = plan_packs(pieces.length, L, cfg.strategy, cfg.order, cfg.max_docs, cfg.seed)
     loc = locate(data, lengths, src, pieces, L)
     t_plan = time.perf_counter()
@@ -91,7 +100,9 @@ def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
     with shards.atomic_output(out, cfg.force) as tmp:
         gather = file_gather(data, loc, shards.row_group_rows(L, shard_rows) * L)
         try:
-            written = write_shards(tmp, plan, row_order, pieces.length, loc, pad_id, shard_rows, progress, gather)
+            written = write_shards(
+                tmp, plan, row_order, pieces.length, loc, pad_id, shard_rows, progress, gather
+            )
         finally:
             if gather is not None:
                 gather.close()
@@ -140,45 +151,80 @@ def pack_tokenized(data: TokenizedData, cfg: PackConfig, out: str | Path,
             sources=[{"path": s.path, "size": s.size, "sha256": s.sha256} for s in data.sources],
             counts=schema.Counts(**counts),
             skipped=[r.to_json() for r in data.skipped],
-            dropped=[{"source_index": int(src[i]), "length": int(lengths[i]), "reason": why}
-                     for i, why in zip(pieces.dropped.tolist(), pieces.dropped_reason, strict=True)],
-            truncated=[{"source_index": int(src[i]), "length": int(lengths[i]), "cut": int(lengths[i]) - L}
-                       for i in pieces.truncated.tolist()],
-            split=[{"source_index": int(src[i]), "length": int(lengths[i]), "parts": int(p)}
-                   for i, p in zip(pieces.split.tolist(), pieces.split_parts.tolist(), strict=True)],
+            dropped=[
+                {"source_index": int(src[i]), "length": int(lengths[i]), "reason": why}
+                for i, why in zip(pieces.dropped.tolist(), pieces.dropped_reason, strict=True)
+            ],
+            truncated=[
+                {"source_index": int(src[i]), "length": int(lengths[i]), "cut": int(lengths[i]) - L}
+                for i in pieces.truncated.tolist()
+            ],
+            split=[
+                {"source_index": int(src[i]), "length": int(lengths[i]), "parts": int(p)}
+                for i, p in zip(pieces.split.tolist(), pieces.split_parts.tolist(), strict=True)
+            ],
             tokens=schema.Tokens.from_json(tokens),
             fill=round(written.tokens / (written.rows * L), 6),
             lower_bound_rows=lower_bound_rows(written.tokens, L),
-            docs_per_row={"min": int(docs.min()), "mean": round(float(docs.mean()), 4), "max": int(docs.max()),
-                          "histogram": _histogram(docs)},
+            docs_per_row={
+                "min": int(docs.min()),
+                "mean": round(float(docs.mean()), 4),
+                "max": int(docs.max()),
+                "histogram": _histogram(docs),
+            },
             shards=written.shards,
         ).to_json()
         shards.write_manifest(tmp, manifest)
     t_end = time.perf_counter()
     warnings = [schema.Notice(notices.INPUT, str(w)) for w in getattr(data, "warnings", []) or []]
     if counts["truncated"]:
-        warnings.append(schema.Notice(
-            notices.TRUNCATED, f"truncated {counts['truncated']} example(s) to --len {L}: {truncated_cut} tokens cut "
-            "(listed under 'truncated' in the manifest); --overflow split keeps them",
-            counts["truncated"], [x["source_index"] for x in manifest["truncated"]]))
+        warnings.append(
+            schema.Notice(
+                notices.TRUNCATED,
+                f"truncated {counts['truncated']} example(s) to --len {L}: {truncated_cut} tokens cut "
+                "(listed under 'truncated' in the manifest); --overflow split keeps them",
+                counts["truncated"],
+                [x["source_index"] for x in manifest["truncated"]],
+            )
+        )
     if counts["dropped"]:
-        warnings.append(schema.Notice(
-            notices.DROPPED, f"dropped {counts['dropped']} example(s) (listed under 'dropped' in the manifest)",
-            counts["dropped"], [x["source_index"] for x in manifest["dropped"]]))
-    return PackResult(out=str(out), manifest=manifest, warnings=warnings,
-                      seconds={"plan": t_plan - t_start, "write": t_end - t_plan, "total": t_end - t_start})
+        warnings.append(
+            schema.Notice(
+                notices.DROPPED,
+                f"dropped {counts['dropped']} example(s) (listed under 'dropped' in the manifest)",
+                counts["dropped"],
+                [x["source_index"] for x in manifest["dropped"]],
+            )
+        )
+    return PackResult(
+        out=str(out),
+        manifest=manifest,
+        warnings=warnings,
+        seconds={"plan": t_plan - t_start, "write": t_end - t_plan, "total": t_end - t_start},
+    )
 
 
-def _check_conservation(counts: dict, tokens: dict, pieces: Pieces, n: int, plan, shard_entries) -> None:
+def _check_conservation(
+    counts: dict, tokens: dict, pieces: Pieces, n: int, plan, shard_entries
+) -> None:
     """The contract's conservation rules (schema.conservation_problems) plus what only the writer
     can check: every example is a piece or dropped, and the rows written are the rows planned."""
     problems = schema.conservation_problems(counts, tokens)
     covered = np.zeros(n, dtype=np.int64)
     np.add.at(covered, pieces.row, 1)
-    if np.any(covered[pieces.dropped] != 0) or int(np.count_nonzero(covered)) + pieces.dropped.size != n:
+    if (
+        np.any(covered[pieces.dropped] != 0)
+        or int(np.count_nonzero(covered)) + pieces.dropped.size != n
+    ):
         problems.append("an example is neither packed nor listed as dropped")
     m, R = pieces.row.shape[0], plan.num_rows
-    if counts["documents"] != m or counts["rows"] != R or sum(e["rows"] for e in shard_entries) != R:
-        problems.append(f"wrote {counts['documents']} documents in {counts['rows']} rows; planned {m} in {R}")
+    if (
+        counts["documents"] != m
+        or counts["rows"] != R
+        or sum(e["rows"] for e in shard_entries) != R
+    ):
+        problems.append(
+            f"wrote {counts['documents']} documents in {counts['rows']} rows; planned {m} in {R}"
+        )
     if problems:
         raise PacktoolError("conservation check failed: " + "; ".join(problems))

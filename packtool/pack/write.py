@@ -1,11 +1,11 @@
 """Rows → Parquet shards, gathered block by block and encoded by a few writer threads.
 
-    plan rows in shuffled order ──blocks of one row group──▶ layout_rows + copy_rows (numba, nogil)
-        shard 0: block 0, block 1, ...  → writer thread 0 ─┐
-        shard 1: block 0, block 1, ...  → writer thread 1 ─┼─▶ tmp/data/train-XXXXX-of-XXXXX.parquet
-        ...                                                 ┘
-    each writer has two buffer sets: the main thread fills one while the writer encodes the other.
-    One file is written by one thread, blocks in order: the bytes never depend on timing.
+plan rows in shuffled order ──blocks of one row group──▶ layout_rows + copy_rows (numba, nogil)
+    shard 0: block 0, block 1, ...  → writer thread 0 ─┐
+    shard 1: block 0, block 1, ...  → writer thread 1 ─┼─▶ tmp/data/train-XXXXX-of-XXXXX.parquet
+    ...                                                 ┘
+each writer has two buffer sets: the main thread fills one while the writer encodes the other.
+One file is written by one thread, blocks in order: the bytes never depend on timing.
 """
 
 from __future__ import annotations
@@ -38,8 +38,17 @@ class Written:
     loss_first_token: int = 0
 
 
-def write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray, loc: Located, pad_id: int,
-                  shard_rows: int, progress: Progress | None, gather: FileGather | None = None) -> Written:
+def write_shards(
+    tmp: Path,
+    plan,
+    row_order: np.ndarray,
+    piece_len: np.ndarray,
+    loc: Located,
+    pad_id: int,
+    shard_rows: int,
+    progress: Progress | None,
+    gather: FileGather | None = None,
+) -> Written:
     """Gather rows block by block (one Parquet row group each) and write the shards.
 
     Shards are written `writers` at a time, each by its own thread (one file, one thread, blocks in
@@ -51,8 +60,10 @@ def write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray, 
     group_rows = shards.row_group_rows(L, shard_rows)
     num_shards = -(-R // shard_rows)
     writers = max(1, min(MAX_WRITERS, os.cpu_count() or 1, num_shards))
-    bufsets = [[[np.empty((min(group_rows, R), L), dtype=np.int32) for _ in range(4)] for _ in range(2)]
-               for _ in range(writers)]
+    bufsets = [
+        [[np.empty((min(group_rows, R), L), dtype=np.int32) for _ in range(4)] for _ in range(2)]
+        for _ in range(writers)
+    ]
     used = [0] * writers
     out = Written(shards=[])
     closed = {}
@@ -60,31 +71,76 @@ def write_shards(tmp: Path, plan, row_order: np.ndarray, piece_len: np.ndarray, 
         for wave in range(0, num_shards, writers):
             members = list(range(wave, min(num_shards, wave + writers)))
             open_writers = [pool.opened(shards.ShardWriter(tmp, s, num_shards, L)) for s in members]
-            blocks = [list(range(s * shard_rows, min(R, (s + 1) * shard_rows), group_rows)) for s in members]
+            blocks = [
+                list(range(s * shard_rows, min(R, (s + 1) * shard_rows), group_rows))
+                for s in members
+            ]
             for i in range(max(len(b) for b in blocks)):
                 for w, s in enumerate(members):
                     if i >= len(blocks[w]):
                         continue
                     b0 = blocks[w][i]
-                    rows = row_order[b0:min(b0 + group_rows, (s + 1) * shard_rows, R)]
+                    rows = row_order[b0 : min(b0 + group_rows, (s + 1) * shard_rows, R)]
                     k = rows.shape[0]
                     pool.wait(w, keep=1)  # the write that used this buffer set has finished
                     input_ids, labels, positions, doc_ids = (b[:k] for b in bufsets[w][used[w] % 2])
                     used[w] += 1
                     seq_off, pcs, dest_col, num_tokens = kernels.layout_rows(
-                        rows, plan.row_offsets, plan.doc_order, piece_len, input_ids, labels, positions, doc_ids,
-                        pad_id, schema.IGNORE_INDEX)
+                        rows,
+                        plan.row_offsets,
+                        plan.doc_order,
+                        piece_len,
+                        input_ids,
+                        labels,
+                        positions,
+                        doc_ids,
+                        pad_id,
+                        schema.IGNORE_INDEX,
+                    )
                     if gather is not None:
                         local, local_len, chunk, ids_base, lab_base = gather.stage(pcs, piece_len)
                         num_loss, first = kernels.copy_rows(
-                            seq_off, local, dest_col, local_len, chunk, ids_base, chunk, lab_base,
-                            gather.ids_list, gather.lab_list, input_ids, labels, schema.IGNORE_INDEX)
+                            seq_off,
+                            local,
+                            dest_col,
+                            local_len,
+                            chunk,
+                            ids_base,
+                            chunk,
+                            lab_base,
+                            gather.ids_list,
+                            gather.lab_list,
+                            input_ids,
+                            labels,
+                            schema.IGNORE_INDEX,
+                        )
                     else:
                         num_loss, first = kernels.copy_rows(
-                            seq_off, pcs, dest_col, piece_len, loc.ids_chunk, loc.ids_base, loc.lab_chunk,
-                            loc.lab_base, loc.ids.values, loc.lab.values, input_ids, labels, schema.IGNORE_INDEX)
-                    table = shards.rows_table(input_ids, labels, positions, doc_ids, seq_off, piece_len[pcs],
-                                              loc.source[pcs], num_tokens, num_loss)
+                            seq_off,
+                            pcs,
+                            dest_col,
+                            piece_len,
+                            loc.ids_chunk,
+                            loc.ids_base,
+                            loc.lab_chunk,
+                            loc.lab_base,
+                            loc.ids.values,
+                            loc.lab.values,
+                            input_ids,
+                            labels,
+                            schema.IGNORE_INDEX,
+                        )
+                    table = shards.rows_table(
+                        input_ids,
+                        labels,
+                        positions,
+                        doc_ids,
+                        seq_off,
+                        piece_len[pcs],
+                        loc.source[pcs],
+                        num_tokens,
+                        num_loss,
+                    )
                     pool.submit(w, open_writers[w].write, table)
                     out.tokens += int(num_tokens.sum())
                     out.loss += int(num_loss.sum())
@@ -111,7 +167,10 @@ class WriterPool:
     def __init__(self, n: int):
         from concurrent.futures import ThreadPoolExecutor
 
-        self.threads = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"packtool-write{i}") for i in range(n)]
+        self.threads = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"packtool-write{i}")
+            for i in range(n)
+        ]
         self.pending: list[deque] = [deque() for _ in range(n)]
         self.failed = False
         self.writers: list = []

@@ -10,7 +10,11 @@ def render_inspect(result: dict[str, Any], console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    where = f"{result['file']}" + (f":{result['line']}" if result.get("line") else "") + f" (record {result['index']})"
+    where = (
+        f"{result['file']}"
+        + (f":{result['line']}" if result.get("line") else "")
+        + f" (record {result['index']})"
+    )
     console.print(f"[bold]{where}[/]")
     console.print(f"format: [cyan]{result['format']}[/] — {result['format_reason']}")
     tok = result.get("tokenizer") or {}
@@ -22,12 +26,16 @@ def render_inspect(result: dict[str, Any], console) -> None:
             console.print(template_line(tok))
         sic = tok.get("special_in_content") or {}
         if sic.get("examples"):
-            console.print(f"[yellow]warning:[/] this example holds control tokens in message text "
-                          f"(--special-in-content {sic.get('mode')})")
+            console.print(
+                f"[yellow]warning:[/] this example holds control tokens in message text "
+                f"(--special-in-content {sic.get('mode')})"
+            )
     backend = result.get("tokenizer_backend") or {}
     if backend.get("name"):
-        console.print(f"tokenizer backend: {backend['name']}" + (f" ({backend['reason']})" if backend.get("reason")
-                                                                  else ""))
+        console.print(
+            f"tokenizer backend: {backend['name']}"
+            + (f" ({backend['reason']})" if backend.get("reason") else "")
+        )
     ex = result.get("example")
     if ex and ex.get("messages"):
         table = Table(title="normalized conversation", show_lines=True, expand=True)
@@ -40,17 +48,23 @@ def render_inspect(result: dict[str, Any], console) -> None:
             if m.get("reasoning_content"):
                 content = f"[think] {m['reasoning_content']}\n{content}"
             if m.get("tool_calls"):
-                content += "".join(f"\n→ {c['function']['name']}({c['function'].get('arguments')})"
-                                   for c in m["tool_calls"])
+                content += "".join(
+                    f"\n→ {c['function']['name']}({c['function'].get('arguments')})"
+                    for c in m["tool_calls"]
+                )
             if len(content) > 600:
                 content = content[:600] + f" … ({len(content)} chars)"
             w = m.get("weight")
             table.add_row(str(i), m["role"], Text(content), "" if w is None else f"{w:g}")
         console.print(table)
         if ex.get("tools"):
-            console.print(f"tools: {', '.join(t.get('function', t).get('name', '?') for t in ex['tools'])}")
+            console.print(
+                f"tools: {', '.join(t.get('function', t).get('name', '?') for t in ex['tools'])}"
+            )
     text = Text()
-    plain = not console.is_terminal or console.no_color  # a CI log or a pipe: colour is lost, brackets are not
+    plain = (
+        not console.is_terminal or console.no_color
+    )  # a CI log or a pipe: colour is lost, brackets are not
     for run in result["runs"]:
         if plain:
             text.append(f"[[{run['text']}]]" if run["loss"] else run["text"])
@@ -58,11 +72,18 @@ def render_inspect(result: dict[str, Any], console) -> None:
             text.append(run["text"], style="bold black on green" if run["loss"] else "dim")
     from rich.markup import escape
 
-    legend = (escape("rendered tokens: [[trained]] no loss") if plain else
-              "rendered tokens: [black on green] trained [/] [dim]no loss[/]")
+    legend = (
+        escape("rendered tokens: [[trained]] no loss")
+        if plain
+        else "rendered tokens: [black on green] trained [/] [dim]no loss[/]"
+    )
     console.print(Panel(text, title=legend, expand=True))
     share = result["loss_tokens"] / result["tokens"] if result["tokens"] else 0.0
-    console.print(f"tokens: [bold]{result['tokens']}[/]   loss tokens: [bold]{result['loss_tokens']}[/] "
-                  f"({share:.1%})")
+    console.print(
+        f"tokens: [bold]{result['tokens']}[/]   loss tokens: [bold]{result['loss_tokens']}[/] "
+        f"({share:.1%})"
+    )
     if result["loss_tokens"] == 0:
-        console.print("[yellow]warning: this example has no loss token (no assistant turn, or weights 0)[/]")
+        console.print(
+            "[yellow]warning: this example has no loss token (no assistant turn, or weights 0)[/]"
+        )

@@ -49,10 +49,16 @@ def render_pack(result: PackResult, console) -> None:
     table = Table(title=f"packed → {result.out}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
-    table.add_row("rows", f"{rows:,} × {L} tokens  ({m['strategy']}, order {m['order']}"
-                  + (f", max {m['max_docs']} docs/row" if m["max_docs"] else "") + ")")
-    table.add_row("lower bound", f"{lb:,} rows = ceil({t['out']:,} / {L});  rows / bound = {rows / lb:.5f}"
-                  if lb else "0")
+    table.add_row(
+        "rows",
+        f"{rows:,} × {L} tokens  ({m['strategy']}, order {m['order']}"
+        + (f", max {m['max_docs']} docs/row" if m["max_docs"] else "")
+        + ")",
+    )
+    table.add_row(
+        "lower bound",
+        f"{lb:,} rows = ceil({t['out']:,} / {L});  rows / bound = {rows / lb:.5f}" if lb else "0",
+    )
     table.add_row("fill", f"{m['fill']:.2%}  {_bar(m['fill'])}  pad {t['pad']:,} slots")
     dpr = m["docs_per_row"]
     table.add_row("docs per row", f"min {dpr['min']}  mean {dpr['mean']:.2f}  max {dpr['max']}")
@@ -63,27 +69,47 @@ def render_pack(result: PackResult, console) -> None:
         shown = shown[:11] + [(f">{shown[10][0]}", sum(v for _, v in shown[11:]))]
     for k, v in shown:
         table.add_row("", f"{k:>4} {_bar(v / peak, 20)} {v:,}")
-    table.add_row("examples", f"{c['examples_read']:,} read, {c['skipped']:,} skipped, {c['tokenized']:,} tokenized")
-    table.add_row("", f"{c['packed']:,} packed whole, {c['truncated']:,} truncated, {c['split']:,} split "
-                  f"({c['split_parts']:,} parts), {c['dropped']:,} dropped → {c['documents']:,} documents")
+    table.add_row(
+        "examples",
+        f"{c['examples_read']:,} read, {c['skipped']:,} skipped, {c['tokenized']:,} tokenized",
+    )
+    table.add_row(
+        "",
+        f"{c['packed']:,} packed whole, {c['truncated']:,} truncated, {c['split']:,} split "
+        f"({c['split_parts']:,} parts), {c['dropped']:,} dropped → {c['documents']:,} documents",
+    )
     table.add_row("tokens", f"{t['in']:,} in = {t['out']:,} packed + {t['cut']:,} cut")
-    table.add_row("loss tokens", f"{t['loss_in']:,} in → {t['loss_out']:,} trained "
-                  f"({t['loss_first_token']:,} masked at document starts, {t['loss_cut']:,} cut)")
+    table.add_row(
+        "loss tokens",
+        f"{t['loss_in']:,} in → {t['loss_out']:,} trained "
+        f"({t['loss_first_token']:,} masked at document starts, {t['loss_cut']:,} cut)",
+    )
     total_bytes = sum(s.get("bytes", 0) for s in m["shards"])
-    table.add_row("shards", f"{len(m['shards'])} × ≤{m['shard_rows']:,} rows, {total_bytes / 2**20:,.1f} MiB, "
-                  f"pad id {m['pad_id']} ({m['pad_id_from']})")
+    table.add_row(
+        "shards",
+        f"{len(m['shards'])} × ≤{m['shard_rows']:,} rows, {total_bytes / 2**20:,.1f} MiB, "
+        f"pad id {m['pad_id']} ({m['pad_id_from']})",
+    )
     secs = result.seconds
-    table.add_row("time", f"{secs['total']:.2f} s (plan {secs['plan']:.2f} s, write {secs['write']:.2f} s)")
+    table.add_row(
+        "time", f"{secs['total']:.2f} s (plan {secs['plan']:.2f} s, write {secs['write']:.2f} s)"
+    )
     console.print(table)
     if m["truncated"]:
-        console.print(f"[bold yellow]warning: truncated {c['truncated']:,} example(s) to {L} tokens, cutting "
-                      f"{sum(x['cut'] for x in m['truncated']):,} tokens: {_quote(m['truncated'])}[/]")
+        console.print(
+            f"[bold yellow]warning: truncated {c['truncated']:,} example(s) to {L} tokens, cutting "
+            f"{sum(x['cut'] for x in m['truncated']):,} tokens: {_quote(m['truncated'])}[/]"
+        )
     if m["split"]:
-        console.print(f"[yellow]split {c['split']:,} example(s) into {c['split_parts']:,} parts "
-                      f"(each part its own document): {_quote(m['split'])}[/]")
+        console.print(
+            f"[yellow]split {c['split']:,} example(s) into {c['split_parts']:,} parts "
+            f"(each part its own document): {_quote(m['split'])}[/]"
+        )
     if m["dropped"]:
-        console.print(f"[yellow]dropped {c['dropped']:,} example(s): {_quote(m['dropped'])} "
-                      "(see 'dropped' in manifest.json; --overflow truncate|split keeps long ones)[/]")
+        console.print(
+            f"[yellow]dropped {c['dropped']:,} example(s): {_quote(m['dropped'])} "
+            "(see 'dropped' in manifest.json; --overflow truncate|split keeps long ones)[/]"
+        )
     for w in result.warnings:
         if w.code not in (notices.TRUNCATED, notices.DROPPED):  # drawn above from the manifest
             console.print(f"[yellow]warning: {w.message}[/]")

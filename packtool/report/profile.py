@@ -35,24 +35,53 @@ from packtool.stats import advice
 
 SCHEMA = "packtool.profile/v1"
 STRATEGY_KEYS = (
-    "label", "rows", "steps", "tokens", "slots", "pad_slots", "occupancy", "padding_fraction",
-    "attention_work", "attention_waste", "docs_per_row", "flops", "flops_linear", "flops_attention",
-    "relative_flops", "saving_vs_pad_to_len", "saving_vs_random_padded", "gpu_hours",
-    "gpu_hours_saved_vs_pad_to_len", "gpu_hours_saved_vs_random_padded",
+    "label",
+    "rows",
+    "steps",
+    "tokens",
+    "slots",
+    "pad_slots",
+    "occupancy",
+    "padding_fraction",
+    "attention_work",
+    "attention_waste",
+    "docs_per_row",
+    "flops",
+    "flops_linear",
+    "flops_attention",
+    "relative_flops",
+    "saving_vs_pad_to_len",
+    "saving_vs_random_padded",
+    "gpu_hours",
+    "gpu_hours_saved_vs_pad_to_len",
+    "gpu_hours_saved_vs_random_padded",
 )
 # terminal labels, short enough for an 80-column table
-SHORT_LABELS = {"pad_to_len": "pad to --len", "random_padded": "random, padded", "length_grouped": "length-grouped",
-                "padding_free": "padding-free", "packed_bfd_varlen": "packed BFD varlen",
-                "packed_bfd_dense": "packed BFD dense", "packed_ffd_varlen": "packed FFD varlen",
-                "packed_ffd_dense": "packed FFD dense"}
+SHORT_LABELS = {
+    "pad_to_len": "pad to --len",
+    "random_padded": "random, padded",
+    "length_grouped": "length-grouped",
+    "padding_free": "padding-free",
+    "packed_bfd_varlen": "packed BFD varlen",
+    "packed_bfd_dense": "packed BFD dense",
+    "packed_ffd_varlen": "packed FFD varlen",
+    "packed_ffd_dense": "packed FFD dense",
+}
 
 
 def _strategy_json(s: stats.StrategyResult, cost: dict[str, Any]) -> dict[str, Any]:
     d = {
-        "label": s.label, "rows": s.rows, "steps": s.steps, "tokens": s.tokens, "slots": s.slots,
-        "pad_slots": s.slots - s.tokens, "occupancy": s.occupancy,
-        "padding_fraction": s.padding_fraction, "attention_work": s.attention_work,
-        "attention_waste": s.attention_waste, "docs_per_row": s.docs_per_row,
+        "label": s.label,
+        "rows": s.rows,
+        "steps": s.steps,
+        "tokens": s.tokens,
+        "slots": s.slots,
+        "pad_slots": s.slots - s.tokens,
+        "occupancy": s.occupancy,
+        "padding_fraction": s.padding_fraction,
+        "attention_work": s.attention_work,
+        "attention_waste": s.attention_waste,
+        "docs_per_row": s.docs_per_row,
     }
     for k in STRATEGY_KEYS:
         if k not in d:
@@ -69,8 +98,12 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
         "packtool_version": __version__,
         "source": r.source,
         "options": {
-            "len": cfg.pack_len, "batch_size": cfg.batch_size, "group_window": cfg.group_window,
-            "seed": cfg.seed, "mfu": cfg.mfu, "overflow": cfg.overflow,
+            "len": cfg.pack_len,
+            "batch_size": cfg.batch_size,
+            "group_window": cfg.group_window,
+            "seed": cfg.seed,
+            "mfu": cfg.mfu,
+            "overflow": cfg.overflow,
             "lens": None if not r.sweep else [p.pack_len for p in r.sweep],
         },
         "counts": r.counts,
@@ -84,7 +117,9 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
             "attention_convention": stats.ATTENTION_CONVENTION,
             "relative_to": "padding_free",
             "model": r.model.to_json(),
-            "gpu": None if cfg.gpu is None else {"name": cfg.gpu.name, "peak_tflops_bf16_dense": cfg.gpu.peak_tflops},
+            "gpu": None
+            if cfg.gpu is None
+            else {"name": cfg.gpu.name, "peak_tflops_bf16_dense": cfg.gpu.peak_tflops},
             "mfu": cfg.mfu,
         },
         "histogram": r.histogram.to_json(),
@@ -112,7 +147,16 @@ def _count(x: int) -> str:
 
 
 def _si(x: float) -> str:
-    for unit, scale in (("Y", 1e24), ("Z", 1e21), ("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    for unit, scale in (
+        ("Y", 1e24),
+        ("Z", 1e21),
+        ("E", 1e18),
+        ("P", 1e15),
+        ("T", 1e12),
+        ("G", 1e9),
+        ("M", 1e6),
+        ("k", 1e3),
+    ):
         if abs(x) >= scale:
             return f"{x / scale:.3g}{unit}"
     return f"{x:.3g}"
@@ -161,8 +205,12 @@ def histogram_lines(r: ProfileResult, width: int = 40) -> list[tuple[str, str, s
     h = r.histogram
     edges, counts = h.edges.tolist(), h.counts.tolist()
     marks_at: dict[int, list[str]] = {}
-    marks = [("p50", r.lengths["median"]), ("p90", r.lengths["p90"]), ("p99", r.lengths["p99"]),
-             (f"--len {r.config.pack_len:,}", r.config.pack_len)]
+    marks = [
+        ("p50", r.lengths["median"]),
+        ("p90", r.lengths["p90"]),
+        ("p99", r.lengths["p99"]),
+        (f"--len {r.config.pack_len:,}", r.config.pack_len),
+    ]
     for label, v in marks:
         if v is None:
             continue
@@ -197,7 +245,9 @@ def render(r: ProfileResult, console) -> None:
     tok = src.get("tokenizer") or {}
     if tok.get("name"):
         extra.append(f"tokenizer {tok['name']}")
-    console.print(f"[bold]packtool profile[/] · {what}" + (f" [dim]({', '.join(extra)})[/]" if extra else ""))
+    console.print(
+        f"[bold]packtool profile[/] · {what}" + (f" [dim]({', '.join(extra)})[/]" if extra else "")
+    )
 
     # counts --------------------------------------------------------------------------------
     c = r.counts
@@ -216,7 +266,9 @@ def render(r: ProfileResult, console) -> None:
     if c["loss_tokens"] is not None:
         t.add_row("loss tokens", f"{c['loss_tokens']:,} ({c['loss_share']:.1%})")
         style = "yellow" if c["examples_without_loss"] else ""
-        t.add_row("examples without loss", f"[{style}]{c['examples_without_loss']:,}[/]" if style else "0")
+        t.add_row(
+            "examples without loss", f"[{style}]{c['examples_without_loss']:,}[/]" if style else "0"
+        )
     console.print(t)
 
     # distribution --------------------------------------------------------------------------
@@ -226,7 +278,13 @@ def render(r: ProfileResult, console) -> None:
         d.add_column(k, justify="right")
     for label, dist in (("all tokens", r.lengths), ("loss tokens", r.loss_lengths)):
         if dist and dist["count"]:
-            d.add_row(label, *(_num(dist[k], 1 if k == "mean" else 0) for k in ("min", "mean", "median", "p90", "p95", "p99", "max")))
+            d.add_row(
+                label,
+                *(
+                    _num(dist[k], 1 if k == "mean" else 0)
+                    for k in ("min", "mean", "median", "p90", "p95", "p99", "max")
+                ),
+            )
     console.print(d)
     for line in overflow_lines(r):
         console.print(line)
@@ -247,45 +305,75 @@ def render(r: ProfileResult, console) -> None:
             line.append("  ◀ " + mark, style="bold red" if "--len" in mark else "bold")
         console.print(line)
     if cfg.pack_len >= r.histogram.edges[-1]:
-        console.print(f"  [dim]--len {cfg.pack_len:,} is beyond the longest example ({r.lengths['max']:,})[/]")
+        console.print(
+            f"  [dim]--len {cfg.pack_len:,} is beyond the longest example ({r.lengths['max']:,})[/]"
+        )
 
     # strategies ----------------------------------------------------------------------------
     gpu = cfg.gpu
-    title = (f"strategies · --len {cfg.pack_len:,} · --overflow {cfg.overflow} · --batch-size {cfg.batch_size} · "
-             f"--group-window {cfg.group_window} · --seed {cfg.seed}")
-    s = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, padding=(0, 1))
+    title = (
+        f"strategies · --len {cfg.pack_len:,} · --overflow {cfg.overflow} · --batch-size {cfg.batch_size} · "
+        f"--group-window {cfg.group_window} · --seed {cfg.seed}"
+    )
+    s = Table(
+        box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, padding=(0, 1)
+    )
     for col in ("strategy", "rows", "steps", "occupancy", "padding", "attn\nwaste", "rel.\nFLOPs"):
         s.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     best = best_strategy(r)
     for name, st in r.strategies.items():
         cost = r.costs[name]
-        s.add_row(SHORT_LABELS.get(name, name), _count(st.rows), _count(st.steps), _pct(st.occupancy),
-                  _pct_small(st.padding_fraction), f"{st.attention_waste:.2f}×", f"{cost['relative_flops']:.2f}×",
-                  style="bold green" if name == best else None)
+        s.add_row(
+            SHORT_LABELS.get(name, name),
+            _count(st.rows),
+            _count(st.steps),
+            _pct(st.occupancy),
+            _pct_small(st.padding_fraction),
+            f"{st.attention_waste:.2f}×",
+            f"{cost['relative_flops']:.2f}×",
+            style="bold green" if name == best else None,
+        )
     console.print(s)
     if gpu:
-        g = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left", padding=(0, 1),
-                  title=f"one epoch on {gpu.name} ({gpu.peak_tflops:g} dense bf16 TFLOP/s) at MFU {cfg.mfu:g}")
+        g = Table(
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            title_justify="left",
+            padding=(0, 1),
+            title=f"one epoch on {gpu.name} ({gpu.peak_tflops:g} dense bf16 TFLOP/s) at MFU {cfg.mfu:g}",
+        )
         for col in ("strategy", "FLOPs", "GPU-hours", "saved vs pad", "saved vs random"):
             g.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
         for name in r.strategies:
             cost = r.costs[name]
             g.add_row(
-                SHORT_LABELS.get(name, name), _si(cost["flops"]), _hours(cost["gpu_hours"]),
-                "–" if name == "pad_to_len" else _saved(cost["gpu_hours_saved_vs_pad_to_len"],
-                                                        cost["saving_vs_pad_to_len"]),
-                "–" if name == "random_padded" else _saved(cost["gpu_hours_saved_vs_random_padded"],
-                                                           cost["saving_vs_random_padded"]),
+                SHORT_LABELS.get(name, name),
+                _si(cost["flops"]),
+                _hours(cost["gpu_hours"]),
+                "–"
+                if name == "pad_to_len"
+                else _saved(cost["gpu_hours_saved_vs_pad_to_len"], cost["saving_vs_pad_to_len"]),
+                "–"
+                if name == "random_padded"
+                else _saved(
+                    cost["gpu_hours_saved_vs_random_padded"], cost["saving_vs_random_padded"]
+                ),
                 style="bold green" if name == best else None,
             )
         console.print(g)
     console.print(f"[bold]{headline(r)}[/]")
     m = r.model
     params = f"P={_si(m.matmul_params)} matmul params, layers={m.layers}, d_attn={m.d_attn}"
-    console.print(f"[dim]{stats.FLOPS_FORMULA}  ({m.name}: {params}); rel. FLOPs are ÷ padding-free.[/]")
-    console.print(f"[dim]attention waste = Σ attention work / Σ own-length work (Σ n²); {stats.ATTENTION_CONVENTION}.[/]")
-    console.print("[dim]rows: padded rows, varlen sequences or packed rows; steps: micro-batches of "
-                  f"{cfg.batch_size} rows; {stats.overflow_note(cfg.overflow)}.[/]")
+    console.print(
+        f"[dim]{stats.FLOPS_FORMULA}  ({m.name}: {params}); rel. FLOPs are ÷ padding-free.[/]"
+    )
+    console.print(
+        f"[dim]attention waste = Σ attention work / Σ own-length work (Σ n²); {stats.ATTENTION_CONVENTION}.[/]"
+    )
+    console.print(
+        "[dim]rows: padded rows, varlen sequences or packed rows; steps: micro-batches of "
+        f"{cfg.batch_size} rows; {stats.overflow_note(cfg.overflow)}.[/]"
+    )
     for note in r.notes:
         console.print(f"[dim]note: {note}[/]")
     if r.sweep:
@@ -305,18 +393,32 @@ def overflow_lines(r: ProfileResult) -> list[str]:
     k = tr["examples_over"]
     out = []
     if k:
-        loss = "" if tr["loss_tokens_cut"] is None else f", {tr['loss_tokens_cut']:,} of them loss tokens"
-        head = (f"[yellow]{k:,} example{'s' if k != 1 else ''} ({tr['examples_over_share']:.2%}) "
-                f"exceed{'s' if k == 1 else ''} --len {cfg.pack_len:,}[/]: ")
+        loss = (
+            ""
+            if tr["loss_tokens_cut"] is None
+            else f", {tr['loss_tokens_cut']:,} of them loss tokens"
+        )
+        head = (
+            f"[yellow]{k:,} example{'s' if k != 1 else ''} ({tr['examples_over_share']:.2%}) "
+            f"exceed{'s' if k == 1 else ''} --len {cfg.pack_len:,}[/]: "
+        )
         if cfg.overflow == "drop":
-            out.append(head + f"--overflow drop leaves {_them(k)} out, {tr['tokens_cut']:,} tokens "
-                       f"({tr['tokens_cut_share']:.2%}){loss}. Every strategy below leaves {_them(k)} out.")
+            out.append(
+                head + f"--overflow drop leaves {_them(k)} out, {tr['tokens_cut']:,} tokens "
+                f"({tr['tokens_cut_share']:.2%}){loss}. Every strategy below leaves {_them(k)} out."
+            )
         elif cfg.overflow == "truncate":
-            out.append(head + f"truncation would cut {tr['tokens_cut']:,} tokens ({tr['tokens_cut_share']:.2%}){loss}. "
-                       "Every strategy below truncates them to --len.")
+            out.append(
+                head
+                + f"truncation would cut {tr['tokens_cut']:,} tokens ({tr['tokens_cut_share']:.2%}){loss}. "
+                "Every strategy below truncates them to --len."
+            )
         else:
-            out.append(head + f"--overflow split makes {_them(k)} {tr['split_parts']:,} documents of at most --len; "
-                       "nothing is cut. Every strategy below takes the parts as documents.")
+            out.append(
+                head
+                + f"--overflow split makes {_them(k)} {tr['split_parts']:,} documents of at most --len; "
+                "nothing is cut. Every strategy below takes the parts as documents."
+            )
     else:
         out.append(f"[green]every example fits in --len {cfg.pack_len:,}[/]")
     if pk:
@@ -333,10 +435,13 @@ def overflow_lines(r: ProfileResult) -> list[str]:
         if pk["examples_split"]:
             did.append(f"splits {pk['examples_split']:,} into {pk['split_parts']:,} documents")
         cut = f"{pk['tokens_cut']:,} tokens cut" + (
-            "" if pk["loss_tokens_cut"] is None else f" ({pk['loss_tokens_cut']:,} loss tokens)")
-        out.append(f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}[/] would write "
-                   f"{pk['rows']:,} rows of {pk['documents']:,} documents, {_pct(pk['fill'])} full; "
-                   + ", ".join(did + [cut]))
+            "" if pk["loss_tokens_cut"] is None else f" ({pk['loss_tokens_cut']:,} loss tokens)"
+        )
+        out.append(
+            f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}[/] would write "
+            f"{pk['rows']:,} rows of {pk['documents']:,} documents, {_pct(pk['fill'])} full; "
+            + ", ".join(did + [cut])
+        )
     return out
 
 
@@ -347,22 +452,47 @@ def sweep_table(r: ProfileResult):
 
     cfg = r.config
     rec = advice.recommend(r)
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
-              title=f"--len sweep · --overflow {cfg.overflow} · pack's rows (BFD) and FLOPs ÷ padding-free at each --len")
-    cols = ["--len", "rows", "fill", "tokens cut", "dropped", "trunc.", "split", "loss cut",
-            "packed\nvarlen", "packed\ndense", "length-\ngrouped", "random"]
+    t = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1),
+        title_justify="left",
+        title=f"--len sweep · --overflow {cfg.overflow} · pack's rows (BFD) and FLOPs ÷ padding-free at each --len",
+    )
+    cols = [
+        "--len",
+        "rows",
+        "fill",
+        "tokens cut",
+        "dropped",
+        "trunc.",
+        "split",
+        "loss cut",
+        "packed\nvarlen",
+        "packed\ndense",
+        "length-\ngrouped",
+        "random",
+    ]
     if cfg.gpu is not None:
         cols.append("GPU-h\npacked")
     for col in cols:
         t.add_column(col, justify="right", no_wrap=True)
     for p in r.sweep or []:
         pk = p.pack
-        rel = {n: p.relative_flops(n) for n in ("packed_bfd_varlen", "packed_bfd_dense", "length_grouped",
-                                                "random_padded")}
-        row = [f"{p.pack_len:,}", _count(p.rows), "–" if p.fill is None else _pct(p.fill),
-               f"{pk['tokens_cut']:,} ({_pct_small(pk['tokens_cut_share'] or 0.0)})",
-               f"{pk['examples_dropped']:,}", f"{pk['examples_truncated']:,}", f"{pk['examples_split']:,}",
-               "–" if pk["loss_tokens_cut"] is None else f"{pk['loss_tokens_cut']:,}"]
+        rel = {
+            n: p.relative_flops(n)
+            for n in ("packed_bfd_varlen", "packed_bfd_dense", "length_grouped", "random_padded")
+        }
+        row = [
+            f"{p.pack_len:,}",
+            _count(p.rows),
+            "–" if p.fill is None else _pct(p.fill),
+            f"{pk['tokens_cut']:,} ({_pct_small(pk['tokens_cut_share'] or 0.0)})",
+            f"{pk['examples_dropped']:,}",
+            f"{pk['examples_truncated']:,}",
+            f"{pk['examples_split']:,}",
+            "–" if pk["loss_tokens_cut"] is None else f"{pk['loss_tokens_cut']:,}",
+        ]
         row += ["–" if v is None else f"{v:.2f}×" for v in rel.values()]
         if cfg.gpu is not None:
             h = (p.strategies.get("packed_bfd_varlen") or {}).get("gpu_hours")
@@ -389,15 +519,25 @@ def render_recommendation(rec: advice.Recommendation, console) -> None:
         t.add_row(label, Text(text))
     console.print(t)
     label = "next" if rec.strategy == advice.PACKED else "to pack"
-    console.print(Text.assemble((f"{label}: ", "bold"), (rec.command, "bold green")), soft_wrap=True)
+    console.print(
+        Text.assemble((f"{label}: ", "bold"), (rec.command, "bold green")), soft_wrap=True
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # decisions
 
 
-_PREFERENCE = ("padding_free", "packed_bfd_varlen", "packed_ffd_varlen", "length_grouped", "packed_bfd_dense",
-               "packed_ffd_dense", "random_padded", "pad_to_len")
+_PREFERENCE = (
+    "padding_free",
+    "packed_bfd_varlen",
+    "packed_ffd_varlen",
+    "length_grouped",
+    "packed_bfd_dense",
+    "packed_ffd_dense",
+    "random_padded",
+    "pad_to_len",
+)
 
 
 def best_strategy(r: ProfileResult) -> str:

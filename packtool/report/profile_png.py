@@ -34,9 +34,16 @@ import numpy as np
 from packtool.profiler import ProfileResult
 from packtool.stats import Histogram
 
-_COLOR = {"pad_to_len": "#c44e52", "random_padded": "#dd8452", "length_grouped": "#ccb974",
-          "padding_free": "#55a868", "packed_bfd_varlen": "#4c72b0", "packed_bfd_dense": "#4c72b0",
-          "packed_ffd_varlen": "#8172b3", "packed_ffd_dense": "#8172b3"}
+_COLOR = {
+    "pad_to_len": "#c44e52",
+    "random_padded": "#dd8452",
+    "length_grouped": "#ccb974",
+    "padding_free": "#55a868",
+    "packed_bfd_varlen": "#4c72b0",
+    "packed_bfd_dense": "#4c72b0",
+    "packed_ffd_varlen": "#8172b3",
+    "packed_ffd_dense": "#8172b3",
+}
 
 
 def histogram_view(h: Histogram) -> tuple[np.ndarray, np.ndarray, float]:
@@ -75,10 +82,10 @@ def len_axis_note(r: ProfileResult) -> str:
 def sweep_series(r: ProfileResult) -> dict[str, list]:
     """Panel (e)'s data, one entry per swept --len (empty lists without a sweep):
 
-        lens       [1024, 2048, 4096]
-        fill       packed BFD occupancy, % (None where nothing is left to pack)
-        grouped    length-grouped occupancy, %
-        cut        tokens --overflow cuts, % of all tokens
+    lens       [1024, 2048, 4096]
+    fill       packed BFD occupancy, % (None where nothing is left to pack)
+    grouped    length-grouped occupancy, %
+    cut        tokens --overflow cuts, % of all tokens
     """
     out: dict[str, list] = {"lens": [], "fill": [], "grouped": [], "cut": []}
     for p in r.sweep or []:
@@ -123,8 +130,15 @@ def write_png(r: ProfileResult, path: str) -> None:
     labels = [r.strategies[n].label for n in names]
 
     colors = [_COLOR.get(n, "#888888") for n in names]
-    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
-                         "axes.titleweight": "bold", "axes.titlesize": 10})
+    plt.rcParams.update(
+        {
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.titleweight": "bold",
+            "axes.titlesize": 10,
+        }
+    )
     series = sweep_series(r)
     if series["lens"]:
         fig = plt.figure(figsize=(13, 12), dpi=110)
@@ -140,25 +154,58 @@ def write_png(r: ProfileResult, path: str) -> None:
     # (a) length histogram
     h = r.plot_histogram
     edges, widths, right = histogram_view(h)
-    ax_h.bar(edges[:-1], h.counts, width=widths, align="edge", color="#4c72b0", alpha=0.85,
-             edgecolor="white", linewidth=0.3)
+    ax_h.bar(
+        edges[:-1],
+        h.counts,
+        width=widths,
+        align="edge",
+        color="#4c72b0",
+        alpha=0.85,
+        edgecolor="white",
+        linewidth=0.3,
+    )
     ymax = max(h.counts.max(), 1)
-    for k, (label, v, style) in enumerate((("p50", r.lengths["median"], ":"), ("p90", r.lengths["p90"], "--"),
-                                           ("p99", r.lengths["p99"], "-."))):
+    for k, (label, v, style) in enumerate(
+        (
+            ("p50", r.lengths["median"], ":"),
+            ("p90", r.lengths["p90"], "--"),
+            ("p99", r.lengths["p99"], "-."),
+        )
+    ):
         ax_h.axvline(v, color="#333333", linestyle=style, linewidth=1)
-        ax_h.text(v, ymax * (1.17 - 0.08 * k), f" {label} {v:,.0f}", va="center", ha="left", fontsize=8,
-                  bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+        ax_h.text(
+            v,
+            ymax * (1.17 - 0.08 * k),
+            f" {label} {v:,.0f}",
+            va="center",
+            ha="left",
+            fontsize=8,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+        )
     if cfg.pack_len <= right:
         ax_h.axvline(cfg.pack_len, color="#c44e52", linewidth=1.8)
         ax_h.axvspan(cfg.pack_len, right, color="#c44e52", alpha=0.08)
         over = r.truncation["examples_over"]
-        ax_h.text(cfg.pack_len, ymax * 0.6, f"--len {cfg.pack_len:,} \n{over:,} longer ", color="#c44e52",
-                  fontsize=9, fontweight="bold", ha="right",
-                  bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1})
+        ax_h.text(
+            cfg.pack_len,
+            ymax * 0.6,
+            f"--len {cfg.pack_len:,} \n{over:,} longer ",
+            color="#c44e52",
+            fontsize=9,
+            fontweight="bold",
+            ha="right",
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1},
+        )
     if h.overflow:
-        ax_h.annotate(f"≥{int(edges[-2]):,}\n(tail to {r.lengths['max']:,})", (edges[-2] + widths[-1] / 2, h.counts[-1]),
-                      xytext=(0, 28), textcoords="offset points", ha="right", fontsize=7,
-                      arrowprops={"arrowstyle": "-", "color": "#999999", "linewidth": 0.6})
+        ax_h.annotate(
+            f"≥{int(edges[-2]):,}\n(tail to {r.lengths['max']:,})",
+            (edges[-2] + widths[-1] / 2, h.counts[-1]),
+            xytext=(0, 28),
+            textcoords="offset points",
+            ha="right",
+            fontsize=7,
+            arrowprops={"arrowstyle": "-", "color": "#999999", "linewidth": 0.6},
+        )
     ax_h.set_ylim(0, ymax * 1.25)
     note = len_axis_note(r)
     ax_h.set_xlabel("tokens per example" + (f"   ({note})" if note else ""))
@@ -173,8 +220,13 @@ def write_png(r: ProfileResult, path: str) -> None:
     ax_o.barh(y, occ, color=colors, height=0.65)
     for yi, n, o in zip(y, names, occ, strict=True):
         st = r.strategies[n]
-        ax_o.text(min(o, 100) + 1.5, yi, f"{_pct(st.occupancy)} · attn ×{st.attention_waste:.2f}", va="center",
-                  fontsize=8)
+        ax_o.text(
+            min(o, 100) + 1.5,
+            yi,
+            f"{_pct(st.occupancy)} · attn ×{st.attention_waste:.2f}",
+            va="center",
+            fontsize=8,
+        )
     ax_o.set_yticks(y, labels)
     ax_o.set_xlim(0, 150)
     ax_o.set_xticks([0, 25, 50, 75, 100])
@@ -187,10 +239,19 @@ def write_png(r: ProfileResult, path: str) -> None:
     lin = np.array([r.costs[n]["flops_linear"] / ideal for n in names])
     att = np.array([r.costs[n]["flops_attention"] / ideal for n in names])
     ax_f.barh(y, lin, color=colors, height=0.65)
-    ax_f.barh(y, att, left=lin, color=colors, height=0.65, alpha=0.45, hatch="///", edgecolor="white")
-    handles = [Patch(facecolor="#777777", label="linear layers: 6·P·slots"),
-               Patch(facecolor="#777777", alpha=0.45, hatch="///", edgecolor="white",
-                     label="attention: 12·layers·d_attn·work")]
+    ax_f.barh(
+        y, att, left=lin, color=colors, height=0.65, alpha=0.45, hatch="///", edgecolor="white"
+    )
+    handles = [
+        Patch(facecolor="#777777", label="linear layers: 6·P·slots"),
+        Patch(
+            facecolor="#777777",
+            alpha=0.45,
+            hatch="///",
+            edgecolor="white",
+            label="attention: 12·layers·d_attn·work",
+        ),
+    ]
     totals = lin + att
     # one huge bar (pad to --len on short data) would flatten the rest: clip it and say so
     rest = np.sort(totals)[-2] if totals.size > 1 else totals.max()
@@ -201,15 +262,29 @@ def write_png(r: ProfileResult, path: str) -> None:
         if cfg.gpu is not None:
             txt += f"  {_hours(cost['gpu_hours'])} {cfg.gpu.name} h"
         if total > cap:
-            ax_f.text(cap * 0.98, yi, txt + " ▶", va="center", ha="right", fontsize=8, color="white",
-                      fontweight="bold")
+            ax_f.text(
+                cap * 0.98,
+                yi,
+                txt + " ▶",
+                va="center",
+                ha="right",
+                fontsize=8,
+                color="white",
+                fontweight="bold",
+            )
         else:
             ax_f.text(total + cap * 0.01, yi, txt, va="center", fontsize=8)
     ax_f.set_yticks(y, labels)
     ax_f.set_xlim(0, cap)
     ax_f.axvline(1.0, color="#999999", linewidth=0.6)
-    ax_f.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8,
-                frameon=False)
+    ax_f.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+    )
     ax_f.set_xlabel("training FLOPs relative to padding-free (1.0 = no waste)")
     ax_f.set_title(f"Training FLOPs · {r.model.name}")
 
@@ -217,10 +292,19 @@ def write_png(r: ProfileResult, path: str) -> None:
     w = r.batch_waste
     wedges = np.asarray(w["edges"])
     wcounts = np.asarray(w["counts"])
-    ax_w.bar(wedges[:-1], wcounts, width=np.diff(wedges), align="edge", color="#dd8452",
-             edgecolor="white", linewidth=0.3)
+    ax_w.bar(
+        wedges[:-1],
+        wcounts,
+        width=np.diff(wedges),
+        align="edge",
+        color="#dd8452",
+        edgecolor="white",
+        linewidth=0.3,
+    )
     ax_w.set_xscale("log")
-    ticks = [t for t in (1, 1.5, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= wedges[-1] * 1.05]
+    ticks = [
+        t for t in (1, 1.5, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000) if t <= wedges[-1] * 1.05
+    ]
     ax_w.xaxis.set_major_locator(FixedLocator(ticks))
     ax_w.xaxis.set_minor_locator(NullLocator())
     ax_w.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}×"))
@@ -229,12 +313,26 @@ def write_png(r: ProfileResult, path: str) -> None:
         top = max(wcounts.max(), 1)
         for k, (label, key, style) in enumerate((("median", "median", "--"), ("p90", "p90", ":"))):
             ax_w.axvline(summ[key], color="#333333", linestyle=style, linewidth=1)
-            ax_w.text(summ[key], top * (1.17 - 0.08 * k), f" {label} ×{summ[key]:.2f}", va="center", ha="left",
-                      fontsize=8, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+            ax_w.text(
+                summ[key],
+                top * (1.17 - 0.08 * k),
+                f" {label} ×{summ[key]:.2f}",
+                va="center",
+                ha="left",
+                fontsize=8,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+            )
         ax_w.set_ylim(0, top * 1.25)
         overall = r.strategies["random_padded"].attention_waste
-        ax_w.text(0.02, 0.97, f"{summ['batches']:,} batches of {cfg.batch_size}\nepoch waste ×{overall:.2f}",
-                  transform=ax_w.transAxes, ha="left", va="top", fontsize=8)
+        ax_w.text(
+            0.02,
+            0.97,
+            f"{summ['batches']:,} batches of {cfg.batch_size}\nepoch waste ×{overall:.2f}",
+            transform=ax_w.transAxes,
+            ha="left",
+            va="top",
+            fontsize=8,
+        )
     ax_w.set_xlabel("attention waste per batch: b·m² / Σ n²  (log scale)")
     ax_w.set_ylabel("batches")
     ax_w.set_title("Random padded batches: attention waste per batch")
@@ -265,15 +363,28 @@ def _draw_sweep(ax, series: dict[str, list], r: ProfileResult) -> None:
     right = ax.twinx()
     right.spines["right"].set_visible(True)
     widths = lens * 0.25
-    right.bar(lens, cut, width=widths, color="#c44e52", alpha=0.3, label="tokens cut by --overflow (%)")
+    right.bar(
+        lens, cut, width=widths, color="#c44e52", alpha=0.3, label="tokens cut by --overflow (%)"
+    )
     right.set_ylim(0, max(5.0, float(np.nanmax(cut)) * 1.3 if cut.size else 5.0))
     right.set_ylabel(f"tokens cut (--overflow {r.config.overflow}), %", color="#c44e52")
     ax.plot(lens, fill, "o-", color="#4c72b0", label="packed BFD fill (%)")
     ax.plot(lens, grouped, "s--", color="#ccb974", label="length-grouped occupancy (%)")
     for x, y in zip(lens, fill, strict=True):
         if not np.isnan(y):
-            ax.annotate(f"{y:.1f}%", (x, y), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=8)
-    low = np.nanmin(np.concatenate([fill, grouped])) if np.isfinite(np.concatenate([fill, grouped])).any() else 0
+            ax.annotate(
+                f"{y:.1f}%",
+                (x, y),
+                xytext=(0, 6),
+                textcoords="offset points",
+                ha="center",
+                fontsize=8,
+            )
+    low = (
+        np.nanmin(np.concatenate([fill, grouped]))
+        if np.isfinite(np.concatenate([fill, grouped])).any()
+        else 0
+    )
     ax.set_ylim(max(0.0, min(low - 5, 90.0)), 101.5)
     ax.set_zorder(right.get_zorder() + 1)
     ax.patch.set_visible(False)
@@ -283,7 +394,15 @@ def _draw_sweep(ax, series: dict[str, list], r: ProfileResult) -> None:
     pick = advice.recommend(r).pack_len
     if pick in series["lens"]:
         ax.axvline(pick, color="#55a868", linewidth=1.5, linestyle=":")
-        ax.text(pick, 101, f" recommended --len {pick:,}", color="#2d7a45", fontsize=8, va="top", ha="left")
+        ax.text(
+            pick,
+            101,
+            f" recommended --len {pick:,}",
+            color="#2d7a45",
+            fontsize=8,
+            va="top",
+            ha="left",
+        )
     ax.set_xlabel("--len")
     ax.set_ylabel("occupancy, %")
     handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]

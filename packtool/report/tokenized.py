@@ -1,14 +1,14 @@
 """Say what was read and how, before a command's own report (stderr, rich markup):
 
-    format: messages — every record has a messages list
-    (a folder or glob whose files differ in format: one line for the input, then one per file)
-    format: mixed: alpaca (identity.json 91), sharegpt (a.json 300) — each file's format detected ...
-      identity.json: alpaca, 91 records — has 'instruction' and 'output' (with 'input')
-      a.json: sharegpt, 300 records — has 'conversations' with from/value turns
-    tokenizer: Qwen/Qwen3-0.6B (built-in)
-    chat template: NAME (ORIGIN) — why; labels from generation markers; end of turn <|im_end|>; ...
-    examples: 600 read, 598 tokenized, 2 skipped, tokenizer backend fastokens (from cache)
-    warning: ...
+format: messages — every record has a messages list
+(a folder or glob whose files differ in format: one line for the input, then one per file)
+format: mixed: alpaca (identity.json 91), sharegpt (a.json 300) — each file's format detected ...
+  identity.json: alpaca, 91 records — has 'instruction' and 'output' (with 'input')
+  a.json: sharegpt, 300 records — has 'conversations' with from/value turns
+tokenizer: Qwen/Qwen3-0.6B (built-in)
+chat template: NAME (ORIGIN) — why; labels from generation markers; end of turn <|im_end|>; ...
+examples: 600 read, 598 tokenized, 2 skipped, tokenizer backend fastokens (from cache)
+warning: ...
 """
 
 from __future__ import annotations
@@ -16,11 +16,17 @@ from __future__ import annotations
 
 def template_line(tok: dict) -> str:
     """`chat template: NAME (ORIGIN) — why; labels: mode; end of turn: ...; date: ...` in one line."""
-    mode = {"markers": "generation markers", "prefix": "render diffs, every assistant turn",
-            "last": "render diffs, last assistant turn", "all": "every token"}.get(tok.get("chat_template_mode"), "")
-    parts = [f"chat template: {tok['chat_template']}" + (f" ({tok['chat_template_origin']})"
-                                                          if tok.get("chat_template_origin") else "")
-             + (f" — {tok['chat_template_why']}" if tok.get("chat_template_why") else "")]
+    mode = {
+        "markers": "generation markers",
+        "prefix": "render diffs, every assistant turn",
+        "last": "render diffs, last assistant turn",
+        "all": "every token",
+    }.get(tok.get("chat_template_mode"), "")
+    parts = [
+        f"chat template: {tok['chat_template']}"
+        + (f" ({tok['chat_template_origin']})" if tok.get("chat_template_origin") else "")
+        + (f" — {tok['chat_template_why']}" if tok.get("chat_template_why") else "")
+    ]
     if mode:
         parts.append(f"labels from {mode}")
     if tok.get("end_of_turn"):
@@ -42,14 +48,18 @@ def format_lines(td) -> list[str]:
         return []
     names = td.file_names()
     items = list(formats.items())
-    lines = [f"{names[p]}: {f.format}, {f.records:,} record{'s' if f.records != 1 else ''} — {f.reason}"
-             for p, f in items[:MAX_FILES]]
+    lines = [
+        f"{names[p]}: {f.format}, {f.records:,} record{'s' if f.records != 1 else ''} — {f.reason}"
+        for p, f in items[:MAX_FILES]
+    ]
     if len(items) > MAX_FILES:
         rest: dict[str, int] = {}
         for _, f in items[MAX_FILES:]:
             rest[f.format] = rest.get(f.format, 0) + 1
-        lines.append(f"… and {len(items) - MAX_FILES} more files: "
-                     + ", ".join(f"{k} {fmt}" for fmt, k in sorted(rest.items())))
+        lines.append(
+            f"… and {len(items) - MAX_FILES} more files: "
+            + ", ".join(f"{k} {fmt}" for fmt, k in sorted(rest.items()))
+        )
     return lines
 
 
@@ -66,7 +76,10 @@ def announce(td, con, warnings: bool = True) -> None:
         if tok.get("chat_template"):
             con.print(template_line(tok))
     backend = (td.backend or {}).get("name")
-    con.print(f"examples: {td.num_read} read, {len(td)} tokenized, {len(td.skipped)} skipped"
-              + (f", tokenizer backend {backend}" if backend else "") + (" (from cache)" if td.cache_hit else ""))
+    con.print(
+        f"examples: {td.num_read} read, {len(td)} tokenized, {len(td.skipped)} skipped"
+        + (f", tokenizer backend {backend}" if backend else "")
+        + (" (from cache)" if td.cache_hit else "")
+    )
     for w in td.warnings if warnings else ():
         con.print(f"[yellow]warning:[/] {w}")

@@ -32,15 +32,21 @@ def evidence_text(ev: dict[str, Any]) -> str:
     """The context of a check in a few words (the numbers themselves are in the message)."""
     parts = []
     if "dtype" in ev:
-        parts.append(f"{ev['dtype']} {ev.get('device', '?')}, {ev.get('rows_tested', '?')} rows, "
-                     f"{ev.get('documents', '?')} docs, {ev.get('seconds', '?')} s")
+        parts.append(
+            f"{ev['dtype']} {ev.get('device', '?')}, {ev.get('rows_tested', '?')} rows, "
+            f"{ev.get('documents', '?')} docs, {ev.get('seconds', '?')} s"
+        )
     calls = ev.get("kernel_calls")
     if calls and (calls.get("varlen_calls") or calls.get("dense_calls")):
-        parts.append(f"{_num(calls['varlen_calls'])} varlen / {_num(calls['dense_calls'])} dense calls")
+        parts.append(
+            f"{_num(calls['varlen_calls'])} varlen / {_num(calls['dense_calls'])} dense calls"
+        )
     if ev.get("rows_failed"):
         parts.append(f"{_num(ev['rows_failed'])} rows failed")
     if "sha256_checked" in ev:
-        parts.append(f"{ev['shards']} shards, {_num(ev['rows'])} rows, {ev['sha256_checked']} sha256")
+        parts.append(
+            f"{ev['shards']} shards, {_num(ev['rows'])} rows, {ev['sha256_checked']} sha256"
+        )
     if "unique" in ev:
         parts.append(f"{_num(ev['documents'])} docs, {_num(ev['unique'])} sources")
     return "; ".join(parts)
@@ -70,10 +76,18 @@ def render_verify(result, console, verbosity: int = 1) -> None:
         groups: dict[str, int] = {}
         for c in result.checks:
             if not c.skipped:
-                key = c.name.split(" ")[0] if c.name.startswith(("isolation", "sources")) else "integrity"
+                key = (
+                    c.name.split(" ")[0]
+                    if c.name.startswith(("isolation", "sources"))
+                    else "integrity"
+                )
                 groups[key] = groups.get(key, 0) + 1
-        console.print("checks passed: " + ", ".join(f"{k} {n}" for k, n in groups.items())
-                      + " (-v lists every check)", soft_wrap=True)
+        console.print(
+            "checks passed: "
+            + ", ".join(f"{k} {n}" for k, n in groups.items())
+            + " (-v lists every check)",
+            soft_wrap=True,
+        )
         for c in result.checks:
             if c.skipped and c.name != "FlashAttention kernel":
                 console.print(f"[yellow]SKIP[/] {c.name}: {c.message}", soft_wrap=True)
@@ -89,8 +103,10 @@ def render_verify(result, console, verbosity: int = 1) -> None:
     if "integrity" in t:
         line = f"timing  integrity {t['integrity']:.2f} s"
         if scanned:
-            line += (f" over every row: {scanned['rows_scanned']:,} rows, {scanned['tokens_scanned']:,} token slots "
-                     f"({_rate(t.get('integrity_tokens_per_s', 0))})")
+            line += (
+                f" over every row: {scanned['rows_scanned']:,} rows, {scanned['tokens_scanned']:,} token slots "
+                f"({_rate(t.get('integrity_tokens_per_s', 0))})"
+            )
         if "isolation" in t:
             line += f", isolation {t['isolation']:.2f} s"
         console.print(line, soft_wrap=True)
@@ -107,17 +123,25 @@ def _kernel_lines(result, console) -> None:
                 console.print(f"kernel  {c.message}", soft_wrap=True)
                 continue
             if c.evidence.get("fallback"):
-                console.print(f"kernel  auto passed over: {'; '.join(c.evidence['fallback'])}", soft_wrap=True)
+                console.print(
+                    f"kernel  auto passed over: {'; '.join(c.evidence['fallback'])}", soft_wrap=True
+                )
             if c.evidence.get("trial"):
-                console.print(f"kernel  {c.evidence['backend']}: {c.evidence['trial']}", soft_wrap=True)
+                console.print(
+                    f"kernel  {c.evidence['backend']}: {c.evidence['trial']}", soft_wrap=True
+                )
 
 
 def _last_line(result, console) -> None:
     skipped = sum(c.skipped for c in result.checks)
     if result.passed:
-        console.print(f"[bold green]verify passed[/]: {len(result.checks) - skipped} checks"
-                      + (f", {skipped} skipped" if skipped else ""))
+        console.print(
+            f"[bold green]verify passed[/]: {len(result.checks) - skipped} checks"
+            + (f", {skipped} skipped" if skipped else "")
+        )
     else:
         names = ", ".join(c.name for c in result.failed)
-        console.print(f"[bold red]verify failed[/]: {len(result.failed)} of {len(result.checks)} checks ({names})",
-                      soft_wrap=True)
+        console.print(
+            f"[bold red]verify failed[/]: {len(result.failed)} of {len(result.checks)} checks ({names})",
+            soft_wrap=True,
+        )

@@ -67,8 +67,11 @@ def shard_schema_problems(got, pack_len: int) -> list[str]:
     The one shard-schema check: verify reports the problems, the trainer-side dataset refuses the
     shard. A forbidden column (attention_mask) is named first: it is the mistake that matters."""
     want = arrow_schema(pack_len)
-    problems = [f"forbidden column {c!r} (schema v{SCHEMA_VERSION} has none)" for c in FORBIDDEN_COLUMNS
-                if c in got.names]
+    problems = [
+        f"forbidden column {c!r} (schema v{SCHEMA_VERSION} has none)"
+        for c in FORBIDDEN_COLUMNS
+        if c in got.names
+    ]
     for f in want:
         i = got.get_field_index(f.name)
         if i < 0:

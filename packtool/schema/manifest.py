@@ -72,7 +72,13 @@ class Tokens:
 
 
 _TOKEN_KEYS = ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut", "pad")
-_TYPES = {int: "an integer", str: "a string", bool: "true or false", dict: "an object", list: "a list"}
+_TYPES = {
+    int: "an integer",
+    str: "a string",
+    bool: "true or false",
+    dict: "an object",
+    list: "a list",
+}
 
 
 @dataclass
@@ -104,7 +110,9 @@ class Manifest:
     lower_bound_rows: int
     docs_per_row: dict[str, Any]
     shards: list[dict[str, Any]]
-    extra: dict[str, Any] = field(default_factory=dict)  # keys a later writer added: kept as they are
+    extra: dict[str, Any] = field(
+        default_factory=dict
+    )  # keys a later writer added: kept as they are
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -112,7 +120,11 @@ class Manifest:
             if f.name == "extra":
                 continue
             v = getattr(self, f.name)
-            out[f.name] = v.to_json() if isinstance(v, Tokens) else (vars(v).copy() if isinstance(v, Counts) else v)
+            out[f.name] = (
+                v.to_json()
+                if isinstance(v, Tokens)
+                else (vars(v).copy() if isinstance(v, Counts) else v)
+            )
         out.update(self.extra)
         return out
 
@@ -122,10 +134,14 @@ class Manifest:
         if not isinstance(d, dict):
             raise ManifestError(f"{where} is not a JSON object")
         if not is_pack_manifest(d):
-            raise ManifestError(f"{where} is not a packtool manifest (no schema_version / packtool_version)")
+            raise ManifestError(
+                f"{where} is not a packtool manifest (no schema_version / packtool_version)"
+            )
         if d["schema_version"] != SCHEMA_VERSION:
-            raise ManifestError(f"{where}: schema_version {d['schema_version']!r}; this packtool reads "
-                                f"version {SCHEMA_VERSION}")
+            raise ManifestError(
+                f"{where}: schema_version {d['schema_version']!r}; this packtool reads "
+                f"version {SCHEMA_VERSION}"
+            )
         kw: dict[str, Any] = {}
         for f in fields(cls):
             if f.name == "extra":
@@ -133,8 +149,16 @@ class Manifest:
             if f.name not in d:
                 raise ManifestError(f"{where}: {f.name} is not recorded")
             kw[f.name] = d[f.name]
-        for name, typ in (("pack_len", int), ("counts", dict), ("tokens", dict), ("shards", list),
-                          ("skipped", list), ("dropped", list), ("truncated", list), ("split", list)):
+        for name, typ in (
+            ("pack_len", int),
+            ("counts", dict),
+            ("tokens", dict),
+            ("shards", list),
+            ("skipped", list),
+            ("dropped", list),
+            ("truncated", list),
+            ("split", list),
+        ):
             if not isinstance(kw[name], typ) or (typ is int and isinstance(kw[name], bool)):
                 raise ManifestError(f"{where}: {name} is not {_TYPES[typ]}")
         for name, keys in (("counts", [f.name for f in fields(Counts)]), ("tokens", _TOKEN_KEYS)):
@@ -168,7 +192,9 @@ def _int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def conservation_problems(counts: dict, tokens: dict, listed: dict[str, list] | None = None) -> list[str]:
+def conservation_problems(
+    counts: dict, tokens: dict, listed: dict[str, list] | None = None
+) -> list[str]:
     """Where every example and token went, from a manifest's `counts` and `tokens` (dicts, as in the
     JSON: a damaged manifest may lack keys, which are then named) and, when given, its per-example
     lists {skipped, dropped, truncated, split}:
@@ -180,17 +206,30 @@ def conservation_problems(counts: dict, tokens: dict, listed: dict[str, list] | 
         len(list)     = counts.<list>                               (each example listed once)
     """
     problems: list[str] = []
-    keys = ("examples_read", "skipped", "tokenized", "packed", "truncated", "split", "split_parts", "dropped")
+    keys = (
+        "examples_read",
+        "skipped",
+        "tokenized",
+        "packed",
+        "truncated",
+        "split",
+        "split_parts",
+        "dropped",
+    )
     v = {k: counts.get(k) for k in keys}
     missing = [k for k, x in v.items() if not _int(x)]
     if missing:
         problems.append(f"counts.{', counts.'.join(missing)} not recorded")
     else:
         if v["examples_read"] != v["tokenized"] + v["skipped"]:
-            problems.append(f"examples_read {v['examples_read']} != tokenized {v['tokenized']} + skipped {v['skipped']}")
+            problems.append(
+                f"examples_read {v['examples_read']} != tokenized {v['tokenized']} + skipped {v['skipped']}"
+            )
         if v["tokenized"] != v["packed"] + v["truncated"] + v["split"] + v["dropped"]:
-            problems.append(f"tokenized {v['tokenized']} != packed {v['packed']} + truncated {v['truncated']} + "
-                            f"split {v['split']} + dropped {v['dropped']}")
+            problems.append(
+                f"tokenized {v['tokenized']} != packed {v['packed']} + truncated {v['truncated']} + "
+                f"split {v['split']} + dropped {v['dropped']}"
+            )
         for key, lst in (listed or {}).items():
             if isinstance(lst, list) and len(lst) != v[key]:
                 problems.append(f"counts.{key} is {v[key]} but {len(lst)} entries are listed")
@@ -199,14 +238,21 @@ def conservation_problems(counts: dict, tokens: dict, listed: dict[str, list] | 
         problems.append("tokens.in/out/cut not all recorded")
     else:
         if t_in != t_out + t_cut:
-            problems.append(f"tokens in {t_in} != out {t_out} + cut {t_cut} (difference {t_in - t_out - t_cut})")
+            problems.append(
+                f"tokens in {t_in} != out {t_out} + cut {t_cut} (difference {t_in - t_out - t_cut})"
+            )
         if listed is not None and "dropped" in listed and "truncated" in listed:
-            cut = sum(int(x.get("length", 0)) for x in listed["dropped"] if isinstance(x, dict)) + \
-                sum(int(x.get("cut", 0)) for x in listed["truncated"] if isinstance(x, dict))
+            cut = sum(
+                int(x.get("length", 0)) for x in listed["dropped"] if isinstance(x, dict)
+            ) + sum(int(x.get("cut", 0)) for x in listed["truncated"] if isinstance(x, dict))
             if cut != t_cut:
-                problems.append(f"tokens.cut is {t_cut} but the dropped and truncated lists account for {cut}")
+                problems.append(
+                    f"tokens.cut is {t_cut} but the dropped and truncated lists account for {cut}"
+                )
     loss = [tokens.get(k) for k in ("loss_in", "loss_out", "loss_first_token", "loss_cut")]
     if all(_int(x) for x in loss) and loss[0] != loss[1] + loss[2] + loss[3]:
-        problems.append(f"loss tokens in {loss[0]} != out {loss[1]} + first-token {loss[2]} + cut {loss[3]}"
-                        " (num_loss_tokens disagrees with labels?)")
+        problems.append(
+            f"loss tokens in {loss[0]} != out {loss[1]} + first-token {loss[2]} + cut {loss[3]}"
+            " (num_loss_tokens disagrees with labels?)"
+        )
     return problems

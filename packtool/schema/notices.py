@@ -28,4 +28,9 @@ class Notice:
         return self.message
 
     def to_json(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "count": self.count, "items": list(self.items)}
+        return {
+            "code": self.code,
+            "message": self.message,
+            "count": self.count,
+            "items": list(self.items),
+        }

@@ -44,7 +44,11 @@ def cu_seqlens(rows: Iterable[Sequence[int]], pack_len: int) -> np.ndarray:
 def position_ids(seq_lengths: Sequence[int], pack_len: int) -> np.ndarray:
     """int32 [pack_len]: 0, 1, ... restarting at every segment (the pad tail included)."""
     segs = row_segments(seq_lengths, pack_len)
-    return np.concatenate([np.arange(n, dtype=np.int32) for n in segs]) if segs else np.zeros(0, np.int32)
+    return (
+        np.concatenate([np.arange(n, dtype=np.int32) for n in segs])
+        if segs
+        else np.zeros(0, np.int32)
+    )
 
 
 def document_ids(seq_lengths: Sequence[int], pack_len: int) -> np.ndarray:
@@ -57,7 +61,9 @@ def document_ids(seq_lengths: Sequence[int], pack_len: int) -> np.ndarray:
     return out
 
 
-def segment_starts(row_starts: np.ndarray, doc_starts: np.ndarray, pad_starts: np.ndarray, n: int) -> np.ndarray:
+def segment_starts(
+    row_starts: np.ndarray, doc_starts: np.ndarray, pad_starts: np.ndarray, n: int
+) -> np.ndarray:
     """For `n` slots of rows laid end to end, the flat index where each slot's segment starts, from
     the flat start indices of rows, documents and pad tails (the bulk form of `position_ids`:
     position = slot - segment start)."""

@@ -51,10 +51,22 @@ OUT = "packed/"
 PACKED = "packed_bfd_varlen"
 DENSE = "packed_bfd_dense"
 GROUPED = "length_grouped"
-WITHOUT_VARLEN = ("length_grouped", "packed_bfd_dense", "packed_ffd_dense", "random_padded", "pad_to_len")
-LABELS = {"packed_bfd_varlen": "packed BFD + varlen", "packed_bfd_dense": "packed BFD + dense mask",
-          "packed_ffd_dense": "packed FFD + dense mask", "length_grouped": "length-grouped batches",
-          "random_padded": "random padded batches", "pad_to_len": "pad to --len", "padding_free": "padding-free"}
+WITHOUT_VARLEN = (
+    "length_grouped",
+    "packed_bfd_dense",
+    "packed_ffd_dense",
+    "random_padded",
+    "pad_to_len",
+)
+LABELS = {
+    "packed_bfd_varlen": "packed BFD + varlen",
+    "packed_bfd_dense": "packed BFD + dense mask",
+    "packed_ffd_dense": "packed FFD + dense mask",
+    "length_grouped": "length-grouped batches",
+    "random_padded": "random padded batches",
+    "pad_to_len": "pad to --len",
+    "padding_free": "padding-free",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,7 +92,9 @@ def candidate_lens(longest: int, given: list[int] | tuple[int, ...]) -> list[int
     return sorted(out)
 
 
-def cuts_by_len(lengths: np.ndarray, loss_counts: np.ndarray | None, lens) -> dict[int, dict[str, Any]]:
+def cuts_by_len(
+    lengths: np.ndarray, loss_counts: np.ndarray | None, lens
+) -> dict[int, dict[str, Any]]:
     """Per --len L, from the lengths alone (examples with 0 tokens are left out by the caller):
 
         examples_over     #{n > L}
@@ -139,7 +153,9 @@ def _share(part: int | None, whole: int | None) -> float | None:
 
 def _ok(c: dict, t: Totals) -> bool:
     loss = _share(c["loss_tokens_over"], t.loss_tokens)
-    return _share(c["tokens_over"], t.tokens) <= MAX_LOST_SHARE and (loss is None or loss <= MAX_LOST_SHARE)
+    return _share(c["tokens_over"], t.tokens) <= MAX_LOST_SHARE and (
+        loss is None or loss <= MAX_LOST_SHARE
+    )
 
 
 def _outliers(c: dict, t: Totals) -> bool:
@@ -162,8 +178,10 @@ def _pct(x: float | None) -> str:
 def _over_text(c: dict, t: Totals) -> str:
     """'3 examples (1.0%) are longer, holding 7.2% of tokens (6.3% of loss tokens)'."""
     k = c["examples_over"]
-    text = (f"{_plural(k, 'example')} ({_pct(_share(k, t.examples))}) {'is' if k == 1 else 'are'} longer, "
-            f"holding {_pct(_share(c['tokens_over'], t.tokens))} of tokens")
+    text = (
+        f"{_plural(k, 'example')} ({_pct(_share(k, t.examples))}) {'is' if k == 1 else 'are'} longer, "
+        f"holding {_pct(_share(c['tokens_over'], t.tokens))} of tokens"
+    )
     loss = _share(c["loss_tokens_over"], t.loss_tokens)
     return text + ("" if loss is None else f" ({_pct(loss)} of loss tokens)")
 
@@ -180,15 +198,23 @@ class LenChoice:
 def _overflow_reason(c: dict, t: Totals, overflow: str) -> str:
     k = c["examples_over"]
     if k == 0:
-        return "no example is longer than --len: --overflow does not matter (drop is pack's default)"
-    trunc = f"truncate would cut the ends of {_plural(k, 'example')} ({c['tokens_truncated']:,} tokens)"
+        return (
+            "no example is longer than --len: --overflow does not matter (drop is pack's default)"
+        )
+    trunc = (
+        f"truncate would cut the ends of {_plural(k, 'example')} ({c['tokens_truncated']:,} tokens)"
+    )
     if overflow == "drop":
-        return (f"drop (pack's default): leaving out {_plural(k, 'example')} loses only "
-                f"{_pct(_share(c['tokens_over'], t.tokens))} of tokens (at most {MAX_LOST_SHARE:.0%}); {trunc}")
+        return (
+            f"drop (pack's default): leaving out {_plural(k, 'example')} loses only "
+            f"{_pct(_share(c['tokens_over'], t.tokens))} of tokens (at most {MAX_LOST_SHARE:.0%}); {trunc}"
+        )
     them = "it" if k == 1 else "them"
-    return (f"split: dropping {them} would lose {_pct(_share(c['tokens_over'], t.tokens))} of tokens (more than "
-            f"{MAX_LOST_SHARE:.0%}); split keeps every token as {c['split_parts']:,} documents of at most --len "
-            f"(each part's first token carries no loss); {trunc}")
+    return (
+        f"split: dropping {them} would lose {_pct(_share(c['tokens_over'], t.tokens))} of tokens (more than "
+        f"{MAX_LOST_SHARE:.0%}); split keeps every token as {c['split_parts']:,} documents of at most --len "
+        f"(each part's first token carries no loss); {trunc}"
+    )
 
 
 def _smallest_within(lens: list[int], points: dict | None) -> tuple[int, str]:
@@ -207,11 +233,15 @@ def _smallest_within(lens: list[int], points: dict | None) -> tuple[int, str]:
         return pick, ""
     first = rel.get(lens[0])
     worse = "" if first is None else f" (--len {lens[0]:,}: {first:.3f}×)"
-    return pick, (f"; it packs within {FLAT:.0%} of the best swept --len, {rel[pick]:.3f}× padding-free's FLOPs"
-                  f"{worse}")
+    return pick, (
+        f"; it packs within {FLAT:.0%} of the best swept --len, {rel[pick]:.3f}× padding-free's FLOPs"
+        f"{worse}"
+    )
 
 
-def choose_len(cuts: dict[int, dict], totals: Totals, given: list[int], points: dict | None = None) -> LenChoice:
+def choose_len(
+    cuts: dict[int, dict], totals: Totals, given: list[int], points: dict | None = None
+) -> LenChoice:
     """--len and --overflow by the rules of the module docstring. `cuts` must hold every given
     length and, for one given length, the powers of two above it (candidate_lens). The reasons
     read after "--len N: "."""
@@ -221,53 +251,96 @@ def choose_len(cuts: dict[int, dict], totals: Totals, given: list[int], points: 
         L0 = given[0]
         c0 = cuts[L0]
         if c0["examples_over"] == 0:
-            return LenChoice(L0, "drop", "fits", f"every example fits (longest {t.longest:,})",
-                             _overflow_reason(c0, t, "drop"))
+            return LenChoice(
+                L0,
+                "drop",
+                "fits",
+                f"every example fits (longest {t.longest:,})",
+                _overflow_reason(c0, t, "drop"),
+            )
         if _ok(c0, t):
-            return LenChoice(L0, "drop", "drop", f"keeps all but a small tail: {_over_text(c0, t)}",
-                             _overflow_reason(c0, t, "drop"))
+            return LenChoice(
+                L0,
+                "drop",
+                "drop",
+                f"keeps all but a small tail: {_over_text(c0, t)}",
+                _overflow_reason(c0, t, "drop"),
+            )
         above = [L for L in sorted(cuts) if L > L0 and L & (L - 1) == 0]
         whole = next((L for L in above if _ok(cuts[L], t)), None)
         if _outliers(c0, t):
-            hint = f"; --len {whole:,} would keep {'it' if c0['examples_over'] == 1 else 'them'} whole" if whole else ""
-            return LenChoice(L0, "split", "outliers",
-                             f"only {_over_text(c0, t)}: too few to make every row longer{hint}",
-                             _overflow_reason(c0, t, "split"))
+            hint = (
+                f"; --len {whole:,} would keep {'it' if c0['examples_over'] == 1 else 'them'} whole"
+                if whole
+                else ""
+            )
+            return LenChoice(
+                L0,
+                "split",
+                "outliers",
+                f"only {_over_text(c0, t)}: too few to make every row longer{hint}",
+                _overflow_reason(c0, t, "split"),
+            )
         if whole is not None and whole <= MAX_LEN_RAISE * L0:
             c = cuts[whole]
             left = "every example fits" if c["examples_over"] == 0 else _over_text(c, t)
-            return LenChoice(whole, "drop", "raise",
-                             f"the smallest power of two that keeps all but {MAX_LOST_SHARE:.0%} of tokens ({left}); "
-                             f"at --len {L0:,} {_over_text(c0, t)}", _overflow_reason(c, t, "drop"))
+            return LenChoice(
+                whole,
+                "drop",
+                "raise",
+                f"the smallest power of two that keeps all but {MAX_LOST_SHARE:.0%} of tokens ({left}); "
+                f"at --len {L0:,} {_over_text(c0, t)}",
+                _overflow_reason(c, t, "drop"),
+            )
         far = f"--len {whole:,}" if whole else "a longer --len than the planner takes"
-        return LenChoice(L0, "split", "split",
-                         f"{_over_text(c0, t)}; keeping them whole needs {far}, more than {MAX_LEN_RAISE}× "
-                         "--len, so --len stays", _overflow_reason(c0, t, "split"))
+        return LenChoice(
+            L0,
+            "split",
+            "split",
+            f"{_over_text(c0, t)}; keeping them whole needs {far}, more than {MAX_LEN_RAISE}× "
+            "--len, so --len stays",
+            _overflow_reason(c0, t, "split"),
+        )
     ok = [L for L in given if _ok(cuts[L], t)]
     if ok:
         pick, why = _smallest_within(ok, points)
         c = cuts[pick]
         fits = c["examples_over"] == 0
         if pick != ok[0]:
-            base = f"every example fits (longest {t.longest:,})" if fits else \
-                f"keeps all but {MAX_LOST_SHARE:.0%} of tokens: {_over_text(c, t)}"
+            base = (
+                f"every example fits (longest {t.longest:,})"
+                if fits
+                else f"keeps all but {MAX_LOST_SHARE:.0%} of tokens: {_over_text(c, t)}"
+            )
         elif fits:
             base = f"the shortest swept --len that every example fits in (longest {t.longest:,})"
         else:
-            base = (f"the shortest swept --len that keeps all but {MAX_LOST_SHARE:.0%} of tokens: "
-                    f"{_over_text(c, t)}")
+            base = (
+                f"the shortest swept --len that keeps all but {MAX_LOST_SHARE:.0%} of tokens: "
+                f"{_over_text(c, t)}"
+            )
         return LenChoice(pick, "drop", "sweep-ok", base + why, _overflow_reason(c, t, "drop"))
     few = [L for L in given if _outliers(cuts[L], t)]
     if few:
         pick, why = _smallest_within(few, points)
         c = cuts[pick]
-        return LenChoice(pick, "split", "sweep-outliers",
-                         f"every swept --len would drop more than {MAX_LOST_SHARE:.0%} of tokens; here only "
-                         f"{_over_text(c, t)}" + why, _overflow_reason(c, t, "split"))
+        return LenChoice(
+            pick,
+            "split",
+            "sweep-outliers",
+            f"every swept --len would drop more than {MAX_LOST_SHARE:.0%} of tokens; here only "
+            f"{_over_text(c, t)}" + why,
+            _overflow_reason(c, t, "split"),
+        )
     pick = given[-1]
     c = cuts[pick]
-    return LenChoice(pick, "split", "sweep-split",
-                     f"the longest swept --len; even here {_over_text(c, t)}", _overflow_reason(c, t, "split"))
+    return LenChoice(
+        pick,
+        "split",
+        "sweep-split",
+        f"the longest swept --len; even here {_over_text(c, t)}",
+        _overflow_reason(c, t, "split"),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,7 +374,9 @@ def _hours(h: float) -> str:
     return f"{h:,.1f}" if h >= 1 else f"{h:.3g}"
 
 
-def pack_command(data: str | None, pack_len: int, overflow: str, extra: list[str] | tuple[str, ...] = ()) -> str:
+def pack_command(
+    data: str | None, pack_len: int, overflow: str, extra: list[str] | tuple[str, ...] = ()
+) -> str:
     """`packtool pack DATA --len N [--overflow X] [extra...] --out packed/`, every word shell-quoted;
     --overflow only when it is not drop (pack's default); DATA when the source is not a dataset."""
     words = ["packtool", "pack", shlex.quote(data) if data else "DATA", "--len", str(int(pack_len))]
@@ -327,26 +402,40 @@ class Recommendation:
     overflow: str
     overflow_reason: str
     rule: str
-    cut: dict[str, Any]  # tokens, tokens_share, examples_dropped, examples_split, split_parts, loss_tokens, loss_tokens_share
+    cut: dict[
+        str, Any
+    ]  # tokens, tokens_share, examples_dropped, examples_split, split_parts, loss_tokens, loss_tokens_share
     rows: int | None  # rows pack writes at (pack_len, overflow), when that was simulated
     evidence_len: int  # the --len the FLOP figures come from
     evidence_overflow: str
     command: str
-    gpu: dict[str, Any] | None = None  # {"name", "hours", "vs_random_padded", "vs_pad_to_len"} with --gpu
+    gpu: dict[str, Any] | None = (
+        None  # {"name", "hours", "vs_random_padded", "vs_pad_to_len"} with --gpu
+    )
     hints: list[str] = field(default_factory=list)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # cuts_by_len, for the JSON
 
     def cut_text(self) -> str:
         """'drops 1 example: 11,540 tokens (6.8%), 5,730 loss tokens (6.3%)', 'nothing cut; …'."""
         c = self.cut
-        empty = "" if not c["examples_empty"] else f" ({_plural(c['examples_empty'], 'empty example')} dropped)"
+        empty = (
+            ""
+            if not c["examples_empty"]
+            else f" ({_plural(c['examples_empty'], 'empty example')} dropped)"
+        )
         if self.overflow == "split" and c["examples_split"]:
-            return (f"nothing cut; {_plural(c['examples_split'], 'example')} split into {c['split_parts']:,} "
-                    f"documents{empty}")
+            return (
+                f"nothing cut; {_plural(c['examples_split'], 'example')} split into {c['split_parts']:,} "
+                f"documents{empty}"
+            )
         over = c["examples_dropped"] - c["examples_empty"]
         if not over:
             return "nothing cut" + empty
-        loss = "" if c["loss_tokens"] is None else f", {c['loss_tokens']:,} loss tokens ({_pct(c['loss_tokens_share'])})"
+        loss = (
+            ""
+            if c["loss_tokens"] is None
+            else f", {c['loss_tokens']:,} loss tokens ({_pct(c['loss_tokens_share'])})"
+        )
         return f"drops {_plural(over, 'example')}: {c['tokens']:,} tokens ({_pct(c['tokens_share'])}){loss}{empty}"
 
     def summary(self) -> str:
@@ -358,14 +447,26 @@ class Recommendation:
 
     def lines(self) -> list[tuple[str, str]]:
         """(label, text) rows for the terminal block."""
-        rows = [("strategy", f"{self.strategy_label}: {self.strategy_reason}"),
-                ("", self.dense_mask)]
+        rows = [
+            ("strategy", f"{self.strategy_label}: {self.strategy_reason}"),
+            ("", self.dense_mask),
+        ]
         rows.append(("--len", f"{self.pack_len:,}: {self.len_reason}"))
         rows.append(("overflow", self.overflow_reason))
-        rows.append(("cut", self.cut_text() + ("" if self.rows is None else f"; {_plural(self.rows, 'row')}")))
+        rows.append(
+            (
+                "cut",
+                self.cut_text() + ("" if self.rows is None else f"; {_plural(self.rows, 'row')}"),
+            )
+        )
         if self.gpu:
-            rows.append(("GPU-hours", f"{_hours(self.gpu['hours'])} on {self.gpu['name']}: "
-                                      f"{self.gpu['vs_random_padded']}"))
+            rows.append(
+                (
+                    "GPU-hours",
+                    f"{_hours(self.gpu['hours'])} on {self.gpu['name']}: "
+                    f"{self.gpu['vs_random_padded']}",
+                )
+            )
         for h in self.hints:
             rows.append(("note", h))
         rows.append(("next" if self.strategy == PACKED else "to pack", self.command))
@@ -377,18 +478,34 @@ class Recommendation:
 
 def _totals(r) -> Totals:
     c = r.counts
-    return Totals(examples=int(c["examples"]), tokens=int(c["tokens"]), loss_tokens=c.get("loss_tokens"),
-                  longest=int(r.lengths["max"] or 0), empty=int(c.get("examples_empty") or 0))
+    return Totals(
+        examples=int(c["examples"]),
+        tokens=int(c["tokens"]),
+        loss_tokens=c.get("loss_tokens"),
+        longest=int(r.lengths["max"] or 0),
+        empty=int(c.get("examples_empty") or 0),
+    )
 
 
 def _cases(r) -> list[tuple[int, str, int, dict[str, dict[str, Any]], float | None]]:
     """Every simulated (len, overflow, rows, per-strategy costs, packed fill) of `r`: the profile
     itself, its advice point, its sweep points."""
     cfg = r.config
-    out = [(cfg.pack_len, cfg.overflow, int((r.pack or {}).get("rows") or 0), {n: dict(c) for n, c in r.costs.items()},
-            (r.pack or {}).get("fill"))]
+    out = [
+        (
+            cfg.pack_len,
+            cfg.overflow,
+            int((r.pack or {}).get("rows") or 0),
+            {n: dict(c) for n, c in r.costs.items()},
+            (r.pack or {}).get("fill"),
+        )
+    ]
     extra = [getattr(r, "advice_point", None)] + list(getattr(r, "sweep", None) or [])
-    out += [(p.pack_len, p.overflow, p.rows, p.strategies, p.fill) for p in extra if p is not None and p.rows]
+    out += [
+        (p.pack_len, p.overflow, p.rows, p.strategies, p.fill)
+        for p in extra
+        if p is not None and p.rows
+    ]
     return out
 
 
@@ -409,30 +526,57 @@ def _strategy(ev: dict[str, dict[str, Any]], gpu: Any) -> dict[str, Any]:
     nearly = lg <= pv * (1 + NEARLY)
     strategy = GROUPED if lg < pv else PACKED
     s = f[strategy]
-    base = f"{rel[strategy]:.2f}× padding-free's FLOPs; " + versus(s, f["random_padded"], "random padded batches")
+    base = f"{rel[strategy]:.2f}× padding-free's FLOPs; " + versus(
+        s, f["random_padded"], "random padded batches"
+    )
     if strategy == PACKED:
-        reason = (base + "; rows of exactly --len, each document attending only to itself "
-                  "(a varlen kernel: position_ids / cu_seqlens, e.g. FlashAttention varlen)")
+        reason = (
+            base + "; rows of exactly --len, each document attending only to itself "
+            "(a varlen kernel: position_ids / cu_seqlens, e.g. FlashAttention varlen)"
+        )
         if nearly:
-            reason += (f". Plain length-grouped batching is nearly as good ({rel[GROUPED]:.2f}×, within "
-                       f"{NEARLY:.0%}) and needs neither packing nor a varlen kernel")
+            reason += (
+                f". Plain length-grouped batching is nearly as good ({rel[GROUPED]:.2f}×, within "
+                f"{NEARLY:.0%}) and needs neither packing nor a varlen kernel"
+            )
     else:
-        reason = (base + f"; packing costs more here ({rel[PACKED]:.2f}×: rows are not filled), so batch by "
-                  "length (e.g. group_by_length) or lower --len")
+        reason = (
+            base
+            + f"; packing costs more here ({rel[PACKED]:.2f}×: rows are not filled), so batch by "
+            "length (e.g. group_by_length) or lower --len"
+        )
     dense_text = ""
     if DENSE in f:
-        dense_text = (f"without a varlen kernel, packed rows with a dense mask cost {rel[DENSE]:.2f}× padding-free's "
-                      f"FLOPs ({f[DENSE] / f[PACKED]:.2f}× the varlen rows')" if f[PACKED] else "")
-    no_varlen = min((n for n in WITHOUT_VARLEN if n in f), key=lambda n: (f[n], WITHOUT_VARLEN.index(n)))
+        dense_text = (
+            f"without a varlen kernel, packed rows with a dense mask cost {rel[DENSE]:.2f}× padding-free's "
+            f"FLOPs ({f[DENSE] / f[PACKED]:.2f}× the varlen rows')"
+            if f[PACKED]
+            else ""
+        )
+    no_varlen = min(
+        (n for n in WITHOUT_VARLEN if n in f), key=lambda n: (f[n], WITHOUT_VARLEN.index(n))
+    )
     if dense_text and no_varlen != DENSE:
         dense_text += f"; the cheapest option without one is {LABELS.get(no_varlen, no_varlen)} ({rel[no_varlen]:.2f}×)"
-    out = {"strategy": strategy, "reason": reason, "dense": dense_text, "without_varlen": no_varlen,
-           "nearly": bool(nearly), "relative": {n: rel[n] for n in ev}, "gpu": None}
+    out = {
+        "strategy": strategy,
+        "reason": reason,
+        "dense": dense_text,
+        "without_varlen": no_varlen,
+        "nearly": bool(nearly),
+        "relative": {n: rel[n] for n in ev},
+        "gpu": None,
+    }
     if gpu is not None and ev[strategy].get("gpu_hours") is not None:
         h = float(ev[strategy]["gpu_hours"])
-        out["gpu"] = {"name": gpu.name, "hours": h,
-                      "vs_random_padded": hours_versus(h, float(ev["random_padded"]["gpu_hours"]), "random padded batches"),
-                      "vs_pad_to_len": hours_versus(h, float(ev["pad_to_len"]["gpu_hours"]), "pad to --len")}
+        out["gpu"] = {
+            "name": gpu.name,
+            "hours": h,
+            "vs_random_padded": hours_versus(
+                h, float(ev["random_padded"]["gpu_hours"]), "random padded batches"
+            ),
+            "vs_pad_to_len": hours_versus(h, float(ev["pad_to_len"]["gpu_hours"]), "pad to --len"),
+        }
     return out
 
 
@@ -466,27 +610,49 @@ def recommend(r) -> Recommendation:
     s = _strategy(ev, cfg.gpu)
     hints = []
     if ev_len != L:
-        hints.append(f"the FLOP figures are at the profiled --len {ev_len:,}; "
-                     f"`packtool profile DATA --len {min(L, ev_len)},{max(L, ev_len)}` compares them")
+        hints.append(
+            f"the FLOP figures are at the profiled --len {ev_len:,}; "
+            f"`packtool profile DATA --len {min(L, ev_len)},{max(L, ev_len)}` compares them"
+        )
     elif ev_ov != ov and over:
-        hints.append(f"the FLOP figures are at the profiled --overflow {ev_ov}; "
-                     f"`packtool profile DATA --len {L} --overflow {ov}` shows them for {ov}")
+        hints.append(
+            f"the FLOP figures are at the profiled --overflow {ev_ov}; "
+            f"`packtool profile DATA --len {L} --overflow {ov}` shows them for {ov}"
+        )
     if not sweep and s["relative"][PACKED] > 1 + NEARLY and fill is not None:
         lo, hi = max(2, _pow2_below(ev_len // 4)), min(MAX_POW2, 2 * _pow2_below(ev_len))
-        hints.append(f"packed rows are only {fill:.0%} full at --len {ev_len:,}: "
-                     f"`packtool profile DATA --len {lo}-{hi}` shows how other lengths pack")
+        hints.append(
+            f"packed rows are only {fill:.0%} full at --len {ev_len:,}: "
+            f"`packtool profile DATA --len {lo}-{hi}` shows how other lengths pack"
+        )
     if t.empty:
-        hints.append(f"{_plural(t.empty, 'example')} without tokens {'is' if t.empty == 1 else 'are'} always dropped")
+        hints.append(
+            f"{_plural(t.empty, 'example')} without tokens {'is' if t.empty == 1 else 'are'} always dropped"
+        )
     data = (r.source or {}).get("data")
     if not data:
         hints.append("profiled from lengths, not a dataset: put your dataset in place of DATA")
     command = pack_command(data, L, ov, (r.source or {}).get("pack_args") or ())
     return Recommendation(
-        strategy=s["strategy"], strategy_label=LABELS.get(s["strategy"], s["strategy"]), strategy_reason=s["reason"],
-        relative_flops=s["relative"], dense_mask=s["dense"], without_varlen=s["without_varlen"],
-        length_grouped_nearly_as_good=s["nearly"], pack_len=L, len_reason=choice.len_reason, overflow=ov,
-        overflow_reason=choice.overflow_reason, rule=choice.rule, cut=cut, rows=rows,
-        evidence_len=ev_len, evidence_overflow=ev_ov, command=command, gpu=s["gpu"], hints=hints,
+        strategy=s["strategy"],
+        strategy_label=LABELS.get(s["strategy"], s["strategy"]),
+        strategy_reason=s["reason"],
+        relative_flops=s["relative"],
+        dense_mask=s["dense"],
+        without_varlen=s["without_varlen"],
+        length_grouped_nearly_as_good=s["nearly"],
+        pack_len=L,
+        len_reason=choice.len_reason,
+        overflow=ov,
+        overflow_reason=choice.overflow_reason,
+        rule=choice.rule,
+        cut=cut,
+        rows=rows,
+        evidence_len=ev_len,
+        evidence_overflow=ev_ov,
+        command=command,
+        gpu=s["gpu"],
+        hints=hints,
         candidates=[cuts[k] for k in sorted(cuts)],
     )
 

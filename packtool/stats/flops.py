@@ -65,14 +65,32 @@ class ModelSpec:
 
     def to_json(self) -> dict:
         return {
-            "name": self.name, "source": self.source, "matmul_params": self.matmul_params,
-            "total_params": self.total_params, "layers": self.layers, "d_attn": self.d_attn,
+            "name": self.name,
+            "source": self.source,
+            "matmul_params": self.matmul_params,
+            "total_params": self.total_params,
+            "layers": self.layers,
+            "d_attn": self.d_attn,
             "notes": list(self.notes),
         }
 
 
-_NON_GATED = {"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "gpt_bigcode",
-              "starcoder2", "bert", "roberta", "gpt_neo", "codegen", "mpt"}
+_NON_GATED = {
+    "gpt2",
+    "gpt_neox",
+    "gptj",
+    "opt",
+    "bloom",
+    "falcon",
+    "phi",
+    "gpt_bigcode",
+    "starcoder2",
+    "bert",
+    "roberta",
+    "gpt_neo",
+    "codegen",
+    "mpt",
+}
 
 
 def _first(cfg: dict, keys: tuple[str, ...], what: str, name: str, required: bool = True):
@@ -83,7 +101,9 @@ def _first(cfg: dict, keys: tuple[str, ...], what: str, name: str, required: boo
                 raise PacktoolError(f"{name}: {k}={v!r} is not a positive number")
             return v
     if required:
-        raise PacktoolError(f"{name}: no {what} ({' or '.join(keys)}); pass --params N --layers L --hidden D instead")
+        raise PacktoolError(
+            f"{name}: no {what} ({' or '.join(keys)}); pass --params N --layers L --hidden D instead"
+        )
     return None
 
 
@@ -99,7 +119,10 @@ def model_from_config(cfg: dict, name: str = "config.json") -> ModelSpec:
     if not isinstance(cfg, dict):
         raise PacktoolError(f"{name}: not a JSON object")
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+        cfg = {
+            **cfg["text_config"],
+            "model_type": cfg["text_config"].get("model_type", cfg.get("model_type")),
+        }
     layers = int(_first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), "layer count", name))
     d = int(_first(cfg, ("hidden_size", "n_embd", "d_model"), "hidden size", name))
     heads = int(_first(cfg, ("num_attention_heads", "n_head"), "attention head count", name))
@@ -112,34 +135,58 @@ def model_from_config(cfg: dict, name: str = "config.json") -> ModelSpec:
     mats = 3 if gated else 2
     notes = []
     attn = d * heads * hd + 2 * d * kv * hd + heads * hd * d
-    experts = _first(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), "", name, required=False)
+    experts = _first(
+        cfg, ("num_local_experts", "num_experts", "n_routed_experts"), "", name, required=False
+    )
     if experts and cfg.get("num_experts_per_tok"):
         k = int(cfg["num_experts_per_tok"])
         moe_i = int(cfg.get("moe_intermediate_size") or inter)
         mlp_active = mats * d * moe_i * k
         mlp_total = mats * d * moe_i * int(experts)
-        notes.append(f"MoE: {k} of {int(experts)} experts active per token; shared experts and dense layers ignored")
+        notes.append(
+            f"MoE: {k} of {int(experts)} experts active per token; shared experts and dense layers ignored"
+        )
     else:
         mlp_active = mlp_total = mats * d * inter
     tied = bool(cfg.get("tie_word_embeddings", False))
     matmul = layers * (attn + mlp_active) + vocab * d
     total = layers * (attn + mlp_total) + vocab * d * (1 if tied else 2)
-    label = cfg.get("_name_or_path") or (cfg.get("architectures") or [None])[0] or cfg.get("model_type") or name
-    return ModelSpec(str(label), float(matmul), layers, heads * hd, float(total), "config", tuple(notes))
+    label = (
+        cfg.get("_name_or_path")
+        or (cfg.get("architectures") or [None])[0]
+        or cfg.get("model_type")
+        or name
+    )
+    return ModelSpec(
+        str(label), float(matmul), layers, heads * hd, float(total), "config", tuple(notes)
+    )
 
 
 # Used for "relative FLOPs" when no model is given: the Llama-2-7B shape (6.74 B parameters).
 REFERENCE_CONFIG = {
-    "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-    "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
-    "tie_word_embeddings": False, "_name_or_path": "reference 7B (Llama-2-7B shape)",
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "intermediate_size": 11008,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+    "_name_or_path": "reference 7B (Llama-2-7B shape)",
 }
 
 
 def reference_model() -> ModelSpec:
     m = model_from_config(REFERENCE_CONFIG)
-    return ModelSpec(m.name, m.matmul_params, m.layers, m.d_attn, m.total_params, "reference",
-                     ("no --model/--params given: FLOPs use the reference 7B shape",))
+    return ModelSpec(
+        m.name,
+        m.matmul_params,
+        m.layers,
+        m.d_attn,
+        m.total_params,
+        "reference",
+        ("no --model/--params given: FLOPs use the reference 7B shape",),
+    )
 
 
 def model_from_params(params: float, layers: int, hidden: int) -> ModelSpec:
@@ -149,7 +196,9 @@ def model_from_params(params: float, layers: int, hidden: int) -> ModelSpec:
         raise UsageError(f"--layers {layers} must be >= 1")
     if hidden < 1:
         raise UsageError(f"--hidden {hidden} must be >= 1")
-    return ModelSpec(f"{params / 1e9:.3g}B (--params)", float(params), layers, hidden, float(params), "params")
+    return ModelSpec(
+        f"{params / 1e9:.3g}B (--params)", float(params), layers, hidden, float(params), "params"
+    )
 
 
 @dataclass(frozen=True)
@@ -167,7 +216,9 @@ def gpu_spec(value: str) -> GpuSpec:
         tf = float(key)
     except ValueError:
         known = "|".join(GPU_PEAK_TFLOPS)
-        raise UsageError(f"--gpu {value!r} is not a known GPU ({known}) or a peak in TFLOP/s, e.g. --gpu h100 or --gpu 600") from None
+        raise UsageError(
+            f"--gpu {value!r} is not a known GPU ({known}) or a peak in TFLOP/s, e.g. --gpu h100 or --gpu 600"
+        ) from None
     if not (tf > 0 and math.isfinite(tf)):
         raise UsageError(f"--gpu {value!r}: a peak must be a positive number of TFLOP/s")
     return GpuSpec(f"custom {tf:g} TFLOP/s", tf)
@@ -175,7 +226,9 @@ def gpu_spec(value: str) -> GpuSpec:
 
 def training_flops(model: ModelSpec, slots: int, attention_work: int) -> tuple[float, float]:
     """(linear FLOPs 6·P·slots, attention FLOPs 12·layers·d_attn·work)."""
-    return 6.0 * model.matmul_params * slots, 12.0 * model.layers * model.d_attn * float(attention_work)
+    return 6.0 * model.matmul_params * slots, 12.0 * model.layers * model.d_attn * float(
+        attention_work
+    )
 
 
 def gpu_hours(flops: float, gpu: GpuSpec, mfu: float) -> float:

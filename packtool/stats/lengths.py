@@ -29,8 +29,17 @@ def describe(values: np.ndarray) -> dict:
     """count, sum, min, mean, median, p90, p95, p99, max (numpy's linear percentiles)."""
     v = np.asarray(values)
     if v.size == 0:
-        return {"count": 0, "sum": 0, "min": None, "mean": None, "median": None,
-                "p90": None, "p95": None, "p99": None, "max": None}
+        return {
+            "count": 0,
+            "sum": 0,
+            "min": None,
+            "mean": None,
+            "median": None,
+            "p90": None,
+            "p95": None,
+            "p99": None,
+            "max": None,
+        }
     p50, p90, p95, p99 = (float(x) for x in np.percentile(v, PERCENTILES))
     return {
         "count": int(v.size),
@@ -66,10 +75,16 @@ class Histogram:
     overflow: bool
 
     def to_json(self) -> dict:
-        return {"edges": self.edges.tolist(), "counts": self.counts.tolist(), "overflow": self.overflow}
+        return {
+            "edges": self.edges.tolist(),
+            "counts": self.counts.tolist(),
+            "overflow": self.overflow,
+        }
 
 
-def length_histogram(lengths: np.ndarray, pack_len: int, bins: int = 24, p99: float | None = None) -> Histogram:
+def length_histogram(
+    lengths: np.ndarray, pack_len: int, bins: int = 24, p99: float | None = None
+) -> Histogram:
     """About `bins` linear bins of a "nice" width from the shortest to the longest length. With a
     long tail (max > 1.5 × top, top = p99, or --len when --len <= 2·p99) the bins stop at top and
     one last bin holds the tail. O(n) via bincount."""

@@ -53,6 +53,7 @@ def overflow_note(policy: str) -> str:
     """One line: what the strategies do with examples longer than --len under `policy`."""
     return OVERFLOW_NOTES.get(policy, OVERFLOW_POLICY)
 
+
 STRATEGY_LABELS: dict[str, str] = {
     "pad_to_len": "pad to --len",
     "random_padded": "random batches, padded",
@@ -120,8 +121,13 @@ def _sq_sum(e: np.ndarray) -> int:
 def pad_to_len(e: np.ndarray, pack_len: int, batch_size: int, own_work: int) -> StrategyResult:
     n = int(e.size)
     return StrategyResult(
-        "pad_to_len", rows=n, steps=_ceil_div(n, batch_size), tokens=_total(e),
-        slots=n * pack_len, attention_work=n * pack_len * pack_len, own_work=own_work,
+        "pad_to_len",
+        rows=n,
+        steps=_ceil_div(n, batch_size),
+        tokens=_total(e),
+        slots=n * pack_len,
+        attention_work=n * pack_len * pack_len,
+        own_work=own_work,
     )
 
 
@@ -143,14 +149,21 @@ def padded_batches(x: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarr
     return rows, longest, np.add.reduceat(sq, starts)
 
 
-def random_padded(e: np.ndarray, batch_size: int, perm: np.ndarray, own_work: int) -> StrategyResult:
+def random_padded(
+    e: np.ndarray, batch_size: int, perm: np.ndarray, own_work: int
+) -> StrategyResult:
     """Shuffle, cut into batches of B, pad each batch to its longest member: slots b·m, work b·m².
 
     extra["batch_waste"] holds each batch's own waste ratio b·m² / Σ e² (for the plot)."""
     rows, m, sq = padded_batches(e[perm], batch_size)
     return StrategyResult(
-        "random_padded", rows=int(e.size), steps=int(rows.size), tokens=_total(e),
-        slots=int((rows * m).sum()), attention_work=int((rows * m * m).sum()), own_work=own_work,
+        "random_padded",
+        rows=int(e.size),
+        steps=int(rows.size),
+        tokens=_total(e),
+        slots=int((rows * m).sum()),
+        attention_work=int((rows * m * m).sum()),
+        own_work=own_work,
         extra={"batch_waste": (rows * m * m) / np.maximum(sq, 1)},
     )
 
@@ -183,8 +196,13 @@ def length_grouped(
     keep = rows > 0
     m, rows = m[keep], rows[keep]
     return StrategyResult(
-        "length_grouped", rows=int(n), steps=int(rows.size), tokens=_total(e),
-        slots=int((rows * m).sum()), attention_work=int((rows * m * m).sum()), own_work=own_work,
+        "length_grouped",
+        rows=int(n),
+        steps=int(rows.size),
+        tokens=_total(e),
+        slots=int((rows * m).sum()),
+        attention_work=int((rows * m * m).sum()),
+        own_work=own_work,
     )
 
 
@@ -193,8 +211,13 @@ def padding_free(e: np.ndarray, batch_size: int, own_work: int) -> StrategyResul
     n = int(e.size)
     tokens = _total(e)
     return StrategyResult(
-        "padding_free", rows=n, steps=_ceil_div(n, batch_size), tokens=tokens, slots=tokens,
-        attention_work=own_work, own_work=own_work,
+        "padding_free",
+        rows=n,
+        steps=_ceil_div(n, batch_size),
+        tokens=tokens,
+        slots=tokens,
+        attention_work=own_work,
+        own_work=own_work,
     )
 
 
@@ -217,13 +240,18 @@ def packed(
         num_rows = int(plan.num_rows)
     tokens = _total(e)
     common = dict(
-        rows=num_rows, steps=_ceil_div(num_rows, batch_size), tokens=tokens,
-        slots=num_rows * pack_len, own_work=own_work,
+        rows=num_rows,
+        steps=_ceil_div(num_rows, batch_size),
+        tokens=tokens,
+        slots=num_rows * pack_len,
+        own_work=own_work,
         docs_per_row=(n / num_rows) if num_rows else None,
     )
     return (
         StrategyResult(f"packed_{algo}_varlen", attention_work=own_work, **common),
-        StrategyResult(f"packed_{algo}_dense", attention_work=num_rows * pack_len * pack_len, **common),
+        StrategyResult(
+            f"packed_{algo}_dense", attention_work=num_rows * pack_len * pack_len, **common
+        ),
     )
 
 

@@ -60,7 +60,9 @@ _EXAMPLES = {
 
 def _fail(part: str, why: str) -> UsageError:
     dist = (part or "").partition(":")[0].strip().lower()
-    return UsageError(f"--synthetic {part!r}: {why}; e.g. --synthetic {_EXAMPLES.get(dist, EXAMPLE)}")
+    return UsageError(
+        f"--synthetic {part!r}: {why}; e.g. --synthetic {_EXAMPLES.get(dist, EXAMPLE)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,9 @@ def read_lengths(path: str) -> np.ndarray:
         except Exception as e:  # noqa: BLE001 - any unreadable .npy is bad input
             raise PacktoolError(f"{path}: not a readable .npy file ({e})") from None
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise PacktoolError(f"{path}: expected a 1-D integer array, got {arr.dtype} with shape {arr.shape}")
+            raise PacktoolError(
+                f"{path}: expected a 1-D integer array, got {arr.dtype} with shape {arr.shape}"
+            )
         values = arr.astype(np.int64)
     else:
         with open(path, "rb") as f:

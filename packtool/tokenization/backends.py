@@ -69,7 +69,9 @@ import numpy as np
 
 BACKENDS = ("fastokens", "hf")
 
-_SPAN_ERROR = "spans[{i}] must be sorted, non-overlapping [start, end) char ranges within texts[{i}]"
+_SPAN_ERROR = (
+    "spans[{i}] must be sorted, non-overlapping [start, end) char ranges within texts[{i}]"
+)
 _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 _NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 _BYTE_FALLBACK = re.compile(r'"byte_fallback"\s*:\s*true')
@@ -77,7 +79,11 @@ _BYTE_FALLBACK = re.compile(r'"byte_fallback"\s*:\s*true')
 
 def _byte_alphabet() -> frozenset[str]:
     """GPT-2's bytes_to_unicode: the 256 chars a byte-level vocabulary is written in."""
-    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    bs = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     extra = [b for b in range(256) if b not in bs]
     return frozenset(map(chr, bs + [256 + k for k in range(len(extra))]))
 
@@ -126,7 +132,9 @@ def _check_spans(texts: list[str], spans) -> tuple[list[np.ndarray], np.ndarray,
 
 def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists)), out=offsets[1:])
+    np.cumsum(
+        np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists)), out=offsets[1:]
+    )
     ids = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32, count=int(offsets[-1]))
     return ids, offsets
 
@@ -160,7 +168,9 @@ class HFBackend:
                     self._tok = tok
         return self._tok
 
-    def encode(self, texts: list[str], add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def encode(
+        self, texts: list[str], add_special_tokens: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Flat int32 ids of all texts, int64 offsets[len(texts) + 1]."""
         encs = self._tokenizer().encode_batch(list(texts), add_special_tokens=add_special_tokens)
         return _flat([e.ids for e in encs])
@@ -243,7 +253,11 @@ def _plan(spec: dict) -> tuple[_Plan | None, str | None]:
         t = n.get("type")
         if t in _NORMAL_FORMS:
             forms.append(t)
-        elif t == "Replace" and (n.get("pattern") or {}).get("String") == " " and len(n.get("content") or "") == 1:
+        elif (
+            t == "Replace"
+            and (n.get("pattern") or {}).get("String") == " "
+            and len(n.get("content") or "") == 1
+        ):
             space = n["content"]
         else:
             return None, f"normalizer {t} is not supported (it can change the text's length)"
@@ -256,7 +270,9 @@ def _plan(spec: dict) -> tuple[_Plan | None, str | None]:
                 return None, "the ByteLevel pre-tokenizer adds a prefix space"
             bytelevel = True
         elif t == "Metaspace":
-            prepend = p.get("prepend_scheme") or ("always" if p.get("add_prefix_space", True) else "never")
+            prepend = p.get("prepend_scheme") or (
+                "always" if p.get("add_prefix_space", True) else "never"
+            )
             if prepend != "never":
                 return None, f"the Metaspace pre-tokenizer prepends {p.get('replacement', '▁')!r}"
             if len(p.get("replacement") or "") != 1 or space not in (None, p["replacement"]):
@@ -378,8 +394,11 @@ class FastBackend:
 
     def __getstate__(self):
         # the table is small and saves the JSON parse in a worker; the Rust tokenizer is rebuilt
-        return {"backend_json": self.backend_json, "fallbacks": self.fallbacks,
-                "table": (self._plan, self._lengths, self._reason)}
+        return {
+            "backend_json": self.backend_json,
+            "fallbacks": self.fallbacks,
+            "table": (self._plan, self._lengths, self._reason),
+        }
 
     def __setstate__(self, state):
         self.__init__(state["backend_json"])
@@ -390,7 +409,9 @@ class FastBackend:
     def preload(self) -> None:
         """Start building the Rust tokenizer and the byte table on a background thread."""
         if (self._tok is None or self._lengths is None) and self._thread is None:
-            self._thread = threading.Thread(target=self._preload, name="fastokens-load", daemon=True)
+            self._thread = threading.Thread(
+                target=self._preload, name="fastokens-load", daemon=True
+            )
             self._thread.start()
 
     def _preload(self) -> None:
@@ -435,7 +456,9 @@ class FastBackend:
                     if plan is not None:
                         self._plan, self._lengths = plan, _byte_lengths(spec, plan)
         if self._reason is not None:
-            raise ValueError(f"the fastokens backend cannot map spans for this tokenizer: {self._reason}")
+            raise ValueError(
+                f"the fastokens backend cannot map spans for this tokenizer: {self._reason}"
+            )
         return self._plan, self._lengths
 
     def _reference(self) -> HFBackend:
@@ -449,10 +472,14 @@ class FastBackend:
         return [i for i, t in enumerate(texts) if "<0x" in t]
 
     # encoding
-    def encode(self, texts: list[str], add_special_tokens: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def encode(
+        self, texts: list[str], add_special_tokens: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Flat int32 ids of all texts, int64 offsets[len(texts) + 1]."""
         texts = list(texts)
-        ids_b, off_b = self._tokenizer().encode_batch_flat(texts, add_special_tokens=add_special_tokens)
+        ids_b, off_b = self._tokenizer().encode_batch_flat(
+            texts, add_special_tokens=add_special_tokens
+        )
         ids = np.frombuffer(ids_b, dtype="<u4").astype(np.int32)
         offsets = np.frombuffer(off_b, dtype="<u8").astype(np.int64)
         redo = self._suspects(texts)
@@ -490,13 +517,19 @@ class FastBackend:
         text_bytes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
         wide = [i for i in np.flatnonzero(ok).tolist() if not texts[i].isascii()]
         if plan.forms:  # the normalizer would change these texts: their bytes no longer line up
-            changed = [i for i in wide if not all(unicodedata.is_normalized(f, texts[i]) for f in plan.forms)]
+            changed = [
+                i
+                for i in wide
+                if not all(unicodedata.is_normalized(f, texts[i]) for f in plan.forms)
+            ]
             ok[changed] = False
             wide = [i for i in wide if ok[i]]
         owner = np.repeat(np.arange(len(texts)), counts)
         byte_rows = rows
         if wide:
-            cp = np.frombuffer("".join([texts[i] for i in wide]).encode("utf-32-le"), dtype=np.uint32)
+            cp = np.frombuffer(
+                "".join([texts[i] for i in wide]).encode("utf-32-le"), dtype=np.uint32
+            )
             at = np.flatnonzero(cp >= 0x80)
             extra = np.zeros(len(at) + 1, dtype=np.int64)
             v = cp[at]
@@ -543,7 +576,10 @@ def _splice(n: int, redo: list[int], flat: tuple, ref: tuple) -> tuple:
         return ids, offsets, mask
     # fastokens and tokenizers disagree on a text's token count: rebuild the buffers
     pos = dict(zip(redo, range(len(redo)), strict=True))
-    srcs = [(ids, mask, offsets, i) if i not in pos else (r_ids, r_mask, r_off, pos[i]) for i in range(n)]
+    srcs = [
+        (ids, mask, offsets, i) if i not in pos else (r_ids, r_mask, r_off, pos[i])
+        for i in range(n)
+    ]
     new_ids = np.concatenate([x[o[k] : o[k + 1]] for x, _, o, k in srcs]).astype(np.int32)
     new_off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum([o[k + 1] - o[k] for _, _, o, k in srcs], out=new_off[1:])
@@ -554,7 +590,7 @@ def _splice(n: int, redo: list[int], flat: tuple, ref: tuple) -> tuple:
 
 
 def make_backend(name: str, backend_json: str):
-    """"hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first); nothing is built yet."""
+    """ "hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first); nothing is built yet."""
     if name == "hf":
         return HFBackend(backend_json)
     if name == "fastokens":

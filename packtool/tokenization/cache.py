@@ -74,8 +74,10 @@ def check_usable(need_bytes: int = 0) -> None:
     if why is None:
         return
     tmp = files.use_temporary_cache()
-    _say(f"tokenization cache {root} is unusable ({why}): this run tokenizes into {tmp}, removed at exit, "
-         "and caches nothing; set PACKTOOL_CACHE to a writable folder with space")
+    _say(
+        f"tokenization cache {root} is unusable ({why}): this run tokenizes into {tmp}, removed at exit, "
+        "and caches nothing; set PACKTOOL_CACHE to a writable folder with space"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,7 +135,11 @@ class MappedEntry:
 
     @property
     def mapped_file(self) -> tuple[str, int, int]:
-        return str(self.path / DATA), self.base_address, len(self._map) if self._map is not None else 0
+        return (
+            str(self.path / DATA),
+            self.base_address,
+            len(self._map) if self._map is not None else 0,
+        )
 
     def release(self) -> None:
         """Drop the pages this process touched (they stay in the page cache)."""
@@ -182,7 +188,9 @@ def open_entry(path: Path, verify: bool = True) -> MappedEntry | None:
             data = envelope["data"]
             size, digest = _hash_file(path / DATA) if verify else (data["bytes"], data["xxh3_128"])
             if size != data["bytes"] or digest != data["xxh3_128"]:
-                why = f"data.arrow differs from its checksum ({size} bytes, {data['bytes']} written)"
+                why = (
+                    f"data.arrow differs from its checksum ({size} bytes, {data['bytes']} written)"
+                )
             else:
                 table, mm, base = _map_table(path / DATA)
                 if table.num_rows != data["rows"]:
@@ -192,7 +200,9 @@ def open_entry(path: Path, verify: bool = True) -> MappedEntry | None:
     except FileNotFoundError as e:
         why = f"{Path(e.filename).name if e.filename else 'a file'} is missing"
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        why = f"unreadable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+        why = f"unreadable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(
+            ": "
+        )
     except Exception as e:  # pyarrow.ArrowInvalid and friends: a damaged Arrow file
         why = f"unreadable Arrow data: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
     _say(f"tokenization cache entry {path} is damaged ({why}); removing it and tokenizing again")
@@ -273,8 +283,17 @@ class EntryWriter:
         self._writer.close()
         self._sink.close()
         self._file.close()
-        data = {"bytes": self._file.size, "xxh3_128": self._file.hash.hexdigest(), "rows": self.rows}
-        envelope = {"format": FORMAT, "meta": meta, "data": data, "checksum": _checksum([meta, data])}
+        data = {
+            "bytes": self._file.size,
+            "xxh3_128": self._file.hash.hexdigest(),
+            "rows": self.rows,
+        }
+        envelope = {
+            "format": FORMAT,
+            "meta": meta,
+            "data": data,
+            "checksum": _checksum([meta, data]),
+        }
         (self.work / META).write_text(json.dumps(envelope, default=str))
         if replace:
             shutil.rmtree(self.final, ignore_errors=True)

@@ -38,7 +38,9 @@ from packtool.schema import IGNORE_INDEX
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
-DEFAULT_DATE = "2026-01-01"  # what strftime_now() returns in templates unless --template-date says otherwise
+DEFAULT_DATE = (
+    "2026-01-01"  # what strftime_now() returns in templates unless --template-date says otherwise
+)
 CHOICES = "auto | tokenizer | chatml-train | trl:NAME | FILE"
 
 PROBE = [
@@ -76,10 +78,17 @@ class ChatTemplate:
     end_of_turn: str | None = None  # the trained end token, e.g. "<|eot_id|> (EOS)"
 
     def info(self) -> dict:
-        return {"chat_template": self.name, "chat_template_hash": self.hash, "chat_template_origin": self.origin,
-                "chat_template_mode": self.mode, "chat_template_why": self.why, "generation_markers":
-                self.has_generation, "template_date": self.date, "family": self.family,
-                "end_of_turn": self.end_of_turn}
+        return {
+            "chat_template": self.name,
+            "chat_template_hash": self.hash,
+            "chat_template_origin": self.origin,
+            "chat_template_mode": self.mode,
+            "chat_template_why": self.why,
+            "generation_markers": self.has_generation,
+            "template_date": self.date,
+            "family": self.family,
+            "end_of_turn": self.end_of_turn,
+        }
 
 
 def _compiles(source: str, name: str) -> None:
@@ -92,15 +101,21 @@ def _compiles(source: str, name: str) -> None:
         _compile_jinja_template(source)
     except Exception as e:
         msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UsageError(f"chat template {name} does not parse: {msg}; fix the Jinja or pass "
-                         f"--chat-template {CHOICES}") from e
+        raise UsageError(
+            f"chat template {name} does not parse: {msg}; fix the Jinja or pass "
+            f"--chat-template {CHOICES}"
+        ) from e
 
 
-def make_template(source: str, name: str, origin: str = "file", compile_check: bool = True) -> ChatTemplate:
+def make_template(
+    source: str, name: str, origin: str = "file", compile_check: bool = True
+) -> ChatTemplate:
     if compile_check:  # built-ins are known to parse (tested): no transformers import for them
         _compiles(source, name)
     has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", source) is not None
-    return ChatTemplate(source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen, origin)
+    return ChatTemplate(
+        source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen, origin
+    )
 
 
 # --------------------------------------------------------------------------- TRL's templates
@@ -144,21 +159,28 @@ def trl_training_name(source: str) -> str | None:
 def _trl_template(name: str) -> ChatTemplate:
     folder = trl_dir()
     if folder is None:
-        raise UsageError(f"--chat-template trl:{name} needs TRL's template files: pip install 'packtool[templates]' "
-                         "(or 'trl>=1,<2')")
+        raise UsageError(
+            f"--chat-template trl:{name} needs TRL's template files: pip install 'packtool[templates]' "
+            "(or 'trl>=1,<2')"
+        )
     path = folder / f"{name}.jinja"
     if not path.is_file():
         known = ", ".join(p.stem for p in sorted(folder.glob("*_training.jinja")))
-        raise UsageError(f"--chat-template trl:{name}: TRL {trl_version()} has no {name}.jinja; "
-                         f"its training templates: {known}")
-    return make_template(path.read_text(encoding="utf-8"), f"trl:{name}", f"trl {trl_version()}",
-                         compile_check=False)
+        raise UsageError(
+            f"--chat-template trl:{name}: TRL {trl_version()} has no {name}.jinja; "
+            f"its training templates: {known}"
+        )
+    return make_template(
+        path.read_text(encoding="utf-8"), f"trl:{name}", f"trl {trl_version()}", compile_check=False
+    )
 
 
 # --------------------------------------------------------------------------- tokens
 
 
-_END_NAME = re.compile(r"end|eot|eos|eom|return|call|stop", re.IGNORECASE)  # how end-of-turn tokens are named
+_END_NAME = re.compile(
+    r"end|eot|eos|eom|return|call|stop", re.IGNORECASE
+)  # how end-of-turn tokens are named
 _MARKER = re.compile(r"<\|[A-Za-z0-9_]+\|>|<｜[^｜<>]{1,40}｜>|<(?:start|end)_of_turn>")
 _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 
@@ -196,13 +218,17 @@ def check_markers(spec, template: ChatTemplate) -> None:
     missing = [m for m in markers if m not in known]
     if not missing:
         return
-    fix = ("omit --chat-template (auto picks this tokenizer's own template or its training version), or pass "
-           "--chat-template FILE written for this model" if template.name != "tokenizer"
-           else "pass --chat-template FILE written for this model")
+    fix = (
+        "omit --chat-template (auto picks this tokenizer's own template or its training version), or pass "
+        "--chat-template FILE written for this model"
+        if template.name != "tokenizer"
+        else "pass --chat-template FILE written for this model"
+    )
     raise UsageError(
         f"chat template '{template.name}' writes {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
         f"not a single token of tokenizer {spec.name}: the markers would be tokenized as plain text and the "
-        f"model trained on a format it never sees; {fix}")
+        f"model trained on a format it never sees; {fix}"
+    )
 
 
 def family_of(source: str) -> str | None:
@@ -220,8 +246,10 @@ def family_fix(family: str | None, train_on: str) -> str:
         fixes.append("--chat-template chatml-train (packtool's ChatML training template)")
     elif training:
         have = trl_dir() is not None and (trl_dir() / f"{training}.jinja").is_file()
-        fixes.append(f"--chat-template trl:{training} (TRL's training template for {family})"
-                     + ("" if have else ", after pip install 'packtool[templates]' (TRL)"))
+        fixes.append(
+            f"--chat-template trl:{training} (TRL's training template for {family})"
+            + ("" if have else ", after pip install 'packtool[templates]' (TRL)")
+        )
     if train_on != "last":
         fixes.append("--train-on last (only the last assistant turn carries loss)")
     fixes.append("--chat-template FILE with {% generation %} markers")
@@ -242,7 +270,9 @@ def pick(spec, choice: str | None) -> ChatTemplate:
     """The template `choice` names (None/"auto": the automatic choice), mode not decided yet."""
     choice = choice or "auto"
     if choice in BUILTIN_TEMPLATES:
-        return make_template(BUILTIN_TEMPLATES[choice].read_text(), choice, "packtool", compile_check=False)
+        return make_template(
+            BUILTIN_TEMPLATES[choice].read_text(), choice, "packtool", compile_check=False
+        )
     if choice.startswith("trl:"):
         return _trl_template(choice[4:])
     if choice not in ("auto", "tokenizer"):
@@ -251,23 +281,35 @@ def pick(spec, choice: str | None) -> ChatTemplate:
             return make_template(p.read_text(), str(p))
         raise UsageError(f"--chat-template {choice!r} is neither a file nor one of {CHOICES}")
     if choice == "auto" and spec.builtin:
-        return replace(pick(spec, "chatml-train"), why="the built-in Qwen3 tokenizer's training template")
+        return replace(
+            pick(spec, "chatml-train"), why="the built-in Qwen3 tokenizer's training template"
+        )
     own = _own(spec)
     if not own:
-        raise PacktoolError(f"tokenizer {spec.name} has no chat template; pass --chat-template chatml-train "
-                            "(ChatML models), trl:NAME or FILE")
+        raise PacktoolError(
+            f"tokenizer {spec.name} has no chat template; pass --chat-template chatml-train "
+            "(ChatML models), trl:NAME or FILE"
+        )
     tpl = make_template(own, "tokenizer", "tokenizer")
     if choice == "tokenizer" or tpl.has_generation:
-        return replace(tpl, why="the tokenizer's own template" + (", with generation markers"
-                                                                    if tpl.has_generation else ""))
+        return replace(
+            tpl,
+            why="the tokenizer's own template"
+            + (", with generation markers" if tpl.has_generation else ""),
+        )
     name = trl_training_name(own)
     if name:
-        return replace(_trl_template(name), why=f"TRL's training version of the tokenizer's official template "
-                                                f"({name[: -len('_training')]}.jinja)")
+        return replace(
+            _trl_template(name),
+            why=f"TRL's training version of the tokenizer's official template "
+            f"({name[: -len('_training')]}.jinja)",
+        )
     return replace(tpl, why="the tokenizer's own template (no training version known)")
 
 
-def choose(spec, choice: str | None, train_on: str = "assistant", date: str | None = None) -> ChatTemplate:
+def choose(
+    spec, choice: str | None, train_on: str = "assistant", date: str | None = None
+) -> ChatTemplate:
     """The run's template with its mode decided on a probe conversation; refuses what cannot work."""
     from packtool.tokenization.encode import Encoder
 
@@ -293,11 +335,14 @@ def choose(spec, choice: str | None, train_on: str = "assistant", date: str | No
             raise UsageError(
                 f"chat template '{tpl.name}'{f' ({family})' if family else ''} of tokenizer {spec.name} is not "
                 "prefix-preserving (it renders earlier turns differently once later turns follow), so its assistant "
-                f"turns cannot be located; fix: {family_fix(family, train_on)}")
+                f"turns cannot be located; fix: {family_fix(family, train_on)}"
+            )
     if error:
         error = error.replace(f"chat template '{tpl.name}' ", "").replace(" on this record", "")
-        raise UsageError(f"chat template '{tpl.name}' cannot render a plain test conversation (system, user, "
-                         f"assistant turns): {error}; fix the template or pass --chat-template {CHOICES}")
+        raise UsageError(
+            f"chat template '{tpl.name}' cannot render a plain test conversation (system, user, "
+            f"assistant turns): {error}; fix the template or pass --chat-template {CHOICES}"
+        )
     if mode != "all":
         tpl = replace(tpl, end_of_turn=_end_of_turn(spec, tpl, probe))
     return tpl
@@ -324,21 +369,29 @@ def _end_of_turn(spec, tpl: ChatTemplate, enc) -> str:
     ids, labels = enc.input_ids[0], enc.labels[0]
     trained = labels != IGNORE_INDEX
     edges = np.flatnonzero(trained & ~np.append(trained[1:], False))  # last token of each run
-    specials = {v: k for k, v in special_tokens(spec).items() if _END_NAME.search(k)}  # end-of-turn tokens
+    specials = {
+        v: k for k, v in special_tokens(spec).items() if _END_NAME.search(k)
+    }  # end-of-turn tokens
     ends = [int(ids[i]) for i in edges]
     bad = [e for e in ends if e != spec.eos_id and e not in specials]
     if not ends or bad:
         from tokenizers import Tokenizer
 
-        what = repr(Tokenizer.from_str(spec.backend_json).decode([bad[0]], skip_special_tokens=False)) if bad \
+        what = (
+            repr(Tokenizer.from_str(spec.backend_json).decode([bad[0]], skip_special_tokens=False))
+            if bad
             else "nothing"
+        )
         raise UsageError(
             f"chat template '{tpl.name}' ends the trained part of an assistant turn with {what}, not with an "
             f"end-of-turn token of tokenizer {spec.name} (EOS {spec.eos_token!r}): the model would not learn to "
             f"stop; use a template whose assistant turns end in EOS or an end-of-turn token "
-            f"(--chat-template {CHOICES})")
+            f"(--chat-template {CHOICES})"
+        )
     names = []
     for e in dict.fromkeys(ends):
         text = specials.get(e) or spec.eos_token
-        names.append(f"{text} ({'EOS' if e == spec.eos_id else 'end-of-turn token; EOS is ' + str(spec.eos_token)})")
+        names.append(
+            f"{text} ({'EOS' if e == spec.eos_id else 'end-of-turn token; EOS is ' + str(spec.eos_token)})"
+        )
     return ", ".join(names)

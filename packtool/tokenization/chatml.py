@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 
-TOOLS_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-              "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
-TOOLS_TAIL = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-              "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
-              "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
+TOOLS_HEAD = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_TAIL = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+    '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+)
 _REASONING = ("reasoning_content", "thinking", "reasoning")
 
 

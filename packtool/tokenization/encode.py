@@ -79,7 +79,9 @@ class Encoded:
 
     @property
     def labels(self) -> list[np.ndarray]:
-        return [self.label_values[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
+        return [
+            self.label_values[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)
+        ]
 
 
 def _first_line(e: Exception) -> str:
@@ -96,8 +98,16 @@ def dated_source(template: ChatTemplate) -> str:
     day = datetime.date.fromisoformat(template.date)
     formats = sorted(set(re.findall(r"strftime_now\(\s*[\"']([^\"']*)[\"']\s*\)", template.source)))
     table = json.dumps({f: day.strftime(f) for f in formats})
-    return ("{%- macro strftime_now(fmt) -%}{{ " + table + "[fmt] if fmt in " + table + " else "
-            + json.dumps(template.date) + " }}{%- endmacro %}" + template.source)
+    return (
+        "{%- macro strftime_now(fmt) -%}{{ "
+        + table
+        + "[fmt] if fmt in "
+        + table
+        + " else "
+        + json.dumps(template.date)
+        + " }}{%- endmacro %}"
+        + template.source
+    )
 
 
 _PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
@@ -131,7 +141,9 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
     reasoning by design: gpt-oss, Qwen3); each tool call's name (as often as it is called, beside
     its definitions), argument names and values; each tool definition."""
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
-    defined = [(t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in tools or ()]
+    defined = [
+        (t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in tools or ()
+    ]
     calls: dict[str, int] = {}
     for i, m in enumerate(messages):
         c = m.get("content")
@@ -150,10 +162,15 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
                 return f"the tool call {name!r} of turn {i} ({m['role']})"
             args = fn.get("arguments")
             if isinstance(args, dict):
-                missing = [k for k in args if k not in text] + [repr(v) for v in _scalars(args)
-                                                                 if not _leaf_appears(v, text)]
+                missing = [k for k in args if k not in text] + [
+                    repr(v) for v in _scalars(args) if not _leaf_appears(v, text)
+                ]
             else:
-                missing = ["(all)"] if isinstance(args, str) and args.strip() and not _appears(args, text) else []
+                missing = (
+                    ["(all)"]
+                    if isinstance(args, str) and args.strip() and not _appears(args, text)
+                    else []
+                )
             if missing:
                 return f"the arguments {', '.join(map(str, missing))} of tool call {name!r} of turn {i}"
     for name in defined:
@@ -165,8 +182,15 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
 class Encoder:
     """Encodes batches of normalized examples (see packtool.formats) for one tokenizer + template."""
 
-    def __init__(self, spec: TokenizerSpec, template: ChatTemplate | None, train_on: str = "assistant",
-                 backend: str = "hf", renderer: str = "jinja", special_in_content: str = "keep"):
+    def __init__(
+        self,
+        spec: TokenizerSpec,
+        template: ChatTemplate | None,
+        train_on: str = "assistant",
+        backend: str = "hf",
+        renderer: str = "jinja",
+        special_in_content: str = "keep",
+    ):
         from packtool.tokenization.chat_template import special_tokens
 
         self.spec = spec
@@ -183,7 +207,9 @@ class Encoder:
         self._backend = None
         self._plain = None  # a tokenizers.Tokenizer that reads control tokens as text (split mode)
         self._gen_prompt: str | None = None
-        self._heads: list[str] | None = None  # the generation prompt and its heads that end in a special token
+        self._heads: list[str] | None = (
+            None  # the generation prompt and its heads that end in a special token
+        )
         mode = template.mode if template is not None else ""
         if not mode and template is not None:
             mode = "markers" if template.has_generation else "prefix"
@@ -192,7 +218,9 @@ class Encoder:
         longest_first = sorted(specials, key=len, reverse=True)
         self._specials = re.compile("|".join(map(re.escape, longest_first))) if specials else None
         firsts = {t[0] for t in specials if t}
-        self._special_first = firsts.pop() if len(firsts) == 1 else None  # "<": a cheap test before the regex
+        self._special_first = (
+            firsts.pop() if len(firsts) == 1 else None
+        )  # "<": a cheap test before the regex
 
     def __getstate__(self):
         return {**self.__dict__, "_backend": None, "_plain": None}
@@ -241,7 +269,7 @@ class Encoder:
         probe = [{"role": "user", "content": "x"}]
         plain, _ = self._render(probe, tools, marks=False)
         prompted, _ = self._render(probe, tools, marks=False, gen_prompt=True)
-        header = prompted[len(plain):] if prompted.startswith(plain) else ""
+        header = prompted[len(plain) :] if prompted.startswith(plain) else ""
         first, _ = self._render(messages[:1], tools, marks=False)
         at = first.find(header) if header else -1
         if at < 0:
@@ -298,7 +326,8 @@ class Encoder:
         if not full.startswith(before):
             raise ExampleError(
                 f"chat template '{self.template.name}' renders the conversation before the last assistant turn "
-                f"differently once that turn follows, so it cannot be located; fix: {self._fix()}")
+                f"differently once that turn follows, so it cannot be located; fix: {self._fix()}"
+            )
         return full, [(len(before), self._turn_end(full))]
 
     def generation_prompt(self, tools=None) -> str:
@@ -307,7 +336,7 @@ class Encoder:
             probe = [{"role": "user", "content": "x"}]
             plain, _ = self._render(probe, None, marks=False)
             prompted, _ = self._render(probe, None, marks=False, gen_prompt=True)
-            self._gen_prompt = prompted[len(plain):] if prompted.startswith(plain) else ""
+            self._gen_prompt = prompted[len(plain) :] if prompted.startswith(plain) else ""
         return self._gen_prompt
 
     def _trim_prompt(self, text: str, spans) -> list[tuple[int, int]]:
@@ -321,7 +350,7 @@ class Encoder:
         if not g:
             self._heads = []
         for a, b in spans:
-            if out and text[a:b] == self.spec.eos_token and not text[out[-1][1]:a].strip():
+            if out and text[a:b] == self.spec.eos_token and not text[out[-1][1] : a].strip():
                 out[-1] = (out[-1][0], b)
                 continue
             a += self._prompt_at(text, a, b, g)
@@ -332,7 +361,9 @@ class Encoder:
         """Length of the generation prompt `g` (or of its longest head that ends in a special token)
         written at text[a:b]."""
         if self._heads is None:
-            self._heads = [g] + [g[:k] for k in range(len(g) - 1, 0, -1) if g[:k].endswith(self._end_tokens)]
+            self._heads = [g] + [
+                g[:k] for k in range(len(g) - 1, 0, -1) if g[:k].endswith(self._end_tokens)
+            ]
         for head in self._heads:
             if len(head) <= b - a and text.startswith(head, a):
                 return len(head)
@@ -344,10 +375,15 @@ class Encoder:
             return []
         out = []
         for i, m in enumerate(messages):
-            texts = [m.get("content"), m.get("reasoning_content"),
-                     *(x for c in m.get("tool_calls") or () for x in _scalars(c))]
+            texts = [
+                m.get("content"),
+                m.get("reasoning_content"),
+                *(x for c in m.get("tool_calls") or () for x in _scalars(c)),
+            ]
             for v in texts:
-                if not isinstance(v, str) or (self._special_first is not None and self._special_first not in v):
+                if not isinstance(v, str) or (
+                    self._special_first is not None and self._special_first not in v
+                ):
                     continue
                 hit = self._specials.search(v)
                 if hit:
@@ -366,7 +402,9 @@ class Encoder:
         def walk(v):
             if isinstance(v, str):
                 if "\ue000" in v:
-                    raise ExampleError("message text holds U+E000, which --special-in-content split reserves")
+                    raise ExampleError(
+                        "message text holds U+E000, which --special-in-content split reserves"
+                    )
                 return self._specials.sub(sub, v)
             if isinstance(v, dict):
                 return {k: walk(x) for k, x in v.items()}
@@ -396,7 +434,8 @@ class Encoder:
             raise ExampleError(
                 f"turn {i} ({messages[i]['role']}) holds the control token {tok!r} in its text (a fake turn or "
                 "marker typed in the data); --special-in-content split tokenizes it as plain text, keep as a "
-                "control token")
+                "control token"
+            )
         if found and self.special_in_content == "split":
             messages, literals = self._placeholders(messages)
         try:
@@ -412,14 +451,17 @@ class Encoder:
         except ExampleError:
             raise
         except Exception as e:  # jinja errors, raise_exception() inside templates
-            raise ExampleError(f"chat template '{self.template.name}' failed on this record: {_first_line(e)}") from e
+            raise ExampleError(
+                f"chat template '{self.template.name}' failed on this record: {_first_line(e)}"
+            ) from e
         # the native renderer writes every text, call and definition by construction (and is checked
         # against the jinja reference, which runs this check, on every run's first examples)
         lost = None if self.renderer == "native" else lost_content(messages, tools, text)
         if lost:
             raise ExampleError(
                 f"chat template '{self.template.name}' drops {lost}: the model would be trained without it; use a "
-                "template that renders it (--chat-template trl:NAME or FILE), or drop such records")
+                "template that renders it (--chat-template trl:NAME or FILE), or drop such records"
+            )
         if self.train_on == "all":
             return text, np.array([[0, len(text)]], dtype=np.int64), literals, bool(found)
         weights = [m.get("weight") for m in ex["messages"] if m["role"] == "assistant"]
@@ -438,7 +480,9 @@ class Encoder:
         arr = np.array(spans, dtype=np.int64).reshape(-1, 2)
         return text, (arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr), literals, bool(found)
 
-    def _split_encode(self, text: str, spans: np.ndarray, literals: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _split_encode(
+        self, text: str, spans: np.ndarray, literals: list[str]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Ids and trained mask of a text whose placeholders stand for control tokens to read as text:
         the pieces between placeholders through the reference tokenizer, each literal alone with
         special-token matching off (the same on both backends)."""
@@ -447,7 +491,10 @@ class Encoder:
         if self._plain is None:
             from tokenizers import Tokenizer
 
-            self._plain = (make_backend("hf", self.spec.backend_json), Tokenizer.from_str(self.spec.backend_json))
+            self._plain = (
+                make_backend("hf", self.spec.backend_json),
+                Tokenizer.from_str(self.spec.backend_json),
+            )
             self._plain[1].encode_special_tokens = True
         ref, plain = self._plain
         ids, mask, at = [], [], 0
@@ -464,7 +511,9 @@ class Encoder:
         for p in pieces:
             a, b = p[1], p[2]
             if p[0] == "literal":
-                got = np.asarray(plain.encode(literals[p[3]], add_special_tokens=False).ids, dtype=np.int32)
+                got = np.asarray(
+                    plain.encode(literals[p[3]], add_special_tokens=False).ids, dtype=np.int32
+                )
                 ids.append(got)
                 mask.append(np.full(len(got), trained(a, b)))
             elif b > a:
@@ -473,8 +522,10 @@ class Encoder:
                 got, _, m = ref.encode_spans([text[a:b]], [local.reshape(-1, 2)])
                 ids.append(got.astype(np.int32))
                 mask.append(m.astype(bool))
-        return (np.concatenate(ids) if ids else np.zeros(0, np.int32),
-                np.concatenate(mask) if mask else np.zeros(0, bool))
+        return (
+            np.concatenate(ids) if ids else np.zeros(0, np.int32),
+            np.concatenate(mask) if mask else np.zeros(0, bool),
+        )
 
     # -- batches ----------------------------------------------------------------------------------
     @staticmethod
@@ -485,7 +536,9 @@ class Encoder:
 
         def split(out) -> list[tuple]:
             flat, off, *rest = out
-            return [tuple(x[off[j]:off[j + 1]] for x in (flat, *rest)) for j in range(len(off) - 1)]
+            return [
+                tuple(x[off[j] : off[j + 1]] for x in (flat, *rest)) for j in range(len(off) - 1)
+            ]
 
         try:
             return split(fn(*columns))
@@ -517,7 +570,11 @@ class Encoder:
                     else:
                         chat_idx.append(i), chat_texts.append(t), chat_spans.append(s)
                 elif kind == "prompt_completion":
-                    pc_idx.append(i), prompts.append(ex["prompt"]), completions.append(ex["completion"])
+                    (
+                        pc_idx.append(i),
+                        prompts.append(ex["prompt"]),
+                        completions.append(ex["completion"]),
+                    )
                 elif kind == "text":
                     text_idx.append(i), texts.append(ex["text"])
                 else:
@@ -527,7 +584,9 @@ class Encoder:
         eos = np.array([self.eos_id] if self.eos_id is not None else [], dtype=np.int32)
         encode = self.backend.encode
         if chat_texts:
-            for i, item in zip(chat_idx, self._each(self.backend.encode_spans, chat_texts, chat_spans), strict=True):
+            for i, item in zip(
+                chat_idx, self._each(self.backend.encode_spans, chat_texts, chat_spans), strict=True
+            ):
                 if isinstance(item, str):
                     errors[i] = item
                     continue
@@ -553,7 +612,11 @@ class Encoder:
                     lab[: len(pi[0])] = IGNORE_INDEX
                 pieces[i] = (a, lab)
         if texts:
-            for i, ti in zip(text_idx, self._each(lambda t: encode(t, add_special_tokens=True), texts), strict=True):
+            for i, ti in zip(
+                text_idx,
+                self._each(lambda t: encode(t, add_special_tokens=True), texts),
+                strict=True,
+            ):
                 if isinstance(ti, str):
                     errors[i] = ti
                     continue
@@ -570,8 +633,13 @@ class Encoder:
         np.cumsum(lengths, out=offsets[1:])
         ids = np.concatenate([x[0] if x is not None else empty for x in pieces]) if n else empty
         labels = np.concatenate([x[1] if x is not None else empty for x in pieces]) if n else empty
-        return Encoded(ids.astype(np.int32, copy=False), labels.astype(np.int32, copy=False), offsets, errors,
-                       special)
+        return Encoded(
+            ids.astype(np.int32, copy=False),
+            labels.astype(np.int32, copy=False),
+            offsets,
+            errors,
+            special,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -585,7 +653,9 @@ class StepResult:
     table: Any  # pyarrow.RecordBatch of packtool.data.token_schema()
     rejects: list[tuple[int, str]] = field(default_factory=list)
     removed_padding: int = 0
-    special: list[int] = field(default_factory=list)  # source indices whose message text holds control tokens
+    special: list[int] = field(
+        default_factory=list
+    )  # source indices whose message text holds control tokens
 
 
 @dataclass
@@ -622,8 +692,14 @@ class EncodeStep:
     @property
     def encoder(self) -> Encoder:
         if self._encoder is None:
-            self._encoder = Encoder(self.spec, self.template, self.train_on, self.backend, self.renderer,
-                                    self.special_in_content)
+            self._encoder = Encoder(
+                self.spec,
+                self.template,
+                self.train_on,
+                self.backend,
+                self.renderer,
+                self.special_in_content,
+            )
         return self._encoder
 
     def __call__(self, batch) -> StepResult:
@@ -633,7 +709,9 @@ class EncodeStep:
         from packtool.formats import FormatError, normalize
 
         records, read_errors = batch.parsed()
-        fmt = batch.fmt if getattr(batch, "fmt", None) is not None else self.fmt  # its file's format
+        fmt = (
+            batch.fmt if getattr(batch, "fmt", None) is not None else self.fmt
+        )  # its file's format
         rejects: list[tuple[int, str]] = []
         keep, examples = [], []
         for i, (rec, err) in enumerate(zip(records, read_errors, strict=True)):
@@ -658,8 +736,14 @@ class EncodeStep:
             offsets, ids, labels = enc.offsets, enc.ids, enc.label_values
         kept = np.asarray(keep, dtype=np.int64)
         rows = kept[good] if keep else np.zeros(0, np.int64)
-        special = (batch.start + kept[enc.special & good]).tolist() if keep and enc.special is not None else []
-        return StepResult(token_batch(ids, labels, offsets, batch.start + rows), rejects, special=special)
+        special = (
+            (batch.start + kept[enc.special & good]).tolist()
+            if keep and enc.special is not None
+            else []
+        )
+        return StepResult(
+            token_batch(ids, labels, offsets, batch.start + rows), rejects, special=special
+        )
 
     def _pretokenized(self, batch) -> StepResult:
         import pyarrow as pa
@@ -672,8 +756,11 @@ class EncodeStep:
             rejects = list(v.rejects)
         else:
             records, read_errors = batch.parsed()
-            rejects = [(i, err or "unreadable record") for i, (r, err) in enumerate(zip(records, read_errors,
-                                                                                          strict=True)) if r is None]
+            rejects = [
+                (i, err or "unreadable record")
+                for i, (r, err) in enumerate(zip(records, read_errors, strict=True))
+                if r is None
+            ]
             ok = [i for i, r in enumerate(records) if r is not None]
             v = pt.records_batch([records[i] for i in ok], self.label_source)
             rejects += [(ok[j], reason) for j, reason in v.rejects]

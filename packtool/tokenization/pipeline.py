@@ -77,7 +77,10 @@ def _template_key(choice: str | None) -> str:
 
     choice = choice or "auto"
     if choice in ("auto", "tokenizer"):  # auto may pick the built-in chatml-train: its bytes count
-        return f"{choice}:" + hashlib.sha256(BUILTIN_TEMPLATES["chatml-train"].read_bytes()).hexdigest()
+        return (
+            f"{choice}:"
+            + hashlib.sha256(BUILTIN_TEMPLATES["chatml-train"].read_bytes()).hexdigest()
+        )
     if choice.startswith("trl:"):
         folder = trl_dir()
         path = folder / f"{choice[4:]}.jinja" if folder else None
@@ -148,8 +151,12 @@ class _Check:
         same = a.rejects == b.rejects and a.table.equals(b.table)
         check = {"examples": len(self.probe), "identical": bool(same)}
         if same:
-            self.report = {"name": "fastokens", "requested": self.requested, "renderer": self.fast.renderer,
-                           "check": check}
+            self.report = {
+                "name": "fastokens",
+                "requested": self.requested,
+                "renderer": self.fast.renderer,
+                "check": check,
+            }
             return
         where = _first_difference(a, b, self.probe)
         why = f"fastokens differs from tokenizers on {where}"
@@ -157,8 +164,13 @@ class _Check:
             why = f"the fast path (fastokens, {self.fast.renderer} renderer) differs from tokenizers + jinja on {where}"
         if self.requested == "fastokens":
             raise PacktoolError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend hf")
-        self.report = {"name": "hf", "requested": self.requested, "renderer": "jinja", "check": check,
-                       "reason": why}
+        self.report = {
+            "name": "hf",
+            "requested": self.requested,
+            "renderer": "jinja",
+            "check": check,
+            "reason": why,
+        }
         raise UseReference(why)
 
     def run_here(self) -> None:
@@ -192,7 +204,9 @@ def _run(step: EncodeStep, batches, num_proc: int, check: _Check | None = None):
         return
     pool = _start_pool(step, num_proc)
     try:
-        checking = pool.apply_async(_worker_check, (check.reference, check.probe)) if check else None
+        checking = (
+            pool.apply_async(_worker_check, (check.reference, check.probe)) if check else None
+        )
 
         def settled(result: StepResult | None) -> None:
             nonlocal checking
@@ -338,7 +352,9 @@ class _FileFormats:
         if mixed is not None:
             return mixed
         first = next((hit for hit in self.found.values() if hit[0] != AUTO), None)
-        return first if first is not None else (self.read.format or "messages", "no readable record")
+        return (
+            first if first is not None else (self.read.format or "messages", "no readable record")
+        )
 
 
 def _first_batches(source: RecordSource, cfg: TokenizeConfig):
@@ -351,7 +367,12 @@ def _first_batches(source: RecordSource, cfg: TokenizeConfig):
     for b in it:
         seen.append(b)
         names = b.column_names()
-        if names is not None and b.arrow.num_rows and "input_ids" in names and cfg.read.format is None:
+        if (
+            names is not None
+            and b.arrow.num_rows
+            and "input_ids" in names
+            and cfg.read.format is None
+        ):
             from packtool.tokenization.pretokenized import label_source_of
 
             return "pretokenized", label_source_of(names), _chain(seen, it), formats
@@ -375,7 +396,7 @@ def _chain(seen, it):
 
 
 def _renderer(template) -> str:
-    """"native" for the built-in chatml-train template (byte for byte), else "jinja"."""
+    """ "native" for the built-in chatml-train template (byte for byte), else "jinja"."""
     from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
 
     return "native" if template.source == BUILTIN_TEMPLATES["chatml-train"].read_text() else "jinja"
@@ -391,7 +412,9 @@ def _fast_backend(spec, requested: str):
     why = supports_fast(spec.backend_json, load=False)
     if why is not None:
         if requested == "fastokens":
-            raise UsageError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf")
+            raise UsageError(
+                f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"
+            )
         return None, why
     backend = FastBackend(spec.backend_json)
     backend.preload()
@@ -411,18 +434,24 @@ def _first_difference(a: StepResult, b: StepResult, probe) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool | Reporter = True) -> TokenizedData:
+def load_tokenized(
+    data: str, cfg: TokenizeConfig, progress: bool | Reporter = True
+) -> TokenizedData:
     """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run.
 
     `progress`: where the tokenizing stage reports (packtool.progress.reporter: a Reporter, True for
     the default terminal drawing, False for none)."""
     if cfg.tokenizer_backend not in BACKENDS:
-        raise UsageError(f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}")
+        raise UsageError(
+            f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}"
+        )
     t0 = time.perf_counter()
     source = RecordSource(data, cfg.read)
     tok_key = tokenizer_key(cfg.tokenizer)
     if tok_key.endswith(":uncached"):
-        load_spec(cfg.tokenizer)  # fails fast, or (--allow-download) fetches it: key the cache on its files
+        load_spec(
+            cfg.tokenizer
+        )  # fails fast, or (--allow-download) fetches it: key the cache on its files
         tok_key = tokenizer_key(cfg.tokenizer)
     key = cache_key(source.files, cfg, tok_key)
     path = cache.entry_path(key)
@@ -434,7 +463,9 @@ def load_tokenized(data: str, cfg: TokenizeConfig, progress: bool | Reporter = T
     try:
         return _tokenize(data, cfg, source, key, progress, t0, mismatch=None)
     except UseReference as e:
-        return _tokenize(data, cfg, RecordSource(data, cfg.read), key, progress, t0, mismatch=str(e))
+        return _tokenize(
+            data, cfg, RecordSource(data, cfg.read), key, progress, t0, mismatch=str(e)
+        )
 
 
 def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> TokenizedData:
@@ -448,26 +479,47 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
         backend = {"name": None, "reason": "pre-tokenized input is not tokenized"}
         num_proc = 1  # vectorized validation outruns reading: workers would only add copies
         labels_from = label_src if label_src != "all" else "every token"
-        ignored = [opt for opt, given in (("--chat-template", cfg.chat_template is not None),
-                                          ("--train-on", cfg.train_on != "assistant")) if given]
+        ignored = [
+            opt
+            for opt, given in (
+                ("--chat-template", cfg.chat_template is not None),
+                ("--train-on", cfg.train_on != "assistant"),
+            )
+            if given
+        ]
         if ignored:
-            warnings.append(f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
-                            f"{labels_from}")
+            warnings.append(
+                f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
+                f"{labels_from}"
+            )
         fmt, reason = "pretokenized", f"records carry input_ids; labels from {labels_from}"
     else:
-        step, check, tokenizer, backend, batches, num_proc = _chat_step(source, cfg, batches, mismatch)
+        step, check, tokenizer, backend, batches, num_proc = _chat_step(
+            source, cfg, batches, mismatch
+        )
         if step.template.mode in ("prefix", "last"):
-            which = "assistant turns are" if step.template.mode == "prefix" else "the last assistant turn is"
-            warnings.append(f"chat template '{step.template.name}' has no {{% generation %}} markers: {which} "
-                            "located by diffs of renders (slower; checked per example)")
+            which = (
+                "assistant turns are"
+                if step.template.mode == "prefix"
+                else "the last assistant turn is"
+            )
+            warnings.append(
+                f"chat template '{step.template.name}' has no {{% generation %}} markers: {which} "
+                "located by diffs of renders (slower; checked per example)"
+            )
     t_enc = time.perf_counter()
     removed = 0
     zero_loss: list[int] = []
     special: list[int] = []
     try:
-        with cache.EntryWriter(key, token_schema()) as writer, \
-                reporter(progress).stage("tokenizing" if kind == "chat" else "reading", unit="examples",
-                                         detail=f"{num_proc} processes" if num_proc > 1 else None) as bar:
+        with (
+            cache.EntryWriter(key, token_schema()) as writer,
+            reporter(progress).stage(
+                "tokenizing" if kind == "chat" else "reading",
+                unit="examples",
+                detail=f"{num_proc} processes" if num_proc > 1 else None,
+            ) as bar,
+        ):
             for batch, result in _run(step, batches, num_proc, check):
                 for i, why in result.rejects:
                     source.reject(batch, i, why)
@@ -476,39 +528,75 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                 special += result.special
                 loss = arrow_numpy(result.table.column("num_loss_tokens"))
                 if not loss.all():
-                    zero_loss += arrow_numpy(result.table.column("source_index"))[loss == 0].tolist()
-                bar.advance(result.table.num_rows, int(arrow_numpy(result.table.column("length")).sum()))
+                    zero_loss += arrow_numpy(result.table.column("source_index"))[
+                        loss == 0
+                    ].tolist()
+                bar.advance(
+                    result.table.num_rows, int(arrow_numpy(result.table.column("length")).sum())
+                )
             if writer.rows == 0:
-                raise PacktoolError(f"{data}: no usable examples ({source.num_read} records read, "
-                                    f"{len(source.skipped)} skipped)")
+                raise PacktoolError(
+                    f"{data}: no usable examples ({source.num_read} records read, "
+                    f"{len(source.skipped)} skipped)"
+                )
             if zero_loss:
-                what = "pre-tokenized example(s) have no loss token" if kind == "pretokenized" else \
-                    "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
+                what = (
+                    "pre-tokenized example(s) have no loss token"
+                    if kind == "pretokenized"
+                    else "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
+                )
                 warnings.append(f"{len(zero_loss)} {what}: source indices {_quote(zero_loss)}")
             if kind == "chat":
-                tokenizer = {**tokenizer, "special_in_content": {"mode": cfg.special_in_content,
-                                                                 "examples": len(special)}}
+                tokenizer = {
+                    **tokenizer,
+                    "special_in_content": {
+                        "mode": cfg.special_in_content,
+                        "examples": len(special),
+                    },
+                }
                 if special:
-                    how = {"keep": "kept as control tokens, as apply_chat_template does (--special-in-content "
-                                   "split reads them as text, error refuses them)",
-                           "split": "tokenized as plain text (--special-in-content split)"}[cfg.special_in_content]
-                    warnings.append(f"{len(special)} example(s) hold control tokens in message text, {how}: source "
-                                    f"indices {_quote(special)}")
+                    how = {
+                        "keep": "kept as control tokens, as apply_chat_template does (--special-in-content "
+                        "split reads them as text, error refuses them)",
+                        "split": "tokenized as plain text (--special-in-content split)",
+                    }[cfg.special_in_content]
+                    warnings.append(
+                        f"{len(special)} example(s) hold control tokens in message text, {how}: source "
+                        f"indices {_quote(special)}"
+                    )
             if check is not None:
                 backend = check.report
-            meta = _meta(source, cfg, formats, (fmt, reason), tokenizer, backend, warnings, removed, kind, label_src)
+            meta = _meta(
+                source,
+                cfg,
+                formats,
+                (fmt, reason),
+                tokenizer,
+                backend,
+                warnings,
+                removed,
+                kind,
+                label_src,
+            )
             final = writer.commit(meta, replace=not cfg.cache)
     except OSError as e:
         root = str(cache.cache_root())
         if e.filename and not str(e.filename).startswith(root):
             raise  # reading the input, not writing the cache: the CLI names that path
-        raise PacktoolError(f"cannot write the tokenization cache in {root}: "
-                            f"{e.strerror or e}; free space or set PACKTOOL_CACHE to a writable folder") from None
+        raise PacktoolError(
+            f"cannot write the tokenization cache in {root}: "
+            f"{e.strerror or e}; free space or set PACKTOOL_CACHE to a writable folder"
+        ) from None
     entry = cache.open_entry(final, verify=False)  # just written and hashed on the way out
     if entry is None:
-        raise PacktoolError(f"the tokenization cache entry {final} could not be read back; check the disk")
-    return _finish(entry, cache_hit=False, seconds={"read_tokenize": time.perf_counter() - t_enc,
-                                                   "total": time.perf_counter() - t0})
+        raise PacktoolError(
+            f"the tokenization cache entry {final} could not be read back; check the disk"
+        )
+    return _finish(
+        entry,
+        cache_hit=False,
+        seconds={"read_tokenize": time.perf_counter() - t_enc, "total": time.perf_counter() - t0},
+    )
 
 
 def _chat_step(source, cfg: TokenizeConfig, batches, mismatch: str | None):
@@ -522,7 +610,9 @@ def _chat_step(source, cfg: TokenizeConfig, batches, mismatch: str | None):
     try:
         return _chat_step_on(spec, built, why, source, cfg, batches, mismatch)
     except BaseException:
-        if built is not None:  # a process must not exit while the preload thread is inside native code
+        if (
+            built is not None
+        ):  # a process must not exit while the preload thread is inside native code
             built.wait()
         raise
 
@@ -532,9 +622,18 @@ def _chat_step_on(spec, built, why, source, cfg: TokenizeConfig, batches, mismat
 
     template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
     first = next(batches, None)  # every batch carries its file's format (_FileFormats.assign)
-    fmt = first.fmt if first is not None and first.fmt is not None else cfg.read.format or "messages"
-    reference = EncodeStep("chat", cfg.read, fmt=fmt, spec=spec, template=template, train_on=cfg.train_on,
-                           special_in_content=cfg.special_in_content)
+    fmt = (
+        first.fmt if first is not None and first.fmt is not None else cfg.read.format or "messages"
+    )
+    reference = EncodeStep(
+        "chat",
+        cfg.read,
+        fmt=fmt,
+        spec=spec,
+        template=template,
+        train_on=cfg.train_on,
+        special_in_content=cfg.special_in_content,
+    )
     probe = first.head(min(len(first), CHECK_EXAMPLES)) if first is not None else None
     num_proc = cfg.num_proc or os.cpu_count() or 1
     if cfg.num_proc is None and source.total_bytes < SMALL_BYTES:
@@ -542,12 +641,20 @@ def _chat_step_on(spec, built, why, source, cfg: TokenizeConfig, batches, mismat
     check = None
     if built is None:
         step = reference
-        backend = {"name": "hf", "requested": cfg.tokenizer_backend, "renderer": "jinja",
-                   "reason": mismatch or why}
+        backend = {
+            "name": "hf",
+            "requested": cfg.tokenizer_backend,
+            "renderer": "jinja",
+            "reason": mismatch or why,
+        }
     else:  # the fast path: fastokens, and the native renderer for the built-in template
         step = reference.with_backend("fastokens", _renderer(template), built)
-        backend = {"name": "fastokens", "requested": cfg.tokenizer_backend, "renderer": step.renderer,
-                   "check": {"examples": 0}}
+        backend = {
+            "name": "fastokens",
+            "requested": cfg.tokenizer_backend,
+            "renderer": step.renderer,
+            "check": {"examples": 0},
+        }
         if probe is not None and len(probe):
             check = _Check(step, reference, probe, cfg.tokenizer_backend)
         if num_proc > 1:
@@ -563,8 +670,18 @@ def _pretokenized_tokenizer(cfg: TokenizeConfig) -> dict:
     return load_spec(cfg.tokenizer).info()
 
 
-def _meta(source, cfg, formats: _FileFormats, pretokenized, tokenizer, backend, warnings, removed, kind,
-          label_src) -> dict:
+def _meta(
+    source,
+    cfg,
+    formats: _FileFormats,
+    pretokenized,
+    tokenizer,
+    backend,
+    warnings,
+    removed,
+    kind,
+    label_src,
+) -> dict:
     """The cache entry's meta: what TokenizedData carries besides the table. `pretokenized`: the
     (format, why) of pre-tokenized input; chat input's come from `formats`."""
     warnings = list(warnings)
@@ -581,14 +698,22 @@ def _meta(source, cfg, formats: _FileFormats, pretokenized, tokenizer, backend, 
         warnings.insert(0, said)
     if backend.get("reason") and backend.get("requested") == "auto" and kind == "chat":
         warnings.append(f"tokenizer backend hf: {backend['reason']}")
-    options = cfg.fingerprint_dict()  # everything that shapes ids and labels (verify --sources reads it)
+    options = (
+        cfg.fingerprint_dict()
+    )  # everything that shapes ids and labels (verify --sources reads it)
     if kind == "pretokenized":
         options.update(labels_from=label_src, train_on=None, chat_template=None)
     return {
-        "format": fmt, "format_reason": reason, "formats": {f: list(x) for f, x in per_file.items()},
-        "tokenizer": tokenizer, "backend": backend,
-        "warnings": warnings, "sources": [s.__dict__ for s in source.files], "options": options,
-        "num_read": source.num_read, "skipped": [s.to_json() for s in source.skipped],
+        "format": fmt,
+        "format_reason": reason,
+        "formats": {f: list(x) for f, x in per_file.items()},
+        "tokenizer": tokenizer,
+        "backend": backend,
+        "warnings": warnings,
+        "sources": [s.__dict__ for s in source.files],
+        "options": options,
+        "num_read": source.num_read,
+        "skipped": [s.to_json() for s in source.skipped],
     }
 
 

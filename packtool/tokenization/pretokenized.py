@@ -83,7 +83,9 @@ def _m_not_token(j: int, value: int) -> str:
 
 
 def _m_extra(column: str) -> str:
-    return f"has {column} but the first record has no label column; give every record the same columns"
+    return (
+        f"has {column} but the first record has no label column; give every record the same columns"
+    )
 
 
 def _m_no_source(source: str, keys: Iterable[str]) -> str:
@@ -95,8 +97,10 @@ def _m_count(name: str, got: int, want: int) -> str:
 
 
 def _m_shifted(j: int, label: int, token: int) -> str:
-    return (f"labels[{j}] = {label} but input_ids[{j}] = {token}: labels must be -100 or equal to their input "
-            "id (unshifted Hugging Face labels; they look pre-shifted or use another ignore index)")
+    return (
+        f"labels[{j}] = {label} but input_ids[{j}] = {token}: labels must be -100 or equal to their input "
+        "id (unshifted Hugging Face labels; they look pre-shifted or use another ignore index)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -240,7 +244,7 @@ def _flat_numpy(child: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     buf = child.buffers()[1]
     if buf is None or len(child) == 0:
         return np.zeros(len(child), dtype=dtype), nulls
-    return np.frombuffer(buf, dtype=dtype, count=child.offset + len(child))[child.offset:], nulls
+    return np.frombuffer(buf, dtype=dtype, count=child.offset + len(child))[child.offset :], nulls
 
 
 def _column_view(arr: pa.Array, name: str) -> _Col | None:
@@ -261,7 +265,8 @@ def _column_view(arr: pa.Array, name: str) -> _Col | None:
         off = np.arange(n + 1, dtype=np.int64) * size
         child = arr.values.slice(arr.offset * size, n * size)
     elif getattr(pa.types, "is_list_view", lambda _: False)(t) or getattr(
-            pa.types, "is_large_list_view", lambda _: False)(t):
+        pa.types, "is_large_list_view", lambda _: False
+    )(t):
         raise _Unhandled  # rows may overlap or come out of order: go record by record
     else:
         return None
@@ -270,14 +275,28 @@ def _column_view(arr: pa.Array, name: str) -> _Col | None:
     if isinstance(child.type, pa.ExtensionType):
         child = child.storage
     ct = child.type
-    if not (pa.types.is_integer(ct) or pa.types.is_floating(ct) or pa.types.is_boolean(ct)
-            or pa.types.is_null(ct)):
+    if not (
+        pa.types.is_integer(ct)
+        or pa.types.is_floating(ct)
+        or pa.types.is_boolean(ct)
+        or pa.types.is_null(ct)
+    ):
         return None
     vals, nulls = _flat_numpy(child)
-    return _Col(name, _row_validity(arr), off, vals, nulls, child if ct == pa.int32() else None, vals.dtype.kind)
+    return _Col(
+        name,
+        _row_validity(arr),
+        off,
+        vals,
+        nulls,
+        child if ct == pa.int32() else None,
+        vals.dtype.kind,
+    )
 
 
-def _first_per_row(bad: np.ndarray, col: _Col, rows_ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _first_per_row(
+    bad: np.ndarray, col: _Col, rows_ok: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(rows, first position in the row) of the rows in rows_ok (and valid in col) with a True in bad.
 
     Positions of True come from np.flatnonzero a slice of about _CHUNK values at a time (memory stays
@@ -292,7 +311,7 @@ def _first_per_row(bad: np.ndarray, col: _Col, rows_ok: np.ndarray) -> tuple[np.
         if r1 <= r0:
             continue
         p0 = int(off[r0])
-        pos = np.flatnonzero(bad[p0:off[r1]])
+        pos = np.flatnonzero(bad[p0 : off[r1]])
         if pos.size == 0:
             continue
         cand = r0 + np.flatnonzero(cand_rows[r0:r1])
@@ -312,7 +331,9 @@ def _segment_counts(flat: np.ndarray, off: np.ndarray) -> np.ndarray:
     lens = np.diff(off)
     out = np.zeros(lens.size, dtype=np.int64)
     nonempty = np.flatnonzero(lens)
-    if nonempty.size:  # empty rows hold no values: the next non-empty row starts where this one ends
+    if (
+        nonempty.size
+    ):  # empty rows hold no values: the next non-empty row starts where this one ends
         out[nonempty] = np.add.reduceat(flat.view(np.uint8), off[nonempty], dtype=np.int32)
     return out
 
@@ -332,7 +353,7 @@ def _align(x: _Col, ids: _Col, rows: np.ndarray) -> np.ndarray:
     if firsts.size <= 4 * _MAX_RUNS:
         for a, b in zip(r[firsts].tolist(), r[lasts].tolist(), strict=True):
             s, e, d = int(ids.off[a]), int(ids.off[b + 1]), int(x.off[a] - ids.off[a])
-            out[s:e] = x.vals[s + d:e + d]
+            out[s:e] = x.vals[s + d : e + d]
         return out
     lens = ids.lens[r]
     dst = np.repeat(ids.off[r] - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
@@ -385,7 +406,12 @@ class _Batch:
                 bad = ~np.isfinite(v)
                 bad |= v != np.round(v)
                 rows, pos = _first_per_row(bad, col, self.ok)
-                self.fail(rows, lambda k, i: _m_not_whole(name, int(pos[k] - col.off[i]), float(col.vals[pos[k]])))
+                self.fail(
+                    rows,
+                    lambda k, i: _m_not_whole(
+                        name, int(pos[k] - col.off[i]), float(col.vals[pos[k]])
+                    ),
+                )
                 col.vals = v.astype(np.int64)
             col.kind, col.child = "i", None
         elif col.kind == "b":
@@ -436,7 +462,7 @@ def _take(vals: np.ndarray, how, total: int, dtype) -> np.ndarray:
     out = np.empty(total, dtype=dtype)
     pos = 0
     for s, e in how:
-        out[pos:pos + e - s] = vals[s:e]
+        out[pos : pos + e - s] = vals[s:e]
         pos += e - s
     return out
 
@@ -445,7 +471,9 @@ def _empty_table():
     import pyarrow as pa
 
     lst = pa.array([], pa.list_(pa.int32()))
-    return pa.record_batch([lst, lst, pa.array([], pa.int32()), pa.array([], pa.int32())], names=list(OUT_COLUMNS))
+    return pa.record_batch(
+        [lst, lst, pa.array([], pa.int32()), pa.array([], pa.int32())], names=list(OUT_COLUMNS)
+    )
 
 
 def _validated(state: _Batch, table, keep, removed: int) -> Validated:
@@ -497,7 +525,9 @@ def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) ->
             st.fail_where(~lab.valid, lambda k, i: _m_no_source(source, st.keys(i)))
             st.check_ints(lab)
             llens, ilens = lab.lens, ids.lens
-            st.fail_where(llens != ilens, lambda k, i: _m_count(source, int(llens[i]), int(ilens[i])))
+            st.fail_where(
+                llens != ilens, lambda k, i: _m_count(source, int(llens[i]), int(ilens[i]))
+            )
             aligned = _align(lab, ids, st.ok)
             if aligned is not lab.vals:
                 lab.child = None
@@ -506,8 +536,12 @@ def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) ->
                 wrong = lab.vals != ids.vals
                 wrong &= lab.vals != IGNORE_INDEX
                 rows, pos = _first_per_row(wrong, ids, st.ok)
-                st.fail(rows, lambda k, i: _m_shifted(int(pos[k] - ids.off[i]), _int(lab.vals[pos[k]]),
-                                                      _int(ids.vals[pos[k]])))
+                st.fail(
+                    rows,
+                    lambda k, i: _m_shifted(
+                        int(pos[k] - ids.off[i]), _int(lab.vals[pos[k]]), _int(ids.vals[pos[k]])
+                    ),
+                )
 
     # attention_mask: padding positions
     ilens = ids.lens
@@ -517,8 +551,10 @@ def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) ->
     if mask is not None:
         st.check_ints(mask)
         mlens = mask.lens
-        st.fail_where(mask.valid & (mlens != ilens),
-                      lambda k, i: _m_count("attention_mask", int(mlens[i]), int(ilens[i])))
+        st.fail_where(
+            mask.valid & (mlens != ilens),
+            lambda k, i: _m_count("attention_mask", int(mlens[i]), int(ilens[i])),
+        )
         rows_m = st.ok & mask.valid
         nz = _align(mask, ids, rows_m) != 0
         if not nz.all():
@@ -536,7 +572,9 @@ def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) ->
     lengths = out_len[keep]
     total = int(lengths.sum())
     if total > INT32_MAX:
-        raise ValueError(f"{total} tokens in one batch: more than int32 list offsets hold; pass smaller batches")
+        raise ValueError(
+            f"{total} tokens in one batch: more than int32 list offsets hold; pass smaller batches"
+        )
     removed = int(ilens[keep].sum()) - total
 
     # which flat positions go out: all of them, slices of runs of good rows, or a boolean mask
@@ -575,10 +613,14 @@ def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) ->
             lab_np = np.where(m != 0, ids_np, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
             lab_values = pa.array(lab_np)
         labels_out = pa.ListArray.from_arrays(offsets, lab_values)
-        ignored = np.add.reduceat((lab_np == IGNORE_INDEX).view(np.uint8), off32[:-1], dtype=np.int32)
+        ignored = np.add.reduceat(
+            (lab_np == IGNORE_INDEX).view(np.uint8), off32[:-1], dtype=np.int32
+        )
         loss = (lengths - ignored).astype(np.int32)
-    table = pa.record_batch([ids_out, labels_out, pa.array(lengths.astype(np.int32)), pa.array(loss)],
-                            names=list(OUT_COLUMNS))
+    table = pa.record_batch(
+        [ids_out, labels_out, pa.array(lengths.astype(np.int32)), pa.array(loss)],
+        names=list(OUT_COLUMNS),
+    )
     return _validated(st, table, keep.astype(np.int64), removed)
 
 
@@ -635,16 +677,26 @@ def _records_validated(records: list[dict], source: str) -> Validated:
         return Validated(_empty_table(), np.zeros(0, dtype=np.int64), rejects, 0)
     lens = np.fromiter((len(a) for a in ids_l), dtype=np.int64, count=len(ids_l))
     if int(lens.sum()) > INT32_MAX:
-        raise ValueError(f"{int(lens.sum())} tokens in one batch: more than int32 list offsets hold; pass "
-                         "smaller batches")
+        raise ValueError(
+            f"{int(lens.sum())} tokens in one batch: more than int32 list offsets hold; pass "
+            "smaller batches"
+        )
     off = np.zeros(len(lens) + 1, dtype=np.int32)
     np.cumsum(lens, out=off[1:])
     offsets = pa.array(off)
     labels = np.concatenate(lab_l)
-    loss = np.add.reduceat(labels != IGNORE_INDEX, off[:-1].astype(np.int64), dtype=np.int64).astype(np.int32)
-    table = pa.record_batch([pa.ListArray.from_arrays(offsets, pa.array(np.concatenate(ids_l))),
-                             pa.ListArray.from_arrays(offsets, pa.array(labels)),
-                             pa.array(lens.astype(np.int32)), pa.array(loss)], names=list(OUT_COLUMNS))
+    loss = np.add.reduceat(
+        labels != IGNORE_INDEX, off[:-1].astype(np.int64), dtype=np.int64
+    ).astype(np.int32)
+    table = pa.record_batch(
+        [
+            pa.ListArray.from_arrays(offsets, pa.array(np.concatenate(ids_l))),
+            pa.ListArray.from_arrays(offsets, pa.array(labels)),
+            pa.array(lens.astype(np.int32)),
+            pa.array(loss),
+        ],
+        names=list(OUT_COLUMNS),
+    )
     return Validated(table, np.asarray(keep, dtype=np.int64), rejects, removed)
 
 

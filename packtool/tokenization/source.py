@@ -44,7 +44,10 @@ class RecordSource:
             paths = list(self.located.files)
         else:
             paths = [f["filename"] for f in self.located.dataset.cache_files]
-        self.files = [SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p)) for p in sorted(paths)]
+        self.files = [
+            SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p))
+            for p in sorted(paths)
+        ]
         self.skipped: list[SkippedRecord] = []
         self.num_read = 0
         self.per_file: dict[str, int] = {}
@@ -59,20 +62,33 @@ class RecordSource:
             self.per_file[b.file] = self.per_file.get(b.file, 0) + len(b)
             yield b
 
-    def reject_at(self, index: int, file: str, line: int | None, reason: str, record: int | None = None) -> None:
+    def reject_at(
+        self, index: int, file: str, line: int | None, reason: str, record: int | None = None
+    ) -> None:
         """`record`: the position within its file where that is not `index` (see SkippedRecord)."""
-        skipped = SkippedRecord(int(index), file, line, reason,
-                                None if line is not None or record is None or record == index else int(record))
+        skipped = SkippedRecord(
+            int(index),
+            file,
+            line,
+            reason,
+            None if line is not None or record is None or record == index else int(record),
+        )
         if self.read.on_error == "error":
-            raise PacktoolError(f"{skipped.where}: {reason}; fix the record, or pass --on-error skip to count and "
-                                "list bad records")
+            raise PacktoolError(
+                f"{skipped.where}: {reason}; fix the record, or pass --on-error skip to count and "
+                "list bad records"
+            )
         self.skipped.append(skipped)
 
     def reject(self, batch: readers.RawBatch, i: int, reason: str) -> None:
         self.reject_at(batch.start + i, batch.file, batch.line_of(i), reason, batch.position(i))
 
-    def skip_warning(self, formats: dict[str, FileFormat] | None = None, forced: str | None = None,
-                     looks: dict[str, str] | None = None) -> str | None:
+    def skip_warning(
+        self,
+        formats: dict[str, FileFormat] | None = None,
+        forced: str | None = None,
+        looks: dict[str, str] | None = None,
+    ) -> str | None:
         """What was skipped, in one line (None when nothing was). A few records: where they are. More
         than SKIP_SHARE of the records read, or every record of a file: the share, those files, the
         top reasons (whole words) and what to do. `formats`: how each file was read; `forced`: --format;
@@ -92,21 +108,33 @@ class RecordSource:
             more = f" and {len(whole) - MAX_LISTED} more" if len(whole) > MAX_LISTED else ""
             share += f", every record of {listed}{more}"
         reasons = Counter(s.reason for s in self.skipped).most_common(TOP_REASONS)
-        top = ", ".join(f"{k:,} × \"{_words(r, REASON_CHARS)}\"" for r, k in reasons)
+        top = ", ".join(f'{k:,} × "{_words(r, REASON_CHARS)}"' for r, k in reasons)
         first = self.skipped[0]
-        advice = _advice(whole or [f for f, _ in by_file.most_common(1)], names, formats or {}, forced, looks or {},
-                         self.skipped)
-        return (f"{share}; top reasons: {top}; first at {names.get(first.file, first.file)}"
-                f"{first.where[len(first.file):]}. {advice}")
+        advice = _advice(
+            whole or [f for f, _ in by_file.most_common(1)],
+            names,
+            formats or {},
+            forced,
+            looks or {},
+            self.skipped,
+        )
+        return (
+            f"{share}; top reasons: {top}; first at {names.get(first.file, first.file)}"
+            f"{first.where[len(first.file) :]}. {advice}"
+        )
 
 
 def _positions(skipped: list[SkippedRecord], names: dict[str, str]) -> str:
     """'a.jsonl lines 2, 5; b.json records 0, 3' for the first MAX_LISTED, then how many more."""
     groups: dict[tuple[str, bool], list[str]] = {}
     for s in skipped[:MAX_LISTED]:
-        groups.setdefault((s.file, s.line is not None), []).append(str(s.line if s.line is not None else s.position))
-    parts = [f"{names.get(f, f)} {('line' if lined else 'record') + ('s' if len(v) > 1 else '')} {', '.join(v)}"
-             for (f, lined), v in groups.items()]
+        groups.setdefault((s.file, s.line is not None), []).append(
+            str(s.line if s.line is not None else s.position)
+        )
+    parts = [
+        f"{names.get(f, f)} {('line' if lined else 'record') + ('s' if len(v) > 1 else '')} {', '.join(v)}"
+        for (f, lined), v in groups.items()
+    ]
     more = f", … ({len(skipped) - MAX_LISTED} more)" if len(skipped) > MAX_LISTED else ""
     return "; ".join(parts) + more
 
@@ -115,31 +143,48 @@ def _words(text: str, limit: int) -> str:
     """`text`, or its first words up to about `limit` characters and '…' (never cut mid-word)."""
     if len(text) <= limit:
         return text
-    cut = text[:limit + 1].rsplit(" ", 1)[0].rstrip(",;:")
+    cut = text[: limit + 1].rsplit(" ", 1)[0].rstrip(",;:")
     return (cut or text[:limit]) + " …"
 
 
-def _advice(files: list[str], names: dict[str, str], formats: dict[str, FileFormat], forced: str | None,
-            looks: dict[str, str], skipped: list[SkippedRecord]) -> str:
+def _advice(
+    files: list[str],
+    names: dict[str, str],
+    formats: dict[str, FileFormat],
+    forced: str | None,
+    looks: dict[str, str],
+    skipped: list[SkippedRecord],
+) -> str:
     """What to do about the files that lost the most: a format forced on a file that looks like
     another, a file that fits no format, a file that mixes formats; and --on-error error."""
     tips = []
-    unlike = [f"{names.get(f, f)} looks {looks[f]}" for f in files if forced and looks.get(f) not in (None, forced)]
+    unlike = [
+        f"{names.get(f, f)} looks {looks[f]}"
+        for f in files
+        if forced and looks.get(f) not in (None, forced)
+    ]
     if unlike:
         more = f" and {len(unlike) - 3} more files" if len(unlike) > 3 else ""
-        tips.append(f"--format {forced} applies to every file, but {', '.join(unlike[:3])}{more}: leave --format out "
-                    "to detect each file's format")
+        tips.append(
+            f"--format {forced} applies to every file, but {', '.join(unlike[:3])}{more}: leave --format out "
+            "to detect each file's format"
+        )
     for f in files[:3]:
         info, name = formats.get(f), names.get(f, f)
         if forced and looks.get(f) not in (None, forced):
             continue
         if info is not None and info.format == NO_FORMAT:
-            tips.append(f"no record of {name} fits a known format: map its columns with --column OURS=THEIRS or "
-                        "force one with --format NAME")
-        elif info is not None and any(s.file == f and s.reason.startswith(f"{info.format} record has no ")
-                                      for s in skipped):
-            tips.append(f"{name} was read as {info.format} (its first record's format) but holds records of "
-                        "another format: split it into one file per format")
+            tips.append(
+                f"no record of {name} fits a known format: map its columns with --column OURS=THEIRS or "
+                "force one with --format NAME"
+            )
+        elif info is not None and any(
+            s.file == f and s.reason.startswith(f"{info.format} record has no ") for s in skipped
+        ):
+            tips.append(
+                f"{name} was read as {info.format} (its first record's format) but holds records of "
+                "another format: split it into one file per format"
+            )
     tips.append("--on-error error stops at the first bad record with its whole message")
     return "Fix: " + "; ".join(tips)
 
@@ -151,6 +196,10 @@ def _not_a_pack(data: str) -> None:
 
     m = schema.read_pack_manifest(data)
     if m is not None:
-        sources = ", ".join(str(x.get("path")) for x in m.get("sources") or [] if isinstance(x, dict))
-        raise UsageError(f"{data} is a packtool pack, not training data: `packtool verify {data}` checks it"
-                         + (f"; it was packed from {sources}" if sources else ""))
+        sources = ", ".join(
+            str(x.get("path")) for x in m.get("sources") or [] if isinstance(x, dict)
+        )
+        raise UsageError(
+            f"{data} is a packtool pack, not training data: `packtool verify {data}` checks it"
+            + (f"; it was packed from {sources}" if sources else "")
+        )

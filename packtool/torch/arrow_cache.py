@@ -30,7 +30,9 @@ from packtool import schema
 from packtool.errors import PacktoolError
 from packtool.io.files import sha256_file
 
-_CONVERT_BATCH_ROWS = 256  # rows per record batch when converting Parquet -> Arrow IPC (bounded RAM)
+_CONVERT_BATCH_ROWS = (
+    256  # rows per record batch when converting Parquet -> Arrow IPC (bounded RAM)
+)
 
 
 def cache_path(cache_dir: Path, shard: Path, sha256: str | None) -> Path:
@@ -59,9 +61,13 @@ def convert_shard(
     import pyarrow.parquet as pq
 
     if not src.is_file():
-        raise PacktoolError(f"shard {src} listed in the manifest is missing; re-run `packtool pack`")
+        raise PacktoolError(
+            f"shard {src} listed in the manifest is missing; re-run `packtool pack`"
+        )
     if verify_checksum and sha256 and sha256_file(src) != sha256:
-        raise PacktoolError(f"shard {src} does not match its sha256 in the manifest; re-run `packtool pack`")
+        raise PacktoolError(
+            f"shard {src} does not match its sha256 in the manifest; re-run `packtool pack`"
+        )
     pf = pq.ParquetFile(src)
     problems = schema.shard_schema_problems(pf.schema_arrow, pack_len)
     if problems:
@@ -70,14 +76,18 @@ def convert_shard(
             f"{'; '.join(problems)}; re-run `packtool pack`"
         )
     if pf.metadata.num_rows != rows:
-        raise PacktoolError(f"shard {src} has {pf.metadata.num_rows} rows, the manifest says {rows}")
+        raise PacktoolError(
+            f"shard {src} has {pf.metadata.num_rows} rows, the manifest says {rows}"
+        )
     expected = schema.arrow_schema(pack_len)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         with pa.OSFile(str(tmp), "wb") as sink:
             with pa.ipc.new_file(sink, expected) as writer:
-                for batch in pf.iter_batches(batch_size=_CONVERT_BATCH_ROWS, columns=expected.names):
+                for batch in pf.iter_batches(
+                    batch_size=_CONVERT_BATCH_ROWS, columns=expected.names
+                ):
                     writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=expected))
         os.replace(tmp, dest)  # atomic: concurrent ranks converting the same shard is harmless
     finally:

@@ -71,16 +71,24 @@ class PackedCollator:
         if "position_ids" in first:
             return _stack(features, "position_ids", torch.long)
         if "seq_lengths" in first:
-            return torch.stack([torch.from_numpy(schema.position_ids(f["seq_lengths"], pack_len)).long()
-                                for f in features])
+            return torch.stack(
+                [
+                    torch.from_numpy(schema.position_ids(f["seq_lengths"], pack_len)).long()
+                    for f in features
+                ]
+            )
         raise _missing("position_ids")
 
-    def _cu_seqlens(self, features, position_ids: torch.Tensor, flat_pos: torch.Tensor) -> torch.Tensor:
+    def _cu_seqlens(
+        self, features, position_ids: torch.Tensor, flat_pos: torch.Tensor
+    ) -> torch.Tensor:
         """int32 segment boundaries over the batch's output tokens (B*L, or the real ones only)."""
         pack_len = position_ids.shape[1]
         if all("seq_lengths" in f for f in features):
             lengths = [[int(n) for n in f["seq_lengths"]] for f in features]
-            if self.drop_padding:  # the pad tails are gone: the documents, end to end, fill the stream
+            if (
+                self.drop_padding
+            ):  # the pad tails are gone: the documents, end to end, fill the stream
                 lengths = [[n for lens in lengths for n in lens]]
                 pack_len = flat_pos.numel()
         elif self.drop_padding:
@@ -98,37 +106,65 @@ class PackedCollator:
         input_ids = _stack(features, "input_ids", torch.long)
         labels = _stack(features, "labels", torch.long)
         if input_ids.dim() != 2 or labels.shape != input_ids.shape:
-            raise ValueError(f"rows must all have the same length; got input_ids {tuple(input_ids.shape)}")
+            raise ValueError(
+                f"rows must all have the same length; got input_ids {tuple(input_ids.shape)}"
+            )
         position_ids = self._position_ids(features, input_ids.shape[1])
         if position_ids.shape != input_ids.shape or bool((position_ids[:, 0] != 0).any()):
-            raise ValueError("position_ids must have the row shape and start every row at 0 (schema v1)")
+            raise ValueError(
+                "position_ids must have the row shape and start every row at 0 (schema v1)"
+            )
 
         if self.mode == "flex":
             if "document_id" not in features[0]:
                 raise _missing("document_id")
             document_id = _stack(features, "document_id", torch.int32)
-            return {"input_ids": input_ids, "labels": labels, "position_ids": position_ids,
-                    "document_id": document_id}
+            return {
+                "input_ids": input_ids,
+                "labels": labels,
+                "position_ids": position_ids,
+                "document_id": document_id,
+            }
 
         if self.mode == "varlen" and self.drop_padding:
             if "num_tokens" in features[0]:
-                keep = torch.arange(input_ids.shape[1])[None, :] < torch.tensor(
-                    [int(f["num_tokens"]) for f in features])[:, None]
+                keep = (
+                    torch.arange(input_ids.shape[1])[None, :]
+                    < torch.tensor([int(f["num_tokens"]) for f in features])[:, None]
+                )
             elif "document_id" in features[0]:
-                keep = _stack(features, "document_id", torch.int32) >= 0  # pad tail: PAD_DOCUMENT_ID (-1)
+                keep = (
+                    _stack(features, "document_id", torch.int32) >= 0
+                )  # pad tail: PAD_DOCUMENT_ID (-1)
             else:
                 raise _missing("num_tokens")
             flat_ids, flat_labels, flat_pos = input_ids[keep], labels[keep], position_ids[keep]
         else:
-            flat_ids, flat_labels, flat_pos = input_ids.reshape(-1), labels.reshape(-1), position_ids.reshape(-1)
+            flat_ids, flat_labels, flat_pos = (
+                input_ids.reshape(-1),
+                labels.reshape(-1),
+                position_ids.reshape(-1),
+            )
 
         cu = self._cu_seqlens(features, position_ids, flat_pos)
         max_len = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
 
         if self.mode == "varlen":
-            return {"input_ids": flat_ids, "labels": flat_labels, "position_ids": flat_pos,
-                    "cu_seqlens": cu, "max_seqlen": max_len}
-        batch = {"input_ids": input_ids, "labels": labels, "position_ids": position_ids, "use_cache": False}
+            return {
+                "input_ids": flat_ids,
+                "labels": flat_labels,
+                "position_ids": flat_pos,
+                "cu_seqlens": cu,
+                "max_seqlen": max_len,
+            }
+        batch = {
+            "input_ids": input_ids,
+            "labels": labels,
+            "position_ids": position_ids,
+            "use_cache": False,
+        }
         if self.flash_kwargs:
-            batch.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_len, max_length_k=max_len)
+            batch.update(
+                cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_len, max_length_k=max_len
+            )
         return batch

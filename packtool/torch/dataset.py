@@ -110,8 +110,14 @@ class PackedDataset(torch.utils.data.Dataset):
         for s, src in enumerate(self.shard_files):
             path = cache_path(self.cache_dir, src, self._shard_sha[s])
             if not path.is_file():
-                convert_shard(src, path, pack_len=self.pack_len, rows=self.shard_rows[s],
-                              sha256=self._shard_sha[s], verify_checksum=self.verify_checksums)
+                convert_shard(
+                    src,
+                    path,
+                    pack_len=self.pack_len,
+                    rows=self.shard_rows[s],
+                    sha256=self._shard_sha[s],
+                    verify_checksum=self.verify_checksums,
+                )
             views.append(MappedShard(path, pack_len=self.pack_len, rows=self.shard_rows[s]))
         return views
 

@@ -82,7 +82,9 @@ def global_loss_tokens(
     return total
 
 
-def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, *, shift: bool = True) -> torch.Tensor:
+def token_loss_sum(
+    logits: torch.Tensor, labels: torch.Tensor, *, shift: bool = True
+) -> torch.Tensor:
     """Summed (not averaged) next-token cross-entropy in float32 over tokens whose label != -100.
 
     logits [..., T, V] and labels [..., T] (unshifted); shift=True scores logits[..., :-1, :]
@@ -111,4 +113,3 @@ def accumulation_groups(batches: Iterable[Any], size: int) -> Iterator[list[Any]
             group = []
     if group:
         yield group
-

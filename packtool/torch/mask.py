@@ -9,7 +9,9 @@ from __future__ import annotations
 import torch
 
 
-def document_block_mask(document_id: torch.Tensor, *, block_size: int = 128, num_heads: int | None = None):
+def document_block_mask(
+    document_id: torch.Tensor, *, block_size: int = 128, num_heads: int | None = None
+):
     """Document-causal FlexAttention `BlockMask` from `document_id` [B, L] (schema v1; -1 = pad).
 
         document_id   0 0 0 1 1 -1 -1          q attends kv iff same id and kv <= q
@@ -36,5 +38,6 @@ def document_block_mask(document_id: torch.Tensor, *, block_size: int = 128, num
     def document_causal(b, h, q_idx, kv_idx):
         return (doc[b, q_idx] == doc[b, kv_idx]) & (kv_idx <= q_idx)
 
-    return create_block_mask(document_causal, batch, num_heads, length, length, device=doc.device,
-                             BLOCK_SIZE=block_size)
+    return create_block_mask(
+        document_causal, batch, num_heads, length, length, device=doc.device, BLOCK_SIZE=block_size
+    )

@@ -50,7 +50,11 @@ class PackedSampler(torch.utils.data.Sampler[int]):
         else:
             self.num_rows, shard_rows = len(data), list(getattr(data, "shard_rows", [len(data)]))
         dist = torch.distributed.is_available() and torch.distributed.is_initialized()
-        self.world_size = world_size if world_size is not None else (torch.distributed.get_world_size() if dist else 1)
+        self.world_size = (
+            world_size
+            if world_size is not None
+            else (torch.distributed.get_world_size() if dist else 1)
+        )
         self.rank = rank if rank is not None else (torch.distributed.get_rank() if dist else 0)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is not in [0, world_size={self.world_size})")
@@ -59,7 +63,12 @@ class PackedSampler(torch.utils.data.Sampler[int]):
                 f"{self.num_rows} rows cannot give every one of {self.world_size} ranks a row; "
                 "pack more data or use drop_last=False"
             )
-        self.shuffle, self.seed, self.drop_last, self.shard_aware = shuffle, int(seed), drop_last, shard_aware
+        self.shuffle, self.seed, self.drop_last, self.shard_aware = (
+            shuffle,
+            int(seed),
+            drop_last,
+            shard_aware,
+        )
         self._shard_start = np.concatenate([[0], np.cumsum(shard_rows)]).astype(np.int64)
         self.epoch = 0
         self._position = 0  # rows of this epoch handed out by this rank

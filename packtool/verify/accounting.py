@@ -45,45 +45,84 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
     (exactly `parts` times); nothing listed as dropped appears in the rows. `fail`: rows whose
     source_index entries do not match their documents (the scan's per-row check)."""
     if fail.count:
-        return Check(SRC, False, fail.examples[0]["message"] + (f" (+{fail.count - 1} more rows)" if fail.count > 1 else ""),
-                     {"rows_failed": fail.count, "first": fail.examples})
+        return Check(
+            SRC,
+            False,
+            fail.examples[0]["message"]
+            + (f" (+{fail.count - 1} more rows)" if fail.count > 1 else ""),
+            {"rows_failed": fail.count, "first": fail.examples},
+        )
     src = tot.all_sources()
     uniq, counts = np.unique(src, return_counts=True)
-    split = {int(x.get("source_index", -1)): int(x.get("parts", 0)) for x in _listed(manifest, "split")}
+    split = {
+        int(x.get("source_index", -1)): int(x.get("parts", 0)) for x in _listed(manifest, "split")
+    }
     ev = {"documents": int(src.size), "unique": int(uniq.size), "split_documents": len(split)}
     want = np.ones(uniq.size, np.int64)
     if split:
         keys = np.fromiter(split.keys(), np.int64, len(split))
         pos = np.searchsorted(uniq, keys)
-        ok = (pos < uniq.size) & (uniq[np.minimum(pos, max(uniq.size - 1, 0))] == keys) if uniq.size else np.zeros(keys.size, bool)
+        ok = (
+            (pos < uniq.size) & (uniq[np.minimum(pos, max(uniq.size - 1, 0))] == keys)
+            if uniq.size
+            else np.zeros(keys.size, bool)
+        )
         if not ok.all():
             k = int(keys[~ok][0])
-            return Check(SRC, False, f"source_index {k} is listed under split in the manifest but no part of it "
-                         f"is in the rows", ev)
+            return Check(
+                SRC,
+                False,
+                f"source_index {k} is listed under split in the manifest but no part of it "
+                f"is in the rows",
+                ev,
+            )
         want[pos] = np.fromiter(split.values(), np.int64, len(split))
     bad = np.flatnonzero(counts != want)
     if bad.size:
         v = int(uniq[bad[0]])
         hits = _locate_source(tot, v)
-        return Check(SRC, False, f"source_index {v} appears {int(counts[bad[0]])} times ({_where_text(hits)}), "
-                     f"expected {int(want[bad[0]])}" + (" (its split parts)" if v in split else
-                     " (a document packed twice; only parts of split documents may repeat)")
-                     + _duplicate_rows(tot, hits)
-                     + (f"; {bad.size} indices in all" if bad.size > 1 else ""),
-                     {**ev, "first": [dict(zip(("shard", "row", "document"), h, strict=True)) for h in hits]})
-    drop_idx = np.array([d.get("source_index", -1) for d in _listed(manifest, "dropped")], dtype=np.int64)
+        return Check(
+            SRC,
+            False,
+            f"source_index {v} appears {int(counts[bad[0]])} times ({_where_text(hits)}), "
+            f"expected {int(want[bad[0]])}"
+            + (
+                " (its split parts)"
+                if v in split
+                else " (a document packed twice; only parts of split documents may repeat)"
+            )
+            + _duplicate_rows(tot, hits)
+            + (f"; {bad.size} indices in all" if bad.size > 1 else ""),
+            {
+                **ev,
+                "first": [dict(zip(("shard", "row", "document"), h, strict=True)) for h in hits],
+            },
+        )
+    drop_idx = np.array(
+        [d.get("source_index", -1) for d in _listed(manifest, "dropped")], dtype=np.int64
+    )
     both = np.intersect1d(drop_idx, uniq)
     if both.size:
-        return Check(SRC, False, f"source_index {int(both[0])} is listed as dropped in the manifest but packed "
-                     f"({_where_text(_locate_source(tot, int(both[0])))})", ev)
-    return Check(SRC, True, "no document packed twice" + (f" ({len(split)} split into parts)" if split else ""), ev)
+        return Check(
+            SRC,
+            False,
+            f"source_index {int(both[0])} is listed as dropped in the manifest but packed "
+            f"({_where_text(_locate_source(tot, int(both[0])))})",
+            ev,
+        )
+    return Check(
+        SRC,
+        True,
+        "no document packed twice" + (f" ({len(split)} split into parts)" if split else ""),
+        ev,
+    )
 
 
 def _locate_source(tot: Totals, value: int, limit: int = 3) -> list[tuple[str, int, int]]:
     """(shard, row, document) of the first `limit` documents with source index `value` (rare path)."""
     hits = []
     for vals, (shard, row0, off) in zip(tot.source_index, tot.source_rows, strict=True):
-        for j in np.flatnonzero(vals == value)[:limit - len(hits)].tolist():
+        for j in np.flatnonzero(vals == value)[: limit - len(hits)].tolist():
             r = int(np.searchsorted(off, j, side="right")) - 1
             hits.append((shard, row0 + r, j - int(off[r])))
         if len(hits) >= limit:
@@ -99,7 +138,7 @@ def _row_sources(tot: Totals, shard: str, row: int) -> list[int] | None:
     for vals, (s, row0, off) in zip(tot.source_index, tot.source_rows, strict=True):
         if s == shard and row0 <= row < row0 + off.size - 1:
             r = row - row0
-            return vals[off[r]:off[r + 1]].tolist()
+            return vals[off[r] : off[r + 1]].tolist()
     return None
 
 
@@ -123,17 +162,29 @@ def _missing_sources(m: dict, tot: Totals, limit: int = 3) -> str:
     document merged into its neighbour, or a row overwritten by a copy of another."""
     c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
     n = c.get("examples_read")
-    if not _is_int(n) or n < 0 or not isinstance(m.get("skipped"), list) or not isinstance(m.get("dropped"), list):
+    if (
+        not _is_int(n)
+        or n < 0
+        or not isinstance(m.get("skipped"), list)
+        or not isinstance(m.get("dropped"), list)
+    ):
         return ""
     listed = [x.get("source_index") for key in ("skipped", "dropped") for x in _listed(m, key)]
     listed = [i for i in listed if _is_int(i)]
-    missing = np.setdiff1d(np.arange(n, dtype=np.int64), np.concatenate([tot.all_sources(), np.asarray(listed, np.int64)]))
+    missing = np.setdiff1d(
+        np.arange(n, dtype=np.int64),
+        np.concatenate([tot.all_sources(), np.asarray(listed, np.int64)]),
+    )
     if not missing.size:
         return ""
-    head = ", ".join(str(int(x)) for x in missing[:limit]) + (f" (+{missing.size - limit} more)" if missing.size > limit else "")
-    return (f": source_index {head} {'is' if missing.size == 1 else 'are'} in no row and not listed as skipped or "
-            f"dropped (merged into another document, or its row overwritten); `packtool verify PACK --sources` "
-            f"names the row")
+    head = ", ".join(str(int(x)) for x in missing[:limit]) + (
+        f" (+{missing.size - limit} more)" if missing.size > limit else ""
+    )
+    return (
+        f": source_index {head} {'is' if missing.size == 1 else 'are'} in no row and not listed as skipped or "
+        f"dropped (merged into another document, or its row overwritten); `packtool verify PACK --sources` "
+        f"names the row"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,8 +209,18 @@ def counts_check(m: dict, tot: Totals, pack_len: int | None) -> Check:
             problems.append(f"{key} is {v} in the manifest, {have} on disk")
     if tot.num_tokens_sum != tot.tokens:
         problems.append(f"sum of num_tokens {tot.num_tokens_sum} != {tot.tokens} document tokens")
-    ev = {"rows": tot.rows, "documents": tot.documents, "tokens_out": tot.tokens, "loss_tokens": tot.loss_tokens}
-    return Check(COUNTS, not problems, "; ".join(problems) or "rows, documents, tokens and loss tokens match", ev)
+    ev = {
+        "rows": tot.rows,
+        "documents": tot.documents,
+        "tokens_out": tot.tokens,
+        "loss_tokens": tot.loss_tokens,
+    }
+    return Check(
+        COUNTS,
+        not problems,
+        "; ".join(problems) or "rows, documents, tokens and loss tokens match",
+        ev,
+    )
 
 
 def conservation_check(m: dict, tot: Totals) -> Check:
@@ -174,20 +235,47 @@ def conservation_check(m: dict, tot: Totals) -> Check:
     for k in ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut"):
         if tokens.get(k) is not None and not _is_int(tokens[k]):
             raise TypeError(f"tokens.{k} is {tokens[k]!r}, not an integer")
-    problems = schema.conservation_problems(c, tokens, {k: m[k] for k in LISTS if isinstance(m.get(k), list)})
-    v = {k: c.get(k) for k in ("examples_read", "skipped", "tokenized", "packed", "truncated", "split",
-                               "split_parts", "dropped")}
+    problems = schema.conservation_problems(
+        c, tokens, {k: m[k] for k in LISTS if isinstance(m.get(k), list)}
+    )
+    v = {
+        k: c.get(k)
+        for k in (
+            "examples_read",
+            "skipped",
+            "tokenized",
+            "packed",
+            "truncated",
+            "split",
+            "split_parts",
+            "dropped",
+        )
+    }
     if all(_is_int(x) for x in v.values()):  # the rows against the counts
         docs = v["packed"] + v["truncated"] + v["split_parts"]
         whole = v["packed"] + v["truncated"] + v["split"]
         uniq = int(np.unique(tot.all_sources()).size)
         missing = _missing_sources(m, tot) if docs != tot.documents or uniq != whole else ""
         if docs != tot.documents:
-            problems.append(f"packed + truncated + split_parts = {docs} documents expected, {tot.documents} in the "
-                            f"rows{missing}")
+            problems.append(
+                f"packed + truncated + split_parts = {docs} documents expected, {tot.documents} in the "
+                f"rows{missing}"
+            )
             missing = ""
         if uniq != whole:
-            problems.append(f"{uniq} distinct source indices in the rows, but packed + truncated + split = {whole}"
-                            f"{missing}")
-    ev = {"tokens_in": tokens.get("in"), "tokens_out": tokens.get("out"), "tokens_cut": tokens.get("cut"), **v}
-    return Check(CONSERVE, not problems, "; ".join(problems) or "tokens in = out + cut; every example accounted for", ev)
+            problems.append(
+                f"{uniq} distinct source indices in the rows, but packed + truncated + split = {whole}"
+                f"{missing}"
+            )
+    ev = {
+        "tokens_in": tokens.get("in"),
+        "tokens_out": tokens.get("out"),
+        "tokens_cut": tokens.get("cut"),
+        **v,
+    }
+    return Check(
+        CONSERVE,
+        not problems,
+        "; ".join(problems) or "tokens in = out + cut; every example accounted for",
+        ev,
+    )

@@ -30,7 +30,10 @@ def load_manifest(path: str) -> tuple[dict | None, str | None]:
     """(manifest, None), or (None, why) when the pack has no readable JSON object as its manifest."""
     mpath = os.path.join(path, schema.MANIFEST)
     if not os.path.isfile(mpath):
-        return None, f"{mpath} is missing; a finished pack always has one (was the pack interrupted?)"
+        return (
+            None,
+            f"{mpath} is missing; a finished pack always has one (was the pack interrupted?)",
+        )
     try:
         with open(mpath) as f:
             m = json.load(f)
@@ -83,8 +86,12 @@ def manifest_check(path: str, m: dict | None, why: str | None) -> Check:
     for key in ("counts", "tokens", "shards"):
         if key not in m:
             problems.append(f"key {key!r} is missing")
-    return Check(MANIFEST_CHECK, not problems, "; ".join(problems) or f"readable, schema v{schema.SCHEMA_VERSION}",
-                 {"path": os.path.join(path, schema.MANIFEST), "pack_len": pack_len})
+    return Check(
+        MANIFEST_CHECK,
+        not problems,
+        "; ".join(problems) or f"readable, schema v{schema.SCHEMA_VERSION}",
+        {"path": os.path.join(path, schema.MANIFEST), "pack_len": pack_len},
+    )
 
 
 def list_shards(path: str) -> list[str]:
@@ -117,13 +124,18 @@ def shard_schema(pf, shard: str, pack_len: int | None) -> tuple[str | None, str 
     forbidden = [c for c in schema.FORBIDDEN_COLUMNS if c in sch.names]
     mask = None
     if forbidden:
-        mask = (f"{shard} has an attention_mask column (rows 0..{rows - 1}): an all-ones mask beside packed "
-                f"position_ids makes sdpa/eager attend across documents; drop the column")
+        mask = (
+            f"{shard} has an attention_mask column (rows 0..{rows - 1}): an all-ones mask beside packed "
+            f"position_ids makes sdpa/eager attend across documents; drop the column"
+        )
     if pack_len:  # shard_schema_problems names the forbidden columns first: they are reported above
-        problem = "; ".join(schema.shard_schema_problems(sch, pack_len)[len(forbidden):]) or None
+        problem = "; ".join(schema.shard_schema_problems(sch, pack_len)[len(forbidden) :]) or None
     else:
         problem = "pack_len unknown"
-    scannable = all(sch.get_field_index(c) >= 0 for c in schema.COLUMNS) and schema.pack_len_of(sch) == pack_len
+    scannable = (
+        all(sch.get_field_index(c) >= 0 for c in schema.COLUMNS)
+        and schema.pack_len_of(sch) == pack_len
+    )
     return problem, mask, scannable
 
 
@@ -133,11 +145,16 @@ def guarded(name: str, fn, *args) -> Check:
     try:
         return fn(*args)
     except (TypeError, ValueError, AttributeError, KeyError) as e:
-        return Check(name, False, f"cannot check: a manifest value has the wrong type ({type(e).__name__}: {e})")
+        return Check(
+            name,
+            False,
+            f"cannot check: a manifest value has the wrong type ({type(e).__name__}: {e})",
+        )
 
 
-def shards_check(manifest: dict | None, shards: list[str], shard_rows: dict[str, int],
-                 hashes: dict[str, str]) -> Check:
+def shards_check(
+    manifest: dict | None, shards: list[str], shard_rows: dict[str, int], hashes: dict[str, str]
+) -> Check:
     """Every shard the manifest lists is on disk with its rows and sha256, and nothing else is."""
     problems: list[str] = []
     listed = manifest.get("shards") if isinstance(manifest, dict) else None
@@ -160,14 +177,29 @@ def shards_check(manifest: dict | None, shards: list[str], shard_rows: dict[str,
             continue
         want, have = s.get("rows"), shard_rows.get(f)
         if have is None:
-            problems.append(f"{f} could not be read: the manifest's {want!r} rows are not on disk in a readable shard")
+            problems.append(
+                f"{f} could not be read: the manifest's {want!r} rows are not on disk in a readable shard"
+            )
         elif want != have:
             if _is_int(want) and have < want:
-                problems.append(f"{f} has {have} rows, the manifest says {want}: rows {have}..{want - 1} are missing")
+                problems.append(
+                    f"{f} has {have} rows, the manifest says {want}: rows {have}..{want - 1} are missing"
+                )
             else:
                 problems.append(f"{f} has {have} rows, the manifest says {want!r}")
         if s.get("sha256") != hashes[f]:
-            problems.append(f"{f} sha256 is {hashes[f][:12]}…, the manifest says {str(s.get('sha256'))[:12]}…: "
-                            f"the shard's bytes changed after packing")
-    ev = {"shards": len(shards), "rows": sum(shard_rows.values()), "sha256_checked": len(set(shards) & set(by_file))}
-    return Check(SHARDS, not problems, "; ".join(problems) or "every shard present; rows and sha256 match the manifest", ev)
+            problems.append(
+                f"{f} sha256 is {hashes[f][:12]}…, the manifest says {str(s.get('sha256'))[:12]}…: "
+                f"the shard's bytes changed after packing"
+            )
+    ev = {
+        "shards": len(shards),
+        "rows": sum(shard_rows.values()),
+        "sha256_checked": len(set(shards) & set(by_file)),
+    }
+    return Check(
+        SHARDS,
+        not problems,
+        "; ".join(problems) or "every shard present; rows and sha256 match the manifest",
+        ev,
+    )

@@ -46,14 +46,21 @@ from packtool.config import VERIFY_BACKENDS as BACKENDS
 from packtool.errors import UsageError
 
 VARLEN = ("flash-attn", "torch-varlen")  # the FlashAttention varlen kernels, in `auto`'s order
-NO_TORCH = "isolation needs PyTorch: pip install 'packtool[torch]', or run integrity only with --rows 0"
+NO_TORCH = (
+    "isolation needs PyTorch: pip install 'packtool[torch]', or run integrity only with --rows 0"
+)
 REFERENCE = "packtool_reference"
 TORCH_VARLEN = "packtool_torch_varlen"
 # no "flash" in the name: transformers takes any implementation named *flash* for a FlashAttention
 # request (its own mask, its flash glue, a hub-kernel lookup) and fails on ours
 FLASH_VARLEN = "packtool_fa_varlen"
-KERNEL_DEVICES = ("cuda",)  # where the FlashAttention kernels can run (the CPU tests add "cpu" with stand-ins)
-MIN_CAPABILITY = (8, 0)  # FlashAttention 2 (flash-attn, and the copy bundled in torch): Ampere sm80 or newer
+KERNEL_DEVICES = (
+    "cuda",
+)  # where the FlashAttention kernels can run (the CPU tests add "cpu" with stand-ins)
+MIN_CAPABILITY = (
+    8,
+    0,
+)  # FlashAttention 2 (flash-attn, and the copy bundled in torch): Ampere sm80 or newer
 # trial call: unit-normal q/k/v rounded to bf16, fp32 reference on the same rounded values, so only the
 # kernel's own bf16 steps differ (P cast to bf16 before P·V, the output rounded): |o| <= ~2, 2^-8
 # relative -> ~0.01. A non-causal or segment-ignoring kernel is off by 0.3-1 on these inputs.
@@ -78,7 +85,9 @@ class Backend:
 class KernelCalls:
     """What computed attention while `counting()` was active (evidence, not inference)."""
 
-    varlen_calls: int = 0  # calls through call_varlen or the reference loop (one per attention layer)
+    varlen_calls: int = (
+        0  # calls through call_varlen or the reference loop (one per attention layer)
+    )
     varlen_tokens: int = 0  # query tokens those calls received
     dense_calls: int = 0  # torch scaled_dot_product_attention calls made outside a varlen call
     forwards: int = 0  # model forwards (isolation counts them)
@@ -157,7 +166,9 @@ def resolve_device(device: str) -> str:
         raise UsageError(f"--device {device!r} is not one of {'|'.join(DEVICES)}")
     has_cuda = cuda_available()
     if device == "cuda" and not has_cuda:
-        raise UsageError("--device cuda: torch sees no CUDA device here; use --device cpu (or auto)")
+        raise UsageError(
+            "--device cuda: torch sees no CUDA device here; use --device cpu (or auto)"
+        )
     if device == "auto":
         return "cuda" if has_cuda else "cpu"
     return device
@@ -204,21 +215,34 @@ def _unavailable(name: str, device: str) -> tuple[str, str] | None:
     """Why the varlen backend `name` cannot run on `device`: (reason, fix), or None."""
     if device not in KERNEL_DEVICES:
         if name == "flash-attn":
-            return ("needs a CUDA device and none is in use here (no CUDA or --device cpu); the "
-                    "FlashAttention kernel cannot be exercised", "use --backend sdpa|eager|reference on CPU")
-        return "needs a CUDA device (varlen_attn has no CPU kernel)", "use --backend sdpa|eager|reference on CPU"
+            return (
+                "needs a CUDA device and none is in use here (no CUDA or --device cpu); the "
+                "FlashAttention kernel cannot be exercised",
+                "use --backend sdpa|eager|reference on CPU",
+            )
+        return (
+            "needs a CUDA device (varlen_attn has no CPU kernel)",
+            "use --backend sdpa|eager|reference on CPU",
+        )
     if name == "flash-attn" and _flash_attn_version() is None:
-        return ("the flash-attn package is not importable",
-                "install it (pip install flash-attn) or use --backend torch-varlen (PyTorch's bundled kernel)")
+        return (
+            "the flash-attn package is not importable",
+            "install it (pip install flash-attn) or use --backend torch-varlen (PyTorch's bundled kernel)",
+        )
     if name == "torch-varlen" and not _has_torch_varlen():
         import torch
 
-        return (f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn (needs torch >= 2.9)",
-                "upgrade torch or use --backend sdpa")
+        return (
+            f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn (needs torch >= 2.9)",
+            "upgrade torch or use --backend sdpa",
+        )
     cap = _capability(device)
     if tuple(cap) < MIN_CAPABILITY:
-        return (f"compute capability {cap[0]}.{cap[1]} < {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}: FlashAttention's "
-                f"varlen kernels need Ampere (sm80) or newer", "use --backend sdpa")
+        return (
+            f"compute capability {cap[0]}.{cap[1]} < {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}: FlashAttention's "
+            f"varlen kernels need Ampere (sm80) or newer",
+            "use --backend sdpa",
+        )
     return None
 
 
@@ -259,7 +283,9 @@ def resolve(backend: str, device: str) -> list[Backend]:
     dev = resolve_device(device)
     if backend != "auto":
         b = make(backend, dev)
-        if b.name in VARLEN:  # asked for by name: the trial is evidence; the isolation checks judge the kernel
+        if (
+            b.name in VARLEN
+        ):  # asked for by name: the trial is evidence; the isolation checks judge the kernel
             b = dataclasses.replace(b, trial=trial(b)[1])
         return [b]
     if dev not in KERNEL_DEVICES:
@@ -271,13 +297,18 @@ def resolve(backend: str, device: str) -> list[Backend]:
             b = make(name, dev)
             ok, result = trial(b)
             if ok:
-                return [dataclasses.replace(b, notes=tuple(notes), trial=result), make("reference", dev)]
+                return [
+                    dataclasses.replace(b, notes=tuple(notes), trial=result),
+                    make("reference", dev),
+                ]
             why = (result, "")
         notes.append(f"{name}: {why[0]}")
     return [dataclasses.replace(make("sdpa", dev), notes=tuple(notes)), make("reference", dev)]
 
 
-def trial(backend: Backend, *, heads: int = 4, kv_heads: int = 2, head_dim: int = 16) -> tuple[bool, str]:
+def trial(
+    backend: Backend, *, heads: int = 4, kv_heads: int = 2, head_dim: int = 16
+) -> tuple[bool, str]:
     """One varlen call on tiny tensors (4 segments, one of a single token; GQA heads) through the
     same code path as the isolation models, compared with the fp32 per-segment reference.
     Returns (ok, what happened). Defaults are the tiny Llama's head layout."""
@@ -301,12 +332,17 @@ def trial(backend: Backend, *, heads: int = 4, kv_heads: int = 2, head_dim: int 
     except Exception as e:  # the kernel itself failing is what the trial is for
         return False, f"{what} failed: {one_line(e)}"
     if tuple(out.shape) != (total, heads, head_dim):
-        return False, f"{what} returned shape {tuple(out.shape)}, expected {(total, heads, head_dim)}"
+        return (
+            False,
+            f"{what} returned shape {tuple(out.shape)}, expected {(total, heads, head_dim)}",
+        )
     ref = per_segment_attention(q.float(), k.float(), v.float(), bounds, None)
     diff = (out.float() - ref).abs().max().item()
     if not diff <= TRIAL_TOL:  # NaN fails too
-        return False, (f"{what} differs from the fp32 reference by {diff:.3g} > {TRIAL_TOL:g} (non-causal, "
-                       f"ignoring cu_seqlens, or wrong)")
+        return False, (
+            f"{what} differs from the fp32 reference by {diff:.3g} > {TRIAL_TOL:g} (non-causal, "
+            f"ignoring cu_seqlens, or wrong)"
+        )
     return True, f"{what} matches the fp32 reference: max|Δ| {diff:.3g} ≤ {TRIAL_TOL:g}"
 
 
@@ -321,8 +357,18 @@ def call_varlen(name: str, q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale):
     python ints -> [T, H, D]."""
     fn = _varlen_fn(name)
     if name == "flash-attn":  # GQA native; the keywords transformers' _flash_attention_forward uses
-        call = lambda: fn(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q,  # noqa: E731
-                          max_seqlen_k=max_k, dropout_p=0.0, softmax_scale=scale, causal=True)
+        call = lambda: fn(  # noqa: E731
+            q,
+            k,
+            v,
+            cu_seqlens_q=cu_q,
+            cu_seqlens_k=cu_k,
+            max_seqlen_q=max_q,
+            max_seqlen_k=max_k,
+            dropout_p=0.0,
+            softmax_scale=scale,
+            causal=True,
+        )
     else:
         params = inspect.signature(fn).parameters
         extra = {}
@@ -337,11 +383,15 @@ def call_varlen(name: str, q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale):
         elif "is_causal" in params:  # torch 2.9
             extra["is_causal"] = True
         else:
-            raise RuntimeError("varlen_attn offers neither window_size nor is_causal: cannot make it causal")
+            raise RuntimeError(
+                "varlen_attn offers neither window_size nor is_causal: cannot make it causal"
+            )
         if "scale" in params and scale is not None:
             extra["scale"] = scale
         elif scale is not None and abs(scale - q.shape[-1] ** -0.5) > 1e-6:
-            raise RuntimeError(f"varlen_attn takes no scale here and the model wants {scale:g}, not 1/sqrt(head_dim)")
+            raise RuntimeError(
+                f"varlen_attn takes no scale here and the model wants {scale:g}, not 1/sqrt(head_dim)"
+            )
         call = lambda: fn(q, k, v, cu_q, cu_k, max_q, max_k, **extra)  # noqa: E731
     with _varlen_call(int(q.shape[0])):
         out = call()
@@ -363,18 +413,24 @@ def per_segment_attention(q, k, v, bounds: list[int], scale):
             continue
         # 4-D [1, H, n, D]: with 3-D inputs torch 2.13 takes the math path on CPU (14x slower at 4096)
         qs, ks, vs = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-        out[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)[0].transpose(0, 1)
+        out[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)[
+            0
+        ].transpose(0, 1)
     return out
 
 
 def _segments(kwargs, total: int) -> list[int]:
     cu = kwargs.get("cu_seq_lens_q")
     if cu is None:
-        raise RuntimeError("varlen attention called without cu_seq_lens_q: the caller must pass "
-                           "cu_seq_lens_q/k and max_length_q/k")
+        raise RuntimeError(
+            "varlen attention called without cu_seq_lens_q: the caller must pass "
+            "cu_seq_lens_q/k and max_length_q/k"
+        )
     cu = [int(x) for x in cu.tolist()]
     if cu[0] != 0 or cu[-1] != total:
-        raise RuntimeError(f"cu_seq_lens_q spans {cu[0]}..{cu[-1]} but the batch holds {total} tokens")
+        raise RuntimeError(
+            f"cu_seq_lens_q spans {cu[0]}..{cu[-1]} but the batch holds {total} tokens"
+        )
     return cu
 
 
@@ -387,7 +443,9 @@ def _flatten(query, key, value):
     return q, k, v
 
 
-def reference_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def reference_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
     """Causal attention run separately on every cu_seqlens segment of the flattened batch (no mask:
     attention_mask is ignored). query [B, H, S, D], key/value [B, Hkv, S, D] -> [B, S, H, D]."""
     B, H, S, D = query.shape
@@ -405,7 +463,9 @@ def _varlen_attention(name, query, key, value, scaling, kwargs):
     q, k, v = _flatten(query, key, value)
     _segments(kwargs, B * S)
     if kwargs.get("max_length_q") is None:
-        raise RuntimeError("varlen attention called without max_length_q/k: pass them with cu_seq_lens_q/k")
+        raise RuntimeError(
+            "varlen attention called without max_length_q/k: pass them with cu_seq_lens_q/k"
+        )
     cu = kwargs["cu_seq_lens_q"].to(device=q.device, dtype=torch.int32)
     cuk = kwargs.get("cu_seq_lens_k")
     cuk = cu if cuk is None else cuk.to(device=q.device, dtype=torch.int32)
@@ -415,12 +475,16 @@ def _varlen_attention(name, query, key, value, scaling, kwargs):
     return out.reshape(B, S, H, D), None
 
 
-def flash_varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def flash_varlen_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
     """flash_attn_varlen_func over the flattened batch, causal within cu_seqlens segments."""
     return _varlen_attention("flash-attn", query, key, value, scaling, kwargs)
 
 
-def torch_varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def torch_varlen_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
     """torch.nn.attention.varlen.varlen_attn over the flattened batch, causal within segments."""
     return _varlen_attention("torch-varlen", query, key, value, scaling, kwargs)
 

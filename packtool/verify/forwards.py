@@ -85,7 +85,9 @@ def token_losses(logits, labels):
     return torch.cat([torch.zeros(B, 1, device=logits.device), nll], dim=1)
 
 
-def tensors(samples: list[Sample], device, swap_seed: int | None = None, last_seed: int | None = None):
+def tensors(
+    samples: list[Sample], device, swap_seed: int | None = None, last_seed: int | None = None
+):
     """ids, labels, positions as int64 tensors [B, L]; with swap_seed document A (the first) has
     other tokens (labels alike), with last_seed every document's last token is another one."""
     import torch
@@ -131,8 +133,17 @@ def run_alone(model, backend: Backend, samples: list[Sample]) -> dict:
     return out
 
 
-def compare(model, backend: Backend, samples: list[Sample], alone: dict, *, control: bool,
-            loss_tol: float, batch_rows: int, swap_seed: int) -> Diffs:
+def compare(
+    model,
+    backend: Backend,
+    samples: list[Sample],
+    alone: dict,
+    *,
+    control: bool,
+    loss_tol: float,
+    batch_rows: int,
+    swap_seed: int,
+) -> Diffs:
     """Differences packed-vs-alone, loss sums, swap and (not for the control) the causal probe,
     over all samples. With `control`, the packed run is a plain causal row (positions 0..L-1, one
     segment) and document 0, which a causal mask leaves untouched, is left out of the comparison."""
@@ -141,7 +152,7 @@ def compare(model, backend: Backend, samples: list[Sample], alone: dict, *, cont
     d = Diffs()
     L = len(samples[0].input_ids)
     for b0 in range(0, len(samples), batch_rows):
-        chunk = samples[b0:b0 + batch_rows]
+        chunk = samples[b0 : b0 + batch_rows]
         ids, lab, pos = tensors(chunk, backend.device)
         sids, _, _ = tensors(chunk, backend.device, swap_seed=swap_seed + b0)
         if control:
@@ -165,22 +176,40 @@ def compare(model, backend: Backend, samples: list[Sample], alone: dict, *, cont
                 diff = gap_t.max().item()
                 if diff > d.logits or not d.worst:
                     d.logits = max(d.logits, diff)
-                    d.worst = {"shard": s.shard, "row": s.row, "document": j,
-                               "position": a + int(gap_t.argmax().item())}
-                n_loss = int((lab[i, a + 1:e] != schema.IGNORE_INDEX).sum().item())
-                sum_packed = pl[i, a:e].double().sum().item()  # includes label position a (must be IGNORE_INDEX)
+                    d.worst = {
+                        "shard": s.shard,
+                        "row": s.row,
+                        "document": j,
+                        "position": a + int(gap_t.argmax().item()),
+                    }
+                n_loss = int((lab[i, a + 1 : e] != schema.IGNORE_INDEX).sum().item())
+                sum_packed = (
+                    pl[i, a:e].double().sum().item()
+                )  # includes label position a (must be IGNORE_INDEX)
                 gap = _finite(abs(sum_packed - al_loss.double().sum().item()))
                 d.loss_sum_abs = max(d.loss_sum_abs, gap)
                 d.loss_sum = max(d.loss_sum, gap / (loss_tol * math.sqrt(n_loss + 1)))
                 if j > 0:
-                    d.swap = max(d.swap, _finite((swapped[i, a:e] - packed[i, a:e]).abs().max().item()))
+                    d.swap = max(
+                        d.swap, _finite((swapped[i, a:e] - packed[i, a:e]).abs().max().item())
+                    )
                 if last is not None and e - a >= 2:
-                    before = (last[i, a:e - 1] - packed[i, a:e - 1]).abs().amax(-1).nan_to_num(nan=math.inf)
+                    before = (
+                        (last[i, a : e - 1] - packed[i, a : e - 1])
+                        .abs()
+                        .amax(-1)
+                        .nan_to_num(nan=math.inf)
+                    )
                     gap = before.max().item()
                     if gap > d.causal or not d.causal_worst:
                         d.causal = max(d.causal, gap)
-                        d.causal_worst = {"shard": s.shard, "row": s.row, "document": j,
-                                          "position": a + int(before.argmax().item()), "changed": e - 1}
+                        d.causal_worst = {
+                            "shard": s.shard,
+                            "row": s.row,
+                            "document": j,
+                            "position": a + int(before.argmax().item()),
+                            "changed": e - 1,
+                        }
                     own = _finite((last[i, e - 1] - packed[i, e - 1]).abs().max().item())
                     d.causal_power = min(d.causal_power, math.inf if math.isinf(own) else own)
                     d.causal_docs += 1

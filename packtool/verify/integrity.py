@@ -58,7 +58,9 @@ class _Walk:
     """What walking the shards found: per-check failures, totals, rows per readable shard, and the
     problems of the schema, no-attention_mask and unreadable-shard kinds."""
 
-    fails: dict[str, Failures] = field(default_factory=lambda: {n: Failures() for n in (*ROW_CHECKS, SRC)})
+    fails: dict[str, Failures] = field(
+        default_factory=lambda: {n: Failures() for n in (*ROW_CHECKS, SRC)}
+    )
     tot: Totals = field(default_factory=Totals)
     shard_rows: dict[str, int] = field(default_factory=dict)
     schema_bad: list[str] = field(default_factory=list)
@@ -73,7 +75,9 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     one document, in case no row holds two)."""
     manifest, why = audit.load_manifest(path)
     shards = audit.list_shards(path)
-    pool = ThreadPoolExecutor(max_workers=1)  # hashing overlaps with decoding (hashlib drops the GIL)
+    pool = ThreadPoolExecutor(
+        max_workers=1
+    )  # hashing overlaps with decoding (hashlib drops the GIL)
     hashes = {s: pool.submit(sha256_file, os.path.join(path, s)) for s in shards}
     # only an int from the manifest is used; else the first shard that opens says (the manifest
     # check fails either way)
@@ -86,10 +90,18 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     pad_id = audit.manifest_pad_id(manifest)
     checks = [audit.manifest_check(path, manifest, why)]
     if not shards:
-        checks.append(Check(SHARDS, False, f"no shards under {os.path.join(path, schema.DATA_DIR)}/*.parquet"))
+        checks.append(
+            Check(SHARDS, False, f"no shards under {os.path.join(path, schema.DATA_DIR)}/*.parquet")
+        )
         pool.shutdown()
-        return checks, {"pack_len": pack_len, "shards": [], "rows": 0, "pad_id": pad_id, "samples": [],
-                        "singles": []}
+        return checks, {
+            "pack_len": pack_len,
+            "shards": [],
+            "rows": 0,
+            "pad_id": pad_id,
+            "samples": [],
+            "singles": [],
+        }
 
     samplers = Sampler(sample_rows, seed), Sampler(2 * sample_rows, seed + 7)
     walk = _Walk()
@@ -103,37 +115,60 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         walk.mask_bad += [mask] if mask else []
         walk.schema_bad += [f"{shard}: {problem}"] if problem else []
         if not scannable:
-            walk.read_bad.append(f"{shard}: rows not scanned (columns missing or input_ids not of pack_len {pack_len})")
+            walk.read_bad.append(
+                f"{shard}: rows not scanned (columns missing or input_ids not of pack_len {pack_len})"
+            )
             continue
         try:
             _scan_shard(pf, shard, pack_len, pad_id, walk, samplers)
         except Exception as e:  # a corrupt file: name it, do not crash the whole report
             walk.read_bad.append(f"{shard}: could not decode rows ({type(e).__name__}: {e})")
 
-    checks.append(Check(SCHEMA, not walk.schema_bad and not walk.read_bad,
-                        "; ".join(walk.schema_bad + walk.read_bad) or f"v{schema.SCHEMA_VERSION}, pack_len {pack_len}, "
-                        f"{len(shards)} shard(s)", {"pack_len": pack_len, "shards": len(shards)}))
-    checks.append(Check(NO_MASK, not walk.mask_bad, "; ".join(walk.mask_bad) or "no attention_mask column"))
+    checks.append(
+        Check(
+            SCHEMA,
+            not walk.schema_bad and not walk.read_bad,
+            "; ".join(walk.schema_bad + walk.read_bad)
+            or f"v{schema.SCHEMA_VERSION}, pack_len {pack_len}, {len(shards)} shard(s)",
+            {"pack_len": pack_len, "shards": len(shards)},
+        )
+    )
+    checks.append(
+        Check(NO_MASK, not walk.mask_bad, "; ".join(walk.mask_bad) or "no attention_mask column")
+    )
     checks.extend(_row_checks(walk, pack_len, pad_id))
     hashes_done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
     tot = walk.tot
-    checks.append(audit.guarded(SHARDS, audit.shards_check, manifest, shards, walk.shard_rows, hashes_done))
+    checks.append(
+        audit.guarded(SHARDS, audit.shards_check, manifest, shards, walk.shard_rows, hashes_done)
+    )
     checks.append(audit.guarded(SRC, accounting.source_check, manifest, walk.fails[SRC], tot))
     if manifest is not None:
         checks.append(audit.guarded(COUNTS, accounting.counts_check, manifest, tot, pack_len))
         checks.append(audit.guarded(CONSERVE, accounting.conservation_check, manifest, tot))
-    summary = {"pack_len": pack_len, "shards": shards, "shard_rows": walk.shard_rows, "rows": tot.rows,
-               "pad_id": pad_id, "tokens": tot.tokens, "documents": tot.documents,
-               "samples": samplers[0].rows(), "singles": samplers[1].rows()}
+    summary = {
+        "pack_len": pack_len,
+        "shards": shards,
+        "shard_rows": walk.shard_rows,
+        "rows": tot.rows,
+        "pad_id": pad_id,
+        "tokens": tot.tokens,
+        "documents": tot.documents,
+        "samples": samplers[0].rows(),
+        "singles": samplers[1].rows(),
+    }
     return checks, summary
 
 
-def _scan_shard(pf, shard: str, pack_len: int, pad_id, walk: _Walk, samplers: tuple[Sampler, Sampler]) -> None:
+def _scan_shard(
+    pf, shard: str, pack_len: int, pad_id, walk: _Walk, samplers: tuple[Sampler, Sampler]
+) -> None:
     """Scan every row of one shard, batch by batch, into `walk`; rows are offered to the samplers."""
     row0 = 0
-    for batch in pf.iter_batches(batch_size=max(1, BATCH_TOKENS // pack_len), columns=list(schema.COLUMNS),
-                                 use_threads=True):
+    for batch in pf.iter_batches(
+        batch_size=max(1, BATCH_TOKENS // pack_len), columns=list(schema.COLUMNS), use_threads=True
+    ):
         R = batch.num_rows
         if R == 0:
             continue
@@ -157,8 +192,14 @@ def _row_checks(walk: _Walk, pack_len: int | None, pad_id: int | None) -> list[C
         f = walk.fails[name]
         if f.count:
             more = f" (+{f.count - 1} more rows)" if f.count > 1 else ""
-            out.append(Check(name, False, f.examples[0]["message"] + more,
-                             {**ev_common, "rows_failed": f.count, "first": f.examples}))
+            out.append(
+                Check(
+                    name,
+                    False,
+                    f.examples[0]["message"] + more,
+                    {**ev_common, "rows_failed": f.count, "first": f.examples},
+                )
+            )
         else:
             out.append(Check(name, True, scan.passed_text(name, pad_id), dict(ev_common)))
     return out

@@ -64,8 +64,15 @@ from packtool.verify.tolerances import (  # noqa: F401  (re-exported: isolation.
 )
 
 
-def run_isolation(samples: list[Sample], backends: list[Backend], *, pack_len: int, seed: int = 0,
-                  batch_rows: int = 2, models: tuple[str, ...] = MODELS) -> list[Check]:
+def run_isolation(
+    samples: list[Sample],
+    backends: list[Backend],
+    *,
+    pack_len: int,
+    seed: int = 0,
+    batch_rows: int = 2,
+    models: tuple[str, ...] = MODELS,
+) -> list[Check]:
     """Isolation checks for each (model, backend): logits, loss sums, swap, causal probe, agreement
     with the fp32 reference, negative control. Every check's evidence carries `kernel_calls`: what
     computed attention in that (model, backend) group, counted (see backends.counting)."""
@@ -81,7 +88,9 @@ def run_isolation(samples: list[Sample], backends: list[Backend], *, pack_len: i
         # spinning made a 100-token forward take 260 ms with 2 threads against 1.5 ms with one
         torch.set_num_threads(1)
     try:
-        return _run(samples, backends, pack_len=pack_len, seed=seed, batch_rows=batch_rows, models=models)
+        return _run(
+            samples, backends, pack_len=pack_len, seed=seed, batch_rows=batch_rows, models=models
+        )
     finally:
         torch.set_num_threads(threads)
 
@@ -93,22 +102,46 @@ def _run(samples, backends, *, pack_len, seed, batch_rows, models) -> list[Check
         for backend in backends:
             label = f"isolation {kind}/{backend.name}"
             if kind == "gpt2" and not backend.gpt2:
-                checks.append(Check(label, False, f"transformers {tf_version()} has no {backend.attn_implementation} "
-                                    f"for GPT-2: the absolute-position model does not run on this backend",
-                                    {"kernel": backend.kernel, "backend": backend.name, "model_type": kind},
-                                    skipped=True))
+                checks.append(
+                    Check(
+                        label,
+                        False,
+                        f"transformers {tf_version()} has no {backend.attn_implementation} "
+                        f"for GPT-2: the absolute-position model does not run on this backend",
+                        {"kernel": backend.kernel, "backend": backend.name, "model_type": kind},
+                        skipped=True,
+                    )
+                )
                 continue
             is_ref = backend.attn_implementation == bk.REFERENCE and backend.dtype == "float32"
             try:
                 if not is_ref and backend.device not in ref_alone:
                     ref = bk.make("reference", backend.device)
-                    ref_alone[backend.device] = run_alone(build_model(kind, ref, pack_len, seed), ref, samples)
+                    ref_alone[backend.device] = run_alone(
+                        build_model(kind, ref, pack_len, seed), ref, samples
+                    )
             except Exception as e:  # the reference failing is a failed check, not a traceback
-                checks.append(Check(label, False, f"the fp32 reference run failed: {bk.one_line(e)}",
-                                    {"backend": backend.name, "model_type": kind}))
+                checks.append(
+                    Check(
+                        label,
+                        False,
+                        f"the fp32 reference run failed: {bk.one_line(e)}",
+                        {"backend": backend.name, "model_type": kind},
+                    )
+                )
                 continue
-            checks.extend(_group(kind, backend, samples, ref_alone, is_ref, pack_len=pack_len, seed=seed,
-                                 batch_rows=batch_rows))
+            checks.extend(
+                _group(
+                    kind,
+                    backend,
+                    samples,
+                    ref_alone,
+                    is_ref,
+                    pack_len=pack_len,
+                    seed=seed,
+                    batch_rows=batch_rows,
+                )
+            )
     return checks
 
 
@@ -120,8 +153,11 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
     tol, loss_tol = LOGIT_TOL[backend.dtype], LOSS_TOL[backend.dtype]
     swap_tol = 0.0 if backend.deterministic else SWAP_TOL[backend.dtype]
     ref_tol = REFERENCE_TOL[backend.dtype]
-    source = ("synthetic rows built from the pack's documents (no row holds >= 2 documents)"
-              if samples[0].synthetic else "rows of the pack")
+    source = (
+        "synthetic rows built from the pack's documents (no row holds >= 2 documents)"
+        if samples[0].synthetic
+        else "rows of the pack"
+    )
     t0 = time.perf_counter()
     with bk.counting() as calls:
         try:
@@ -129,43 +165,103 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
             # the reference's own alone run, when another backend already made it (same seed: same weights)
             alone = ref_alone.get(backend.device) if is_ref else None
             alone = alone if alone is not None else run_alone(model, backend, samples)
-            good = compare(model, backend, samples, alone, control=False, loss_tol=loss_tol,
-                           batch_rows=batch_rows, swap_seed=seed + 1)
-            ctrl = compare(model, backend, samples, alone, control=True, loss_tol=loss_tol,
-                           batch_rows=batch_rows, swap_seed=seed + 1)
+            good = compare(
+                model,
+                backend,
+                samples,
+                alone,
+                control=False,
+                loss_tol=loss_tol,
+                batch_rows=batch_rows,
+                swap_seed=seed + 1,
+            )
+            ctrl = compare(
+                model,
+                backend,
+                samples,
+                alone,
+                control=True,
+                loss_tol=loss_tol,
+                batch_rows=batch_rows,
+                swap_seed=seed + 1,
+            )
         except Exception as e:  # a kernel that raises fails its checks, with the reason
-            return [Check(label, False, f"the {backend.name} kernel raised {bk.one_line(e)}",
-                          {"kernel": backend.kernel, "backend": backend.name, "model_type": kind,
-                           "device": backend.device, "dtype": backend.dtype, "kernel_calls": calls.to_dict()})]
+            return [
+                Check(
+                    label,
+                    False,
+                    f"the {backend.name} kernel raised {bk.one_line(e)}",
+                    {
+                        "kernel": backend.kernel,
+                        "backend": backend.name,
+                        "model_type": kind,
+                        "device": backend.device,
+                        "dtype": backend.dtype,
+                        "kernel_calls": calls.to_dict(),
+                    },
+                )
+            ]
     if is_ref:
         ref_alone[backend.device] = alone
-    ev = {"kernel": backend.kernel, "backend": backend.name, "model_type": kind, "device": backend.device,
-          "dtype": backend.dtype, "model": model_desc(kind), "rows_tested": len(samples), "rows_from": source,
-          "documents": good.docs, "tokens": good.tokens, "batch_rows": batch_rows,
-          "kernel_calls": {**calls.to_dict(), "attention_layers": LAYERS},
-          "torch": torch.__version__, "transformers": tf_version(),
-          "seconds": round(time.perf_counter() - t0, 2)}
+    ev = {
+        "kernel": backend.kernel,
+        "backend": backend.name,
+        "model_type": kind,
+        "device": backend.device,
+        "dtype": backend.dtype,
+        "model": model_desc(kind),
+        "rows_tested": len(samples),
+        "rows_from": source,
+        "documents": good.docs,
+        "tokens": good.tokens,
+        "batch_rows": batch_rows,
+        "kernel_calls": {**calls.to_dict(), "attention_layers": LAYERS},
+        "torch": torch.__version__,
+        "transformers": tf_version(),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
     out = []
-    at = (f"; worst: {good.worst['shard']} row {good.worst['row']} document {good.worst['document']} "
-          f"position {good.worst['position']}") if good.worst else ""
+    at = (
+        (
+            f"; worst: {good.worst['shard']} row {good.worst['row']} document {good.worst['document']} "
+            f"position {good.worst['position']}"
+        )
+        if good.worst
+        else ""
+    )
     ok = good.logits <= tol
-    out.append(Check(f"{label} logits", ok,
-                     f"packed == alone: max|Δ| {good.logits:.3g} {'≤' if ok else '>'} tol {tol:g}"
-                     + ("" if ok else at + ": documents see each other or positions are wrong"),
-                     {**ev, "max_abs_diff": good.logits, "tol": tol, "worst": good.worst}))
+    out.append(
+        Check(
+            f"{label} logits",
+            ok,
+            f"packed == alone: max|Δ| {good.logits:.3g} {'≤' if ok else '>'} tol {tol:g}"
+            + ("" if ok else at + ": documents see each other or positions are wrong"),
+            {**ev, "max_abs_diff": good.logits, "tol": tol, "worst": good.worst},
+        )
+    )
     ok = good.loss_sum <= 1.0
-    out.append(Check(f"{label} loss sums", ok,
-                     f"per-document loss sums packed == alone: max|Δ| {good.loss_sum_abs:.3g} "
-                     f"({'within' if ok else 'beyond'} {loss_tol:g}·sqrt(loss tokens + 1))"
-                     + ("" if ok else at + ": a label crosses a document boundary or outputs leak"),
-                     {**ev, "max_abs_diff": good.loss_sum_abs, "tol_sqrt_tokens": loss_tol}))
+    out.append(
+        Check(
+            f"{label} loss sums",
+            ok,
+            f"per-document loss sums packed == alone: max|Δ| {good.loss_sum_abs:.3g} "
+            f"({'within' if ok else 'beyond'} {loss_tol:g}·sqrt(loss tokens + 1))"
+            + ("" if ok else at + ": a label crosses a document boundary or outputs leak"),
+            {**ev, "max_abs_diff": good.loss_sum_abs, "tol_sqrt_tokens": loss_tol},
+        )
+    )
     ok = good.swap <= swap_tol
     exact = good.swap == 0.0
-    out.append(Check(f"{label} swap A", ok,
-                     f"document A replaced: later documents max|Δ| {good.swap:.3g}"
-                     + (" (bit-exact)" if exact else f" (tol {swap_tol:g})")
-                     + ("" if ok else ": document A leaks into later documents"),
-                     {**ev, "max_abs_diff": good.swap, "tol": swap_tol, "exact": exact}))
+    out.append(
+        Check(
+            f"{label} swap A",
+            ok,
+            f"document A replaced: later documents max|Δ| {good.swap:.3g}"
+            + (" (bit-exact)" if exact else f" (tol {swap_tol:g})")
+            + ("" if ok else ": document A leaks into later documents"),
+            {**ev, "max_abs_diff": good.swap, "tol": swap_tol, "exact": exact},
+        )
+    )
     out.append(_causal_check(label, good, ev))
     if not is_ref:
         out.append(_reference_check(label, alone, ref_alone[backend.device], ref_tol, samples, ev))
@@ -179,18 +275,32 @@ def _causal_check(label: str, good: Diffs, ev: dict) -> Check:
     if not good.causal_docs:
         msg = "no document of 2 or more tokens: nothing to probe"
     elif good.causal > CAUSAL_TOL:
-        msg = (f"each document's last token changed: earlier logits moved by max|Δ| {good.causal:.3g} "
-               f"(must be bit-identical); worst: {w['shard']} row {w['row']} document {w['document']} position "
-               f"{w['position']} moved when position {w['changed']} changed: the kernel is not causal, tokens "
-               f"read later tokens")
+        msg = (
+            f"each document's last token changed: earlier logits moved by max|Δ| {good.causal:.3g} "
+            f"(must be bit-identical); worst: {w['shard']} row {w['row']} document {w['document']} position "
+            f"{w['position']} moved when position {w['changed']} changed: the kernel is not causal, tokens "
+            f"read later tokens"
+        )
     elif not good.causal_power > 0:
         msg = "probe has no power: changing a document's last token did not change its own logits"
     else:
-        msg = (f"each document's last token changed: earlier logits bit-identical over {good.causal_docs} "
-               f"documents (the changed token's own logits moved ≥ {good.causal_power:.3g})")
-    return Check(f"{label} causal", ok, msg, {**ev, "max_abs_diff": good.causal, "tol": CAUSAL_TOL,
-                                              "changed_token_min_diff": _json_float(good.causal_power),
-                                              "documents_probed": good.causal_docs, "worst": w})
+        msg = (
+            f"each document's last token changed: earlier logits bit-identical over {good.causal_docs} "
+            f"documents (the changed token's own logits moved ≥ {good.causal_power:.3g})"
+        )
+    return Check(
+        f"{label} causal",
+        ok,
+        msg,
+        {
+            **ev,
+            "max_abs_diff": good.causal,
+            "tol": CAUSAL_TOL,
+            "changed_token_min_diff": _json_float(good.causal_power),
+            "documents_probed": good.causal_docs,
+            "worst": w,
+        },
+    )
 
 
 def _reference_check(label: str, alone: dict, ref: dict, tol: float, samples, ev: dict) -> Check:
@@ -201,15 +311,23 @@ def _reference_check(label: str, alone: dict, ref: dict, tol: float, samples, ev
         if diff > worst or not where:
             worst = max(worst, diff)
             s = samples[key[0]]
-            where = {"shard": s.shard, "row": s.row, "document": key[1],
-                     "position": s.bounds[key[1]][0] + int(gap_t.argmax().item())}
+            where = {
+                "shard": s.shard,
+                "row": s.row,
+                "document": key[1],
+                "position": s.bounds[key[1]][0] + int(gap_t.argmax().item()),
+            }
     ok = worst <= tol
     msg = f"alone == fp32 reference alone: max|Δ| {worst:.3g} {'≤' if ok else '>'} tol {tol:g}"
     if not ok:
-        msg += (f"; worst: {where['shard']} row {where['row']} document {where['document']} position "
-                f"{where['position']}: the kernel computes something else than causal attention (non-causal, "
-                f"wrong scale or heads)")
-    return Check(f"{label} vs reference", ok, msg, {**ev, "max_abs_diff": worst, "tol": tol, "worst": where})
+        msg += (
+            f"; worst: {where['shard']} row {where['row']} document {where['document']} position "
+            f"{where['position']}: the kernel computes something else than causal attention (non-causal, "
+            f"wrong scale or heads)"
+        )
+    return Check(
+        f"{label} vs reference", ok, msg, {**ev, "max_abs_diff": worst, "tol": tol, "worst": where}
+    )
 
 
 def _control_check(label: str, ctrl: Diffs, tol: float, ev: dict) -> Check:
@@ -217,15 +335,28 @@ def _control_check(label: str, ctrl: Diffs, tol: float, ev: dict) -> Check:
     power = {"logits": ctrl.logits / tol, "loss": ctrl.loss_sum, "swap": ctrl.swap / tol}
     power = {k: float(f"{v:.3g}") for k, v in power.items()}
     weak = [k for k, v in power.items() if not v > CONTROL_MARGIN]
-    msg = (f"plain causal row (positions 0..L-1) fails as it must: logits Δ {ctrl.logits:.3g}, "
-           f"loss-sum Δ {ctrl.loss_sum_abs:.3g}, swap Δ {ctrl.swap:.3g} (≥ {min(power.values()):.3g}× tol)")
+    msg = (
+        f"plain causal row (positions 0..L-1) fails as it must: logits Δ {ctrl.logits:.3g}, "
+        f"loss-sum Δ {ctrl.loss_sum_abs:.3g}, swap Δ {ctrl.swap:.3g} (≥ {min(power.values()):.3g}× tol)"
+    )
     if weak:
-        msg = (f"check has no power: a plain causal mask with positions not reset passes the "
-               f"{', '.join(weak)} comparison(s) (logits Δ {ctrl.logits:.3g} vs tol {tol:g}); the "
-               f"isolation result above proves nothing")
-    return Check(f"{label} control", not weak, msg,
-                 {**ev, "control_logits_diff": ctrl.logits, "control_loss_sum_diff": ctrl.loss_sum_abs,
-                  "control_swap_diff": ctrl.swap, "power_over_tol": power})
+        msg = (
+            f"check has no power: a plain causal mask with positions not reset passes the "
+            f"{', '.join(weak)} comparison(s) (logits Δ {ctrl.logits:.3g} vs tol {tol:g}); the "
+            f"isolation result above proves nothing"
+        )
+    return Check(
+        f"{label} control",
+        not weak,
+        msg,
+        {
+            **ev,
+            "control_logits_diff": ctrl.logits,
+            "control_loss_sum_diff": ctrl.loss_sum_abs,
+            "control_swap_diff": ctrl.swap,
+            "power_over_tol": power,
+        },
+    )
 
 
 def _json_float(x: float):

@@ -35,20 +35,45 @@ def flash_check(backends, calls: dict) -> Check:
     if ran:
         b = ran[0]
         per_model = calls[b.name]
-        total = {k: sum(int(m.get(k, 0)) for m in per_model.values())
-                 for k in ("varlen_calls", "varlen_tokens", "dense_calls", "forwards")}
-        expected = sum(int(m.get("forwards", 0)) * int(m.get("attention_layers", 0)) for m in per_model.values())
-        ev = {"kernel": b.kernel, "backend": b.name, "device": b.device, "dtype": b.dtype, **total,
-              "expected_varlen_calls": expected, "per_model": per_model, "trial": b.trial, "fallback": list(b.notes)}
-        counted = (f"{total['varlen_calls']:,} varlen calls over {total['varlen_tokens']:,} query tokens, "
-                   f"{total['dense_calls']} dense attention calls, {total['forwards']} forwards")
+        total = {
+            k: sum(int(m.get(k, 0)) for m in per_model.values())
+            for k in ("varlen_calls", "varlen_tokens", "dense_calls", "forwards")
+        }
+        expected = sum(
+            int(m.get("forwards", 0)) * int(m.get("attention_layers", 0))
+            for m in per_model.values()
+        )
+        ev = {
+            "kernel": b.kernel,
+            "backend": b.name,
+            "device": b.device,
+            "dtype": b.dtype,
+            **total,
+            "expected_varlen_calls": expected,
+            "per_model": per_model,
+            "trial": b.trial,
+            "fallback": list(b.notes),
+        }
+        counted = (
+            f"{total['varlen_calls']:,} varlen calls over {total['varlen_tokens']:,} query tokens, "
+            f"{total['dense_calls']} dense attention calls, {total['forwards']} forwards"
+        )
         if total["varlen_calls"] == 0:
-            return Check(NAME, False, f"{b.name} was selected but made no varlen call ({counted}): "
-                         f"the models did not run the kernel", ev)
+            return Check(
+                NAME,
+                False,
+                f"{b.name} was selected but made no varlen call ({counted}): "
+                f"the models did not run the kernel",
+                ev,
+            )
         if total["dense_calls"] or total["varlen_calls"] != expected:
-            return Check(NAME, False,
-                         f"{b.name}: {counted}; expected {expected} varlen calls (one per attention layer and "
-                         f"forward) and 0 dense: some layers did not run the varlen kernel", ev)
+            return Check(
+                NAME,
+                False,
+                f"{b.name}: {counted}; expected {expected} varlen calls (one per attention layer and "
+                f"forward) and 0 dense: some layers did not run the varlen kernel",
+                ev,
+            )
         return Check(NAME, True, f"exercised: {b.kernel} ({b.dtype}): {counted}", ev)
     ev = {"fallback": list(backends[0].notes)} if backends and backends[0].notes else {}
     if flash:
@@ -59,5 +84,11 @@ def flash_check(backends, calls: dict) -> Check:
         why = "no CUDA"
     else:
         why = "not requested by --backend"
-    return Check(NAME, False, f"FlashAttention kernel not exercised ({why}); the "
-                 f"backends above prove the packed format, not the GPU kernel", ev, skipped=True)
+    return Check(
+        NAME,
+        False,
+        f"FlashAttention kernel not exercised ({why}); the "
+        f"backends above prove the packed format, not the GPU kernel",
+        ev,
+        skipped=True,
+    )

@@ -1,11 +1,11 @@
 """The integrity checks' names, in report order (tests, the report and `--json` readers match them).
 
-    MANIFEST_CHECK      the manifest itself                       audit.manifest_check
-    SCHEMA, NO_MASK     each shard's Arrow schema                 audit.shard_schema
-    ROW_CHECKS          every slot of every row                   scan.scan_rows
-    SHARDS              shards on disk against the manifest       audit.shards_check
-    SRC                 where each document came from             scan.scan_rows (per row), accounting.source_check
-    COUNTS, CONSERVE    the manifest's numbers against the rows   accounting.counts_check, conservation_check
+MANIFEST_CHECK      the manifest itself                       audit.manifest_check
+SCHEMA, NO_MASK     each shard's Arrow schema                 audit.shard_schema
+ROW_CHECKS          every slot of every row                   scan.scan_rows
+SHARDS              shards on disk against the manifest       audit.shards_check
+SRC                 where each document came from             scan.scan_rows (per row), accounting.source_check
+COUNTS, CONSERVE    the manifest's numbers against the rows   accounting.counts_check, conservation_check
 """
 
 from __future__ import annotations

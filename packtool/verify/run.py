@@ -38,7 +38,9 @@ class VerifyResult:
 
     @property
     def passed(self) -> bool:
-        return all(c.passed or c.skipped for c in self.checks) and any(c.passed for c in self.checks)
+        return all(c.passed or c.skipped for c in self.checks) and any(
+            c.passed for c in self.checks
+        )
 
     @property
     def failed(self) -> list[Check]:
@@ -65,14 +67,18 @@ def _is_pack_folder(path: str) -> None:
     if not os.path.exists(p):
         raise UsageError(f"{path}: no such folder; pass a pack folder written by `packtool pack`")
     if os.path.isfile(p):
-        raise UsageError(f"{path} is a file, not a pack folder; `packtool pack {path} --len N --out OUT` "
-                         "makes a pack, then `packtool verify OUT`")
+        raise UsageError(
+            f"{path} is a file, not a pack folder; `packtool pack {path} --len N --out OUT` "
+            "makes a pack, then `packtool verify OUT`"
+        )
     has_manifest = os.path.isfile(os.path.join(p, schema.MANIFEST))
     has_shards = os.path.isdir(os.path.join(p, schema.DATA_DIR))
     if not has_manifest and not has_shards:
-        raise UsageError(f"{path} is not a pack (no {schema.MANIFEST}, no {schema.DATA_DIR}/): if it holds "
-                         f"training data, `packtool pack {path} --len N --out OUT` makes a pack, then "
-                         "`packtool verify OUT`")
+        raise UsageError(
+            f"{path} is not a pack (no {schema.MANIFEST}, no {schema.DATA_DIR}/): if it holds "
+            f"training data, `packtool pack {path} --len N --out OUT` makes a pack, then "
+            "`packtool verify OUT`"
+        )
 
 
 def verify(cfg: VerifyConfig) -> VerifyResult:
@@ -80,12 +86,18 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     if cfg.path is not None:
         _is_pack_folder(cfg.path)
     if not cfg.path:
-        raise UsageError("give the pack folder to verify (e.g. packtool verify out/), or --self-test")
+        raise UsageError(
+            "give the pack folder to verify (e.g. packtool verify out/), or --self-test"
+        )
     if not os.path.isdir(cfg.path):
-        raise PacktoolError(f"{cfg.path} is not a folder; verify takes the OUT folder of `packtool pack` "
-                            f"(holding {schema.MANIFEST} and {schema.DATA_DIR}/)")
+        raise PacktoolError(
+            f"{cfg.path} is not a folder; verify takes the OUT folder of `packtool pack` "
+            f"(holding {schema.MANIFEST} and {schema.DATA_DIR}/)"
+        )
     backends = []
-    if cfg.rows != 0:  # resolve first: a backend that cannot run here (or no torch) is a usage error
+    if (
+        cfg.rows != 0
+    ):  # resolve first: a backend that cannot run here (or no torch) is a usage error
         from packtool.verify import backends as bk
 
         backends = bk.resolve(cfg.backend, cfg.device)
@@ -103,7 +115,9 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     res.timings["integrity_tokens_per_s"] = tokens / max(res.timings["integrity"], 1e-9)
 
     if rows == 0:
-        res.checks.append(Check("isolation", False, "not run (--rows 0): integrity only", skipped=True))
+        res.checks.append(
+            Check("isolation", False, "not run (--rows 0): integrity only", skipped=True)
+        )
         return res
     t1 = time.perf_counter()
     iso = _isolation(cfg, summary, backends, rows)
@@ -111,8 +125,10 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     res.timings["isolation"] = time.perf_counter() - t1
     res.kernel_calls = kernel_calls(iso)
     ran = [(b, list(res.kernel_calls[b.name])) for b in backends if b.name in res.kernel_calls]
-    res.kernels = [f"{b.name}: {b.kernel} ({b.device}, {b.dtype}); models {', '.join(models)}"
-                   for b, models in ran]
+    res.kernels = [
+        f"{b.name}: {b.kernel} ({b.device}, {b.dtype}); models {', '.join(models)}"
+        for b, models in ran
+    ]
     res.checks.append(flash_check(backends, res.kernel_calls))
     return res
 
@@ -128,9 +144,14 @@ def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Ch
     if not samples:
         samples = synthesize(summary.get("singles", []), pack_len, rows)
     if not samples:
-        why = ("every valid row holds one document and no two-document row can be built from them (a "
-               "single document shorter than 2 tokens)" if summary.get("singles") else
-               "no row of the pack is valid enough to sample (see the integrity failures above)")
+        why = (
+            "every valid row holds one document and no two-document row can be built from them (a "
+            "single document shorter than 2 tokens)"
+            if summary.get("singles")
+            else "no row of the pack is valid enough to sample (see the integrity failures above)"
+        )
         return [Check("isolation", False, f"not run: {why}")]
-    batch = cfg.batch_rows or (2 if pack_len <= 8192 else 1)  # batch > 1: cu_seqlens over a flattened batch
+    batch = cfg.batch_rows or (
+        2 if pack_len <= 8192 else 1
+    )  # batch > 1: cu_seqlens over a flattened batch
     return run_isolation(samples, backends, pack_len=pack_len, seed=cfg.seed, batch_rows=batch)

@@ -74,12 +74,16 @@ class Sampler:
             if len(self.kept) >= self.n and key >= self.kept[-1][0]:
                 break
             a, b = int(cols["seq_off"][r]), int(cols["seq_off"][r + 1])
-            row = {"shard": shard, "row": row0 + r, "seq_lengths": np.array(cols["seq_val"][a:b], np.int64)}
+            row = {
+                "shard": shard,
+                "row": row0 + r,
+                "seq_lengths": np.array(cols["seq_val"][a:b], np.int64),
+            }
             for c in ("input_ids", "labels", "position_ids"):
                 row[c] = cols[c][r].copy()
             self.kept.append((key, row))
             self.kept.sort(key=lambda kv: kv[0])
-            del self.kept[self.n:]
+            del self.kept[self.n :]
 
     def rows(self) -> list[dict]:
         return sorted((row for _, row in self.kept), key=lambda d: (d["shard"], d["row"]))
@@ -88,8 +92,10 @@ class Sampler:
 def synthesize(singles: list[dict], pack_len: int, rows: int):
     """No row holds two documents: up to `rows` isolation Samples of two documents built from the
     one-document rows `singles` (Sampler.rows() dicts). Token slots keep the row's layout rules."""
-    docs = [(d["input_ids"][: int(d["seq_lengths"][0])], d["labels"][: int(d["seq_lengths"][0])], d)
-            for d in singles]
+    docs = [
+        (d["input_ids"][: int(d["seq_lengths"][0])], d["labels"][: int(d["seq_lengths"][0])], d)
+        for d in singles
+    ]
     pairs = []
     if len(docs) >= 2:
         pairs = [(a, b) for a, b in zip(docs[0::2], docs[1::2], strict=False)]
@@ -106,7 +112,15 @@ def synthesize(singles: list[dict], pack_len: int, rows: int):
         lab = np.concatenate((la_[:na], lb_[:nb], np.full(pad, schema.IGNORE_INDEX)))
         lab[[0, na]] = schema.IGNORE_INDEX
         pos = schema.position_ids([na, nb], pack_len)
-        out.append(Sample(shard=f"synthetic from {da['shard']} row {da['row']}", row=int(db["row"]),
-                          input_ids=ids.astype(np.int32), labels=lab.astype(np.int32),
-                          position_ids=pos.astype(np.int32), seq_lengths=np.array([na, nb]), synthetic=True))
+        out.append(
+            Sample(
+                shard=f"synthetic from {da['shard']} row {da['row']}",
+                row=int(db["row"]),
+                input_ids=ids.astype(np.int32),
+                labels=lab.astype(np.int32),
+                position_ids=pos.astype(np.int32),
+                seq_lengths=np.array([na, nb]),
+                synthetic=True,
+            )
+        )
     return out

@@ -125,7 +125,12 @@ def scan_rows(cols: dict[str, np.ndarray], pad_id: int | None = None) -> dict[st
     `cols` holds (R, L) int32 arrays for the token columns, `seq_off`/`seq_val` and
     `src_off`/`src_val` for the list columns, and (R,) arrays for the two scalar columns.
     """
-    ids, lab, pos, doc = cols["input_ids"], cols["labels"], cols["position_ids"], cols["document_id"]
+    ids, lab, pos, doc = (
+        cols["input_ids"],
+        cols["labels"],
+        cols["position_ids"],
+        cols["document_id"],
+    )
     R, L = ids.shape
     n = R * L
     seq_off, lens = cols["seq_off"], cols["seq_val"].astype(np.int64)
@@ -142,8 +147,13 @@ def scan_rows(cols: dict[str, np.ndarray], pad_id: int | None = None) -> dict[st
     out: dict[str, dict] = {}
     if seq_bad.any():
         r = np.flatnonzero(seq_bad)
-        out[SEQ] = {"rows": r, "pos": np.full(r.size, -1), "got": ntok[r], "expected": np.full(r.size, L),
-                    "doc": ndocs[r]}
+        out[SEQ] = {
+            "rows": r,
+            "pos": np.full(r.size, -1),
+            "got": ntok[r],
+            "expected": np.full(r.size, L),
+            "doc": ndocs[r],
+        }
 
     idx_t = np.int32 if n < 2**31 - 1 else np.int64
     keep_doc = valid[row_of_doc]
@@ -166,7 +176,9 @@ def scan_rows(cols: dict[str, np.ndarray], pad_id: int | None = None) -> dict[st
     exp_doc = np.where(cov, cum - before[:, None] - 1, np.int32(schema.PAD_DOCUMENT_ID))
     del cum
 
-    masked = ~cov | (exp_pos == 0)  # label must be IGNORE_INDEX here: pad, or a document's first token
+    masked = ~cov | (
+        exp_pos == 0
+    )  # label must be IGNORE_INDEX here: pad, or a document's first token
     has_loss = lab != schema.IGNORE_INDEX
 
     def report(name: str, bad: np.ndarray, got: np.ndarray, expected: np.ndarray | int) -> None:
@@ -188,16 +200,29 @@ def scan_rows(cols: dict[str, np.ndarray], pad_id: int | None = None) -> dict[st
     counted = (doc != schema.PAD_DOCUMENT_ID).sum(axis=1)
     loss = has_loss.sum(axis=1)
     exp_nt = np.where(valid, ntok, counted)
-    for name, got, exp in ((NTOK, cols["num_tokens"], exp_nt), (NLOSS, cols["num_loss_tokens"], loss)):
+    for name, got, exp in (
+        (NTOK, cols["num_tokens"], exp_nt),
+        (NLOSS, cols["num_loss_tokens"], loss),
+    ):
         r = np.flatnonzero(got != exp)
         if r.size:
-            out[name] = {"rows": r, "pos": np.full(r.size, -1), "got": got[r], "expected": exp[r],
-                         "doc": np.full(r.size, -1)}
+            out[name] = {
+                "rows": r,
+                "pos": np.full(r.size, -1),
+                "got": got[r],
+                "expected": exp[r],
+                "doc": np.full(r.size, -1),
+            }
     src_n = np.diff(cols["src_off"])
     r = np.flatnonzero(src_n != ndocs)
     if r.size:
-        out[SRC] = {"rows": r, "pos": np.full(r.size, -1), "got": src_n[r], "expected": ndocs[r],
-                    "doc": np.full(r.size, -1)}
+        out[SRC] = {
+            "rows": r,
+            "pos": np.full(r.size, -1),
+            "got": src_n[r],
+            "expected": ndocs[r],
+            "doc": np.full(r.size, -1),
+        }
     out["_totals"] = {
         "valid": valid,
         "ndocs": ndocs,
@@ -224,13 +249,17 @@ def describe(name: str, shard: str, row: int, pos: int, got: int, exp: int, doc:
         return f"{at} position {pos}: document_id {got}, but seq_lengths put document {exp} there"
     if name == POS:
         what = "the padding tail" if doc < 0 else f"document {doc}"
-        return (f"{at} position {pos} ({what}): position_id {got}, expected {exp}; positions must restart "
-                f"at 0 at every document and count up by one")
+        return (
+            f"{at} position {pos} ({what}): position_id {got}, expected {exp}; positions must restart "
+            f"at 0 at every document and count up by one"
+        )
     if name == LAB_MASK:
         if doc < 0:
             return f"{at} position {pos} (padding): label {got}, must be {ignore}"
-        return (f"{at} position {pos} (first token of document {doc}): label {got}, must be {ignore} (else the "
-                f"previous document's last token is trained to predict it)")
+        return (
+            f"{at} position {pos} (first token of document {doc}): label {got}, must be {ignore} (else the "
+            f"previous document's last token is trained to predict it)"
+        )
     if name == LAB_EQ:
         return f"{at} position {pos} (document {doc}): label {got} != input_id {exp} (labels are unshifted)"
     if name == PAD:
@@ -247,8 +276,8 @@ def describe(name: str, shard: str, row: int, pos: int, got: int, exp: int, doc:
 def _src_detail(cols: dict, r: int) -> str:
     """What a row's source_index and seq_lengths disagree on: the indices and the lengths, and
     what it looks like (rare path: only rows already failing)."""
-    src = cols["src_val"][cols["src_off"][r]:cols["src_off"][r + 1]].tolist()
-    seq = cols["seq_val"][cols["seq_off"][r]:cols["seq_off"][r + 1]].tolist()
+    src = cols["src_val"][cols["src_off"][r] : cols["src_off"][r + 1]].tolist()
+    seq = cols["seq_val"][cols["seq_off"][r] : cols["seq_off"][r + 1]].tolist()
     text = f" (source_index {src}, seq_lengths {seq})"
     if len(src) > len(seq):
         text += ": documents merged (a boundary lost) or a source_index added"
@@ -268,8 +297,16 @@ def examples(name: str, fail: dict, cols: dict, shard: str, row0: int) -> list[d
         msg = describe(name, shard, row, pos, got, exp, doc)
         if name == SRC:
             msg += _src_detail(cols, r)
-        out.append({"shard": shard, "row": row, "position": pos if pos >= 0 else None, "got": got,
-                    "expected": exp, "message": msg})
+        out.append(
+            {
+                "shard": shard,
+                "row": row,
+                "position": pos if pos >= 0 else None,
+                "got": got,
+                "expected": exp,
+                "message": msg,
+            }
+        )
     return out
 
 
@@ -282,7 +319,9 @@ def passed_text(name: str, pad_id: int | None) -> str:
         POS: "restart at 0 at every document, count by one; pad tail its own segment",
         LAB_MASK: f"{ignore} on every document's first token and on padding",
         LAB_EQ: f"labels equal input_ids wherever not {ignore}",
-        PAD: f"pad tail holds pad id {pad_id}" if pad_id is not None else "pad id not in manifest: not checked",
+        PAD: f"pad tail holds pad id {pad_id}"
+        if pad_id is not None
+        else "pad id not in manifest: not checked",
         NTOK: "matches the document tokens of every row",
         NLOSS: f"matches the labels that are not {ignore}",
     }[name]

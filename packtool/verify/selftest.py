@@ -29,7 +29,9 @@ SELF_TEST_PAD_ID = 0
 SELF_TEST_DOCS = 160  # documents of 8..pack_len // 3 tokens: all packed whole, several per row
 
 
-def make_documents(n: int, *, seed: int = 0, min_len: int = 8, max_len: int = 200, vocab: int = 5000):
+def make_documents(
+    n: int, *, seed: int = 0, min_len: int = 8, max_len: int = 200, vocab: int = 5000
+):
     """n documents as (input_ids, labels) int32 arrays; ids avoid the pad id 0."""
     rng = np.random.default_rng(seed)
     docs = []
@@ -43,21 +45,35 @@ def make_documents(n: int, *, seed: int = 0, min_len: int = 8, max_len: int = 20
     return docs
 
 
-def write_documents(out: str, docs, pack_len: int, *, shard_rows: int = 16, max_docs: int = 0,
-                    seed: int = 0) -> None:
+def write_documents(
+    out: str, docs, pack_len: int, *, shard_rows: int = 16, max_docs: int = 0, seed: int = 0
+) -> None:
     """Pack (input_ids, labels) documents into `out` with the production packer and writer."""
     from packtool.data import TokenizedData
     from packtool.pack import PackConfig, pack_tokenized
 
-    td = TokenizedData.from_lists([d[0].tolist() for d in docs], [d[1].tolist() for d in docs],
-                                  tokenizer={"name": "synthetic", "pad_id": SELF_TEST_PAD_ID}, format="synthetic")
-    pack_tokenized(td, PackConfig(pack_len=pack_len, shard_rows=shard_rows, max_docs=max_docs, seed=seed), out)
+    td = TokenizedData.from_lists(
+        [d[0].tolist() for d in docs],
+        [d[1].tolist() for d in docs],
+        tokenizer={"name": "synthetic", "pad_id": SELF_TEST_PAD_ID},
+        format="synthetic",
+    )
+    pack_tokenized(
+        td, PackConfig(pack_len=pack_len, shard_rows=shard_rows, max_docs=max_docs, seed=seed), out
+    )
 
 
-def build_self_test_pack(out: str, *, pack_len: int = 1024, n_docs: int = SELF_TEST_DOCS, seed: int = 0) -> str:
+def build_self_test_pack(
+    out: str, *, pack_len: int = 1024, n_docs: int = SELF_TEST_DOCS, seed: int = 0
+) -> str:
     """Write a pack of synthetic documents into `out`; returns which writer made it."""
-    write_documents(out, make_documents(n_docs, seed=seed, min_len=8, max_len=pack_len // 3), pack_len,
-                    shard_rows=16, seed=seed)
+    write_documents(
+        out,
+        make_documents(n_docs, seed=seed, min_len=8, max_len=pack_len // 3),
+        pack_len,
+        shard_rows=16,
+        seed=seed,
+    )
     return "packtool.pack (bfd)"
 
 
@@ -77,7 +93,7 @@ def sample_rows(pack_len: int, rows: int, *, seed: int = 0, max_len: int | None 
         lens, at = [], 0
         while at + len(doc[0]) <= pack_len:
             n = len(doc[0])
-            ids[at:at + n], lab[at:at + n] = doc[0], doc[1]
+            ids[at : at + n], lab[at : at + n] = doc[0], doc[1]
             lab[at] = schema.IGNORE_INDEX
             lens.append(n)
             at += n
@@ -114,7 +130,9 @@ def replace_columns(table, **cols):
             arr = pa.array(np.asarray(value), type=f.type)
         else:
             L = f.type.list_size
-            arr = pa.FixedSizeListArray.from_arrays(pa.array(np.asarray(value, np.int32).reshape(-1), pa.int32()), L)
+            arr = pa.FixedSizeListArray.from_arrays(
+                pa.array(np.asarray(value, np.int32).reshape(-1), pa.int32()), L
+            )
         table = table.set_column(i, f, arr)
     return table
 
@@ -160,30 +178,49 @@ def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
     ev: dict = {"writer": writer, "documents_written": n_docs}
     m = schema.read_pack_manifest(out)
     if m is None:
-        return Check("self-test pack", False, f"built with {writer}, but {out} has no readable packtool manifest", ev)
+        return Check(
+            "self-test pack",
+            False,
+            f"built with {writer}, but {out} has no readable packtool manifest",
+            ev,
+        )
     counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
     rows = docs = 0
     try:
         for entry in m.get("shards") or []:
-            col = pq.read_table(os.path.join(out, entry["file"]), columns=["seq_lengths"]).column("seq_lengths")
+            col = pq.read_table(os.path.join(out, entry["file"]), columns=["seq_lengths"]).column(
+                "seq_lengths"
+            )
             rows += len(col)
             docs += sum(len(chunk.flatten()) for chunk in col.chunks)
     except Exception as e:  # any failure to read back is the check failing
-        return Check("self-test pack", False, f"built with {writer}, but its shards do not read back "
-                     f"({type(e).__name__}: {e})", ev)
+        return Check(
+            "self-test pack",
+            False,
+            f"built with {writer}, but its shards do not read back ({type(e).__name__}: {e})",
+            ev,
+        )
     ev.update(rows=rows, documents=docs)
     problems = []
     if counts.get("examples_read") != n_docs or counts.get("documents") != n_docs:
-        problems.append(f"the manifest counts {counts.get('examples_read')!r} examples read and "
-                        f"{counts.get('documents')!r} documents, {n_docs} were written")
+        problems.append(
+            f"the manifest counts {counts.get('examples_read')!r} examples read and "
+            f"{counts.get('documents')!r} documents, {n_docs} were written"
+        )
     if rows == 0 or rows != counts.get("rows"):
         problems.append(f"the shards hold {rows} rows, the manifest says {counts.get('rows')!r}")
     if docs != n_docs:
         problems.append(f"the rows hold {docs} documents, {n_docs} were written")
     if problems:
-        return Check("self-test pack", False, f"built with {writer}, but " + "; ".join(problems), ev)
-    return Check("self-test pack", True, f"built with {writer} in {seconds:.2f} s: {n_docs} documents in "
-                 f"{rows} rows, read back", ev)
+        return Check(
+            "self-test pack", False, f"built with {writer}, but " + "; ".join(problems), ev
+        )
+    return Check(
+        "self-test pack",
+        True,
+        f"built with {writer} in {seconds:.2f} s: {n_docs} documents in {rows} rows, read back",
+        ev,
+    )
 
 
 def run_self_test(cfg):
@@ -209,10 +246,17 @@ def run_self_test(cfg):
         pos = next(c for c in checks if c.name == integ.POS)
         caught = not pos.passed and " row 0 " in pos.message
         result.checks.insert(0, built)
-        result.checks.append(Check("self-test: broken copy caught", caught,
-                                   f"positions not reset in row 0 → {pos.message}" if caught else
-                                   "a copy with positions not reset in row 0 PASSED the position check: "
-                                   "integrity has no power", {"check": integ.POS}))
+        result.checks.append(
+            Check(
+                "self-test: broken copy caught",
+                caught,
+                f"positions not reset in row 0 → {pos.message}"
+                if caught
+                else "a copy with positions not reset in row 0 PASSED the position check: "
+                "integrity has no power",
+                {"check": integ.POS},
+            )
+        )
     result.self_test = True
     result.path = "(self-test)"
     return result

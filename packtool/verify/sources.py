@@ -63,8 +63,13 @@ from packtool.verify.sources_options import options_check, tokenize_config_from 
 from packtool.verify.sources_pieces import expected_pieces
 
 
-def check_sources(pack: str, data: str | None = None, sample: int | None = None, seed: int = 0,
-                  progress: bool = False) -> list[Check]:
+def check_sources(
+    pack: str,
+    data: str | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[Check]:
     """The `verify --sources` checks of the pack folder `pack`: sources re-read from `data` (None:
     where the manifest says), tokenized again with the recorded tokenizer, template and options,
     and every document (or `sample` records, picked with `seed`) compared with the shards."""
@@ -108,30 +113,55 @@ def check_sources(pack: str, data: str | None = None, sample: int | None = None,
         settle_deferred(cmp)
         missing_pieces(cmp, wanted_records)
         t_cmp = time.perf_counter() - t_cmp
-        checks.append(account_check(manifest, tokenized, exp, cmp if wanted_records is None else None, where))
-        checks.append(_tokens_check(cmp, candidates, wanted_records, wanted, sample, seed, t_tok, t_cmp))
+        checks.append(
+            account_check(manifest, tokenized, exp, cmp if wanted_records is None else None, where)
+        )
+        checks.append(
+            _tokens_check(cmp, candidates, wanted_records, wanted, sample, seed, t_tok, t_cmp)
+        )
     except Stop as stop:
         checks.append(stop.check)
         done = {c.name for c in checks}
         for name in ORDER:
             if name not in done:
-                checks.append(Check(name, False, f"not run: {stop.check.name} failed", skipped=True))
+                checks.append(
+                    Check(name, False, f"not run: {stop.check.name} failed", skipped=True)
+                )
     order = {n: i for i, n in enumerate(ORDER)}
     checks.sort(key=lambda c: order.get(c.name, len(ORDER)))
     return checks
 
 
-def _tokens_check(cmp: Compare, candidates: np.ndarray, wanted_records: np.ndarray | None,
-                  wanted: np.ndarray | None, sample: int | None, seed: int, t_tok: float, t_cmp: float) -> Check:
+def _tokens_check(
+    cmp: Compare,
+    candidates: np.ndarray,
+    wanted_records: np.ndarray | None,
+    wanted: np.ndarray | None,
+    sample: int | None,
+    seed: int,
+    t_tok: float,
+    t_cmp: float,
+) -> Check:
     """Check TOKENS from what the comparison found: its first difference (+ how many more), or
     how much was compared."""
     n_rec = int(candidates.size if wanted_records is None else wanted_records.size)
-    scope = (f"every one of the {n_rec} packed records" if wanted_records is None else
-             f"{n_rec} of {candidates.size} packed records (--sample {sample}, --seed {seed})")
-    ev = {"records_compared": n_rec, "records_packed": int(candidates.size), "documents": cmp.docs_compared,
-          "tokens_compared": cmp.tokens_compared, "documents_failed": cmp.failed_docs + cmp.stray_count,
-          "first": cmp.examples + [{"message": m} for m in cmp.stray], "seconds_tokenize": round(t_tok, 3),
-          "seconds_compare": round(t_cmp, 3), "sample": sample, "seed": seed}
+    scope = (
+        f"every one of the {n_rec} packed records"
+        if wanted_records is None
+        else f"{n_rec} of {candidates.size} packed records (--sample {sample}, --seed {seed})"
+    )
+    ev = {
+        "records_compared": n_rec,
+        "records_packed": int(candidates.size),
+        "documents": cmp.docs_compared,
+        "tokens_compared": cmp.tokens_compared,
+        "documents_failed": cmp.failed_docs + cmp.stray_count,
+        "first": cmp.examples + [{"message": m} for m in cmp.stray],
+        "seconds_tokenize": round(t_tok, 3),
+        "seconds_compare": round(t_cmp, 3),
+        "sample": sample,
+        "seed": seed,
+    }
     if wanted is not None:
         ev["sampled_source_index"] = wanted.tolist()
     problems = [e["message"] for e in cmp.examples] + cmp.stray
@@ -139,6 +169,11 @@ def _tokens_check(cmp: Compare, candidates: np.ndarray, wanted_records: np.ndarr
     if problems:
         more = f" (+{n_bad - 1} more)" if n_bad > 1 else ""
         return Check(TOKENS, False, problems[0] + more, ev)
-    return Check(TOKENS, True, f"{scope}: {cmp.docs_compared} documents, {cmp.tokens_compared:,} tokens "
-                 f"of input_ids and labels equal the sources tokenized again ({t_tok:.1f} s tokenize, "
-                 f"{t_cmp:.2f} s compare)", ev)
+    return Check(
+        TOKENS,
+        True,
+        f"{scope}: {cmp.docs_compared} documents, {cmp.tokens_compared:,} tokens "
+        f"of input_ids and labels equal the sources tokenized again ({t_tok:.1f} s tokenize, "
+        f"{t_cmp:.2f} s compare)",
+        ev,
+    )

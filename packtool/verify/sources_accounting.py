@@ -28,19 +28,30 @@ from packtool.verify.sources_names import ACCOUNT
 from packtool.verify.sources_pieces import Expected
 
 
-def account_check(manifest: dict, tokenized, exp: Expected, cmp: Compare | None, where: Provenance) -> Check:
+def account_check(
+    manifest: dict, tokenized, exp: Expected, cmp: Compare | None, where: Provenance
+) -> Check:
     """Check ACCOUNT; `cmp` is None under --sample (first-token loss is then not known)."""
     pieces = exp.pieces
     counts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
     tokens = manifest.get("tokens") if isinstance(manifest.get("tokens"), dict) else {}
     problems = []
-    have = {"examples_read": int(tokenized.num_read), "skipped": len(tokenized.skipped), "tokenized": len(exp.src),
-            "truncated": int(pieces.truncated.size), "split": int(pieces.split.size),
-            "split_parts": int(pieces.split_parts.sum()), "dropped": int(pieces.dropped.size)}
+    have = {
+        "examples_read": int(tokenized.num_read),
+        "skipped": len(tokenized.skipped),
+        "tokenized": len(exp.src),
+        "truncated": int(pieces.truncated.size),
+        "split": int(pieces.split.size),
+        "split_parts": int(pieces.split_parts.sum()),
+        "dropped": int(pieces.dropped.size),
+    }
     for key, v in have.items():
         if key in counts and counts[key] != v:
             problems.append(f"counts.{key} is {counts[key]} in the manifest, {v} from the sources")
-    t_have = {"in": int(exp.lengths.sum()), "loss_in": int(np.asarray(tokenized.loss_counts, np.int64).sum())}
+    t_have = {
+        "in": int(exp.lengths.sum()),
+        "loss_in": int(np.asarray(tokenized.loss_counts, np.int64).sum()),
+    }
     if cmp is not None:  # every piece compared: first-token loss is known exactly
         t_have["loss_first_token"] = cmp.first_token_loss
     for key, v in t_have.items():
@@ -49,7 +60,11 @@ def account_check(manifest: dict, tokenized, exp: Expected, cmp: Compare | None,
 
     def listed(key):
         v = manifest.get(key)
-        return {int(x.get("source_index", -1)): x for x in v if isinstance(x, dict)} if isinstance(v, list) else None
+        return (
+            {int(x.get("source_index", -1)): x for x in v if isinstance(x, dict)}
+            if isinstance(v, list)
+            else None
+        )
 
     src, lengths = exp.src, exp.lengths
     rec_rows = {"dropped": pieces.dropped, "truncated": pieces.truncated, "split": pieces.split}
@@ -62,26 +77,45 @@ def account_check(manifest: dict, tokenized, exp: Expected, cmp: Compare | None,
         where.resolve(extra[:1] + absent[:1])
         if absent:
             i = absent[0]
-            problems.append(f"{where(i)} (source_index {i}, {now[i]} tokens) is {key} at --len {exp.pack_len} "
-                            f"(--overflow {exp.overflow}) but not listed under {key} in the manifest")
+            problems.append(
+                f"{where(i)} (source_index {i}, {now[i]} tokens) is {key} at --len {exp.pack_len} "
+                f"(--overflow {exp.overflow}) but not listed under {key} in the manifest"
+            )
         if extra:
             i = extra[0]
-            problems.append(f"source_index {i} is listed under {key} in the manifest, but "
-                            + (f"{where(i)} has {int(lengths[exp.record_of(np.array([i]))[0]])} tokens when "
-                               "tokenized again" if exp.record_of(np.array([i]))[0] >= 0 else "is no tokenized record"))
+            problems.append(
+                f"source_index {i} is listed under {key} in the manifest, but "
+                + (
+                    f"{where(i)} has {int(lengths[exp.record_of(np.array([i]))[0]])} tokens when "
+                    "tokenized again"
+                    if exp.record_of(np.array([i]))[0] >= 0
+                    else "is no tokenized record"
+                )
+            )
         for i in sorted(set(lst) & set(now)):
             if lst[i].get("length") != now[i]:
-                problems.append(f"{where(i)} (source_index {i}) is listed under {key} with {lst[i].get('length')} "
-                                f"tokens; tokenized again it has {now[i]}")
+                problems.append(
+                    f"{where(i)} (source_index {i}) is listed under {key} with {lst[i].get('length')} "
+                    f"tokens; tokenized again it has {now[i]}"
+                )
                 break
     sk = manifest.get("skipped")
     if isinstance(sk, list):
         rec = sorted(int(x.get("source_index", -1)) for x in sk if isinstance(x, dict))
         now = sorted(int(s.source_index) for s in tokenized.skipped)
         if rec != now:
-            problems.append(f"skipped records differ: the manifest lists source indices {rec[:5]}, the sources give "
-                            f"{now[:5]}")
+            problems.append(
+                f"skipped records differ: the manifest lists source indices {rec[:5]}, the sources give "
+                f"{now[:5]}"
+            )
     ev = {k: v for k, v in have.items()}
-    return Check(ACCOUNT, not problems, "; ".join(problems) or (
-        f"{have['tokenized']} records tokenized again: counts, dropped, truncated, split and skipped agree with "
-        "the manifest"), ev)
+    return Check(
+        ACCOUNT,
+        not problems,
+        "; ".join(problems)
+        or (
+            f"{have['tokenized']} records tokenized again: counts, dropped, truncated, split and skipped agree with "
+            "the manifest"
+        ),
+        ev,
+    )

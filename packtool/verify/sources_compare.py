@@ -55,7 +55,9 @@ class Compare:
     examples: list[dict] = field(default_factory=list)
     seen: np.ndarray | None = None  # per piece: how many shard documents matched it
     deferred: list[tuple] = field(default_factory=list)  # split parts without a hash match
-    stray: list[str] = field(default_factory=list)  # documents whose source is no record / dropped / repeated
+    stray: list[str] = field(
+        default_factory=list
+    )  # documents whose source is no record / dropped / repeated
     stray_count: int = 0
 
     def fail(self, message: str, **ev) -> None:
@@ -83,11 +85,19 @@ def piece_note(exp: Expected, p: int) -> str:
 
 
 def _window(a: np.ndarray, t: int, stop: int) -> list[int]:
-    return a[max(0, t - WINDOW):stop].tolist()
+    return a[max(0, t - WINDOW) : stop].tolist()
 
 
-def compare_docs(cmp: Compare, shard: str, row0: int, docs: Doc, pieces: np.ndarray, got_ids: np.ndarray,
-                 got_lab: np.ndarray, got_start: np.ndarray) -> None:
+def compare_docs(
+    cmp: Compare,
+    shard: str,
+    row0: int,
+    docs: Doc,
+    pieces: np.ndarray,
+    got_ids: np.ndarray,
+    got_lab: np.ndarray,
+    got_start: np.ndarray,
+) -> None:
     """Compare shard documents with their pieces, all at once. got_* are flat token buffers;
     document j is got_*[got_start[j]:+docs.length[j]]."""
     exp = cmp.exp
@@ -96,7 +106,9 @@ def compare_docs(cmp: Compare, shard: str, row0: int, docs: Doc, pieces: np.ndar
     elen = exp.piece_len[pieces]
     e_ids, e_lab, e_off = exp.gather(exp.piece_row[pieces], exp.piece_start[pieces], elen)
     cmp.first_token_loss += int(np.count_nonzero(e_lab[e_off[:-1]] != schema.IGNORE_INDEX))
-    e_lab[e_off[:-1]] = schema.IGNORE_INDEX  # as kernels.copy_rows stores it: no document's first token is trained
+    e_lab[e_off[:-1]] = (
+        schema.IGNORE_INDEX
+    )  # as kernels.copy_rows stores it: no document's first token is trained
     m = np.minimum(docs.length, elen)
     seg, intra = segments(m)
     gi = got_start[seg] + intra
@@ -125,26 +137,50 @@ def compare_docs(cmp: Compare, shard: str, row0: int, docs: Doc, pieces: np.ndar
         head = f"{cmp.where(s)} (source_index {s}{piece_note(exp, p)}) -> {shard} row {row}"
         g0, e0 = int(got_start[j]), int(e_off[j])
         gl, el = int(docs.length[j]), int(elen[j])
-        g_ids, g_lab = got_ids[g0:g0 + gl], got_lab[g0:g0 + gl]
-        x_ids, x_lab = e_ids[e0:e0 + el], e_lab[e0:e0 + el]
+        g_ids, g_lab = got_ids[g0 : g0 + gl], got_lab[g0 : g0 + gl]
+        x_ids, x_lab = e_ids[e0 : e0 + el], e_lab[e0 : e0 + el]
         if t >= min(gl, el):
-            what = (f"document {k} holds {gl} tokens, the record gives {el} when tokenized again "
-                    f"({'documents merged or tokens added' if gl > el else 'tokens lost'})")
+            what = (
+                f"document {k} holds {gl} tokens, the record gives {el} when tokenized again "
+                f"({'documents merged or tokens added' if gl > el else 'tokens lost'})"
+            )
             msg = f"{head} document {k}: {what}"
-            cmp.fail(msg, shard=shard, row=row, document=k, position=c + t, source_index=s,
-                     got_length=gl, expected_length=el)
+            cmp.fail(
+                msg,
+                shard=shard,
+                row=row,
+                document=k,
+                position=c + t,
+                source_index=s,
+                got_length=gl,
+                expected_length=el,
+            )
             continue
         parts = []
         if g_ids[t] != x_ids[t]:
             parts.append(f"input_id {int(g_ids[t])}, expected {int(x_ids[t])}")
         if g_lab[t] != x_lab[t]:
-            why = (" (a prompt token trained)" if x_lab[t] == schema.IGNORE_INDEX else
-                   " (a trained token masked)" if g_lab[t] == schema.IGNORE_INDEX else "")
+            why = (
+                " (a prompt token trained)"
+                if x_lab[t] == schema.IGNORE_INDEX
+                else " (a trained token masked)"
+                if g_lab[t] == schema.IGNORE_INDEX
+                else ""
+            )
             parts.append(f"label {int(g_lab[t])}, expected {int(x_lab[t])}{why}")
         a, b = max(0, t - WINDOW), min(gl, el, t + WINDOW + 1)
-        msg = (f"{head} position {c + t} (document {k}, token {t}): {'; '.join(parts)}; "
-               f"row positions {c + a}..{c + b - 1}: input_ids got {_window(g_ids, t, b)} expected "
-               f"{_window(x_ids, t, b)}, labels got {_window(g_lab, t, b)} expected {_window(x_lab, t, b)}")
-        cmp.fail(msg, shard=shard, row=row, document=k, position=c + t, source_index=s,
-                 got={"input_id": int(g_ids[t]), "label": int(g_lab[t])},
-                 expected={"input_id": int(x_ids[t]), "label": int(x_lab[t])})
+        msg = (
+            f"{head} position {c + t} (document {k}, token {t}): {'; '.join(parts)}; "
+            f"row positions {c + a}..{c + b - 1}: input_ids got {_window(g_ids, t, b)} expected "
+            f"{_window(x_ids, t, b)}, labels got {_window(g_lab, t, b)} expected {_window(x_lab, t, b)}"
+        )
+        cmp.fail(
+            msg,
+            shard=shard,
+            row=row,
+            document=k,
+            position=c + t,
+            source_index=s,
+            got={"input_id": int(g_ids[t]), "label": int(g_lab[t])},
+            expected={"input_id": int(x_ids[t]), "label": int(x_lab[t])},
+        )

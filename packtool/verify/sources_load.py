@@ -35,8 +35,11 @@ def recorded_data(manifest: dict, pack: str) -> str:
     rec = options.get("input")
     if not rec:
         if not sources:
-            raise Stop(FILES, "the manifest records no source files (packed from data in memory?): nothing to "
-                       "read again; pass the data: packtool verify PACK --sources DATA")
+            raise Stop(
+                FILES,
+                "the manifest records no source files (packed from data in memory?): nothing to "
+                "read again; pass the data: packtool verify PACK --sources DATA",
+            )
         paths = [str(s["path"]) for s in sources]
         rec = paths[0] if len(paths) == 1 else os.path.commonpath(paths)
     rec = str(rec)
@@ -56,24 +59,40 @@ def files_check(data: str, manifest: dict, split: str) -> tuple[Check, list]:
     try:
         now = readers.resolve_sources(data, split)
     except PacktoolError as e:
-        raise Stop(FILES, f"cannot read the sources at {data}: {e}; if the data moved, pass it: packtool verify "
-                   f"PACK --sources DATA") from None
-    rec = sorted((s for s in manifest.get("sources") or [] if isinstance(s, dict)), key=lambda s: str(s.get("path")))
+        raise Stop(
+            FILES,
+            f"cannot read the sources at {data}: {e}; if the data moved, pass it: packtool verify "
+            f"PACK --sources DATA",
+        ) from None
+    rec = sorted(
+        (s for s in manifest.get("sources") or [] if isinstance(s, dict)),
+        key=lambda s: str(s.get("path")),
+    )
     ev = {"data": data, "files": len(now), "recorded": len(rec)}
     problems = []
     if len(now) != len(rec):
-        problems.append(f"{data} holds {len(now)} source file(s), the manifest records {len(rec)} "
-                        f"({', '.join(str(s.get('path')) for s in rec[:5])}); pass the data that was packed: "
-                        f"packtool verify PACK --sources DATA")
+        problems.append(
+            f"{data} holds {len(now)} source file(s), the manifest records {len(rec)} "
+            f"({', '.join(str(s.get('path')) for s in rec[:5])}); pass the data that was packed: "
+            f"packtool verify PACK --sources DATA"
+        )
     else:
         for f, r in zip(now, rec, strict=True):
             if f.sha256 != r.get("sha256"):
-                was = f" (recorded as {r.get('path')})" if os.path.basename(f.path) != os.path.basename(str(r.get("path"))) else ""
-                problems.append(f"{f.path}{was}: sha256 {f.sha256[:12]}… ({f.size} bytes), the manifest records "
-                                f"{str(r.get('sha256'))[:12]}… ({r.get('size')} bytes): the source changed after packing")
+                was = (
+                    f" (recorded as {r.get('path')})"
+                    if os.path.basename(f.path) != os.path.basename(str(r.get("path")))
+                    else ""
+                )
+                problems.append(
+                    f"{f.path}{was}: sha256 {f.sha256[:12]}… ({f.size} bytes), the manifest records "
+                    f"{str(r.get('sha256'))[:12]}… ({r.get('size')} bytes): the source changed after packing"
+                )
     if problems:
         raise Stop(FILES, "; ".join(problems), ev)
-    return Check(FILES, True, f"{len(now)} source file(s) at {data}: sha256 match the manifest", ev), now
+    return Check(
+        FILES, True, f"{len(now)} source file(s) at {data}: sha256 match the manifest", ev
+    ), now
 
 
 def tokenizer_check(cfg, manifest: dict) -> Check:
@@ -82,8 +101,13 @@ def tokenizer_check(cfg, manifest: dict) -> Check:
     rec = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else {}
     want = rec.get("files_hash")
     if not want:
-        return Check(TOKENIZER, False, "no tokenizer files hash in the manifest (pre-tokenized input): ids are read "
-                     "as they are", skipped=True)
+        return Check(
+            TOKENIZER,
+            False,
+            "no tokenizer files hash in the manifest (pre-tokenized input): ids are read "
+            "as they are",
+            skipped=True,
+        )
     from packtool.tokenization.loading import load_spec
 
     what = "the built-in tokenizer" if cfg.tokenizer is None else f"tokenizer {cfg.tokenizer}"
@@ -93,8 +117,12 @@ def tokenizer_check(cfg, manifest: dict) -> Check:
         raise Stop(TOKENIZER, f"{what} (recorded in the manifest) cannot be loaded: {e}") from None
     ev = {"tokenizer": spec.name, "files_hash": spec.files_hash, "recorded": want}
     if spec.files_hash != want:
-        raise Stop(TOKENIZER, f"{what}: files hash {spec.files_hash}, the manifest records {want} "
-                   f"({rec.get('name')}): the tokenizer's files changed since packing", ev)
+        raise Stop(
+            TOKENIZER,
+            f"{what}: files hash {spec.files_hash}, the manifest records {want} "
+            f"({rec.get('name')}): the tokenizer's files changed since packing",
+            ev,
+        )
     return Check(TOKENIZER, True, f"{spec.name}: files hash {want} matches the manifest", ev)
 
 
@@ -117,14 +145,27 @@ def template_check(cfg, manifest: dict, tokenized) -> Check:
     want, have = rec.get("chat_template_hash"), now.get("chat_template_hash")
     if want is None and have is None:
         return Check(TEMPLATE, False, "no chat template (pre-tokenized input)", skipped=True)
-    how = (f"--chat-template {cfg.chat_template}" if cfg.chat_template is not None else
-           "no --chat-template: the tokenizer's own, or chatml-train for the built-in tokenizer")
+    how = (
+        f"--chat-template {cfg.chat_template}"
+        if cfg.chat_template is not None
+        else "no --chat-template: the tokenizer's own, or chatml-train for the built-in tokenizer"
+    )
     ev = {"template": now.get("chat_template"), "hash": have, "recorded": want}
     if have != want:
-        return Check(TEMPLATE, False, f"chat template '{now.get('chat_template')}' (resolved from the recorded {how}) "
-                     f"hashes {have}, the manifest records {want} ('{rec.get('chat_template')}'): the template changed "
-                     f"since packing, so ids and labels may differ", ev)
-    return Check(TEMPLATE, True, f"'{now.get('chat_template')}' ({how}): hash {want} matches the manifest", ev)
+        return Check(
+            TEMPLATE,
+            False,
+            f"chat template '{now.get('chat_template')}' (resolved from the recorded {how}) "
+            f"hashes {have}, the manifest records {want} ('{rec.get('chat_template')}'): the template changed "
+            f"since packing, so ids and labels may differ",
+            ev,
+        )
+    return Check(
+        TEMPLATE,
+        True,
+        f"'{now.get('chat_template')}' ({how}): hash {want} matches the manifest",
+        ev,
+    )
 
 
 class Provenance:
@@ -142,7 +183,9 @@ class Provenance:
         from packtool.io import readers
 
         try:
-            for b in readers.iter_batches(readers.locate(self.data, self.read.split), self.read, 4096):
+            for b in readers.iter_batches(
+                readers.locate(self.data, self.read.split), self.read, 4096
+            ):
                 hits = [i for i in want if b.start <= i < b.start + len(b)]
                 for i in hits:
                     self.known[i] = b.where(i - b.start)

@@ -1,21 +1,21 @@
 """Which expected piece each shard document is, batch by batch; and the pieces no document matched.
 
-    shard batch of R rows (~BATCH_TOKENS token slots), row layout of docs/ARCHITECTURE.md, "Schema":
-        input_ids, labels (R, L)   seq_lengths [n_0, n_1, ...]   source_index [s_0, s_1, ...]
-        document k of a row starts at col = cumsum(seq_lengths)[k-1] (0 for k = 0), holds n_k tokens
-    row whose seq_lengths and source_index cannot be paired ──▶ stray (the integrity checks say why)
+shard batch of R rows (~BATCH_TOKENS token slots), row layout of docs/ARCHITECTURE.md, "Schema":
+    input_ids, labels (R, L)   seq_lengths [n_0, n_1, ...]   source_index [s_0, s_1, ...]
+    document k of a row starts at col = cumsum(seq_lengths)[k-1] (0 for k = 0), holds n_k tokens
+row whose seq_lengths and source_index cannot be paired ──▶ stray (the integrity checks say why)
 
-    s_k ──Expected.record_of──▶ record r
-        r = -1                 no record tokenized again (skipped, or beyond the input)  ──▶ stray
-        num_pieces[r] = 0      dropped by --overflow, yet in a row                        ──▶ stray
-        num_pieces[r] = 1      its one piece
-        num_pieces[r] > 1      split: the unused part with the same hash (Expected.part_hashes)
-                               and length; none (a damaged part): deferred, then settle_deferred
-                               compares it with a leftover part of the record
-    ──▶ sources_compare.compare_docs(documents, pieces): one flat gather per side, one compare
+s_k ──Expected.record_of──▶ record r
+    r = -1                 no record tokenized again (skipped, or beyond the input)  ──▶ stray
+    num_pieces[r] = 0      dropped by --overflow, yet in a row                        ──▶ stray
+    num_pieces[r] = 1      its one piece
+    num_pieces[r] > 1      split: the unused part with the same hash (Expected.part_hashes)
+                           and length; none (a damaged part): deferred, then settle_deferred
+                           compares it with a leftover part of the record
+──▶ sources_compare.compare_docs(documents, pieces): one flat gather per side, one compare
 
-    after every shard, missing_pieces: seen[p] == 0 (lost, or merged into another document), seen[p] > 1
-    (packed twice), over every piece (or the sampled records' pieces only)
+after every shard, missing_pieces: seen[p] == 0 (lost, or merged into another document), seen[p] > 1
+(packed twice), over every piece (or the sampled records' pieces only)
 """
 
 from __future__ import annotations
@@ -51,13 +51,21 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         seq = seq.astype(np.int64)
         nd, ns = np.diff(seq_off), np.diff(src_off)
         cs = np.concatenate(([0], np.cumsum(seq)))
-        ok_row = (nd == ns) & (cs[seq_off[1:]] - cs[seq_off[:-1]] <= L) & (np.minimum.reduceat(
-            np.concatenate((seq, [1])), np.minimum(seq_off[:-1], seq.size)) >= 1)
+        ok_row = (
+            (nd == ns)
+            & (cs[seq_off[1:]] - cs[seq_off[:-1]] <= L)
+            & (
+                np.minimum.reduceat(np.concatenate((seq, [1])), np.minimum(seq_off[:-1], seq.size))
+                >= 1
+            )
+        )
         bad_rows = np.flatnonzero(~ok_row)
         for r in bad_rows[:MAX_EXAMPLES].tolist():
-            cmp.stray_doc(f"{shard} row {row0 + r}: seq_lengths {seq[seq_off[r]:seq_off[r + 1]].tolist()} with "
-                          f"source_index {src[src_off[r]:src_off[r + 1]].tolist()} cannot be matched (see the integrity "
-                          "checks): its documents are not compared")
+            cmp.stray_doc(
+                f"{shard} row {row0 + r}: seq_lengths {seq[seq_off[r] : seq_off[r + 1]].tolist()} with "
+                f"source_index {src[src_off[r] : src_off[r + 1]].tolist()} cannot be matched (see the integrity "
+                "checks): its documents are not compared"
+            )
         cmp.stray_count += max(0, bad_rows.size - MAX_EXAMPLES)
         keep = np.repeat(ok_row, nd)
         row = np.repeat(np.arange(R), nd)[keep]
@@ -79,20 +87,35 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         one = (rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] == 1)
         pieces[one] = exp.first_piece[rec[one]]
         for j in np.flatnonzero(rec < 0)[:MAX_EXAMPLES].tolist():
-            cmp.stray_doc(f"{shard} row {row0 + int(row[j])} document {int(k[j])}: source_index {int(s[j])} is no "
-                          "record of the sources tokenized again (skipped, or beyond the input)")
+            cmp.stray_doc(
+                f"{shard} row {row0 + int(row[j])} document {int(k[j])}: source_index {int(s[j])} is no "
+                "record of the sources tokenized again (skipped, or beyond the input)"
+            )
         cmp.stray_count += max(0, int((rec < 0).sum()) - MAX_EXAMPLES)
         dropped = np.flatnonzero((rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] == 0))
         cmp.where.resolve(s[dropped[:MAX_EXAMPLES]])
         for j in dropped[:MAX_EXAMPLES].tolist():
             r = int(rec[j])
-            cmp.stray_doc(f"{cmp.where(int(s[j]))} (source_index {int(s[j])}, {int(exp.lengths[r])} tokens) is dropped "
-                          f"by --overflow {exp.overflow} at --len {L}, but {shard} row {row0 + int(row[j])} document "
-                          f"{int(k[j])} holds it")
+            cmp.stray_doc(
+                f"{cmp.where(int(s[j]))} (source_index {int(s[j])}, {int(exp.lengths[r])} tokens) is dropped "
+                f"by --overflow {exp.overflow} at --len {L}, but {shard} row {row0 + int(row[j])} document "
+                f"{int(k[j])} holds it"
+            )
         cmp.stray_count += max(0, dropped.size - MAX_EXAMPLES)
         for j in np.flatnonzero((rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] > 1)).tolist():
-            pieces[j] = _match_part(cmp, int(rec[j]), ids, lab, int(start[j]), int(lens[j]), shard, row0 + int(row[j]),
-                                    int(k[j]), int(col[j]), int(s[j]))
+            pieces[j] = _match_part(
+                cmp,
+                int(rec[j]),
+                ids,
+                lab,
+                int(start[j]),
+                int(lens[j]),
+                shard,
+                row0 + int(row[j]),
+                int(k[j]),
+                int(col[j]),
+                int(s[j]),
+            )
         use = np.flatnonzero(pieces >= 0)
         np.add.at(cmp.seen, pieces[use], 1)
         docs = Doc(row[use], k[use], col[use], lens[use], s[use])
@@ -100,18 +123,39 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         row0 += R
 
 
-def _match_part(cmp: Compare, record: int, ids, lab, start: int, length: int, shard: str, row: int, k: int,
-                col: int, src: int) -> int:
+def _match_part(
+    cmp: Compare,
+    record: int,
+    ids,
+    lab,
+    start: int,
+    length: int,
+    shard: str,
+    row: int,
+    k: int,
+    col: int,
+    src: int,
+) -> int:
     """The part of split record `record` that this shard document is: the unused part with the same
     hash, else -1 (deferred: matched to a leftover part after the scan)."""
     exp = cmp.exp
-    h = hashes(ids[start:start + length], np.array([0, length]), exp.pack_len)[0]
+    h = hashes(ids[start : start + length], np.array([0, length]), exp.pack_len)[0]
     p0 = int(exp.first_piece[record])
     for i in np.flatnonzero(exp.part_hashes(record) == h).tolist():
         if cmp.seen[p0 + i] == 0 and exp.piece_len[p0 + i] == length:
             return p0 + i
-    cmp.deferred.append((record, ids[start:start + length].copy(), lab[start:start + length].copy(), shard, row, k,
-                         col, src))
+    cmp.deferred.append(
+        (
+            record,
+            ids[start : start + length].copy(),
+            lab[start : start + length].copy(),
+            shard,
+            row,
+            k,
+            col,
+            src,
+        )
+    )
     return -1
 
 
@@ -124,31 +168,53 @@ def settle_deferred(cmp: Compare) -> None:
         free = [p for p in range(p0, p0 + n) if cmp.seen[p] == 0]
         same = [p for p in free if exp.piece_len[p] == g_ids.size]
         if not free:
-            cmp.stray_doc(f"{cmp.where(src)} (source_index {src}) is split into {n} parts, but {shard} row {row} "
-                          f"document {k} is one more")
+            cmp.stray_doc(
+                f"{cmp.where(src)} (source_index {src}) is split into {n} parts, but {shard} row {row} "
+                f"document {k} is one more"
+            )
             continue
         p = (same or free)[0]
         cmp.seen[p] += 1
-        docs = Doc(np.zeros(1, np.int64), np.array([k]), np.array([col]), np.array([g_ids.size]), np.array([src]))
+        docs = Doc(
+            np.zeros(1, np.int64),
+            np.array([k]),
+            np.array([col]),
+            np.array([g_ids.size]),
+            np.array([src]),
+        )
         compare_docs(cmp, shard, row, docs, np.array([p]), g_ids, g_lab, np.zeros(1, np.int64))
 
 
 def missing_pieces(cmp: Compare, wanted_records: np.ndarray | None) -> None:
     """Pieces no shard document matched (merged away, lost), and pieces matched twice."""
     exp = cmp.exp
-    pieces = (np.arange(exp.piece_row.size) if wanted_records is None else
-              np.concatenate([np.arange(exp.first_piece[r], exp.first_piece[r] + exp.num_pieces[r])
-                              for r in wanted_records.tolist()] or [np.zeros(0, np.int64)]).astype(np.int64))
+    pieces = (
+        np.arange(exp.piece_row.size)
+        if wanted_records is None
+        else np.concatenate(
+            [
+                np.arange(exp.first_piece[r], exp.first_piece[r] + exp.num_pieces[r])
+                for r in wanted_records.tolist()
+            ]
+            or [np.zeros(0, np.int64)]
+        ).astype(np.int64)
+    )
     lost = pieces[cmp.seen[pieces] == 0]
     twice = pieces[cmp.seen[pieces] > 1]
-    cmp.where.resolve(exp.src[exp.piece_row[np.concatenate([lost[:MAX_EXAMPLES], twice[:MAX_EXAMPLES]])]])
+    cmp.where.resolve(
+        exp.src[exp.piece_row[np.concatenate([lost[:MAX_EXAMPLES], twice[:MAX_EXAMPLES]])]]
+    )
     for p in lost[:MAX_EXAMPLES].tolist():
         r = int(exp.piece_row[p])
-        cmp.stray_doc(f"{cmp.where(int(exp.src[r]))} (source_index {int(exp.src[r])}{piece_note(exp, p)}, "
-                      f"{int(exp.piece_len[p])} tokens) is in no row and not dropped: lost, or merged into another "
-                      "document")
+        cmp.stray_doc(
+            f"{cmp.where(int(exp.src[r]))} (source_index {int(exp.src[r])}{piece_note(exp, p)}, "
+            f"{int(exp.piece_len[p])} tokens) is in no row and not dropped: lost, or merged into another "
+            "document"
+        )
     for p in twice[:MAX_EXAMPLES].tolist():
         r = int(exp.piece_row[p])
-        cmp.stray_doc(f"{cmp.where(int(exp.src[r]))} (source_index {int(exp.src[r])}{piece_note(exp, p)}) is packed "
-                      f"{int(cmp.seen[p])} times")
+        cmp.stray_doc(
+            f"{cmp.where(int(exp.src[r]))} (source_index {int(exp.src[r])}{piece_note(exp, p)}) is packed "
+            f"{int(cmp.seen[p])} times"
+        )
     cmp.stray_count += max(0, lost.size - MAX_EXAMPLES) + max(0, twice.size - MAX_EXAMPLES)

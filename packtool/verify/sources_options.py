@@ -39,18 +39,27 @@ def _build(cls, d: dict, where: str, missing: list[str]):
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(d) - set(fields) - (EXTRA_OPTIONS if where == "options" else set()))
     if unknown:
-        raise Stop(OPTIONS, f"manifest {where}.{unknown[0]} = {d[unknown[0]]!r} is unknown to packtool "
-                   f"{packtool.__version__}: the pack was made by a packtool with options this one does not have; "
-                   f"verify with that version (or a newer one)", {"unknown": [f"{where}.{k}" for k in unknown]})
+        raise Stop(
+            OPTIONS,
+            f"manifest {where}.{unknown[0]} = {d[unknown[0]]!r} is unknown to packtool "
+            f"{packtool.__version__}: the pack was made by a packtool with options this one does not have; "
+            f"verify with that version (or a newer one)",
+            {"unknown": [f"{where}.{k}" for k in unknown]},
+        )
     kw = {}
     for name, f in fields.items():
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
         if name not in d:
             missing.append(f"{where}.{name}")
             continue
         v = d[name]
-        if v is None and default is not None:  # recorded as "not applicable" (e.g. train_on of pre-tokenized input)
+        if (
+            v is None and default is not None
+        ):  # recorded as "not applicable" (e.g. train_on of pre-tokenized input)
             continue
         if dataclasses.is_dataclass(default) and isinstance(v, dict):
             v = _build(type(default), v, f"{where}.{name}", missing)
@@ -68,10 +77,15 @@ def tokenize_config_from(manifest: dict):
 
     options = manifest.get("options")
     if not isinstance(options, dict):
-        raise Stop(OPTIONS, f"manifest options is {options!r}, not an object: the pack cannot be tokenized again")
+        raise Stop(
+            OPTIONS,
+            f"manifest options is {options!r}, not an object: the pack cannot be tokenized again",
+        )
     d = {k: v for k, v in options.items() if k not in EXTRA_OPTIONS}
     missing: list[str] = []
-    if "tokenizer" not in d:  # packed before the options were recorded: the tokenizer's recorded name
+    if (
+        "tokenizer" not in d
+    ):  # packed before the options were recorded: the tokenizer's recorded name
         name = (manifest.get("tokenizer") or {}).get("name")
         d["tokenizer"] = None if name is None or "built-in" in str(name) else name
     cfg = _build(TokenizeConfig, d, "options", missing)
@@ -84,16 +98,30 @@ def options_text(cfg) -> str:
     from packtool.config import TokenizeConfig
 
     base = dataclasses.asdict(TokenizeConfig())
-    flat = lambda d, p="": [(f"{p}{k}", v) for k, v in d.items() if not isinstance(v, dict)] + [  # noqa: E731
-        x for k, v in d.items() if isinstance(v, dict) for x in flat(v, f"{p}{k}.")]
+
+    def flat(d, p=""):
+        return [(f"{p}{k}", v) for k, v in d.items() if not isinstance(v, dict)] + [
+            x for k, v in d.items() if isinstance(v, dict) for x in flat(v, f"{p}{k}.")
+        ]
+
     want = dict(flat(base))
-    diff = [f"{k} {v!r}" for k, v in flat(dataclasses.asdict(cfg)) if k not in ("cache", "num_proc") and want.get(k) != v]
-    return "tokenize options rebuilt from the manifest: " + (", ".join(diff) if diff else "all defaults")
+    diff = [
+        f"{k} {v!r}"
+        for k, v in flat(dataclasses.asdict(cfg))
+        if k not in ("cache", "num_proc") and want.get(k) != v
+    ]
+    return "tokenize options rebuilt from the manifest: " + (
+        ", ".join(diff) if diff else "all defaults"
+    )
 
 
 def options_check(manifest: dict):
     """(Check OPTIONS, TokenizeConfig): the config rebuilt, and what it differs in from the defaults."""
     cfg, missing = tokenize_config_from(manifest)
     note = f"; not recorded, defaults used: {', '.join(missing)}" if missing else ""
-    return Check(OPTIONS, True, f"{options_text(cfg)}; cache off{note}",
-                 {"options": dataclasses.asdict(cfg), "defaults": missing}), cfg
+    return Check(
+        OPTIONS,
+        True,
+        f"{options_text(cfg)}; cache off{note}",
+        {"options": dataclasses.asdict(cfg), "defaults": missing},
+    ), cfg

@@ -50,13 +50,19 @@ class Expected:
     pack_len: int
     overflow: str
     pieces: object = None  # the packer's Pieces (dropped, truncated, split lists)
-    hashes: dict[int, np.ndarray] = field(default_factory=dict)  # record -> uint64 hash of each part
+    hashes: dict[int, np.ndarray] = field(
+        default_factory=dict
+    )  # record -> uint64 hash of each part
 
     def record_of(self, source_index: np.ndarray) -> np.ndarray:
         """Record (row of the tokenized table) of each source index, -1 if it is not one."""
         pos = np.searchsorted(self.src, source_index)
         pos = np.minimum(pos, max(self.src.size - 1, 0))
-        ok = (self.src.size > 0) & (self.src[pos] == source_index) if self.src.size else np.zeros(source_index.shape, bool)
+        ok = (
+            (self.src.size > 0) & (self.src[pos] == source_index)
+            if self.src.size
+            else np.zeros(source_index.shape, bool)
+        )
         return np.where(ok, pos, -1)
 
     def gather(self, records: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
@@ -87,7 +93,7 @@ class Expected:
 def segments(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(segment, index within it) of every element of segments of `lengths` laid back to back.
 
-        lengths [2, 3]  ──▶  segment 0 0 1 1 1,  index 0 1 0 1 2
+    lengths [2, 3]  ──▶  segment 0 0 1 1 1,  index 0 1 0 1 2
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     total = int(lengths.sum())
@@ -111,7 +117,9 @@ def hashes(ids: np.ndarray, off: np.ndarray, pack_len: int) -> np.ndarray:
         return np.zeros(0, np.uint64)
     _, intra = segments(lens)
     with np.errstate(over="ignore"):
-        terms = (ids.astype(np.uint64) + np.uint64(1)) * _MULT[pack_len][np.minimum(intra, pack_len - 1)]
+        terms = (ids.astype(np.uint64) + np.uint64(1)) * _MULT[pack_len][
+            np.minimum(intra, pack_len - 1)
+        ]
     return np.add.reduceat(terms, off[:-1].astype(np.int64))
 
 
@@ -121,17 +129,34 @@ def expected_pieces(tokenized, manifest: dict) -> Expected:
     from packtool.pack.overflow import apply_overflow
 
     table = tokenized.table
-    table = getattr(getattr(table, "data", None), "table", table)  # a datasets.Dataset: its Arrow table
+    table = getattr(
+        getattr(table, "data", None), "table", table
+    )  # a datasets.Dataset: its Arrow table
     L, overflow = int(manifest["pack_len"]), str(manifest.get("overflow", "drop"))
     lengths = np.ascontiguousarray(tokenized.lengths, dtype=np.int64)
     src = np.ascontiguousarray(tokenized.source_index, dtype=np.int64)
     if src.size > 1 and np.any(np.diff(src) <= 0):
-        raise Stop(TOKENS, "the re-tokenized records are not in source order: cannot match them to the shards")
+        raise Stop(
+            TOKENS,
+            "the re-tokenized records are not in source order: cannot match them to the shards",
+        )
     try:
         pieces = apply_overflow(lengths, src, L, overflow if overflow != "error" else "drop")
     except PacktoolError as e:
         raise Stop(TOKENS, f"--overflow {overflow}: {e}") from None
     num = np.bincount(pieces.row, minlength=lengths.size).astype(np.int64)
     first = np.searchsorted(pieces.row, np.arange(lengths.size))
-    return Expected(table.column("input_ids"), table.column("labels"), src, lengths, pieces.row, pieces.start,
-                    pieces.length, first, num, L, overflow, pieces)
+    return Expected(
+        table.column("input_ids"),
+        table.column("labels"),
+        src,
+        lengths,
+        pieces.row,
+        pieces.start,
+        pieces.length,
+        first,
+        num,
+        L,
+        overflow,
+        pieces,
+    )

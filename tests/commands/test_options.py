@@ -26,8 +26,11 @@ def _command(name: str):
 
 def _options(name: str) -> dict[str, tuple]:
     """{parameter name: (flags, help, default)} of a command's options."""
-    return {p.name: (tuple(p.opts), p.help, p.default) for p in _command(name).params
-            if p.param_type_name == "option"}
+    return {
+        p.name: (tuple(p.opts), p.help, p.default)
+        for p in _command(name).params
+        if p.param_type_name == "option"
+    }
 
 
 def test_tokenize_bundle_is_the_same_in_inspect_profile_and_pack():
@@ -37,7 +40,9 @@ def test_tokenize_bundle_is_the_same_in_inspect_profile_and_pack():
     assert len(bundle) == 15
     pack, profile, inspect = _options("pack"), _options("profile"), _options("inspect")
     assert bundle <= set(pack) and bundle <= set(profile)
-    assert set(inspect) & bundle == bundle - whole  # one record: no workers, cache, limit or skipping
+    assert (
+        set(inspect) & bundle == bundle - whole
+    )  # one record: no workers, cache, limit or skipping
     for name in bundle:
         assert pack[name] == profile[name], name  # the same flags, help and default
         if name not in whole:
@@ -47,20 +52,43 @@ def test_tokenize_bundle_is_the_same_in_inspect_profile_and_pack():
 
 def test_each_tokenize_option_is_written_once_in_the_commands():
     text = "\n".join(p.read_text() for p in sorted(COMMANDS.glob("*.py")))
-    for flag in ("--tokenizer", "--chat-template", "--train-on", "--format", "--column", "--role", "--split",
-                 "--on-error", "--num-proc", "--no-cache", "--limit", "--tokenizer-backend", "--template-date",
-                 "--special-in-content", "--allow-download", "--json"):
+    for flag in (
+        "--tokenizer",
+        "--chat-template",
+        "--train-on",
+        "--format",
+        "--column",
+        "--role",
+        "--split",
+        "--on-error",
+        "--num-proc",
+        "--no-cache",
+        "--limit",
+        "--tokenizer-backend",
+        "--template-date",
+        "--special-in-content",
+        "--allow-download",
+        "--json",
+    ):
         declared = re.findall(rf'typer\.Option\("{flag}"|_option\([^,]+, "{flag}"', text)
         assert len(declared) == 1, (flag, declared)
 
 
 def test_tokenize_args_build_a_validated_config(monkeypatch):
     monkeypatch.delenv("PACKTOOL_ALLOW_DOWNLOAD", raising=False)
-    cfg = options.TokenizeArgs(train_on="last", column=["messages=dialog"], role=["bot=assistant"],
-                               num_proc=2, no_cache=True, limit=5).config()
+    cfg = options.TokenizeArgs(
+        train_on="last",
+        column=["messages=dialog"],
+        role=["bot=assistant"],
+        num_proc=2,
+        no_cache=True,
+        limit=5,
+    ).config()
     assert isinstance(cfg, TokenizeConfig)
     assert (cfg.train_on, cfg.num_proc, cfg.cache, cfg.read.limit) == ("last", 2, False, 5)
-    assert cfg.read.columns == (("messages", "dialog"),) and cfg.read.roles == (("bot", "assistant"),)
+    assert cfg.read.columns == (("messages", "dialog"),) and cfg.read.roles == (
+        ("bot", "assistant"),
+    )
     assert options.TokenizeArgs().config(num_proc=1).num_proc == 1
     with pytest.raises(UsageError, match="--train-on 'bogus' is not one of assistant|last|all"):
         options.TokenizeArgs(train_on="bogus").config()
@@ -69,7 +97,10 @@ def test_tokenize_args_build_a_validated_config(monkeypatch):
     assert "PACKTOOL_ALLOW_DOWNLOAD" not in __import__("os").environ
     options.TokenizeArgs(allow_download=True).config()
     assert __import__("os").environ["PACKTOOL_ALLOW_DOWNLOAD"] == "1"
-    assert options.TokenizeArgs(fmt="text", limit=3).given("tokenizer", "fmt", "limit") == ["--format", "--limit"]
+    assert options.TokenizeArgs(fmt="text", limit=3).given("tokenizer", "fmt", "limit") == [
+        "--format",
+        "--limit",
+    ]
 
 
 @pytest.mark.parametrize("name", ["", "inspect", "profile", "pack", "verify", "sample"])
@@ -90,13 +121,16 @@ def test_help_flags_have_no_value_placeholder():
     assert re.search(r"--len\s+<int>", res.output)  # options that take a value still say which
 
 
-@pytest.mark.parametrize("name, usage", [
-    ("inspect", "Usage: packtool inspect [OPTIONS] DATA"),
-    ("profile", "Usage: packtool profile [OPTIONS] [DATA]"),
-    ("pack", "Usage: packtool pack [OPTIONS] DATA"),
-    ("verify", "Usage: packtool verify [OPTIONS] [PACK] [DATA]"),
-    ("sample", "Usage: packtool sample [OPTIONS] OUT"),
-])
+@pytest.mark.parametrize(
+    "name, usage",
+    [
+        ("inspect", "Usage: packtool inspect [OPTIONS] DATA"),
+        ("profile", "Usage: packtool profile [OPTIONS] [DATA]"),
+        ("pack", "Usage: packtool pack [OPTIONS] DATA"),
+        ("verify", "Usage: packtool verify [OPTIONS] [PACK] [DATA]"),
+        ("sample", "Usage: packtool sample [OPTIONS] OUT"),
+    ],
+)
 def test_usage_lines_name_the_arguments(name, usage):
     res = runner.invoke(app, [name, "-h"], terminal_width=160)
     line = next(line for line in res.output.splitlines() if "Usage:" in line)
@@ -113,8 +147,14 @@ def test_num_proc_help_says_what_it_does():
     assert "used as given" in help_ and "under 4 MiB" in help_ and "Pre-tokenized" in help_
 
 
-ALLOWED = ("packtool.api", "packtool.config", "packtool.errors", "packtool.progress", "packtool.commands",
-           "packtool.report")
+ALLOWED = (
+    "packtool.api",
+    "packtool.config",
+    "packtool.errors",
+    "packtool.progress",
+    "packtool.commands",
+    "packtool.report",
+)
 
 
 @pytest.mark.parametrize("path", sorted(COMMANDS.glob("*.py")), ids=lambda p: p.name)
@@ -123,7 +163,11 @@ def test_commands_reach_the_library_only_through_api(path):
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("packtool"):
-            names = [node.module] if node.module != "packtool" else [f"packtool.{a.name}" for a in node.names]
+            names = (
+                [node.module]
+                if node.module != "packtool"
+                else [f"packtool.{a.name}" for a in node.names]
+            )
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names if a.name.startswith("packtool")]
         else:

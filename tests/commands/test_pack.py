@@ -30,7 +30,7 @@ def pretok(tmp_path) -> Path:
     """Pre-tokenized input: 40 examples of 1..14 tokens, one of 30 (too long for --len 16)."""
     ids = [[(7 * i + t) % 100 + 1 for t in range(1 + i % 14)] for i in range(40)]
     ids[17] = list(range(1, 31))
-    labels = [[-100] * (len(x) // 2) + x[len(x) // 2:] for x in ids]
+    labels = [[-100] * (len(x) // 2) + x[len(x) // 2 :] for x in ids]
     path = tmp_path / "pretok.parquet"
     pq.write_table(pa.table({"input_ids": ids, "labels": labels}), path)
     return path
@@ -42,25 +42,53 @@ def run(*args):
 
 def test_pack_writes_a_valid_pack_and_json(tmp_path, pretok):
     out = tmp_path / "out"
-    r = run(pretok, "--len", 16, "--out", out, "--overflow", "split", "--json", "-", "--shard-rows", 5)
+    r = run(
+        pretok, "--len", 16, "--out", out, "--overflow", "split", "--json", "-", "--shard-rows", 5
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
     assert report["schema"] == "packtool.pack/v1" and report["out"] == str(out)
     m = check_pack(out)
     assert report["manifest"] == m
-    assert m["counts"]["split"] == 1 and m["split"][0]["source_index"] == 17 and m["split"][0]["parts"] == 2
+    assert (
+        m["counts"]["split"] == 1
+        and m["split"][0]["source_index"] == 17
+        and m["split"][0]["parts"] == 2
+    )
     assert m["counts"]["tokenized"] == 40 and m["tokens"]["in"] == m["tokens"]["out"]
     assert len(m["shards"]) == -(-m["counts"]["rows"] // 5)
 
 
 def test_summary_on_stderr_and_json_file(tmp_path, pretok):
-    r = run(pretok, "--len", 16, "--out", tmp_path / "o", "--json", tmp_path / "r.json", "--strategy", "ffd",
-            "--order", "random", "--max-docs", 3, "--seed", 4, "--no-shuffle")
+    r = run(
+        pretok,
+        "--len",
+        16,
+        "--out",
+        tmp_path / "o",
+        "--json",
+        tmp_path / "r.json",
+        "--strategy",
+        "ffd",
+        "--order",
+        "random",
+        "--max-docs",
+        3,
+        "--seed",
+        4,
+        "--no-shuffle",
+    )
     assert r.exit_code == 0, r.output
     assert r.stdout == ""
     assert "lower bound" in r.stderr and "dropped 1 example(s): 17" in r.stderr
     m = json.loads((tmp_path / "r.json").read_text())["manifest"]
-    assert (m["strategy"], m["order"], m["max_docs"], m["seed"], m["shuffle"]) == ("ffd", "random", 3, 4, False)
+    assert (m["strategy"], m["order"], m["max_docs"], m["seed"], m["shuffle"]) == (
+        "ffd",
+        "random",
+        3,
+        4,
+        False,
+    )
     assert m["dropped"] == [{"source_index": 17, "length": 30, "reason": "longer than --len 16"}]
     check_pack(tmp_path / "o")
 
@@ -69,7 +97,9 @@ def test_truncate_is_loud(tmp_path, pretok):
     r = run(pretok, "--len", 16, "--out", tmp_path / "o", "--overflow", "truncate")
     assert r.exit_code == 0, r.output
     assert "warning: truncated 1 example(s) to 16 tokens, cutting 14 tokens: 17" in r.stderr
-    assert check_pack(tmp_path / "o")["truncated"] == [{"source_index": 17, "length": 30, "cut": 14}]
+    assert check_pack(tmp_path / "o")["truncated"] == [
+        {"source_index": 17, "length": 30, "cut": 14}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -78,11 +108,18 @@ def test_truncate_is_loud(tmp_path, pretok):
         (["--len", "1"], 2, "--len 1 is too small"),
         (["--len", "16", "--strategy", "nfd"], 2, "--strategy 'nfd' is not one of bfd|ffd"),
         (["--len", "16", "--order", "up"], 2, "--order 'up' is not one of sorted|random"),
-        (["--len", "16", "--overflow", "wrap"], 2, "--overflow 'wrap' is not one of drop|truncate|split|error"),
+        (
+            ["--len", "16", "--overflow", "wrap"],
+            2,
+            "--overflow 'wrap' is not one of drop|truncate|split|error",
+        ),
         (["--len", "16", "--max-docs", "-1"], 2, "--max-docs -1 must be >= 0"),
         (["--len", "16", "--train-on", "none"], 2, "--train-on 'none' is not one of"),
-        (["--len", "16", "--overflow", "error"], 1,
-         "example 17 has 30 tokens > --len 16; use --overflow truncate|split or raise --len"),
+        (
+            ["--len", "16", "--overflow", "error"],
+            1,
+            "example 17 has 30 tokens > --len 16; use --overflow truncate|split or raise --len",
+        ),
     ],
 )
 def test_errors_and_exit_codes(tmp_path, pretok, args, code, match):
@@ -110,24 +147,43 @@ def test_existing_out_needs_force(tmp_path, pretok):
 
 def test_empty_dataset_is_a_clear_error(tmp_path):
     path = tmp_path / "empty.parquet"
-    pq.write_table(pa.table({"input_ids": pa.array([], pa.list_(pa.int32())),
-                             "labels": pa.array([], pa.list_(pa.int32()))}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "input_ids": pa.array([], pa.list_(pa.int32())),
+                "labels": pa.array([], pa.list_(pa.int32())),
+            }
+        ),
+        path,
+    )
     r = run(path, "--len", 16, "--out", tmp_path / "o")
     assert r.exit_code in (1, 2), r.output
-    assert "error: " in r.stderr and ("no usable examples" in r.stderr or "nothing to pack" in r.stderr)
+    assert "error: " in r.stderr and (
+        "no usable examples" in r.stderr or "nothing to pack" in r.stderr
+    )
     assert "Traceback" not in r.output
     assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(p.name for p in SHARED.glob("*.json*")) if SHARED.is_dir() else [])
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in SHARED.glob("*.json*")) if SHARED.is_dir() else []
+)
 @pytest.mark.parametrize("overflow", ["drop", "split"])
 def test_real_files(tmp_path, name, overflow):
     from packtool import api
     from packtool.config import TokenizeConfig
 
     out = tmp_path / "o"
-    r = run(SHARED / name, "--len", 2048 if overflow == "drop" else 1024, "--out", out, "--overflow", overflow)
+    r = run(
+        SHARED / name,
+        "--len",
+        2048 if overflow == "drop" else 1024,
+        "--out",
+        out,
+        "--overflow",
+        overflow,
+    )
     assert r.exit_code == 0, r.output
     data = api.load_tokenized(str(SHARED / name), TokenizeConfig(), progress=False)
     m = check_pack(out, source=data)

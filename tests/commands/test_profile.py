@@ -17,9 +17,25 @@ from packtool.profiler import ProfileConfig, profile_data, profile_lengths
 from packtool.report.profile import STRATEGY_KEYS, to_json
 from packtool.stats import STRATEGY_LABELS
 
-TOP_KEYS = ["schema", "packtool_version", "source", "options", "counts", "lengths", "loss_tokens_per_example",
-            "truncation", "pack", "strategies", "flops", "histogram", "random_batch_waste", "sweep", "recommendation",
-            "notes", "timings"]
+TOP_KEYS = [
+    "schema",
+    "packtool_version",
+    "source",
+    "options",
+    "counts",
+    "lengths",
+    "loss_tokens_per_example",
+    "truncation",
+    "pack",
+    "strategies",
+    "flops",
+    "histogram",
+    "random_batch_waste",
+    "sweep",
+    "recommendation",
+    "notes",
+    "timings",
+]
 SPEC = "lognormal:median=300,sigma=0.8,n=3000,max=6000,seed=1"
 runner = CliRunner()
 
@@ -39,7 +55,17 @@ def test_json_to_stdout_has_stable_keys():
         assert list(s) == list(STRATEGY_KEYS)
         assert 0 < s["occupancy"] <= 1 and s["attention_waste"] >= 1
     assert d["counts"]["examples"] == 3000 and d["counts"]["loss_tokens"] is None
-    assert set(d["lengths"]) == {"count", "sum", "min", "mean", "median", "p90", "p95", "p99", "max"}
+    assert set(d["lengths"]) == {
+        "count",
+        "sum",
+        "min",
+        "mean",
+        "median",
+        "p90",
+        "p95",
+        "p99",
+        "max",
+    }
     assert d["flops"]["formula"].startswith("FLOPs = 6*P*slots")
     assert d["flops"]["model"]["source"] == "reference" and d["flops"]["gpu"] is None
     assert d["strategies"]["padding_free"]["relative_flops"] == 1.0
@@ -50,8 +76,15 @@ def test_human_report_goes_to_stderr():
     res = run("--synthetic", SPEC, "--len", "1024", "--overflow", "truncate")
     assert res.exit_code == 0, res.stderr
     assert res.stdout == ""
-    for text in ("length histogram", "◀ p50", "--len 1,024", "packed BFD varlen", "attn", "FLOPs = 6*P*slots",
-                 "truncation would cut"):
+    for text in (
+        "length histogram",
+        "◀ p50",
+        "--len 1,024",
+        "packed BFD varlen",
+        "attn",
+        "FLOPs = 6*P*slots",
+        "truncation would cut",
+    ):
         assert text in res.stderr, text
 
 
@@ -59,7 +92,9 @@ def test_default_profile_predicts_pack_and_recommends_a_command():
     res = run("--synthetic", SPEC, "--len", "1024")
     assert res.exit_code == 0, res.stderr
     assert "--overflow drop" in res.stderr and "recommendation" in res.stderr
-    assert res.stderr.rstrip().splitlines()[-1] == "next: packtool pack DATA --len 4096 --out packed/"
+    assert (
+        res.stderr.rstrip().splitlines()[-1] == "next: packtool pack DATA --len 4096 --out packed/"
+    )
 
 
 def test_len_sweep_from_the_command_line():
@@ -81,8 +116,20 @@ def test_same_seed_same_numbers():
 
 def test_plot_png(tmp_path):
     png = tmp_path / "sub" / "profile.png"
-    res = run("--synthetic", SPEC, "--plot", str(png), "--params", "7B", "--layers", "32", "--hidden", "4096",
-              "--gpu", "h100")
+    res = run(
+        "--synthetic",
+        SPEC,
+        "--plot",
+        str(png),
+        "--params",
+        "7B",
+        "--layers",
+        "32",
+        "--hidden",
+        "4096",
+        "--gpu",
+        "h100",
+    )
     assert res.exit_code == 0, res.stderr
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
@@ -92,7 +139,18 @@ def test_lengths_file_by_hand(tmp_path):
     f = tmp_path / "lengths.txt"
     f.write_text("1\n2\n3\n4\n")
     out = tmp_path / "p.json"
-    res = run("--lengths", str(f), "--len", "4", "--batch-size", "2", "--group-window", "2", "--json", str(out))
+    res = run(
+        "--lengths",
+        str(f),
+        "--len",
+        "4",
+        "--batch-size",
+        "2",
+        "--group-window",
+        "2",
+        "--json",
+        str(out),
+    )
     assert res.exit_code == 0, res.stderr
     s = json.loads(out.read_text())["strategies"]
     assert (s["pad_to_len"]["slots"], s["pad_to_len"]["attention_work"]) == (16, 64)
@@ -104,9 +162,30 @@ def test_lengths_file_by_hand(tmp_path):
 
 def test_gpu_hours_follow_the_formula(tmp_path):
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
-                               "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 1000}))
-    res = run("--synthetic", SPEC, "--model", str(tmp_path), "--gpu", "a100", "--mfu", "0.5", "--json", "-")
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+                "vocab_size": 1000,
+            }
+        )
+    )
+    res = run(
+        "--synthetic",
+        SPEC,
+        "--model",
+        str(tmp_path),
+        "--gpu",
+        "a100",
+        "--mfu",
+        "0.5",
+        "--json",
+        "-",
+    )
     assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout)
     m = d["flops"]["model"]
@@ -117,7 +196,9 @@ def test_gpu_hours_follow_the_formula(tmp_path):
         assert s["gpu_hours"] == pytest.approx(flops / (312e12 * 0.5) / 3600)
     pad, best = d["strategies"]["pad_to_len"], d["strategies"]["packed_bfd_varlen"]
     assert best["saving_vs_pad_to_len"] == pytest.approx(1 - best["flops"] / pad["flops"])
-    assert best["gpu_hours_saved_vs_pad_to_len"] == pytest.approx(pad["gpu_hours"] - best["gpu_hours"])
+    assert best["gpu_hours_saved_vs_pad_to_len"] == pytest.approx(
+        pad["gpu_hours"] - best["gpu_hours"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -129,15 +210,34 @@ def test_gpu_hours_follow_the_formula(tmp_path):
         (["--synthetic", SPEC, "--gpu", "h100"], "--gpu needs a model size"),
         (["--synthetic", SPEC, "--mfu", "0"], "--mfu 0.0 must be in"),
         (["--synthetic", SPEC, "--mfu", "1.5"], "--mfu 1.5 must be in"),
-        (["--synthetic", SPEC, "--group-window", "4"], "--group-window 4 is smaller than --batch-size 8"),
+        (
+            ["--synthetic", SPEC, "--group-window", "4"],
+            "--group-window 4 is smaller than --batch-size 8",
+        ),
         (["--synthetic", SPEC, "--len", "0"], "--len 0 must be in"),
         (["--synthetic", SPEC, "--batch-size", "0"], "--batch-size 0 must be >= 1"),
         (["--synthetic", SPEC, "--plot", "out.jpg"], "must end in .png"),
         (["--synthetic", SPEC, "--params", "7e9"], "--params needs --layers L and --hidden D"),
         (["--synthetic", SPEC, "--layers", "32"], "--layers/--hidden need --params"),
-        (["--synthetic", SPEC, "--params", "seven", "--layers", "2", "--hidden", "8"], "'seven' is not a number"),
-        (["--synthetic", SPEC, "--params", "7e9", "--layers", "2", "--hidden", "8", "--gpu", "h1000"],
-         "not a known GPU"),
+        (
+            ["--synthetic", SPEC, "--params", "seven", "--layers", "2", "--hidden", "8"],
+            "'seven' is not a number",
+        ),
+        (
+            [
+                "--synthetic",
+                SPEC,
+                "--params",
+                "7e9",
+                "--layers",
+                "2",
+                "--hidden",
+                "8",
+                "--gpu",
+                "h1000",
+            ],
+            "not a known GPU",
+        ),
         (["--synthetic", SPEC, "--model", "nope/config.json"], "no such file"),
         (["--synthetic", SPEC, "--model", "c.json", "--params", "7e9"], "not both"),
         (["--synthetic", SPEC, "--tokenizer", "gpt2"], "--tokenizer only apply to DATA"),
@@ -188,10 +288,15 @@ def test_profile_tokenized_data_by_hand():
     td = TokenizedData.from_lists(
         [[1, 2, 3, 4, 5, 6], [1, 2], [7, 8, 9]],
         [[-100, -100, 3, 4, 5, 6], [-100, -100], [-100, 8, 9]],
-        num_read=4, skipped=[SkippedRecord(1, "f.jsonl", 2, "no assistant turn")], format="messages",
+        num_read=4,
+        skipped=[SkippedRecord(1, "f.jsonl", 2, "no assistant turn")],
+        format="messages",
     )
-    r = profile_data(td, ProfileConfig(pack_len=4, batch_size=2, group_window=2, overflow="truncate"),
-                     source={"data": "f.jsonl"})
+    r = profile_data(
+        td,
+        ProfileConfig(pack_len=4, batch_size=2, group_window=2, overflow="truncate"),
+        source={"data": "f.jsonl"},
+    )
     c = r.counts
     assert (c["examples_read"], c["examples_skipped"], c["examples"], c["tokens"]) == (4, 1, 3, 11)
     assert c["skipped_reasons"] == {"no assistant turn": 1}
@@ -207,7 +312,9 @@ def test_profile_tokenized_data_by_hand():
 
 
 def test_profile_lengths_leaves_out_empty_examples():
-    r = profile_lengths(np.array([0, 3, 5]), ProfileConfig(pack_len=8, batch_size=2, group_window=2))
+    r = profile_lengths(
+        np.array([0, 3, 5]), ProfileConfig(pack_len=8, batch_size=2, group_window=2)
+    )
     assert r.counts["examples_empty"] == 1 and r.counts["examples"] == 2
     assert any("no tokens" in n for n in r.notes)
 
@@ -219,8 +326,15 @@ def test_nothing_to_profile_is_bad_input():
 
 def test_data_through_the_cli(tmp_path):
     f = tmp_path / "chat.jsonl"
-    rows = [{"messages": [{"role": "user", "content": "hi " * k}, {"role": "assistant", "content": "yes " * k}]}
-            for k in (1, 5, 40)]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "hi " * k},
+                {"role": "assistant", "content": "yes " * k},
+            ]
+        }
+        for k in (1, 5, 40)
+    ]
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = run(str(f), "--num-proc", "1", "--len", "64", "--json", "-")
     assert res.exit_code == 0, res.stderr
@@ -230,9 +344,11 @@ def test_data_through_the_cli(tmp_path):
 
 
 def test_core_modules_stay_light():
-    code = ("import sys, packtool.stats, packtool.stats.synthetic, packtool.profiler; "
-            "bad = [m for m in ('rich', 'typer', 'matplotlib', 'torch', 'transformers') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys, packtool.stats, packtool.stats.synthetic, packtool.profiler; "
+        "bad = [m for m in ('rich', 'typer', 'matplotlib', 'torch', 'transformers') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -241,9 +357,11 @@ def test_gpu_table_never_prints_a_negative_saving():
 
     assert _saved(0.5, 0.25) == "0.5 h (25%)"
     assert _saved(-0.0683, -49.9) == "0.0683 h more" and "-" not in _saved(-0.0683, -49.9)
-    res = run("--synthetic", SPEC, "--params", "7B", "--layers", "32", "--hidden", "4096", "--gpu", "h100")
+    res = run(
+        "--synthetic", SPEC, "--params", "7B", "--layers", "32", "--hidden", "4096", "--gpu", "h100"
+    )
     assert res.exit_code == 0, res.stderr
     import re
 
-    table = res.stderr[res.stderr.index("one epoch"):res.stderr.index("FLOPs = ")]
+    table = res.stderr[res.stderr.index("one epoch") : res.stderr.index("FLOPs = ")]
     assert not re.search(r"(^|[\s(])-\d", table), table  # no negative hours or shares

@@ -30,7 +30,9 @@ def run(*args):
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
     out = tmp_path_factory.mktemp("v") / "good"
-    st.write_documents(str(out), st.make_documents(50, seed=3, min_len=4, max_len=70), L, shard_rows=10)
+    st.write_documents(
+        str(out), st.make_documents(50, seed=3, min_len=4, max_len=70), L, shard_rows=10
+    )
     return out
 
 
@@ -42,10 +44,17 @@ def broken(good, tmp_path):
 
 
 def test_import_cli_does_not_import_torch_or_transformers():
-    code = ("import sys, packtool.cli; heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; "
-            "sys.exit(1 if heavy else 0)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys, packtool.cli; heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; "
+        "sys.exit(1 if heavy else 0)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -77,8 +86,12 @@ def test_broken_pack_exits_1_naming_the_row(broken):
     r = run(broken, "--rows", "0")
     assert r.exit_code == 1
     assert "verify failed" in r.stderr
-    assert re.search(r"^FAIL position_ids: data/train-00000-of-\d+\.parquet row 0 position \d+ \(document 1\): "
-                     r"position_id \d+, expected 0", r.stderr, re.M), r.stderr
+    assert re.search(
+        r"^FAIL position_ids: data/train-00000-of-\d+\.parquet row 0 position \d+ \(document 1\): "
+        r"position_id \d+, expected 0",
+        r.stderr,
+        re.M,
+    ), r.stderr
 
 
 def test_broken_positions_fail_isolation_too(broken):
@@ -123,15 +136,22 @@ NO_TORCH = "import sys; sys.modules['torch'] = None; from packtool.cli import ma
 def _without_torch(*args):
     """`packtool ...` in a fresh interpreter where `import torch` fails as if not installed."""
     root = ROOT
-    return subprocess.run([sys.executable, "-c", NO_TORCH, *map(str, args)], cwd=root, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    return subprocess.run(
+        [sys.executable, "-c", NO_TORCH, *map(str, args)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
 
 
 def test_without_torch_isolation_is_a_usage_error_and_rows_0_works(good):
     r = _without_torch("verify", good)
     assert r.returncode == 2
-    assert r.stderr.splitlines() == ["error: isolation needs PyTorch: pip install 'packtool[torch]', or run "
-                                     "integrity only with --rows 0"]
+    assert r.stderr.splitlines() == [
+        "error: isolation needs PyTorch: pip install 'packtool[torch]', or run "
+        "integrity only with --rows 0"
+    ]
     r = _without_torch("verify", good, "--rows", "0")
     assert r.returncode == 0, r.stderr
     assert "verify passed" in r.stderr and "Traceback" not in r.stderr
@@ -163,14 +183,18 @@ def test_flash_kernel_not_claimed_when_isolation_did_not_run(one_token_pack, mon
     from packtool.verify import backends as bk
     from packtool.verify.run import VerifyConfig, verify
 
-    gpu = [bk.Backend("torch-varlen", bk.TORCH_VARLEN, "varlen_attn", "cuda", "bfloat16", True, False),
-           bk.make("reference", "cuda")]
+    gpu = [
+        bk.Backend("torch-varlen", bk.TORCH_VARLEN, "varlen_attn", "cuda", "bfloat16", True, False),
+        bk.make("reference", "cuda"),
+    ]
     monkeypatch.setattr(bk, "resolve", lambda backend, device: gpu)
     res = verify(VerifyConfig(path=str(one_token_pack)))
     flash = next(c for c in res.checks if c.name == "FlashAttention kernel")
     assert res.kernels == []
     assert flash.skipped and not flash.passed
-    assert flash.message.startswith("FlashAttention kernel not exercised (isolation did not run it)")
+    assert flash.message.startswith(
+        "FlashAttention kernel not exercised (isolation did not run it)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -180,8 +204,14 @@ def test_flash_kernel_not_claimed_when_isolation_did_not_run(one_token_pack, mon
         (("--backend", "magic"), "--backend 'magic' is not one of"),
         (("--device", "tpu"), "--device 'tpu' is not one of"),
         (("--rows", "-1"), "--rows -1 must be >= 0"),
-        (("--backend", "flash-attn", "--device", "cpu"), "--backend flash-attn needs a CUDA device"),
-        (("--backend", "torch-varlen", "--device", "cpu"), "--backend torch-varlen needs a CUDA device"),
+        (
+            ("--backend", "flash-attn", "--device", "cpu"),
+            "--backend flash-attn needs a CUDA device",
+        ),
+        (
+            ("--backend", "torch-varlen", "--device", "cpu"),
+            "--backend torch-varlen needs a CUDA device",
+        ),
     ],
 )
 def test_usage_errors_exit_2(good, args, match):
@@ -228,7 +258,9 @@ def test_one_document_rows_use_synthetic_rows(tmp_path):
     r = run(out, "--rows", "1", "--backend", "reference", "--json", "-")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    ev = next(c["evidence"] for c in doc["checks"] if c["name"] == "isolation llama/reference logits")
+    ev = next(
+        c["evidence"] for c in doc["checks"] if c["name"] == "isolation llama/reference logits"
+    )
     assert ev["rows_from"].startswith("synthetic")
 
 
@@ -239,18 +271,22 @@ def test_real_pack_command_then_verify(tmp_path):
 
     rng = np.random.default_rng(0)
     ids = [rng.integers(1, 500, size=int(n)).tolist() for n in rng.integers(2, 60, size=60)]
-    labels = [[-100] * (len(x) // 3) + x[len(x) // 3:] for x in ids]
+    labels = [[-100] * (len(x) // 3) + x[len(x) // 3 :] for x in ids]
     src = tmp_path / "pretok.parquet"
     pq.write_table(pa.table({"input_ids": ids, "labels": labels}), src)
     out = tmp_path / "out"
-    r = runner.invoke(app, ["pack", str(src), "--len", "128", "--out", str(out), "--overflow", "split"])
+    r = runner.invoke(
+        app, ["pack", str(src), "--len", "128", "--out", str(out), "--overflow", "split"]
+    )
     assert r.exit_code == 0, r.stderr
     r = run(out, "--rows", "2", "--backend", "reference")
     assert r.exit_code == 0, r.stderr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(p.name for p in SHARED.glob("*.json*")) if SHARED.is_dir() else [])
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in SHARED.glob("*.json*")) if SHARED.is_dir() else []
+)
 def test_shared_data_packs_verify(name, tmp_path):
     out = tmp_path / "out"
     r = runner.invoke(app, ["pack", str(SHARED / name), "--len", "4096", "--out", str(out)])
@@ -263,7 +299,9 @@ def test_output_short_on_pass_full_with_v_last_line_with_q(good):
     short = run(good, "--rows", "0")
     assert short.exit_code == 0
     lines = short.stderr.strip().splitlines()
-    assert lines[0].startswith("checks passed: integrity ") and lines[-1].startswith("verify passed")
+    assert lines[0].startswith("checks passed: integrity ") and lines[-1].startswith(
+        "verify passed"
+    )
     assert len(lines) <= 8 and "PASS" not in short.stderr
     full = run(good, "--rows", "0", "-v")
     assert full.exit_code == 0 and full.stderr.count("PASS") >= 10
@@ -283,5 +321,8 @@ def test_a_failure_shows_the_table_and_q_keeps_each_failure(good, tmp_path):
     r = run(good, "--rows", "0")
     assert r.exit_code == 1 and "PASS" in r.stderr and "FAIL manifest" in r.stderr
     q = run(good, "--rows", "0", "-q")
-    assert q.exit_code == 1 and "FAIL manifest" in q.stderr and q.stderr.strip().splitlines()[-1].startswith(
-        "verify failed")
+    assert (
+        q.exit_code == 1
+        and "FAIL manifest" in q.stderr
+        and q.stderr.strip().splitlines()[-1].startswith("verify failed")
+    )

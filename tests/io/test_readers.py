@@ -205,9 +205,19 @@ def test_folder_positions_count_within_each_file(tmp_path):
     assert [r.index for r in got] == [0, 1, 2, 3, 4]  # source_index: across files
     assert [r.position for r in got] == [0, 1, 0, 0, 1]  # within each file
     assert [r.where.replace(str(d) + os.sep, "") for r in got] == [
-        "a.json record 0", "a.json record 1", "b.jsonl:2", "c.parquet record 0", "c.parquet record 1"]
+        "a.json record 0",
+        "a.json record 1",
+        "b.jsonl:2",
+        "c.parquet record 0",
+        "c.parquet record 1",
+    ]
     batches = list(iter_batches(locate(str(d)), CFG, 1))
-    assert [(b.start, b.offset) for b in batches] == [(0, 0), (1, 1), (2, 0), (3, 0)]  # parquet: one batch
+    assert [(b.start, b.offset) for b in batches] == [
+        (0, 0),
+        (1, 1),
+        (2, 0),
+        (3, 0),
+    ]  # parquet: one batch
     assert batches[3].where(1) == f"{d / 'c.parquet'} record 1" and batches[3].position(1) == 1
     head = batches[1].head(1)
     assert (head.start, head.offset, head.fmt) == (1, 1, None)

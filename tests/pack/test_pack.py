@@ -42,10 +42,15 @@ def test_split_cuts_into_parts_of_at_most_len():
 
 
 def test_error_names_example_length_len_and_fix():
-    with pytest.raises(PacktoolError, match=r"^example 12 has 9 tokens > --len 8; use --overflow truncate\|split "
-                                            r"or raise --len \(2 examples are longer than --len; the longest has 20"):
+    with pytest.raises(
+        PacktoolError,
+        match=r"^example 12 has 9 tokens > --len 8; use --overflow truncate\|split "
+        r"or raise --len \(2 examples are longer than --len; the longest has 20",
+    ):
         apply_overflow(LENGTHS, SRC, 8, "error")
-    p = apply_overflow(LENGTHS[:2], SRC[:2], 8, "error")  # nothing too long: the empty one is dropped
+    p = apply_overflow(
+        LENGTHS[:2], SRC[:2], 8, "error"
+    )  # nothing too long: the empty one is dropped
     assert p.row.tolist() == [0] and p.dropped.tolist() == [1]
 
 

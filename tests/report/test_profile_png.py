@@ -52,7 +52,9 @@ def test_len_inside_a_folded_tail_says_examples_exceed_it():
     r = profiled(lengths, 4096)
     assert r.lengths["max"] == 11_540 and r.truncation["examples_over"] == 3
     _, _, end = profile_png.histogram_view(r.plot_histogram)
-    assert r.plot_histogram.overflow and end < 4096  # --len is right of the view, inside the tail bar
+    assert (
+        r.plot_histogram.overflow and end < 4096
+    )  # --len is right of the view, inside the tail bar
     note = profile_png.len_axis_note(r)
     assert note == "--len 4,096 is in the tail bar: 3 examples exceed it"
     assert "beyond" not in note
@@ -87,10 +89,17 @@ def test_no_note_when_the_len_line_is_drawn():
 def test_note_agrees_with_the_data(case):
     rng = np.random.default_rng(case)
     n = int(rng.integers(50, 3000))
-    lengths = np.rint(rng.lognormal(np.log(rng.integers(50, 2000)), rng.uniform(0.2, 1.2), n)).astype(np.int64) + 1
+    lengths = (
+        np.rint(rng.lognormal(np.log(rng.integers(50, 2000)), rng.uniform(0.2, 1.2), n)).astype(
+            np.int64
+        )
+        + 1
+    )
     if case % 2 == 0:
         lengths[: int(rng.integers(1, 5))] = int(rng.integers(5000, 40_000))  # a long tail
-    pack_len = max(1, int(np.median(lengths) * rng.choice([0.5, 1, 2, 4, 8, 16, 64])))  # bulk, tail, beyond
+    pack_len = max(
+        1, int(np.median(lengths) * rng.choice([0.5, 1, 2, 4, 8, 16, 64]))
+    )  # bulk, tail, beyond
     r = profiled(lengths, pack_len)
     note = profile_png.len_axis_note(r)
     _, _, end = profile_png.histogram_view(r.plot_histogram)
@@ -111,8 +120,11 @@ def test_write_png_uses_the_note(tmp_path, monkeypatch):
 
     labels: list[str] = []
     set_xlabel = matplotlib.axes.Axes.set_xlabel
-    monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel",
-                        lambda self, text, *a, **k: labels.append(text) or set_xlabel(self, text, *a, **k))
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "set_xlabel",
+        lambda self, text, *a, **k: labels.append(text) or set_xlabel(self, text, *a, **k),
+    )
     r = profiled(np.concatenate([synthetic_lengths(BULK), [5000, 8000, 11_540]]), 4096)
     png = tmp_path / "sub" / "p.png"
     profile_png.write_png(r, str(png))
@@ -127,8 +139,11 @@ def test_write_png_without_a_note(tmp_path, monkeypatch):
 
     labels: list[str] = []
     set_xlabel = matplotlib.axes.Axes.set_xlabel
-    monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel",
-                        lambda self, text, *a, **k: labels.append(text) or set_xlabel(self, text, *a, **k))
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "set_xlabel",
+        lambda self, text, *a, **k: labels.append(text) or set_xlabel(self, text, *a, **k),
+    )
     r = profiled(np.concatenate([synthetic_lengths(BULK), [11_540]]), 1024)
     profile_png.write_png(r, str(tmp_path / "p.png"))
     assert labels[0] == "tokens per example"
@@ -139,8 +154,10 @@ def test_report_profile_reexports_write_png():
 
 
 def test_matplotlib_is_imported_only_to_draw():
-    code = ("import sys, packtool.report.profile, packtool.report.profile_png; "
-            "print('matplotlib' in sys.modules)")
+    code = (
+        "import sys, packtool.report.profile, packtool.report.profile_png; "
+        "print('matplotlib' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -152,11 +169,20 @@ def test_matplotlib_is_imported_only_to_draw():
 def test_title_is_source_recommendation_and_command():
     from packtool.stats import advice
 
-    r = profile_lengths(np.concatenate([synthetic_lengths(BULK), [11_540]]), ProfileConfig(pack_len=4096),
-                        source={"data": "data.jsonl"})
+    r = profile_lengths(
+        np.concatenate([synthetic_lengths(BULK), [11_540]]),
+        ProfileConfig(pack_len=4096),
+        source={"data": "data.jsonl"},
+    )
     rec = advice.recommend(r)
-    assert profile_png.title_lines(r) == ["packtool profile · data.jsonl", rec.summary(), f"next: {rec.command}"]
-    assert "--len 4,096 · drops 1 example: 11,540 tokens (0.48%)" in rec.summary()  # a tiny share: drop
+    assert profile_png.title_lines(r) == [
+        "packtool profile · data.jsonl",
+        rec.summary(),
+        f"next: {rec.command}",
+    ]
+    assert (
+        "--len 4,096 · drops 1 example: 11,540 tokens (0.48%)" in rec.summary()
+    )  # a tiny share: drop
     assert rec.command == "packtool pack data.jsonl --len 4096 --out packed/"
 
 
@@ -169,7 +195,12 @@ def test_sweep_series():
     assert s["lens"] == [1024, 2048, 4096, 8192]
     assert s["fill"] == [100 * p.fill for p in r.sweep]
     assert s["cut"][-1] == 0.0 and s["cut"][0] > s["cut"][2] > 0  # 8192 keeps everything
-    assert profile_png.sweep_series(profiled(lengths, 4096)) == {"lens": [], "fill": [], "grouped": [], "cut": []}
+    assert profile_png.sweep_series(profiled(lengths, 4096)) == {
+        "lens": [],
+        "fill": [],
+        "grouped": [],
+        "cut": [],
+    }
 
 
 def test_write_png_with_a_sweep_has_five_panels_and_the_command(tmp_path, monkeypatch):
@@ -179,12 +210,18 @@ def test_write_png_with_a_sweep_has_five_panels_and_the_command(tmp_path, monkey
 
     titles: list[str] = []
     suptitle = matplotlib.figure.Figure.suptitle
-    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle",
-                        lambda self, t, *a, **k: titles.append(t) or suptitle(self, t, *a, **k))
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "suptitle",
+        lambda self, t, *a, **k: titles.append(t) or suptitle(self, t, *a, **k),
+    )
     savefig = matplotlib.figure.Figure.savefig
     panels: list[int] = []
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
-                        lambda self, *a, **k: panels.append(len(self.axes)) or savefig(self, *a, **k))
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "savefig",
+        lambda self, *a, **k: panels.append(len(self.axes)) or savefig(self, *a, **k),
+    )
     lengths = np.concatenate([synthetic_lengths(BULK), [5000, 8000, 11_540]])
     r = profile_lens(lengths, ProfileConfig(), "1024-8192", source={"data": "d.jsonl"})
     png = tmp_path / "s.png"

@@ -22,9 +22,13 @@ def test_problems_are_named():
     good = schema.arrow_schema(16)
     assert schema.shard_schema_problems(good, 32) == [
         f"column {c} is fixed_size_list<item: int32>[16], expected fixed_size_list<item: int32>[32]"
-        for c in schema.TOKEN_COLUMNS]
+        for c in schema.TOKEN_COLUMNS
+    ]
     masked = good.append(pa.field("attention_mask", pa.list_(pa.int8(), 16)))
-    assert schema.shard_schema_problems(masked, 16)[0] == "forbidden column 'attention_mask' (schema v1 has none)"
+    assert (
+        schema.shard_schema_problems(masked, 16)[0]
+        == "forbidden column 'attention_mask' (schema v1 has none)"
+    )
     dropped = good.remove(good.get_field_index("labels"))
     assert schema.shard_schema_problems(dropped, 16) == ["column labels is missing"]
     extra = good.append(pa.field("weights", pa.float32()))

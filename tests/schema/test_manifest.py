@@ -36,14 +36,20 @@ def test_unknown_keys_are_kept():
     assert schema.Manifest.from_json(d).to_json()["written_by_a_later_version"] == {"x": 1}
 
 
-@pytest.mark.parametrize("damage,match", [
-    (lambda d: d.pop("counts"), "counts is not recorded"),
-    (lambda d: d["counts"].pop("rows"), r"counts\.rows is not recorded as an integer"),
-    (lambda d: d["tokens"].update({"in": "12"}), r"tokens\.in is not recorded as an integer"),
-    (lambda d: d.update({"pack_len": True}), "pack_len is not an integer"),
-    (lambda d: d.update({"schema_version": 2}), "schema_version 2; this packtool reads version 1"),
-    (lambda d: d.pop("packtool_version"), "not a packtool manifest"),
-])
+@pytest.mark.parametrize(
+    "damage,match",
+    [
+        (lambda d: d.pop("counts"), "counts is not recorded"),
+        (lambda d: d["counts"].pop("rows"), r"counts\.rows is not recorded as an integer"),
+        (lambda d: d["tokens"].update({"in": "12"}), r"tokens\.in is not recorded as an integer"),
+        (lambda d: d.update({"pack_len": True}), "pack_len is not an integer"),
+        (
+            lambda d: d.update({"schema_version": 2}),
+            "schema_version 2; this packtool reads version 1",
+        ),
+        (lambda d: d.pop("packtool_version"), "not a packtool manifest"),
+    ],
+)
 def test_damaged_manifests_name_the_key(damage, match):
     d = _v1()
     damage(d)
@@ -60,16 +66,36 @@ def test_conservation_of_a_real_pack_holds():
     assert schema.conservation_problems(d["counts"], d["tokens"], _listed(d)) == []
 
 
-@pytest.mark.parametrize("damage,match", [
-    (lambda d: d["counts"].update(examples_read=6), r"examples_read 6 != tokenized 5 \+ skipped 0"),
-    (lambda d: d["counts"].update(packed=3), r"tokenized 5 != packed 3 \+ truncated 0 \+ split 1 \+ dropped 0"),
-    (lambda d: d["tokens"].update(cut=d["tokens"]["cut"] + 2), "tokens in .* != out .* \\+ cut"),
-    (lambda d: d["tokens"].update(loss_cut=d["tokens"]["loss_cut"] + 1), "loss tokens in .* != out"),
-    (lambda d: d["split"].append({"source_index": 9, "length": 1, "parts": 1}), "counts.split is 1 but 2 entries"),
-    (lambda d: d["dropped"].append({"source_index": 9, "length": 5, "reason": "x"}),
-     "the dropped and truncated lists account for 5"),
-    (lambda d: d["counts"].pop("skipped"), "counts.skipped not recorded"),
-])
+@pytest.mark.parametrize(
+    "damage,match",
+    [
+        (
+            lambda d: d["counts"].update(examples_read=6),
+            r"examples_read 6 != tokenized 5 \+ skipped 0",
+        ),
+        (
+            lambda d: d["counts"].update(packed=3),
+            r"tokenized 5 != packed 3 \+ truncated 0 \+ split 1 \+ dropped 0",
+        ),
+        (
+            lambda d: d["tokens"].update(cut=d["tokens"]["cut"] + 2),
+            "tokens in .* != out .* \\+ cut",
+        ),
+        (
+            lambda d: d["tokens"].update(loss_cut=d["tokens"]["loss_cut"] + 1),
+            "loss tokens in .* != out",
+        ),
+        (
+            lambda d: d["split"].append({"source_index": 9, "length": 1, "parts": 1}),
+            "counts.split is 1 but 2 entries",
+        ),
+        (
+            lambda d: d["dropped"].append({"source_index": 9, "length": 5, "reason": "x"}),
+            "the dropped and truncated lists account for 5",
+        ),
+        (lambda d: d["counts"].pop("skipped"), "counts.skipped not recorded"),
+    ],
+)
 def test_conservation_names_each_broken_rule(damage, match):
     d = copy.deepcopy(_v1())
     damage(d)

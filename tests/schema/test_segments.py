@@ -18,7 +18,9 @@ def _kernel_row(seq_lengths: list[int], pack_len: int):
     doc_order = np.arange(k, dtype=np.int64)
     piece_len = np.array(seq_lengths, dtype=np.int64)
     bufs = [np.zeros((1, pack_len), dtype=np.int32) for _ in range(4)]
-    kernels.layout_rows(np.zeros(1, np.int64), row_offsets, doc_order, piece_len, *bufs, 7, schema.IGNORE_INDEX)
+    kernels.layout_rows(
+        np.zeros(1, np.int64), row_offsets, doc_order, piece_len, *bufs, 7, schema.IGNORE_INDEX
+    )
     ids, labels, pos, doc = (b[0] for b in bufs)
     return pos, doc, ids, labels
 
@@ -32,8 +34,8 @@ def test_kernel_lays_rows_out_by_the_rule(seq_lengths, pack_len):
     assert pos.tolist() == schema.position_ids(seq_lengths, pack_len).tolist()
     assert doc.tolist() == schema.document_ids(seq_lengths, pack_len).tolist()
     tail = pack_len - sum(seq_lengths)
-    assert ids[pack_len - tail:].tolist() == [7] * tail
-    assert labels[pack_len - tail:].tolist() == [schema.IGNORE_INDEX] * tail
+    assert ids[pack_len - tail :].tolist() == [7] * tail
+    assert labels[pack_len - tail :].tolist() == [schema.IGNORE_INDEX] * tail
 
 
 def test_random_rows_closed_forms():
@@ -78,8 +80,12 @@ def test_segment_starts_is_the_bulk_form_of_position_ids():
             at += n
         if at < (r + 1) * L:
             pad_starts.append(at)
-    seg = schema.segment_starts(np.arange(0, len(rows) * L, L, dtype=np.int64), np.array(doc_starts, np.int64),
-                                np.array(pad_starts, np.int64), len(rows) * L)
+    seg = schema.segment_starts(
+        np.arange(0, len(rows) * L, L, dtype=np.int64),
+        np.array(doc_starts, np.int64),
+        np.array(pad_starts, np.int64),
+        len(rows) * L,
+    )
     got = (flat - seg).reshape(len(rows), L)
     for r, (lens, _) in enumerate(rows):
         assert got[r].tolist() == schema.position_ids(lens, L).tolist()

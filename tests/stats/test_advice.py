@@ -20,8 +20,12 @@ NEGATIVE = re.compile(r"(^|[\s(])-\d")  # "-3", "(-0.5": a negative number in pr
 
 def totals(lengths, loss=None) -> advice.Totals:
     lengths = np.asarray(lengths)
-    return advice.Totals(examples=int(lengths.size), tokens=int(lengths.sum()),
-                         loss_tokens=None if loss is None else int(np.sum(loss)), longest=int(lengths.max()))
+    return advice.Totals(
+        examples=int(lengths.size),
+        tokens=int(lengths.sum()),
+        loss_tokens=None if loss is None else int(np.sum(loss)),
+        longest=int(lengths.max()),
+    )
 
 
 def choose(lengths, given, loss=None, points=None) -> advice.LenChoice:
@@ -40,14 +44,22 @@ def test_candidate_lens():
     assert advice.candidate_lens(5000, [1000]) == [1000, 1024, 2048, 4096, 8192]
     assert advice.candidate_lens(3000, [512, 4096]) == [512, 1024, 2048, 4096]
     big = advice.candidate_lens(10**12, [4096])
-    assert big[-1] == advice.MAX_POW2 and all(b == 2 * a for a, b in zip(big[:-1], big[1:], strict=True))
+    assert big[-1] == advice.MAX_POW2 and all(
+        b == 2 * a for a, b in zip(big[:-1], big[1:], strict=True)
+    )
 
 
 def test_cuts_by_hand():
     #   lengths [3, 9, 5, 4], loss [1, 6, 2, 0]; at L 4: over 9 and 5
     c = advice.cuts_by_len(np.array([3, 9, 5, 4]), np.array([1, 6, 2, 0]), [4, 8, 16])
-    assert c[4] == {"len": 4, "examples_over": 2, "tokens_over": 14, "tokens_truncated": 5 + 1,
-                    "loss_tokens_over": 8, "split_parts": 3 + 2}
+    assert c[4] == {
+        "len": 4,
+        "examples_over": 2,
+        "tokens_over": 14,
+        "tokens_truncated": 5 + 1,
+        "loss_tokens_over": 8,
+        "split_parts": 3 + 2,
+    }
     assert (c[8]["examples_over"], c[8]["tokens_over"], c[8]["split_parts"]) == (1, 9, 2)
     assert c[16]["examples_over"] == 0 and c[16]["split_parts"] == 0
     assert advice.cuts_by_len(np.array([3]), None, [2])[2]["loss_tokens_over"] is None
@@ -89,8 +101,10 @@ def test_a_small_tail_is_dropped():
     c = choose(np.concatenate([BULK, [5000]]), [4096])  # 1 % of tokens: allowed
     assert (c.pack_len, c.overflow, c.rule) == (4096, "drop", "drop")
     assert "1 example (0.10%) is longer, holding 0.99% of tokens" in c.len_reason
-    assert "drop (pack's default)" in c.overflow_reason and "truncate would cut the ends of 1 example (904" \
-        in c.overflow_reason
+    assert (
+        "drop (pack's default)" in c.overflow_reason
+        and "truncate would cut the ends of 1 example (904" in c.overflow_reason
+    )
 
 
 def test_a_few_heavy_outliers_are_split_and_len_stays():
@@ -98,7 +112,10 @@ def test_a_few_heavy_outliers_are_split_and_len_stays():
     c = choose(lengths, [4096])
     assert (c.pack_len, c.overflow, c.rule) == (4096, "split", "outliers")
     assert "--len 16,384 would keep it whole" in c.len_reason
-    assert "split keeps every token as 3 documents" in c.overflow_reason and "dropping it" in c.overflow_reason
+    assert (
+        "split keeps every token as 3 documents" in c.overflow_reason
+        and "dropping it" in c.overflow_reason
+    )
 
 
 def test_loss_tokens_count_against_the_budget_too():
@@ -113,7 +130,10 @@ def test_a_broad_tail_raises_len_to_the_smallest_power_of_two():
     lengths = np.concatenate([BULK, np.full(100, 6000)])  # 9 % of examples over 4096
     c = choose(lengths, [4096])
     assert (c.pack_len, c.overflow, c.rule) == (8192, "drop", "raise")
-    assert "the smallest power of two that keeps all but 1% of tokens (every example fits)" in c.len_reason
+    assert (
+        "the smallest power of two that keeps all but 1% of tokens (every example fits)"
+        in c.len_reason
+    )
     assert "at --len 4,096 100 examples (9.1%) are longer" in c.len_reason
 
 
@@ -135,13 +155,18 @@ def test_a_sweep_prefers_a_len_that_packs_better():
     from packtool.stats.sweep import SweepPoint
 
     def point(L, rel):
-        return SweepPoint({"len": L, "overflow": "drop", "rows": 10, "fill": 1 / rel},
-                          {"packed_bfd_varlen": {"relative_flops": rel}})
+        return SweepPoint(
+            {"len": L, "overflow": "drop", "rows": 10, "fill": 1 / rel},
+            {"packed_bfd_varlen": {"relative_flops": rel}},
+        )
 
     points = {1024: point(1024, 1.10), 2048: point(2048, 1.015), 4096: point(4096, 1.00)}
     c = choose(BULK, [1024, 2048, 4096], points=points)
     assert c.pack_len == 2048  # within 2 % of the best (1.00); 1024 is not
-    assert "within 2% of the best swept --len, 1.015×" in c.len_reason and "(--len 1,024: 1.100×)" in c.len_reason
+    assert (
+        "within 2% of the best swept --len, 1.015×" in c.len_reason
+        and "(--len 1,024: 1.100×)" in c.len_reason
+    )
 
 
 def test_a_sweep_without_a_good_len_splits():
@@ -182,7 +207,9 @@ def test_choose_len_keeps_its_promises(spec, L0):
             return x["tokens_over"] / t.tokens, x["loss_tokens_over"] / t.loss_tokens
 
         assert c.overflow in ("drop", "split")
-        assert c.pack_len == L0 or (c.pack_len & (c.pack_len - 1) == 0 and L0 < c.pack_len <= 4 * L0)
+        assert c.pack_len == L0 or (
+            c.pack_len & (c.pack_len - 1) == 0 and L0 < c.pack_len <= 4 * L0
+        )
         if c.overflow == "drop":
             assert max(lost(cut)) <= advice.MAX_LOST_SHARE
         else:
@@ -211,10 +238,15 @@ def test_versus_is_never_negative():
 
 
 def test_pack_command_quotes_and_names_only_non_default_overflow():
-    assert advice.pack_command("data.jsonl", 4096, "drop") == "packtool pack data.jsonl --len 4096 --out packed/"
+    assert (
+        advice.pack_command("data.jsonl", 4096, "drop")
+        == "packtool pack data.jsonl --len 4096 --out packed/"
+    )
     cmd = advice.pack_command("my data/$x.json", 2048, "split", ["--tokenizer", "org/tok name"])
-    assert cmd == ("packtool pack 'my data/$x.json' --len 2048 --overflow split --tokenizer 'org/tok name' "
-                   "--out packed/")
+    assert cmd == (
+        "packtool pack 'my data/$x.json' --len 2048 --overflow split --tokenizer 'org/tok name' "
+        "--out packed/"
+    )
     assert shlex.split(cmd)[2] == "my data/$x.json"
     assert advice.pack_command(None, 1024, "drop").startswith("packtool pack DATA --len 1024")
 
@@ -224,7 +256,9 @@ def test_pack_command_quotes_and_names_only_non_default_overflow():
 
 
 @pytest.mark.parametrize("spec", SPECS)
-@pytest.mark.parametrize("L0, overflow", [(1024, "drop"), (4096, "drop"), (4096, "truncate"), (2048, "split")])
+@pytest.mark.parametrize(
+    "L0, overflow", [(1024, "drop"), (4096, "drop"), (4096, "truncate"), (2048, "split")]
+)
 def test_recommendation_over_a_grid(spec, L0, overflow):
     lengths = synthetic_lengths(spec.format(s=3, k=5))
     cfg = ProfileConfig(pack_len=L0, overflow=overflow)
@@ -238,7 +272,9 @@ def test_recommendation_over_a_grid(spec, L0, overflow):
     # what it cuts agrees with the lengths
     over = lengths > rec.pack_len
     if rec.overflow == "drop":
-        assert rec.cut["tokens"] == int(lengths[over].sum()) and rec.cut["examples_dropped"] == int(over.sum())
+        assert rec.cut["tokens"] == int(lengths[over].sum()) and rec.cut["examples_dropped"] == int(
+            over.sum()
+        )
     else:
         assert rec.cut["tokens"] == 0 and rec.cut["examples_split"] == int(over.sum())
     for key in ("tokens", "tokens_share", "examples_dropped", "examples_split", "split_parts"):
@@ -248,11 +284,17 @@ def test_recommendation_over_a_grid(spec, L0, overflow):
     assert rec.rows == again.pack["rows"]
     # and the FLOP figures are its own
     assert rec.evidence_len == rec.pack_len
-    assert rec.relative_flops["packed_bfd_varlen"] == pytest.approx(again.costs["packed_bfd_varlen"]["relative_flops"])
+    assert rec.relative_flops["packed_bfd_varlen"] == pytest.approx(
+        again.costs["packed_bfd_varlen"]["relative_flops"]
+    )
     # the strategy is the cheaper of packing and length-grouped batches
     f = {n: again.costs[n]["flops"] for n in again.costs}
-    assert rec.strategy == ("length_grouped" if f["length_grouped"] < f["packed_bfd_varlen"] else "packed_bfd_varlen")
-    assert rec.length_grouped_nearly_as_good == (f["length_grouped"] <= f["packed_bfd_varlen"] * (1 + advice.NEARLY))
+    assert rec.strategy == (
+        "length_grouped" if f["length_grouped"] < f["packed_bfd_varlen"] else "packed_bfd_varlen"
+    )
+    assert rec.length_grouped_nearly_as_good == (
+        f["length_grouped"] <= f["packed_bfd_varlen"] * (1 + advice.NEARLY)
+    )
     text = " ".join(t for _, t in rec.lines()) + " " + rec.summary()
     assert not NEGATIVE.search(text), text
     assert all(v > 0 for v in rec.relative_flops.values())
@@ -262,8 +304,13 @@ def test_recommendation_over_a_grid(spec, L0, overflow):
 def test_recommendation_with_gpu_hours_never_negative():
     from packtool import stats
 
-    cfg = ProfileConfig(pack_len=4096, model=stats.model_from_params(7e9, 32, 4096), gpu=stats.gpu_spec("h100"))
-    for spec in ("constant:value=3,n=3", SPECS[0].format(s=0, k=0)):  # packing can cost more than padding
+    cfg = ProfileConfig(
+        pack_len=4096, model=stats.model_from_params(7e9, 32, 4096), gpu=stats.gpu_spec("h100")
+    )
+    for spec in (
+        "constant:value=3,n=3",
+        SPECS[0].format(s=0, k=0),
+    ):  # packing can cost more than padding
         r = profile_lengths(synthetic_lengths(spec), cfg)
         rec = advice.recommend(r)
         assert rec.gpu is not None and rec.gpu["hours"] >= 0
@@ -272,7 +319,9 @@ def test_recommendation_with_gpu_hours_never_negative():
 
 
 def test_length_grouped_wins_when_rows_cannot_be_filled():
-    r = profile_lengths(np.array([1905]), ProfileConfig(pack_len=4096))  # one example: a row 47 % full
+    r = profile_lengths(
+        np.array([1905]), ProfileConfig(pack_len=4096)
+    )  # one example: a row 47 % full
     rec = advice.recommend(r)
     assert rec.strategy == "length_grouped" and "packing costs more here" in rec.strategy_reason
     assert any("47% full" in h and "--len 1024-8192" in h for h in rec.hints)
@@ -285,7 +334,9 @@ def test_recommendation_uses_the_sweep():
     rec = advice.recommend(r)
     assert rec.pack_len == r.config.pack_len  # the full profile is at the pick
     assert rec.rule.startswith("sweep-") and rec.rows == r.pack["rows"]
-    assert not rec.hints or all("profile DATA --len" not in h or "compares" not in h for h in rec.hints)
+    assert not rec.hints or all(
+        "profile DATA --len" not in h or "compares" not in h for h in rec.hints
+    )
 
 
 def test_recommend_needs_cuts():

@@ -7,16 +7,27 @@ import pytest
 from packtool.errors import PacktoolError, UsageError
 from packtool.stats import flops
 
-LLAMA2_7B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-             "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
-             "tie_word_embeddings": False}
+LLAMA2_7B = {
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "intermediate_size": 11008,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+}
 
 
 def test_model_from_llama_config():
     m = flops.model_from_config(LLAMA2_7B)
     per_layer = 4 * 4096**2 + 3 * 4096 * 11008
-    assert m.total_params == 32 * per_layer + 2 * 32000 * 4096 == 6_738_149_376  # HF: 6,738,415,616 with norms
-    assert m.matmul_params == 32 * per_layer + 32000 * 4096  # LM head counted once, embedding lookup not
+    assert (
+        m.total_params == 32 * per_layer + 2 * 32000 * 4096 == 6_738_149_376
+    )  # HF: 6,738,415,616 with norms
+    assert (
+        m.matmul_params == 32 * per_layer + 32000 * 4096
+    )  # LM head counted once, embedding lookup not
     assert (m.layers, m.d_attn) == (32, 4096)
 
 
@@ -36,7 +47,9 @@ def test_model_gqa_tied_and_moe():
 
 def test_model_config_errors():
     with pytest.raises(PacktoolError, match="no hidden size"):
-        flops.model_from_config({"num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 10})
+        flops.model_from_config(
+            {"num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 10}
+        )
     with pytest.raises(PacktoolError, match="num_hidden_layers=-1"):
         flops.model_from_config(dict(LLAMA2_7B, num_hidden_layers=-1))
     with pytest.raises(UsageError, match="--layers 0"):

@@ -13,8 +13,17 @@ from packtool.stats import lengths
 
 def test_describe_by_hand():
     d = lengths.describe(np.array([1, 2, 3, 4]))
-    assert d == {"count": 4, "sum": 10, "min": 1, "mean": 2.5, "median": 2.5, "p90": pytest.approx(3.7),
-                 "p95": pytest.approx(3.85), "p99": pytest.approx(3.97), "max": 4}
+    assert d == {
+        "count": 4,
+        "sum": 10,
+        "min": 1,
+        "mean": 2.5,
+        "median": 2.5,
+        "p90": pytest.approx(3.7),
+        "p95": pytest.approx(3.85),
+        "p99": pytest.approx(3.97),
+        "max": 4,
+    }
     assert lengths.describe(np.array([], dtype=np.int32))["median"] is None
 
 
@@ -57,7 +66,9 @@ def test_nice_step():
 
 def test_nice_step_is_the_smallest_nice_width():
     """The smallest integer 1, 2, 2.5, 5 × 10^k of at least span / bins (and at least 1)."""
-    nice = sorted(m * 10**k for k in range(7) for m in (1, 2, 2.5, 5) if float(m * 10**k).is_integer())
+    nice = sorted(
+        m * 10**k for k in range(7) for m in (1, 2, 2.5, 5) if float(m * 10**k).is_integer()
+    )
     for span in (1, 7, 24, 95, 99, 100, 101, 999, 1000, 4096, 12_345, 999_999):
         for bins in (1, 3, 10, 24, 80):
             raw = max(span / bins, 1.0)

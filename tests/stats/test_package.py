@@ -10,14 +10,38 @@ from packtool.stats import advice, flops, lengths, strategies, sweep, synthetic
 # the public names of packtool/stats.py before it became a package, by the module that holds them now
 MOVED = {
     lengths: ["PERCENTILES", "describe", "nice_step", "Histogram", "length_histogram"],
-    strategies: ["OVERFLOW_POLICY", "STRATEGY_LABELS", "StrategyResult", "truncate", "pad_to_len",
-                 "padded_batches", "random_padded", "length_grouped", "padding_free", "packed", "simulate"],
-    flops: ["FLOPS_FORMULA", "ATTENTION_CONVENTION", "GPU_PEAK_TFLOPS", "ModelSpec", "model_from_config",
-            "REFERENCE_CONFIG", "reference_model", "model_from_params", "GpuSpec", "gpu_spec",
-            "training_flops", "gpu_hours"],
+    strategies: [
+        "OVERFLOW_POLICY",
+        "STRATEGY_LABELS",
+        "StrategyResult",
+        "truncate",
+        "pad_to_len",
+        "padded_batches",
+        "random_padded",
+        "length_grouped",
+        "padding_free",
+        "packed",
+        "simulate",
+    ],
+    flops: [
+        "FLOPS_FORMULA",
+        "ATTENTION_CONVENTION",
+        "GPU_PEAK_TFLOPS",
+        "ModelSpec",
+        "model_from_config",
+        "REFERENCE_CONFIG",
+        "reference_model",
+        "model_from_params",
+        "GpuSpec",
+        "gpu_spec",
+        "training_flops",
+        "gpu_hours",
+    ],
 }
 # added with --overflow in profile (pack's policy and planner defaults)
-ADDED = {strategies: ["OVERFLOW_NOTES", "overflow_note", "PACK_ORDER", "PACK_MAX_DOCS", "PACK_SEED"]}
+ADDED = {
+    strategies: ["OVERFLOW_NOTES", "overflow_note", "PACK_ORDER", "PACK_MAX_DOCS", "PACK_SEED"]
+}
 SUBMODULES = ["advice", "sweep", "synthetic"]
 
 
@@ -53,5 +77,9 @@ def test_pack_plan_defaults_are_packs():
     from packtool.config import PackConfig
 
     cfg = PackConfig(pack_len=4096)
-    assert (stats.PACK_ORDER, stats.PACK_MAX_DOCS, stats.PACK_SEED) == (cfg.order, cfg.max_docs, cfg.seed)
+    assert (stats.PACK_ORDER, stats.PACK_MAX_DOCS, stats.PACK_SEED) == (
+        cfg.order,
+        cfg.max_docs,
+        cfg.seed,
+    )
     assert cfg.strategy == "bfd" and cfg.overflow == "drop"

@@ -25,7 +25,13 @@ def test_truncate_by_hand():
 def test_pad_to_len_by_hand():
     e = np.array([1, 2, 3, 4])
     s = strategies.pad_to_len(e, 4, 2, own_work=30)
-    assert (s.rows, s.steps, s.tokens, s.slots, s.attention_work) == (4, 2, 10, 16, 64)  # 4 rows × 4², 4 × 4 slots
+    assert (s.rows, s.steps, s.tokens, s.slots, s.attention_work) == (
+        4,
+        2,
+        10,
+        16,
+        64,
+    )  # 4 rows × 4², 4 × 4 slots
     assert s.occupancy == pytest.approx(10 / 16)
     assert s.padding_fraction == pytest.approx(6 / 16)
     assert s.attention_waste == pytest.approx(64 / 30)
@@ -110,11 +116,11 @@ def oracle(lengths, pack_len, batch_size, window, seed):
         work = sum(len(b) * max(b) ** 2 for b in batches)
         return len(batches), slots, work
 
-    random_batches = [shuffled[i:i + batch_size] for i in range(0, len(e), batch_size)]
+    random_batches = [shuffled[i : i + batch_size] for i in range(0, len(e), batch_size)]
     grouped = []
     for w in range(0, len(e), window):
-        win = sorted(shuffled[w:w + window], reverse=True)
-        grouped += [win[i:i + batch_size] for i in range(0, len(win), batch_size)]
+        win = sorted(shuffled[w : w + window], reverse=True)
+        grouped += [win[i : i + batch_size] for i in range(0, len(win), batch_size)]
     waste = [len(b) * max(b) ** 2 / sum(x * x for x in b) for b in random_batches]
     return {
         "own": own,

@@ -17,7 +17,10 @@ from packtool.stats.sweep import EXAMPLE, MAX_LENS, SweepPoint, parse_lens
         ("2048,4096,8192", [2048, 4096, 8192]),
         ("8192, 2048 ,4096,4096", [2048, 4096, 8192]),  # sorted, each once
         ("1024-8192", [1024, 2048, 4096, 8192]),  # powers of two, inclusive
-        ("1000-5000", [1000, 1024, 2048, 4096, 5000]),  # the ends themselves, and the powers between
+        (
+            "1000-5000",
+            [1000, 1024, 2048, 4096, 5000],
+        ),  # the ends themselves, and the powers between
         ("1024-1024", [1024]),
         ("1-4", [1, 2, 4]),
         ("1024:4096:1024", [1024, 2048, 3072, 4096]),

@@ -12,12 +12,25 @@ from packtool.stats.synthetic import EXAMPLE, parse_spec, read_lengths, syntheti
 def test_parse_fills_defaults():
     (c,) = parse_spec("lognormal")
     assert c.dist == "lognormal"
-    assert dict(c.params) == {"median": 450, "sigma": 0.9, "n": 10_000, "min": 1, "max": None, "seed": 0}
+    assert dict(c.params) == {
+        "median": 450,
+        "sigma": 0.9,
+        "n": 10_000,
+        "min": 1,
+        "max": None,
+        "seed": 0,
+    }
 
 
 def test_parse_example_and_suffixes():
     (c,) = parse_spec(EXAMPLE)
-    assert (c.get("median"), c.get("sigma"), c.get("n"), c.get("max"), c.get("seed")) == (450, 0.9, 20000, 4096, 0)
+    assert (c.get("median"), c.get("sigma"), c.get("n"), c.get("max"), c.get("seed")) == (
+        450,
+        0.9,
+        20000,
+        4096,
+        0,
+    )
     assert parse_spec("constant:value=2k,n=1M")[0].get("n") == 1_000_000
     assert parse_spec("constant:value=2k")[0].get("value") == 2000
     assert parse_spec("uniform:min=1,max=1_000,n=2e+3")[0].get("n") == 2000

@@ -31,26 +31,103 @@ FAMILIES = ["qwen", "llama3", "gptoss"]
 # canonical reordering), invisible marks, multi-char emoji, control chars, every family's
 # control-token strings, byte-fallback lookalikes, long runs
 PIECES = [
-    "hello", " world", "Hi", " the", "don't", "CAPS", ".", "!!", ",", "```py\n", "  ", " ", "\n", "\n\n",
-    "\t", "\r\n", " " * 37, "\n" * 9, "0123456789" * 5, "7", " 42", "3.14159",
-    "e\u0301", "a\u0308", "n\u0303", "é", "ü", "ñ", "\u212b", "\u0958", "q\u0307\u0323", "\u1e0b\u0323",
-    "\u200b", "\u200c", "\u200d", "\u2060", "\u200f", "\u200e", "\u202e", "שלום", "مرحبا",
-    "👨\u200d👩\u200d👧\u200d👦", "🏳️\u200d🌈", "👍🏽", "🇯🇵", "😀", "\ufeff", "\x00", "\x01", "\x7f",
-    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>",
-    "<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|start|>", "<|end|>", "<|message|>",
-    "<|return|>", "日本語のテキスト", "中文", "한국어", "ภาษาไทย", "𝔘𝔫𝔦", "▁", "Ġ", "<0x0A>",
-    "\u00a0", "\u3000", "\ud7a3",
+    "hello",
+    " world",
+    "Hi",
+    " the",
+    "don't",
+    "CAPS",
+    ".",
+    "!!",
+    ",",
+    "```py\n",
+    "  ",
+    " ",
+    "\n",
+    "\n\n",
+    "\t",
+    "\r\n",
+    " " * 37,
+    "\n" * 9,
+    "0123456789" * 5,
+    "7",
+    " 42",
+    "3.14159",
+    "e\u0301",
+    "a\u0308",
+    "n\u0303",
+    "é",
+    "ü",
+    "ñ",
+    "\u212b",
+    "\u0958",
+    "q\u0307\u0323",
+    "\u1e0b\u0323",
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\u2060",
+    "\u200f",
+    "\u200e",
+    "\u202e",
+    "שלום",
+    "مرحبا",
+    "👨\u200d👩\u200d👧\u200d👦",
+    "🏳️\u200d🌈",
+    "👍🏽",
+    "🇯🇵",
+    "😀",
+    "\ufeff",
+    "\x00",
+    "\x01",
+    "\x7f",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "<|begin_of_text|>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|return|>",
+    "日本語のテキスト",
+    "中文",
+    "한국어",
+    "ภาษาไทย",
+    "𝔘𝔫𝔦",
+    "▁",
+    "Ġ",
+    "<0x0A>",
+    "\u00a0",
+    "\u3000",
+    "\ud7a3",
 ]
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 日本 e\u0301"},
-     {"role": "assistant", "content": "Hello 👨\u200d👩\u200d👧\u200d👦 <|im_end|> there"},
-     {"role": "user", "content": "again"}, {"role": "assistant", "content": "Sure\u200b 𝔘𝔫𝔦"}],
-    [{"role": "user", "content": "Count"}, {"role": "assistant", "content": "1 2 3 " + "9" * 40 + " " * 30}],
-    [{"role": "user", "content": "\ufeffzero\x00width\u200f?"},
-     {"role": "assistant", "content": "مرحبا שלום\u202e ok 🇯🇵 ภาษาไทย"}],
-    [{"role": "user", "content": "tags"}, {"role": "assistant", "content": "<think>x</think>\n\n<|endoftext|>y"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi 日本 e\u0301"},
+        {"role": "assistant", "content": "Hello 👨\u200d👩\u200d👧\u200d👦 <|im_end|> there"},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": "Sure\u200b 𝔘𝔫𝔦"},
+    ],
+    [
+        {"role": "user", "content": "Count"},
+        {"role": "assistant", "content": "1 2 3 " + "9" * 40 + " " * 30},
+    ],
+    [
+        {"role": "user", "content": "\ufeffzero\x00width\u200f?"},
+        {"role": "assistant", "content": "مرحبا שלום\u202e ok 🇯🇵 ภาษาไทย"},
+    ],
+    [
+        {"role": "user", "content": "tags"},
+        {"role": "assistant", "content": "<think>x</think>\n\n<|endoftext|>y"},
+    ],
 ]
 
 
@@ -102,10 +179,18 @@ def _adversarial(seed: int, n: int) -> tuple[list[str], list[np.ndarray]]:
     texts, spans = [], []
     for _ in range(n):
         t = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 30)))
-        near = [j + d for j, c in enumerate(t) if not c.isascii() for d in (-1, 0, 1, 2) if 0 <= j + d <= len(t)]
+        near = [
+            j + d
+            for j, c in enumerate(t)
+            if not c.isascii()
+            for d in (-1, 0, 1, 2)
+            if 0 <= j + d <= len(t)
+        ]
         k = rng.randint(0, 4)
-        pos = sorted(rng.choice(near) if near and rng.random() < 0.5 else rng.randint(0, len(t))
-                     for _ in range(2 * k))
+        pos = sorted(
+            rng.choice(near) if near and rng.random() < 0.5 else rng.randint(0, len(t))
+            for _ in range(2 * k)
+        )
         texts.append(t)
         spans.append(np.array(pos, dtype=np.int64).reshape(-1, 2))
     return texts, spans
@@ -131,8 +216,10 @@ def _assert_same(a, b):
 def _check_layout(texts, out, ids_ref):
     ids, offsets, mask = out
     assert ids.dtype == np.int32 and offsets.dtype == np.int64 and mask.dtype == bool
-    assert len(offsets) == len(texts) + 1 and offsets[0] == 0 and offsets[-1] == len(ids) == len(mask)
-    assert [ids[offsets[i]:offsets[i + 1]].tolist() for i in range(len(texts))] == ids_ref
+    assert (
+        len(offsets) == len(texts) + 1 and offsets[0] == 0 and offsets[-1] == len(ids) == len(mask)
+    )
+    assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))] == ids_ref
 
 
 def _chat(tok, conversations):
@@ -158,7 +245,9 @@ def test_chat_texts_identical(family):
     assert sum(len(s) for s in spans) >= 4
     ref = family.hf.encode_spans(texts, spans)
     _assert_same(family.fast.encode_spans(texts, spans), ref)
-    _check_layout(texts, ref, [e.ids for e in family.rust.encode_batch(texts, add_special_tokens=False)])
+    _check_layout(
+        texts, ref, [e.ids for e in family.rust.encode_batch(texts, add_special_tokens=False)]
+    )
     assert 0 < ref[2].sum() < len(ref[2])
 
 
@@ -170,7 +259,7 @@ def test_adversarial_identical_and_oracle(family):
     _check_layout(texts, ref, [e.ids for e in encs])
     ids, offsets, mask = ref
     for i, (enc, sp) in enumerate(zip(encs, spans, strict=True)):
-        assert mask[offsets[i]:offsets[i + 1]].tolist() == _oracle(enc, sp), repr(texts[i])
+        assert mask[offsets[i] : offsets[i + 1]].tolist() == _oracle(enc, sp), repr(texts[i])
     assert mask.any()
 
 
@@ -197,7 +286,10 @@ def test_fallbacks(family):
     ascii_texts = ["Hello there, " * k + "end" for k in range(1, 20)]
     ascii_spans = [np.array([[0, 5], [7, len(t)]]) for t in ascii_texts]
     before = family.fast.fallbacks
-    _assert_same(family.fast.encode_spans(ascii_texts, ascii_spans), family.hf.encode_spans(ascii_texts, ascii_spans))
+    _assert_same(
+        family.fast.encode_spans(ascii_texts, ascii_spans),
+        family.hf.encode_spans(ascii_texts, ascii_spans),
+    )
     assert family.fast.fallbacks == before
 
 
@@ -222,20 +314,33 @@ def test_same_mask_as_apply_chat_template(qwen_family):
     """Against transformers itself, with generation spans that end inside split chars and on tokens."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    template = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
-                "{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}"
-                "<|im_end|>\n{% endfor %}")
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' %}"
+        "{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}"
+        "<|im_end|>\n{% endfor %}"
+    )
     tok = qwen_family.tok
-    convs = CONVERSATIONS + [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a𝔘𝔫𝔦"}]]
-    texts, gen = render_jinja_template(conversations=convs, chat_template=template,
-                                       return_assistant_tokens_mask=True, **dict(tok.special_tokens_map))
+    convs = CONVERSATIONS + [
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a𝔘𝔫𝔦"}]
+    ]
+    texts, gen = render_jinja_template(
+        conversations=convs,
+        chat_template=template,
+        return_assistant_tokens_mask=True,
+        **dict(tok.special_tokens_map),
+    )
     spans = [np.array(g, dtype=np.int64).reshape(-1, 2) for g in gen]
     hf, fast = qwen_family.hf, qwen_family.fast
     ours = hf.encode_spans(texts, spans)
     _assert_same(fast.encode_spans(texts, spans), ours)
     for i, msgs in enumerate(convs):
-        ref = tok.apply_chat_template(msgs, chat_template=template, tokenize=True, return_dict=True,
-                                      return_assistant_tokens_mask=True)
+        ref = tok.apply_chat_template(
+            msgs,
+            chat_template=template,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
         a, b = ours[1][i], ours[1][i + 1]
         assert ours[0][a:b].tolist() == ref["input_ids"]
         assert ours[2][a:b].astype(int).tolist() == ref["assistant_masks"]
@@ -258,7 +363,12 @@ def test_supports_fast_real(qwen_family):
 
 
 # -- built in-process ------------------------------------------------------------------------------
-CORPUS = ["hello world how are you", "user assistant system tool", "the answer is four", "héllo wörld 日本語"] * 10
+CORPUS = [
+    "hello world how are you",
+    "user assistant system tool",
+    "the answer is four",
+    "héllo wörld 日本語",
+] * 10
 
 
 def _bpe(normalizer=None, byte_fallback=True, sentencepiece=True, added_bytes=False):
@@ -269,18 +379,24 @@ def _bpe(normalizer=None, byte_fallback=True, sentencepiece=True, added_bytes=Fa
     """
     from tokenizers import Tokenizer, decoders, models, normalizers, trainers
 
-    tok = Tokenizer(models.BPE(byte_fallback=byte_fallback, unk_token=None if byte_fallback else "<unk>"))
+    tok = Tokenizer(
+        models.BPE(byte_fallback=byte_fallback, unk_token=None if byte_fallback else "<unk>")
+    )
     parts = [normalizer] if normalizer is not None else []
     if sentencepiece:
         parts.append(normalizers.Replace(" ", "▁"))
-        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+        tok.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+        )
     if parts:
         tok.normalizer = normalizers.Sequence(parts) if len(parts) > 1 else parts[0]
     specials = ["<unk>", "<|im_start|>", "<|im_end|>"] + [f"<0x{i:02X}>" for i in range(256)]
     tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=400, special_tokens=specials))
     spec = json.loads(tok.to_str())
     if not added_bytes:
-        spec["added_tokens"] = [a for a in spec["added_tokens"] if not a["content"].startswith("<0x")]
+        spec["added_tokens"] = [
+            a for a in spec["added_tokens"] if not a["content"].startswith("<0x")
+        ]
     return json.dumps(spec)
 
 
@@ -292,8 +408,14 @@ def _bytelevel_bpe(trim_offsets=False, add_prefix_space=False):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=trim_offsets)
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_end|>"],
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        CORPUS,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     return tok.to_str()
 
 
@@ -314,28 +436,39 @@ def test_sentencepiece_style_identical(sp_json, added_bytes):
     _assert_same(fast.encode_spans(texts, spans), ref)
     encs = _rust(js).encode_batch(texts, add_special_tokens=False)
     for i, (enc, sp) in enumerate(zip(encs, spans, strict=True)):
-        assert ref[2][ref[1][i]:ref[1][i + 1]].tolist() == _oracle(enc, sp)
+        assert ref[2][ref[1][i] : ref[1][i + 1]].tolist() == _oracle(enc, sp)
     # fastokens reads a literal "<0x0A>" as the byte piece (tokenizers spells it out): such
     # texts go through HF, with or without spans
-    expected = sum("<0x" in t or (len(s) > 0 and "▁" in t) for t, s in zip(texts, spans, strict=True))
+    expected = sum(
+        "<0x" in t or (len(s) > 0 and "▁" in t) for t, s in zip(texts, spans, strict=True)
+    )
     assert fast.fallbacks == expected > 0
     for special in (False, True):
-        _check_layout(texts, (*fast.encode(texts, special), np.zeros(len(ref[0]), bool)),
-                      [e.ids for e in _rust(js).encode_batch(texts, add_special_tokens=special)])
+        _check_layout(
+            texts,
+            (*fast.encode(texts, special), np.zeros(len(ref[0]), bool)),
+            [e.ids for e in _rust(js).encode_batch(texts, add_special_tokens=special)],
+        )
 
 
 def test_supports_fast_reasons(tiny_tokenizer, monkeypatch):
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-    assert "WordLevel models are not supported" == supports_fast(tiny_tokenizer().backend_tokenizer.to_str())
+    assert "WordLevel models are not supported" == supports_fast(
+        tiny_tokenizer().backend_tokenizer.to_str()
+    )
     wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    wp.train_from_iterator(CORPUS, trainers.WordPieceTrainer(special_tokens=["[UNK]"], vocab_size=100))
+    wp.train_from_iterator(
+        CORPUS, trainers.WordPieceTrainer(special_tokens=["[UNK]"], vocab_size=100)
+    )
     assert supports_fast(wp.to_str()) == "WordPiece models are not supported"
     assert "Prepend" in supports_fast(_bpe(normalizer=normalizers.Prepend("▁")))
     assert "Lowercase" in supports_fast(_bpe(normalizer=normalizers.Lowercase()))
     # a form we could handle but fastokens does not load
-    assert supports_fast(_bpe(normalizer=normalizers.NFKC())).startswith("fastokens cannot load this tokenizer")
+    assert supports_fast(_bpe(normalizer=normalizers.NFKC())).startswith(
+        "fastokens cannot load this tokenizer"
+    )
     # fastokens loads these, but the offsets are not the byte ranges: refused, and rightly so
     trimmed, untrimmed = _bytelevel_bpe(trim_offsets=True), _bytelevel_bpe()
     assert supports_fast(untrimmed) is None
@@ -405,7 +538,13 @@ def test_empty_and_bad_spans(sp_json):
 def test_spans_to_mask():
     off = np.array([[0, 2], [2, 4], [4, 4], [4, 7], [7, 9]])
     assert spans_to_mask(off, np.array([[3, 4]])).tolist() == [False, True, False, False, False]
-    assert spans_to_mask(off, np.array([[1, 2], [5, 5]])).tolist() == [True, False, False, True, False]
+    assert spans_to_mask(off, np.array([[1, 2], [5, 5]])).tolist() == [
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
     assert spans_to_mask(off, np.zeros((0, 2))).tolist() == [False] * 5
 
 
@@ -419,7 +558,9 @@ def test_make_backend(sp_json):
 
 
 def test_import_is_cheap():
-    code = ("import sys, packtool.tokenization.backends; "
-            "print(sorted(m for m in ('fastokens', 'tokenizers', 'transformers') if m in sys.modules))")
+    code = (
+        "import sys, packtool.tokenization.backends; "
+        "print(sorted(m for m in ('fastokens', 'tokenizers', 'transformers') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

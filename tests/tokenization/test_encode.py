@@ -16,15 +16,25 @@ from packtool.tokenization.loading import TokenizerSpec
 
 
 def resolve_template(loaded, name):
-    return pick(TokenizerSpec.from_loaded(loaded) if not isinstance(loaded, TokenizerSpec) else loaded, name)
+    return pick(
+        TokenizerSpec.from_loaded(loaded) if not isinstance(loaded, TokenizerSpec) else loaded, name
+    )
 
 
 def spec_of(loaded):
     return TokenizerSpec.from_loaded(loaded)
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather by city.",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}}]
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather by city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 CONVERSATIONS = [
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"}],
     [
@@ -36,8 +46,16 @@ CONVERSATIONS = [
     ],
     [
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "",
-         "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                }
+            ],
+        },
         {"role": "tool", "content": '{"temp": 21}'},
         {"role": "tool", "content": '{"wind": 3}'},
         {"role": "assistant", "content": "21 degrees and calm."},
@@ -61,11 +79,19 @@ def test_identical_to_apply_chat_template(qwen, chatml, k, backend):
     tools = TOOLS if k == 2 else None
     ours = Encoder(spec_of(qwen), chatml, backend=backend).encode([chat(msgs, tools)])
     assert ours.errors == [None]
-    ref = qwen.tokenizer.apply_chat_template(msgs, tools=tools, chat_template=chatml.source, tokenize=True,
-                                             return_dict=True, return_assistant_tokens_mask=True)
+    ref = qwen.tokenizer.apply_chat_template(
+        msgs,
+        tools=tools,
+        chat_template=chatml.source,
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+    )
     assert ours.input_ids[0].tolist() == ref["input_ids"]
     assert (ours.labels[0] != -100).astype(int).tolist() == ref["assistant_masks"]
-    assert np.array_equal(ours.labels[0][ours.labels[0] != -100], ours.input_ids[0][ours.labels[0] != -100])
+    assert np.array_equal(
+        ours.labels[0][ours.labels[0] != -100], ours.input_ids[0][ours.labels[0] != -100]
+    )
 
 
 def test_batch_equals_one_by_one(qwen, chatml):
@@ -99,7 +125,9 @@ def test_weight_zero_and_train_on(qwen, chatml):
 
 
 def test_no_assistant_turn_has_zero_loss(qwen, chatml):
-    enc = Encoder(spec_of(qwen), chatml).encode([chat([{"role": "user", "content": "only a question"}])])
+    enc = Encoder(spec_of(qwen), chatml).encode(
+        [chat([{"role": "user", "content": "only a question"}])]
+    )
     assert enc.errors == [None] and np.all(enc.labels[0] == -100)
 
 
@@ -125,10 +153,15 @@ def test_not_prefix_preserving_template_fails_with_pointer(qwen):
 
 
 def test_tiny_tokenizer_fallback(tiny_tokenizer):
-    tpl = "{% for m in messages %}<|im_start|>{{ m.role }} : {{ m.content }}<|im_end|>{% endfor %}" \
-          "{% if add_generation_prompt %}<|im_start|>assistant : {% endif %}"
+    tpl = (
+        "{% for m in messages %}<|im_start|>{{ m.role }} : {{ m.content }}<|im_end|>{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant : {% endif %}"
+    )
     tok = tiny_tokenizer(tpl)
-    msgs = [{"role": "user", "content": "hello world"}, {"role": "assistant", "content": "the answer is four"}]
+    msgs = [
+        {"role": "user", "content": "hello world"},
+        {"role": "assistant", "content": "the answer is four"},
+    ]
     enc = Encoder(TokenizerSpec.from_tokenizer(tok), _template(tpl, "tiny")).encode([chat(msgs)])
     trained = tok.convert_ids_to_tokens(enc.input_ids[0][enc.labels[0] != -100].tolist())
     assert "".join(trained).replace(" ", "") == "theansweris four<|im_end|>".replace(" ", "")
@@ -137,18 +170,31 @@ def test_tiny_tokenizer_fallback(tiny_tokenizer):
 @pytest.mark.parametrize("backend", ["hf", "fastokens"])
 def test_prompt_completion_and_text(qwen, chatml, backend):
     enc = Encoder(spec_of(qwen), chatml, backend=backend).encode(
-        [{"kind": "prompt_completion", "prompt": "Q: capital of France?", "completion": " Paris"},
-         {"kind": "text", "text": "plain pretraining text"}])
+        [
+            {
+                "kind": "prompt_completion",
+                "prompt": "Q: capital of France?",
+                "completion": " Paris",
+            },
+            {"kind": "text", "text": "plain pretraining text"},
+        ]
+    )
     p = qwen.tokenizer("Q: capital of France?")["input_ids"]
     ids, labels = enc.input_ids[0], enc.labels[0]
-    assert np.all(labels[: len(p)] == -100) and np.all(labels[len(p):] == ids[len(p):])
+    assert np.all(labels[: len(p)] == -100) and np.all(labels[len(p) :] == ids[len(p) :])
     assert ids[-1] == qwen.tokenizer.eos_token_id
     assert np.array_equal(enc.labels[1], enc.input_ids[1])
 
 
 def test_errors_are_per_example(qwen, chatml):
-    enc = Encoder(spec_of(qwen), chatml).encode([chat([]), chat(CONVERSATIONS[0]), {"kind": "weird"}])
-    assert enc.errors[0] == "empty conversation" and enc.errors[1] is None and "unknown" in enc.errors[2]
+    enc = Encoder(spec_of(qwen), chatml).encode(
+        [chat([]), chat(CONVERSATIONS[0]), {"kind": "weird"}]
+    )
+    assert (
+        enc.errors[0] == "empty conversation"
+        and enc.errors[1] is None
+        and "unknown" in enc.errors[2]
+    )
 
 
 def test_spans_to_mask_overlap_rule():
@@ -163,9 +209,14 @@ def test_builtin_templates_listed():
 
 
 def test_prefix_diff_assistant_first_turn_does_not_train_its_header(qwen, chatml):
-    plain = _template(re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", chatml.source), "chatml-plain")
-    msgs = [{"role": "assistant", "content": "Hi there"}, {"role": "user", "content": "q"},
-            {"role": "assistant", "content": "A1"}]
+    plain = _template(
+        re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", chatml.source), "chatml-plain"
+    )
+    msgs = [
+        {"role": "assistant", "content": "Hi there"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "A1"},
+    ]
     a = Encoder(spec_of(qwen), chatml).encode([chat(msgs)])
     b = Encoder(spec_of(qwen), plain).encode([chat(msgs)])
     assert b.errors == [None] and np.array_equal(a.labels[0], b.labels[0])
@@ -174,19 +225,26 @@ def test_prefix_diff_assistant_first_turn_does_not_train_its_header(qwen, chatml
 
 
 def test_prefix_diff_refuses_to_guess_when_a_prefix_cannot_render(qwen):
-    tpl = ("{% if add_generation_prompt and messages[-1].role != 'user' %}{{ raise_exception('no') }}{% endif %}"
-           "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-            {"role": "assistant", "content": "A1"}, {"role": "system", "content": "NOTE"},
-            {"role": "assistant", "content": "A2"}]
+    tpl = (
+        "{% if add_generation_prompt and messages[-1].role != 'user' %}{{ raise_exception('no') }}{% endif %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "A1"},
+        {"role": "system", "content": "NOTE"},
+        {"role": "assistant", "content": "A2"},
+    ]
     enc = Encoder(spec_of(qwen), _template(tpl, "strict")).encode([chat(msgs)])
-    assert re.search(r"cannot render the conversation before assistant turn 4 \(no\)", enc.errors[0])
+    assert re.search(
+        r"cannot render the conversation before assistant turn 4 \(no\)", enc.errors[0]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # the native chatml-train renderer against transformers' jinja renderer
-
 
 
 def _chat_examples():
@@ -201,15 +259,42 @@ def _chat_examples():
         r = make_record(rng)
         out.append(chat(r["messages"], r.get("tools")))
     odd = [  # shapes the renderer must get right or hand to jinja
-        [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}},
-                                                             {"name": "g", "arguments": {"a": [1, "é"]}}]}],
-        [{"role": "system", "content": "s"}, {"role": "system", "content": "again"},
-         {"role": "user", "content": "u"}, {"role": "assistant", "content": "a", "thinking": "\nhmm\n"}],
-        [{"role": "tool", "content": "t1"}, {"role": "tool", "content": "t2"}, {"role": "assistant", "content": "x"}],
-        [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a", "reasoning_content": "",
-                                            "reasoning": "r"}],
-        [{"role": "user", "content": ["not", "a", "string"]}, {"role": "assistant", "content": "x"}],
-        [{"role": "assistant", "content": "x", "tool_calls": [{"function": {"name": None, "arguments": "{}"}}]}],
+        [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"function": {"name": "f", "arguments": "{}"}},
+                    {"name": "g", "arguments": {"a": [1, "é"]}},
+                ],
+            }
+        ],
+        [
+            {"role": "system", "content": "s"},
+            {"role": "system", "content": "again"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a", "thinking": "\nhmm\n"},
+        ],
+        [
+            {"role": "tool", "content": "t1"},
+            {"role": "tool", "content": "t2"},
+            {"role": "assistant", "content": "x"},
+        ],
+        [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a", "reasoning_content": "", "reasoning": "r"},
+        ],
+        [
+            {"role": "user", "content": ["not", "a", "string"]},
+            {"role": "assistant", "content": "x"},
+        ],
+        [
+            {
+                "role": "assistant",
+                "content": "x",
+                "tool_calls": [{"function": {"name": None, "arguments": "{}"}}],
+            }
+        ],
     ]
     out += [chat(m, TOOLS if k == 0 else None) for k, m in enumerate(odd)]
     if SHARED_DATA.is_dir():
@@ -237,9 +322,12 @@ def test_native_chatml_renderer_equals_jinja(chatml):
     for ex in _chat_examples():
         msgs, tools = template_messages(ex), ex.get("tools") or None
         try:
-            want_text, want_spans = render_jinja_template(conversations=[msgs], tools=tools,
-                                                          chat_template=chatml.source,
-                                                          return_assistant_tokens_mask=True)
+            want_text, want_spans = render_jinja_template(
+                conversations=[msgs],
+                tools=tools,
+                chat_template=chatml.source,
+                return_assistant_tokens_mask=True,
+            )
             want = (want_text[0], [tuple(s) for s in want_spans[0]])
         except Exception:
             want = None
@@ -276,9 +364,15 @@ def test_markers_must_be_single_tokens(qwen, chatml, tiny_tokenizer):
 
     check_markers(spec_of(qwen), chatml)  # <|im_start|>, <|im_end|> are Qwen3 tokens
     tiny = TokenizerSpec.from_tokenizer(tiny_tokenizer(None), name="tiny")
-    check_markers(tiny, _template("{# mentions <|nope|> #}<|im_start|>{{ messages[0].content }}<|im_end|>", "ok"))
-    with pytest.raises(UsageError, match=r"'bad' writes <\|eot_id\|>, which is not a single token of tokenizer "
-                                         r"tiny: .*plain text.*--chat-template"):
+    check_markers(
+        tiny,
+        _template("{# mentions <|nope|> #}<|im_start|>{{ messages[0].content }}<|im_end|>", "ok"),
+    )
+    with pytest.raises(
+        UsageError,
+        match=r"'bad' writes <\|eot_id\|>, which is not a single token of tokenizer "
+        r"tiny: .*plain text.*--chat-template",
+    ):
         check_markers(tiny, _template("<|im_start|>{{ messages[0].content }}<|eot_id|>", "bad"))
 
 
@@ -290,7 +384,16 @@ def test_llama3_with_chatml_template_is_refused(tmp_path):
     from packtool.errors import UsageError
 
     data = tmp_path / "d.jsonl"
-    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
-    with pytest.raises(UsageError, match=r"<\|im_end\|>, <\|im_start\|>, which are not a single token of tokenizer"):
-        load_tokenized(str(data), TokenizeConfig(tokenizer=str(LLAMA3), chat_template="chatml-train", num_proc=1,
-                                                 cache=False), progress=False)
+    data.write_text(
+        '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n'
+    )
+    with pytest.raises(
+        UsageError, match=r"<\|im_end\|>, <\|im_start\|>, which are not a single token of tokenizer"
+    ):
+        load_tokenized(
+            str(data),
+            TokenizeConfig(
+                tokenizer=str(LLAMA3), chat_template="chatml-train", num_proc=1, cache=False
+            ),
+            progress=False,
+        )

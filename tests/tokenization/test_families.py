@@ -55,10 +55,15 @@ def _chatml_calls(m) -> str:
     out = ""
     for j, call in enumerate(m.get("tool_calls") or ()):
         fn = call["function"]
-        args = fn["arguments"] if isinstance(fn["arguments"], str) else json.dumps(fn["arguments"],
-                                                                                  ensure_ascii=False)
-        out += ("\n" if (j == 0 and m["content"]) or j > 0 else "")
-        out += '<tool_call>\n{"name": "' + fn["name"] + '", "arguments": ' + args + "}\n</tool_call>"
+        args = (
+            fn["arguments"]
+            if isinstance(fn["arguments"], str)
+            else json.dumps(fn["arguments"], ensure_ascii=False)
+        )
+        out += "\n" if (j == 0 and m["content"]) or j > 0 else ""
+        out += (
+            '<tool_call>\n{"name": "' + fn["name"] + '", "arguments": ' + args + "}\n</tool_call>"
+        )
     return out
 
 
@@ -74,8 +79,11 @@ def expected_chatml(messages, train_on):
 
 
 def expected_llama3(messages, train_on):
-    return [m["content"].strip() + "<|eot_id|>" for m in messages
-            if m["role"] == "assistant" and m.get("weight") != 0]
+    return [
+        m["content"].strip() + "<|eot_id|>"
+        for m in messages
+        if m["role"] == "assistant" and m.get("weight") != 0
+    ]
 
 
 def expected_gptoss(messages, train_on):
@@ -87,7 +95,9 @@ def expected_gptoss(messages, train_on):
         last = i == len(messages) - 1
         if m.get("tool_calls"):
             fn = m["tool_calls"][0]["function"]
-            out.append(("call", fn["name"], fn["arguments"], m.get("reasoning_content") or m["content"]))
+            out.append(
+                ("call", fn["name"], fn["arguments"], m.get("reasoning_content") or m["content"])
+            )
         elif last:
             r = m.get("reasoning_content")
             head = f"<|channel|>analysis<|message|>{r}<|end|><|start|>assistant" if r else ""
@@ -102,11 +112,17 @@ def _matches(run: str, want) -> bool:
         return run == want
     _, name, args, analysis = want
     head = f"<|channel|>analysis<|message|>{analysis}<|end|><|start|>assistant" if analysis else ""
-    if head and run.startswith(head):  # harmony keeps a call's reasoning until a final answer follows
-        run = run[len(head):]
-    if not (run.startswith(f" to=functions.{name}<|channel|>commentary") and run.endswith("<|call|>")):
+    if head and run.startswith(
+        head
+    ):  # harmony keeps a call's reasoning until a final answer follows
+        run = run[len(head) :]
+    if not (
+        run.startswith(f" to=functions.{name}<|channel|>commentary") and run.endswith("<|call|>")
+    ):
         return False
-    return json.loads(run[run.rindex("<|message|>") + len("<|message|>"): -len("<|call|>")]) == args
+    return (
+        json.loads(run[run.rindex("<|message|>") + len("<|message|>") : -len("<|call|>")]) == args
+    )
 
 
 # ------------------------------------------------------------------------- reading packs back
@@ -119,12 +135,17 @@ def packed_documents(out: Path):
         t = pq.read_table(shard)
         ids = np.stack(t.column("input_ids").to_numpy(zero_copy_only=False))
         labels = np.stack(t.column("labels").to_numpy(zero_copy_only=False))
-        for r, (lengths, sources) in enumerate(zip(t.column("seq_lengths").to_pylist(),
-                                                   t.column("source_index").to_pylist(), strict=True)):
+        for r, (lengths, sources) in enumerate(
+            zip(
+                t.column("seq_lengths").to_pylist(),
+                t.column("source_index").to_pylist(),
+                strict=True,
+            )
+        ):
             at = 0
             for n, s in zip(lengths, sources, strict=True):
                 assert s not in docs, f"document {s} packed twice"
-                docs[s] = (ids[r, at:at + n], labels[r, at:at + n])
+                docs[s] = (ids[r, at : at + n], labels[r, at : at + n])
                 at += n
     return docs
 
@@ -133,8 +154,10 @@ def trained_runs(ids, labels, tok) -> list[str]:
     on = labels != -100
     assert np.array_equal(labels[on], ids[on]), "a trained label differs from its input id"
     edges = np.flatnonzero(np.diff(np.concatenate([[0], on.astype(np.int8), [0]])))
-    return [tok.decode(ids[a:b].tolist(), skip_special_tokens=False) for a, b in zip(edges[::2], edges[1::2],
-                                                                                     strict=True)]
+    return [
+        tok.decode(ids[a:b].tolist(), skip_special_tokens=False)
+        for a, b in zip(edges[::2], edges[1::2], strict=True)
+    ]
 
 
 def records(data: Path, read: ReadConfig):
@@ -148,8 +171,13 @@ def check_family(tmp_path, data: Path, tokenizer, expected, allowed_refusals, **
 
     from packtool.tokenization.loading import load_spec
 
-    cfg = TokenizeConfig(tokenizer=str(tokenizer) if tokenizer else None, num_proc=1, cache=False, read=READ,
-                         **options)
+    cfg = TokenizeConfig(
+        tokenizer=str(tokenizer) if tokenizer else None,
+        num_proc=1,
+        cache=False,
+        read=READ,
+        **options,
+    )
     td = load_tokenized(str(data), cfg, progress=False)
     out = tmp_path / data.stem
     pack(td, PackConfig(pack_len=16384, overflow="split"), out)
@@ -172,8 +200,13 @@ def check_family(tmp_path, data: Path, tokenizer, expected, allowed_refusals, **
         for g, w in zip(got, want, strict=True):
             assert _matches(g, w), (data.name, src, g, w)
         checked += 1
-    return {"file": data.name, "packed": checked, "refused": len(manifest["skipped"]),
-            "template": manifest["tokenizer"]["chat_template"], "mode": manifest["tokenizer"]["chat_template_mode"]}
+    return {
+        "file": data.name,
+        "packed": checked,
+        "refused": len(manifest["skipped"]),
+        "template": manifest["tokenizer"]["chat_template"],
+        "mode": manifest["tokenizer"]["chat_template_mode"],
+    }
 
 
 # ------------------------------------------------------------------------- the families
@@ -187,7 +220,12 @@ def test_builtin_qwen3_labels_are_exact(tmp_path, data):
     assert got["template"] == "chatml-train" and got["mode"] == "markers" and got["packed"] > 0, got
 
 
-LLAMA_REFUSALS = ("drops the tool call", "drops the tool definition", "drops the text of turn", "drops the arguments")
+LLAMA_REFUSALS = (
+    "drops the tool call",
+    "drops the tool definition",
+    "drops the text of turn",
+    "drops the arguments",
+)
 
 
 @pytest.mark.slow
@@ -195,21 +233,36 @@ LLAMA_REFUSALS = ("drops the tool call", "drops the tool definition", "drops the
 def test_llama3_labels_are_exact_or_refused(tmp_path, data):
     if not LLAMA3.is_dir():
         pytest.skip(f"{LLAMA3} is absent")
-    if "reason_tool_use" in data.name:  # every record has tool calls or reasoning, which Llama 3.0 cannot render
+    if (
+        "reason_tool_use" in data.name
+    ):  # every record has tool calls or reasoning, which Llama 3.0 cannot render
         from packtool.errors import PacktoolError
 
-        with pytest.raises(PacktoolError, match=r"jsonl:1: chat template 'trl:llama3_training' drops the"):
-            load_tokenized(str(data), TokenizeConfig(tokenizer=str(LLAMA3), num_proc=1, cache=False), progress=False)
+        with pytest.raises(
+            PacktoolError, match=r"jsonl:1: chat template 'trl:llama3_training' drops the"
+        ):
+            load_tokenized(
+                str(data),
+                TokenizeConfig(tokenizer=str(LLAMA3), num_proc=1, cache=False),
+                progress=False,
+            )
         return
     got = check_family(tmp_path, data, LLAMA3, expected_llama3, LLAMA_REFUSALS)
-    if "glaive" in data.name:  # Llama 3.0's template has no tools: every tool record is refused, never packed
+    if (
+        "glaive" in data.name
+    ):  # Llama 3.0's template has no tools: every tool record is refused, never packed
         assert got["refused"] > 0
     assert got["mode"] == "markers" if _trl_has("llama3_training") else got["mode"] == "prefix"
 
 
 # gpt-oss's template raises on some shapes (content and reasoning beside a tool call, a tool turn
 # without a preceding call); harmony drops a tool-calling turn's text when a final answer follows.
-GPTOSS_REFUSALS = ("failed on this record", "drops the text of turn", "drops the tool", "drops the arguments")
+GPTOSS_REFUSALS = (
+    "failed on this record",
+    "drops the text of turn",
+    "drops the tool",
+    "drops the arguments",
+)
 
 
 @pytest.mark.slow
@@ -222,11 +275,21 @@ def test_gptoss_training_template_labels_are_exact(tmp_path, data):
 
 
 @pytest.mark.slow  # tests/test_templates.py covers the same mode on one conversation in make test
-@pytest.mark.parametrize("data", [d for d in DATA if d.name in ("dummy_conversation.json", "v1_sft_demo.jsonl")],
-                         ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "data",
+    [d for d in DATA if d.name in ("dummy_conversation.json", "v1_sft_demo.jsonl")],
+    ids=lambda d: d.name,
+)
 def test_gptoss_own_template_with_train_on_last(tmp_path, data):
     if not GPTOSS.is_dir():
         pytest.skip(f"{GPTOSS} is absent")
-    got = check_family(tmp_path, data, GPTOSS, expected_gptoss, GPTOSS_REFUSALS, chat_template="tokenizer",
-                       train_on="last")
+    got = check_family(
+        tmp_path,
+        data,
+        GPTOSS,
+        expected_gptoss,
+        GPTOSS_REFUSALS,
+        chat_template="tokenizer",
+        train_on="last",
+    )
     assert got["mode"] == "last" and got["packed"] > 0, got

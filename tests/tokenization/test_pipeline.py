@@ -68,7 +68,9 @@ def test_malformed_line_is_fatal_with_file_and_line(tmp_path):
 
 
 def test_skip_counts_and_lists_everything(tmp_path):
-    path = write_jsonl(tmp_path / "mixed.jsonl", [GOOD, '{"messages": [', BAD_ROLE, NO_ANSWER, GOOD])
+    path = write_jsonl(
+        tmp_path / "mixed.jsonl", [GOOD, '{"messages": [', BAD_ROLE, NO_ANSWER, GOOD]
+    )
     td = load_tokenized(path, cfg(on_error="skip"), progress=False)
     assert td.num_read == 5
     assert [s.source_index for s in td.skipped] == [1, 2]
@@ -87,14 +89,22 @@ def test_unknown_role_is_fatal_by_default(tmp_path):
 
 def test_template_failure_per_example_is_skipped(tmp_path, qwen):
     tpl = tmp_path / "strict.jinja"
-    tpl.write_text("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}"
-                   "{% endif %}{{ m.content }}{% generation %}<|im_end|>{% endgeneration %}{% endfor %}")
+    tpl.write_text(
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}"
+        "{% endif %}{{ m.content }}{% generation %}<|im_end|>{% endgeneration %}{% endfor %}"
+    )
     sys_first = {"messages": [{"role": "system", "content": "s"}, *GOOD["messages"]]}
     path = write_jsonl(tmp_path / "t.jsonl", [GOOD, sys_first])
-    with pytest.raises(PacktoolError, match=r"t\.jsonl:2: chat template '.*strict.jinja' failed on this record: no system"):
+    with pytest.raises(
+        PacktoolError,
+        match=r"t\.jsonl:2: chat template '.*strict.jinja' failed on this record: no system",
+    ):
         load_tokenized(path, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
-    td = load_tokenized(path, TokenizeConfig(num_proc=1, chat_template=str(tpl),
-                                             read=ReadConfig(on_error="skip")), progress=False)
+    td = load_tokenized(
+        path,
+        TokenizeConfig(num_proc=1, chat_template=str(tpl), read=ReadConfig(on_error="skip")),
+        progress=False,
+    )
     assert td.source_index.tolist() == [0] and td.skipped[0].source_index == 1
 
 
@@ -130,8 +140,14 @@ def test_pretokenized_parquet(tmp_path, label_column):
 @pytest.mark.parametrize(
     ("record", "message"),
     [
-        ({"input_ids": [1, 2, 3], "labels": [1, 2]}, r"tok\.jsonl:1: .*labels has 2 entries for 3 input_ids"),
-        ({"input_ids": [1, 2, 3], "labels": [2, 3, -100]}, r"labels\[0\] = 2 but input_ids\[0\] = 1: .*pre-shifted"),
+        (
+            {"input_ids": [1, 2, 3], "labels": [1, 2]},
+            r"tok\.jsonl:1: .*labels has 2 entries for 3 input_ids",
+        ),
+        (
+            {"input_ids": [1, 2, 3], "labels": [2, 3, -100]},
+            r"labels\[0\] = 2 but input_ids\[0\] = 1: .*pre-shifted",
+        ),
         ({"input_ids": [1, 2, 3], "labels": [-1, 2, 3]}, r"labels\[0\] = -1 .*ignore index"),
         ({"input_ids": [1.5, 2, 3]}, r"input_ids\[0\] = 1\.5 is not a whole number"),
         ({"input_ids": ["a", "b"]}, r"input_ids holds <U1 values, not integers"),
@@ -147,15 +163,26 @@ def test_pretokenized_bad_records(tmp_path, record, message):
 
 
 def test_pretokenized_skip_and_attention_mask(tmp_path):
-    path = write_jsonl(tmp_path / "tok.jsonl", [
-        {"input_ids": [5, 6, 0, 0], "attention_mask": [1, 1, 0, 0]},
-        {"input_ids": [1, 2], "labels": [1, -100]},
-        {"input_ids": [7, 8, 9], "attention_mask": [1, 1, 1]},
-    ])
-    td = load_tokenized(path, TokenizeConfig(num_proc=1, train_on="last", read=ReadConfig(on_error="skip")),
-                        progress=False)
-    assert td.dataset["input_ids"] == [[5, 6], [7, 8, 9]] and td.dataset["labels"] == [[5, 6], [7, 8, 9]]
-    assert [s.source_index for s in td.skipped] == [1] and "first record has no label column" in td.skipped[0].reason
+    path = write_jsonl(
+        tmp_path / "tok.jsonl",
+        [
+            {"input_ids": [5, 6, 0, 0], "attention_mask": [1, 1, 0, 0]},
+            {"input_ids": [1, 2], "labels": [1, -100]},
+            {"input_ids": [7, 8, 9], "attention_mask": [1, 1, 1]},
+        ],
+    )
+    td = load_tokenized(
+        path,
+        TokenizeConfig(num_proc=1, train_on="last", read=ReadConfig(on_error="skip")),
+        progress=False,
+    )
+    assert td.dataset["input_ids"] == [[5, 6], [7, 8, 9]] and td.dataset["labels"] == [
+        [5, 6],
+        [7, 8, 9],
+    ]
+    assert [s.source_index for s in td.skipped] == [
+        1
+    ] and "first record has no label column" in td.skipped[0].reason
     assert any("removed 2 padding token" in w for w in td.warnings)
     assert any("--train-on do not apply" in w for w in td.warnings)
     assert td.options["train_on"] is None and td.options["labels_from"] == "all"
@@ -165,10 +192,16 @@ def test_cache_key_follows_template_bytes(tmp_path, sample_file):
     tpl = tmp_path / "t.jinja"
     from pathlib import Path
 
-    tpl.write_text((Path(pipeline.__file__).parent / "templates" / "chatml-train.jinja").read_text())
-    a = load_tokenized(sample_file, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
+    tpl.write_text(
+        (Path(pipeline.__file__).parent / "templates" / "chatml-train.jinja").read_text()
+    )
+    a = load_tokenized(
+        sample_file, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False
+    )
     tpl.write_text(tpl.read_text().replace("<|im_start|>assistant", "<|im_start|>assistant model"))
-    b = load_tokenized(sample_file, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False)
+    b = load_tokenized(
+        sample_file, TokenizeConfig(num_proc=1, chat_template=str(tpl)), progress=False
+    )
     assert not a.cache_hit and not b.cache_hit
     assert np.all(b.lengths > a.lengths)
 
@@ -204,7 +237,11 @@ def test_folder_source_names_file_and_line(tmp_path):
     with pytest.raises(PacktoolError, match=r"b\.jsonl:2: .*wizard"):
         load_tokenized(str(folder), cfg(), progress=False)
     td = load_tokenized(str(folder), cfg(on_error="skip"), progress=False)
-    assert td.skipped[0].file.endswith("b.jsonl") and td.skipped[0].line == 2 and td.skipped[0].source_index == 3
+    assert (
+        td.skipped[0].file.endswith("b.jsonl")
+        and td.skipped[0].line == 2
+        and td.skipped[0].source_index == 3
+    )
 
 
 def _entry(td_key_dir):
@@ -257,16 +294,30 @@ def test_concurrent_runs_share_one_entry(tmp_path):
 
     path = str(write_sample(tmp_path / "cc.jsonl", n=200, seed=4))
     env = {**os.environ, "PACKTOOL_CACHE": str(tmp_path / "cache")}
-    code = ("import sys; from packtool.api import load_tokenized; from packtool.config import TokenizeConfig; "
-            "td = load_tokenized(sys.argv[1], TokenizeConfig(num_proc=1), progress=False); "
-            "print(int(td.lengths.sum()))")
-    procs = [subprocess.Popen([sys.executable, "-c", code, path], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    code = (
+        "import sys; from packtool.api import load_tokenized; from packtool.config import TokenizeConfig; "
+        "td = load_tokenized(sys.argv[1], TokenizeConfig(num_proc=1), progress=False); "
+        "print(int(td.lengths.sum()))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, path],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
     assert len({o for o, _ in outs}) == 1
-    assert len(list((tmp_path / "cache").glob("tok-*"))) == 1 and not list((tmp_path / "cache").glob("work-*"))
-    again = subprocess.run([sys.executable, "-c", code, path], env=env, capture_output=True, text=True)
+    assert len(list((tmp_path / "cache").glob("tok-*"))) == 1 and not list(
+        (tmp_path / "cache").glob("work-*")
+    )
+    again = subprocess.run(
+        [sys.executable, "-c", code, path], env=env, capture_output=True, text=True
+    )
     assert again.stdout == outs[0][0] and "damaged" not in again.stderr
 
 
@@ -300,8 +351,9 @@ def test_fast_path_that_differs_is_not_used(tmp_path, monkeypatch, num_proc):
     from packtool.tokenization import backends
 
     path = str(write_sample(tmp_path / "m.jsonl", n=30, seed=6))
-    ref = load_tokenized(path, TokenizeConfig(num_proc=num_proc, cache=False, tokenizer_backend="hf"),
-                         progress=False)
+    ref = load_tokenized(
+        path, TokenizeConfig(num_proc=num_proc, cache=False, tokenizer_backend="hf"), progress=False
+    )
     real = backends.FastBackend.encode_spans
 
     def wrong(self, texts, spans):
@@ -314,5 +366,8 @@ def test_fast_path_that_differs_is_not_used(tmp_path, monkeypatch, num_proc):
     assert any("differs from tokenizers + jinja on" in w and "m.jsonl:1" in w for w in td.warnings)
     assert td.table.to_pydict() == ref.table.to_pydict()
     with pytest.raises(PacktoolError, match="--tokenizer-backend fastokens: .*differs"):
-        load_tokenized(path, TokenizeConfig(num_proc=num_proc, cache=False, tokenizer_backend="fastokens"),
-                       progress=False)
+        load_tokenized(
+            path,
+            TokenizeConfig(num_proc=num_proc, cache=False, tokenizer_backend="fastokens"),
+            progress=False,
+        )

@@ -19,8 +19,12 @@ from packtool.tokenization.pretokenized import (
     validate_batch,
 )
 
-OUT_TYPES = {"input_ids": pa.list_(pa.int32()), "labels": pa.list_(pa.int32()), "length": pa.int32(),
-             "num_loss_tokens": pa.int32()}
+OUT_TYPES = {
+    "input_ids": pa.list_(pa.int32()),
+    "labels": pa.list_(pa.int32()),
+    "length": pa.int32(),
+    "num_loss_tokens": pa.int32(),
+}
 
 
 def reference(records: list[dict], source: str):
@@ -53,8 +57,18 @@ def check(batch, source: str) -> Validated:
 # the differential test
 # ------------------------------------------------------------------------------------------------
 
-ID_TYPES = [pa.int64(), pa.int32(), pa.int16(), pa.uint16(), pa.uint32(), pa.uint64(), pa.float64(),
-            pa.float32(), pa.bool_(), pa.int8()]
+ID_TYPES = [
+    pa.int64(),
+    pa.int32(),
+    pa.int16(),
+    pa.uint16(),
+    pa.uint32(),
+    pa.uint64(),
+    pa.float64(),
+    pa.float32(),
+    pa.bool_(),
+    pa.int8(),
+]
 LABEL_TYPES = [pa.int64(), pa.int32(), pa.int16(), pa.float64()]
 MASK_TYPES = [pa.int8(), pa.bool_(), pa.int64(), pa.float32(), pa.uint8()]
 
@@ -75,9 +89,22 @@ def random_rows(rng, n: int, ids_t, lab_t, mask_t, label_col: str | None, attent
     cols = {"input_ids": [], "attention_mask": [], "other": []}
     if label_col:
         cols[label_col] = []
-    kinds = ["good"] * 12 + ["null_ids", "null_elem", "empty", "null_row_label", "null_elem_label",
-                             "label_len", "shift", "minus_one", "mask_len", "mask_zero", "mask_all_zero",
-                             "mask_null", "mask_null_elem", "stray_label"]
+    kinds = ["good"] * 12 + [
+        "null_ids",
+        "null_elem",
+        "empty",
+        "null_row_label",
+        "null_elem_label",
+        "label_len",
+        "shift",
+        "minus_one",
+        "mask_len",
+        "mask_zero",
+        "mask_all_zero",
+        "mask_null",
+        "mask_null_elem",
+        "stray_label",
+    ]
     if signed:
         kinds.append("negative")
     if wide:
@@ -176,12 +203,27 @@ def to_batch(cols: dict, ids_t, lab_t, mask_t, label_col, container) -> pa.Recor
 
 
 N_SEEDS = 40
-KINDS = [r"^no input_ids \(keys", r"^input_ids holds object", r"^input_ids\[\d+\] = -?\d+ is not a token id",
-         r"^input_ids\[\d+\] = (nan|inf|1\.5) is not a whole", r"^empty input_ids$", r"^labels has \d+ entries",
-         r"^labels\[\d+\] = -?\d+ but input_ids", r"^labels holds object", r"^labels\[\d+\] = 0\.5 is not a whole",
-         r"^attention_mask has", r"^attention_mask holds object", r"^attention_mask\[\d+\] = 0\.5 is not",
-         r"^has labels but", r"^has completion_mask but", r"^has assistant_masks but", r"^no labels although",
-         r"^no completion_mask although", r"^completion_mask has", r"^assistant_masks holds object"]
+KINDS = [
+    r"^no input_ids \(keys",
+    r"^input_ids holds object",
+    r"^input_ids\[\d+\] = -?\d+ is not a token id",
+    r"^input_ids\[\d+\] = (nan|inf|1\.5) is not a whole",
+    r"^empty input_ids$",
+    r"^labels has \d+ entries",
+    r"^labels\[\d+\] = -?\d+ but input_ids",
+    r"^labels holds object",
+    r"^labels\[\d+\] = 0\.5 is not a whole",
+    r"^attention_mask has",
+    r"^attention_mask holds object",
+    r"^attention_mask\[\d+\] = 0\.5 is not",
+    r"^has labels but",
+    r"^has completion_mask but",
+    r"^has assistant_masks but",
+    r"^no labels although",
+    r"^no completion_mask although",
+    r"^completion_mask has",
+    r"^assistant_masks holds object",
+]
 
 
 def draw(seed: int):
@@ -189,7 +231,11 @@ def draw(seed: int):
     label_col = [None, "labels", "completion_mask", "assistant_masks"][seed % 4]
     k = seed // 4  # every id type meets every label column
     ids_t = ID_TYPES[k % len(ID_TYPES)]
-    lab_t = LABEL_TYPES[k % len(LABEL_TYPES)] if label_col == "labels" else MASK_TYPES[k % len(MASK_TYPES)]
+    lab_t = (
+        LABEL_TYPES[k % len(LABEL_TYPES)]
+        if label_col == "labels"
+        else MASK_TYPES[k % len(MASK_TYPES)]
+    )
     if label_col is None:
         lab_t = None
     mask_t = MASK_TYPES[(seed // 3) % len(MASK_TYPES)]
@@ -216,7 +262,9 @@ def test_differential(seed):
         assert table.column("input_ids").num_chunks == 3
         check(table, source)
         # JSON records through records_batch: the same rows and messages
-        records = [{k: v for k, v in r.items() if v is not None or k == "other"} for r in batch.to_pylist()]
+        records = [
+            {k: v for k, v in r.items() if v is not None or k == "other"} for r in batch.to_pylist()
+        ]
         assert_same(records_batch(records, source), records, source)
 
 
@@ -239,7 +287,9 @@ def test_differential_draws_every_kind():
 
 
 def one(source="labels", **cols) -> list[tuple[int, str]]:
-    batch = pa.record_batch({k: pa.array(v) if not isinstance(v, pa.Array) else v for k, v in cols.items()})
+    batch = pa.record_batch(
+        {k: pa.array(v) if not isinstance(v, pa.Array) else v for k, v in cols.items()}
+    )
     v = check(batch, source)
     return v.rejects
 
@@ -247,45 +297,130 @@ def one(source="labels", **cols) -> list[tuple[int, str]]:
 @pytest.mark.parametrize(
     ("cols", "source", "message"),
     [
-        ({"input_ids": [[1, 2, 3], None], "labels": [[1, 2, 3], [1]]}, "labels",
-         r"^no input_ids \(keys: input_ids, labels\)$"),
+        (
+            {"input_ids": [[1, 2, 3], None], "labels": [[1, 2, 3], [1]]},
+            "labels",
+            r"^no input_ids \(keys: input_ids, labels\)$",
+        ),
         ({"text": ["a", "b"]}, "all", r"^no input_ids \(keys: text\)$"),
-        ({"input_ids": [[1, None, 3], [1]]}, "all", r"^input_ids holds object values, not integers$"),
-        ({"input_ids": [[1.0, 1.5], [1.0]]}, "all", r"^input_ids\[1\] = 1\.5 is not a whole number$"),
-        ({"input_ids": [[float("nan")], [1.0]]}, "all", r"^input_ids\[0\] = nan is not a whole number$"),
-        ({"input_ids": [[1, 2], [-2]]}, "all", r"^input_ids\[0\] = -2 is not a token id \(0\.\.2\^31-1\)$"),
-        ({"input_ids": [[1, 2**31], [1]]}, "all", r"^input_ids\[1\] = 2147483648 is not a token id"),
-        ({"input_ids": [[1, 2], [1]], "labels": [[1, 2], None]}, "labels",
-         r"^no labels although the first record has them \(keys: input_ids, labels\)$"),
-        ({"input_ids": [[1, 2], [1]]}, "completion_mask",
-         r"^no completion_mask although the first record has them \(keys: input_ids\)$"),
-        ({"input_ids": [[1, 2, 3, 4], [1]], "labels": [[1, 2, 3], [1]]}, "labels",
-         r"^labels has 3 entries for 4 input_ids$"),
-        ({"input_ids": [[1, 2, 3, 12], [1]], "labels": [[1, 2, 3, 17], [1]]}, "labels",
-         r"^labels\[3\] = 17 but input_ids\[3\] = 12: labels must be -100 or equal to their input id "
-         r"\(unshifted Hugging Face labels; they look pre-shifted or use another ignore index\)$"),
-        ({"input_ids": [[1, 2, 3], [1]], "labels": [[-1, 2, 3], [1]]}, "labels", r"^labels\[0\] = -1 .*ignore index"),
-        ({"input_ids": [[1, 2], [1]], "labels": [[1, None], [1]]}, "labels", r"^labels holds object values"),
-        ({"input_ids": [[1, 2], [1]], "labels": [[1, 2.5], [1]]}, "labels", r"^labels\[1\] = 2\.5 is not a whole"),
-        ({"input_ids": [[1, 2], [1]], "labels": [[1, 2], None]}, "all",
-         r"^has labels but the first record has no label column; give every record the same columns$"),
-        ({"input_ids": [[1, 2], [1]], "assistant_masks": [[1, 0], None]}, "all", r"^has assistant_masks but"),
-        ({"input_ids": [[1, 2], [1]], "completion_mask": [[1], [1]]}, "completion_mask",
-         r"^completion_mask has 1 entries for 2 input_ids$"),
-        ({"input_ids": [[1, 2], [1]], "attention_mask": [[1], [1]]}, "all",
-         r"^attention_mask has 1 entries for 2 input_ids$"),
-        ({"input_ids": [[1, 2], [1]], "attention_mask": [[1, None], [1]]}, "all",
-         r"^attention_mask holds object values"),
-        ({"input_ids": [[1, 2], [1]], "attention_mask": [[0, 0], [1]]}, "all", r"^empty input_ids$"),
+        (
+            {"input_ids": [[1, None, 3], [1]]},
+            "all",
+            r"^input_ids holds object values, not integers$",
+        ),
+        (
+            {"input_ids": [[1.0, 1.5], [1.0]]},
+            "all",
+            r"^input_ids\[1\] = 1\.5 is not a whole number$",
+        ),
+        (
+            {"input_ids": [[float("nan")], [1.0]]},
+            "all",
+            r"^input_ids\[0\] = nan is not a whole number$",
+        ),
+        (
+            {"input_ids": [[1, 2], [-2]]},
+            "all",
+            r"^input_ids\[0\] = -2 is not a token id \(0\.\.2\^31-1\)$",
+        ),
+        (
+            {"input_ids": [[1, 2**31], [1]]},
+            "all",
+            r"^input_ids\[1\] = 2147483648 is not a token id",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "labels": [[1, 2], None]},
+            "labels",
+            r"^no labels although the first record has them \(keys: input_ids, labels\)$",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]]},
+            "completion_mask",
+            r"^no completion_mask although the first record has them \(keys: input_ids\)$",
+        ),
+        (
+            {"input_ids": [[1, 2, 3, 4], [1]], "labels": [[1, 2, 3], [1]]},
+            "labels",
+            r"^labels has 3 entries for 4 input_ids$",
+        ),
+        (
+            {"input_ids": [[1, 2, 3, 12], [1]], "labels": [[1, 2, 3, 17], [1]]},
+            "labels",
+            r"^labels\[3\] = 17 but input_ids\[3\] = 12: labels must be -100 or equal to their input id "
+            r"\(unshifted Hugging Face labels; they look pre-shifted or use another ignore index\)$",
+        ),
+        (
+            {"input_ids": [[1, 2, 3], [1]], "labels": [[-1, 2, 3], [1]]},
+            "labels",
+            r"^labels\[0\] = -1 .*ignore index",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "labels": [[1, None], [1]]},
+            "labels",
+            r"^labels holds object values",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "labels": [[1, 2.5], [1]]},
+            "labels",
+            r"^labels\[1\] = 2\.5 is not a whole",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "labels": [[1, 2], None]},
+            "all",
+            r"^has labels but the first record has no label column; give every record the same columns$",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "assistant_masks": [[1, 0], None]},
+            "all",
+            r"^has assistant_masks but",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "completion_mask": [[1], [1]]},
+            "completion_mask",
+            r"^completion_mask has 1 entries for 2 input_ids$",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "attention_mask": [[1], [1]]},
+            "all",
+            r"^attention_mask has 1 entries for 2 input_ids$",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "attention_mask": [[1, None], [1]]},
+            "all",
+            r"^attention_mask holds object values",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "attention_mask": [[0, 0], [1]]},
+            "all",
+            r"^empty input_ids$",
+        ),
         ({"input_ids": [[], [1]]}, "all", r"^empty input_ids$"),
-        ({"input_ids": [[[1, 2], [3, 4]], []]}, "all",
-         r"^input_ids is not a flat list of integers \(it has 2 dimensions\)$"),
-        ({"input_ids": [[[1, 2], [3]], []]}, "all", r"^input_ids is not a flat list of integers \(.*inhomogeneous"),
+        (
+            {"input_ids": [[[1, 2], [3, 4]], []]},
+            "all",
+            r"^input_ids is not a flat list of integers \(it has 2 dimensions\)$",
+        ),
+        (
+            {"input_ids": [[[1, 2], [3]], []]},
+            "all",
+            r"^input_ids is not a flat list of integers \(.*inhomogeneous",
+        ),
         ({"input_ids": [["a", "b"], []]}, "all", r"^input_ids holds <U1 values, not integers$"),
-        ({"input_ids": [[1, 2], [1]], "labels": [["x", "yy"], ["z"]]}, "labels", r"^labels holds <U2 values"),
-        ({"input_ids": [[1, 2], [1]], "attention_mask": [[[1], [1]], [[1]]]}, "all",
-         r"^attention_mask is not a flat list of integers \(it has 2 dimensions\)$"),
-        ({"input_ids": ["abc", "d"]}, "all", r"^input_ids is not a flat list of integers \(it has 0 dimensions\)$"),
+        (
+            {"input_ids": [[1, 2], [1]], "labels": [["x", "yy"], ["z"]]},
+            "labels",
+            r"^labels holds <U2 values",
+        ),
+        (
+            {"input_ids": [[1, 2], [1]], "attention_mask": [[[1], [1]], [[1]]]},
+            "all",
+            r"^attention_mask is not a flat list of integers \(it has 2 dimensions\)$",
+        ),
+        (
+            {"input_ids": ["abc", "d"]},
+            "all",
+            r"^input_ids is not a flat list of integers \(it has 0 dimensions\)$",
+        ),
     ],
 )
 def test_messages(cols, source, message):
@@ -308,11 +443,13 @@ def test_message_positions_are_per_row():
 
 def test_first_failing_check_wins():
     """A row bad in several ways gets the message of the check the record path makes first."""
-    batch = pa.record_batch({
-        "input_ids": pa.array([[1, -1], [1, 2], [1, 2], [1.5, 2]], pa.list_(pa.float64())),
-        "labels": pa.array([[9], [9], [9, 9], [1]]),
-        "attention_mask": pa.array([[1], [1], [1], [1]]),
-    })
+    batch = pa.record_batch(
+        {
+            "input_ids": pa.array([[1, -1], [1, 2], [1, 2], [1.5, 2]], pa.list_(pa.float64())),
+            "labels": pa.array([[9], [9], [9, 9], [1]]),
+            "attention_mask": pa.array([[1], [1], [1], [1]]),
+        }
+    )
     msgs = [m for _, m in check(batch, "labels").rejects]
     assert msgs[0].startswith("input_ids[1] = -1 is not a token id")
     assert msgs[1] == "labels has 1 entries for 2 input_ids"
@@ -325,8 +462,20 @@ def test_first_failing_check_wins():
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("t", [pa.int64(), pa.int32(), pa.uint16(), pa.int8(), pa.uint64(), pa.float64(),
-                               pa.float32(), pa.float16(), pa.bool_()])
+@pytest.mark.parametrize(
+    "t",
+    [
+        pa.int64(),
+        pa.int32(),
+        pa.uint16(),
+        pa.int8(),
+        pa.uint64(),
+        pa.float64(),
+        pa.float32(),
+        pa.float16(),
+        pa.bool_(),
+    ],
+)
 @pytest.mark.parametrize("container", [pa.list_, pa.large_list])
 def test_value_types(t, container):
     ids = [[1, 0, 1], [0], [1, 1]]
@@ -354,9 +503,12 @@ def test_fixed_size_list_and_masks():
     att = pa.array([[True, True, False], [True] * 3, [False] * 3, None], pa.list_(pa.bool_(), 3))
     batch = pa.record_batch({"input_ids": ids, "completion_mask": cm, "attention_mask": att})
     v = check(batch, "completion_mask")
-    assert v.table.to_pydict() == {"input_ids": [[1, 2], [4, 5, 6], [1, 1, 1]],
-                                   "labels": [[-100, 2], [-100, -100, -100], [1, 1, 1]],
-                                   "length": [2, 3, 3], "num_loss_tokens": [1, 0, 3]}
+    assert v.table.to_pydict() == {
+        "input_ids": [[1, 2], [4, 5, 6], [1, 1, 1]],
+        "labels": [[-100, 2], [-100, -100, -100], [1, 1, 1]],
+        "length": [2, 3, 3],
+        "num_loss_tokens": [1, 0, 3],
+    }
     assert v.rejects == [(2, EMPTY)] and v.removed_padding == 1
     check(batch.slice(1), "completion_mask")
     check(pa.record_batch({"input_ids": ids, "assistant_masks": cm}).slice(1, 2), "assistant_masks")
@@ -367,27 +519,38 @@ def test_other_list_layouts():
     fixed = pa.array([[1, 2], None, [3, -4], [5, 6]], pa.list_(pa.int16(), 2))
     v = check(pa.record_batch({"input_ids": fixed}), "all")
     assert v.keep.tolist() == [0, 3] and [r for r, _ in v.rejects] == [1, 2]
-    dict_values = pa.ListArray.from_arrays(pa.array([0, 2, 3], pa.int32()), pa.array([7, 8, 7]).dictionary_encode())
+    dict_values = pa.ListArray.from_arrays(
+        pa.array([0, 2, 3], pa.int32()), pa.array([7, 8, 7]).dictionary_encode()
+    )
     v = check(pa.record_batch({"input_ids": dict_values}), "all")
     assert v.table.column("input_ids").to_pylist() == [[7, 8], [7]]
     view = pa.array([[1, 2], None, [3]], pa.list_view(pa.int64()))
-    v = check(pa.record_batch({"input_ids": view, "labels": pa.array([[1, -100], [1], [4]])}), "labels")
+    v = check(
+        pa.record_batch({"input_ids": view, "labels": pa.array([[1, -100], [1], [4]])}), "labels"
+    )
     assert v.keep.tolist() == [0]
 
 
 def test_null_rows_with_values_behind_them():
     """Arrow allows a null list row to span values; they must not count for any row."""
     offsets = pa.array([0, 2, 5, 7], pa.int32())
-    ids = pa.ListArray.from_arrays(offsets, pa.array([1, 2, -7, 3, 4, 5, 6], pa.int64()),
-                                   mask=pa.array([False, True, False]))
+    ids = pa.ListArray.from_arrays(
+        offsets, pa.array([1, 2, -7, 3, 4, 5, 6], pa.int64()), mask=pa.array([False, True, False])
+    )
     labels = pa.ListArray.from_arrays(pa.array([0, 2, 2, 4], pa.int32()), pa.array([1, 2, 5, 6]))
-    att = pa.ListArray.from_arrays(pa.array([0, 2, 6, 8], pa.int32()), pa.array([1, 1, 0, 0, 0, 0, 1, 1]),
-                                   mask=pa.array([False, True, False]))
+    att = pa.ListArray.from_arrays(
+        pa.array([0, 2, 6, 8], pa.int32()),
+        pa.array([1, 1, 0, 0, 0, 0, 1, 1]),
+        mask=pa.array([False, True, False]),
+    )
     batch = pa.record_batch({"input_ids": ids, "labels": labels, "attention_mask": att})
     v = check(batch, "labels")
     assert v.keep.tolist() == [0, 2] and v.rejects[0][1].startswith("no input_ids")
-    att2 = pa.ListArray.from_arrays(pa.array([0, 2, 2, 5], pa.int32()), pa.array([1, 1, 0, 0, 0]),
-                                    mask=pa.array([False, False, True]))
+    att2 = pa.ListArray.from_arrays(
+        pa.array([0, 2, 2, 5], pa.int32()),
+        pa.array([1, 1, 0, 0, 0]),
+        mask=pa.array([False, False, True]),
+    )
     ids2 = pa.array([[1, 2], [3], [4, 5]])
     check(pa.record_batch({"input_ids": ids2, "attention_mask": att2}), "all")
 
@@ -406,17 +569,21 @@ def test_misaligned_offsets():
             lab[0] = r[0] + 1
         ids.append(r)
         labels.append(lab)
-    batch = pa.record_batch({"input_ids": pa.array(ids), "labels": pa.array(labels, pa.list_(pa.int32()))})
+    batch = pa.record_batch(
+        {"input_ids": pa.array(ids), "labels": pa.array(labels, pa.list_(pa.int32()))}
+    )
     check(batch, "labels")
     many = [lab[:-1] if i % 3 == 0 and len(lab) > 1 else lab for i, lab in enumerate(labels)]
     check(pa.record_batch({"input_ids": pa.array(ids), "labels": pa.array(many)}), "labels")
 
 
 def test_chunked_table_and_empty_inputs():
-    table = pa.Table.from_batches([
-        pa.record_batch({"input_ids": pa.array([[1, 2], [3]], pa.list_(pa.int32()))}),
-        pa.record_batch({"input_ids": pa.array([[4], []], pa.list_(pa.int32()))}),
-    ])
+    table = pa.Table.from_batches(
+        [
+            pa.record_batch({"input_ids": pa.array([[1, 2], [3]], pa.list_(pa.int32()))}),
+            pa.record_batch({"input_ids": pa.array([[4], []], pa.list_(pa.int32()))}),
+        ]
+    )
     v = check(table, "all")
     assert v.keep.tolist() == [0, 1, 2] and v.rejects == [(3, EMPTY)]
     empty = validate_batch(table.slice(0, 0), "all")
@@ -442,8 +609,10 @@ def test_zero_copy_int32():
     a = check(pa.record_batch({"input_ids": ids}), "all")
     assert a.table.column("labels").buffers()[3].address == ids.buffers()[3].address
     # a bad row, or int64 input: a new int32 buffer
-    for b in (pa.record_batch({"input_ids": pa.array([[1], [-1], [2]], pa.list_(pa.int32()))}),
-              pa.record_batch({"input_ids": pa.array([[1], [2]], pa.list_(pa.int64()))})):
+    for b in (
+        pa.record_batch({"input_ids": pa.array([[1], [-1], [2]], pa.list_(pa.int32()))}),
+        pa.record_batch({"input_ids": pa.array([[1], [2]], pa.list_(pa.int64()))}),
+    ):
         out = check(b, "all").table.column("input_ids")
         assert out.buffers()[3].address != b.column(0).buffers()[3].address
 
@@ -463,12 +632,21 @@ def test_records_batch_falls_back_on_mixed_types():
     assert dict(v.rejects)[3] == "no labels although the first record has them (keys: input_ids)"
     assert dict(v.rejects)[4] == "no input_ids (keys: labels)"
     # the keys in messages are each record's own
-    rs = [{"input_ids": [1], "labels": [1]}, {"input_ids": None, "meta": 1}, {"input_ids": [[1]], "z": 0}]
+    rs = [
+        {"input_ids": [1], "labels": [1]},
+        {"input_ids": None, "meta": 1},
+        {"input_ids": [[1]], "z": 0},
+    ]
     v = records_batch(rs, "labels")
     assert_same(v, rs, "labels")
     assert v.rejects[0][1] == "no input_ids (keys: input_ids, meta)"
     assert v.rejects[1][1] == "input_ids is not a flat list of integers (it has 2 dimensions)"
-    for rs in ([], [{"x": 1}], [{"input_ids": []}, {"input_ids": [1]}], [{"input_ids": [[1], [2]]}]):
+    for rs in (
+        [],
+        [{"x": 1}],
+        [{"input_ids": []}, {"input_ids": [1]}],
+        [{"input_ids": [[1], [2]]}],
+    ):
         assert_same(records_batch(rs, "all"), rs, "all")
 
 
@@ -489,15 +667,26 @@ def test_big_random_batch_against_records():
     for i in rng.choice(n, 20, replace=False).tolist():
         if labels[i]:
             labels[i][-1] = 7 if ids[i][-1] != 7 else 8
-    batch = pa.record_batch({"input_ids": pa.array(ids, pa.list_(pa.int64())), "labels": pa.array(labels)})
+    batch = pa.record_batch(
+        {"input_ids": pa.array(ids, pa.list_(pa.int64())), "labels": pa.array(labels)}
+    )
     check(batch, "labels")
     for i in rng.choice(n, 200, replace=False).tolist():
         if labels[i]:
             labels[i][0] = -5
-    check(pa.record_batch({"input_ids": pa.array(ids, pa.list_(pa.int64())), "labels": pa.array(labels)}), "labels")
+    check(
+        pa.record_batch(
+            {"input_ids": pa.array(ids, pa.list_(pa.int64())), "labels": pa.array(labels)}
+        ),
+        "labels",
+    )
     att = [[int(rng.random() < 0.9) for _ in r] for r in ids]
-    check(pa.record_batch({"input_ids": pa.array(ids, pa.list_(pa.int32())), "attention_mask": pa.array(att)}),
-          "all")
+    check(
+        pa.record_batch(
+            {"input_ids": pa.array(ids, pa.list_(pa.int32())), "attention_mask": pa.array(att)}
+        ),
+        "all",
+    )
 
 
 def speed(n: int = 100_000, sample: int = 10_000) -> None:
@@ -512,29 +701,42 @@ def speed(n: int = 100_000, sample: int = 10_000) -> None:
     pos = np.arange(total) - np.repeat(off[:-1], lens)
     labels = np.where(pos >= np.repeat((lens * 0.3).astype(np.int64), lens), ids, IGNORE)
     o32 = pa.array(off.astype(np.int32))
-    batch = pa.record_batch([pa.ListArray.from_arrays(o32, pa.array(ids)),
-                             pa.ListArray.from_arrays(o32, pa.array(labels))], names=["input_ids", "labels"])
-    int32 = batch.cast(pa.schema([("input_ids", pa.list_(pa.int32())), ("labels", pa.list_(pa.int32()))]))
+    batch = pa.record_batch(
+        [
+            pa.ListArray.from_arrays(o32, pa.array(ids)),
+            pa.ListArray.from_arrays(o32, pa.array(labels)),
+        ],
+        names=["input_ids", "labels"],
+    )
+    int32 = batch.cast(
+        pa.schema([("input_ids", pa.list_(pa.int32())), ("labels", pa.list_(pa.int32()))])
+    )
     for name, b in (("int64", batch), ("int32", int32)):
         best = float("inf")
         for _ in range(3):
             t = time.perf_counter()
             validate_batch(b, "labels")
             best = min(best, time.perf_counter() - t)
-        print(f"validate_batch {name}: {n:,} rows, {total:,} tokens in {best * 1e3:.0f} ms: "
-              f"{n / best:,.0f} rows/s, {total / best / 1e6:.1f} M tokens/s")
+        print(
+            f"validate_batch {name}: {n:,} rows, {total:,} tokens in {best * 1e3:.0f} ms: "
+            f"{n / best:,.0f} rows/s, {total / best / 1e6:.1f} M tokens/s"
+        )
     records = batch.slice(0, sample).to_pylist()
     tok = int(lens[:sample].sum())
     t = time.perf_counter()
     for r in records:
         record_arrays(r, "labels")
     dt = time.perf_counter() - t
-    print(f"record_arrays per record (to_pylist not counted): {sample:,} rows in {dt * 1e3:.0f} ms: "
-          f"{sample / dt:,.0f} rows/s, {tok / dt / 1e6:.1f} M tokens/s")
+    print(
+        f"record_arrays per record (to_pylist not counted): {sample:,} rows in {dt * 1e3:.0f} ms: "
+        f"{sample / dt:,.0f} rows/s, {tok / dt / 1e6:.1f} M tokens/s"
+    )
     t = time.perf_counter()
     records_batch(records, "labels")
     dt = time.perf_counter() - t
-    print(f"records_batch on the same dicts: {sample / dt:,.0f} rows/s, {tok / dt / 1e6:.1f} M tokens/s")
+    print(
+        f"records_batch on the same dicts: {sample / dt:,.0f} rows/s, {tok / dt / 1e6:.1f} M tokens/s"
+    )
 
 
 if __name__ == "__main__":

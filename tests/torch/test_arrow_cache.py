@@ -38,11 +38,15 @@ def test_convert_shard_refuses_a_bad_shard_naming_it_and_the_fix(pack, tmp_path)
     folder, _, rows = pack
     shard = sorted((folder / "data").glob("*.parquet"))[0]
     n = pq.read_metadata(shard).num_rows
-    wrong_len = (re.escape(f"shard {shard} is not a schema v1 shard with pack_len 16: ")
-                 + r"column input_ids is fixed_size_list<[^>]*>\[32\], expected fixed_size_list<[^>]*>\[16\];"
-                 + r".*; re-run `packtool pack`$")
+    wrong_len = (
+        re.escape(f"shard {shard} is not a schema v1 shard with pack_len 16: ")
+        + r"column input_ids is fixed_size_list<[^>]*>\[32\], expected fixed_size_list<[^>]*>\[16\];"
+        + r".*; re-run `packtool pack`$"
+    )
     with pytest.raises(PacktoolError, match=wrong_len):
-        convert_shard(shard, tmp_path / "x.arrow", pack_len=16, rows=n)  # the pack's rows are 32 long
+        convert_shard(
+            shard, tmp_path / "x.arrow", pack_len=16, rows=n
+        )  # the pack's rows are 32 long
     with pytest.raises(PacktoolError, match=f"has {n} rows, the manifest says {n + 1}"):
         convert_shard(shard, tmp_path / "x.arrow", pack_len=32, rows=n + 1)
     with pytest.raises(PacktoolError, match="missing; re-run `packtool pack`"):

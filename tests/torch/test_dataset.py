@@ -45,7 +45,10 @@ def test_dataset_reads_back_every_row(pack, cache, monkeypatch):
         assert item["input_ids"].dtype == torch.int64 and item["document_id"].dtype == torch.int32
         assert item["seq_lengths"].tolist() == want["seq_lengths"]
         assert item["source_index"].tolist() == want["source_index"]
-        assert (item["num_tokens"], item["num_loss_tokens"]) == (want["num_tokens"], want["num_loss_tokens"])
+        assert (item["num_tokens"], item["num_loss_tokens"]) == (
+            want["num_tokens"],
+            want["num_loss_tokens"],
+        )
     with pytest.raises(IndexError, match="out of range"):
         ds[len(rows)]
     assert [ds.locate(i)[0] for i in (0, 6, 7)] == [0, 0, 1]
@@ -99,12 +102,16 @@ def test_dataset_over_a_real_pack(tmp_path, cache, expected_cu):
     docs = make_docs(50, seed=4, max_len=40)
     real_pack(tmp_path / "real", docs, 64, shard_rows=5)
     ds = PackedDataset(tmp_path / "real", cache_dir=cache, verify_checksums=True)
-    assert len(ds) == ds.manifest["counts"]["rows"] and len(ds.shard_rows) > 1 and ds.pad_id == PAD_ID
+    assert (
+        len(ds) == ds.manifest["counts"]["rows"] and len(ds.shard_rows) > 1 and ds.pad_id == PAD_ID
+    )
     seen = []
     for i in range(len(ds)):
         item = ds[i]
         at = 0
-        for k, (n, src) in enumerate(zip(item["seq_lengths"].tolist(), item["source_index"].tolist(), strict=True)):
+        for k, (n, src) in enumerate(
+            zip(item["seq_lengths"].tolist(), item["source_index"].tolist(), strict=True)
+        ):
             ids, labels = docs[src]
             assert item["input_ids"][at : at + n].tolist() == ids.tolist()
             assert item["labels"][at : at + n].tolist() == [IGNORE, *labels[1:].tolist()]
@@ -113,11 +120,18 @@ def test_dataset_over_a_real_pack(tmp_path, cache, expected_cu):
             at += n
             seen.append(src)
         assert at == item["num_tokens"]
-        assert set(item["input_ids"][at:].tolist()) <= {PAD_ID} and set(item["labels"][at:].tolist()) <= {IGNORE}
+        assert set(item["input_ids"][at:].tolist()) <= {PAD_ID} and set(
+            item["labels"][at:].tolist()
+        ) <= {IGNORE}
         assert set(item["document_id"][at:].tolist()) <= {schema.PAD_DOCUMENT_ID}
         assert item["position_ids"][at:].tolist() == list(range(64 - at))
     assert sorted(seen) == list(range(len(docs)))
     batch = PackedCollator()([ds[i] for i in range(len(ds))])
-    assert batch["cu_seq_lens_q"].tolist() == expected_cu([
-        {"seq_lengths": ds[i]["seq_lengths"].tolist(), "num_tokens": ds[i]["num_tokens"]} for i in range(len(ds))], 64)
+    assert batch["cu_seq_lens_q"].tolist() == expected_cu(
+        [
+            {"seq_lengths": ds[i]["seq_lengths"].tolist(), "num_tokens": ds[i]["num_tokens"]}
+            for i in range(len(ds))
+        ],
+        64,
+    )
     assert int(count_loss_tokens(batch["labels"])) == ds.manifest["tokens"]["loss_out"]

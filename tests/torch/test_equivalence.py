@@ -54,24 +54,35 @@ INIT = 0.2  # wider than the default 0.02: attention is far from uniform, so lea
 # --------------------------------------------------------------------------------------------------
 
 
-def segment_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def segment_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
     """Reference varlen attention: one causal attention per [cu[i], cu[i+1]) of the flattened batch,
     which is what flash_attn_varlen_func computes from cu_seq_lens_q/k."""
     cu = kwargs.get("cu_seq_lens_q")
-    if cu is None or not torch.equal(cu, kwargs.get("cu_seq_lens_k")) or kwargs.get("max_length_q") is None:
-        raise AssertionError("the reference varlen attention needs cu_seq_lens_q/k and max_length_q/k")
+    if (
+        cu is None
+        or not torch.equal(cu, kwargs.get("cu_seq_lens_k"))
+        or kwargs.get("max_length_q") is None
+    ):
+        raise AssertionError(
+            "the reference varlen attention needs cu_seq_lens_q/k and max_length_q/k"
+        )
     batch, heads, length, dim = query.shape
     groups = heads // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     q, k, v = (t.transpose(1, 2).reshape(batch * length, heads, dim) for t in (query, key, value))
     if int(cu[-1]) != q.shape[0]:
-        raise AssertionError(f"cu_seq_lens ends at {int(cu[-1])}, the batch has {q.shape[0]} tokens")
+        raise AssertionError(
+            f"cu_seq_lens ends at {int(cu[-1])}, the batch has {q.shape[0]} tokens"
+        )
     assert max(int(b - a) for a, b in zip(cu[:-1], cu[1:], strict=True)) == kwargs["max_length_q"]
     out = torch.empty_like(q)
     for a, b in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
         seg = [t[a:b].transpose(0, 1) for t in (q, k, v)]
         out[a:b] = torch.nn.functional.scaled_dot_product_attention(
-            *seg, is_causal=True, scale=scaling).transpose(0, 1)
+            *seg, is_causal=True, scale=scaling
+        ).transpose(0, 1)
     return out.reshape(batch, length, heads, dim), None
 
 
@@ -81,15 +92,33 @@ transformers.AttentionInterface.register("packtool_segments", segment_attention)
 def tiny_model(kind: str, attn: str, seed: int = 0):
     torch.manual_seed(seed)
     if kind == "llama":
-        cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                       max_position_embeddings=128, initializer_range=INIT, attn_implementation=attn)
+        cfg = transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            initializer_range=INIT,
+            attn_implementation=attn,
+        )
         model = transformers.LlamaForCausalLM(cfg)
     else:
-        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=128,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                      bos_token_id=1, eos_token_id=2, initializer_range=INIT,
-                                      attn_implementation=attn)
+        cfg = transformers.GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=128,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            bos_token_id=1,
+            eos_token_id=2,
+            initializer_range=INIT,
+            attn_implementation=attn,
+        )
         model = transformers.GPT2LMHeadModel(cfg)
     return model.float().train()
 
@@ -107,7 +136,9 @@ def loss_and_grads(model, batches: list[dict]):
         loss = token_loss_sum(model(**model_inputs(b)).logits, b["labels"]) / n
         loss.backward()
         total += float(loss.detach())
-    return total, {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
+    return total, {
+        k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None
+    }
 
 
 def token_losses(model, batch: dict) -> torch.Tensor:
@@ -127,7 +158,11 @@ def padded_batch(docs) -> dict:
     mask = torch.zeros(len(docs), width, dtype=torch.long)
     for r, (d_ids, d_labels) in enumerate(docs):
         n = len(d_ids)
-        ids[r, :n], labels[r, :n], mask[r, :n] = torch.from_numpy(d_ids), torch.from_numpy(d_labels), 1
+        ids[r, :n], labels[r, :n], mask[r, :n] = (
+            torch.from_numpy(d_ids),
+            torch.from_numpy(d_labels),
+            1,
+        )
         labels[r, 0] = IGNORE_INDEX
     return {"input_ids": ids, "labels": labels, "attention_mask": mask, "use_cache": False}
 
@@ -135,7 +170,9 @@ def padded_batch(docs) -> dict:
 def assert_grads_close(got: dict, want: dict):
     assert got.keys() == want.keys()
     for k in want:
-        torch.testing.assert_close(got[k], want[k], atol=GRAD_ATOL, rtol=GRAD_RTOL, msg=lambda m, k=k: f"{k}: {m}")
+        torch.testing.assert_close(
+            got[k], want[k], atol=GRAD_ATOL, rtol=GRAD_RTOL, msg=lambda m, k=k: f"{k}: {m}"
+        )
 
 
 def max_grad_diff(a: dict, b: dict) -> float:
@@ -180,7 +217,11 @@ def packed_docs(ds) -> list:
         ("llama", "eager", "hf"),
         ("gpt2", "sdpa", "hf"),
         ("gpt2", "eager", "hf"),
-        ("llama", "packtool_segments", "hf"),  # cu_seq_lens_q/k over [B, L] rows (flash path, B > 1)
+        (
+            "llama",
+            "packtool_segments",
+            "hf",
+        ),  # cu_seq_lens_q/k over [B, L] rows (flash path, B > 1)
         ("llama", "packtool_segments", "varlen"),  # flattened tokens, pad dropped
     ],
 )
@@ -192,9 +233,16 @@ def test_packed_step_equals_padded_step(small_pack, kind, attn, mode):
     else:
         flat = PackedCollator("varlen", drop_padding=True)(items)
         cu = flat["cu_seqlens"]
-        packed = {"input_ids": flat["input_ids"][None], "labels": flat["labels"][None],
-                  "position_ids": flat["position_ids"][None], "use_cache": False, "cu_seq_lens_q": cu,
-                  "cu_seq_lens_k": cu, "max_length_q": flat["max_seqlen"], "max_length_k": flat["max_seqlen"]}
+        packed = {
+            "input_ids": flat["input_ids"][None],
+            "labels": flat["labels"][None],
+            "position_ids": flat["position_ids"][None],
+            "use_cache": False,
+            "cu_seq_lens_q": cu,
+            "cu_seq_lens_k": cu,
+            "max_length_q": flat["max_seqlen"],
+            "max_length_k": flat["max_seqlen"],
+        }
     order = packed_docs(ds)
     assert sorted(order) == list(range(len(docs)))  # every document is in the pack once
     padded = padded_batch([docs[i] for i in order])
@@ -207,8 +255,9 @@ def test_packed_step_equals_padded_step(small_pack, kind, attn, mode):
     assert loss_p == pytest.approx(loss_u, rel=LOSS_RTOL)
     assert_grads_close(grads_p, grads_u)
     # token by token too (packed rows hold the documents in `order`, as the padded rows do)
-    torch.testing.assert_close(token_losses(model, packed), token_losses(reference, padded),
-                               atol=TOKEN_ATOL, rtol=0)
+    torch.testing.assert_close(
+        token_losses(model, packed), token_losses(reference, padded), atol=TOKEN_ATOL, rtol=0
+    )
 
     # the model's own loss with num_items_in_batch is the same token-weighted mean
     with torch.no_grad():
@@ -224,15 +273,22 @@ def test_flex_attention_block_mask_equals_padded(small_pack):
     ds, docs = small_pack
     batch = PackedCollator("flex")([ds[i] for i in range(len(ds))])
     padded = padded_batch([docs[i] for i in packed_docs(ds)])
-    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "use_cache": False,
-              "attention_mask": document_block_mask(batch["document_id"]), "labels": batch["labels"]}
+    inputs = {
+        "input_ids": batch["input_ids"],
+        "position_ids": batch["position_ids"],
+        "use_cache": False,
+        "attention_mask": document_block_mask(batch["document_id"]),
+        "labels": batch["labels"],
+    }
     # a fresh compile per pack: recompiling for a second batch shape (dynamic shapes) hits an inductor
     # C++ codegen error on CPU in torch 2.13 ("'cur_qSplitSize8' was not declared")
     torch._dynamo.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = token_losses(tiny_model("llama", "flex_attention"), inputs)
-    torch.testing.assert_close(got, token_losses(tiny_model("llama", "sdpa"), padded), atol=TOKEN_ATOL, rtol=0)
+    torch.testing.assert_close(
+        got, token_losses(tiny_model("llama", "sdpa"), padded), atol=TOKEN_ATOL, rtol=0
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -248,7 +304,9 @@ def test_wrong_attention_setups_differ(small_pack, kind):
     _, grads_u = loss_and_grads(tiny_model(kind, "sdpa"), [padded])
     wrong = {
         # an all-ones attention_mask beside packed position_ids: sdpa stops isolating documents
-        "all-ones attention_mask": dict(packed, attention_mask=torch.ones_like(packed["input_ids"])),
+        "all-ones attention_mask": dict(
+            packed, attention_mask=torch.ones_like(packed["input_ids"])
+        ),
         # the model's default use_cache=True builds a cache, which switches off packed detection
         "use_cache left on": {k: v for k, v in packed.items() if k != "use_cache"},
         # plain causal rows: positions keep counting and documents see each other
@@ -270,8 +328,13 @@ def test_wrong_attention_setups_differ(small_pack, kind):
 def train(ds, *, micro: int, accum: int, steps: int, per_micro_mean: bool = False) -> list[float]:
     model = tiny_model("llama", "sdpa", seed=1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
-    loader = torch.utils.data.DataLoader(ds, batch_size=micro, sampler=PackedSampler(ds, seed=11),
-                                         collate_fn=PackedCollator(), drop_last=True)
+    loader = torch.utils.data.DataLoader(
+        ds,
+        batch_size=micro,
+        sampler=PackedSampler(ds, seed=11),
+        collate_fn=PackedCollator(),
+        drop_last=True,
+    )
     losses = []
     for group in accumulation_groups(loader, accum):
         n = global_loss_tokens(group)
@@ -328,16 +391,32 @@ def test_hf_trainer_divides_by_the_step_token_count(train_pack, tmp_path):
 
     model = tiny_model("llama", "sdpa", seed=2)
     initial = tiny_model("llama", "sdpa", seed=2)
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=4,
-                             max_steps=2, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
-                             remove_unused_columns=False, dataloader_num_workers=0, seed=0)
-    trainer = Trainer(model=model, args=args, train_dataset=train_pack, data_collator=PackedCollator())
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=4,
+        max_steps=2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    trainer = Trainer(
+        model=model, args=args, train_dataset=train_pack, data_collator=PackedCollator()
+    )
     calls = []
     compute_loss = trainer.compute_loss
 
     def spy(model, inputs, *a, **kw):
-        calls.append(({k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()},
-                      kw.get("num_items_in_batch")))
+        calls.append(
+            (
+                {k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()},
+                kw.get("num_items_in_batch"),
+            )
+        )
         assert "attention_mask" not in inputs
         return compute_loss(model, inputs, *a, **kw)
 
@@ -350,5 +429,8 @@ def test_hf_trainer_divides_by_the_step_token_count(train_pack, tmp_path):
         assert {int(n) for _, n in step} == {want}
     with torch.no_grad():
         n = global_loss_tokens(first_step)
-        by_hand = sum(float(token_loss_sum(initial(**model_inputs(b)).logits, b["labels"]) / n) for b in first_step)
+        by_hand = sum(
+            float(token_loss_sum(initial(**model_inputs(b)).logits, b["labels"]) / n)
+            for b in first_step
+        )
     assert trainer.state.log_history[0]["loss"] == pytest.approx(by_hand, abs=1e-3)

@@ -25,11 +25,18 @@ def test_count_loss_tokens_and_token_loss_sum():
     assert int(count_loss_tokens(labels)) == 4
     assert int(count_loss_tokens(labels, shift=False)) == 4
     shifted_only = torch.tensor([[9, IGNORE, 2]])  # a label on position 0 is never predicted
-    assert int(count_loss_tokens(shifted_only)) == 1 and int(count_loss_tokens(shifted_only, shift=False)) == 2
+    assert (
+        int(count_loss_tokens(shifted_only)) == 1
+        and int(count_loss_tokens(shifted_only, shift=False)) == 2
+    )
     assert int(global_loss_tokens([{"labels": labels}, labels[:1]])) == 6
     logits = torch.randn(2, 4, 11)
-    want = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 11), labels[:, 1:].reshape(-1),
-                                             ignore_index=IGNORE, reduction="sum")
+    want = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, 11),
+        labels[:, 1:].reshape(-1),
+        ignore_index=IGNORE,
+        reduction="sum",
+    )
     torch.testing.assert_close(token_loss_sum(logits, labels), want)
     assert [len(g) for g in accumulation_groups(range(7), 3)] == [3, 3, 1]
     with pytest.raises(ValueError):
@@ -42,7 +49,11 @@ def test_packed_rows_shifted_count_equals_unshifted(pack, cache):
     ds = PackedDataset(folder, cache_dir=cache)
     batch = PackedCollator()([ds[i] for i in range(len(ds))])
     want = sum(r["num_loss_tokens"] for r in rows)
-    assert int(count_loss_tokens(batch["labels"])) == int(count_loss_tokens(batch["labels"], shift=False)) == want
+    assert (
+        int(count_loss_tokens(batch["labels"]))
+        == int(count_loss_tokens(batch["labels"], shift=False))
+        == want
+    )
     flat = PackedCollator("varlen")([ds[i] for i in range(len(ds))])["labels"]
     assert int(count_loss_tokens(flat)) == want
 

@@ -45,8 +45,10 @@ def test_sampler_deterministic_epoch_aware_and_shard_local():
 @pytest.mark.parametrize("drop_last", [True, False])
 def test_sampler_splits_ranks_evenly(world, drop_last):
     ds = _shard_ds([9, 9, 5])
-    per_rank = [list(PackedSampler(ds, seed=1, rank=r, world_size=world, drop_last=drop_last))
-                for r in range(world)]
+    per_rank = [
+        list(PackedSampler(ds, seed=1, rank=r, world_size=world, drop_last=drop_last))
+        for r in range(world)
+    ]
     counts = {len(p) for p in per_rank}
     assert len(counts) == 1
     flat = [i for p in per_rank for i in p]

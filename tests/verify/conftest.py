@@ -1,9 +1,9 @@
 """The packs the integrity tests damage, and how they read the checks.
 
-    clean_pack   60 documents of 4..70 tokens packed into rows of L = 128 (12 rows a shard), built once
-    pack         a copy of it per test, to damage
-    checks_of(path) -> ({name: Check}, summary)      failed_of(path) -> {name: Check} failed
-    expect_failure(pack, check, regex)               `check` fails with a message matching `regex`
+clean_pack   60 documents of 4..70 tokens packed into rows of L = 128 (12 rows a shard), built once
+pack         a copy of it per test, to damage
+checks_of(path) -> ({name: Check}, summary)      failed_of(path) -> {name: Check} failed
+expect_failure(pack, check, regex)               `check` fails with a message matching `regex`
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def _expect(pack, check: str, match: str) -> None:
 @pytest.fixture(scope="session")
 def clean_pack(tmp_path_factory):
     out = tmp_path_factory.mktemp("pack") / "clean"
-    st.write_documents(str(out), st.make_documents(60, seed=5, min_len=4, max_len=70), L, shard_rows=12)
+    st.write_documents(
+        str(out), st.make_documents(60, seed=5, min_len=4, max_len=70), L, shard_rows=12
+    )
     return out
 
 

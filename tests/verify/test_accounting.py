@@ -48,16 +48,25 @@ def test_duplicated_row_names_both_rows(pack, failed_of):
     rel, table = st.read_shard(str(pack), 0)
     src = table.column("source_index").to_pylist()
     last = table.num_rows - 1
-    st.write_shard(str(pack), rel, table.take([*range(last), 0]))  # the last row overwritten by row 0
+    st.write_shard(
+        str(pack), rel, table.take([*range(last), 0])
+    )  # the last row overwritten by row 0
     failed = failed_of(pack)
     v = min(src[0])
     k = src[0].index(v)
     msg = failed[integ.SRC].message
-    assert msg.startswith(f"source_index {v} appears 2 times ({rel} row 0 document {k}, {rel} row {last} document "
-                          f"{k}), expected 1"), msg
-    assert f"{rel} row {last} holds the same documents as {rel} row 0 ({src[0]}): a duplicated row" in msg
+    assert msg.startswith(
+        f"source_index {v} appears 2 times ({rel} row 0 document {k}, {rel} row {last} document "
+        f"{k}), expected 1"
+    ), msg
+    assert (
+        f"{rel} row {last} holds the same documents as {rel} row 0 ({src[0]}): a duplicated row"
+        in msg
+    )
     lost = sorted(src[last])[0]
-    assert re.search(rf"in the rows: source_index {lost}\b.* in no row", failed[integ.CONSERVE].message)
+    assert re.search(
+        rf"in the rows: source_index {lost}\b.* in no row", failed[integ.CONSERVE].message
+    )
 
 
 def test_merged_documents_name_the_lost_source_index(pack, failed_of):
@@ -72,14 +81,21 @@ def test_merged_documents_name_the_lost_source_index(pack, failed_of):
     src[r] = [src[r][0], *src[r][2:]]
     doc, pos = st.token_column(table, "document_id"), st.token_column(table, "position_ids")
     doc[r][doc[r] >= 1] -= 1
-    pos[r, a:a + b] = np.arange(a, a + b)
-    st.write_shard(str(pack), rel, st.replace_columns(table, seq_lengths=seq, source_index=src, document_id=doc,
-                                                      position_ids=pos))
+    pos[r, a : a + b] = np.arange(a, a + b)
+    st.write_shard(
+        str(pack),
+        rel,
+        st.replace_columns(
+            table, seq_lengths=seq, source_index=src, document_id=doc, position_ids=pos
+        ),
+    )
     failed = failed_of(pack)
     assert set(failed) >= {integ.CONSERVE} and not set(failed) & set(integ.ROW_CHECKS)
     msg = failed[integ.CONSERVE].message
-    assert f"documents expected, {sum(len(x) for x in _all_sources(pack))} in the rows: source_index {gone} is in " \
-           "no row and not listed as skipped or dropped (merged into another document" in msg, msg
+    assert (
+        f"documents expected, {sum(len(x) for x in _all_sources(pack))} in the rows: source_index {gone} is in "
+        "no row and not listed as skipped or dropped (merged into another document" in msg
+    ), msg
 
 
 def test_conservation_tokens(pack, failed_of):
@@ -88,7 +104,9 @@ def test_conservation_tokens(pack, failed_of):
 
 
 def test_conservation_examples(pack, failed_of):
-    _edit_manifest(pack, lambda m: m["counts"].update({"examples_read": m["counts"]["examples_read"] + 1}))
+    _edit_manifest(
+        pack, lambda m: m["counts"].update({"examples_read": m["counts"]["examples_read"] + 1})
+    )
     assert "examples_read" in failed_of(pack)[integ.CONSERVE].message
 
 
@@ -96,18 +114,34 @@ def test_conservation_is_the_contracts_arithmetic_then_the_rows(pack, failed_of)
     """The manifest's own problems come from schema.conservation_problems (one statement of the
     rules), and the rows' disagreement with the counts follows them."""
     m = json.load(open(os.path.join(pack, schema.MANIFEST)))
-    _edit_manifest(pack, lambda m: (m["tokens"].update({"in": m["tokens"]["in"] + 5}),
-                                    m["counts"].update({"packed": m["counts"]["packed"] + 1})))
+    _edit_manifest(
+        pack,
+        lambda m: (
+            m["tokens"].update({"in": m["tokens"]["in"] + 5}),
+            m["counts"].update({"packed": m["counts"]["packed"] + 1}),
+        ),
+    )
     edited = json.load(open(os.path.join(pack, schema.MANIFEST)))
-    want = schema.conservation_problems(edited["counts"], edited["tokens"],
-                                        {k: edited[k] for k in ("skipped", "dropped", "truncated", "split")})
+    want = schema.conservation_problems(
+        edited["counts"],
+        edited["tokens"],
+        {k: edited[k] for k in ("skipped", "dropped", "truncated", "split")},
+    )
     msg = failed_of(pack)[integ.CONSERVE].message
     assert want and msg.startswith("; ".join(want)), msg
     docs = m["counts"]["packed"] + 1 + m["counts"]["truncated"] + m["counts"]["split_parts"]
-    assert f"packed + truncated + split_parts = {docs} documents expected, {m['counts']['documents']} in the rows" in msg
+    assert (
+        f"packed + truncated + split_parts = {docs} documents expected, {m['counts']['documents']} in the rows"
+        in msg
+    )
 
 
 def test_dropped_but_packed(pack, failed_of):
-    _edit_manifest(pack, lambda m: (m["dropped"].append({"source_index": 0, "length": 3, "reason": "x"}),
-                                    m["counts"].update({"dropped": 1})))
+    _edit_manifest(
+        pack,
+        lambda m: (
+            m["dropped"].append({"source_index": 0, "length": 3, "reason": "x"}),
+            m["counts"].update({"dropped": 1}),
+        ),
+    )
     assert "source_index 0 is listed as dropped" in failed_of(pack)[integ.SRC].message

@@ -30,8 +30,10 @@ def test_rows_missing_versus_manifest(pack, failed_of):
     n = table.num_rows
     st.write_shard(str(pack), rel, table.slice(0, n - 3), fix_manifest=False)
     failed = failed_of(pack)
-    assert f"{rel} has {n - 3} rows, the manifest says {n}: rows {n - 3}..{n - 1} are missing" in \
-        failed[integ.SHARDS].message
+    assert (
+        f"{rel} has {n - 3} rows, the manifest says {n}: rows {n - 3}..{n - 1} are missing"
+        in failed[integ.SHARDS].message
+    )
     assert "counts.rows" in failed[integ.COUNTS].message
 
 
@@ -54,7 +56,10 @@ def test_attention_mask_column_added(pack, failed_of):
     st.write_shard(str(pack), rel, table.append_column("attention_mask", ones))
     failed = failed_of(pack)
     assert set(failed) == {integ.NO_MASK}
-    assert f"{rel} has an attention_mask column (rows 0..{table.num_rows - 1})" in failed[integ.NO_MASK].message
+    assert (
+        f"{rel} has an attention_mask column (rows 0..{table.num_rows - 1})"
+        in failed[integ.NO_MASK].message
+    )
 
 
 def test_missing_and_extra_shards(pack, failed_of):
@@ -64,7 +69,10 @@ def test_missing_and_extra_shards(pack, failed_of):
     st.write_shard(str(pack), extra, table, fix_manifest=False)
     msg = failed_of(pack)[integ.SHARDS].message
     assert f"{rel} is listed in the manifest ({table.num_rows} rows) but missing on disk" in msg
-    assert f"{extra} is on disk but not in the manifest (rows 0..{table.num_rows - 1} unaccounted)" in msg
+    assert (
+        f"{extra} is on disk but not in the manifest (rows 0..{table.num_rows - 1} unaccounted)"
+        in msg
+    )
 
 
 def test_missing_manifest(pack, failed_of):
@@ -86,12 +94,18 @@ def test_schema_problems_are_the_contracts_without_the_forbidden_column(pack):
 
     rel, table = st.read_shard(str(pack), 0)
     ones = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(table.num_rows * L, np.int32)), L)
-    bad = table.append_column("attention_mask", ones).append_column("weights", pa.array(np.ones(table.num_rows)))
+    bad = table.append_column("attention_mask", ones).append_column(
+        "weights", pa.array(np.ones(table.num_rows))
+    )
     st.write_shard(str(pack), rel, bad)
     problem, mask, scannable = audit.shard_schema(pq.ParquetFile(os.path.join(pack, rel)), rel, L)
-    assert problem == "unexpected columns ['weights']" and mask.startswith(f"{rel} has an attention_mask column")
+    assert problem == "unexpected columns ['weights']" and mask.startswith(
+        f"{rel} has an attention_mask column"
+    )
     assert scannable
-    problem, mask, scannable = audit.shard_schema(pq.ParquetFile(os.path.join(pack, rel)), rel, 2 * L)
+    problem, mask, scannable = audit.shard_schema(
+        pq.ParquetFile(os.path.join(pack, rel)), rel, 2 * L
+    )
     assert "column input_ids is fixed_size_list" in problem and not scannable
 
 
@@ -117,7 +131,9 @@ def _garble(pack, index: int) -> str:
 def test_garbage_shard_is_a_failed_check_not_a_crash(pack, failed_of):
     rel = _garble(pack, 1)
     failed = failed_of(pack)
-    assert re.search(rf"{rel}: not a readable Parquet file \(ArrowInvalid: ", failed[integ.SCHEMA].message)
+    assert re.search(
+        rf"{rel}: not a readable Parquet file \(ArrowInvalid: ", failed[integ.SCHEMA].message
+    )
     assert f"{rel} could not be read: the manifest's" in failed[integ.SHARDS].message
     assert f"{rel} sha256 is" in failed[integ.SHARDS].message
 
@@ -138,8 +154,16 @@ def test_garbage_first_shard_and_no_pack_len_in_manifest(pack, checks_of):
         (lambda m: m.update(pad_id="0"), "manifest", r"pad_id '0' is not an integer"),
         (lambda m: m.update(counts=[1]), integ.CONSERVE, r"counts\.examples_read, .* not recorded"),
         (lambda m: m["tokens"].update({"in": "5"}), integ.CONSERVE, r"wrong type \(TypeError: "),
-        (lambda m: m.update(split=[{"source_index": "a", "parts": 2}]), integ.SRC, r"wrong type \(ValueError: "),
-        (lambda m: m["shards"][0].update(rows="12"), integ.SHARDS, r"has 12 rows, the manifest says '12'"),
+        (
+            lambda m: m.update(split=[{"source_index": "a", "parts": 2}]),
+            integ.SRC,
+            r"wrong type \(ValueError: ",
+        ),
+        (
+            lambda m: m["shards"][0].update(rows="12"),
+            integ.SHARDS,
+            r"has 12 rows, the manifest says '12'",
+        ),
     ],
     ids=["pad_id", "counts", "tokens.in", "split", "shard rows"],
 )

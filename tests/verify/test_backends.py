@@ -58,7 +58,10 @@ def _check_args(q, k, v, cu_q, cu_k, max_q, max_k, seen):
     assert q.dtype == k.dtype == v.dtype == torch.bfloat16, q.dtype
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
     for cu in (cu_q, cu_k):
-        assert cu.dtype == torch.int32 and cu.device == q.device and cu.dim() == 1, (cu.dtype, cu.device)
+        assert cu.dtype == torch.int32 and cu.device == q.device and cu.dim() == 1, (
+            cu.dtype,
+            cu.device,
+        )
         assert int(cu[0]) == 0 and int(cu[-1]) == total and bool((cu[1:] >= cu[:-1]).all())
     for m in (max_q, max_k):
         assert type(m) is int, type(m)
@@ -74,7 +77,9 @@ def _segments_sdpa(q, k, v, cu, causal, scale):
     for s, e in zip(bounds[:-1], bounds[1:], strict=True):
         if e > s:
             qs, ks, vs = (t[s:e].transpose(0, 1)[None] for t in (q, k, v))
-            out[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale)[0].transpose(0, 1)
+            out[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale)[
+                0
+            ].transpose(0, 1)
     return out
 
 
@@ -93,17 +98,56 @@ class StandIns:
             cu = torch.tensor([0, q.shape[0]], dtype=torch.int32)
         return _segments_sdpa(q, k, v, cu, causal and self.mode != "noncausal", scale)
 
-    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                               alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None):
+    def flash_attn_varlen_func(
+        self,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        dropout_p=0.0,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1),
+        softcap=0.0,
+        alibi_slopes=None,
+        deterministic=False,
+        return_attn_probs=False,
+        block_table=None,
+    ):
         _check_args(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, self.seen)
-        assert causal is True and dropout_p == 0.0 and window_size == (-1, -1) and not return_attn_probs
+        assert (
+            causal is True
+            and dropout_p == 0.0
+            and window_size == (-1, -1)
+            and not return_attn_probs
+        )
         return self._run(q, k, v, cu_seqlens_q, causal, softmax_scale)
 
-    def varlen_attn(self, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
-                    window_size=(-1, -1), enable_gqa=False, seqused_k=None, block_table=None, num_splits=None):
+    def varlen_attn(
+        self,
+        query,
+        key,
+        value,
+        cu_seq_q,
+        cu_seq_k,
+        max_q,
+        max_k,
+        *,
+        return_aux=None,
+        scale=None,
+        window_size=(-1, -1),
+        enable_gqa=False,
+        seqused_k=None,
+        block_table=None,
+        num_splits=None,
+    ):
         _check_args(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, self.seen)
-        assert window_size == (-1, 0), f"window_size {window_size}: (-1, -1), the default, is NOT causal"
+        assert window_size == (-1, 0), (
+            f"window_size {window_size}: (-1, -1), the default, is NOT causal"
+        )
         assert enable_gqa == (key.shape[1] != query.shape[1]) and return_aux is None
         return self._run(query, key, value, cu_seq_q, window_size == (-1, 0), scale)
 
@@ -131,7 +175,10 @@ def gpu(monkeypatch):
 
 
 def _checks(samples, name, models=iso.MODELS):
-    return {c.name: c for c in iso.run_isolation(samples, [bk.make(name, "cpu")], pack_len=L, models=models)}
+    return {
+        c.name: c
+        for c in iso.run_isolation(samples, [bk.make(name, "cpu")], pack_len=L, models=models)
+    }
 
 
 def test_torch_varlen_standin_has_the_installed_signature():
@@ -154,14 +201,25 @@ def test_correct_standin_passes_and_calls_are_counted(gpu, samples, name):
     checks = _checks(samples, name)
     bad = [f"{n}: {c.message}" for n, c in checks.items() if not c.passed]
     assert not bad, bad
-    assert len(checks) == 12 and checks[f"isolation llama/{name} causal"].evidence["max_abs_diff"] == 0.0
-    assert stand.seen == {HEADS["llama"], HEADS["gpt2"]}  # GQA reached the kernel as 4 query / 2 kv heads
+    assert (
+        len(checks) == 12
+        and checks[f"isolation llama/{name} causal"].evidence["max_abs_diff"] == 0.0
+    )
+    assert stand.seen == {
+        HEADS["llama"],
+        HEADS["gpt2"],
+    }  # GQA reached the kernel as 4 query / 2 kv heads
     for kind in iso.MODELS:
         calls = checks[f"isolation {kind}/{name} logits"].evidence["kernel_calls"]
-        assert calls["varlen_calls"] == calls["forwards"] * iso.LAYERS > 0 and calls["dense_calls"] == 0
+        assert (
+            calls["varlen_calls"] == calls["forwards"] * iso.LAYERS > 0
+            and calls["dense_calls"] == 0
+        )
         assert calls["varlen_tokens"] > 0
-    assert stand.calls == sum(checks[f"isolation {k}/{name} logits"].evidence["kernel_calls"]["varlen_calls"]
-                              for k in iso.MODELS)
+    assert stand.calls == sum(
+        checks[f"isolation {k}/{name} logits"].evidence["kernel_calls"]["varlen_calls"]
+        for k in iso.MODELS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -189,8 +247,10 @@ def test_verify_auto_takes_the_flash_kernel_and_reports_counted_calls(gpu, pack)
 def test_flash_kernel_not_claimed_when_the_model_ran_something_else(gpu, pack, monkeypatch):
     """The old report inferred "exercised" from check names: a backend called torch-varlen whose
     model really ran sdpa passes every isolation check, but made 0 varlen calls."""
-    impostor = [bk.Backend("torch-varlen", "sdpa", "varlen_attn", "cpu", "bfloat16", False, False),
-                bk.make("reference", "cpu")]
+    impostor = [
+        bk.Backend("torch-varlen", "sdpa", "varlen_attn", "cpu", "bfloat16", False, False),
+        bk.make("reference", "cpu"),
+    ]
     monkeypatch.setattr(bk, "resolve", lambda backend, device: impostor)
     res = verify(VerifyConfig(path=pack, device="cpu", rows=1))
     assert all(c.passed for c in res.checks if c.name.startswith("isolation"))
@@ -213,7 +273,10 @@ def test_noncausal_kernel_fails_the_causal_probe(gpu, samples, name):
         assert causal.evidence["max_abs_diff"] > 0.1
         assert not checks[f"isolation {kind}/{name} vs reference"].passed
         # blind spots the probe closes: packed and alone run the same wrong kernel
-        assert checks[f"isolation {kind}/{name} logits"].passed and checks[f"isolation {kind}/{name} swap A"].passed
+        assert (
+            checks[f"isolation {kind}/{name} logits"].passed
+            and checks[f"isolation {kind}/{name} swap A"].passed
+        )
 
 
 @pytest.mark.parametrize("name", bk.VARLEN)
@@ -235,7 +298,8 @@ def test_auto_falls_back_when_the_trial_call_raises(gpu):
     assert first.name == "torch-varlen" and ref.name == "reference"
     (note,) = first.notes
     assert note.startswith("flash-attn: trial call (20 tokens") and note.endswith(
-        "failed: RuntimeError: FlashAttention only supports Ampere GPUs or newer.")
+        "failed: RuntimeError: FlashAttention only supports Ampere GPUs or newer."
+    )
     assert first.trial.startswith("trial call") and "matches the fp32 reference" in first.trial
 
 
@@ -258,7 +322,10 @@ def test_capability_below_sm80_is_a_note_in_auto_and_a_usage_error_when_asked(gp
     first, _ = bk.resolve("auto", "cpu")
     assert first.name == "sdpa" and len(first.notes) == 2
     assert all("compute capability 7.5 < 8.0" in n for n in first.notes)
-    with pytest.raises(UsageError, match=r"--backend torch-varlen: compute capability 7.5 < 8.0.*use --backend sdpa"):
+    with pytest.raises(
+        UsageError,
+        match=r"--backend torch-varlen: compute capability 7.5 < 8.0.*use --backend sdpa",
+    ):
         bk.make("torch-varlen", "cpu")
 
 
@@ -288,7 +355,9 @@ def find_spec(name, package=None):  # as where the package is absent (transforme
 importlib.util.find_spec = find_spec
 """
 
-API = BLOCKER + """
+API = (
+    BLOCKER
+    + """
 import json
 from packtool.report.verify import verify_json
 from packtool.verify.run import VerifyConfig
@@ -298,27 +367,45 @@ loaded = sorted(n for n in BLOCK if sys.modules.get(n) is not None)
 print(json.dumps({"passed": res.passed, "failed": [c.name for c in res.failed], "loaded": loaded,
                   "doc": verify_json(res)["schema"]}))
 """
+)
 
-CLI = BLOCKER + """
+CLI = (
+    BLOCKER
+    + """
 sys.argv = ["packtool", "verify", "--self-test", "--rows", "2", "--device", "cpu"]
 from packtool.cli import main
 main()
 """
+)
 
 GPU_IMAGE_ABSENT = ("datasets", "fastokens", "trl", "flash_attn")
 
 
 def _blocked_run(code, blocked):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", code, ",".join(blocked)], capture_output=True, text=True,
-                          timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", code, ",".join(blocked)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_self_test_api_needs_only_numpy_pyarrow_torch_transformers():
     """Beyond the GPU image's missing packages, also without the CLI and report extras (rich,
     typer, click, matplotlib, pandas): the API path runs on numpy, pyarrow, numba, torch and
     transformers alone."""
-    blocked = (*GPU_IMAGE_ABSENT, "rich", "typer", "click", "matplotlib", "pandas", "orjson", "xxhash")
+    blocked = (
+        *GPU_IMAGE_ABSENT,
+        "rich",
+        "typer",
+        "click",
+        "matplotlib",
+        "pandas",
+        "orjson",
+        "xxhash",
+    )
     r = _blocked_run(API, blocked)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -329,7 +416,9 @@ def test_self_test_api_needs_only_numpy_pyarrow_torch_transformers():
 def test_verify_self_test_command_without_datasets_fastokens_trl_flash_attn():
     r = _blocked_run(CLI, GPU_IMAGE_ABSENT)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "verify passed" in r.stderr and "FlashAttention kernel not exercised (no CUDA)" in r.stderr
+    assert (
+        "verify passed" in r.stderr and "FlashAttention kernel not exercised (no CUDA)" in r.stderr
+    )
 
 
 def test_sample_rows_follow_the_row_layout():
@@ -338,7 +427,9 @@ def test_sample_rows_follow_the_row_layout():
     assert len(s.seq_lengths) >= 2 and n <= 256
     starts = np.concatenate(([0], np.cumsum(s.seq_lengths)[:-1]))
     assert (s.position_ids[starts] == 0).all() and (s.labels[starts] == schema.IGNORE_INDEX).all()
-    assert (s.labels[n:] == schema.IGNORE_INDEX).all() and (s.position_ids[n:] == np.arange(256 - n)).all()
+    assert (s.labels[n:] == schema.IGNORE_INDEX).all() and (
+        s.position_ids[n:] == np.arange(256 - n)
+    ).all()
 
 
 def test_explicit_backend_reports_its_trial_but_is_judged_by_the_checks(gpu, pack):
@@ -348,4 +439,6 @@ def test_explicit_backend_reports_its_trial_but_is_judged_by_the_checks(gpu, pac
     res = verify(VerifyConfig(path=pack, backend="torch-varlen", device="cpu", rows=1))
     assert not res.passed and "isolation llama/torch-varlen causal" in [c.name for c in res.failed]
     flash = next(c for c in res.checks if c.name == "FlashAttention kernel")
-    assert flash.passed and flash.evidence["trial"] == b.trial  # it ran (counted), and computed the wrong thing
+    assert (
+        flash.passed and flash.evidence["trial"] == b.trial
+    )  # it ran (counted), and computed the wrong thing

@@ -23,9 +23,18 @@ L = 128
 
 def test_clean_pack_passes_every_check(clean_pack, checks_of):
     by_name, summary = checks_of(clean_pack)
-    assert all(c.passed for c in by_name.values()), [c.message for c in by_name.values() if not c.passed]
-    for name in (*integ.ROW_CHECKS, integ.SCHEMA, integ.NO_MASK, integ.SHARDS, integ.SRC, integ.COUNTS,
-                 integ.CONSERVE):
+    assert all(c.passed for c in by_name.values()), [
+        c.message for c in by_name.values() if not c.passed
+    ]
+    for name in (
+        *integ.ROW_CHECKS,
+        integ.SCHEMA,
+        integ.NO_MASK,
+        integ.SHARDS,
+        integ.SRC,
+        integ.COUNTS,
+        integ.CONSERVE,
+    ):
         assert name in by_name
     assert summary["rows"] == by_name[integ.COUNTS].evidence["rows"] > 0
 
@@ -37,8 +46,11 @@ def test_real_packer_packs_pass(tmp_path, failed_of):
     from packtool.pack import PackConfig, pack_tokenized
 
     docs = st.make_documents(80, seed=2, min_len=4, max_len=300)
-    td = TokenizedData.from_lists([d[0].tolist() for d in docs], [d[1].tolist() for d in docs],
-                                  tokenizer={"name": "t", "pad_id": 0})
+    td = TokenizedData.from_lists(
+        [d[0].tolist() for d in docs],
+        [d[1].tolist() for d in docs],
+        tokenizer={"name": "t", "pad_id": 0},
+    )
     for overflow in ("drop", "truncate", "split"):
         out = tmp_path / overflow
         pack_tokenized(td, PackConfig(pack_len=L, overflow=overflow, shard_rows=20), str(out))
@@ -50,7 +62,9 @@ def test_real_packer_packs_pass(tmp_path, failed_of):
 # speed
 
 
-def _synthetic_rows(n_rows: int, pack_len: int, *, seed: int = 0, mean_len: int = 600, vocab: int = 150_000):
+def _synthetic_rows(
+    n_rows: int, pack_len: int, *, seed: int = 0, mean_len: int = 600, vocab: int = 150_000
+):
     """Valid rows built with whole-array numpy, as `packtool.io.shards.rows_table` arguments (the
     packer would take minutes for 100M tokens): documents of random lengths, a random pad tail."""
     rng = np.random.default_rng(seed)
@@ -68,10 +82,17 @@ def _synthetic_rows(n_rows: int, pack_len: int, *, seed: int = 0, mean_len: int 
     ids[~cov] = 0
     lab = ids.copy()
     lab[(pos < 4) | ~cov] = schema.IGNORE_INDEX  # doc starts (and a short prompt) carry no loss
-    return dict(input_ids=ids, labels=lab, position_ids=pos, document_id=doc,
-                seq_offsets=np.arange(0, n_rows * per_row + 1, per_row), seq_lengths=lens.reshape(-1),
-                source_index=np.arange(n_rows * per_row), num_tokens=ntok,
-                num_loss_tokens=(lab != schema.IGNORE_INDEX).sum(axis=1))
+    return dict(
+        input_ids=ids,
+        labels=lab,
+        position_ids=pos,
+        document_id=doc,
+        seq_offsets=np.arange(0, n_rows * per_row + 1, per_row),
+        seq_lengths=lens.reshape(-1),
+        source_index=np.arange(n_rows * per_row),
+        num_tokens=ntok,
+        num_loss_tokens=(lab != schema.IGNORE_INDEX).sum(axis=1),
+    )
 
 
 def _write_synthetic_pack(out, n_rows: int, pack_len: int, chunk: int = 2_000) -> None:
@@ -81,7 +102,9 @@ def _write_synthetic_pack(out, n_rows: int, pack_len: int, chunk: int = 2_000) -
 
     rel = f"{schema.DATA_DIR}/{schema.shard_name(0, 1)}"
     os.makedirs(out / schema.DATA_DIR)
-    writer = pq.ParquetWriter(str(out / rel), schema.arrow_schema(pack_len), **shards.writer_options())
+    writer = pq.ParquetWriter(
+        str(out / rel), schema.arrow_schema(pack_len), **shards.writer_options()
+    )
     src0 = tok = loss = 0
     for r0 in range(0, n_rows, chunk):
         cols = _synthetic_rows(min(chunk, n_rows - r0), pack_len, seed=r0)
@@ -91,12 +114,35 @@ def _write_synthetic_pack(out, n_rows: int, pack_len: int, chunk: int = 2_000) -
         loss += int(cols["num_loss_tokens"].sum())
         writer.write_table(shards.rows_table(**cols), row_group_size=1024)
     writer.close()
-    m = {"schema_version": 1, "pack_len": pack_len, "pad_id": 0,
-         "counts": {"examples_read": src0, "skipped": 0, "tokenized": src0, "packed": src0, "truncated": 0,
-                    "split": 0, "split_parts": 0, "dropped": 0, "documents": src0, "rows": n_rows},
-         "skipped": [], "dropped": [], "truncated": [], "split": [],
-         "tokens": {"in": tok, "out": tok, "cut": 0, "loss_out": loss, "pad": n_rows * pack_len - tok},
-         "shards": [{"file": rel, "rows": n_rows, "sha256": shards.sha256_file(out / rel)}]}
+    m = {
+        "schema_version": 1,
+        "pack_len": pack_len,
+        "pad_id": 0,
+        "counts": {
+            "examples_read": src0,
+            "skipped": 0,
+            "tokenized": src0,
+            "packed": src0,
+            "truncated": 0,
+            "split": 0,
+            "split_parts": 0,
+            "dropped": 0,
+            "documents": src0,
+            "rows": n_rows,
+        },
+        "skipped": [],
+        "dropped": [],
+        "truncated": [],
+        "split": [],
+        "tokens": {
+            "in": tok,
+            "out": tok,
+            "cut": 0,
+            "loss_out": loss,
+            "pad": n_rows * pack_len - tok,
+        },
+        "shards": [{"file": rel, "rows": n_rows, "sha256": shards.sha256_file(out / rel)}],
+    }
     (out / schema.MANIFEST).write_text(json.dumps(m))
 
 
@@ -111,7 +157,9 @@ def test_scan_speed_100m_tokens(tmp_path, checks_of):
     t = time.perf_counter()
     by_name, summary = checks_of(out)
     seconds = time.perf_counter() - t
-    assert all(c.passed for c in by_name.values()), [c.message for c in by_name.values() if not c.passed]
+    assert all(c.passed for c in by_name.values()), [
+        c.message for c in by_name.values() if not c.passed
+    ]
     assert summary["rows"] * pack_len >= 100_000_000
     print(f"\nintegrity: {summary['rows'] * pack_len / 1e6:.1f}M token slots in {seconds:.1f} s")
     assert seconds < 60

@@ -30,8 +30,17 @@ def samples(tmp_path_factory):
     seq = table.column("seq_lengths").to_pylist()
     rows = [r for r, s in enumerate(seq) if len(s) >= 3][:2]
     assert len(rows) == 2
-    return [iso.Sample("data/s.parquet", r, cols["input_ids"][r], cols["labels"][r], cols["position_ids"][r],
-                       np.asarray(seq[r])) for r in rows]
+    return [
+        iso.Sample(
+            "data/s.parquet",
+            r,
+            cols["input_ids"][r],
+            cols["labels"][r],
+            cols["position_ids"][r],
+            np.asarray(seq[r]),
+        )
+        for r in rows
+    ]
 
 
 def test_varlen_segments_are_the_contracts():
@@ -47,7 +56,9 @@ def _by_name(checks):
 
 
 def _run(samples, backend="reference", models=iso.MODELS):
-    return _by_name(iso.run_isolation(samples, [bk.make(backend, "cpu")], pack_len=L, models=models))
+    return _by_name(
+        iso.run_isolation(samples, [bk.make(backend, "cpu")], pack_len=L, models=models)
+    )
 
 
 @pytest.mark.parametrize("backend", ["sdpa", "eager", "reference"])
@@ -59,16 +70,30 @@ def test_correct_rows_pass_on_cpu_backend(samples, backend):
     assert not bad, bad
     ev = checks[f"isolation gpt2/{backend} logits"].evidence
     assert ev["rows_tested"] == 2 and ev["dtype"] == "float32" and ev["max_abs_diff"] <= ev["tol"]
-    assert checks[f"isolation llama/{backend} swap A"].evidence["exact"]  # deterministic on CPU: bit-exact
+    assert checks[f"isolation llama/{backend} swap A"].evidence[
+        "exact"
+    ]  # deterministic on CPU: bit-exact
     causal = checks[f"isolation llama/{backend} causal"].evidence
-    assert causal["max_abs_diff"] == 0.0 and causal["documents_probed"] >= 4 and causal["changed_token_min_diff"] > 0
+    assert (
+        causal["max_abs_diff"] == 0.0
+        and causal["documents_probed"] >= 4
+        and causal["changed_token_min_diff"] > 0
+    )
     power = checks[f"isolation llama/{backend} control"].evidence["power_over_tol"]
     assert min(power.values()) > 10
-    calls = ev["kernel_calls"]  # counted: the reference loop is a varlen call per layer; sdpa dense; eager neither
+    calls = ev[
+        "kernel_calls"
+    ]  # counted: the reference loop is a varlen call per layer; sdpa dense; eager neither
     if backend == "reference":
-        assert calls["varlen_calls"] == calls["forwards"] * iso.LAYERS > 0 and calls["dense_calls"] == 0
+        assert (
+            calls["varlen_calls"] == calls["forwards"] * iso.LAYERS > 0
+            and calls["dense_calls"] == 0
+        )
     elif backend == "sdpa":
-        assert calls["varlen_calls"] == 0 and calls["dense_calls"] == calls["forwards"] * iso.LAYERS > 0
+        assert (
+            calls["varlen_calls"] == 0
+            and calls["dense_calls"] == calls["forwards"] * iso.LAYERS > 0
+        )
     else:
         assert calls["varlen_calls"] == calls["dense_calls"] == 0 and calls["forwards"] > 0
     if backend != "reference":
@@ -106,7 +131,10 @@ def test_gpt2_sees_positions_not_reset_where_attention_is_isolated(samples):
     checks = _run(_positions_continue(samples), "reference")
     c = checks["isolation gpt2/reference logits"]
     assert not c.passed
-    assert "worst: data/s.parquet row" in c.message and "documents see each other or positions are wrong" in c.message
+    assert (
+        "worst: data/s.parquet row" in c.message
+        and "documents see each other or positions are wrong" in c.message
+    )
     assert c.evidence["max_abs_diff"] > 100 * c.evidence["tol"]
 
 
@@ -192,7 +220,10 @@ def test_position_ids_alone_isolate(impl, kind):
 @pytest.mark.parametrize("kind", iso.MODELS)
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 def test_pitfall_all_ones_attention_mask_attends_across_documents(impl, kind):
-    assert _leak(impl, kind, use_cache=False, attention_mask=torch.ones(1, 48, dtype=torch.long)) > 0.01
+    assert (
+        _leak(impl, kind, use_cache=False, attention_mask=torch.ones(1, 48, dtype=torch.long))
+        > 0.01
+    )
 
 
 @pytest.mark.parametrize("kind", iso.MODELS)
@@ -252,11 +283,16 @@ def test_gpu_smoke(tmp_path):
         assert res.passed, bad
         flash = next(c for c in res.checks if c.name == "FlashAttention kernel")
         assert flash.passed and not flash.skipped, flash.message
-        ev = flash.evidence  # counted, not inferred: one varlen call per layer and forward, nothing dense
+        ev = (
+            flash.evidence
+        )  # counted, not inferred: one varlen call per layer and forward, nothing dense
         assert ev["varlen_calls"] == ev["expected_varlen_calls"] > 0 and ev["dense_calls"] == 0, ev
         assert res.to_dict()["kernel_calls"][ev["backend"]]["llama"]["varlen_calls"] > 0
-        diffs = {c.name: (c.evidence.get("max_abs_diff"), c.evidence.get("dtype")) for c in res.checks
-                 if c.name.endswith("logits")}
+        diffs = {
+            c.name: (c.evidence.get("max_abs_diff"), c.evidence.get("dtype"))
+            for c in res.checks
+            if c.name.endswith("logits")
+        }
         print(f"\nGPU {backend}: {res.kernels} {seconds:.1f}s {diffs}")
 
 
@@ -278,8 +314,9 @@ def test_bf16_tolerances_hold_and_control_keeps_power(samples):
 
 def test_measure_tolerances_reports_every_comparison():
     lines = []
-    out = iso.measure_tolerances([bk.make("sdpa", "cpu")], pack_lens=(96,), rows=2, models=("gpt2",),
-                                 echo=lines.append)
+    out = iso.measure_tolerances(
+        [bk.make("sdpa", "cpu")], pack_lens=(96,), rows=2, models=("gpt2",), echo=lines.append
+    )
     assert out["ok"], out["failures"]
     (row,) = out["rows"]
     assert row["pack_len"] == 96 and row["backend"] == "sdpa" and row["model"] == "gpt2"
@@ -297,4 +334,7 @@ def test_kernel_that_raises_is_a_failed_check_not_a_traceback(samples, monkeypat
     backend = bk.make("reference", "cpu")
     (c,) = iso.run_isolation(samples, [backend], pack_len=L, models=("llama",))
     assert not c.passed and c.name == "isolation llama/reference"
-    assert c.message == "the reference kernel raised RuntimeError: CUDA error: no kernel image is available"
+    assert (
+        c.message
+        == "the reference kernel raised RuntimeError: CUDA error: no kernel image is available"
+    )

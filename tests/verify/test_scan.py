@@ -31,8 +31,10 @@ def _oracle(cols, pad_id):
     out = {}
     R, n = cols["input_ids"].shape
     for r in range(R):
-        lens = cols["seq_val"][cols["seq_off"][r]:cols["seq_off"][r + 1]]
-        doc = np.concatenate([np.full(k, j) for j, k in enumerate(lens)] + [np.full(n - sum(lens), -1)])
+        lens = cols["seq_val"][cols["seq_off"][r] : cols["seq_off"][r + 1]]
+        doc = np.concatenate(
+            [np.full(k, j) for j, k in enumerate(lens)] + [np.full(n - sum(lens), -1)]
+        )
         pos = np.concatenate([np.arange(k) for k in lens] + [np.arange(n - sum(lens))])
         first = np.zeros(n, bool)
         first[np.concatenate(([0], np.cumsum(lens)[:-1]))] = True
@@ -77,7 +79,11 @@ def test_scan_matches_oracle_on_random_corruption(clean_pack, column):
         got = integ.scan_rows(cols, pad_id=0)
         want = _oracle(cols, 0)
         for name in (integ.DOC, integ.POS, integ.LAB_MASK, integ.LAB_EQ, integ.PAD):
-            have = dict(zip(got[name]["rows"].tolist(), got[name]["pos"].tolist(), strict=True)) if name in got else {}
+            have = (
+                dict(zip(got[name]["rows"].tolist(), got[name]["pos"].tolist(), strict=True))
+                if name in got
+                else {}
+            )
             assert have == want.get(name, {}), name
 
 
@@ -107,7 +113,8 @@ def test_positions_not_reset(pack, failed_of):
     a = seq[r][0]
     assert set(failed) == {integ.POS}
     assert failed[integ.POS].message.startswith(
-        f"{rel} row {r} position {a} (document 1): position_id {a}, expected 0")
+        f"{rel} row {r} position {a} (document 1): position_id {a}, expected 0"
+    )
 
 
 def test_first_label_not_masked(pack, expect_failure):
@@ -119,7 +126,11 @@ def test_first_label_not_masked(pack, expect_failure):
     nloss = table.column("num_loss_tokens").to_numpy().copy()
     nloss[r] += 1
     st.write_shard(str(pack), rel, st.replace_columns(table, labels=lab, num_loss_tokens=nloss))
-    expect_failure(pack, integ.LAB_MASK, rf"^{rel} row {r} position {a} \(first token of document 1\): label \d+, must be -100")
+    expect_failure(
+        pack,
+        integ.LAB_MASK,
+        rf"^{rel} row {r} position {a} \(first token of document 1\): label \d+, must be -100",
+    )
 
 
 def test_token_moved_across_document_boundary(pack, failed_of):
@@ -128,17 +139,26 @@ def test_token_moved_across_document_boundary(pack, failed_of):
     rel, table = st.read_shard(str(pack), 0)
     seq = table.column("seq_lengths").to_pylist()
     lab = st.token_column(table, "labels")
-    r = next(i for i, s in enumerate(seq) if len(s) >= 2 and s[0] > 1 and lab[i, s[0] - 1] != IGNORE)
+    r = next(
+        i for i, s in enumerate(seq) if len(s) >= 2 and s[0] > 1 and lab[i, s[0] - 1] != IGNORE
+    )
     a = seq[r][0]
     seq[r][0] -= 1
     seq[r][1] += 1
     doc, pos = st.token_column(table, "document_id"), st.token_column(table, "position_ids")
     doc[r, a - 1] = 1
-    pos[r, a - 1:a - 1 + seq[r][1]] = np.arange(seq[r][1])
-    st.write_shard(str(pack), rel, st.replace_columns(table, seq_lengths=seq, document_id=doc, position_ids=pos))
+    pos[r, a - 1 : a - 1 + seq[r][1]] = np.arange(seq[r][1])
+    st.write_shard(
+        str(pack),
+        rel,
+        st.replace_columns(table, seq_lengths=seq, document_id=doc, position_ids=pos),
+    )
     failed = failed_of(pack)
     assert set(failed) == {integ.LAB_MASK}
-    assert f"{rel} row {r} position {a - 1} (first token of document 1)" in failed[integ.LAB_MASK].message
+    assert (
+        f"{rel} row {r} position {a - 1} (first token of document 1)"
+        in failed[integ.LAB_MASK].message
+    )
 
 
 def test_token_swapped_across_boundary_breaks_labels(pack, expect_failure):
@@ -146,12 +166,19 @@ def test_token_swapped_across_boundary_breaks_labels(pack, expect_failure):
     rel, table = st.read_shard(str(pack), 0)
     seq = table.column("seq_lengths").to_pylist()
     ids, lab = st.token_column(table, "input_ids"), st.token_column(table, "labels")
-    r = next(i for i, s in enumerate(seq) if len(s) >= 2 and lab[i, s[0] - 1] != IGNORE
-             and ids[i, s[0] - 1] != ids[i, s[0]])
+    r = next(
+        i
+        for i, s in enumerate(seq)
+        if len(s) >= 2 and lab[i, s[0] - 1] != IGNORE and ids[i, s[0] - 1] != ids[i, s[0]]
+    )
     a = seq[r][0]
     ids[r, [a - 1, a]] = ids[r, [a, a - 1]]
     st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids))
-    expect_failure(pack, integ.LAB_EQ, rf"^{rel} row {r} position {a - 1} \(document 0\): label \d+ != input_id \d+")
+    expect_failure(
+        pack,
+        integ.LAB_EQ,
+        rf"^{rel} row {r} position {a - 1} \(document 0\): label \d+ != input_id \d+",
+    )
 
 
 def test_document_id_disagrees_with_seq_lengths(pack, failed_of):
@@ -164,7 +191,8 @@ def test_document_id_disagrees_with_seq_lengths(pack, failed_of):
     failed = failed_of(pack)
     assert set(failed) == {integ.DOC}
     assert failed[integ.DOC].message.startswith(
-        f"{rel} row {r} position {a}: document_id 0, but seq_lengths put document 1 there")
+        f"{rel} row {r} position {a}: document_id 0, but seq_lengths put document 1 there"
+    )
 
 
 def test_seq_lengths_overflowing_the_row(pack, failed_of):
@@ -194,7 +222,10 @@ def test_pad_tail_with_wrong_token(pack, failed_of):
     ids = st.token_column(table, "input_ids")
     ids[r, L - 1] = 7
     st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids))
-    assert failed_of(pack)[integ.PAD].message == f"{rel} row {r} position {L - 1} (padding): input_id 7 != pad id 0"
+    assert (
+        failed_of(pack)[integ.PAD].message
+        == f"{rel} row {r} position {L - 1} (padding): input_id 7 != pad id 0"
+    )
 
 
 def test_merged_documents_with_both_source_indices_name_the_row(pack, failed_of):
@@ -203,5 +234,7 @@ def test_merged_documents_with_both_source_indices_name_the_row(pack, failed_of)
     st.write_shard(str(pack), rel, merged)
     seq_r = merged.column("seq_lengths").to_pylist()[r]
     msg = failed_of(pack)[integ.SRC].message
-    assert msg.startswith(f"{rel} row {r}: {len(src_r)} source_index entries for {len(seq_r)} documents "
-                          f"(source_index {src_r}, seq_lengths {seq_r}): documents merged (a boundary lost)"), msg
+    assert msg.startswith(
+        f"{rel} row {r}: {len(src_r)} source_index entries for {len(seq_r)} documents "
+        f"(source_index {src_r}, seq_lengths {seq_r}): documents merged (a boundary lost)"
+    ), msg

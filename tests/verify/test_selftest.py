@@ -14,7 +14,9 @@ L = 128
 
 def _build(tmp_path, n_docs=40):
     out = str(tmp_path / "pack")
-    st.write_documents(out, st.make_documents(n_docs, seed=1, min_len=8, max_len=L // 3), L, shard_rows=4)
+    st.write_documents(
+        out, st.make_documents(n_docs, seed=1, min_len=8, max_len=L // 3), L, shard_rows=4
+    )
     return out
 
 
@@ -44,7 +46,11 @@ def test_self_test_pack_check_fails_when_documents_are_missing(tmp_path):
     rel, table = st.read_shard(out, 0)
     st.write_shard(out, rel, table.slice(0, 1), fix_manifest=False)  # rows lost after the manifest
     c = st._pack_check(out, "w", 0.5, 40)
-    assert not c.passed and "the shards hold" in c.message and "documents, 40 were written" in c.message
+    assert (
+        not c.passed
+        and "the shards hold" in c.message
+        and "documents, 40 were written" in c.message
+    )
 
 
 def test_self_test_pack_check_fails_on_an_empty_pack(tmp_path):

@@ -67,8 +67,12 @@ def test_sample_compares_only_n_records_deterministically(built):
     n = manifest(built[1])["counts"]["tokenized"]
     assert ev["records_compared"] == 5 and len(ev["sampled_source_index"]) == 5
     assert a[vs.TOKENS]["message"].startswith(f"5 of {n} packed records (--sample 5, --seed 0)")
-    assert verify(built[1], "--sources", "--sample", 5)[1][vs.TOKENS]["evidence"]["sampled_source_index"] == \
-        ev["sampled_source_index"]
+    assert (
+        verify(built[1], "--sources", "--sample", 5)[1][vs.TOKENS]["evidence"][
+            "sampled_source_index"
+        ]
+        == ev["sampled_source_index"]
+    )
     other = verify(built[1], "--sources", "--sample", 5, "--seed", 1)[1][vs.TOKENS]["evidence"]
     assert other["sampled_source_index"] != ev["sampled_source_index"]
 
@@ -81,8 +85,13 @@ def test_sample_skips_damage_outside_the_sample(pack):
     ids = st.token_column(table, "input_ids")
     ids[r, p] += 1
     st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids))
-    n = manifest(pack)["counts"]["tokenized"]  # nothing dropped or skipped: record i = source_index i
-    picks = {seed: int(np.random.default_rng(seed).choice(n, size=1, replace=False)[0]) for seed in range(200)}
+    n = manifest(pack)["counts"][
+        "tokenized"
+    ]  # nothing dropped or skipped: record i = source_index i
+    picks = {
+        seed: int(np.random.default_rng(seed).choice(n, size=1, replace=False)[0])
+        for seed in range(200)
+    }
     hit = next(seed for seed, i in picks.items() if i == src)
     miss = next(seed for seed, i in picks.items() if i != src)
     code, checks = verify(pack, "--sources", "--sample", 1, "--seed", hit)

@@ -25,9 +25,14 @@ def test_untouched_counts_agree(built):
     acc = checks[vs.ACCOUNT]
     m = manifest(built[1])
     assert code == 0 and acc["status"] == "pass"
-    assert acc["message"] == (f"{m['counts']['tokenized']} records tokenized again: counts, dropped, truncated, "
-                              "split and skipped agree with the manifest")
-    assert acc["evidence"]["split"] == m["counts"]["split"] and acc["evidence"]["split_parts"] == m["counts"]["split_parts"]
+    assert acc["message"] == (
+        f"{m['counts']['tokenized']} records tokenized again: counts, dropped, truncated, "
+        "split and skipped agree with the manifest"
+    )
+    assert (
+        acc["evidence"]["split"] == m["counts"]["split"]
+        and acc["evidence"]["split_parts"] == m["counts"]["split_parts"]
+    )
 
 
 def test_re_signed_counts_and_an_unlisted_split_record_are_named(pack):
@@ -44,5 +49,8 @@ def test_re_signed_counts_and_an_unlisted_split_record_are_named(pack):
     n = manifest(pack)["counts"]["tokenized"]
     assert f"counts.tokenized is {n} in the manifest, {n - 1} from the sources" in msg
     assert f":{gone + 1} (source_index {gone}, " in msg
-    assert f"tokens) is split at --len {L} (--overflow split) but not listed under split in the manifest" in msg
+    assert (
+        f"tokens) is split at --len {L} (--overflow split) but not listed under split in the manifest"
+        in msg
+    )
     assert checks[vs.TOKENS]["status"] == "pass"  # the shards themselves are untouched

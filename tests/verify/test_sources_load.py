@@ -42,8 +42,15 @@ def test_changed_source_file_fails_its_sha256(built, pack, tmp_path):
     code, checks = verify(pack, "--sources", data)
     assert code == 1
     msg = checks[vs.FILES]["message"]
-    assert msg.startswith(f"{data}: sha256 ") and "the manifest records" in msg and "the source changed after packing" in msg
-    assert checks[vs.TOKENS]["status"] == "skip" and checks[vs.TOKENS]["message"] == f"not run: {vs.FILES} failed"
+    assert (
+        msg.startswith(f"{data}: sha256 ")
+        and "the manifest records" in msg
+        and "the source changed after packing" in msg
+    )
+    assert (
+        checks[vs.TOKENS]["status"] == "skip"
+        and checks[vs.TOKENS]["message"] == f"not run: {vs.FILES} failed"
+    )
 
 
 def test_data_moved_needs_and_takes_the_new_path(built, pack, tmp_path):
@@ -74,7 +81,9 @@ def test_relative_source_path_is_found_beside_the_pack(built, tmp_path, monkeypa
     monkeypatch.chdir(work)
     assert cli("pack", "chats.jsonl", "--len", L, "--out", "rel").exit_code == 0
     assert manifest(work / "rel")["sources"][0]["path"] == "chats.jsonl"
-    monkeypatch.chdir(tmp_path)  # verify from somewhere else: the path is relative to where pack ran
+    monkeypatch.chdir(
+        tmp_path
+    )  # verify from somewhere else: the path is relative to where pack ran
     code, checks = verify(work / "rel", "--sources")
     assert code == 0, [c["message"] for c in failed(checks).values()]
     assert checks[vs.FILES]["evidence"]["data"] == str(work / "chats.jsonl")
@@ -84,7 +93,8 @@ def test_no_recorded_source_asks_for_the_data(tmp_path):
     with pytest.raises(vs.Stop) as e:
         sources_load.recorded_data({"options": {}, "sources": []}, str(tmp_path))
     assert e.value.check.name == vs.FILES and e.value.check.message.endswith(
-        "pass the data: packtool verify PACK --sources DATA")
+        "pass the data: packtool verify PACK --sources DATA"
+    )
 
 
 def test_provenance_names_the_line_of_a_record(built):
@@ -98,8 +108,12 @@ def test_changed_template_hash_is_named(pack):
     code, checks = verify(pack, "--sources")
     assert code == 1
     msg = checks[vs.TEMPLATE]["message"]
-    assert msg.startswith("chat template 'chatml-train' (resolved from the recorded no --chat-template") and \
-        f"the manifest records {'0' * 16}" in msg
+    assert (
+        msg.startswith(
+            "chat template 'chatml-train' (resolved from the recorded no --chat-template"
+        )
+        and f"the manifest records {'0' * 16}" in msg
+    )
 
 
 def test_changed_tokenizer_hash_is_named(pack):

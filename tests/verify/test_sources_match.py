@@ -49,8 +49,11 @@ def test_damaged_split_part_is_caught_and_named_as_a_part(pack):
     code, checks = verify(pack, "--sources")
     assert code == 1
     msg = checks[vs.TOKENS]["message"]
-    assert re.search(rf"\(source_index {src}, part \d of {split['parts']}: record tokens \d+\.\.\d+\) -> {rel} "
-                     rf"row {r} position {col} \(document {k}, token 5\): input_id", msg), msg
+    assert re.search(
+        rf"\(source_index {src}, part \d of {split['parts']}: record tokens \d+\.\.\d+\) -> {rel} "
+        rf"row {r} position {col} \(document {k}, token 5\): input_id",
+        msg,
+    ), msg
 
 
 def test_merged_documents_named_by_row(pack):
@@ -61,16 +64,25 @@ def test_merged_documents_named_by_row(pack):
     code, checks = verify(pack)
     assert code == 1
     msg = checks[integ.CONSERVE]["message"]
-    assert f"source_index {srcs[1]} is in no row and not listed as skipped or dropped (merged into another document" in msg
+    assert (
+        f"source_index {srcs[1]} is in no row and not listed as skipped or dropped (merged into another document"
+        in msg
+    )
     code, checks = verify(pack, "--sources")
     assert code == 1
     msg = checks[vs.TOKENS]["message"]
-    part = r"(, part \d+ of \d+: record tokens \d+\.\.\d+)?"  # either may be a part of a split record
-    assert re.search(rf"\(source_index {srcs[0]}{part}\) -> {re.escape(rel)} row {r} document 0: document 0 holds "
-                     rf"{a + b} tokens, the record gives {a} when tokenized again \(documents merged or tokens added\)",
-                     msg), msg
+    part = (
+        r"(, part \d+ of \d+: record tokens \d+\.\.\d+)?"  # either may be a part of a split record
+    )
+    assert re.search(
+        rf"\(source_index {srcs[0]}{part}\) -> {re.escape(rel)} row {r} document 0: document 0 holds "
+        rf"{a + b} tokens, the record gives {a} when tokenized again \(documents merged or tokens added\)",
+        msg,
+    ), msg
     text = " ".join(e["message"] for e in checks[vs.TOKENS]["evidence"]["first"])
-    assert re.search(rf"\(source_index {srcs[1]}{part}, {b} tokens\) is in no row and not dropped", text), text
+    assert re.search(
+        rf"\(source_index {srcs[1]}{part}, {b} tokens\) is in no row and not dropped", text
+    ), text
 
 
 def test_merged_documents_keeping_both_source_indices_named_by_row(pack):
@@ -80,8 +92,10 @@ def test_merged_documents_keeping_both_source_indices_named_by_row(pack):
     code, checks = verify(pack)
     assert code == 1
     msg = checks[integ.SRC]["message"]
-    assert msg.startswith(f"{rel} row {r}: {len(srcs)} source_index entries for {len(srcs) - 1} documents "
-                          f"(source_index {srcs}, seq_lengths [{a + b}"), msg
+    assert msg.startswith(
+        f"{rel} row {r}: {len(srcs)} source_index entries for {len(srcs) - 1} documents "
+        f"(source_index {srcs}, seq_lengths [{a + b}"
+    ), msg
     assert "documents merged (a boundary lost)" in msg
 
 
@@ -98,9 +112,14 @@ def test_duplicated_row_named_by_rows(pack):
     msg = checks[integ.SRC]["message"]
     v = min(src0)  # the smallest repeated index is named
     k = src0.index(v)
-    assert msg.startswith(f"source_index {v} appears 2 times ({rel} row 0 document {k}, {rel} row {R - 1} "
-                          f"document {k}), expected 1"), msg
-    assert f"{rel} row {R - 1} holds the same documents as {rel} row 0 ({src0}): a duplicated row" in msg
+    assert msg.startswith(
+        f"source_index {v} appears 2 times ({rel} row 0 document {k}, {rel} row {R - 1} "
+        f"document {k}), expected 1"
+    ), msg
+    assert (
+        f"{rel} row {R - 1} holds the same documents as {rel} row 0 ({src0}): a duplicated row"
+        in msg
+    )
     code, checks = verify(pack, "--sources")
     assert code == 1
     text = " ".join(e["message"] for e in checks[vs.TOKENS]["evidence"]["first"])

@@ -27,7 +27,12 @@ def built(tmp_path_factory):
 def _tokenized(lengths, source_index=None):
     """A TokenizedData stand-in: record r's ids are 100*r + 0, 1, 2, ...; labels = ids."""
     ids = [[100 * r + t for t in range(n)] for r, n in enumerate(lengths)]
-    table = pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32())), "labels": pa.array(ids, pa.list_(pa.int32()))})
+    table = pa.table(
+        {
+            "input_ids": pa.array(ids, pa.list_(pa.int32())),
+            "labels": pa.array(ids, pa.list_(pa.int32())),
+        }
+    )
     src = np.arange(len(lengths)) if source_index is None else np.asarray(source_index)
     return SimpleNamespace(table=table, lengths=np.asarray(lengths), source_index=src)
 
@@ -37,17 +42,22 @@ def test_pieces_are_the_packers_cut(overflow):
     lengths = [3, 9, 0, 5]
     exp = sp.expected_pieces(_tokenized(lengths), {"pack_len": 4, "overflow": overflow})
     want = apply_overflow(np.array(lengths), np.arange(4), 4, overflow)
-    assert exp.piece_row.tolist() == want.row.tolist() and exp.piece_start.tolist() == want.start.tolist()
+    assert (
+        exp.piece_row.tolist() == want.row.tolist()
+        and exp.piece_start.tolist() == want.start.tolist()
+    )
     assert exp.piece_len.tolist() == want.length.tolist()
     assert exp.num_pieces.tolist() == np.bincount(want.row, minlength=4).tolist()
     for r in range(4):  # a record's pieces are consecutive, from first_piece
         p0, n = int(exp.first_piece[r]), int(exp.num_pieces[r])
-        assert (exp.piece_row[p0:p0 + n] == r).all()
+        assert (exp.piece_row[p0 : p0 + n] == r).all()
 
 
 def test_gather_puts_pieces_back_to_back():
     exp = sp.expected_pieces(_tokenized([3, 9, 0, 5]), {"pack_len": 4, "overflow": "split"})
-    ids, lab, off = exp.gather(exp.piece_row[[2, 0, 3]], exp.piece_start[[2, 0, 3]], exp.piece_len[[2, 0, 3]])
+    ids, lab, off = exp.gather(
+        exp.piece_row[[2, 0, 3]], exp.piece_start[[2, 0, 3]], exp.piece_len[[2, 0, 3]]
+    )
     assert ids.tolist() == [104, 105, 106, 107, 0, 1, 2, 108] and off.tolist() == [0, 4, 7, 8]
     assert lab.tolist() == ids.tolist() and ids.dtype == np.int32
     assert exp.record_of(np.array([3, 1, 7])).tolist() == [3, 1, -1]
@@ -62,7 +72,9 @@ def test_split_parts_hash_apart():
 
 def test_records_out_of_source_order_stop():
     with pytest.raises(vs.Stop, match="not in source order"):
-        sp.expected_pieces(_tokenized([3, 3], source_index=[1, 0]), {"pack_len": 4, "overflow": "drop"})
+        sp.expected_pieces(
+            _tokenized([3, 3], source_index=[1, 0]), {"pack_len": 4, "overflow": "drop"}
+        )
 
 
 @pytest.mark.parametrize("overflow", ["truncate", "drop"])
@@ -94,5 +106,8 @@ def test_truncated_and_dropped_records(built, tmp_path, overflow):
     st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids, labels=lab))
     code, checks = verify(pack, "--sources")
     assert code == 1
-    assert f"(source_index {src}, truncated to 256 of {cut[src]['length']} tokens) -> {rel} row {r} position {col} " \
-           f"(document {k}, token 255): input_id {ids[r, col]}, expected {ids[r, col] - 1}" in checks[vs.TOKENS]["message"]
+    assert (
+        f"(source_index {src}, truncated to 256 of {cut[src]['length']} tokens) -> {rel} row {r} position {col} "
+        f"(document {k}, token 255): input_id {ids[r, col]}, expected {ids[r, col] - 1}"
+        in checks[vs.TOKENS]["message"]
+    )
