@@ -188,6 +188,19 @@ def read_pack_manifest(folder: str) -> dict | None:
     return m if is_pack_manifest(m) else None
 
 
+# the counts the conservation rules relate (documents and rows are checked against the rows themselves)
+CONSERVED_COUNTS = (
+    "examples_read",
+    "skipped",
+    "tokenized",
+    "packed",
+    "truncated",
+    "split",
+    "split_parts",
+    "dropped",
+)
+
+
 def _int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -206,17 +219,7 @@ def conservation_problems(
         len(list)     = counts.<list>                               (each example listed once)
     """
     problems: list[str] = []
-    keys = (
-        "examples_read",
-        "skipped",
-        "tokenized",
-        "packed",
-        "truncated",
-        "split",
-        "split_parts",
-        "dropped",
-    )
-    v = {k: counts.get(k) for k in keys}
+    v = {k: counts.get(k) for k in CONSERVED_COUNTS}
     missing = [k for k, x in v.items() if not _int(x)]
     if missing:
         problems.append(f"counts.{', counts.'.join(missing)} not recorded")

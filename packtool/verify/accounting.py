@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from packtool import schema
+from packtool.schema.manifest import CONSERVED_COUNTS
 from packtool.verify import Check
 from packtool.verify.audit import value
 from packtool.verify.names import CONSERVE, COUNTS, SRC
@@ -238,19 +239,7 @@ def conservation_check(m: dict, tot: Totals) -> Check:
     problems = schema.conservation_problems(
         c, tokens, {k: m[k] for k in LISTS if isinstance(m.get(k), list)}
     )
-    v = {
-        k: c.get(k)
-        for k in (
-            "examples_read",
-            "skipped",
-            "tokenized",
-            "packed",
-            "truncated",
-            "split",
-            "split_parts",
-            "dropped",
-        )
-    }
+    v = {k: c.get(k) for k in CONSERVED_COUNTS}
     if all(_is_int(x) for x in v.values()):  # the rows against the counts
         docs = v["packed"] + v["truncated"] + v["split_parts"]
         whole = v["packed"] + v["truncated"] + v["split"]

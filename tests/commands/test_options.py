@@ -51,7 +51,22 @@ def test_tokenize_bundle_is_the_same_in_inspect_profile_and_pack():
 
 
 def test_each_tokenize_option_is_written_once_in_the_commands():
-    text = "\n".join(p.read_text() for p in sorted(COMMANDS.glob("*.py")))
+    declarations = []  # the flags named by each typer.Option(...) / _option(...) call of the commands
+    for path in sorted(COMMANDS.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(
+                node.func, "attr", getattr(node.func, "id", None)
+            ) in (
+                "Option",
+                "_option",
+            ):
+                declarations.append(
+                    [
+                        a.value
+                        for a in node.args
+                        if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                    ]
+                )
     for flag in (
         "--tokenizer",
         "--chat-template",
@@ -70,7 +85,7 @@ def test_each_tokenize_option_is_written_once_in_the_commands():
         "--allow-download",
         "--json",
     ):
-        declared = re.findall(rf'typer\.Option\("{flag}"|_option\([^,]+, "{flag}"', text)
+        declared = [d for d in declarations if flag in d]
         assert len(declared) == 1, (flag, declared)
 
 
