@@ -54,11 +54,14 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
 
     if index < 0:
         raise UsageError(f"--index {index} must be >= 0")
-    fmt = reason = None
+    fmt = reason = None  # of the target's own file: each file of a folder is detected on its own
     target = None
     count = 0
+    current = None
     for rec in iter_records(data, cfg.read):
         count += 1
+        if rec.file != current:
+            current, fmt, reason = rec.file, None, None
         if fmt is None and rec.record is not None and "input_ids" not in rec.record:
             try:
                 fmt, reason = detect_format(rec.record, cfg.read)
@@ -70,17 +73,17 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     if target is None:
         raise UsageError(f"--index {index} is past the end of {data} ({count} records)")
     where = {"file": target.file, "line": target.line, "index": target.index}
+    if target.position is not None and target.position != target.index:
+        where["record"] = target.position  # its index within its own file (after a folder's first)
     if target.record is None:
-        raise PacktoolError(f"{target.file}:{target.line}: {target.error}")
+        raise PacktoolError(f"{target.where}: {target.error}")
     if "input_ids" in target.record and cfg.read.format is None:
         from packtool.tokenization.pretokenized import RecordError, label_source, record_arrays
 
         try:
             ids, labels, _ = record_arrays(target.record, label_source(target.record))
         except RecordError as e:
-            raise PacktoolError(
-                f"{target.file} record {target.index}: pre-tokenized record: {e}"
-            ) from None
+            raise PacktoolError(f"{target.where}: pre-tokenized record: {e}") from None
         tok_info, tok = {"name": None}, None
         name = cfg.tokenizer or _pack_tokenizer(
             data
@@ -111,7 +114,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     try:
         example = normalize(target.record, fmt, cfg.read)
     except FormatError as e:
-        raise PacktoolError(f"{target.file} record {target.index}: {e}") from None
+        raise PacktoolError(f"{target.where}: {e}") from None
     spec = load_spec(cfg.tokenizer)
     template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
     backend = {"name": "hf", "requested": cfg.tokenizer_backend}
@@ -119,7 +122,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         spec, template, cfg.train_on, "hf", special_in_content=cfg.special_in_content
     ).encode([example])
     if enc.errors[0]:
-        raise PacktoolError(f"{target.file} record {target.index}: {enc.errors[0]}")
+        raise PacktoolError(f"{target.where}: {enc.errors[0]}")
     why = (
         "--tokenizer-backend hf"
         if cfg.tokenizer_backend == "hf"
@@ -139,7 +142,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         }
         if not same and cfg.tokenizer_backend == "fastokens":
             raise PacktoolError(
-                f"{target.file} record {target.index}: fastokens differs from tokenizers on this "
+                f"{target.where}: fastokens differs from tokenizers on this "
                 "example; use --tokenizer-backend hf"
             )
     else:

@@ -10,11 +10,13 @@ def render_inspect(result: dict[str, Any], console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    where = (
-        f"{result['file']}"
-        + (f":{result['line']}" if result.get("line") else "")
-        + f" (record {result['index']})"
-    )
+    # 'chat.jsonl:3 (--index 2)', 'data.json record 4', 'b.json record 1 (--index 7)' (a folder)
+    if result.get("line"):
+        where = f"{result['file']}:{result['line']} (--index {result['index']})"
+    elif "record" in result:
+        where = f"{result['file']} record {result['record']} (--index {result['index']})"
+    else:
+        where = f"{result['file']} record {result['index']}"
     console.print(f"[bold]{where}[/]")
     console.print(f"format: [cyan]{result['format']}[/] — {result['format_reason']}")
     tok = result.get("tokenizer") or {}

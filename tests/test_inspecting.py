@@ -1,0 +1,70 @@
+"""inspect on a folder whose files differ in format: each file detected on its own, positions named
+within the record's own file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from packtool.cli import app
+from packtool.config import ReadConfig, TokenizeConfig
+from packtool.errors import PacktoolError
+from packtool.inspecting import inspect_example
+
+CHAT = [
+    {
+        "messages": [
+            {"role": "user", "content": f"hi {i}"},
+            {"role": "assistant", "content": f"ok {i}"},
+        ]
+    }
+    for i in range(3)
+]
+ALPACA = [{"instruction": f"say {w}", "input": "", "output": w} for w in ("one", "two")]
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """a_chat.jsonl (3 messages records, --index 0..2) + b_inst.json (2 alpaca, --index 3..4)."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a_chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CHAT))
+    (folder / "b_inst.json").write_text(json.dumps(ALPACA))
+    return folder
+
+
+def cfg(**read):
+    return TokenizeConfig(num_proc=1, tokenizer_backend="hf", read=ReadConfig(**read))
+
+
+def test_each_file_detected_on_its_own(mixed):
+    first = inspect_example(str(mixed), cfg(), 2)
+    assert first["format"] == "messages" and first["line"] == 3 and "record" not in first
+    second = inspect_example(str(mixed), cfg(), 4)
+    assert second["format"] == "alpaca", second["format_reason"]
+    assert second["index"] == 4 and second["record"] == 1
+    assert second["file"].endswith("b_inst.json")
+    text = "".join(r["text"] for r in second["runs"])
+    assert "say two" in text and "two" in "".join(r["text"] for r in second["runs"] if r["loss"])
+
+
+def test_errors_name_the_record_within_its_file(mixed):
+    bad = json.loads((mixed / "b_inst.json").read_text())
+    bad[1] = {"instruction": "say", "input": "", "output": 7}
+    (mixed / "b_inst.json").write_text(json.dumps(bad))
+    with pytest.raises(PacktoolError) as e:
+        inspect_example(str(mixed), cfg(), 4)
+    assert "b_inst.json record 1:" in str(e.value)
+    assert "record 4" not in str(e.value)
+
+
+def test_cli_header_names_file_record_and_index(mixed):
+    r = CliRunner().invoke(
+        app, ["inspect", str(mixed), "--index", "4", "--tokenizer-backend", "hf"]
+    )
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())  # rich wraps long paths at the terminal width
+    assert "b_inst.json record 1 (--index 4)" in flat
+    assert "format: alpaca" in flat
