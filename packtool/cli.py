@@ -252,13 +252,14 @@ def _quiet_stdout() -> None:
 
 
 def _register() -> None:
-    from packtool.commands import inspect, pack, profile, sample, verify
+    from packtool.commands import export, inspect, pack, profile, sample, verify
 
     for name, module in (
         ("inspect", inspect),
         ("profile", profile),
         ("pack", pack),
         ("verify", verify),
+        ("export", export),
         ("sample", sample),
     ):
         app.command(name, cls=Command)(guard(getattr(module, name)))

@@ -1,0 +1,103 @@
+"""Where an export is written: refuse to overwrite, replace only an earlier export, publish atomically.
+
+    OUT exists, no --force        UsageError (io.shards.check_target's message, as for pack)
+    OUT exists, --force           replaced only when empty or an earlier export: export.json names
+                                  every file in it (anything else is refused, with its name)
+    writing                       into OUT.packtool-tmp-XXXX beside OUT, renamed to OUT at the end;
+                                  any error or Ctrl-C removes it and leaves OUT as it was
+
+A new OUT goes through io.shards.atomic_output itself. That helper replaces only packs, so the
+replacement of an earlier export does the same rename swap here (old OUT moved aside, the new one
+renamed in, the old one removed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from packtool.errors import Interrupt, UsageError
+from packtool.io import files, shards
+
+RECORD = "export.json"  # packtool's record of an export: what, from where, which files
+RECORD_KEY = "packtool_export"  # the key that marks the record as ours
+
+
+def _not_an_export(out: Path) -> str | None:
+    """None when the folder `out` may be replaced (empty, or exactly what an export wrote)."""
+    names = sorted(p.name for p in out.iterdir())
+    if not names:
+        return None
+    record = out / RECORD
+    if not record.is_file() or record.is_symlink():
+        return f"it is not empty and holds no {RECORD} (not a packtool export)"
+    try:
+        rec = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return f"its {RECORD} is not packtool's (unreadable: {type(e).__name__})"
+    if not isinstance(rec, dict) or RECORD_KEY not in rec or not isinstance(rec.get("files"), dict):
+        return f"its {RECORD} is not packtool's (no {RECORD_KEY} and files)"
+    ours = {RECORD, *(str(v) for v in rec["files"].values())}
+    foreign = [
+        n for n in names if n not in ours or not (out / n).is_file() or (out / n).is_symlink()
+    ]
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        return f"it holds {foreign[0]}{more}, which packtool export did not write"
+    return None
+
+
+def check_export_target(out: Path, force: bool) -> None:
+    """UsageError unless `out` may be written: absent, or (with --force) empty or an earlier export."""
+    out = Path(out)
+    if not out.exists() and not out.is_symlink():
+        return
+    if not force or not out.is_dir() or out.is_symlink():
+        shards.check_target(out, force)  # raises: exists without --force, or not a folder
+    why = _not_an_export(out)
+    if why is not None:
+        raise UsageError(
+            f"refusing to replace {out}: {why}; remove it yourself or choose another --out"
+        )
+
+
+def check_space(out: Path, need_bytes: int) -> None:
+    """io.shards.check_space: --out's folder writable, with about `need_bytes` free."""
+    shards.check_space(Path(out), need_bytes)
+
+
+def _publish_modes(root: Path) -> None:
+    mask = files.umask()
+    for folder, _, names in os.walk(root):
+        os.chmod(folder, 0o777 & ~mask)
+        for name in names:
+            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
+
+
+@contextmanager
+def export_output(out: Path, force: bool) -> Iterator[Path]:
+    """Yield a temporary folder beside `out`; on success it becomes `out`, on any error it vanishes."""
+    out = Path(out)
+    check_export_target(out, force)
+    if not out.exists() or not any(out.iterdir()):
+        with shards.atomic_output(out, force) as tmp:
+            yield tmp
+        return
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-tmp-", dir=out.parent))
+    try:
+        yield tmp
+        Interrupt.check()  # a Ctrl-C that a library swallowed must not publish the export
+        _publish_modes(tmp)
+        check_export_target(out, force)
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-old-", dir=out.parent))
+        os.rename(out, old / "old")
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
