@@ -11,6 +11,7 @@ TokenizedData too, on first use.
     pack              check_output, check_cache, input_bytes, pack
     verify            verify, self_test, check_sources
     demo data         write_sample
+    export            export
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from packtool.config import PackConfig, ProfileConfig, ReadConfig, TokenizeConfig, VerifyConfig
+from packtool.config import (
+    InputSpec,
+    PackConfig,
+    ProfileConfig,
+    ReadConfig,
+    TokenizeConfig,
+    VerifyConfig,
+)
 
 if TYPE_CHECKING:
     from packtool.data import TokenizedData
@@ -28,6 +36,7 @@ __all__ = [
     "PackConfig",
     "ProfileConfig",
     "ReadConfig",
+    "InputSpec",
     "TokenizeConfig",
     "VerifyConfig",
     "TokenizedData",
@@ -50,6 +59,7 @@ __all__ = [
     "self_test",
     "check_sources",
     "write_sample",
+    "export",
 ]
 
 
@@ -66,11 +76,20 @@ def __getattr__(name: str):
 
 
 def load_tokenized(
-    data: str, cfg: TokenizeConfig, progress: bool | Reporter = True
+    data: str | list[InputSpec],
+    cfg: TokenizeConfig,
+    progress: bool | Reporter = True,
+    seed: int = 0,
 ) -> TokenizedData:
     """Read, normalize and tokenize `data` (cached), or load it as is when it is pre-tokenized.
 
-    `progress`: a packtool.progress.Reporter, True (bars on a terminal, a line otherwise) or False."""
+    `data`: one input, or a mixture's InputSpecs (each tokenized on its own, weighted with `seed`:
+    packtool.tokenization.mixture). `progress`: a packtool.progress.Reporter, True (bars on a
+    terminal, a line otherwise) or False."""
+    if not isinstance(data, str):
+        from packtool.tokenization.mixture import load_mixture
+
+        return load_mixture(list(data), cfg, seed=seed, progress=progress)
     from packtool.tokenization.pipeline import load_tokenized as _load
 
     return _load(data, cfg, progress=progress)
@@ -159,8 +178,11 @@ def gpu_spec(value: str):
 # pack
 
 
-def input_bytes(data: str) -> int:
-    """Bytes of a local input file or folder (0 for a hub id or glob): the base of the free-space checks."""
+def input_bytes(data: str | list[InputSpec]) -> int:
+    """Bytes of a local input file or folder (0 for a hub id or glob), summed over a mixture's
+    inputs: the base of the free-space checks."""
+    if not isinstance(data, str):
+        return sum(input_bytes(s.data) for s in data if s.read.limit is None)
     if os.path.isfile(data):
         return os.path.getsize(data)
     total = 0
@@ -239,3 +261,15 @@ def write_sample(path: str, n: int = 600, seed: int = 0):
     from packtool.demo_data import write_sample as _write_sample
 
     return _write_sample(path, n=n, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# export
+
+
+def export(pack: str, to: str, out: str, force: bool = False, progress=None):
+    """Write the pack folder `pack` in another trainer's format `to` (nemo) into the folder `out`
+    (an ExportResult). `progress(rows read, rows total)`."""
+    from packtool.export import export_pack
+
+    return export_pack(pack, to, out, force=force, progress=progress)

@@ -1,6 +1,7 @@
 """Frozen option bundles that the CLI builds and the api functions take; each checks itself.
 
     ReadConfig      how records are read and normalized          (inspect, profile, pack)
+    InputSpec       one input of a mixture: DATA, its ReadConfig, its weight   (profile, pack)
     TokenizeConfig  how examples become input_ids and labels      (inspect, profile, pack)
     ProfileConfig   what `profile` simulates                      (profile)
     PackConfig      how rows are planned and written              (pack)
@@ -40,6 +41,15 @@ MAX_PACK_LEN = (
 )  # the planner's 4-level bitset holds 64**4 free-space values (kernels.MAX_BITSET_SIZE)
 
 
+def multiple_of(pack_len: int, n: int) -> None:
+    """UsageError unless --len is a multiple of --pad-to-multiple (every padded document then fits a
+    row exactly when the real one does); the message gives the nearest valid --len values."""
+    if n > 1 and pack_len % n:
+        low, high = pack_len // n * n, (pack_len // n + 1) * n
+        near = f"--len {low} or --len {high}" if low >= 2 else f"--len {high}"
+        raise UsageError(f"--len {pack_len} is not a multiple of --pad-to-multiple {n}; use {near}")
+
+
 def choice(option: str, value: Any, allowed: tuple[str, ...]) -> None:
     """UsageError unless `value` is one of `allowed`."""
     if value not in allowed:
@@ -74,6 +84,25 @@ class ReadConfig:
                     raise UsageError(
                         f"{option} {pair!r} is not a pair of names; e.g. {option} messages=dialog"
                     )
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of a mixture, `DATA::key=value,...` (packtool.commands.common.parse_inputs): where
+    it is, how it is read (the global read options with its own keys in place) and its weight
+    (copies = ceil(weight); the last copy of a fractional weight is a seeded subsample)."""
+
+    spec: str  # as given on the command line, e.g. "alpaca.json::format=alpaca,weight=0.5"
+    data: str  # the file, folder, glob, save_to_disk folder or hub id before "::"
+    read: ReadConfig = field(default_factory=ReadConfig)
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        w = self.weight
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w < float("inf"):
+            raise UsageError(
+                f"input {self.spec!r}: weight={w!r} must be a number > 0, e.g. ::weight=0.5"
+            )
 
 
 @dataclass(frozen=True)
@@ -130,11 +159,14 @@ class ProfileConfig:
     overflow: str = (
         "drop"  # what happens to examples longer than --len: as in PackConfig (pack's default)
     )
+    pad_to_multiple: int = 1  # as PackConfig: each document padded to a multiple of N slots
 
     def __post_init__(self) -> None:
         choice("--overflow", self.overflow, OVERFLOWS)
         if not 1 <= self.pack_len <= MAX_PACK_LEN:
             raise UsageError(f"--len {self.pack_len} must be in 1..{MAX_PACK_LEN}, e.g. --len 4096")
+        at_least("--pad-to-multiple", self.pad_to_multiple, 1, " (1 = no padding)")
+        multiple_of(self.pack_len, self.pad_to_multiple)
         at_least("--batch-size", self.batch_size, 1)
         if self.group_window < self.batch_size:
             raise UsageError(
@@ -163,6 +195,8 @@ class PackConfig:
     shuffle: bool = True
     shard_rows: int = 0  # 0 = about 512 MiB of raw token slots per shard
     force: bool = False
+    pad_to_multiple: int = 1  # each document takes ceil(n/N)*N slots (1 = off); --len % N == 0
+    fixed_docs: bool = False  # every row's seq_lengths exactly --max-docs long (zeros at the end)
 
     def __post_init__(self) -> None:
         if self.pack_len < 2:
@@ -179,6 +213,13 @@ class PackConfig:
         at_least("--seed", self.seed, 0)
         if self.shard_rows < 0:
             raise UsageError(f"--shard-rows {self.shard_rows} must be >= 1 (or 0 = automatic)")
+        at_least("--pad-to-multiple", self.pad_to_multiple, 1, " (1 = no padding)")
+        multiple_of(self.pack_len, self.pad_to_multiple)
+        if self.fixed_docs and self.max_docs < 1:
+            raise UsageError(
+                "--fixed-docs needs --max-docs K > 0: every row then lists exactly K documents; "
+                "e.g. --fixed-docs --max-docs 16"
+            )
 
     def effective_shard_rows(self) -> int:
         """--shard-rows, or for 0 the rows of about 512 MiB of raw token slots."""

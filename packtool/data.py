@@ -11,6 +11,10 @@ example:
     source_index     int64           index of the record in the input (counts skipped records too)
 
 `lengths` and `loss_counts` are the same numbers as numpy arrays, for the numba kernels.
+
+A mixture (tokenization/mixture.py) is one TokenizedData whose `inputs` are InputBlocks: input k
+owns the source indices [offset, offset + copies * records); `describe_source` names one
+("input 2 (alpaca.json) record 17, copy 1"), `inputs_manifest` gives the manifest's `inputs`.
 """
 
 from __future__ import annotations
@@ -184,6 +188,91 @@ def formats_summary(formats: dict[str, FileFormat]) -> tuple[str, str] | None:
     ), f"each file's format detected from its own records ({len(formats)} files)"
 
 
+@dataclass(frozen=True)
+class InputBlock:
+    """One input of a mixture (packtool.tokenization.mixture) and the block of global source
+    indices it owns. Copy c of its record r (0-based, as in a single-input pack) is
+
+        source_index = offset + c * records + r          0 <= c < copies, 0 <= r < records
+
+    so input 1 owns [0, copies_1 * records_1), input 2 the block after it, and so on; a single
+    input of weight 1 has offset 0 and copies 1: its source indices are its records' own.
+    `selected`: examples (rows of its own tokenized table) taken into the last copy of a
+    fractional weight (all of them for an integer weight)."""
+
+    number: int  # 1-based, as in messages: "input 2 (alpaca.json)"
+    spec: str  # as given on the command line
+    data: str
+    read: dict[str, Any]  # its ReadConfig as JSON (format, split, columns, roles, on_error, limit)
+    weight: float
+    offset: int
+    records: int  # records read from it, skipped ones included
+    copies: int  # ceil(weight)
+    tokenized: int  # its examples before weighting
+    skipped: int
+    examples: int  # after weighting: (copies - 1) * tokenized + selected
+    format: str
+    formats: dict[str, FileFormat]
+    files: list[SourceFile]
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.copies * self.records
+
+    @property
+    def name(self) -> str:
+        """'alpaca.json' for messages: the input as given, before its options."""
+        return self.data
+
+    def locate(self, source_index: int) -> tuple[int, int]:
+        """(copy, record) of a global source index inside this block."""
+        c, r = divmod(int(source_index) - self.offset, self.records)
+        return c, r
+
+
+def input_of(source_index: int, inputs) -> InputBlock | None:
+    """The InputBlock whose block holds `source_index` (None: in none)."""
+    for b in inputs:
+        if b.offset <= int(source_index) < b.end:
+            return b
+    return None
+
+
+def describe_source(source_index: int, inputs) -> str:
+    """'input 2 (alpaca.json) record 17, copy 1' for a mixture (copies counted from 0, named only
+    for a weight above 1); 'record 17' for a single input."""
+    b = input_of(source_index, inputs) if inputs else None
+    if b is None:
+        return f"record {int(source_index)}"
+    c, r = b.locate(source_index)
+    return f"input {b.number} ({b.name}) record {r}" + (f", copy {c}" if b.copies > 1 else "")
+
+
+def input_counts(block: InputBlock, dropped, truncated, split) -> dict[str, int]:
+    """The counts of one input in a pack, from the global source indices the packer dropped,
+    truncated and split (numpy arrays). Conservation per input (schema.input_problems):
+
+        read        = tokenized + skipped
+        tokenized * copies = examples + not_selected
+        examples    = packed + truncated + split + dropped
+    """
+
+    def inside(a) -> int:
+        a = np.asarray(a, dtype=np.int64)
+        return int(np.count_nonzero((a >= block.offset) & (a < block.end)))
+
+    cut = {"truncated": inside(truncated), "split": inside(split), "dropped": inside(dropped)}
+    return {
+        "read": block.records,
+        "skipped": block.skipped,
+        "tokenized": block.tokenized,
+        "not_selected": block.copies * block.tokenized - block.examples,
+        "examples": block.examples,
+        "packed": block.examples - sum(cut.values()),
+        **cut,
+    }
+
+
 NO_FORMAT = "none"  # FileFormat.format of a file none of whose records fits a known format
 NAMED_PER_FORMAT = 3
 
@@ -224,9 +313,64 @@ class TokenizedData:
     mapped_file: Any = (
         None  # (path, base address, size) of the file `table` is memory-mapped from, or None
     )
+    inputs: list[InputBlock] = field(
+        default_factory=list
+    )  # a mixture's inputs and their source-index blocks; empty for one input
 
     def __len__(self) -> int:
         return len(self.table)
+
+    def inputs_manifest(self, dropped, truncated, split) -> list[dict[str, Any]]:
+        """The manifest's `inputs` (empty for one input): each input as given, its options, format,
+        weight, block, files and counts, from the global source indices the packer dropped,
+        truncated and split. PacktoolError when an input's counts do not add up."""
+        from packtool.errors import PacktoolError
+        from packtool.schema.manifest import input_problems
+
+        out = [
+            {
+                "input": b.number,
+                "spec": b.spec,
+                "data": b.data,
+                "options": b.read,
+                "weight": b.weight,
+                "format": b.format,
+                "formats": {f: list(x) for f, x in b.formats.items()},
+                "block": {"offset": b.offset, "records": b.records, "copies": b.copies},
+                "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in b.files],
+                "counts": input_counts(b, dropped, truncated, split),
+            }
+            for b in self.inputs
+        ]
+        problems = input_problems(out) if out else []
+        if problems:
+            raise PacktoolError("conservation check failed: " + "; ".join(problems))
+        return out
+
+    def input_shares(self) -> list[dict[str, Any]]:
+        """What each input of a mixture contributes (empty for one input): examples after weighting,
+        their tokens and loss tokens, and the share of all tokens."""
+        total = int(self.lengths.sum()) or 1
+        names = short_names(b.data for b in self.inputs)
+        out = []
+        for b in self.inputs:
+            mask = (self.source_index >= b.offset) & (self.source_index < b.end)
+            tokens = int(self.lengths[mask].sum())
+            out.append(
+                {
+                    "input": b.number,
+                    "spec": b.spec,
+                    "name": names[b.data] + b.spec[len(b.data) :],  # short path, its ::options
+                    "format": b.format,
+                    "weight": b.weight,
+                    "records": b.records,
+                    "examples": int(np.count_nonzero(mask)),
+                    "tokens": tokens,
+                    "loss_tokens": int(self.loss_counts[mask].sum()),
+                    "share": round(tokens / total, 6),
+                }
+            )
+        return out
 
     def file_names(self) -> dict[str, str]:
         """{path: name relative to the input's root} of the files in `formats` (short_names)."""

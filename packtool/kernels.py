@@ -277,7 +277,8 @@ def row_sums(values, doc_order, row_offsets):
 # truncated head, or one split part; piece p's tokens are values[chunk[p]][base[p]:base[p]+len[p]]
 # (chunk = Arrow chunk of the column, base = absolute offset in that chunk's flat values).
 #
-#   layout_rows   position_ids, document_id and the pad tail of a block of rows; CSR of its pieces
+#   layout_rows   position_ids, document_id, the pad tail and each document's padding (a piece of
+#                 piece_len tokens takes slot_len >= piece_len slots) of a block of rows; CSR of its pieces
 #   copy_rows     input_ids and labels of those pieces, straight from the Arrow buffers
 # ---------------------------------------------------------------------------------------------
 
@@ -288,6 +289,7 @@ def layout_rows(
     row_offsets,
     doc_order,
     piece_len,
+    slot_len,
     input_ids,
     labels,
     position_ids,
@@ -297,9 +299,10 @@ def layout_rows(
 ):
     """Lay out plan rows `rows` (in shard order) into preallocated int32 [len(rows), L] arrays.
 
-        input_ids     . . . . . . . | pad pad     (documents: filled by copy_rows)
-        position_ids  0 1 2 3 0 1 2 | 0   1       restart per document; pad tail is its own run
-        document_id   0 0 0 0 1 1 1 | -1  -1
+        input_ids     . . . pad . . . | pad pad   (documents: filled by copy_rows; slot_len [4, 3])
+        labels        . . . -100. . . | -100 -100 (a document's padding: pad id, -100)
+        position_ids  0 1 2 3   0 1 2 | 0   1     restart per document; pad tail is its own run
+        document_id   0 0 0 0   1 1 1 | -1  -1    a document's padding belongs to it
 
     Returns (seq_offsets int64[k+1], pieces int64[m], dest_col int64[m], num_tokens int64[k]):
     row j holds pieces[seq_offsets[j]:seq_offsets[j+1]], piece q starting at column dest_col[q].
@@ -318,18 +321,24 @@ def layout_rows(
     for j in range(k):
         r = rows[j]
         col = 0
+        real = 0
         q = seq_offsets[j]
         for doc in range(row_offsets[r + 1] - row_offsets[r]):
             p = doc_order[row_offsets[r] + doc]
             n = piece_len[p]
+            s = slot_len[p]
             pieces[q] = p
             dest_col[q] = col
-            for t in range(n):
+            for t in range(s):
                 position_ids[j, col + t] = t
                 document_id[j, col + t] = doc
-            col += n
+            for t in range(n, s):
+                input_ids[j, col + t] = pad_id
+                labels[j, col + t] = ignore_index
+            col += s
+            real += n
             q += 1
-        num_tokens[j] = col
+        num_tokens[j] = real
         for t in range(pack_len - col):
             input_ids[j, col + t] = pad_id
             labels[j, col + t] = ignore_index

@@ -16,6 +16,11 @@ Per --len L (`_at_len`; docs/ARCHITECTURE.md, "Semantics", Overflow):
     pieces.length ──stats.simulate──▶ strategies; packed_bfd_* = plan_packs(pieces.length, L,
         "bfd", "sorted", 0, 0): the call pack/run.py makes with pack's defaults ─▶ pack["rows"]
 
+--pad-to-multiple N (ProfileConfig.pad_to_multiple): as pack, each piece takes ceil(n/N)*N slots
+(schema.Layout.slots); the strategies are simulated on those slots (what a kernel computes over),
+and pack["doc_pad"] (= manifest tokens.doc_pad) with its share of the slots is the cost of the
+padding inside documents; tokens_out stays the real tokens.
+
 No rendering here. Everything is computed on whole arrays (numpy + the packer's numba kernels):
 10M lengths profile in a few seconds (benchmarks/bench_profile.py).
 """
@@ -30,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from packtool import stats
+from packtool import schema, stats
 from packtool.config import ProfileConfig  # noqa: F401  (re-exported: profiler.ProfileConfig)
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow
@@ -43,7 +48,8 @@ BASELINES = ("pad_to_len", "random_padded")
 # (strategy bfd, order sorted, max_docs 0, seed 0) writes in its manifest:
 #   rows = counts.rows, documents = counts.documents, examples_* = counts.{packed,dropped,truncated,split},
 #   split_parts = counts.split_parts, tokens_in/out/cut = tokens.in/out/cut, loss_tokens_in = tokens.loss_in,
-#   loss_tokens_cut = tokens.loss_cut (None when labels are unknown), pad_slots = tokens.pad, fill
+#   loss_tokens_cut = tokens.loss_cut (None when labels are unknown), pad_slots = tokens.pad, fill,
+#   pad_to_multiple, doc_pad = tokens.doc_pad (0 when not padded), lower_bound_rows
 PACK_KEYS = (
     "len",
     "overflow",
@@ -51,6 +57,7 @@ PACK_KEYS = (
     "order",
     "max_docs",
     "seed",
+    "pad_to_multiple",
     "examples",
     "examples_packed",
     "examples_dropped",
@@ -69,6 +76,8 @@ PACK_KEYS = (
     "loss_tokens_cut",
     "loss_tokens_cut_share",
     "pad_slots",
+    "doc_pad",
+    "doc_pad_share",
     "fill",
 )
 SWEEP_STRATEGY_KEYS = (
@@ -245,7 +254,9 @@ def _at_len(inp: _Input, cfg: ProfileConfig, model: stats.ModelSpec, say) -> _At
     m = int(pieces.length.size)
     if m == 0:
         return None
-    strategies = stats.simulate(pieces.length, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
+    slots = schema.Layout(cfg.pad_to_multiple).slots(pieces.length)  # pack plans these
+    doc_pad = int(slots.sum()) - tokens_out
+    strategies = stats.simulate(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
     rows = strategies["packed_bfd_varlen"].rows
     pack = {
         "len": L,
@@ -254,6 +265,7 @@ def _at_len(inp: _Input, cfg: ProfileConfig, model: stats.ModelSpec, say) -> _At
         "order": stats.PACK_ORDER,
         "max_docs": stats.PACK_MAX_DOCS,
         "seed": stats.PACK_SEED,
+        "pad_to_multiple": cfg.pad_to_multiple,
         "examples": n_all,
         "examples_packed": n_all
         - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
@@ -264,7 +276,7 @@ def _at_len(inp: _Input, cfg: ProfileConfig, model: stats.ModelSpec, say) -> _At
         "split_parts": int(pieces.split_parts.sum()),
         "documents": m,
         "rows": rows,
-        "lower_bound_rows": -(-tokens_out // L),
+        "lower_bound_rows": -(-(tokens_out + doc_pad) // L),
         "tokens_in": tokens_in,
         "tokens_out": tokens_out,
         "tokens_cut": tokens_in - tokens_out,
@@ -273,6 +285,8 @@ def _at_len(inp: _Input, cfg: ProfileConfig, model: stats.ModelSpec, say) -> _At
         "loss_tokens_cut": loss_cut,
         "loss_tokens_cut_share": _share(loss_cut, loss_in),
         "pad_slots": rows * L - tokens_out,
+        "doc_pad": doc_pad,
+        "doc_pad_share": doc_pad / (rows * L) if rows else None,
         "fill": tokens_out / (rows * L) if rows else None,
     }
     return _AtLen(
@@ -411,7 +425,11 @@ def _advice_point(inp: _Input, cfg: ProfileConfig, model, cuts, counts, dist, gi
     )
     lens = given or [cfg.pack_len]
     choice = advice.choose_len(
-        cuts, totals, lens, {p.pack_len: p for p in points} if points else None
+        cuts,
+        totals,
+        lens,
+        {p.pack_len: p for p in points} if points else None,
+        cfg.pad_to_multiple,
     )
     L, ov = choice.pack_len, choice.overflow
     nothing_over = cuts[L]["examples_over"] == 0
@@ -561,6 +579,7 @@ def _point(at: _AtLen | None, inp: _Input, cfg: ProfileConfig) -> SweepPoint:
                 "order": stats.PACK_ORDER,
                 "max_docs": stats.PACK_MAX_DOCS,
                 "seed": stats.PACK_SEED,
+                "pad_to_multiple": cfg.pad_to_multiple,
                 "examples": int(lengths.size),
                 "examples_packed": 0,
                 "examples_dropped": int(lengths.size),
@@ -579,6 +598,7 @@ def _point(at: _AtLen | None, inp: _Input, cfg: ProfileConfig) -> SweepPoint:
                 "loss_tokens_cut": loss_in,
                 "loss_tokens_cut_share": 1.0 if loss_in else 0.0,
                 "pad_slots": 0,
+                "doc_pad": 0,
             }
         )
         return SweepPoint(pack=pack, strategies={})

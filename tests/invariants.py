@@ -6,6 +6,10 @@
 
 Row checks are vectorized over a whole shard: the expected position_ids / document_id are rebuilt
 from seq_lengths (one segment per document plus the pad tail) and compared slot by slot.
+Layouts (manifest pad_to_multiple N, fixed_docs with max_docs K): every row lists exactly K entries,
+empty ones (0, source_index -1) last, which are then set aside; seq_lengths are ceil(u/N)*N of the
+real lengths u in seq_lengths_unpadded, the slots past u hold the pad id with label -100, and
+num_tokens, tokens.out count real tokens (tokens.doc_pad the padding inside documents).
 `find_problems` returns the list of violations instead of raising.
 """
 
@@ -50,6 +54,8 @@ def _check_rows(
     where: str,
     problems: list[str],
     docs_out: list,
+    multiple: int = 1,
+    fixed: int = 0,
 ) -> dict:
     k = table.num_rows
     before = len(problems)
@@ -61,6 +67,13 @@ def _check_rows(
     srcv, src_off = _lists(table, "source_index")
     num_tokens = table.column("num_tokens").to_numpy().astype(np.int64)
     num_loss = table.column("num_loss_tokens").to_numpy().astype(np.int64)
+    if multiple > 1:
+        real, real_off = _lists(table, "seq_lengths_unpadded")
+        if not np.array_equal(real_off, seq_off):
+            problems.append(f"{where}: seq_lengths_unpadded and seq_lengths differ in length")
+            return {}
+    else:
+        real = seq
 
     def bad(mask_rows, what):
         rows = np.flatnonzero(mask_rows)
@@ -68,6 +81,27 @@ def _check_rows(
             problems.append(
                 f"{where}: {what} (rows {rows[:5].tolist()}{'…' if rows.size > 5 else ''})"
             )
+
+    if fixed:  # exactly K entries, empty ones last with source_index -1; then set them aside
+        bad(np.diff(seq_off) != fixed, f"seq_lengths not exactly {fixed} entries (fixed docs)")
+        bad(np.diff(src_off) != fixed, f"source_index not exactly {fixed} entries (fixed docs)")
+        if len(problems) > before:
+            return {}
+        grid, sgrid = seq.reshape(k, fixed), srcv.reshape(k, fixed)
+        empty = grid == 0
+        bad((empty[:, :-1] & ~empty[:, 1:]).any(1), "an empty entry before a document")
+        bad((empty & (sgrid != -1)).any(1), "an empty entry's source_index is not -1")
+        keep = ~empty.reshape(-1)
+        seq_off = np.concatenate(([0], np.cumsum((~empty).sum(1))))
+        seq, srcv, real, src_off = seq[keep], srcv[keep], real[keep], seq_off
+    if multiple > 1:
+        if seq.size and (
+            real.min() < 1 or not np.array_equal(seq, -(-real // multiple) * multiple)
+        ):
+            problems.append(
+                f"{where}: seq_lengths are not ceil(unpadded / {multiple}) * {multiple}"
+            )
+            return {}
 
     ndocs = np.diff(seq_off)
     bad(ndocs < 1, "row without documents")
@@ -78,7 +112,11 @@ def _check_rows(
         np.add.reduceat(seq.astype(np.int64), seq_off[:-1]) if seq.size else np.zeros(k, np.int64)
     )
     row_sum = np.where(ndocs > 0, row_sum, 0)
-    bad(row_sum != num_tokens, "num_tokens != sum(seq_lengths)")
+    real_sum = (
+        np.add.reduceat(real.astype(np.int64), seq_off[:-1]) if real.size else np.zeros(k, np.int64)
+    )
+    real_sum = np.where(ndocs > 0, real_sum, 0)
+    bad(real_sum != num_tokens, "num_tokens != sum(real lengths)")
     bad(row_sum > pack_len, "documents exceed pack_len")
     if len(problems) > before:  # the segment layout below needs consistent seq_lengths
         return {}
@@ -100,6 +138,12 @@ def _check_rows(
     exp_pos = (slot - np.repeat(seg_start, seg_len)).reshape(k, pack_len)
     exp_doc = np.repeat(seg_doc, seg_len).reshape(k, pack_len)
     pad_slot = np.repeat(seg_is_pad, seg_len).reshape(k, pack_len)
+    seg_real = seg_len.copy()
+    seg_real[is_doc] = real
+    seg_real[~is_doc] = 0
+    doc_pad = (exp_pos >= np.repeat(seg_real, seg_len).reshape(k, pack_len)) & ~pad_slot
+    bad(((labels != IGNORE) & doc_pad).any(1), "a document's padding carries a label")
+    bad(((ids != pad_id) & doc_pad).any(1), f"a document's padding is not the pad id {pad_id}")
     bad(
         (pos != exp_pos).any(1),
         "position_ids do not restart at 0 for every document / the pad tail",
@@ -120,8 +164,14 @@ def _check_rows(
     bad((labels != IGNORE).sum(1) != num_loss, "num_loss_tokens != count(labels != -100)")
     if ids.size and ids.min() < 0:
         problems.append(f"{where}: negative token id")
-    docs_out.append((ids, labels, seq, seq_off, srcv))
-    return {"rows": k, "tokens": int(row_sum.sum()), "loss": int(num_loss.sum()), "docs": ndocs}
+    docs_out.append((ids, labels, seq, seq_off, srcv, real))
+    return {
+        "rows": k,
+        "tokens": int(real_sum.sum()),
+        "doc_pad": int(doc_pad.sum()),
+        "loss": int(num_loss.sum()),
+        "docs": ndocs,
+    }
 
 
 def _check_source(docs_out, source, pack_len: int, manifest: dict, problems: list[str]) -> None:
@@ -130,12 +180,12 @@ def _check_source(docs_out, source, pack_len: int, manifest: dict, problems: lis
     by_src = {int(s): i for i, s in enumerate(np.asarray(source.source_index).tolist())}
     seen: dict[int, list[int]] = {}
     taken: dict[int, set[int]] = {}
-    for ids, labels, seq, seq_off, srcv in docs_out:
+    for ids, labels, seq, seq_off, srcv, real in docs_out:
         for r in range(ids.shape[0]):
             col = 0
             for q in range(seq_off[r], seq_off[r + 1]):
-                n, s = int(seq[q]), int(srcv[q])
-                c0, col = col, col + n
+                n, s = int(real[q]), int(srcv[q])  # real tokens; the slots place the next one
+                c0, col = col, col + int(seq[q])
                 if s not in by_src:
                     problems.append(f"source_index {s} is not in the input")
                     continue
@@ -217,8 +267,10 @@ def find_problems(folder, source=None, labels_equal_ids: bool = True) -> list[st
         problems.append(f"unexpected files in the pack folder: {extra}")
     if problems:
         return problems
-    want = schema.arrow_schema(L)
-    rows = tokens = loss = 0
+    multiple, fixed = int(manifest.get("pad_to_multiple", 1)), manifest.get("fixed_docs", False)
+    fixed = int(manifest["max_docs"]) if fixed else 0
+    want = schema.arrow_schema(L, multiple > 1)
+    rows = tokens = loss = doc_pad = 0
     docs_hist: list[np.ndarray] = []
     docs_out: list = []
     for e in entries:
@@ -239,10 +291,13 @@ def find_problems(folder, source=None, labels_equal_ids: bool = True) -> list[st
         table = pf.read()
         if table.num_rows != e["rows"]:
             problems.append(f"{e['file']}: {table.num_rows} rows, manifest says {e['rows']}")
-        stats = _check_rows(table, L, pad_id, labels_equal_ids, e["file"], problems, docs_out)
+        stats = _check_rows(
+            table, L, pad_id, labels_equal_ids, e["file"], problems, docs_out, multiple, fixed
+        )
         if stats:
             rows += stats["rows"]
             tokens += stats["tokens"]
+            doc_pad += stats["doc_pad"]
             loss += stats["loss"]
             docs_hist.append(stats["docs"])
     if problems:
@@ -260,6 +315,9 @@ def find_problems(folder, source=None, labels_equal_ids: bool = True) -> list[st
     eq("tokens.out vs num_tokens in shards", t["out"], tokens)
     eq("tokens.loss_out vs num_loss_tokens in shards", t["loss_out"], loss)
     eq("tokens.pad", t["pad"], rows * L - tokens)
+    eq("tokens.doc_pad", t.get("doc_pad", 0), doc_pad)
+    if multiple == 1:
+        eq("no tokens.doc_pad without --pad-to-multiple", "doc_pad" in t, False)
     eq("examples_read = tokenized + skipped", c["examples_read"], c["tokenized"] + c["skipped"])
     eq(
         "tokenized = packed + truncated + split + dropped",
@@ -288,7 +346,7 @@ def find_problems(folder, source=None, labels_equal_ids: bool = True) -> list[st
         + sum(x["length"] for x in manifest["dropped"]),
         t["cut"],
     )
-    eq("lower_bound_rows", manifest["lower_bound_rows"], math.ceil(tokens / L))
+    eq("lower_bound_rows", manifest["lower_bound_rows"], math.ceil((tokens + doc_pad) / L))
     if rows:
         eq("fill", manifest["fill"], round(tokens / (rows * L), 6))
         dpr = manifest["docs_per_row"]

@@ -5,6 +5,7 @@ and sweeps --len with the same per-length computation."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -169,6 +170,8 @@ def manifest_view(m: dict) -> dict:
         "loss_tokens_in": t["loss_in"],
         "loss_tokens_cut": t["loss_cut"],
         "pad_slots": t["pad"],
+        "doc_pad": t.get("doc_pad", 0),
+        "lower_bound_rows": m["lower_bound_rows"],
     }
 
 
@@ -190,25 +193,50 @@ def predicted(r) -> dict:
                     )
                 },
                 "tokens": {k: 0 for k in ("in", "out", "cut", "loss_in", "loss_cut", "pad")},
+                "lower_bound_rows": 0,
             }
         )
     }
 
 
-def packed_manifest(td, pack_len: int, overflow: str, out) -> dict | str:
+def packed_manifest(td, pack_len: int, overflow: str, out, multiple: int = 1) -> dict | str:
     from packtool.api import pack
 
+    cfg = PackConfig(pack_len=pack_len, overflow=overflow, pad_to_multiple=multiple)
     try:
-        return pack(td, PackConfig(pack_len=pack_len, overflow=overflow), str(out)).manifest
+        return pack(td, cfg, str(out)).manifest
     except PacktoolError as e:
         return f"error: {e}"
 
 
-def profiled(td, pack_len: int, overflow: str) -> dict | str:
+def profiled(td, pack_len: int, overflow: str, multiple: int = 1) -> dict | str:
+    cfg = ProfileConfig(pack_len=pack_len, overflow=overflow, pad_to_multiple=multiple)
     try:
-        return predicted(profile_data(td, ProfileConfig(pack_len=pack_len, overflow=overflow)))
+        return predicted(profile_data(td, cfg))
     except PacktoolError as e:
         return f"error: {e}"
+
+
+@pytest.mark.parametrize("overflow", ["drop", "truncate", "split"])
+def test_profile_predicts_padded_packs_by_hand(overflow, tmp_path):
+    """--pad-to-multiple 2 at --len 4: the documents' padding is predicted as pack writes it."""
+    td = tokenized_by_hand()
+    m = packed_manifest(td, 4, overflow, tmp_path / "out", multiple=2)
+    assert profiled(td, 4, overflow, 2) == manifest_view(m)
+    assert m["tokens"]["doc_pad"] > 0 and m["pad_to_multiple"] == 2
+    r = profile_data(td, ProfileConfig(pack_len=4, overflow=overflow, pad_to_multiple=2))
+    assert r.pack["doc_pad"] == m["tokens"]["doc_pad"] and r.pack["pad_to_multiple"] == 2
+    assert r.pack["doc_pad_share"] == pytest.approx(
+        m["tokens"]["doc_pad"] / (4 * m["counts"]["rows"])
+    )
+
+
+def test_profile_refuses_a_len_that_is_no_multiple():
+    with pytest.raises(
+        UsageError,
+        match="--len 100 is not a multiple of --pad-to-multiple 8; use --len 96 or --len 104",
+    ):
+        ProfileConfig(pack_len=100, pad_to_multiple=8)
 
 
 @pytest.mark.parametrize("overflow", ["drop", "truncate", "split"])
@@ -233,23 +261,23 @@ SHARED_FILES = sorted(p.name for p in SHARED_DATA.glob("*.json*")) if SHARED_DAT
 @needs_shared("data")
 @pytest.mark.parametrize("name", SHARED_FILES or ["(none)"])
 def test_profile_predicts_pack_on_shared_data(name, tmp_path):
-    """Every real file, --len 1024 and 4096, every policy: profile's prediction is pack's manifest
-    (or both stop with the same kind of error: every example dropped)."""
+    """Every real file, --len 1024 and 4096, every policy, documents unpadded and padded to
+    multiples of 8 (--pad-to-multiple 8): profile's prediction is pack's manifest (or both stop
+    with the same kind of error: every example dropped)."""
     from packtool.api import load_tokenized
 
     td = load_tokenized(str(SHARED_DATA / name), TokenizeConfig(), progress=False)
-    for pack_len in (1024, 4096):
-        for overflow in ("drop", "truncate", "split"):
-            ours = profiled(td, pack_len, overflow)
-            packs = packed_manifest(td, pack_len, overflow, tmp_path / f"{pack_len}-{overflow}")
-            if isinstance(packs, str):
-                assert (
-                    isinstance(ours, str)
-                    and "nothing to pack" in ours
-                    and "nothing to pack" in packs
-                ), (ours, packs)
-            else:
-                assert ours == manifest_view(packs), (name, pack_len, overflow)
+    for pack_len, overflow, n in itertools.product(
+        (1024, 4096), ("drop", "truncate", "split"), (1, 8)
+    ):
+        ours = profiled(td, pack_len, overflow, n)
+        packs = packed_manifest(td, pack_len, overflow, tmp_path / f"{pack_len}-{overflow}-{n}", n)
+        if isinstance(packs, str):
+            assert (
+                isinstance(ours, str) and "nothing to pack" in ours and "nothing to pack" in packs
+            ), (ours, packs)
+        else:
+            assert ours == manifest_view(packs), (name, pack_len, overflow, n)
 
 
 @needs_shared("data", "glaive_toolcall_en_demo.json")
@@ -379,3 +407,14 @@ def test_advice_point_when_the_advice_differs():
         "`packtool profile DATA --len 1024 --overflow split` shows them for split"
     ) in rec.hints
     assert profile_lengths(np.full(10, 30), ProfileConfig(pack_len=64)).advice_point is None
+
+
+def test_the_advice_keeps_to_lengths_the_layout_allows():
+    """--pad-to-multiple 96: a raised --len must be one pack takes with it (powers of two are not)."""
+    lengths = np.random.default_rng(0).integers(1000, 3000, 2000)
+    plain = advice.recommend(profile_lengths(lengths, ProfileConfig(pack_len=1536)))
+    padded = advice.recommend(
+        profile_lengths(lengths, ProfileConfig(pack_len=1536, pad_to_multiple=96))
+    )
+    assert plain.pack_len > 1536 and plain.pack_len % 96  # raised to a power of two
+    assert padded.pack_len % 96 == 0 and "--pad-to-multiple 96" in padded.command

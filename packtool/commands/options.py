@@ -32,6 +32,15 @@ Data = Annotated[
         help="File, folder, glob, save_to_disk folder or cached hub id.", metavar="DATA"
     ),
 ]
+Inputs = Annotated[
+    list[str],
+    typer.Argument(
+        help="File, folder, glob, save_to_disk folder or cached hub id; several make a mixture, "
+        "each with optional ::options, e.g. 'b.json::format=alpaca,weight=0.5' (README: Mixtures).",
+        metavar="DATA",
+        show_default=False,
+    ),
+]
 JsonOpt = Annotated[
     str | None,
     typer.Option(
@@ -118,7 +127,8 @@ class TokenizeArgs:
         "auto",
         "--tokenizer-backend",
         help="auto (fastokens when it gives ids and labels identical to the "
-        "tokenizers path on this run's first examples, else hf) | fastokens | hf.",
+        "tokenizers path on this run's first examples and on the first examples of each of its files, "
+        "else hf) | fastokens | hf.",
     )
     template_date: str | None = _option(
         None,

@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.options import Data, JsonOpt, TokenizeArgs, tokenize_options
+from packtool.commands.common import parse_inputs
+from packtool.commands.options import Inputs, JsonOpt, TokenizeArgs, tokenize_options
 from packtool.commands.output import Output
 from packtool.config import PackConfig
 from packtool.report.tokenized import announce
@@ -15,7 +16,7 @@ from packtool.report.tokenized import announce
 
 @tokenize_options()
 def pack(
-    data: Data,
+    data: Inputs,
     pack_len: Annotated[
         int,
         typer.Option(
@@ -53,6 +54,21 @@ def pack(
             "--overflow", help="Examples longer than --len: drop | truncate | split | error."
         ),
     ] = "drop",
+    pad_to_multiple: Annotated[
+        int,
+        typer.Option(
+            "--pad-to-multiple",
+            metavar="N",
+            help="Pad each document to a multiple of N slots (context parallelism: 2 x cp_size; --len must be a multiple of N); seq_lengths_unpadded keeps the real lengths.",
+        ),
+    ] = 1,
+    fixed_docs: Annotated[
+        bool,
+        typer.Option(
+            "--fixed-docs",
+            help="Every row lists exactly --max-docs documents (zeros at the end): static cu_seqlens shapes for CUDA graphs.",
+        ),
+    ] = False,
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of --order random and of the row shuffle.")
     ] = 0,
@@ -89,17 +105,22 @@ def pack(
         shuffle=not no_shuffle,
         shard_rows=shard_rows,
         force=force,
+        pad_to_multiple=pad_to_multiple,
+        fixed_docs=fixed_docs,
     )
     tcfg = tok.config()
-    size = 0 if tok.limit else api.input_bytes(data)  # --limit reads a part of unknown size
+    inputs = parse_inputs(data, tcfg.read)  # None: one DATA without ::options, read as always
+    source = data[0] if inputs is None else inputs
+    size = 0 if tok.limit else api.input_bytes(source)  # --limit reads a part of unknown size
     # before spending minutes on tokenization; packs measure ~0.4x chat JSONL, ~1x pre-tokenized Parquet
     api.check_output(out, force, size)
     api.check_cache(2 * size)  # a cache entry measures ~1.5x chat JSONL
-    tokenized = api.load_tokenized(data, tcfg, progress=output)
+    tokenized = api.load_tokenized(source, tcfg, progress=output, seed=seed)
     # manifest["options"]: everything `verify --sources` needs to tokenize the sources again (the
     # input as given, and the options that shape ids and labels); the keys the tokenizer recorded
     # (train_on, chat_template, labels_from) keep their values
-    tokenized.options = {**tcfg.fingerprint_dict(), "input": data, **(tokenized.options or {})}
+    given = data[0] if inputs is None else list(data)  # a mixture: every input as given
+    tokenized.options = {**tcfg.fingerprint_dict(), "input": given, **(tokenized.options or {})}
     if output.human:
         announce(tokenized, output.console, warnings=False)  # render_pack lists the warnings
     with output.stage("writing", unit="rows") as stage:

@@ -10,16 +10,18 @@ from typing import Annotated
 import typer
 
 from packtool import api
+from packtool.commands.common import parse_inputs
 from packtool.commands.options import JsonOpt, TokenizeArgs, tokenize_options
 from packtool.commands.output import Output
 from packtool.config import ProfileConfig
 from packtool.errors import PacktoolError, UsageError
 
 OptData = Annotated[
-    str | None,
+    list[str] | None,
     typer.Argument(
         metavar="DATA",
-        help="File, folder, glob, save_to_disk folder or cached hub id. "
+        help="File, folder, glob, save_to_disk folder or cached hub id; several make a mixture, "
+        "each with optional ::options, e.g. 'b.json::format=alpaca,weight=0.5' (README: Mixtures). "
         "Omit it with --synthetic or --lengths.",
         show_default=False,
     ),
@@ -82,6 +84,14 @@ def profile(
             help="What pack does with examples longer than --len, and so what profile predicts: drop (pack's default: leave them out), truncate (cut to --len), split (parts of --len as separate documents), error (stop, naming the example).",
         ),
     ] = "drop",
+    pad_to_multiple: Annotated[
+        int,
+        typer.Option(
+            "--pad-to-multiple",
+            metavar="N",
+            help="Predict pack --pad-to-multiple N: each document padded to a multiple of N slots (--len must be a multiple of N); shows what the padding costs.",
+        ),
+    ] = 1,
     batch_size: Annotated[
         int, typer.Option("--batch-size", "-b", help="Rows per micro-batch.")
     ] = 8,
@@ -151,6 +161,7 @@ def profile(
     """
     from packtool.report import profile as report
 
+    data = data or None  # typer gives [] for no DATA
     sources = [x for x in (data, synthetic, lengths_file) if x is not None]
     if len(sources) != 1:
         raise UsageError(
@@ -173,6 +184,7 @@ def profile(
         gpu=api.gpu_spec(gpu) if gpu is not None else None,
         mfu=mfu,
         overflow=overflow,
+        pad_to_multiple=pad_to_multiple,
     )
     if plot is not None and not plot.lower().endswith(".png"):
         raise UsageError(f"--plot {plot!r} must end in .png")
@@ -180,17 +192,25 @@ def profile(
     td = None
     if data is not None:
         tcfg = tok.config()
+        inputs = parse_inputs(data, tcfg.read)  # None: one DATA without ::options
+        given = data[0] if inputs is None else inputs
         api.check_cache(
-            0 if tok.limit else 2 * api.input_bytes(data)
+            0 if tok.limit else 2 * api.input_bytes(given)
         )  # unusable: one warning, run uncached
-        td = api.load_tokenized(data, tcfg, progress=out)
+        td = api.load_tokenized(given, tcfg, progress=out, seed=seed)
     with out.stage("profiling", spinner=True) as stage:
         if td is not None:
             result = api.profile_lens(
                 td,
                 cfg,
                 lens,
-                source={"data": data, "pack_args": tok.pack_args()},
+                source={"data": data[0], "pack_args": tok.pack_args()}
+                if inputs is None
+                else {  # the recommended pack command names every input (pack_args after DATA)
+                    "data": data[0],
+                    "pack_args": [*data[1:], *tok.pack_args()],
+                    "inputs": td.input_shares(),
+                },
                 on_stage=stage.step,
             )
         elif synthetic is not None:

@@ -92,7 +92,7 @@ def rows_table(
 class ShardWriter:
     """One shard file: append row groups, then `close()` → {file, rows, sha256}."""
 
-    def __init__(self, root: Path, index: int, total: int, pack_len: int):
+    def __init__(self, root: Path, index: int, total: int, pack_len: int, padded: bool = False):
         import pyarrow.parquet as pq
 
         self.relpath = f"{schema.DATA_DIR}/{schema.shard_name(index, total)}"
@@ -100,7 +100,7 @@ class ShardWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.rows = 0
         self._writer = pq.ParquetWriter(
-            str(self.path), schema.arrow_schema(pack_len), **writer_options()
+            str(self.path), schema.arrow_schema(pack_len, padded), **writer_options()
         )
 
     def write(self, table) -> None:

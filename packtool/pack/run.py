@@ -8,6 +8,9 @@
                                                                         ▼
                                           OUT/data/train-XXXXX-of-XXXXX.parquet, OUT/manifest.json
 
+Layout (schema.Layout): with --pad-to-multiple N the plan is made over each piece's ceil(n/N)*N
+slots and the kernel writes the padding; --fixed-docs writes K = --max-docs entries a row.
+
 Memory: the per-document arrays (lengths, pieces, plan: ~100 bytes per document) plus one row group
 (<= 64 MiB of token slots) and the Parquet writer's buffer for it.  Tokens are never Python objects.
 
@@ -88,7 +91,9 @@ def pack_tokenized(
             f"nothing to pack: all {n} examples were dropped (longest {int(lengths.max())} "
             f"tokens > --len {L}); use --overflow truncate|split or raise --len"
         )
-    plan = plan_packs(pieces.length, L, cfg.strategy, cfg.order, cfg.max_docs, cfg.seed)
+    layout = schema.Layout(cfg.pad_to_multiple, cfg.max_docs if cfg.fixed_docs else 0)
+    slots = layout.slots(pieces.length)  # planned padded: <= L exactly when the real length is
+    plan = plan_packs(slots, L, cfg.strategy, cfg.order, cfg.max_docs, cfg.seed)
     loc = locate(data, lengths, src, pieces, L)
     t_plan = time.perf_counter()
 
@@ -101,7 +106,17 @@ def pack_tokenized(
         gather = file_gather(data, loc, shards.row_group_rows(L, shard_rows) * L)
         try:
             written = write_shards(
-                tmp, plan, row_order, pieces.length, loc, pad_id, shard_rows, progress, gather
+                tmp,
+                plan,
+                row_order,
+                pieces.length,
+                loc,
+                pad_id,
+                shard_rows,
+                progress,
+                gather,
+                slot_len=slots,
+                layout=layout,
             )
         finally:
             if gather is not None:
@@ -129,7 +144,9 @@ def pack_tokenized(
             "loss_cut": int(loss_counts[pieces.dropped].sum()) + loc.loss_cut_tails,
             "pad": written.rows * L - written.tokens,
         }
-        _check_conservation(counts, tokens, pieces, n, plan, written.shards)
+        if layout.padded:
+            tokens["doc_pad"] = written.doc_pad
+        _check_conservation(counts, tokens, pieces, n, plan, written.shards, slots, written)
         docs = plan.docs_per_row()
         manifest = schema.Manifest(
             schema_version=schema.SCHEMA_VERSION,
@@ -149,6 +166,9 @@ def pack_tokenized(
             options=dict(data.options or {}),
             format=data.format,
             sources=[{"path": s.path, "size": s.size, "sha256": s.sha256} for s in data.sources],
+            inputs=data.inputs_manifest(  # a mixture's inputs; [] (not written) for one input
+                src[pieces.dropped], src[pieces.truncated], src[pieces.split]
+            ),
             counts=schema.Counts(**counts),
             skipped=[r.to_json() for r in data.skipped],
             dropped=[
@@ -165,7 +185,7 @@ def pack_tokenized(
             ],
             tokens=schema.Tokens.from_json(tokens),
             fill=round(written.tokens / (written.rows * L), 6),
-            lower_bound_rows=lower_bound_rows(written.tokens, L),
+            lower_bound_rows=lower_bound_rows(written.tokens + written.doc_pad, L),
             docs_per_row={
                 "min": int(docs.min()),
                 "mean": round(float(docs.mean()), 4),
@@ -173,6 +193,8 @@ def pack_tokenized(
                 "histogram": _histogram(docs),
             },
             shards=written.shards,
+            pad_to_multiple=cfg.pad_to_multiple,
+            fixed_docs=cfg.fixed_docs,
         ).to_json()
         shards.write_manifest(tmp, manifest)
     t_end = time.perf_counter()
@@ -205,11 +227,17 @@ def pack_tokenized(
 
 
 def _check_conservation(
-    counts: dict, tokens: dict, pieces: Pieces, n: int, plan, shard_entries
+    counts: dict, tokens: dict, pieces: Pieces, n: int, plan, shard_entries, slots, written
 ) -> None:
     """The contract's conservation rules (schema.conservation_problems) plus what only the writer
-    can check: every example is a piece or dropped, and the rows written are the rows planned."""
+    can check: every example is a piece or dropped, the rows written are the rows planned, and the
+    padding written inside documents is the padding the layout plans."""
     problems = schema.conservation_problems(counts, tokens)
+    planned_pad = int((slots - pieces.length).sum())
+    if written.doc_pad != planned_pad or tokens.get("doc_pad", 0) != planned_pad:
+        problems.append(
+            f"wrote {written.doc_pad} pad slots inside documents; the layout plans {planned_pad}"
+        )
     covered = np.zeros(n, dtype=np.int64)
     np.add.at(covered, pieces.row, 1)
     if (

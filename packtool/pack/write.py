@@ -6,6 +6,15 @@ plan rows in shuffled order ──blocks of one row group──▶ layout_rows +
     ...                                                 ┘
 each writer has two buffer sets: the main thread fills one while the writer encodes the other.
 One file is written by one thread, blocks in order: the bytes never depend on timing.
+
+The layout (schema.Layout): a piece of piece_len tokens takes slot_len slots (--pad-to-multiple;
+the kernel pads it); `row_lists` turns the block's CSR lists into the shard's list columns, K
+entries a row under --fixed-docs (documents, then 0 / source_index -1), with seq_lengths_unpadded
+beside seq_lengths when N > 1:
+
+    CSR (seq_off [0, 2, 3])    slots [4, 4 | 8]  real [3, 4 | 5]  source [7, 2 | 9]
+    fixed K = 3                seq_lengths [4, 4, 0 | 8, 0, 0]   unpadded [3, 4, 0 | 5, 0, 0]
+                               source_index [7, 2, -1 | 9, -1, -1]  offsets [0, 3, 6]
 """
 
 from __future__ import annotations
@@ -36,6 +45,43 @@ class Written:
     tokens: int = 0
     loss: int = 0
     loss_first_token: int = 0
+    doc_pad: int = 0  # pad slots inside documents (--pad-to-multiple)
+
+
+def row_lists(seq_off, slots, real, source, fixed: int):
+    """(offsets, seq_lengths, unpadded, source_index) of a block's rows: the CSR lists as they are,
+    or K = `fixed` entries per row, the documents first, then 0 (source_index -1)."""
+    if not fixed:
+        return seq_off, slots, real, source
+    k = seq_off.shape[0] - 1
+    nd = np.diff(seq_off)
+    at = np.arange(slots.shape[0], dtype=np.int64) + np.repeat(
+        np.arange(k, dtype=np.int64) * fixed - seq_off[:-1], nd
+    )
+    out = [
+        np.zeros(k * fixed, np.int64),
+        np.zeros(k * fixed, np.int64),
+        np.full(k * fixed, -1, np.int64),
+    ]
+    for dst, src in zip(out, (slots, real, source), strict=True):
+        dst[at] = src
+    return (np.arange(k + 1, dtype=np.int64) * fixed, *out)
+
+
+def layout_table(input_ids, labels, positions, doc_ids, lists, num_tokens, num_loss, padded: bool):
+    """The shard table of one block (io.shards.rows_table), plus seq_lengths_unpadded when padded."""
+    offsets, slots, real, source = lists
+    table = shards.rows_table(
+        input_ids, labels, positions, doc_ids, offsets, slots, source, num_tokens, num_loss
+    )
+    if not padded:
+        return table
+    import pyarrow as pa
+
+    col = pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)), pa.array(real.astype(np.int32))
+    )
+    return table.append_column(pa.field(schema.UNPADDED_COLUMN, col.type, nullable=False), col)
 
 
 def write_shards(
@@ -48,6 +94,8 @@ def write_shards(
     shard_rows: int,
     progress: Progress | None,
     gather: FileGather | None = None,
+    slot_len: np.ndarray | None = None,
+    layout: schema.Layout = schema.Layout(),
 ) -> Written:
     """Gather rows block by block (one Parquet row group each) and write the shards.
 
@@ -57,6 +105,7 @@ def write_shards(
     """
     L = plan.pack_len
     R = plan.num_rows
+    slot_len = piece_len if slot_len is None else slot_len
     group_rows = shards.row_group_rows(L, shard_rows)
     num_shards = -(-R // shard_rows)
     writers = max(1, min(MAX_WRITERS, os.cpu_count() or 1, num_shards))
@@ -70,7 +119,10 @@ def write_shards(
     with WriterPool(writers) as pool:
         for wave in range(0, num_shards, writers):
             members = list(range(wave, min(num_shards, wave + writers)))
-            open_writers = [pool.opened(shards.ShardWriter(tmp, s, num_shards, L)) for s in members]
+            open_writers = [
+                pool.opened(shards.ShardWriter(tmp, s, num_shards, L, layout.padded))
+                for s in members
+            ]
             blocks = [
                 list(range(s * shard_rows, min(R, (s + 1) * shard_rows), group_rows))
                 for s in members
@@ -90,6 +142,7 @@ def write_shards(
                         plan.row_offsets,
                         plan.doc_order,
                         piece_len,
+                        slot_len,
                         input_ids,
                         labels,
                         positions,
@@ -130,17 +183,20 @@ def write_shards(
                             labels,
                             schema.IGNORE_INDEX,
                         )
-                    table = shards.rows_table(
+                    lists = row_lists(
+                        seq_off, slot_len[pcs], piece_len[pcs], loc.source[pcs], layout.fixed_docs
+                    )
+                    table = layout_table(
                         input_ids,
                         labels,
                         positions,
                         doc_ids,
-                        seq_off,
-                        piece_len[pcs],
-                        loc.source[pcs],
+                        lists,
                         num_tokens,
                         num_loss,
+                        layout.padded,
                     )
+                    out.doc_pad += int((slot_len[pcs] - piece_len[pcs]).sum())
                     pool.submit(w, open_writers[w].write, table)
                     out.tokens += int(num_tokens.sum())
                     out.loss += int(num_loss.sum())

@@ -55,11 +55,27 @@ def render_pack(result: PackResult, console) -> None:
         + (f", max {m['max_docs']} docs/row" if m["max_docs"] else "")
         + ")",
     )
+    doc_pad = t.get("doc_pad") or 0
+    used = f"({t['out']:,} + {doc_pad:,} doc pad)" if doc_pad else f"{t['out']:,}"
     table.add_row(
         "lower bound",
-        f"{lb:,} rows = ceil({t['out']:,} / {L});  rows / bound = {rows / lb:.5f}" if lb else "0",
+        f"{lb:,} rows = ceil({used} / {L});  rows / bound = {rows / lb:.5f}" if lb else "0",
     )
     table.add_row("fill", f"{m['fill']:.2%}  {_bar(m['fill'])}  pad {t['pad']:,} slots")
+    n, fixed = m.get("pad_to_multiple", 1), m.get("fixed_docs", False)
+    if n > 1 or fixed:
+        parts = []
+        if n > 1:
+            share = doc_pad / (rows * L) if rows else 0.0
+            parts.append(
+                f"documents padded to multiples of {n}: {doc_pad:,} pad slots inside documents "
+                f"({share:.2%} of the slots; seq_lengths padded, seq_lengths_unpadded real)"
+            )
+        if fixed:
+            parts.append(
+                f"fixed docs: {m['max_docs']} entries per row, cu_seqlens {m['max_docs'] + 1} segments a row"
+            )
+        table.add_row("layout", ";  ".join(parts))
     dpr = m["docs_per_row"]
     table.add_row("docs per row", f"min {dpr['min']}  mean {dpr['mean']:.2f}  max {dpr['max']}")
     hist = dpr["histogram"]

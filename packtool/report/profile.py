@@ -104,6 +104,7 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
             "seed": cfg.seed,
             "mfu": cfg.mfu,
             "overflow": cfg.overflow,
+            "pad_to_multiple": cfg.pad_to_multiple,
             "lens": None if not r.sweep else [p.pack_len for p in r.sweep],
         },
         "counts": r.counts,
@@ -233,15 +234,22 @@ def histogram_lines(r: ProfileResult, width: int = 40) -> list[tuple[str, str, s
 
 def render(r: ProfileResult, console) -> None:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     cfg = r.config
     src = r.source
     what = src.get("data") or src.get("spec") or src.get("path") or src.get("kind")
+    if src.get("inputs"):  # a mixture: the per-input table below names them
+        what = f"{len(src['inputs'])} inputs"
     extra = []
     if src.get("format"):
-        extra.append(f"format {src['format']}")
+        fmt = str(src["format"])
+        # 'mixed: alpaca (a.json 2), messages (b.jsonl 3)' is listed above, file by file
+        if fmt.startswith("mixed: "):
+            fmt = f"{fmt.count('), ') + 1} formats"
+        extra.append(f"format {fmt}")
     tok = src.get("tokenizer") or {}
     if tok.get("name"):
         extra.append(f"tokenizer {tok['name']}")
@@ -258,7 +266,7 @@ def render(r: ProfileResult, console) -> None:
     if c["examples_skipped"]:
         t.add_row("skipped", f"[yellow]{c['examples_skipped']:,}[/]")
         for reason, k in list(c["skipped_reasons"].items())[:5]:
-            t.add_row(f"  {reason[:70]}", f"{k:,}")
+            t.add_row(f"  {escape(reason)}", f"{k:,}")  # whole: the table wraps it
     if c["examples_empty"]:
         t.add_row("empty (0 tokens)", f"[yellow]{c['examples_empty']:,}[/]")
     t.add_row("examples profiled", _num(c["examples"]))
@@ -270,6 +278,10 @@ def render(r: ProfileResult, console) -> None:
             "examples without loss", f"[{style}]{c['examples_without_loss']:,}[/]" if style else "0"
         )
     console.print(t)
+    if src.get("inputs"):
+        from packtool.report.tokenized import inputs_table
+
+        console.print(inputs_table(src["inputs"]))
 
     # distribution --------------------------------------------------------------------------
     d = Table(box=box.SIMPLE_HEAD, title="tokens per example", title_justify="left")
@@ -375,7 +387,7 @@ def render(r: ProfileResult, console) -> None:
         f"{cfg.batch_size} rows; {stats.overflow_note(cfg.overflow)}.[/]"
     )
     for note in r.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[yellow]warning:[/] {escape(note)}")
     if r.sweep:
         console.print()
         console.print(sweep_table(r))
@@ -437,11 +449,19 @@ def overflow_lines(r: ProfileResult) -> list[str]:
         cut = f"{pk['tokens_cut']:,} tokens cut" + (
             "" if pk["loss_tokens_cut"] is None else f" ({pk['loss_tokens_cut']:,} loss tokens)"
         )
+        n = cfg.pad_to_multiple
+        layout = f" --pad-to-multiple {n}" if n > 1 else ""
         out.append(
-            f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}[/] would write "
+            f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}{layout}[/] would write "
             f"{pk['rows']:,} rows of {pk['documents']:,} documents, {_pct(pk['fill'])} full; "
             + ", ".join(did + [cut])
         )
+        if n > 1:
+            out.append(
+                f"[yellow]cost of --pad-to-multiple {n}[/]: {pk['doc_pad']:,} pad slots inside "
+                f"documents, {_pct_small(pk['doc_pad_share'] or 0.0)} of the rows' slots (computed, never trained); "
+                "the strategies below run on the padded lengths"
+            )
     return out
 
 

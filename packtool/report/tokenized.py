@@ -8,7 +8,14 @@ format: mixed: alpaca (identity.json 91), sharegpt (a.json 300) — each file's 
 tokenizer: Qwen/Qwen3-0.6B (built-in)
 chat template: NAME (ORIGIN) — why; labels from generation markers; end of turn <|im_end|>; ...
 examples: 600 read, 598 tokenized, 2 skipped, tokenizer backend fastokens (from cache)
+(a mixture: one line per input, before the totals of the weighted stream)
+input 1 chats.jsonl: messages, 600 records, 598 tokenized, weight 1 → 598 examples
+input 2 alpaca.json::weight=0.5: alpaca, 91 records, 91 tokenized, weight 0.5 → 46 examples
 warning: ...
+
+inputs_table: what each input of a mixture contributes (profile's terminal summary)
+  input  spec                       format    weight  examples   tokens   share
+  1      chats.jsonl                messages       1       598  210,455   82.1%
 """
 
 from __future__ import annotations
@@ -75,6 +82,8 @@ def announce(td, con, warnings: bool = True) -> None:
         con.print(f"tokenizer: {tok['name']}")
         if tok.get("chat_template"):
             con.print(template_line(tok))
+    for b in getattr(td, "inputs", None) or ():
+        con.print(escape(input_line(b)))
     backend = (td.backend or {}).get("name")
     con.print(
         f"examples: {td.num_read} read, {len(td)} tokenized, {len(td.skipped)} skipped"
@@ -83,3 +92,38 @@ def announce(td, con, warnings: bool = True) -> None:
     )
     for w in td.warnings if warnings else ():
         con.print(f"[yellow]warning:[/] {w}")
+
+
+def input_line(b) -> str:
+    """'input 2 alpaca.json::weight=0.5: alpaca, 91 records, 91 tokenized, weight 0.5 → 46 examples'
+    of a data.InputBlock."""
+    skipped = f", {b.skipped:,} skipped" if b.skipped else ""
+    return (
+        f"input {b.number} {b.spec}: {b.format}, {b.records:,} records, {b.tokenized:,} tokenized"
+        f"{skipped}, weight {b.weight:g} → {b.examples:,} examples"
+    )
+
+
+def inputs_table(shares: list[dict]):
+    """A rich table of a mixture's inputs (TokenizedData.input_shares): what each contributes."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(box=box.SIMPLE_HEAD, title="inputs", title_justify="left")
+    t.add_column("input", justify="right")
+    t.add_column("spec")
+    t.add_column("format")
+    for name in ("weight", "examples", "tokens", "share"):
+        t.add_column(name, justify="right")
+    for x in shares:
+        t.add_row(
+            str(x["input"]),
+            escape(x.get("name") or x["spec"]),
+            escape(x["format"]),
+            f"{x['weight']:g}",
+            f"{x['examples']:,}",
+            f"{x['tokens']:,}",
+            f"{x['share']:.1%}",
+        )
+    return t

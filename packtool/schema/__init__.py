@@ -2,6 +2,7 @@
 
     columns.py    constants (IGNORE_INDEX, column names, SCHEMA_VERSION), the Arrow schema of a shard
                   and the one shard-schema check
+    layout.py     the row layout: documents padded to a multiple of N, K entries per row (fixed docs)
     segments.py   where attention may look: documents and the pad tail, as cu_seqlens / position_ids
     manifest.py   manifest.json as a typed Manifest (to/from JSON) and the conservation rules
     notices.py    structured warnings (code, message, count, items)
@@ -20,11 +21,13 @@ from packtool.schema.columns import (
     SCALAR_COLUMNS,
     SCHEMA_VERSION,
     TOKEN_COLUMNS,
+    UNPADDED_COLUMN,
     arrow_schema,
     pack_len_of,
     shard_name,
     shard_schema_problems,
 )
+from packtool.schema.layout import Layout
 from packtool.schema.manifest import (
     Counts,
     Manifest,
@@ -37,6 +40,7 @@ from packtool.schema.manifest import (
 from packtool.schema.notices import Notice
 from packtool.schema.segments import (
     cu_seqlens,
+    cu_seqlens_unpadded,
     document_ids,
     position_ids,
     row_segments,
@@ -54,10 +58,12 @@ __all__ = [
     "SCALAR_COLUMNS",
     "SCHEMA_VERSION",
     "TOKEN_COLUMNS",
+    "UNPADDED_COLUMN",
     "arrow_schema",
     "pack_len_of",
     "shard_name",
     "shard_schema_problems",
+    "Layout",
     "Counts",
     "Manifest",
     "ManifestError",
@@ -67,6 +73,7 @@ __all__ = [
     "read_pack_manifest",
     "Notice",
     "cu_seqlens",
+    "cu_seqlens_unpadded",
     "document_ids",
     "position_ids",
     "row_segments",

@@ -10,6 +10,21 @@ One row = `pack_len` token slots holding k documents back to back, then padding:
     seq_lengths   [4, 3]            cu_seqlens = [0, 4, 7]
     source_index  [i_a, i_b]        num_tokens = 7, num_loss_tokens = 4
 
+Layouts for context parallelism and CUDA graphs (`schema/layout.py`; --pad-to-multiple N,
+--fixed-docs with --max-docs K): each document takes ceil(n/N)*N slots, its own tokens then pad
+tokens of the same document (labels -100, positions continuing); `seq_lengths` holds those padded
+slot counts (so positions, document_id and cu_seqlens agree for a reader that ignores the rest) and
+the extra column `seq_lengths_unpadded` (only when N > 1) the real ones. With fixed docs every
+row's lists are exactly K long: the documents, then empty entries (0, source_index -1).
+
+    N = 4, K = 3        0    1    2    3  | 4    5    6    7  | 8  ... 11
+    input_ids           a0   a1   a2   pad| b0   b1   b2   b3 | pad ...      (L = 12)
+    labels             -100  a1   a2  -100|-100  b1   b2   b3 |-100 ...
+    position_ids        0    1    2    3  | 0    1    2    3  | 0 1 2 3
+    document_id         0    0    0    0  | 1    1    1    1  | -1 ...
+    seq_lengths         [4, 4, 0]           seq_lengths_unpadded [3, 4, 0]
+    source_index        [i_a, i_b, -1]      num_tokens 7 (real tokens only)
+
 There is deliberately no `attention_mask` column (an all-ones mask beside packed position_ids makes
 transformers' sdpa/eager paths attend across documents).
 """
@@ -22,6 +37,7 @@ PAD_DOCUMENT_ID = -1
 
 TOKEN_COLUMNS = ("input_ids", "labels", "position_ids", "document_id")
 LIST_COLUMNS = ("seq_lengths", "source_index")
+UNPADDED_COLUMN = "seq_lengths_unpadded"  # only in packs written with --pad-to-multiple N > 1
 SCALAR_COLUMNS = ("num_tokens", "num_loss_tokens")
 COLUMNS = TOKEN_COLUMNS + LIST_COLUMNS + SCALAR_COLUMNS
 FORBIDDEN_COLUMNS = ("attention_mask",)
@@ -35,11 +51,13 @@ def shard_name(index: int, total: int) -> str:
     return f"train-{index:05d}-of-{total:05d}.parquet"
 
 
-def arrow_schema(pack_len: int):
-    """The exact Arrow schema of a v1 shard for rows of `pack_len` tokens."""
+def arrow_schema(pack_len: int, padded: bool = False):
+    """The exact Arrow schema of a v1 shard for rows of `pack_len` tokens; `padded` (a pack written
+    with --pad-to-multiple N > 1) adds the list<int32> column seq_lengths_unpadded at the end."""
     import pyarrow as pa
 
     fixed = pa.list_(pa.int32(), pack_len)
+    extra = [pa.field(UNPADDED_COLUMN, pa.list_(pa.int32()), nullable=False)] if padded else []
     return pa.schema(
         [
             pa.field("input_ids", fixed, nullable=False),
@@ -50,6 +68,7 @@ def arrow_schema(pack_len: int):
             pa.field("source_index", pa.list_(pa.int64()), nullable=False),
             pa.field("num_tokens", pa.int32(), nullable=False),
             pa.field("num_loss_tokens", pa.int32(), nullable=False),
+            *extra,
         ],
         metadata={b"packtool_schema_version": str(SCHEMA_VERSION).encode()},
     )
@@ -61,12 +80,13 @@ def pack_len_of(got) -> int | None:
     return None if i < 0 else getattr(got.field(i).type, "list_size", None)
 
 
-def shard_schema_problems(got, pack_len: int) -> list[str]:
-    """What is wrong with a shard's Arrow schema `got` for rows of `pack_len` tokens (empty: nothing).
+def shard_schema_problems(got, pack_len: int, padded: bool = False) -> list[str]:
+    """What is wrong with a shard's Arrow schema `got` for rows of `pack_len` tokens (empty: nothing);
+    `padded`: the manifest says the pack was written with --pad-to-multiple N > 1.
 
     The one shard-schema check: verify reports the problems, the trainer-side dataset refuses the
     shard. A forbidden column (attention_mask) is named first: it is the mistake that matters."""
-    want = arrow_schema(pack_len)
+    want = arrow_schema(pack_len, padded)
     problems = [
         f"forbidden column {c!r} (schema v{SCHEMA_VERSION} has none)"
         for c in FORBIDDEN_COLUMNS

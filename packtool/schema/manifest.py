@@ -7,11 +7,15 @@
       pad_id, pad_id_from                       the pad tail's token and where it came from
       tokenizer, tokenizer_backend, options     how the data was tokenized (dicts, as recorded)
       format, sources                           what was read: [{path, size, sha256}]
+      inputs                                    a mixture's inputs (input_problems); absent for one input
       counts   Counts                           examples_read ... rows (below)
       skipped, dropped, truncated, split        one entry per example, by source_index
       tokens   Tokens                           in, out, cut, loss_in, loss_out, loss_first_token, loss_cut, pad
       fill, lower_bound_rows, docs_per_row      how full the rows are
       shards                                    [{file, rows, bytes, sha256}]
+      pad_to_multiple, fixed_docs               the row layout (schema/layout.py): written only when
+                                                not 1 / false, with tokens.doc_pad (pad slots inside
+                                                documents), so default packs keep their bytes
 
 `to_json` writes the keys in this order (the bytes of a pack do not change with this class) and
 keeps any key it does not know; `from_json` reads every v1 manifest written so far, naming the
@@ -61,17 +65,29 @@ class Tokens:
     loss_out: int
     loss_first_token: int  # loss tokens masked because they start a document (or a split part)
     loss_cut: int
-    pad: int
+    pad: int  # slots that are not real tokens: rows * pack_len - out (document padding included)
+    doc_pad: int | None = None  # of those, padding inside documents (None: not written)
 
     def to_json(self) -> dict[str, int]:
-        return {("in" if f.name == "in_" else f.name): getattr(self, f.name) for f in fields(self)}
+        return {
+            ("in" if f.name == "in_" else f.name): getattr(self, f.name)
+            for f in fields(self)
+            if not (f.name == "doc_pad" and self.doc_pad is None)
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> Tokens:
-        return cls(**{("in_" if k == "in" else k): v for k, v in d.items() if k in _TOKEN_KEYS})
+        return cls(
+            **{
+                ("in_" if k == "in" else k): v
+                for k, v in d.items()
+                if k in _TOKEN_KEYS or k == "doc_pad"
+            }
+        )
 
 
 _TOKEN_KEYS = ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut", "pad")
+_LAYOUT_DEFAULTS = {"pad_to_multiple": 1, "fixed_docs": False}
 _TYPES = {
     int: "an integer",
     str: "a string",
@@ -100,6 +116,9 @@ class Manifest:
     options: dict[str, Any]
     format: str | None
     sources: list[dict[str, Any]]
+    # several inputs (`pack A B::weight=2`): [{input, spec, data, options, weight, format, formats,
+    # block {offset, records, copies}, files, counts}]; empty, and not written, for one input
+    inputs: list[dict[str, Any]] = field(default_factory=list, kw_only=True)
     counts: Counts
     skipped: list[dict[str, Any]]
     dropped: list[dict[str, Any]]
@@ -110,6 +129,8 @@ class Manifest:
     lower_bound_rows: int
     docs_per_row: dict[str, Any]
     shards: list[dict[str, Any]]
+    pad_to_multiple: int = 1  # the layout (schema/layout.py); written only when not the default
+    fixed_docs: bool = False
     extra: dict[str, Any] = field(
         default_factory=dict
     )  # keys a later writer added: kept as they are
@@ -120,6 +141,10 @@ class Manifest:
             if f.name == "extra":
                 continue
             v = getattr(self, f.name)
+            if f.name == "inputs" and not v:
+                continue  # one input: no `inputs` key, the bytes of earlier packs
+            if f.name in _LAYOUT_DEFAULTS and v == _LAYOUT_DEFAULTS[f.name]:
+                continue  # default layout: the manifest's bytes are those of earlier packs
             out[f.name] = (
                 v.to_json()
                 if isinstance(v, Tokens)
@@ -144,7 +169,7 @@ class Manifest:
             )
         kw: dict[str, Any] = {}
         for f in fields(cls):
-            if f.name == "extra":
+            if f.name == "extra" or (f.name in (*_LAYOUT_DEFAULTS, "inputs") and f.name not in d):
                 continue
             if f.name not in d:
                 raise ManifestError(f"{where}: {f.name} is not recorded")
@@ -166,6 +191,11 @@ class Manifest:
                 v = kw[name].get(k)
                 if not isinstance(v, int) or isinstance(v, bool):
                     raise ManifestError(f"{where}: {name}.{k} is not recorded as an integer")
+        for name, typ in (("pad_to_multiple", int), ("fixed_docs", bool)):
+            if name in kw and (
+                not isinstance(kw[name], typ) or (typ is int and isinstance(kw[name], bool))
+            ):
+                raise ManifestError(f"{where}: {name} is not {_TYPES[typ]}")
         kw["counts"] = Counts(**{f.name: kw["counts"][f.name] for f in fields(Counts)})
         kw["tokens"] = Tokens.from_json(kw["tokens"])
         known = {f.name for f in fields(cls)}
@@ -206,7 +236,7 @@ def _int(x) -> bool:
 
 
 def conservation_problems(
-    counts: dict, tokens: dict, listed: dict[str, list] | None = None
+    counts: dict, tokens: dict, listed: dict[str, list] | None = None, inputs: Any = None
 ) -> list[str]:
     """Where every example and token went, from a manifest's `counts` and `tokens` (dicts, as in the
     JSON: a damaged manifest may lack keys, which are then named) and, when given, its per-example
@@ -217,6 +247,8 @@ def conservation_problems(
         tokens.in     = tokens.out + tokens.cut                     (cut = dropped lengths + truncated cuts)
         loss_in       = loss_out + loss_first_token + loss_cut
         len(list)     = counts.<list>                               (each example listed once)
+        inputs (a mixture's, when given and non-empty): input_problems, per input and summed
+        0 <= doc_pad <= pad                                         (when tokens.doc_pad is recorded)
     """
     problems: list[str] = []
     v = {k: counts.get(k) for k in CONSERVED_COUNTS}
@@ -252,10 +284,91 @@ def conservation_problems(
                 problems.append(
                     f"tokens.cut is {t_cut} but the dropped and truncated lists account for {cut}"
                 )
+    doc_pad, pad = tokens.get("doc_pad"), tokens.get("pad")
+    if doc_pad is not None:
+        if not _int(doc_pad) or doc_pad < 0:
+            problems.append(f"tokens.doc_pad {doc_pad!r} is not a count")
+        elif _int(pad) and doc_pad > pad:
+            problems.append(
+                f"tokens.doc_pad {doc_pad} > tokens.pad {pad} (padding inside documents is part of the pad slots)"
+            )
     loss = [tokens.get(k) for k in ("loss_in", "loss_out", "loss_first_token", "loss_cut")]
     if all(_int(x) for x in loss) and loss[0] != loss[1] + loss[2] + loss[3]:
         problems.append(
             f"loss tokens in {loss[0]} != out {loss[1]} + first-token {loss[2]} + cut {loss[3]}"
             " (num_loss_tokens disagrees with labels?)"
         )
+    if inputs:
+        problems += input_problems(inputs, counts)
+    return problems
+
+
+# the counts of one input of a mixture (manifest inputs[].counts; data.input_counts)
+INPUT_COUNTS = (
+    "read",
+    "skipped",
+    "tokenized",
+    "not_selected",
+    "examples",
+    "packed",
+    "truncated",
+    "split",
+    "dropped",
+)
+
+
+def input_problems(inputs: Any, counts: dict | None = None) -> list[str]:
+    """The per-input rules of a mixture's `inputs` and, with the manifest's `counts`, their sums
+    against the global counts (which count the weighted stream: tokenized = examples after weighting):
+
+        read      = tokenized + skipped                     each input: every record it read
+        tokenized * copies = examples + not_selected        weights: whole copies plus a seeded part
+        examples  = packed + truncated + split + dropped    every example after weighting once
+        offset    = previous offset + copies * records      the source-index blocks follow each other
+        sum of examples = counts.tokenized; of skipped, packed, truncated, split, dropped: the same key
+    """
+    if not isinstance(inputs, list):
+        return [f"inputs is {type(inputs).__name__}, not a list"]
+    problems: list[str] = []
+    total = dict.fromkeys(("examples", "skipped", "packed", "truncated", "split", "dropped"), 0)
+    offset = 0
+    for k, e in enumerate(inputs, 1):
+        e = e if isinstance(e, dict) else {}
+        c, blk = e.get("counts"), e.get("block")
+        name = f"input {k} ({e.get('spec', '?')})"
+        if not isinstance(c, dict) or not all(_int(c.get(x)) for x in INPUT_COUNTS):
+            problems.append(f"{name}: counts.{'/'.join(INPUT_COUNTS)} not all recorded")
+            continue
+        if not isinstance(blk, dict) or not all(
+            _int(blk.get(x)) for x in ("offset", "records", "copies")
+        ):
+            problems.append(f"{name}: block offset/records/copies not recorded")
+            continue
+        if c["read"] != c["tokenized"] + c["skipped"]:
+            problems.append(
+                f"{name}: read {c['read']} != tokenized {c['tokenized']} + skipped {c['skipped']}"
+            )
+        if c["tokenized"] * blk["copies"] != c["examples"] + c["not_selected"]:
+            problems.append(
+                f"{name}: tokenized {c['tokenized']} x copies {blk['copies']} != examples "
+                f"{c['examples']} + not selected by weight {c['not_selected']}"
+            )
+        if c["examples"] != c["packed"] + c["truncated"] + c["split"] + c["dropped"]:
+            problems.append(
+                f"{name}: examples {c['examples']} != packed {c['packed']} + truncated "
+                f"{c['truncated']} + split {c['split']} + dropped {c['dropped']}"
+            )
+        if blk["records"] != c["read"] or blk["offset"] != offset:
+            problems.append(
+                f"{name}: block at offset {blk['offset']} of {blk['records']} records, expected "
+                f"offset {offset} of {c['read']} (blocks follow each other)"
+            )
+        offset = blk["offset"] + blk["copies"] * blk["records"]
+        for x in total:
+            total[x] += c[x]
+    if counts is not None and not problems:
+        for x, v in total.items():
+            key = "tokenized" if x == "examples" else x
+            if _int(counts.get(key)) and counts[key] != v:
+                problems.append(f"the inputs' {x} add up to {v}, counts.{key} is {counts[key]}")
     return problems

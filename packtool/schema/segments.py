@@ -9,6 +9,16 @@ tail. Every document is a segment, and the pad tail is one more segment of its o
     document_id   0 0 0 0 | 1 1 1 |-1 -1 pad tail: PAD_DOCUMENT_ID
     cu_seqlens   [0, 4, 7, 9]           int32, over rows laid end to end (B * pack_len slots)
 
+Fixed docs (--fixed-docs, K = --max-docs): seq_lengths holds exactly K entries, empty ones (0) at
+the end, and the pad tail is a segment even when it is empty, so every row has K + 1 segments and a
+batch of B rows B*(K+1)+1 cu_seqlens entries, whatever the rows hold:
+
+    seq_lengths  [4, 3, 0]   K = 3     segments [4, 3, 0, 2]   cu_seqlens [0, 4, 7, 7, 9]
+
+Padded documents (--pad-to-multiple N): seq_lengths are the padded slot counts, so the rule above is
+unchanged; `cu_seqlens_unpadded` gives the same segments counted in real tokens (a document's
+own tokens, 0 for the pad tail), TransformerEngine's cu_seqlens beside its cu_seqlens_padded.
+
 The writer's numba kernel (`kernels.layout_rows`) lays rows out by this rule at speed; verify's
 row scan, the isolation check and the trainer-side collator build their segments with these
 functions, and tests compare the kernel's rows with them. A varlen kernel given whole rows must see
@@ -24,20 +34,43 @@ import numpy as np
 from packtool.schema.columns import PAD_DOCUMENT_ID
 
 
-def row_segments(seq_lengths: Sequence[int], pack_len: int) -> list[int]:
-    """The row's segment lengths: its documents, then the pad tail when there is one."""
+def row_segments(seq_lengths: Sequence[int], pack_len: int, fixed: bool = False) -> list[int]:
+    """The row's segment lengths: its documents, then the pad tail when there is one; `fixed`
+    (fixed docs: seq_lengths already K long, empty entries last) keeps the tail even when empty."""
     lengths = [int(n) for n in seq_lengths]
     used = sum(lengths)
     if used > pack_len:
         raise ValueError(f"seq_lengths sum to {used} > pack_len {pack_len}")
-    if used < pack_len:
+    if fixed:
+        nonzero = [i for i, n in enumerate(lengths) if n]
+        if nonzero and nonzero[-1] + 1 != len(nonzero) or any(n < 0 for n in lengths):
+            raise ValueError(f"seq_lengths {lengths}: empty entries must come last (fixed docs)")
+    if used < pack_len or fixed:
         lengths.append(pack_len - used)
     return lengths
 
 
-def cu_seqlens(rows: Iterable[Sequence[int]], pack_len: int) -> np.ndarray:
-    """int32 cumulative segment boundaries over `rows` laid end to end, starting with 0."""
-    segs = [n for lens in rows for n in row_segments(lens, pack_len)]
+def cu_seqlens(rows: Iterable[Sequence[int]], pack_len: int, fixed: bool = False) -> np.ndarray:
+    """int32 cumulative segment boundaries over `rows` laid end to end, starting with 0 (`fixed`:
+    K + 1 segments per row, see row_segments)."""
+    segs = [n for lens in rows for n in row_segments(lens, pack_len, fixed)]
+    return np.concatenate(([0], np.cumsum(segs, dtype=np.int64))).astype(np.int32)
+
+
+def cu_seqlens_unpadded(
+    rows: Iterable[Sequence[int]],
+    unpadded: Iterable[Sequence[int]],
+    pack_len: int,
+    fixed: bool = False,
+) -> np.ndarray:
+    """The segments of `cu_seqlens(rows, pack_len, fixed)` counted in real tokens: each document's
+    unpadded length, 0 for the pad tail (same number of entries; int32, starting with 0)."""
+    segs: list[int] = []
+    for lens, real in zip(rows, unpadded, strict=True):
+        real = [int(n) for n in real]
+        if len(real) != len(lens):
+            raise ValueError(f"seq_lengths {list(lens)} and unpadded {real} differ in length")
+        segs += real + [0] * (len(row_segments(lens, pack_len, fixed)) - len(real))
     return np.concatenate(([0], np.cumsum(segs, dtype=np.int64))).astype(np.int32)
 
 

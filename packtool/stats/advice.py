@@ -240,11 +240,16 @@ def _smallest_within(lens: list[int], points: dict | None) -> tuple[int, str]:
 
 
 def choose_len(
-    cuts: dict[int, dict], totals: Totals, given: list[int], points: dict | None = None
+    cuts: dict[int, dict],
+    totals: Totals,
+    given: list[int],
+    points: dict | None = None,
+    multiple: int = 1,
 ) -> LenChoice:
     """--len and --overflow by the rules of the module docstring. `cuts` must hold every given
-    length and, for one given length, the powers of two above it (candidate_lens). The reasons
-    read after "--len N: "."""
+    length and, for one given length, the powers of two above it (candidate_lens); with
+    --pad-to-multiple N (`multiple`) only the lengths pack takes with it (multiples of N). The
+    reasons read after "--len N: "."""
     given = sorted({int(g) for g in given})
     t = totals
     if len(given) == 1:
@@ -266,7 +271,7 @@ def choose_len(
                 f"keeps all but a small tail: {_over_text(c0, t)}",
                 _overflow_reason(c0, t, "drop"),
             )
-        above = [L for L in sorted(cuts) if L > L0 and L & (L - 1) == 0]
+        above = [L for L in sorted(cuts) if L > L0 and L & (L - 1) == 0 and L % multiple == 0]
         whole = next((L for L in above if _ok(cuts[L], t)), None)
         if _outliers(c0, t):
             hint = (
@@ -590,7 +595,7 @@ def recommend(r) -> Recommendation:
     cuts = r.cuts if getattr(r, "cuts", None) else None
     if not cuts or any(L not in cuts for L in given):
         raise ValueError("the ProfileResult has no cuts_by_len for its --len values")
-    choice = choose_len(cuts, t, given, points)
+    choice = choose_len(cuts, t, given, points, getattr(r.config, "pad_to_multiple", 1))
     L, ov = choice.pack_len, choice.overflow
     c = cuts[L]
     split = ov == "split"
@@ -632,7 +637,11 @@ def recommend(r) -> Recommendation:
     data = (r.source or {}).get("data")
     if not data:
         hints.append("profiled from lengths, not a dataset: put your dataset in place of DATA")
-    command = pack_command(data, L, ov, (r.source or {}).get("pack_args") or ())
+    extra = list((r.source or {}).get("pack_args") or ())
+    n = getattr(r.config, "pad_to_multiple", 1)
+    if n > 1 and "--pad-to-multiple" not in extra:
+        extra += ["--pad-to-multiple", str(n)]  # the layout the prediction was made with
+    command = pack_command(data, L, ov, extra)
     return Recommendation(
         strategy=s["strategy"],
         strategy_label=LABELS.get(s["strategy"], s["strategy"]),

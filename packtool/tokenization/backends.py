@@ -58,6 +58,7 @@ global state; fastokens and tokenizers are imported only when a tokenizer is bui
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import re
@@ -413,6 +414,9 @@ class FastBackend:
                 target=self._preload, name="fastokens-load", daemon=True
             )
             self._thread.start()
+            # a run that fails before its first encode (a refused record) must not exit while the
+            # thread is inside native code: the interpreter would abort ("exception not rethrown")
+            atexit.register(self._thread.join)
 
     def _preload(self) -> None:
         try:

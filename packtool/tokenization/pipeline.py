@@ -19,9 +19,12 @@ is pre-tokenized: validated batch by batch (packtool.tokenization.pretokenized),
 Tokenizer backend (`--tokenizer-backend`): `auto` runs the fast path (fastokens, and the native
 renderer for the built-in template) when fastokens supports the tokenizer and the fast path gives
 ids, labels and refusals identical to the reference path (tokenizers + transformers' jinja) on the
-run's first CHECK_EXAMPLES examples (`_Check`: in a worker while the others encode; settled before
-any refusal is reported or the entry is committed); otherwise hf, from the start again, with a
-warning saying why. The manifest records which one ran.
+run's first CHECK_EXAMPLES examples and the first CHECK_PER_FILE examples of every later file (of
+the first CHECK_FILES files; after them, of each file whose format was not probed yet), so a folder
+whose second file is another format is probed on that format too (`_Check`: in a worker while the
+others encode; settled before any refusal is reported or the entry is committed); otherwise hf,
+from the start again, with a warning saying why. A mixture's inputs are each their own run, each
+probed. The manifest records which one ran.
 
 Memory: at most IN_FLIGHT_PER_WORKER batches per worker are in flight; the parent holds one
 batch's result at a time; the finished table is memory-mapped, not loaded.
@@ -57,15 +60,39 @@ from packtool.tokenization.source import RecordSource
 
 SMALL_BYTES = 4 << 20  # below this much input one process is faster than starting workers
 CHECK_EXAMPLES = 256  # examples encoded by both backends before fastokens is trusted
+CHECK_PER_FILE = 32  # ...and of each later file's first batch (a folder's files differ in format)
+CHECK_FILES = 64  # files probed in full; beyond them only a file of a format not probed yet
 IN_FLIGHT_PER_WORKER = 2
 MAX_LISTED = 20  # source indices quoted in a warning
 BACKENDS = ("auto", "fastokens", "hf")
 
 
-def _quote(indices) -> str:
+def _quote(indices, per_file: dict[str, int] | None = None) -> str:
+    """'3, 7, 12, … (40 more)'; with two or more files read ({file: records} in reading order),
+    each index also named within its own file: '3 (a.jsonl record 3), 7 (b.json record 1)'."""
     idx = list(indices)
-    head = ", ".join(str(i) for i in idx[:MAX_LISTED])
+    where = _within_files(idx[:MAX_LISTED], per_file) if per_file and len(per_file) > 1 else None
+    shown = [
+        str(i) if where is None else f"{i} ({where[j]})" for j, i in enumerate(idx[:MAX_LISTED])
+    ]
+    head = ", ".join(shown)
     return head + (f", … ({len(idx) - MAX_LISTED} more)" if len(idx) > MAX_LISTED else "")
+
+
+def _within_files(idx: list[int], per_file: dict[str, int]) -> list[str]:
+    """'b.json record 1' for each source index: the files' records lie end to end in reading order."""
+    import numpy as np
+
+    from packtool.data import short_names
+
+    names = short_names(per_file)
+    files = list(per_file)
+    ends = np.cumsum([per_file[f] for f in files])
+    out = []
+    for i in idx:
+        k = min(int(np.searchsorted(ends, i, side="right")), len(files) - 1)
+        out.append(f"{names[files[k]]} record {i - (int(ends[k - 1]) if k else 0)}")
+    return out
 
 
 def _template_key(choice: str | None) -> str:
@@ -137,19 +164,40 @@ class UseReference(Exception):
 
 
 class _Check:
-    """fastokens (and the native renderer) against tokenizers + jinja on the run's first examples.
+    """fastokens (and the native renderer) against tokenizers + jinja on the run's first examples,
+    and on the head of each later file's first batch (`probe_of`, module docstring).
 
-    With worker processes the reference runs in a worker while the others encode: the result is
+        probe    the first: min(CHECK_EXAMPLES, first batch) examples of the run's first file
+        probe_of(batch) -> the head of a file not probed yet (CHECK_PER_FILE examples), or None
+
+    With worker processes the reference runs in a worker while the others encode: every result is
     settled before any refused record is reported and before the cache entry is committed.
     """
 
     def __init__(self, fast: EncodeStep, reference: EncodeStep, probe, requested: str):
         self.fast, self.reference, self.probe, self.requested = fast, reference, probe, requested
         self.report: dict | None = None
+        self.files = {probe.file}  # files with a probe
+        self.formats = {probe.fmt}
+        self.examples = 0  # examples compared so far
 
-    def settle(self, a: StepResult, b: StepResult) -> None:
+    def probe_of(self, batch):
+        """The probe of `batch` when it is the first batch of a file to probe, else None."""
+        if batch.file in self.files or not len(batch):
+            return None
+        if len(self.files) >= CHECK_FILES and batch.fmt in self.formats:
+            return None
+        self.files.add(batch.file)
+        self.formats.add(batch.fmt)
+        return batch.head(min(len(batch), CHECK_PER_FILE))
+
+    def settle(self, a: StepResult, b: StepResult, probe=None) -> None:
+        probe = self.probe if probe is None else probe
         same = a.rejects == b.rejects and a.table.equals(b.table)
-        check = {"examples": len(self.probe), "identical": bool(same)}
+        self.examples += len(probe)
+        check = {"examples": self.examples, "identical": bool(same)}
+        if len(self.files) > 1:  # (one file: the report as it always was)
+            check["files"] = len(self.files)
         if same:
             self.report = {
                 "name": "fastokens",
@@ -158,7 +206,7 @@ class _Check:
                 "check": check,
             }
             return
-        where = _first_difference(a, b, self.probe)
+        where = _first_difference(a, b, probe)
         why = f"fastokens differs from tokenizers on {where}"
         if self.fast.renderer != "jinja":
             why = f"the fast path (fastokens, {self.fast.renderer} renderer) differs from tokenizers + jinja on {where}"
@@ -173,8 +221,9 @@ class _Check:
         }
         raise UseReference(why)
 
-    def run_here(self) -> None:
-        self.settle(self.fast(self.probe), self.reference(self.probe))
+    def run_here(self, probe=None) -> None:
+        probe = self.probe if probe is None else probe
+        self.settle(self.fast(probe), self.reference(probe), probe)
 
 
 def _start_pool(step: EncodeStep, num_proc: int):
@@ -200,22 +249,30 @@ def _run(step: EncodeStep, batches, num_proc: int, check: _Check | None = None):
         if check is not None:
             check.run_here()
         for b in batches:
+            probe = check.probe_of(b) if check is not None else None
+            if probe is not None:
+                check.run_here(probe)
             yield b, step(b)
         return
     pool = _start_pool(step, num_proc)
     try:
-        checking = (
-            pool.apply_async(_worker_check, (check.reference, check.probe)) if check else None
-        )
+        checking: deque = deque()  # (probe, its async pair of results), in submission order
+        if check is not None:
+            checking.append(
+                (check.probe, pool.apply_async(_worker_check, (check.reference, check.probe)))
+            )
 
         def settled(result: StepResult | None) -> None:
-            nonlocal checking
-            if checking is not None and (result is None or result.rejects or checking.ready()):
-                pending_check, checking = checking, None
-                check.settle(*pending_check.get())
+            # every probe before a refusal is reported, and at the end; the ready ones as they come
+            while checking and (result is None or result.rejects or checking[0][1].ready()):
+                probe, res = checking.popleft()
+                check.settle(*res.get(), probe)
 
         pending: deque = deque()
         for b in batches:
+            probe = check.probe_of(b) if check is not None else None
+            if probe is not None:
+                checking.append((probe, pool.apply_async(_worker_check, (check.reference, probe))))
             pending.append((b, pool.apply_async(_worker_run, (b,))))
             if len(pending) >= num_proc * IN_FLIGHT_PER_WORKER:
                 done, res = pending.popleft()
@@ -545,7 +602,9 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                     if kind == "pretokenized"
                     else "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
                 )
-                warnings.append(f"{len(zero_loss)} {what}: source indices {_quote(zero_loss)}")
+                warnings.append(
+                    f"{len(zero_loss)} {what}: source indices {_quote(zero_loss, source.per_file)}"
+                )
             if kind == "chat":
                 tokenizer = {
                     **tokenizer,
@@ -562,7 +621,7 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                     }[cfg.special_in_content]
                     warnings.append(
                         f"{len(special)} example(s) hold control tokens in message text, {how}: source "
-                        f"indices {_quote(special)}"
+                        f"indices {_quote(special, source.per_file)}"
                     )
             if check is not None:
                 backend = check.report

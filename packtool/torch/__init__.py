@@ -16,6 +16,9 @@ per consumer:
                    sdpa/eager paths attend across documents.
     mode="varlen"  input_ids, labels, position_ids  [B*L] (or [sum num_tokens] with drop_padding),
                    cu_seqlens int32, max_seqlen int: what flash_attn_varlen_func / varlen_attn take.
+                   A pack written with --pad-to-multiple N adds cu_seqlens_unpadded (the same segments
+                   in real tokens) and max_seqlen_unpadded; `ds.collator("varlen")` passes the pack's
+                   --fixed-docs on, so cu_seqlens has B*(K+1)+1 entries for every batch (CUDA graphs).
     mode="flex"    input_ids, labels, position_ids  [B, L] int64 and document_id [B, L] int32, for
                    `document_block_mask(document_id)` -> FlexAttention BlockMask.
 

@@ -53,9 +53,10 @@ def convert_shard(
     rows: int,
     sha256: str | None = None,
     verify_checksum: bool = False,
+    padded: bool = False,
 ) -> None:
-    """Write Parquet shard `src` (rows of `pack_len` tokens, `rows` of them per the manifest) to the
-    Arrow IPC file `dest`, atomically. PacktoolError when the shard is missing, does not match
+    """Write Parquet shard `src` (rows of `pack_len` tokens, `rows` of them per the manifest; with
+    seq_lengths_unpadded when the manifest says `padded`) to the Arrow IPC file `dest`, atomically. PacktoolError when the shard is missing, does not match
     `sha256` (checked only with verify_checksum), breaks the shard schema or has another row count."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -69,7 +70,7 @@ def convert_shard(
             f"shard {src} does not match its sha256 in the manifest; re-run `packtool pack`"
         )
     pf = pq.ParquetFile(src)
-    problems = schema.shard_schema_problems(pf.schema_arrow, pack_len)
+    problems = schema.shard_schema_problems(pf.schema_arrow, pack_len, padded)
     if problems:
         raise PacktoolError(
             f"shard {src} is not a schema v{schema.SCHEMA_VERSION} shard with pack_len {pack_len}: "
@@ -79,7 +80,7 @@ def convert_shard(
         raise PacktoolError(
             f"shard {src} has {pf.metadata.num_rows} rows, the manifest says {rows}"
         )
-    expected = schema.arrow_schema(pack_len)
+    expected = schema.arrow_schema(pack_len, padded)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
@@ -108,13 +109,16 @@ class MappedShard:
         if table.num_rows != rows:
             raise PacktoolError(f"cached {path} has {table.num_rows} rows, expected {rows}")
         self.path = path
+        self.lists = schema.LIST_COLUMNS + (
+            (schema.UNPADDED_COLUMN,) if schema.UNPADDED_COLUMN in table.column_names else ()
+        )
         self.chunks: list[dict[str, Any]] = []
         for j in range(table.column("input_ids").num_chunks):
             c: dict[str, Any] = {}
             for name in schema.TOKEN_COLUMNS:
                 arr = table.column(name).chunk(j)
                 c[name] = arr.flatten().to_numpy(zero_copy_only=True).reshape(len(arr), pack_len)
-            for name in schema.LIST_COLUMNS:
+            for name in self.lists:
                 arr = table.column(name).chunk(j)
                 c[name] = (arr.offsets.to_numpy(), arr.values.to_numpy(zero_copy_only=True))
             for name in schema.SCALAR_COLUMNS:
@@ -131,7 +135,7 @@ class MappedShard:
         j = int(np.searchsorted(self.start, r, side="right") - 1)
         c, k = self.chunks[j], r - int(self.start[j])
         out: dict[str, Any] = {name: c[name][k] for name in schema.TOKEN_COLUMNS}
-        for name in schema.LIST_COLUMNS:
+        for name in self.lists:
             offsets, values = c[name]
             out[name] = values[offsets[k] : offsets[k + 1]]
         for name in schema.SCALAR_COLUMNS:

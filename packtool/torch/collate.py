@@ -5,6 +5,17 @@ Rows are stacked, never padded or truncated: every row already holds `pack_len` 
 attention may look is the schema's rule (`schema.segments`: every document a segment, the pad tail
 one more): position_ids rebuilt from seq_lengths are `schema.position_ids`, cu_seqlens are
 `schema.cu_seqlens`, converted to torch tensors here.
+
+Layouts (schema/layout.py): in a pack written with --pad-to-multiple N, seq_lengths are the padded
+slots (what the kernel runs over: `cu_seqlens`) and items carry seq_lengths_unpadded, from which
+varlen batches also get `cu_seqlens_unpadded` (the same segments in real tokens, 0 for the pad
+tail; TransformerEngine's cu_seqlens beside cu_seqlens_padded). With fixed_docs=True (a pack
+written with --fixed-docs) every row gives K + 1 segments, so cu_seqlens has B*(K+1)+1 entries for
+every batch of B rows:
+
+    K = 3, rows [[4, 4, 0], [8, 0, 0]], L = 12
+    cu_seqlens            [0, 4, 8, 8, 12, 20, 20, 20, 24]      max_seqlen 8
+    cu_seqlens_unpadded   [0, 3, 7, 7, 7, 12, 12, 12, 12]       max_seqlen_unpadded 5
 """
 
 from __future__ import annotations
@@ -50,11 +61,20 @@ class PackedCollator:
         > 1 it needs them (it reads packing from position_ids only when the batch size is 1).
         sdpa/eager/flex ignore these keys and isolate documents from position_ids.
     mode="varlen" keys: input_ids, labels, position_ids [T] int64; cu_seqlens int32; max_seqlen int;
-        T = B*L, or the real tokens only with drop_padding=True (shape then varies per batch).
+        T = B*L, or the documents' slots only with drop_padding=True (shape then varies per batch);
+        items with seq_lengths_unpadded (--pad-to-multiple) add cu_seqlens_unpadded int32 (same
+        shape) and max_seqlen_unpadded int. fixed_docs=True: K + 1 segments per row (static shape).
     mode="flex" keys: input_ids, labels, position_ids [B, L] int64; document_id [B, L] int32.
     """
 
-    def __init__(self, mode: str = "hf", *, flash_kwargs: bool = True, drop_padding: bool = False):
+    def __init__(
+        self,
+        mode: str = "hf",
+        *,
+        flash_kwargs: bool = True,
+        drop_padding: bool = False,
+        fixed_docs: bool = False,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}; choose one of {', '.join(MODES)}")
         if drop_padding and mode != "varlen":
@@ -62,9 +82,13 @@ class PackedCollator:
         self.mode = mode
         self.flash_kwargs = flash_kwargs
         self.drop_padding = drop_padding
+        self.fixed_docs = fixed_docs
 
     def __repr__(self) -> str:
-        return f"PackedCollator(mode={self.mode!r}, flash_kwargs={self.flash_kwargs}, drop_padding={self.drop_padding})"
+        return (
+            f"PackedCollator(mode={self.mode!r}, flash_kwargs={self.flash_kwargs}, "
+            f"drop_padding={self.drop_padding}, fixed_docs={self.fixed_docs})"
+        )
 
     def _position_ids(self, features, pack_len: int) -> torch.Tensor:
         first = features[0]
@@ -79,23 +103,46 @@ class PackedCollator:
             )
         raise _missing("position_ids")
 
+    def _lengths(self, features, key: str) -> list[list[int]]:
+        lengths = [[int(n) for n in f[key]] for f in features]
+        if self.fixed_docs and len({len(x) for x in lengths}) > 1:
+            raise ValueError(
+                f"fixed_docs=True but the rows list {sorted({len(x) for x in lengths})} documents; "
+                "a pack written with --fixed-docs lists exactly --max-docs in every row"
+            )
+        return lengths
+
     def _cu_seqlens(
         self, features, position_ids: torch.Tensor, flat_pos: torch.Tensor
-    ) -> torch.Tensor:
-        """int32 segment boundaries over the batch's output tokens (B*L, or the real ones only)."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """int32 segment boundaries over the batch's output tokens (B*L, or the documents' slots
+        only), and the same segments in real tokens when the items carry seq_lengths_unpadded."""
         pack_len = position_ids.shape[1]
+        unpadded = None
         if all("seq_lengths" in f for f in features):
-            lengths = [[int(n) for n in f["seq_lengths"]] for f in features]
+            lengths = self._lengths(features, "seq_lengths")
+            if all(schema.UNPADDED_COLUMN in f for f in features):
+                unpadded = self._lengths(features, schema.UNPADDED_COLUMN)
             if (
                 self.drop_padding
             ):  # the pad tails are gone: the documents, end to end, fill the stream
                 lengths = [[n for lens in lengths for n in lens]]
+                unpadded = unpadded and [[n for lens in unpadded for n in lens]]
                 pack_len = flat_pos.numel()
         elif self.drop_padding:
             lengths, pack_len = [_segments_read_off(flat_pos)], flat_pos.numel()
         else:
             lengths = [_segments_read_off(row) for row in position_ids]
-        return torch.from_numpy(schema.cu_seqlens(lengths, pack_len))
+        # fixed docs: K entries and the pad tail per row; without pad tails (drop_padding) the
+        # stream is exactly the rows' K entries each, end to end: B*K + 1 boundaries
+        fixed = (
+            self.fixed_docs and not self.drop_padding and all("seq_lengths" in f for f in features)
+        )
+        cu = torch.from_numpy(schema.cu_seqlens(lengths, pack_len, fixed))
+        if unpadded is None:
+            return cu, None
+        real = schema.cu_seqlens_unpadded(lengths, unpadded, pack_len, fixed)
+        return cu, torch.from_numpy(real)
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not features:
@@ -127,7 +174,12 @@ class PackedCollator:
             }
 
         if self.mode == "varlen" and self.drop_padding:
-            if "num_tokens" in features[0]:
+            if "seq_lengths" in features[0]:  # the documents' slots (their padding included)
+                keep = (
+                    torch.arange(input_ids.shape[1])[None, :]
+                    < torch.tensor([int(sum(f["seq_lengths"])) for f in features])[:, None]
+                )
+            elif "num_tokens" in features[0]:
                 keep = (
                     torch.arange(input_ids.shape[1])[None, :]
                     < torch.tensor([int(f["num_tokens"]) for f in features])[:, None]
@@ -146,17 +198,23 @@ class PackedCollator:
                 position_ids.reshape(-1),
             )
 
-        cu = self._cu_seqlens(features, position_ids, flat_pos)
+        cu, cu_real = self._cu_seqlens(features, position_ids, flat_pos)
         max_len = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
 
         if self.mode == "varlen":
-            return {
+            out = {
                 "input_ids": flat_ids,
                 "labels": flat_labels,
                 "position_ids": flat_pos,
                 "cu_seqlens": cu,
                 "max_seqlen": max_len,
             }
+            if cu_real is not None:
+                out["cu_seqlens_unpadded"] = cu_real
+                out["max_seqlen_unpadded"] = (
+                    int((cu_real[1:] - cu_real[:-1]).max()) if cu_real.numel() > 1 else 0
+                )
+            return out
         batch = {
             "input_ids": input_ids,
             "labels": labels,

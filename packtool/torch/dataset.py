@@ -36,7 +36,10 @@ class PackedDataset(torch.utils.data.Dataset):
     shards are ~3-4x smaller); delete `cache_dir` to reclaim it. (The converter: `arrow_cache`.)
 
     Item: `input_ids`, `labels`, `position_ids` (int64 tensors of `pack_len`), `document_id` (int32),
-    `seq_lengths` (int32 tensor), `source_index` (int64 tensor), `num_tokens`, `num_loss_tokens` (int).
+    `seq_lengths` (int32 tensor), `source_index` (int64 tensor), `num_tokens`, `num_loss_tokens` (int);
+    in a pack written with --pad-to-multiple N > 1 also `seq_lengths_unpadded` (int32 tensor).
+    `layout` is the pack's (schema.Layout: pad_to_multiple, fixed_docs); give the collator
+    `fixed_docs=ds.fixed_docs` for static cu_seqlens shapes (`ds.collator(mode)` does).
 
     verify_checksums=True hashes every shard against the manifest before converting (slow on
     big packs; `packtool verify` is the place for that).
@@ -73,6 +76,7 @@ class PackedDataset(torch.utils.data.Dataset):
                 f"{manifest_path}: counts.rows = {total} but the shards list {int(self._shard_start[-1])} "
                 "rows; the pack is inconsistent, re-run `packtool pack`"
             )
+        self.layout = schema.Layout.from_manifest(self.manifest)
         self._views: list[MappedShard] | None = None  # opened lazily (and again in each worker)
 
     def _shard_path(self, file: str) -> Path:
@@ -88,6 +92,17 @@ class PackedDataset(torch.utils.data.Dataset):
         if self.manifest.get("pad_id") is not None:
             return int(self.manifest["pad_id"])
         return (self.manifest.get("tokenizer") or {}).get("pad_id")
+
+    @property
+    def fixed_docs(self) -> bool:
+        """Every row lists exactly --max-docs documents (zeros at the end): static cu_seqlens."""
+        return bool(self.layout.fixed_docs)
+
+    def collator(self, mode: str = "hf", **kwargs):
+        """A PackedCollator for this pack's layout (fixed_docs passed on)."""
+        from packtool.torch.collate import PackedCollator
+
+        return PackedCollator(mode, fixed_docs=self.fixed_docs, **kwargs)
 
     @property
     def shard_offsets(self) -> np.ndarray:
@@ -117,6 +132,7 @@ class PackedDataset(torch.utils.data.Dataset):
                     rows=self.shard_rows[s],
                     sha256=self._shard_sha[s],
                     verify_checksum=self.verify_checksums,
+                    padded=self.layout.padded,
                 )
             views.append(MappedShard(path, pack_len=self.pack_len, rows=self.shard_rows[s]))
         return views
@@ -142,7 +158,9 @@ class PackedDataset(torch.utils.data.Dataset):
         for name in ("input_ids", "labels", "position_ids"):
             item[name] = torch.from_numpy(row[name].astype(np.int64))
         item["document_id"] = torch.from_numpy(row["document_id"].copy())
-        for name in schema.LIST_COLUMNS:
+        for name in schema.LIST_COLUMNS + (
+            (schema.UNPADDED_COLUMN,) if schema.UNPADDED_COLUMN in row else ()
+        ):
             item[name] = torch.from_numpy(row[name].copy())
         for name in schema.SCALAR_COLUMNS:
             item[name] = int(row[name])

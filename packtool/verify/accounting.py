@@ -8,6 +8,7 @@
       packed + truncated + split        ==       distinct source_index in the rows
       split: [{source_index, parts}]    ==       that source_index appears `parts` times, any other once
       dropped: [{source_index, ...}]    ∉        the rows
+      inputs[k] (a mixture): packed + truncated + split  ==  distinct source_index in its block
 
 The manifest-only rules are the contract's (docs/ARCHITECTURE.md, "Semantics"); what only verify
 can add is the rows: documents counted, each source_index located (shard, row, document) when it is
@@ -192,8 +193,11 @@ def _missing_sources(m: dict, tot: Totals, limit: int = 3) -> str:
 # the manifest's numbers
 
 
-def counts_check(m: dict, tot: Totals, pack_len: int | None) -> Check:
-    """The manifest's counts of rows, documents, tokens and loss tokens are what is on disk."""
+def counts_check(
+    m: dict, tot: Totals, pack_len: int | None, layout: schema.Layout | None = None
+) -> Check:
+    """The manifest's counts of rows, documents, tokens and loss tokens are what is on disk (and,
+    in a padded pack, tokens.doc_pad the pad slots inside documents)."""
     problems = []
     want = {
         "counts.rows": tot.rows,
@@ -202,6 +206,8 @@ def counts_check(m: dict, tot: Totals, pack_len: int | None) -> Check:
         "tokens.loss_out": tot.loss_tokens,
         "tokens.pad": tot.rows * (pack_len or 0) - tot.tokens,
     }
+    if (layout is not None and layout.padded) or value(m, "tokens.doc_pad") is not None:
+        want["tokens.doc_pad"] = tot.doc_pad
     for key, have in want.items():
         v = value(m, key)
         if v is None:
@@ -237,8 +243,10 @@ def conservation_check(m: dict, tot: Totals) -> Check:
         if tokens.get(k) is not None and not _is_int(tokens[k]):
             raise TypeError(f"tokens.{k} is {tokens[k]!r}, not an integer")
     problems = schema.conservation_problems(
-        c, tokens, {k: m[k] for k in LISTS if isinstance(m.get(k), list)}
+        c, tokens, {k: m[k] for k in LISTS if isinstance(m.get(k), list)}, inputs=m.get("inputs")
     )
+    if m.get("inputs") and not problems:
+        problems += input_rows_problems(m["inputs"], tot.all_sources())
     v = {k: c.get(k) for k in CONSERVED_COUNTS}
     if all(_is_int(x) for x in v.values()):  # the rows against the counts
         docs = v["packed"] + v["truncated"] + v["split_parts"]
@@ -268,3 +276,30 @@ def conservation_check(m: dict, tot: Totals) -> Check:
         "; ".join(problems) or "tokens in = out + cut; every example accounted for",
         ev,
     )
+
+
+def input_rows_problems(inputs: list, sources: np.ndarray) -> list[str]:
+    """A mixture's rows against its `inputs`: every document's source_index falls in an input's
+    block [offset, offset + copies * records), and each block holds packed + truncated + split of
+    that input's distinct source indices (schema.input_problems has checked the blocks first)."""
+    uniq = np.unique(np.asarray(sources, dtype=np.int64))
+    covered = np.zeros(uniq.size, bool)
+    problems = []
+    for k, e in enumerate(inputs, 1):
+        blk, c = e["block"], e["counts"]
+        lo, hi = blk["offset"], blk["offset"] + blk["copies"] * blk["records"]
+        inside = (uniq >= lo) & (uniq < hi)
+        covered |= inside
+        want = c["packed"] + c["truncated"] + c["split"]
+        if int(inside.sum()) != want:
+            problems.append(
+                f"input {k} ({e.get('spec')}): {int(inside.sum())} distinct source indices in its "
+                f"block [{lo}, {hi}) in the rows, but its packed + truncated + split = {want}"
+            )
+    if not covered.all():
+        stray = uniq[~covered]
+        problems.append(
+            f"source_index {int(stray[0])} is in no input's block"
+            + (f" ({stray.size} such indices)" if stray.size > 1 else "")
+        )
+    return problems

@@ -86,12 +86,28 @@ def manifest_check(path: str, m: dict | None, why: str | None) -> Check:
     for key in ("counts", "tokens", "shards"):
         if key not in m:
             problems.append(f"key {key!r} is missing")
+    problems += layout_problems(m)
     return Check(
         MANIFEST_CHECK,
         not problems,
         "; ".join(problems) or f"readable, schema v{schema.SCHEMA_VERSION}",
         {"path": os.path.join(path, schema.MANIFEST), "pack_len": pack_len},
     )
+
+
+def layout_problems(m: dict) -> list[str]:
+    """The recorded layout (pad_to_multiple, fixed_docs) is one the writer can have written."""
+    problems = []
+    n, fixed, k = m.get("pad_to_multiple", 1), m.get("fixed_docs", False), m.get("max_docs", 0)
+    if not _is_int(n) or n < 1:
+        problems.append(f"pad_to_multiple {n!r} is not an integer >= 1")
+    elif _is_int(m.get("pack_len")) and m["pack_len"] % n:
+        problems.append(f"pack_len {m['pack_len']} is not a multiple of pad_to_multiple {n}")
+    if not isinstance(fixed, bool):
+        problems.append(f"fixed_docs {fixed!r} is not true or false")
+    elif fixed and (not _is_int(k) or k < 1):
+        problems.append(f"fixed_docs is true but max_docs is {k!r} (needs K >= 1)")
+    return problems
 
 
 def list_shards(path: str) -> list[str]:
@@ -115,10 +131,13 @@ def open_shard(path: str):
     return pf, None
 
 
-def shard_schema(pf, shard: str, pack_len: int | None) -> tuple[str | None, str | None, bool]:
+def shard_schema(
+    pf, shard: str, pack_len: int | None, padded: bool = False
+) -> tuple[str | None, str | None, bool]:
     """(schema problem, attention_mask problem, scannable) of one opened shard. The forbidden
     column is its own check (no attention_mask), so the schema problem leaves it out;
-    `scannable`: every column is there and input_ids holds rows of `pack_len`."""
+    `scannable`: every column is there (seq_lengths_unpadded too when the manifest says `padded`)
+    and input_ids holds rows of `pack_len`."""
     sch = pf.schema_arrow
     rows = pf.metadata.num_rows
     forbidden = [c for c in schema.FORBIDDEN_COLUMNS if c in sch.names]
@@ -129,11 +148,15 @@ def shard_schema(pf, shard: str, pack_len: int | None) -> tuple[str | None, str 
             f"position_ids makes sdpa/eager attend across documents; drop the column"
         )
     if pack_len:  # shard_schema_problems names the forbidden columns first: they are reported above
-        problem = "; ".join(schema.shard_schema_problems(sch, pack_len)[len(forbidden) :]) or None
+        problems = schema.shard_schema_problems(sch, pack_len, padded)[len(forbidden) :]
+        problem = "; ".join(problems) or None
     else:
         problem = "pack_len unknown"
     scannable = (
-        all(sch.get_field_index(c) >= 0 for c in schema.COLUMNS)
+        all(
+            sch.get_field_index(c) >= 0
+            for c in (*schema.COLUMNS, *([schema.UNPADDED_COLUMN] if padded else []))
+        )
         and schema.pack_len_of(sch) == pack_len
     )
     return problem, mask, scannable

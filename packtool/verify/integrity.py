@@ -4,6 +4,7 @@
       manifest.json ───────────────────────────── audit.manifest_check
       data/*.parquet, for each shard:
         open, Arrow schema ────────────────────── audit.shard_schema        -> schema, no attention_mask
+                                                  (the layout: schema.Layout.from_manifest)
         batches of ~4M token slots:
           scan.batch_columns -> scan.scan_rows ── row checks (seq_lengths ... num_loss_tokens)
           scan.Totals.add                         what the manifest is compared with
@@ -33,8 +34,11 @@ from packtool.verify.names import (  # noqa: F401  (re-exported: integrity.POS, 
     CONSERVE,
     COUNTS,
     DOC,
+    DOC_PAD,
+    FIXED,
     LAB_EQ,
     LAB_MASK,
+    LAYOUT_CHECKS,
     MANIFEST_CHECK,
     NLOSS,
     NO_MASK,
@@ -46,6 +50,8 @@ from packtool.verify.names import (  # noqa: F401  (re-exported: integrity.POS, 
     SEQ,
     SHARDS,
     SRC,
+    UNPAD,
+    row_checks,
 )
 from packtool.verify.sampling import Sampler
 from packtool.verify.scan import MAX_EXAMPLES, Failures, Totals, scan_rows  # noqa: F401  (re-exported)
@@ -59,7 +65,7 @@ class _Walk:
     problems of the schema, no-attention_mask and unreadable-shard kinds."""
 
     fails: dict[str, Failures] = field(
-        default_factory=lambda: {n: Failures() for n in (*ROW_CHECKS, SRC)}
+        default_factory=lambda: {n: Failures() for n in (*ROW_CHECKS, *LAYOUT_CHECKS, SRC)}
     )
     tot: Totals = field(default_factory=Totals)
     shard_rows: dict[str, int] = field(default_factory=dict)
@@ -88,6 +94,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
             pack_len = schema.pack_len_of(opened[shard][0].schema_arrow)
             break
     pad_id = audit.manifest_pad_id(manifest)
+    layout = schema.Layout.from_manifest(manifest)
     checks = [audit.manifest_check(path, manifest, why)]
     if not shards:
         checks.append(
@@ -111,7 +118,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
             walk.read_bad.append(f"{shard}: {bad}")
             continue
         walk.shard_rows[shard] = pf.metadata.num_rows
-        problem, mask, scannable = audit.shard_schema(pf, shard, pack_len)
+        problem, mask, scannable = audit.shard_schema(pf, shard, pack_len, layout.padded)
         walk.mask_bad += [mask] if mask else []
         walk.schema_bad += [f"{shard}: {problem}"] if problem else []
         if not scannable:
@@ -120,7 +127,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
             )
             continue
         try:
-            _scan_shard(pf, shard, pack_len, pad_id, walk, samplers)
+            _scan_shard(pf, shard, pack_len, pad_id, walk, samplers, layout)
         except Exception as e:  # a corrupt file: name it, do not crash the whole report
             walk.read_bad.append(f"{shard}: could not decode rows ({type(e).__name__}: {e})")
 
@@ -136,7 +143,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     checks.append(
         Check(NO_MASK, not walk.mask_bad, "; ".join(walk.mask_bad) or "no attention_mask column")
     )
-    checks.extend(_row_checks(walk, pack_len, pad_id))
+    checks.extend(_row_checks(walk, pack_len, pad_id, layout))
     hashes_done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
     tot = walk.tot
@@ -145,7 +152,9 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     )
     checks.append(audit.guarded(SRC, accounting.source_check, manifest, walk.fails[SRC], tot))
     if manifest is not None:
-        checks.append(audit.guarded(COUNTS, accounting.counts_check, manifest, tot, pack_len))
+        checks.append(
+            audit.guarded(COUNTS, accounting.counts_check, manifest, tot, pack_len, layout)
+        )
         checks.append(audit.guarded(CONSERVE, accounting.conservation_check, manifest, tot))
     summary = {
         "pack_len": pack_len,
@@ -162,18 +171,25 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
 
 
 def _scan_shard(
-    pf, shard: str, pack_len: int, pad_id, walk: _Walk, samplers: tuple[Sampler, Sampler]
+    pf,
+    shard: str,
+    pack_len: int,
+    pad_id,
+    walk: _Walk,
+    samplers: tuple[Sampler, Sampler],
+    layout: schema.Layout,
 ) -> None:
     """Scan every row of one shard, batch by batch, into `walk`; rows are offered to the samplers."""
     row0 = 0
+    columns = [*schema.COLUMNS, *([schema.UNPADDED_COLUMN] if layout.padded else [])]
     for batch in pf.iter_batches(
-        batch_size=max(1, BATCH_TOKENS // pack_len), columns=list(schema.COLUMNS), use_threads=True
+        batch_size=max(1, BATCH_TOKENS // pack_len), columns=columns, use_threads=True
     ):
         R = batch.num_rows
         if R == 0:
             continue
         cols = scan.batch_columns(batch, pack_len, row0)
-        res = scan_rows(cols, pad_id)
+        res = scan_rows(cols, pad_id, layout)
         t = res.pop("_totals")
         gidx = np.arange(walk.tot.rows, walk.tot.rows + R, dtype=np.uint64)
         samplers[0].offer(t["valid"] & (t["ndocs"] >= 2), gidx, cols, shard, row0)
@@ -184,11 +200,14 @@ def _scan_shard(
         row0 += R
 
 
-def _row_checks(walk: _Walk, pack_len: int | None, pad_id: int | None) -> list[Check]:
-    """One Check per row check: the first failure's message (+ how many more rows), or its pass text."""
+def _row_checks(
+    walk: _Walk, pack_len: int | None, pad_id: int | None, layout: schema.Layout
+) -> list[Check]:
+    """One Check per row check (and per check of the pack's layout): the first failure's message
+    (+ how many more rows), or its pass text."""
     ev_common = {"rows_scanned": walk.tot.rows, "tokens_scanned": walk.tot.rows * (pack_len or 0)}
     out = []
-    for name in ROW_CHECKS:
+    for name in row_checks(layout.padded, bool(layout.fixed_docs)):
         f = walk.fails[name]
         if f.count:
             more = f" (+{f.count - 1} more rows)" if f.count > 1 else ""

@@ -8,6 +8,8 @@ so the choice does not depend on how the shards were cut into batches:
     key            splitmix64(row ^ splitmix64(seed))
     candidates     rows with >= 2 documents (else, in a second sampler, rows with one)
     kept           the n smallest keys, as copies {shard, row, seq_lengths, input_ids, labels, position_ids}
+                   (seq_lengths: the documents' slots, a padded document's padding included, the
+                   empty entries of fixed docs left out)
 
 Building (`synthesize`): when no row holds two documents, rows of two are made from the pack's own
 documents (the heads of two one-document rows, or the two halves of the only document), laid out
@@ -41,6 +43,13 @@ class Sample:
     def bounds(self) -> list[tuple[int, int]]:
         cs = np.concatenate(([0], np.cumsum(self.seq_lengths)))
         return [(int(a), int(b)) for a, b in zip(cs[:-1], cs[1:], strict=True)]
+
+
+def _documents(seq_lengths) -> np.ndarray:
+    """A row's documents' slots: seq_lengths less the empty entries of fixed docs (a padded
+    document runs alone as its slots, its padding included)."""
+    lens = np.asarray(seq_lengths, np.int64)
+    return lens[lens > 0]
 
 
 def mix(x: np.ndarray) -> np.ndarray:
@@ -77,7 +86,7 @@ class Sampler:
             row = {
                 "shard": shard,
                 "row": row0 + r,
-                "seq_lengths": np.array(cols["seq_val"][a:b], np.int64),
+                "seq_lengths": _documents(cols["seq_val"][a:b]),
             }
             for c in ("input_ids", "labels", "position_ids"):
                 row[c] = cols[c][r].copy()

@@ -18,6 +18,16 @@ segment rule of docs/ARCHITECTURE.md, "Schema": `schema.segment_starts`) and com
     label must be -100     x . . . x . . x  x       IGNORE_INDEX: each document's first token, padding
     label == input_id      . o o o . o o .  .       wherever the label is not IGNORE_INDEX
 
+Layouts (schema.Layout): with --pad-to-multiple N the documents' slots are `seq_lengths` and their
+real tokens `seq_lengths_unpadded` (cols["unp_off"], cols["unp_val"]); the slots past a document's
+real tokens are its padding (pad id, label -100, same document_id, positions continuing), and
+seq_lengths[i] must be ceil(unpadded[i]/N)*N. With fixed docs (K) every row lists exactly K entries,
+empty ones (0, source_index -1) only at the end:
+
+    seq_lengths [4, 4, 0], unpadded [3, 4, 0], N = 4, K = 3, L = 12
+    document padding       . . . x . . . . . . . .      pad id, label -100 (check "document padding")
+    num_tokens             7 (real tokens)
+
 No Python loop runs per row or per token: the cost is ~20 passes over int32 buffers, measured
 ~0.3 s per 10M tokens on 2 cores including Parquet decoding (see the README for numbers). A failing
 row is reported once per check, at its first bad slot; `describe` turns that slot into the one line
@@ -31,7 +41,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool import schema
-from packtool.verify.names import DOC, LAB_EQ, LAB_MASK, NLOSS, NTOK, PAD, POS, SEQ, SRC
+from packtool.verify.names import (
+    DOC,
+    DOC_PAD,
+    FIXED,
+    LAB_EQ,
+    LAB_MASK,
+    NLOSS,
+    NTOK,
+    PAD,
+    POS,
+    SEQ,
+    SRC,
+    UNPAD,
+)
 
 MAX_EXAMPLES = 5
 
@@ -55,7 +78,8 @@ class Totals:
     """What the scan counted over the whole pack (the accounting checks compare it with the manifest)."""
 
     rows: int = 0
-    tokens: int = 0  # non-pad tokens counted from document_id
+    tokens: int = 0  # real tokens: document slots counted from document_id, less their padding
+    doc_pad: int = 0  # pad slots inside documents (--pad-to-multiple)
     loss_tokens: int = 0  # labels != IGNORE_INDEX counted
     documents: int = 0
     num_tokens_sum: int = 0
@@ -69,12 +93,19 @@ class Totals:
         """Count one scanned batch: `batch` is scan_rows' "_totals", `cols` the batch's columns."""
         self.rows += cols["input_ids"].shape[0]
         self.tokens += batch["tokens"]
+        self.doc_pad += batch.get("doc_pad", 0)
         self.loss_tokens += batch["loss_tokens"]
         self.documents += batch["documents"]
         self.num_tokens_sum += batch["num_tokens_sum"]
         self.num_loss_sum += batch["num_loss_sum"]
-        self.source_index.append(np.asarray(cols["src_val"], dtype=np.int64))
-        self.source_rows.append((shard, row0, np.asarray(cols["src_off"], dtype=np.int64)))
+        vals = np.asarray(cols["src_val"], dtype=np.int64)
+        off = np.asarray(cols["src_off"], dtype=np.int64)
+        keep = batch.get("src_keep")
+        if keep is not None:  # fixed docs: the empty entries (-1) are no documents
+            cs = np.concatenate(([0], np.cumsum(keep)))
+            vals, off = vals[keep], cs[off]
+        self.source_index.append(vals)
+        self.source_rows.append((shard, row0, off))
 
     def all_sources(self) -> np.ndarray:
         """Every source_index in the rows, in row order (int64)."""
@@ -109,6 +140,8 @@ def batch_columns(batch, pack_len: int, row0: int) -> dict[str, np.ndarray]:
     cols = {c: flat_fixed(batch.column(c), R, pack_len) for c in schema.TOKEN_COLUMNS}
     cols["seq_off"], cols["seq_val"] = flat_list(batch.column("seq_lengths"))
     cols["src_off"], cols["src_val"] = flat_list(batch.column("source_index"))
+    if schema.UNPADDED_COLUMN in batch.schema.names:
+        cols["unp_off"], cols["unp_val"] = flat_list(batch.column(schema.UNPADDED_COLUMN))
     cols["num_tokens"] = batch.column("num_tokens").to_numpy().astype(np.int64)
     cols["num_loss_tokens"] = batch.column("num_loss_tokens").to_numpy().astype(np.int64)
     return cols
@@ -118,13 +151,42 @@ def batch_columns(batch, pack_len: int, row0: int) -> dict[str, np.ndarray]:
 # the vectorized row scan
 
 
-def scan_rows(cols: dict[str, np.ndarray], pad_id: int | None = None) -> dict[str, dict]:
+def _row_fail(r: np.ndarray, got, expected, doc=None, kind=None) -> dict:
+    """A failure entry for whole rows `r` (no position)."""
+    out = {
+        "rows": r,
+        "pos": np.full(r.size, -1),
+        "got": np.asarray(got),
+        "expected": np.asarray(expected),
+        "doc": np.full(r.size, -1) if doc is None else np.asarray(doc),
+    }
+    if kind is not None:
+        out["kind"] = np.asarray(kind)
+    return out
+
+
+def _first_per_row(bad_entries: np.ndarray, row_of: np.ndarray, R: int) -> np.ndarray:
+    """For each row, the index of its first flagged entry (-1: none)."""
+    first = np.full(R, -1, np.int64)
+    idx = np.flatnonzero(bad_entries)
+    if idx.size:
+        rows, at = np.unique(row_of[idx], return_index=True)
+        first[rows] = idx[at]
+    return first
+
+
+def scan_rows(
+    cols: dict[str, np.ndarray], pad_id: int | None = None, layout: schema.Layout | None = None
+) -> dict[str, dict]:
     """Check a batch of rows. Returns {check: {"rows", "pos", "got", "expected", "doc"}} for the
     failing rows only (one entry per row: its first bad position), and "_totals".
 
     `cols` holds (R, L) int32 arrays for the token columns, `seq_off`/`seq_val` and
-    `src_off`/`src_val` for the list columns, and (R,) arrays for the two scalar columns.
+    `src_off`/`src_val` for the list columns (and `unp_off`/`unp_val` for seq_lengths_unpadded in a
+    padded pack), and (R,) arrays for the two scalar columns. `layout`: the manifest's.
     """
+    layout = layout or schema.Layout()
+    K, N = layout.fixed_docs, layout.pad_to_multiple
     ids, lab, pos, doc = (
         cols["input_ids"],
         cols["labels"],
@@ -134,29 +196,94 @@ def scan_rows(cols: dict[str, np.ndarray], pad_id: int | None = None) -> dict[st
     R, L = ids.shape
     n = R * L
     seq_off, lens = cols["seq_off"], cols["seq_val"].astype(np.int64)
-    ndocs = np.diff(seq_off)
+    ndocs = np.diff(seq_off)  # entries per row (fixed docs: empty ones included)
     row_of_doc = np.repeat(np.arange(R), ndocs)
+    local = np.arange(lens.size) - np.repeat(seq_off[:-1], ndocs)  # entry index in its row
     cs = np.concatenate(([0], np.cumsum(lens)))
-    ntok = cs[seq_off[1:]] - cs[seq_off[:-1]]  # tokens declared per row
+    ntok = cs[seq_off[1:]] - cs[seq_off[:-1]]  # slots declared per row
+    nonzero = lens > 0
+    nreal = np.bincount(row_of_doc[nonzero], minlength=R)  # documents per row
+
+    out: dict[str, dict] = {}
+    # fixed docs: K entries, empty ones only at the end, source_index -1 on them
+    fixed_bad = np.zeros(R, bool)
+    src_n = np.diff(cols["src_off"])
+    src_keep = None
+    if K:
+        after_empty = nonzero & (local >= nreal[row_of_doc])  # a document after an empty entry
+        src_ok = src_n == ndocs
+        src_val = np.asarray(cols["src_val"], np.int64)
+        src_bad = np.zeros(lens.size, bool)
+        if src_ok.all():
+            src_bad = (~nonzero & (src_val != -1)) | (nonzero & (src_val < 0))
+        else:
+            ok_entries = src_ok[row_of_doc]
+            sv = np.full(lens.size, 0, np.int64)
+            pos_in_src = cols["src_off"][row_of_doc[ok_entries]] + local[ok_entries]
+            sv[ok_entries] = src_val[pos_in_src]
+            src_bad = ok_entries & ((~nonzero & (sv != -1)) | (nonzero & (sv < 0)))
+        first_after = _first_per_row(after_empty, row_of_doc, R)
+        first_src = _first_per_row(src_bad, row_of_doc, R)
+        kind = np.where(
+            ndocs != K, 0, np.where(first_after >= 0, 1, np.where(first_src >= 0, 2, -1))
+        )
+        fixed_bad = kind >= 0
+        if fixed_bad.any():
+            r = np.flatnonzero(fixed_bad)
+            k = kind[r]
+            e = np.where(k == 1, first_after[r], first_src[r])
+            got = np.where(k == 0, ndocs[r], np.where(k == 1, lens[np.maximum(e, 0)], -2))
+            if (k == 2).any():
+                sv_all = np.zeros(lens.size, np.int64)
+                okr = src_ok[row_of_doc]
+                sv_all[okr] = src_val[cols["src_off"][row_of_doc[okr]] + local[okr]]
+                got = np.where(k == 2, sv_all[np.maximum(e, 0)], got)
+            out[FIXED] = _row_fail(
+                r,
+                got,
+                np.full(r.size, K),
+                np.where(k == 0, -1, local[np.maximum(e, 0)]),
+                k,
+            )
+        src_keep = src_val >= 0
 
     # rows whose seq_lengths cannot describe a row: reported once, left out of the slot checks
     nonpos = np.zeros(R, bool)
-    nonpos[row_of_doc[lens <= 0]] = True
-    seq_bad = nonpos | (ntok > L) | (ndocs == 0)
-    valid = ~seq_bad
-    out: dict[str, dict] = {}
+    nonpos[row_of_doc[lens < 0 if K else lens <= 0]] = True
+    seq_bad = nonpos | (ntok > L) | (nreal == 0)
     if seq_bad.any():
         r = np.flatnonzero(seq_bad)
-        out[SEQ] = {
-            "rows": r,
-            "pos": np.full(r.size, -1),
-            "got": ntok[r],
-            "expected": np.full(r.size, L),
-            "doc": ndocs[r],
-        }
+        out[SEQ] = _row_fail(r, ntok[r], np.full(r.size, L), nreal[r])
+    valid = ~seq_bad & ~fixed_bad
+
+    # padded documents: real tokens per entry (u) and the check seq_lengths == ceil(u/N)*N
+    real = lens.copy()
+    if layout.padded and "unp_val" in cols:
+        unp_off, unp = cols["unp_off"], cols["unp_val"].astype(np.int64)
+        unp_n = np.diff(unp_off)
+        same = unp_n == ndocs
+        entry_ok = same[row_of_doc]
+        u = np.zeros(lens.size, np.int64)
+        u[entry_ok] = unp[unp_off[row_of_doc[entry_ok]] + local[entry_ok]]
+        wrong = entry_ok & ((u < 0) | (u > lens) | (-(-u // N) * N != lens) | (nonzero & (u < 1)))
+        first = _first_per_row(wrong, row_of_doc, R)
+        bad_rows = ~same | (first >= 0)
+        if bad_rows.any():
+            r = np.flatnonzero(bad_rows)
+            e = np.maximum(first[r], 0)
+            listed = ~same[r]
+            out[UNPAD] = _row_fail(
+                r,
+                np.where(listed, unp_n[r], u[e]),
+                np.where(listed, ndocs[r], lens[e]),
+                np.where(listed, -1, local[e]),
+                np.where(listed, 0, 1),
+            )
+            out[UNPAD]["n"] = N
+        real = np.where(entry_ok & ~wrong, u, lens)
 
     idx_t = np.int32 if n < 2**31 - 1 else np.int64
-    keep_doc = valid[row_of_doc]
+    keep_doc = valid[row_of_doc] & nonzero
     local_start = (cs[:-1] - cs[seq_off[:-1]][row_of_doc])[keep_doc]
     doc_start = (row_of_doc[keep_doc] * L + local_start).astype(idx_t)
     vrows = np.flatnonzero(valid & (ntok < L))
@@ -171,10 +298,20 @@ def scan_rows(cols: dict[str, np.ndarray], pad_id: int | None = None) -> dict[st
     mark[doc_start] = 1
     cum = np.cumsum(mark, dtype=np.int32).reshape(R, L)
     del mark
-    before = np.concatenate(([0], np.cumsum(np.where(valid, ndocs, 0))[:-1])).astype(np.int32)
+    before = np.concatenate(([0], np.cumsum(np.where(valid, nreal, 0))[:-1])).astype(np.int32)
     cov = np.arange(L, dtype=np.int32)[None, :] < ntok[:, None]  # covered by a document
     exp_doc = np.where(cov, cum - before[:, None] - 1, np.int32(schema.PAD_DOCUMENT_ID))
     del cum
+
+    # a document's padding: slots [start + real, start + slots) of every valid document
+    pad_in = doc_start + real[keep_doc].astype(idx_t)
+    pad_end = doc_start + lens[keep_doc].astype(idx_t)
+    if np.any(pad_in != pad_end):
+        edge = np.bincount(pad_in, minlength=n + 1) - np.bincount(pad_end, minlength=n + 1)
+        docpad = (np.cumsum(edge[:n]) > 0).reshape(R, L)
+        del edge
+    else:
+        docpad = np.zeros((R, L), bool)
 
     masked = ~cov | (
         exp_pos == 0
@@ -193,44 +330,44 @@ def scan_rows(cols: dict[str, np.ndarray], pad_id: int | None = None) -> dict[st
     report(DOC, doc != exp_doc, doc, exp_doc)
     report(POS, pos != exp_pos, pos, exp_pos)
     report(LAB_MASK, masked & has_loss, lab, schema.IGNORE_INDEX)
-    report(LAB_EQ, ~masked & has_loss & (lab != ids), lab, ids)
+    report(LAB_EQ, ~masked & ~docpad & has_loss & (lab != ids), lab, ids)
     if pad_id is not None:
         report(PAD, ~cov & (ids != pad_id), ids, int(pad_id))
+    if layout.padded:
+        wrong_id = (ids != pad_id) if pad_id is not None else np.zeros_like(has_loss)
+        report(
+            DOC_PAD,
+            docpad & (has_loss | wrong_id),
+            np.where(has_loss, lab, ids),
+            np.where(has_loss, schema.IGNORE_INDEX, pad_id if pad_id is not None else 0),
+        )
 
-    counted = (doc != schema.PAD_DOCUMENT_ID).sum(axis=1)
+    pad_slots = docpad.sum(axis=1)
+    counted = (doc != schema.PAD_DOCUMENT_ID).sum(axis=1) - pad_slots
     loss = has_loss.sum(axis=1)
-    exp_nt = np.where(valid, ntok, counted)
+    creal = np.concatenate(([0], np.cumsum(real)))
+    nreal_tok = creal[seq_off[1:]] - creal[seq_off[:-1]]
+    exp_nt = np.where(valid, nreal_tok, counted)
     for name, got, exp in (
         (NTOK, cols["num_tokens"], exp_nt),
         (NLOSS, cols["num_loss_tokens"], loss),
     ):
         r = np.flatnonzero(got != exp)
         if r.size:
-            out[name] = {
-                "rows": r,
-                "pos": np.full(r.size, -1),
-                "got": got[r],
-                "expected": exp[r],
-                "doc": np.full(r.size, -1),
-            }
-    src_n = np.diff(cols["src_off"])
+            out[name] = _row_fail(r, got[r], exp[r])
     r = np.flatnonzero(src_n != ndocs)
     if r.size:
-        out[SRC] = {
-            "rows": r,
-            "pos": np.full(r.size, -1),
-            "got": src_n[r],
-            "expected": ndocs[r],
-            "doc": np.full(r.size, -1),
-        }
+        out[SRC] = _row_fail(r, src_n[r], ndocs[r])
     out["_totals"] = {
         "valid": valid,
-        "ndocs": ndocs,
+        "ndocs": nreal,
         "tokens": int(counted.sum()),
+        "doc_pad": int(pad_slots.sum()),
         "loss_tokens": int(loss.sum()),
-        "documents": int(ndocs.sum()),
+        "documents": int(nreal.sum()),
         "num_tokens_sum": int(cols["num_tokens"].sum(dtype=np.int64)),
         "num_loss_sum": int(cols["num_loss_tokens"].sum(dtype=np.int64)),
+        "src_keep": src_keep,
     }
     return out
 
@@ -239,10 +376,44 @@ def scan_rows(cols: dict[str, np.ndarray], pad_id: int | None = None) -> dict[st
 # what a person reads
 
 
-def describe(name: str, shard: str, row: int, pos: int, got: int, exp: int, doc: int) -> str:
-    """The one line naming a failing slot (pos -1: the row as a whole; doc -1: the pad tail)."""
+def describe(
+    name: str,
+    shard: str,
+    row: int,
+    pos: int,
+    got: int,
+    exp: int,
+    doc: int,
+    kind: int = -1,
+    n: int = 1,
+) -> str:
+    """The one line naming a failing slot (pos -1: the row as a whole; doc -1: the pad tail);
+    `kind` tells the layout checks' cases apart, `n` is --pad-to-multiple."""
     at = f"{shard} row {row}"
     ignore = schema.IGNORE_INDEX
+    if name == FIXED:
+        if kind == 0:
+            return f"{at}: {got} seq_lengths entries, fixed docs needs exactly {exp} (--max-docs)"
+        if kind == 1:
+            return (
+                f"{at} document {doc}: {got} slots after an empty entry; with fixed docs the "
+                "empty entries (0) come only at the end of seq_lengths"
+            )
+        return (
+            f"{at} document {doc}: source_index {got}; with fixed docs an empty entry has "
+            "source_index -1 and a document its own index >= 0"
+        )
+    if name == UNPAD:
+        if kind == 0:
+            return f"{at}: {got} seq_lengths_unpadded entries for {exp} seq_lengths entries"
+        return (
+            f"{at} document {doc}: seq_lengths_unpadded {got}, but seq_lengths {exp}; each must be "
+            f"ceil(unpadded / {n}) * {n} (--pad-to-multiple {n}), unpadded >= 1 for a document"
+        )
+    if name == DOC_PAD:
+        if exp == ignore:
+            return f"{at} position {pos} (padding of document {doc}): label {got}, must be {ignore}"
+        return f"{at} position {pos} (padding of document {doc}): input_id {got} != pad id {exp}"
     if name == SEQ:
         return f"{at}: seq_lengths declare {got} tokens in {doc} documents (each must be >= 1, total <= pack_len {exp})"
     if name == DOC:
@@ -294,7 +465,8 @@ def examples(name: str, fail: dict, cols: dict, shard: str, row0: int) -> list[d
         r = int(fail["rows"][i])
         row, pos = r + row0, int(fail["pos"][i])
         got, exp, doc = int(fail["got"][i]), int(fail["expected"][i]), int(fail["doc"][i])
-        msg = describe(name, shard, row, pos, got, exp, doc)
+        kind = int(fail["kind"][i]) if "kind" in fail else -1
+        msg = describe(name, shard, row, pos, got, exp, doc, kind, int(fail.get("n", 1)))
         if name == SRC:
             msg += _src_detail(cols, r)
         out.append(
@@ -324,4 +496,7 @@ def passed_text(name: str, pad_id: int | None) -> str:
         else "pad id not in manifest: not checked",
         NTOK: "matches the document tokens of every row",
         NLOSS: f"matches the labels that are not {ignore}",
+        UNPAD: "every document: seq_lengths = ceil(seq_lengths_unpadded / N) * N",
+        DOC_PAD: f"every document's padding holds the pad id and label {ignore}",
+        FIXED: "every row lists exactly --max-docs entries, empty ones (source_index -1) last",
     }[name]

@@ -46,9 +46,18 @@ def make_documents(
 
 
 def write_documents(
-    out: str, docs, pack_len: int, *, shard_rows: int = 16, max_docs: int = 0, seed: int = 0
+    out: str,
+    docs,
+    pack_len: int,
+    *,
+    shard_rows: int = 16,
+    max_docs: int = 0,
+    seed: int = 0,
+    pad_to_multiple: int = 1,
+    fixed_docs: bool = False,
 ) -> None:
-    """Pack (input_ids, labels) documents into `out` with the production packer and writer."""
+    """Pack (input_ids, labels) documents into `out` with the production packer and writer (and
+    the layout options, schema/layout.py)."""
     from packtool.data import TokenizedData
     from packtool.pack import PackConfig, pack_tokenized
 
@@ -58,9 +67,15 @@ def write_documents(
         tokenizer={"name": "synthetic", "pad_id": SELF_TEST_PAD_ID},
         format="synthetic",
     )
-    pack_tokenized(
-        td, PackConfig(pack_len=pack_len, shard_rows=shard_rows, max_docs=max_docs, seed=seed), out
+    cfg = PackConfig(
+        pack_len=pack_len,
+        shard_rows=shard_rows,
+        max_docs=max_docs,
+        seed=seed,
+        pad_to_multiple=pad_to_multiple,
+        fixed_docs=fixed_docs,
     )
+    pack_tokenized(td, cfg, out)
 
 
 def build_self_test_pack(
@@ -124,7 +139,7 @@ def replace_columns(table, **cols):
     for name, value in cols.items():
         i = table.schema.get_field_index(name)
         f = table.schema.field(name)
-        if name in schema.LIST_COLUMNS:
+        if name in (*schema.LIST_COLUMNS, schema.UNPADDED_COLUMN):
             arr = pa.array([list(map(int, x)) for x in value], type=f.type)
         elif name in schema.SCALAR_COLUMNS:
             arr = pa.array(np.asarray(value), type=f.type)
@@ -223,6 +238,63 @@ def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
     )
 
 
+LAYOUT_MULTIPLE, LAYOUT_DOCS = 8, 6  # the self-test's padded + fixed-docs case
+
+
+def _layout_check(tmp: str, seed: int) -> Check:
+    """One more case, integrity only (cheap): documents padded to multiples of 8 in rows of exactly
+    6 entries pass every check, and a copy with a label on a document's padding is caught."""
+    from packtool.verify import integrity as integ
+
+    out, broken = os.path.join(tmp, "layout"), os.path.join(tmp, "layout-broken")
+    docs = make_documents(40, seed=seed + 1, min_len=3, max_len=60)
+    write_documents(
+        out,
+        docs,
+        256,
+        shard_rows=8,
+        max_docs=LAYOUT_DOCS,
+        seed=seed,
+        pad_to_multiple=LAYOUT_MULTIPLE,
+        fixed_docs=True,
+    )
+    name = f"self-test: --pad-to-multiple {LAYOUT_MULTIPLE} --fixed-docs --max-docs {LAYOUT_DOCS}"
+    failed = [c for c in integ.check_integrity(out)[0] if not c.passed and not c.skipped]
+    if failed:
+        return Check(name, False, f"the layout's pack fails {failed[0].name}: {failed[0].message}")
+    import shutil
+
+    shutil.copytree(out, broken)
+    rel, table = read_shard(broken, 0)
+    seq = table.column("seq_lengths").to_pylist()
+    real = table.column(schema.UNPADDED_COLUMN).to_pylist()
+    hit = next(
+        (
+            (r, sum(seq[r][:d]) + real[r][d])
+            for r in range(len(seq))
+            for d in range(len(seq[r]))
+            if seq[r][d] > real[r][d]
+        ),
+        None,
+    )
+    if hit is None:
+        return Check(name, False, "the layout's pack has no padded document to damage")
+    lab = token_column(table, "labels")
+    ids = token_column(table, "input_ids")
+    lab[hit[0], hit[1]] = ids[hit[0], hit[1]]
+    write_shard(broken, rel, replace_columns(table, labels=lab))
+    bad = next(c for c in integ.check_integrity(broken)[0] if c.name == integ.DOC_PAD)
+    caught = not bad.passed and f" row {hit[0]} position {hit[1]} " in bad.message
+    return Check(
+        name,
+        caught,
+        "passes integrity; a label on a document's padding is caught → " + bad.message
+        if caught
+        else "a label on a document's padding PASSED the document padding check",
+        {"check": integ.DOC_PAD},
+    )
+
+
 def run_self_test(cfg):
     """Build a pack in a temporary folder, check that it reads back whole, verify it with `cfg`
     (path ignored), and check that the integrity layer catches a deliberately broken copy.
@@ -245,6 +317,7 @@ def run_self_test(cfg):
         checks, _ = integ.check_integrity(broken)
         pos = next(c for c in checks if c.name == integ.POS)
         caught = not pos.passed and " row 0 " in pos.message
+        result.checks.append(_layout_check(tmp, cfg.seed))
         result.checks.insert(0, built)
         result.checks.append(
             Check(

@@ -6,6 +6,7 @@ This layer recomputes what the shards must hold from the data itself (docs/ARCHI
 "Verify", layer 3):
 
     manifest  sources [path, size, sha256]  tokenizer {files_hash, chat_template_hash}  options
+              inputs (a mixture): each input's data, read options, weight, files; seed
         │ TokenizeConfig rebuilt from the recorded options, cache off    sources_options   OPTIONS
         │ sha256 of each source file; the tokenizer's files hash         sources_load      FILES, TOKENIZER
         ▼ (a poisoned tokenization cache cannot hide damage)
@@ -24,6 +25,11 @@ This layer recomputes what the shards must hold from the data itself (docs/ARCHI
                                                                         sources_compare   TOKENS
     the manifest's counts and lists against the records tokenized again sources_accounting ACCOUNT
 
+A mixture (manifest `inputs`) is rebuilt input by input: each input's files checked against its
+recorded files, each tokenized with its recorded read options, then weighted with the pack's seed
+(tokenization.mixture, the path pack took), so the global source indices are the packer's; a
+difference names the input, record and copy ("input 2 (alpaca.json) record 17, copy 1: ...").
+
 Check names and Stop (a failure that leaves nothing to compare: the later checks are reported as
 not run) are in sources_names. check_sources below runs the stages in that order.
 
@@ -33,6 +39,7 @@ over the shards' tokens (~0.1 s per million tokens); `--sample N` compares N rec
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -41,8 +48,11 @@ from packtool.verify import Check
 from packtool.verify.sources_accounting import account_check
 from packtool.verify.sources_compare import Compare
 from packtool.verify.sources_load import (
+    MixtureProvenance,
     Provenance,
     files_check,
+    inputs_files_check,
+    locate_recorded,
     recorded_data,
     template_check,
     tokenize_again,
@@ -59,7 +69,11 @@ from packtool.verify.sources_names import (  # noqa: F401  (re-exported: sources
     TOKENS,
     Stop,
 )
-from packtool.verify.sources_options import options_check, tokenize_config_from  # noqa: F401  (re-exported)
+from packtool.verify.sources_options import (  # noqa: F401  (re-exported)
+    input_specs_from,
+    options_check,
+    tokenize_config_from,
+)
 from packtool.verify.sources_pieces import expected_pieces
 
 
@@ -85,15 +99,29 @@ def check_sources(
         checks.append(opt_check)
         if "pack_len" not in manifest:
             raise Stop(FILES, "the manifest records no pack_len")
-        data = data if data is not None else recorded_data(manifest, pack)
-        checks.append(files_check(data, manifest, read.split)[0])
+        mixed = bool(manifest.get("inputs"))
+        if mixed and data is not None and not os.path.isdir(data):
+            raise Stop(
+                FILES,
+                f"{pack} is a mixture of {len(manifest['inputs'])} inputs: each is read where the "
+                "manifest records it (inputs[].data, relative to where pack ran); DATA may only be "
+                "that folder: packtool verify PACK --sources FOLDER",
+            )
+        # a mixture's relative inputs: from DATA (the folder pack ran in), else from here or beside PACK
+        specs = input_specs_from(manifest, cfg, lambda rec: locate_recorded(rec, pack, data))
+        if specs:
+            checks.append(inputs_files_check(specs, manifest))
+        else:
+            data = data if data is not None else recorded_data(manifest, pack)
+            checks.append(files_check(data, manifest, read.split)[0])
         checks.append(tokenizer_check(cfg, manifest))
         t_tok = time.perf_counter()
-        tokenized = tokenize_again(data, cfg, progress=progress)
+        pack_seed = manifest.get("seed") if isinstance(manifest.get("seed"), int) else 0
+        tokenized = tokenize_again(specs or data, cfg, progress=progress, seed=pack_seed)
         t_tok = time.perf_counter() - t_tok
         checks.append(template_check(cfg, manifest, tokenized))
         exp = expected_pieces(tokenized, manifest)
-        where = Provenance(data, read)
+        where = MixtureProvenance(specs, tokenized.inputs) if specs else Provenance(data, read)
         cmp = Compare(exp, where, seen=np.zeros(exp.piece_row.size, np.int64))
         candidates = np.flatnonzero(exp.num_pieces > 0)
         wanted_records = None

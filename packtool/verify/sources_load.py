@@ -42,9 +42,17 @@ def recorded_data(manifest: dict, pack: str) -> str:
             )
         paths = [str(s["path"]) for s in sources]
         rec = paths[0] if len(paths) == 1 else os.path.commonpath(paths)
-    rec = str(rec)
+    return locate_recorded(str(rec), pack)
+
+
+def locate_recorded(rec: str, pack: str, folder: str | None = None) -> str:
+    """A recorded input path as it can be read from here: absolute as it is; relative tried from
+    `folder` (the folder pack ran in, when given), else from the current directory, then beside
+    the pack folder; else as recorded (a hub id)."""
     if os.path.isabs(rec):
         return rec
+    if folder is not None:
+        return os.path.join(folder, rec)
     for base in (os.getcwd(), os.path.dirname(os.path.abspath(pack))):
         cand = os.path.join(base, rec)
         if os.path.exists(cand):
@@ -126,12 +134,38 @@ def tokenizer_check(cfg, manifest: dict) -> Check:
     return Check(TOKENIZER, True, f"{spec.name}: files hash {want} matches the manifest", ev)
 
 
-def tokenize_again(data: str, cfg, progress=False):
-    """The sources at `data` through pipeline.load_tokenized with `cfg` (the path pack took);
-    Stop(TOKENS) when that fails."""
+def inputs_files_check(specs: list, manifest: dict) -> Check:
+    """Check FILES of a mixture: each input's files (inputs[k].files) have the recorded sha256."""
+    entries = manifest.get("inputs") or []
+    n = 0
+    for k, (spec, e) in enumerate(zip(specs, entries, strict=True), 1):
+        try:
+            files = files_check(spec.data, {"sources": e.get("files") or []}, spec.read.split)[1]
+        except Stop as stop:
+            msg = stop.check.message.replace(
+                "pass it: packtool verify PACK --sources DATA",
+                "run verify in the folder pack ran in, or pass that folder: packtool verify PACK "
+                "--sources FOLDER",
+            )
+            raise Stop(FILES, f"input {k} ({spec.spec}): {msg}") from None
+        n += len(files)
+    return Check(
+        FILES,
+        True,
+        f"{n} source file(s) of {len(specs)} inputs: sha256 match the manifest",
+        {"inputs": len(specs), "files": n},
+    )
+
+
+def tokenize_again(data, cfg, progress=False, seed: int = 0):
+    """The sources at `data` (a path, or a mixture's InputSpecs, weighted with the pack's `seed`)
+    through the loading pack used, with `cfg`; Stop(TOKENS) when that fails."""
+    from packtool.tokenization.mixture import load_mixture
     from packtool.tokenization.pipeline import load_tokenized
 
     try:
+        if not isinstance(data, str):
+            return load_mixture(list(data), cfg, seed=seed, progress=progress)
         return load_tokenized(data, cfg, progress=progress)
     except PacktoolError as e:
         raise Stop(TOKENS, f"tokenizing the sources again failed: {e}") from None
@@ -200,3 +234,29 @@ class Provenance:
     def __call__(self, i: int) -> str:
         self.resolve([i])
         return self.known[int(i)]
+
+
+class MixtureProvenance:
+    """A mixture's global source_index -> 'input 2 (alpaca.json) record 17, copy 1: alpaca.json
+    record 17' (data.describe_source, then the record's file and line from its input's Provenance)."""
+
+    def __init__(self, specs: list, blocks: list):
+        self.blocks = blocks
+        self.each = [Provenance(s.data, s.read) for s in specs]
+
+    def resolve(self, indices) -> None:
+        from packtool.data import input_of
+
+        for i in indices:
+            b = input_of(int(i), self.blocks)
+            if b is not None:
+                self.each[b.number - 1].resolve([b.locate(i)[1]])
+
+    def __call__(self, i: int) -> str:
+        from packtool.data import describe_source, input_of
+
+        b = input_of(int(i), self.blocks)
+        if b is None:
+            return f"source_index {int(i)} (in no input's block)"
+        where = self.each[b.number - 1](b.locate(i)[1])
+        return f"{describe_source(i, self.blocks)}: {where}"

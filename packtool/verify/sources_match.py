@@ -4,6 +4,10 @@ shard batch of R rows (~BATCH_TOKENS token slots), row layout of docs/ARCHITECTU
     input_ids, labels (R, L)   seq_lengths [n_0, n_1, ...]   source_index [s_0, s_1, ...]
     document k of a row starts at col = cumsum(seq_lengths)[k-1] (0 for k = 0), holds n_k tokens
 row whose seq_lengths and source_index cannot be paired ──▶ stray (the integrity checks say why)
+layouts (schema/layout.py): seq_lengths are slots, so they place the documents; a padded pack's
+seq_lengths_unpadded say how many of those slots are the document's own tokens, and only those are
+compared (the padding is the integrity scan's); the empty entries of fixed docs (0, -1) are no
+documents and are left out
 
 s_k ──Expected.record_of──▶ record r
     r = -1                 no record tokenized again (skipped, or beyond the input)  ──▶ stray
@@ -24,10 +28,36 @@ import os
 
 import numpy as np
 
+from packtool import schema
 from packtool.verify.sources_compare import MAX_EXAMPLES, Compare, Doc, compare_docs, piece_note
 from packtool.verify.sources_pieces import hashes
 
 BATCH_TOKENS = 1 << 22
+
+
+def _without_empty_entries(seq_off, seq, src_off, src, real):
+    """The lists less the empty entries of fixed docs (seq_lengths 0 with source_index -1), in the
+    rows where seq_lengths and source_index pair up (the others stay as they are: strays)."""
+    if not (seq == 0).any():
+        return seq_off, seq, src_off, src, real
+    nd, ns = np.diff(seq_off), np.diff(src_off)
+    paired = nd == ns
+    local = np.arange(seq.size) - np.repeat(seq_off[:-1], nd)
+    at_src = np.repeat(src_off[:-1], nd) + local
+    drop = np.repeat(paired, nd) & (seq == 0)
+    drop &= src[np.where(drop, at_src, 0)] == -1 if src.size else np.zeros_like(drop)
+    drop_src = np.zeros(src.size, bool)
+    drop_src[at_src[drop]] = True
+    row_of = np.repeat(np.arange(nd.size), nd)
+    kept = np.bincount(row_of[~drop], minlength=nd.size)
+    new_seq_off = np.concatenate(([0], np.cumsum(kept)))
+    new_src_off = src_off - np.concatenate(
+        (
+            [0],
+            np.cumsum(np.bincount(np.repeat(np.arange(ns.size), ns)[drop_src], minlength=ns.size)),
+        )
+    )
+    return new_seq_off, seq[~drop], new_src_off, src[~drop_src], real[~drop]
 
 
 def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -> None:
@@ -42,6 +72,8 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
     pf = pq.ParquetFile(os.path.join(pack, shard))
     row0 = 0
     cols = ["input_ids", "labels", "seq_lengths", "source_index"]
+    padded = schema.UNPADDED_COLUMN in pf.schema_arrow.names
+    cols += [schema.UNPADDED_COLUMN] if padded else []
     for batch in pf.iter_batches(batch_size=max(1, BATCH_TOKENS // L), columns=cols):
         R = batch.num_rows
         if not R:
@@ -49,10 +81,21 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         seq_off, seq = flat_list(batch.column("seq_lengths"))
         src_off, src = flat_list(batch.column("source_index"))
         seq = seq.astype(np.int64)
+        unp_ok = np.ones(R, bool)
+        real = seq  # the documents' own tokens per entry
+        if padded:
+            unp_off, unp = flat_list(batch.column(schema.UNPADDED_COLUMN))
+            unp_ok = np.diff(unp_off) == np.diff(seq_off)
+            real = seq.copy()
+            real[np.repeat(unp_ok, np.diff(seq_off))] = unp.astype(np.int64)[
+                np.repeat(unp_ok, np.diff(unp_off))
+            ]
+        seq_off, seq, src_off, src, real = _without_empty_entries(seq_off, seq, src_off, src, real)
         nd, ns = np.diff(seq_off), np.diff(src_off)
         cs = np.concatenate(([0], np.cumsum(seq)))
         ok_row = (
-            (nd == ns)
+            unp_ok
+            & (nd == ns)
             & (cs[seq_off[1:]] - cs[seq_off[:-1]] <= L)
             & (
                 np.minimum.reduceat(np.concatenate((seq, [1])), np.minimum(seq_off[:-1], seq.size))
@@ -69,7 +112,9 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         cmp.stray_count += max(0, bad_rows.size - MAX_EXAMPLES)
         keep = np.repeat(ok_row, nd)
         row = np.repeat(np.arange(R), nd)[keep]
-        lens = seq[keep]
+        lens = np.clip(real, 0, seq)[
+            keep
+        ]  # the document's own tokens (its padding is not compared)
         col = (cs[:-1] - np.repeat(cs[seq_off[:-1]], nd))[keep]
         k = (np.arange(seq.size) - np.repeat(seq_off[:-1], nd))[keep]
         s = src.astype(np.int64)[np.repeat(ok_row, ns)]
@@ -102,9 +147,11 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
                 f"{int(k[j])} holds it"
             )
         cmp.stray_count += max(0, dropped.size - MAX_EXAMPLES)
+        claimed: set[int] = set()  # parts matched in this batch (seen counts them after it)
         for j in np.flatnonzero((rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] > 1)).tolist():
             pieces[j] = _match_part(
                 cmp,
+                claimed,
                 int(rec[j]),
                 ids,
                 lab,
@@ -125,6 +172,7 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
 
 def _match_part(
     cmp: Compare,
+    claimed: set[int],
     record: int,
     ids,
     lab,
@@ -137,12 +185,19 @@ def _match_part(
     src: int,
 ) -> int:
     """The part of split record `record` that this shard document is: the unused part with the same
-    hash, else -1 (deferred: matched to a leftover part after the scan)."""
+    hash, else -1 (deferred: matched to a leftover part after the scan). Parts with equal tokens
+    and labels (a long run of one token) are interchangeable: each is taken once."""
     exp = cmp.exp
-    h = hashes(ids[start : start + length], np.array([0, length]), exp.pack_len)[0]
+    h = hashes(
+        ids[start : start + length],
+        lab[start : start + length],
+        np.array([0, length]),
+        exp.pack_len,
+    )[0]
     p0 = int(exp.first_piece[record])
     for i in np.flatnonzero(exp.part_hashes(record) == h).tolist():
-        if cmp.seen[p0 + i] == 0 and exp.piece_len[p0 + i] == length:
+        if cmp.seen[p0 + i] == 0 and p0 + i not in claimed and exp.piece_len[p0 + i] == length:
+            claimed.add(p0 + i)
             return p0 + i
     cmp.deferred.append(
         (

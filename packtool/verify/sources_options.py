@@ -9,6 +9,7 @@
       "cache", "num_proc"                                cache=False, num_proc=None: always recomputed
       a key this packtool does not know ───────────────▶ Stop(OPTIONS): verify with the version that packed
       a key not recorded (an older manifest) ──────────▶ the dataclass default, listed in the message
+      inputs[k] {data, options, weight} (a mixture) ──▶ InputSpec(data, ReadConfig(**options), weight)
 
 The cache is off so that a poisoned tokenization cache cannot hide damage (the sources layer of
 docs/ARCHITECTURE.md, "Verify").
@@ -125,3 +126,38 @@ def options_check(manifest: dict):
         f"{options_text(cfg)}; cache off{note}",
         {"options": dataclasses.asdict(cfg), "defaults": missing},
     ), cfg
+
+
+def input_specs_from(manifest: dict, cfg, locate=lambda data: data) -> list:
+    """The InputSpecs of a mixture pack (manifest `inputs`): each input's recorded data (through
+    `locate`, which resolves relative paths), its ReadConfig rebuilt from inputs[k].options (keys this
+    packtool does not know: Stop(OPTIONS)) and its weight; [] for a single-input pack."""
+    from packtool.config import InputSpec, ReadConfig
+    from packtool.errors import PacktoolError
+
+    inputs = manifest.get("inputs")
+    if not inputs:
+        return []
+    if not isinstance(inputs, list) or not all(isinstance(e, dict) for e in inputs):
+        raise Stop(
+            OPTIONS, "manifest inputs is not a list of objects: the mixture cannot be rebuilt"
+        )
+    specs = []
+    for k, e in enumerate(inputs, 1):
+        opts = e.get("options")
+        if not isinstance(opts, dict) or not e.get("data") or "weight" not in e:
+            raise Stop(
+                OPTIONS,
+                f"manifest inputs[{k - 1}] records no data, options or weight: input {k} cannot be "
+                "read again",
+            )
+        read = _build(ReadConfig, opts, f"inputs[{k - 1}].options", [])
+        try:
+            specs.append(
+                InputSpec(
+                    str(e.get("spec") or e["data"]), locate(str(e["data"])), read, e["weight"]
+                )
+            )
+        except PacktoolError as err:
+            raise Stop(OPTIONS, f"manifest inputs[{k - 1}]: {err}") from None
+    return specs

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool.errors import PacktoolError
+from packtool.schema import IGNORE_INDEX
 from packtool.verify.sources_names import TOKENS, Stop
 
 
@@ -85,8 +86,10 @@ class Expected:
         if record not in self.hashes:
             p0, n = int(self.first_piece[record]), int(self.num_pieces[record])
             sl = slice(p0, p0 + n)
-            ids, _, off = self.gather(self.piece_row[sl], self.piece_start[sl], self.piece_len[sl])
-            self.hashes[record] = hashes(ids, off, self.pack_len)
+            ids, lab, off = self.gather(
+                self.piece_row[sl], self.piece_start[sl], self.piece_len[sl]
+            )
+            self.hashes[record] = hashes(ids, lab, off, self.pack_len)
         return self.hashes[record]
 
 
@@ -105,9 +108,12 @@ def segments(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _MULT: dict[int, np.ndarray] = {}
 
 
-def hashes(ids: np.ndarray, off: np.ndarray, pack_len: int) -> np.ndarray:
-    """A uint64 hash of each segment off[i]:off[i+1] of ids (position-weighted sum, wrapping):
-    tells the parts of a split record apart. Equal hash -> compared anyway, token by token."""
+def hashes(ids: np.ndarray, labels: np.ndarray, off: np.ndarray, pack_len: int) -> np.ndarray:
+    """A uint64 hash of each segment off[i]:off[i+1] of (ids, trained) (position-weighted sum,
+    wrapping): tells the parts of a split record apart. Trained = label not IGNORE_INDEX, after a
+    segment's first token (which a pack never trains), so that two parts with the same tokens, one
+    in a prompt and one in a reply (a long run of one token), are told apart too. Equal hash ->
+    compared anyway, token by token."""
     if pack_len not in _MULT:
         from packtool.verify.sampling import mix
 
@@ -117,9 +123,9 @@ def hashes(ids: np.ndarray, off: np.ndarray, pack_len: int) -> np.ndarray:
         return np.zeros(0, np.uint64)
     _, intra = segments(lens)
     with np.errstate(over="ignore"):
-        terms = (ids.astype(np.uint64) + np.uint64(1)) * _MULT[pack_len][
-            np.minimum(intra, pack_len - 1)
-        ]
+        trained = (labels != IGNORE_INDEX) & (intra > 0)
+        key = (ids.astype(np.uint64) + np.uint64(1)) * np.uint64(2) + trained.astype(np.uint64)
+        terms = key * _MULT[pack_len][np.minimum(intra, pack_len - 1)]
     return np.add.reduceat(terms, off[:-1].astype(np.int64))
 
 

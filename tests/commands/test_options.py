@@ -140,8 +140,8 @@ def test_help_flags_have_no_value_placeholder():
     "name, usage",
     [
         ("inspect", "Usage: packtool inspect [OPTIONS] DATA"),
-        ("profile", "Usage: packtool profile [OPTIONS] [DATA]"),
-        ("pack", "Usage: packtool pack [OPTIONS] DATA"),
+        ("profile", "Usage: packtool profile [OPTIONS] [DATA]..."),  # several: a mixture
+        ("pack", "Usage: packtool pack [OPTIONS] DATA..."),
         ("verify", "Usage: packtool verify [OPTIONS] [PACK] [DATA]"),
         ("sample", "Usage: packtool sample [OPTIONS] OUT"),
     ],

@@ -242,6 +242,10 @@ def test_gpu_hours_follow_the_formula(tmp_path):
         (["--synthetic", SPEC, "--model", "c.json", "--params", "7e9"], "not both"),
         (["--synthetic", SPEC, "--tokenizer", "gpt2"], "--tokenizer only apply to DATA"),
         (["--lengths", "missing.txt"], "no such file"),
+        (
+            ["--synthetic", SPEC, "--len", "1000", "--pad-to-multiple", "64"],
+            "--len 1000 is not a multiple of --pad-to-multiple 64; use --len 960 or --len 1024",
+        ),
     ],
 )
 def test_usage_errors_exit_2(args, match):
@@ -365,3 +369,19 @@ def test_gpu_table_never_prints_a_negative_saving():
 
     table = res.stderr[res.stderr.index("one epoch") : res.stderr.index("FLOPs = ")]
     assert not re.search(r"(^|[\s(])-\d", table), table  # no negative hours or shares
+
+
+def test_pad_to_multiple_shows_its_cost_and_the_command_keeps_it():
+    res = run("--synthetic", SPEC, "--len", "4096", "--pad-to-multiple", "64", "--json", "-")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    plain = json.loads(run("--synthetic", SPEC, "--len", "4096", "--json", "-").stdout)
+    pk, base = d["pack"], plain["pack"]
+    assert d["options"]["pad_to_multiple"] == 64 and pk["pad_to_multiple"] == 64
+    assert base["doc_pad"] == 0 and pk["doc_pad"] > 0 and pk["tokens_out"] == base["tokens_out"]
+    assert pk["pad_slots"] == pk["rows"] * 4096 - pk["tokens_out"] >= pk["doc_pad"]
+    assert pk["doc_pad_share"] == pytest.approx(pk["doc_pad"] / (pk["rows"] * 4096))
+    assert pk["rows"] >= base["rows"]
+    assert "--pad-to-multiple 64" in d["recommendation"]["command"]
+    human = run("--synthetic", SPEC, "--len", "4096", "--pad-to-multiple", "64")
+    assert "cost of --pad-to-multiple 64" in human.stderr

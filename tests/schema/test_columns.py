@@ -36,3 +36,15 @@ def test_problems_are_named():
     v2 = good.with_metadata({b"packtool_schema_version": b"2"})
     assert schema.shard_schema_problems(v2, 16) == ["schema version 2 != 1"]
     assert schema.pack_len_of(pa.schema([pa.field("x", pa.int32())])) is None
+
+
+def test_padded_packs_have_seq_lengths_unpadded_and_only_they():
+    padded = schema.arrow_schema(16, padded=True)
+    assert padded.names == [*schema.arrow_schema(16).names, schema.UNPADDED_COLUMN]
+    assert schema.shard_schema_problems(padded, 16, padded=True) == []
+    assert schema.shard_schema_problems(schema.arrow_schema(16), 16, padded=True) == [
+        "column seq_lengths_unpadded is missing"
+    ]
+    assert schema.shard_schema_problems(padded, 16) == [
+        "unexpected columns ['seq_lengths_unpadded']"
+    ]

@@ -11,16 +11,26 @@ import pytest
 from packtool import kernels, schema
 
 
-def _kernel_row(seq_lengths: list[int], pack_len: int):
-    """position_ids and document_id of one row as kernels.layout_rows writes them."""
+def _kernel_row(seq_lengths: list[int], pack_len: int, real: list[int] | None = None):
+    """position_ids and document_id of one row as kernels.layout_rows writes them (`real`: the
+    documents' unpadded lengths, seq_lengths being their slots)."""
     k = len(seq_lengths)
     row_offsets = np.array([0, k], dtype=np.int64)
     doc_order = np.arange(k, dtype=np.int64)
-    piece_len = np.array(seq_lengths, dtype=np.int64)
-    bufs = [np.zeros((1, pack_len), dtype=np.int32) for _ in range(4)]
-    kernels.layout_rows(
-        np.zeros(1, np.int64), row_offsets, doc_order, piece_len, *bufs, 7, schema.IGNORE_INDEX
+    slot_len = np.array(seq_lengths, dtype=np.int64)
+    piece_len = slot_len if real is None else np.array(real, dtype=np.int64)
+    bufs = [np.full((1, pack_len), 99, dtype=np.int32) for _ in range(4)]
+    *_, num_tokens = kernels.layout_rows(
+        np.zeros(1, np.int64),
+        row_offsets,
+        doc_order,
+        piece_len,
+        slot_len,
+        *bufs,
+        7,
+        schema.IGNORE_INDEX,
     )
+    assert int(num_tokens[0]) == int(piece_len.sum())  # num_tokens counts real tokens only
     ids, labels, pos, doc = (b[0] for b in bufs)
     return pos, doc, ids, labels
 
@@ -94,3 +104,42 @@ def test_segment_starts_is_the_bulk_form_of_position_ids():
 def test_overfull_row_is_refused():
     with pytest.raises(ValueError, match="sum to 10 > pack_len 9"):
         schema.row_segments([5, 5], 9)
+
+
+@pytest.mark.parametrize(
+    "slots,real,pack_len",
+    [([4, 4], [3, 4], 12), ([8], [5], 8), ([4, 8, 4], [1, 6, 4], 16), ([2, 2], [1, 1], 6)],
+)
+def test_kernel_pads_documents_by_the_rule(slots, real, pack_len):
+    """--pad-to-multiple: a document's padding belongs to it (document_id, positions continuing),
+    holds the pad id and label -100; the segments are the padded slots."""
+    pos, doc, ids, labels = _kernel_row(slots, pack_len, real)
+    assert pos.tolist() == schema.position_ids(slots, pack_len).tolist()
+    assert doc.tolist() == schema.document_ids(slots, pack_len).tolist()
+    at = 0
+    for s, n in zip(slots, real, strict=True):
+        assert ids[at + n : at + s].tolist() == [7] * (s - n)
+        assert labels[at + n : at + s].tolist() == [schema.IGNORE_INDEX] * (s - n)
+        assert ids[at : at + n].tolist() == [99] * n  # left for copy_rows
+        at += s
+
+
+def test_fixed_segments_keep_empty_entries_and_the_tail():
+    assert schema.row_segments([4, 3, 0], 9, fixed=True) == [4, 3, 0, 2]
+    assert schema.row_segments([4, 5, 0], 9, fixed=True) == [4, 5, 0, 0]
+    cu = schema.cu_seqlens([[4, 3, 0], [9, 0, 0], [2, 2, 2]], 9, fixed=True)
+    assert cu.tolist() == [0, 4, 7, 7, 9, 18, 18, 18, 18, 20, 22, 24, 27]
+    assert cu.size == 3 * (3 + 1) + 1  # static: B * (K + 1) + 1 whatever the rows hold
+    with pytest.raises(ValueError, match="empty entries must come last"):
+        schema.row_segments([4, 0, 3], 9, fixed=True)
+
+
+def test_cu_seqlens_unpadded_counts_real_tokens_of_the_same_segments():
+    rows, real = [[4, 4, 0], [8, 0, 0]], [[3, 4, 0], [5, 0, 0]]
+    padded = schema.cu_seqlens(rows, 12, fixed=True)
+    unpadded = schema.cu_seqlens_unpadded(rows, real, 12, fixed=True)
+    assert padded.tolist() == [0, 4, 8, 8, 12, 20, 20, 20, 24]
+    assert unpadded.tolist() == [0, 3, 7, 7, 7, 12, 12, 12, 12]
+    assert unpadded.dtype == np.int32 and unpadded.shape == padded.shape
+    # without fixed docs the tail is a segment only when there is one
+    assert schema.cu_seqlens_unpadded([[4, 4]], [[3, 4]], 12).tolist() == [0, 3, 7, 7]

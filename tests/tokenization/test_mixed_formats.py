@@ -265,3 +265,15 @@ def test_the_shared_data_folder_reads_whole(tmp_path):
     assert r.exit_code == 0, r.output
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["counts"]["skipped"] == 0 and manifest["counts"]["examples_read"] == td.num_read
+
+
+def test_warnings_name_each_index_within_its_own_file(tmp_path):
+    """The no-loss warning of a folder quotes each source index with its file and record there."""
+    folder = tmp_path / "warn"
+    folder.mkdir()
+    jsonl(folder / "a.jsonl", CHAT)
+    no_reply = {"messages": [{"role": "user", "content": "only a question"}]}
+    (folder / "b.json").write_text(json.dumps([CHAT[0], no_reply]))
+    td = load_tokenized(str(folder), cfg(), progress=False)
+    (w,) = [w for w in td.warnings if "no loss token" in w]
+    assert "source indices 4 (b.json record 1)" in w, w

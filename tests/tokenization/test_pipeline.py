@@ -371,3 +371,44 @@ def test_fast_path_that_differs_is_not_used(tmp_path, monkeypatch, num_proc):
             TokenizeConfig(num_proc=num_proc, cache=False, tokenizer_backend="fastokens"),
             progress=False,
         )
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_fast_path_is_probed_on_every_file_of_a_folder(tmp_path, monkeypatch, num_proc):
+    """The exactness probe covers each file of a mixed folder, not only the run's first examples:
+    a fast path that is wrong only on the second file (another format) is caught there, auto falls
+    back to hf naming that file's record, forced fastokens refuses; an honest run probes both."""
+    from packtool.tokenization import backends
+
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    write_sample(folder / "a.jsonl", n=20, seed=3)
+    (folder / "b.json").write_text(
+        json.dumps(
+            [{"instruction": f"say ZEBRA{i}", "input": "", "output": f"ZEBRA{i}"} for i in range(5)]
+        )
+    )
+    honest = load_tokenized(str(folder), TokenizeConfig(num_proc=num_proc, cache=False), False)
+    assert honest.backend["name"] == "fastokens"
+    assert honest.backend["check"] == {"examples": 25, "identical": True, "files": 2}
+    ref = load_tokenized(
+        str(folder),
+        TokenizeConfig(num_proc=num_proc, cache=False, tokenizer_backend="hf"),
+        progress=False,
+    )
+    real = backends.FastBackend.encode_spans
+
+    def wrong_on_b(self, texts, spans):
+        ids, offsets, mask = real(self, texts, spans)
+        return (ids + 1 if any("ZEBRA" in t for t in texts) else ids), offsets, mask
+
+    monkeypatch.setattr(backends.FastBackend, "encode_spans", wrong_on_b)
+    td = load_tokenized(str(folder), TokenizeConfig(num_proc=num_proc, cache=False), False)
+    assert td.backend["name"] == "hf" and "b.json record 0" in td.backend["reason"]
+    assert td.table.to_pydict() == ref.table.to_pydict()
+    with pytest.raises(PacktoolError, match="fastokens: .*differs .*b.json record 0"):
+        load_tokenized(
+            str(folder),
+            TokenizeConfig(num_proc=num_proc, cache=False, tokenizer_backend="fastokens"),
+            progress=False,
+        )

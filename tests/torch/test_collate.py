@@ -129,3 +129,58 @@ def test_collator_segments_without_seq_lengths(pack, cache):
         rebuilt["cu_seq_lens_q"].tolist()
         == schema.cu_seqlens([r["seq_lengths"] for r in rows[:4]], 32).tolist()
     )
+
+
+@pytest.fixture
+def layout_pack(tmp_path):
+    """Documents padded to multiples of 8, exactly 4 entries a row (packtool's own writer)."""
+    from packs import make_docs, real_pack
+
+    docs = make_docs(40, seed=3, min_len=2, max_len=30)
+    real_pack(tmp_path / "lp", docs, 64, pad_to_multiple=8, fixed_docs=True, max_docs=4)
+    return PackedDataset(tmp_path / "lp", cache_dir=tmp_path / "cache")
+
+
+def test_padded_fixed_docs_batches_have_static_shapes_and_both_forms(layout_pack):
+    ds = layout_pack
+    assert ds.fixed_docs and ds.layout == schema.Layout(8, 4)
+    item = ds[0]
+    assert item["seq_lengths"].shape == item["seq_lengths_unpadded"].shape == (4,)
+    collate = ds.collator("varlen")
+    assert collate.fixed_docs
+    shapes = set()
+    for start in range(0, len(ds) - 2, 3):
+        items = [ds[i] for i in range(start, start + 3)]
+        b = collate(items)
+        shapes.add((tuple(b["cu_seqlens"].shape), tuple(b["cu_seqlens_unpadded"].shape)))
+        lens = [it["seq_lengths"].tolist() for it in items]
+        real = [it["seq_lengths_unpadded"].tolist() for it in items]
+        assert b["cu_seqlens"].tolist() == schema.cu_seqlens(lens, 64, fixed=True).tolist()
+        assert (
+            b["cu_seqlens_unpadded"].tolist()
+            == schema.cu_seqlens_unpadded(lens, real, 64, fixed=True).tolist()
+        )
+        assert int(b["cu_seqlens"][-1]) == 3 * 64
+        assert int(b["cu_seqlens_unpadded"][-1]) == sum(it["num_tokens"] for it in items)
+        assert b["max_seqlen"] == int(np.diff(b["cu_seqlens"].numpy()).max())
+        assert b["max_seqlen_unpadded"] == max(max(r) for r in real)
+        # every real token sits inside its padded segment: starts agree, real <= padded
+        seg_p, seg_r = np.diff(b["cu_seqlens"].numpy()), np.diff(b["cu_seqlens_unpadded"].numpy())
+        assert (seg_r <= seg_p).all()
+    assert shapes == {((3 * (4 + 1) + 1,), (3 * (4 + 1) + 1,))}  # B * (K + 1) + 1, every batch
+    hf = ds.collator()([ds[i] for i in range(3)])
+    assert hf["cu_seq_lens_q"].shape == (16,)
+    dropped = ds.collator("varlen", drop_padding=True)([ds[i] for i in range(3)])
+    assert dropped["cu_seqlens"].shape == (3 * 4 + 1,)  # without pad tails: B * K + 1
+    assert int(dropped["cu_seqlens"][-1]) == dropped["input_ids"].numel()
+    assert int(dropped["cu_seqlens"][-1]) == sum(int(ds[i]["seq_lengths"].sum()) for i in range(3))
+
+
+def test_fixed_docs_refuses_rows_of_other_lengths(pack, cache):
+    folder, _, _ = pack
+    ds = PackedDataset(folder, cache_dir=cache)
+    items = [ds[i] for i in range(6)]
+    assert len({len(it["seq_lengths"]) for it in items}) > 1  # rows of 1, 2, ... documents
+    with pytest.raises(ValueError, match="fixed_docs=True but the rows list"):
+        PackedCollator("varlen", fixed_docs=True)(items)
+    assert not ds.fixed_docs and "cu_seqlens_unpadded" not in PackedCollator("varlen")(items)

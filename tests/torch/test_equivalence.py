@@ -188,21 +188,36 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="module", params=["fixture-writer", "packtool-pack"])
+@pytest.fixture(
+    scope="module", params=["fixture-writer", "packtool-pack", "padded-8", "padded-8-fixed-4"]
+)
 def small_pack(request, tmp_path_factory):
-    """The same 30 documents packed by the tests' own writer and by packtool's planner + writer."""
+    """The same 30 documents packed by the tests' own writer and by packtool's planner + writer,
+    also with documents padded to multiples of 8 (--pad-to-multiple) and 4 entries a row (--fixed-docs)."""
     root = tmp_path_factory.mktemp("equiv")
     docs = make_docs(30, seed=7, min_len=2, max_len=30, vocab=VOCAB)
     if request.param == "fixture-writer":
         write_pack(root / "pack", docs, PACK_LEN, rows_per_shard=4)
-    else:
+    elif request.param == "packtool-pack":
         real_pack(root / "pack", docs, PACK_LEN, shard_rows=4)
+    else:
+        fixed = request.param.endswith("fixed-4")
+        real_pack(
+            root / "pack",
+            docs,
+            PACK_LEN,
+            shard_rows=4,
+            pad_to_multiple=8,
+            fixed_docs=fixed,
+            max_docs=4 if fixed else 0,
+        )
     ds = PackedDataset(root / "pack", cache_dir=root / "cache")
     return ds, docs
 
 
 def packed_docs(ds) -> list:
-    return [int(i) for k in range(len(ds)) for i in ds[k]["source_index"]]
+    """The documents' source indices in row order (the empty entries of fixed docs, -1, left out)."""
+    return [int(i) for k in range(len(ds)) for i in ds[k]["source_index"] if i >= 0]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -229,9 +244,9 @@ def test_packed_step_equals_padded_step(small_pack, kind, attn, mode):
     ds, docs = small_pack
     items = [ds[i] for i in range(len(ds))]
     if mode == "hf":
-        packed = PackedCollator()(items)
+        packed = ds.collator()(items)
     else:
-        flat = PackedCollator("varlen", drop_padding=True)(items)
+        flat = ds.collator("varlen", drop_padding=True)(items)
         cu = flat["cu_seqlens"]
         packed = {
             "input_ids": flat["input_ids"][None],

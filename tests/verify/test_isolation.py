@@ -338,3 +338,19 @@ def test_kernel_that_raises_is_a_failed_check_not_a_traceback(samples, monkeypat
         c.message
         == "the reference kernel raised RuntimeError: CUDA error: no kernel image is available"
     )
+
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa"])
+def test_padded_fixed_docs_rows_are_isolated(tmp_path, backend):
+    """--pad-to-multiple 8 --fixed-docs: each document runs alone as its slots (its padding
+    included), the empty entries are no documents; packed equals alone on every check."""
+    from packtool.verify.run import VerifyConfig, verify
+
+    out = tmp_path / "pack"
+    docs = st.make_documents(40, seed=2, min_len=3, max_len=60)
+    st.write_documents(
+        str(out), docs, 128, shard_rows=8, max_docs=4, pad_to_multiple=8, fixed_docs=True
+    )
+    res = verify(VerifyConfig(path=str(out), backend=backend, device="cpu", rows=2))
+    assert res.passed, [f"{c.name}: {c.message}" for c in res.failed]
+    assert any(c.name == "document padding" and c.passed for c in res.checks)

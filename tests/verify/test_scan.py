@@ -238,3 +238,156 @@ def test_merged_documents_with_both_source_indices_name_the_row(pack, failed_of)
         f"{rel} row {r}: {len(src_r)} source_index entries for {len(seq_r)} documents "
         f"(source_index {src_r}, seq_lengths {seq_r}): documents merged (a boundary lost)"
     ), msg
+
+
+# ---------------------------------------------------------------------------------------------
+# layouts: documents padded to a multiple, fixed docs per row (every damage named by shard, row
+# and document or position)
+
+N, K = 8, 4
+
+
+@pytest.fixture(scope="module")
+def clean_layout_pack(tmp_path_factory):
+    out = tmp_path_factory.mktemp("layout") / "clean"
+    docs = st.make_documents(50, seed=11, min_len=3, max_len=60)
+    st.write_documents(
+        str(out), docs, L, shard_rows=12, max_docs=K, pad_to_multiple=N, fixed_docs=True
+    )
+    return out
+
+
+@pytest.fixture
+def layout_pack(clean_layout_pack, tmp_path):
+    import shutil
+
+    dst = tmp_path / "layout"
+    shutil.copytree(clean_layout_pack, dst)
+    return dst
+
+
+def _lists(table):
+    return {
+        c: table.column(c).to_pylist()
+        for c in ("seq_lengths", "source_index", schema.UNPADDED_COLUMN)
+    }
+
+
+def _padded_slot(table):
+    """(row, document, position) of the first pad slot inside a document."""
+    ls = _lists(table)
+    for r, (seq, real) in enumerate(
+        zip(ls["seq_lengths"], ls[schema.UNPADDED_COLUMN], strict=True)
+    ):
+        for d, (s, u) in enumerate(zip(seq, real, strict=True)):
+            if s > u:
+                return r, d, sum(seq[:d]) + u
+    raise AssertionError("no padded document")
+
+
+def test_a_padded_fixed_docs_pack_passes_with_its_layout_checks(clean_layout_pack, checks_of):
+    by, summary = checks_of(clean_layout_pack)
+    assert not [n for n, c in by.items() if not c.passed], {
+        n: c.message for n, c in by.items() if not c.passed
+    }
+    assert {integ.UNPAD, integ.DOC_PAD, integ.FIXED} <= set(by)
+    assert by[integ.COUNTS].passed and summary["documents"] == 50
+
+
+def test_default_packs_get_no_layout_checks(clean_pack, checks_of):
+    by, _ = checks_of(clean_pack)
+    assert not {integ.UNPAD, integ.DOC_PAD, integ.FIXED} & set(by)
+
+
+@pytest.mark.parametrize("what", ["label", "input_id"])
+def test_damaged_document_padding_is_named(layout_pack, expect_failure, what):
+    rel, table = st.read_shard(str(layout_pack), 0)
+    r, d, p = _padded_slot(table)
+    col = "labels" if what == "label" else "input_ids"
+    arr = st.token_column(table, col)
+    arr[r, p] = 4242
+    st.write_shard(str(layout_pack), rel, st.replace_columns(table, **{col: arr}))
+    want = "label 4242, must be -100" if what == "label" else "input_id 4242 != pad id 0"
+    expect_failure(
+        layout_pack,
+        integ.DOC_PAD,
+        rf"^{rel} row {r} position {p} \(padding of document {d}\): {want}",
+    )
+
+
+def test_a_wrong_unpadded_length_is_named(layout_pack, expect_failure):
+    rel, table = st.read_shard(str(layout_pack), 0)
+    ls = _lists(table)
+    r = 1
+    ls[schema.UNPADDED_COLUMN][r][1] -= N  # now seq_lengths != ceil(unpadded / 8) * 8
+    got, slots = ls[schema.UNPADDED_COLUMN][r][1], ls["seq_lengths"][r][1]
+    st.write_shard(
+        str(layout_pack),
+        rel,
+        st.replace_columns(table, seq_lengths_unpadded=ls[schema.UNPADDED_COLUMN]),
+    )
+    expect_failure(
+        layout_pack,
+        integ.UNPAD,
+        rf"^{rel} row {r} document 1: seq_lengths_unpadded {got}, but seq_lengths {slots}; "
+        r"each must be ceil\(unpadded / 8\) \* 8",
+    )
+
+
+def _row_with_empty(ls):
+    return next(r for r, s in enumerate(ls["seq_lengths"]) if 2 <= sum(x > 0 for x in s) < K)
+
+
+def test_a_non_trailing_empty_entry_is_named(layout_pack, expect_failure):
+    rel, table = st.read_shard(str(layout_pack), 0)
+    ls = _lists(table)
+    r = _row_with_empty(ls)
+    e = ls["seq_lengths"][r].index(0)  # the first empty entry
+    for c in ls:  # [..., b, 0, ...] -> [..., 0, b, ...] in all three lists
+        ls[c][r][e - 1], ls[c][r][e] = ls[c][r][e], ls[c][r][e - 1]
+    st.write_shard(str(layout_pack), rel, st.replace_columns(table, **ls))
+    expect_failure(
+        layout_pack,
+        integ.FIXED,
+        rf"^{rel} row {r} document {e}: \d+ slots after an empty entry; with fixed docs the empty "
+        "entries",
+    )
+
+
+def test_fixed_docs_lists_of_another_length_and_bad_empty_sources(layout_pack, failed_of):
+    rel, table = st.read_shard(str(layout_pack), 0)
+    ls = _lists(table)
+    r = _row_with_empty(ls)
+    for c in ls:
+        ls[c][r] = ls[c][r][:-1]  # one empty entry less
+    ls["source_index"][r + 1][-1] = 3 if ls["seq_lengths"][r + 1][-1] == 0 else -1
+    st.write_shard(str(layout_pack), rel, st.replace_columns(table, **ls))
+    f = failed_of(layout_pack)[integ.FIXED]
+    assert f.message.startswith(
+        f"{rel} row {r}: {K - 1} seq_lengths entries, fixed docs needs exactly {K} (--max-docs)"
+    ), f.message
+    assert f.evidence["rows_failed"] == 2
+    assert f"{rel} row {r + 1} document {K - 1}: source_index" in f.evidence["first"][1]["message"]
+
+
+def test_the_manifest_doc_pad_is_checked_against_the_rows(layout_pack, failed_of):
+    import json
+
+    from packtool.io import shards
+
+    m = json.loads((layout_pack / "manifest.json").read_text())
+    have = m["tokens"]["doc_pad"]
+    m["tokens"]["doc_pad"] = have + 1
+    shards.write_manifest(layout_pack, m)
+    assert f"tokens.doc_pad is {have + 1} in the manifest, {have} on disk" in (
+        failed_of(layout_pack)[integ.COUNTS].message
+    )
+    m["tokens"]["doc_pad"] = m["tokens"]["pad"] + 1
+    m["pad_to_multiple"] = 12  # not a divisor of pack_len 128
+    shards.write_manifest(layout_pack, m)
+    failed = failed_of(layout_pack)
+    assert (
+        "pack_len 128 is not a multiple of pad_to_multiple 12"
+        in failed[integ.MANIFEST_CHECK].message
+    )
+    assert "> tokens.pad" in failed[integ.CONSERVE].message

@@ -63,3 +63,9 @@ def test_self_test_pack_check_fails_on_an_empty_pack(tmp_path):
     json.dump(m, open(os.path.join(out, schema.MANIFEST), "w"))
     c = st._pack_check(out, "w", 0.5, 40)
     assert not c.passed and "the shards hold 0 rows" in c.message
+
+
+def test_self_test_layout_case_passes_and_catches_its_damage(tmp_path):
+    c = st._layout_check(str(tmp_path), 0)
+    assert c.passed, c.message
+    assert "padding of document" in c.message and c.evidence == {"check": "document padding"}

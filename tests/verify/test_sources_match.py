@@ -3,11 +3,12 @@ told apart by content, documents merged or repeated, pieces in no row."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from packs import merge_first_two  # noqa: E402  (fixture damage)
-from sources_pack import build_pack, copy_pack, edit_manifest, manifest, verify  # noqa: E402
+from sources_pack import build_pack, cli, copy_pack, edit_manifest, failed, manifest, verify  # noqa: E402
 
 from packtool import schema
 from packtool.verify import integrity as integ
@@ -124,3 +125,25 @@ def test_duplicated_row_named_by_rows(pack):
     assert code == 1
     text = " ".join(e["message"] for e in checks[vs.TOKENS]["evidence"]["first"])
     assert f"(source_index {v}" in text and "packed 2 times" in text
+
+
+def test_split_parts_with_the_same_tokens_told_apart_by_their_labels(tmp_path):
+    """A record whose prompt and reply are one long run of the same token ('0' is one token in
+    Qwen3): split at --len 256, several parts hold identical input_ids, some all prompt (no loss),
+    some all reply (trained), some identical in labels too. Each shard document must be matched to a
+    part with its labels, and each interchangeable part taken once (glaive_toolcall_en_demo.json
+    record 243 failed both ways)."""
+    data = tmp_path / "zeros.jsonl"
+    chat = {
+        "messages": [
+            {"role": "user", "content": "0" * 900},
+            {"role": "assistant", "content": "0" * 900},
+        ]
+    }
+    data.write_text(json.dumps(chat) + "\n")
+    pack = tmp_path / "pack"
+    r = cli("pack", data, "--len", 256, "--overflow", "split", "--out", pack)
+    assert r.exit_code == 0, r.output
+    code, checks = verify(pack, "--sources")
+    assert code == 0, failed(checks)
+    assert checks["sources tokens"]["evidence"]["documents"] >= 7
