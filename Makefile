@@ -21,11 +21,14 @@ $(BIN)/packtool: pyproject.toml
 
 install: $(BIN)/packtool
 
+# tests run in one worker per core (pytest-xdist), at most 8: `make test PYTEST_WORKERS=0` runs them in one process
+PYTEST_WORKERS ?= auto
+
 test: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 8
 
 test-slow: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow -n $(PYTEST_WORKERS) --maxprocesses 8
 
 demo: install
 	rm -rf $(DEMO) && mkdir -p $(DEMO)

@@ -62,7 +62,9 @@ def test_errors_name_the_record_within_its_file(mixed):
 
 def test_cli_header_names_file_record_and_index(mixed):
     r = CliRunner().invoke(
-        app, ["inspect", str(mixed), "--index", "4", "--tokenizer-backend", "hf"]
+        app,
+        ["inspect", str(mixed), "--index", "4", "--tokenizer-backend", "hf"],
+        env={"COLUMNS": "300"},  # a long tmp path would otherwise fold mid-name
     )
     assert r.exit_code == 0, r.output
     flat = " ".join(r.output.split())  # rich wraps long paths at the terminal width
