@@ -85,10 +85,19 @@ def render_pack(result: PackResult, console) -> None:
         shown = shown[:11] + [(f">{shown[10][0]}", sum(v for _, v in shown[11:]))]
     for k, v in shown:
         table.add_row("", f"{k:>4} {_bar(v / peak, 20)} {v:,}")
-    table.add_row(
-        "examples",
-        f"{c['examples_read']:,} read, {c['skipped']:,} skipped, {c['tokenized']:,} tokenized",
-    )
+    inputs = m.get("inputs") or []
+    if inputs:  # a mixture: the global counts are of the weighted stream, each input's own below
+        records = sum(int(x["counts"]["read"]) for x in inputs)
+        table.add_row(
+            "examples",
+            f"{records:,} records read from {len(inputs)} inputs, {c['skipped']:,} skipped, "
+            f"{c['tokenized']:,} examples after weights",
+        )
+    else:
+        table.add_row(
+            "examples",
+            f"{c['examples_read']:,} read, {c['skipped']:,} skipped, {c['tokenized']:,} tokenized",
+        )
     table.add_row(
         "",
         f"{c['packed']:,} packed whole, {c['truncated']:,} truncated, {c['split']:,} split "
@@ -106,6 +115,14 @@ def render_pack(result: PackResult, console) -> None:
         f"{len(m['shards'])} × ≤{m['shard_rows']:,} rows, {total_bytes / 2**20:,.1f} MiB, "
         f"pad id {m['pad_id']} ({m['pad_id_from']})",
     )
+    for x in inputs:
+        k = x["counts"]
+        table.add_row(
+            f"input {x['input']}",
+            f"{x['spec']}: {k['read']:,} read, {k['skipped']:,} skipped, weight {x['weight']:g} → "
+            f"{k['examples']:,} examples: {k['packed']:,} packed whole, {k['truncated']:,} "
+            f"truncated, {k['split']:,} split, {k['dropped']:,} dropped",
+        )
     secs = result.seconds
     table.add_row(
         "time", f"{secs['total']:.2f} s (plan {secs['plan']:.2f} s, write {secs['write']:.2f} s)"

@@ -183,3 +183,15 @@ def test_profile_on_two_inputs_says_what_each_contributes(tmp_path):
     assert a["tokens"] + c["tokens"] == doc["counts"]["tokens"]
     assert abs(a["share"] + c["share"] - 1) < 1e-5 and a["format"] == "alpaca"
     assert f"{CHATS}::weight=1.5" in doc["recommendation"]["command"]
+
+
+def test_the_report_counts_records_and_lists_each_input(tmp_path):
+    r = runner.invoke(
+        app,
+        ["pack", ALPACA, f"{CHATS}::weight=1.5", "--len", "4096", "--out", str(tmp_path / "p")],
+        env={"COLUMNS": "300"},
+    )
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "96 records read from 2 inputs, 0 skipped, 99 examples after weights" in flat
+    assert f"input 2 │ {CHATS}::weight=1.5: 5 read, 0 skipped, weight 1.5 → 8 examples" in flat
