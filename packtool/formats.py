@@ -68,9 +68,9 @@ Example: {"dialog": [{"speaker": "bot", "utterance": "hi"}]} reads with
 `--column messages=dialog --column role=speaker --column content=utterance --role bot=assistant`.
 
 Column mapping and detection happen here; the readers yield records exactly as stored. The caller
-detects once per file, on that file's first record whose format is found (`detect_first`), and
-normalizes every record of the file with that format, so a folder or glob may mix formats, one per
-file; `--format` forces one format on every file. A file none of whose records fits a format is
+detects once per file, on that file's first record whose format is found (tokenization/pipeline.py,
+`_FileFormats`), and normalizes every record of the file with that format, so a folder or glob may
+mix formats, one per file; `--format` forces one format on every file. A file none of whose records fits a format is
 normalized with AUTO: each record is refused with what `detect_format` says of it. An Example
 without an assistant turn is valid here (it carries 0 loss tokens; `has_assistant` tells).
 """
@@ -245,20 +245,6 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         f"record fits no known format: it has keys {_keys(record)}{hint}; "
         f"known formats: {_FORMATS_TEXT}; use --format NAME, or --column OURS=THEIRS to map a column"
     )
-
-
-def detect_first(records, cfg: ReadConfig) -> tuple[int, str, str] | None:
-    """(i, format, why) of the first of `records` (None entries: unreadable, passed over) whose
-    format is found, or None when none fits a format. Preference and KTO data raise UsageError."""
-    for i, rec in enumerate(records):
-        if rec is None:
-            continue
-        try:
-            fmt, why = detect_format(rec, cfg)
-        except FormatError:
-            continue  # refused later, with its own message
-        return i, fmt, why
-    return None
 
 
 def _turn_shape(turns: Any, plan: _Plan) -> str:

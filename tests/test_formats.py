@@ -13,7 +13,6 @@ from packtool.formats import (
     AUTO,
     FORMATS,
     FormatError,
-    detect_first,
     detect_format,
     has_assistant,
     normalize,
@@ -111,14 +110,6 @@ def test_auto_detects_each_record_and_pretokenized_records_say_so():
         "and chat files cannot be mixed",
     ):
         detect_format({"input_ids": [1, 2]}, CFG)
-
-
-def test_detect_first_passes_over_unreadable_and_unknown_records():
-    rows = [None, {"question": "q"}, {"instruction": "q", "output": "a"}, {"messages": []}]
-    assert detect_first(rows, CFG) == (2, "alpaca", "has 'instruction' and 'output'")
-    assert detect_first(rows[:2], CFG) is None
-    with pytest.raises(UsageError, match="preference data"):
-        detect_first([{"chosen": "a", "rejected": "b"}], CFG)
 
 
 # --------------------------------------------------------------------------- messages

@@ -277,3 +277,12 @@ def test_warnings_name_each_index_within_its_own_file(tmp_path):
     td = load_tokenized(str(folder), cfg(), progress=False)
     (w,) = [w for w in td.warnings if "no loss token" in w]
     assert "source indices 4 (b.json record 1)" in w, w
+
+
+def test_detection_passes_over_records_that_fit_no_format(tmp_path):
+    """A file whose first records fit no format (or do not parse) takes the format of its first
+    record that fits; the others are refused with their own reason and position."""
+    path = jsonl(tmp_path / "odd.jsonl", ['{"question": "q"', {"question": "q"}, *ALPACA])
+    td = load_tokenized(str(path), cfg(on_error="skip"), progress=False)
+    assert td.format == "alpaca" and len(td) == 2
+    assert [(s.line, s.source_index) for s in td.skipped] == [(1, 0), (2, 1)]
