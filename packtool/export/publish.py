@@ -6,23 +6,19 @@
     writing                       into OUT.packtool-tmp-XXXX beside OUT, renamed to OUT at the end;
                                   any error or Ctrl-C removes it and leaves OUT as it was
 
-A new OUT goes through io.shards.atomic_output itself. That helper replaces only packs, so the
-replacement of an earlier export does the same rename swap here (old OUT moved aside, the new one
-renamed in, the old one removed).
+The writing is io.shards.atomic_output's (the same as a pack's), given this module's check of
+what may be replaced.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from packtool.errors import Interrupt, UsageError
-from packtool.io import files, shards
+from packtool.errors import UsageError
+from packtool.io import shards
 
 RECORD = "export.json"  # packtool's record of an export: what, from where, which files
 RECORD_KEY = "packtool_export"  # the key that marks the record as ours
@@ -71,33 +67,9 @@ def check_space(out: Path, need_bytes: int) -> None:
     shards.check_space(Path(out), need_bytes)
 
 
-def _publish_modes(root: Path) -> None:
-    mask = files.umask()
-    for folder, _, names in os.walk(root):
-        os.chmod(folder, 0o777 & ~mask)
-        for name in names:
-            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
-
-
 @contextmanager
 def export_output(out: Path, force: bool) -> Iterator[Path]:
-    """Yield a temporary folder beside `out`; on success it becomes `out`, on any error it vanishes."""
-    out = Path(out)
-    check_export_target(out, force)
-    if not out.exists() or not any(out.iterdir()):
-        with shards.atomic_output(out, force) as tmp:
-            yield tmp
-        return
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-tmp-", dir=out.parent))
-    try:
+    """Yield a temporary folder beside `out`; on success it becomes `out`, on any error it vanishes
+    (io.shards.atomic_output, replacing only what check_export_target allows)."""
+    with shards.atomic_output(Path(out), force, check=check_export_target) as tmp:
         yield tmp
-        Interrupt.check()  # a Ctrl-C that a library swallowed must not publish the export
-        _publish_modes(tmp)
-        check_export_target(out, force)
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-old-", dir=out.parent))
-        os.rename(out, old / "old")
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

@@ -236,18 +236,20 @@ def _publish_modes(root: Path) -> None:
 
 
 @contextmanager
-def atomic_output(out: Path, force: bool) -> Iterator[Path]:
+def atomic_output(out: Path, force: bool, check=None) -> Iterator[Path]:
     """Yield a temporary folder beside `out`; on success it becomes `out` (with umask modes), on
-    any error it vanishes."""
+    any error it vanishes. `check(out, force)` raises unless `out` may be replaced (default
+    check_target: absent, or a pack with --force); it runs before and again just before the swap."""
     out = Path(out)
-    check_target(out, force)
+    check = check or check_target
+    check(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-tmp-", dir=out.parent))
     try:
         yield tmp
         Interrupt.check()  # a Ctrl-C that a library swallowed must not publish the pack
         _publish_modes(tmp)
-        check_target(out, force)
+        check(out, force)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-old-", dir=out.parent))
             os.rename(out, old / "old")
