@@ -310,9 +310,9 @@ class TokenizedData:
     release_pages: Any = (
         None  # callable dropping the memory-mapped pages this process touched, or None
     )
-    mapped_file: Any = (
-        None  # (path, base address, size) of the file `table` is memory-mapped from, or None
-    )
+    mapped_files: list[tuple[str, int, int]] = field(
+        default_factory=list
+    )  # (path, base address, size) of each file `table` is memory-mapped from (a mixture: several)
     inputs: list[InputBlock] = field(
         default_factory=list
     )  # a mixture's inputs and their source-index blocks; empty for one input

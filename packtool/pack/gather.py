@@ -64,15 +64,23 @@ class ListColumn:
         self.length = np.concatenate(lens) if lens else np.zeros(0, np.int64)
         self.chunk = np.concatenate(chunk_of) if chunk_of else np.zeros(0, np.int64)
         self.file_offsets: np.ndarray | None = (
-            None  # byte offset of each chunk's values in the mapped file
+            None  # byte offset of each chunk's values in its file
         )
+        self.file_of: np.ndarray | None = None  # which mapped file holds each chunk
 
-    def map_to_file(self, base_address: int, size: int) -> bool:
-        """Locate every chunk inside a memory-mapped file [base_address, +size); False if one is not."""
-        offs = np.array([a - base_address for a in self.addresses], dtype=np.int64)
-        if len(offs) and (offs.min() < 0 or offs.max() >= size):
+    def map_to_files(self, files: list[tuple[str, int, int]]) -> bool:
+        """Locate every chunk inside one of the memory-mapped files [(path, base address, size)];
+        False if a chunk lies in none (then the table is read through memory, not pread)."""
+        offs = np.zeros(len(self.addresses), dtype=np.int64)
+        which = np.full(len(self.addresses), -1, dtype=np.int64)
+        for c, a in enumerate(self.addresses):
+            for f, (_, base, size) in enumerate(files):
+                if base <= a < base + size:
+                    offs[c], which[c] = a - base, f
+                    break
+        if (which < 0).any():
             return False
-        self.file_offsets = offs
+        self.file_offsets, self.file_of = offs, which
         return True
 
 
@@ -119,17 +127,20 @@ class FileGather:
                  labs [piece q0 labels | piece q1 labels | ...]
     """
 
-    def __init__(self, path: str, loc: Located, capacity: int):
+    def __init__(self, paths: list[str], loc: Located, capacity: int):
         from numba.typed import List
 
-        self.fd = os.open(path, os.O_RDONLY)
+        self.fds: list[int] = []
+        for path in paths:
+            self.fds.append(os.open(path, os.O_RDONLY))
         self.loc = loc
         self.ids = np.empty(capacity, dtype=np.int32)
         self.lab = np.empty(capacity, dtype=np.int32)
         self.ids_list, self.lab_list = List([self.ids]), List([self.lab])
 
     def close(self) -> None:
-        os.close(self.fd)
+        for fd in self.fds:
+            os.close(fd)
 
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
         """(local pieces, local lengths, chunk, ids base, lab base) for copy_rows over the staging."""
@@ -139,18 +150,21 @@ class FileGather:
         np.cumsum(n, out=start[1:])
         ids_off = loc.ids.file_offsets[loc.ids_chunk[pcs]] + 4 * loc.ids_base[pcs]
         lab_off = loc.lab.file_offsets[loc.lab_chunk[pcs]] + 4 * loc.lab_base[pcs]
+        ids_fd = [self.fds[f] for f in loc.ids.file_of[loc.ids_chunk[pcs]].tolist()]
+        lab_fd = [self.fds[f] for f in loc.lab.file_of[loc.lab_chunk[pcs]].tolist()]
         ids_view, lab_view = memoryview(self.ids).cast("B"), memoryview(self.lab).cast("B")
-        fd = self.fd
-        for a, b, io, lo in zip(
+        for a, b, io, lo, fi, fl in zip(
             (4 * start[:-1]).tolist(),
             (4 * start[1:]).tolist(),
             ids_off.tolist(),
             lab_off.tolist(),
+            ids_fd,
+            lab_fd,
             strict=True,
         ):
             if (
-                os.preadv(fd, [ids_view[a:b]], io) != b - a
-                or os.preadv(fd, [lab_view[a:b]], lo) != b - a
+                os.preadv(fi, [ids_view[a:b]], io) != b - a
+                or os.preadv(fl, [lab_view[a:b]], lo) != b - a
             ):
                 raise PacktoolError(
                     "the tokenization cache file was truncated while packing; run again"
@@ -160,15 +174,14 @@ class FileGather:
 
 
 def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather | None:
-    """A pread gather when the tokenized table is memory-mapped from a cache file, else None."""
-    mapped = getattr(data, "mapped_file", None)  # (path, base address, size)
-    if not mapped or not (
-        loc.ids.map_to_file(mapped[1], mapped[2]) and loc.lab.map_to_file(mapped[1], mapped[2])
-    ):
+    """A pread gather when the tokenized table is memory-mapped from cache files (one, or one per
+    input of a mixture), else None."""
+    mapped = list(getattr(data, "mapped_files", None) or [])  # [(path, base address, size)]
+    if not mapped or not (loc.ids.map_to_files(mapped) and loc.lab.map_to_files(mapped)):
         return None
     if data.release_pages is not None:
         data.release_pages()  # pages mapped while locating: from here on the map is not read
-    return FileGather(mapped[0], loc, capacity)
+    return FileGather([m[0] for m in mapped], loc, capacity)
 
 
 def locate(

@@ -102,7 +102,9 @@ def combine(
         src = np.asarray(td.source_index, dtype=np.int64)
         examples = 0
         for c in range(copies):
-            rows = last if c == copies - 1 else None
+            # the copy's rows: the table as it is (zero-copy, memory-mapped from the cache) unless
+            # a fractional weight subsamples it (then only the selected rows are copied)
+            rows = last if c == copies - 1 and last.size < n else None
             t = td.table if rows is None else td.table.take(pa.array(rows))
             s = src if rows is None else src[rows]
             idx = t.schema.get_field_index("source_index")
@@ -163,6 +165,7 @@ def combine(
     )
     releases = [td.release_pages for td in parts if td.release_pages is not None]
     out.release_pages = (lambda: [r() for r in releases]) if releases else None
+    out.mapped_files = [f for td in parts for f in td.mapped_files]
     return out
 
 

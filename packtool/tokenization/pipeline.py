@@ -794,5 +794,5 @@ def _finish(entry: cache.MappedEntry, cache_hit: bool, seconds: dict) -> Tokeniz
         seconds=seconds,
     )
     td.release_pages = entry.release
-    td.mapped_file = entry.mapped_file
+    td.mapped_files = [entry.mapped_file]
     return td

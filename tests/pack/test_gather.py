@@ -1,0 +1,44 @@
+"""Reading the rows' tokens: by pread from the tokenization cache files (one, or one per input of a
+mixture) or through memory; both give the same shards."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from packtool.config import InputSpec, PackConfig, TokenizeConfig
+from packtool.demo_data import write_sample
+from packtool.pack.gather import file_gather, locate
+from packtool.pack.overflow import apply_overflow
+from packtool.pack.run import pack_tokenized
+from packtool.tokenization.mixture import load_mixture
+
+
+@pytest.fixture
+def mixture(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
+    for name, seed in (("a.jsonl", 1), ("b.jsonl", 2)):
+        write_sample(str(tmp_path / name), n=60, seed=seed)
+    specs = [InputSpec(n, str(tmp_path / n)) for n in ("a.jsonl", "b.jsonl")]
+    cfg = TokenizeConfig(num_proc=1, tokenizer_backend="hf")
+    load_mixture(specs, cfg, progress=False)  # fills the cache: the second load maps it
+    return load_mixture(specs, cfg, progress=False)
+
+
+def test_a_mixture_is_gathered_from_both_cache_files(mixture):
+    assert mixture.cache_hit and len(mixture.mapped_files) == 2
+    lengths, src = mixture.lengths.astype("int64"), mixture.source_index.astype("int64")
+    loc = locate(mixture, lengths, src, apply_overflow(lengths, src, 512, "split"), 512)
+    gather = file_gather(mixture, loc, 4096)
+    assert gather is not None and len(gather.fds) == 2
+    assert set(loc.ids.file_of.tolist()) == {0, 1}
+    gather.close()
+
+
+def test_pread_and_memory_give_the_same_shards(mixture, tmp_path):
+    cfg = PackConfig(pack_len=512, overflow="split", shard_rows=7)
+    by_file = pack_tokenized(mixture, cfg, tmp_path / "by_file").manifest
+    in_memory = dataclasses.replace(mixture, mapped_files=[])
+    by_memory = pack_tokenized(in_memory, cfg, tmp_path / "by_memory").manifest
+    assert by_file["shards"] == by_memory["shards"] and len(by_file["shards"]) > 1
