@@ -39,6 +39,7 @@ SHARD_BYTES = (
 MAX_PACK_LEN = (
     64**4 - 1
 )  # the planner's 4-level bitset holds 64**4 free-space values (kernels.MAX_BITSET_SIZE)
+MAX_WEIGHT = 1000  # an input taken more than 1000 times over is a typo, not a mixture
 
 
 def multiple_of(pack_len: int, n: int) -> None:
@@ -99,9 +100,10 @@ class InputSpec:
 
     def __post_init__(self) -> None:
         w = self.weight
-        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w < float("inf"):
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w <= MAX_WEIGHT:
             raise UsageError(
-                f"input {self.spec!r}: weight={w!r} must be a number > 0, e.g. ::weight=0.5"
+                f"input {self.spec!r}: weight={w!r} must be a number > 0 and at most {MAX_WEIGHT} "
+                "(copies of every example), e.g. ::weight=0.5"
             )
 
 
