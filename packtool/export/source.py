@@ -38,7 +38,7 @@ from packtool.errors import PacktoolError
 from packtool.io.files import sha256_file
 
 BATCH_SLOTS = 1 << 20  # token slots per decoded batch: 2 int32 columns = 8 MiB, ~40 MiB in all
-UNPADDED = "seq_lengths_unpadded"  # the real tokens of each document in a padded-documents layout
+UNPADDED = schema.UNPADDED_COLUMN  # the real tokens of each document in a padded-documents layout
 READ_COLUMNS = ("input_ids", "labels", "seq_lengths")
 
 
@@ -149,26 +149,18 @@ class PackSource:
                     row0 += batch.num_rows
 
     def _check_schema(self, got, name: str) -> list[str]:
-        """The extra column to read ([UNPADDED] or []); PacktoolError when the schema is not v1's."""
-        import pyarrow as pa
-
-        extra = []
-        i = got.get_field_index(UNPADDED)
-        if i >= 0:
-            if not got.field(i).type.equals(pa.list_(pa.int32())):
-                raise PacktoolError(
-                    f"{self.path}/{name}: column {UNPADDED} is {got.field(i).type}, expected "
-                    "list<int32>; write the pack again"
-                )
-            got, extra, self.padded = got.remove(i), [UNPADDED], True
-        problems = schema.shard_schema_problems(got, self.pack_len)
+        """The extra column to read ([UNPADDED] or []); PacktoolError when the schema is not v1's
+        (the padded layout's when the shard has that column)."""
+        padded = got.get_field_index(UNPADDED) >= 0
+        self.padded = self.padded or padded
+        problems = schema.shard_schema_problems(got, self.pack_len, padded)
         if problems:
             raise PacktoolError(
                 f"{self.path}/{name}: {problems[0]}"
                 + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
                 + f"; packtool verify {self.path} says more"
             )
-        return extra
+        return [UNPADDED] if padded else []
 
     def _where(self, shard: str, row: int) -> str:
         return f"{self.path}/{shard} row {row}"
