@@ -146,7 +146,9 @@ def pack_tokenized(
         }
         if layout.padded:
             tokens["doc_pad"] = written.doc_pad
-        _check_conservation(counts, tokens, pieces, n, plan, written.shards, slots, written)
+        # a mixture's inputs with their counts ([]: one input, not written)
+        inputs = data.inputs_manifest(src[pieces.dropped], src[pieces.truncated], src[pieces.split])
+        _check_conservation(counts, tokens, inputs, pieces, n, plan, written.shards, slots, written)
         docs = plan.docs_per_row()
         manifest = schema.Manifest(
             schema_version=schema.SCHEMA_VERSION,
@@ -166,9 +168,7 @@ def pack_tokenized(
             options=dict(data.options or {}),
             format=data.format,
             sources=[{"path": s.path, "size": s.size, "sha256": s.sha256} for s in data.sources],
-            inputs=data.inputs_manifest(  # a mixture's inputs; [] (not written) for one input
-                src[pieces.dropped], src[pieces.truncated], src[pieces.split]
-            ),
+            inputs=inputs,
             counts=schema.Counts(**counts),
             skipped=[r.to_json() for r in data.skipped],
             dropped=[
@@ -227,12 +227,21 @@ def pack_tokenized(
 
 
 def _check_conservation(
-    counts: dict, tokens: dict, pieces: Pieces, n: int, plan, shard_entries, slots, written
+    counts: dict,
+    tokens: dict,
+    inputs: list,
+    pieces: Pieces,
+    n: int,
+    plan,
+    shard_entries,
+    slots,
+    written,
 ) -> None:
-    """The contract's conservation rules (schema.conservation_problems) plus what only the writer
-    can check: every example is a piece or dropped, the rows written are the rows planned, and the
-    padding written inside documents is the padding the layout plans."""
-    problems = schema.conservation_problems(counts, tokens)
+    """The contract's conservation rules (schema.conservation_problems, per input too for a
+    mixture) plus what only the writer can check: every example is a piece or dropped, the rows
+    written are the rows planned, and the padding written inside documents is the padding the
+    layout plans."""
+    problems = schema.conservation_problems(counts, tokens, inputs=inputs)
     planned_pad = int((slots - pieces.length).sum())
     if written.doc_pad != planned_pad or tokens.get("doc_pad", 0) != planned_pad:
         problems.append(
