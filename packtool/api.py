@@ -5,6 +5,7 @@ Light at import: only packtool.config (pure) is imported here, so the CLI import
 that needs it. The configs are re-exported (`from packtool.api import TokenizeConfig, pack`), and
 TokenizedData too, on first use.
 
+    engine            engine (local, or a Ray cluster: packtool.cluster)
     read + tokenize   load_tokenized, inspect_example
     profile           profile, profile_lengths, synthetic_lengths, read_lengths, model_from_config,
                       model_from_params, gpu_spec
@@ -17,9 +18,11 @@ TokenizedData too, on first use.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from packtool.config import (
+    EngineConfig,
     InputSpec,
     PackConfig,
     ProfileConfig,
@@ -27,12 +30,15 @@ from packtool.config import (
     TokenizeConfig,
     VerifyConfig,
 )
+from packtool.errors import UsageError
 
 if TYPE_CHECKING:
     from packtool.data import TokenizedData
     from packtool.progress import Reporter
 
 __all__ = [
+    "EngineConfig",
+    "engine",
     "PackConfig",
     "ProfileConfig",
     "ReadConfig",
@@ -72,6 +78,29 @@ def __getattr__(name: str):
 
 
 # ---------------------------------------------------------------------------------------------
+# engine
+
+
+@contextmanager
+def engine(cfg: EngineConfig = EngineConfig()):
+    """Where load_tokenized and pack run: None for this machine (--engine local), or for
+    --engine ray a packtool.cluster.session.Session on a Ray cluster (joined at cfg.address, or
+    started here and stopped at the end). Without Ray installed: UsageError with the install hint."""
+    if cfg.name == "local":
+        yield None
+        return
+    from packtool.cluster import ray_missing
+
+    why = ray_missing()
+    if why is not None:
+        raise UsageError(why)
+    from packtool.cluster.session import Session
+
+    with Session(cfg.address, cfg.workers) as session:
+        yield session
+
+
+# ---------------------------------------------------------------------------------------------
 # read + tokenize
 
 
@@ -80,12 +109,23 @@ def load_tokenized(
     cfg: TokenizeConfig,
     progress: bool | Reporter = True,
     seed: int = 0,
+    engine=None,
 ) -> TokenizedData:
     """Read, normalize and tokenize `data` (cached), or load it as is when it is pre-tokenized.
 
     `data`: one input, or a mixture's InputSpecs (each tokenized on its own, weighted with `seed`:
     packtool.tokenization.mixture). `progress`: a packtool.progress.Reporter, True (bars on a
-    terminal, a line otherwise) or False."""
+    terminal, a line otherwise) or False. `engine`: what `engine()` gave; on Ray the tokens stay in
+    the cluster's object store (`.rows`) and `.table` is None: `pack` writes them there."""
+    if engine is not None:
+        if not isinstance(data, str):
+            raise UsageError(
+                "--engine ray packs one input (a file, folder or glob); a mixture runs with "
+                "--engine local"
+            )
+        from packtool.cluster.tokenize import load_tokenized as _load_on_ray
+
+        return _load_on_ray(data, cfg, engine, progress=progress)
     if not isinstance(data, str):
         from packtool.tokenization.mixture import load_mixture
 
@@ -218,7 +258,8 @@ def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None):
     """Pack tokenized data into `out` (a PackResult). `progress(rows written, rows total)`."""
     from packtool.pack import pack_tokenized
 
-    return pack_tokenized(data, cfg, out, progress=progress)
+    writer = data.rows.write if getattr(data, "rows", None) is not None else None
+    return pack_tokenized(data, cfg, out, progress=progress, writer=writer)
 
 
 # ---------------------------------------------------------------------------------------------

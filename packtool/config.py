@@ -6,6 +6,7 @@
     ProfileConfig   what `profile` simulates                      (profile)
     PackConfig      how rows are planned and written              (pack)
     VerifyConfig    what `verify` checks and with which kernel    (verify)
+    EngineConfig    where profile and pack run: here, or on Ray   (profile, pack)
 
 A bad value raises UsageError in `__post_init__`, naming the option, the value and what is allowed,
 so `TokenizeConfig(train_on="bogus")` in Python fails exactly as `--train-on bogus` does. Options are
@@ -28,6 +29,7 @@ TRAIN_ON = ("assistant", "last", "all")
 ON_ERROR = ("error", "skip")
 SPECIAL_IN_CONTENT = ("keep", "split", "error")
 TOKENIZER_BACKENDS = ("auto", "fastokens", "hf")
+ENGINES = ("local", "ray")
 STRATEGIES = ("bfd", "ffd")  # best-fit / first-fit decreasing (packtool.plan)
 ORDERS = ("sorted", "random")
 OVERFLOWS = ("drop", "truncate", "split", "error")
@@ -248,3 +250,20 @@ class VerifyConfig:
         choice("--device", self.device, DEVICES)
         at_least("--rows", self.rows, 0, " (0 = integrity only)")
         at_least("batch_rows", self.batch_rows, 1)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """--engine local|ray, --ray-address, and the workers (--num-proc) of a Ray run. Not recorded:
+    both engines write the same pack."""
+
+    name: str = "local"
+    address: str | None = None  # None: a local Ray cluster, started and stopped by the run
+    workers: int | None = None  # None: every CPU of the cluster
+
+    def __post_init__(self):
+        if self.name not in ENGINES:
+            raise UsageError(f"--engine {self.name!r} is not one of {'|'.join(ENGINES)}")
+        if self.address is not None and self.name != "ray":
+            raise UsageError("--ray-address joins a Ray cluster: it needs --engine ray")
+        at_least("--num-proc", self.workers, 1)

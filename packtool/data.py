@@ -316,9 +316,11 @@ class TokenizedData:
     inputs: list[InputBlock] = field(
         default_factory=list
     )  # a mixture's inputs and their source-index blocks; empty for one input
+    rows: Any = None  # where the token rows are when `table` is None: the Ray engine's
+    # packtool.cluster.tokenize.ClusterRows (held in its object store), whose `write` packs them
 
     def __len__(self) -> int:
-        return len(self.table)
+        return len(self.lengths)
 
     def inputs_manifest(self, dropped, truncated, split) -> list[dict[str, Any]]:
         """The manifest's `inputs` (empty for one input): each input as given, its options, format,

@@ -24,7 +24,9 @@ from typing import Annotated, Any
 
 import typer
 
-from packtool.config import TokenizeConfig
+from packtool.config import EngineConfig, TokenizeConfig
+
+ENGINE_OPTION_NAMES = ("engine", "ray_address")
 
 Data = Annotated[
     str,
@@ -150,6 +152,21 @@ class TokenizeArgs:
         help="Fetch a --tokenizer hub id that is not in the local Hugging Face cache "
         "(by default packtool never goes to the network for it).",
     )
+    engine: str = _option(
+        "local",
+        "--engine",
+        help="local (this machine) | ray (Ray Data workers: the same pack, byte for byte; "
+        "needs pip install 'packtool[ray]'). With ray, --num-proc is the number of workers.",
+        whole_input=True,
+    )
+    ray_address: str | None = _option(
+        None,
+        "--ray-address",
+        help="Join a running Ray cluster (auto | HOST:PORT | ray://HOST:PORT) instead of starting "
+        "a local one; needs --engine ray.",
+        whole_input=True,
+        show_default=False,
+    )
 
     def config(self, **fixed: Any) -> TokenizeConfig:
         """The TokenizeConfig of these values (`fixed` replaces some, e.g. inspect's num_proc=1); it
@@ -157,7 +174,14 @@ class TokenizeArgs:
         loading, in this process and its workers)."""
         from packtool.commands.common import tokenize_config
 
-        return tokenize_config(**{**dataclasses.asdict(self), **fixed})
+        values = {**dataclasses.asdict(self), **fixed}
+        for name in ENGINE_OPTION_NAMES:
+            values.pop(name)
+        return tokenize_config(**values)
+
+    def engine_config(self) -> EngineConfig:
+        """--engine, --ray-address and, for Ray, --num-proc as its workers (validated)."""
+        return EngineConfig(self.engine, self.ray_address, self.num_proc)
 
     def pack_args(self) -> list[str]:
         """The options set away from their defaults, as words for the recommended `packtool pack`

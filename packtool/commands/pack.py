@@ -92,8 +92,6 @@ def pack(
     tok: TokenizeArgs,
 ) -> None:
     """Pack tokenized examples into rows of exactly --len tokens (labels, position_ids, document_id)."""
-    from packtool.report.pack import pack_json, render_pack
-
     output = Output(json_out)
     cfg = PackConfig(
         pack_len=pack_len,
@@ -109,13 +107,22 @@ def pack(
         fixed_docs=fixed_docs,
     )
     tcfg = tok.config()
+    engine_cfg = tok.engine_config()
     inputs = parse_inputs(data, tcfg.read)  # None: one DATA without ::options, read as always
     source = data[0] if inputs is None else inputs
     size = 0 if tok.limit else api.input_bytes(source)  # --limit reads a part of unknown size
     # before spending minutes on tokenization; packs measure ~0.4x chat JSONL, ~1x pre-tokenized Parquet
     api.check_output(out, force, size)
-    api.check_cache(2 * size)  # a cache entry measures ~1.5x chat JSONL
-    tokenized = api.load_tokenized(source, tcfg, progress=output, seed=seed)
+    if engine_cfg.name == "local":  # (Ray keeps the tokens in its object store, not the cache)
+        api.check_cache(2 * size)  # a cache entry measures ~1.5x chat JSONL
+    with api.engine(engine_cfg) as engine:
+        _pack(data, source, inputs, tcfg, cfg, out, seed, output, engine)
+
+
+def _pack(data, source, inputs, tcfg, cfg, out, seed, output, engine) -> None:
+    from packtool.report.pack import pack_json, render_pack
+
+    tokenized = api.load_tokenized(source, tcfg, progress=output, seed=seed, engine=engine)
     # manifest["options"]: everything `verify --sources` needs to tokenize the sources again (the
     # input as given, and the options that shape ids and labels); the keys the tokenizer recorded
     # (train_on, chat_template, labels_from) keep their values

@@ -192,12 +192,13 @@ def profile(
     td = None
     if data is not None:
         tcfg = tok.config()
+        engine_cfg = tok.engine_config()
         inputs = parse_inputs(data, tcfg.read)  # None: one DATA without ::options
         given = data[0] if inputs is None else inputs
-        api.check_cache(
-            0 if tok.limit else 2 * api.input_bytes(given)
-        )  # unusable: one warning, run uncached
-        td = api.load_tokenized(given, tcfg, progress=out, seed=seed)
+        if engine_cfg.name == "local":  # unusable: one warning, run uncached
+            api.check_cache(0 if tok.limit else 2 * api.input_bytes(given))
+        with api.engine(engine_cfg) as engine:  # (profile needs the lengths only: Ray stops here)
+            td = api.load_tokenized(given, tcfg, progress=out, seed=seed, engine=engine)
     with out.stage("profiling", spinner=True) as stage:
         if td is not None:
             result = api.profile_lens(

@@ -368,6 +368,7 @@ class RawBatch:
         file      the path, hub id or save_to_disk folder they came from
         fmt       the format its file's records are normalized with, set by the tokenization
                   pipeline per file (None: the encode step's own)
+        lines_read  on the last batch of a part of a file (part_batches): the part's lines
         lines     1-based line of each record (JSON Lines), else None
         payload   exactly one of: raw (JSON text per record, unparsed), records (parsed dicts, None
                   where unreadable, with errors), arrow (a pyarrow RecordBatch)
@@ -384,6 +385,7 @@ class RawBatch:
     start: int = 0
     offset: int = 0
     fmt: str | None = None
+    lines_read: int | None = None  # a part's last batch: the lines of the part (part_batches)
 
     def __len__(self) -> int:
         if self.raw is not None:
@@ -467,7 +469,9 @@ def parse_json_record(raw: bytes) -> tuple[dict | None, str | None]:
 # --------------------------------------------------------------------------- per-file readers
 
 
-def _file_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[RawBatch]:
+def _file_batches(
+    path: str, cfg: ReadConfig, batch_records: int, part: tuple | None = None
+) -> Iterator[RawBatch]:
     kind = _data_kind(path)
     errors: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError)
     if path.lower().endswith(".zst"):
@@ -475,14 +479,99 @@ def _file_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[Ra
 
         errors += (zstandard.ZstdError,)
     try:
-        if kind == "parquet":
-            yield from _parquet_batches(path, max(batch_records, ARROW_BATCH_RECORDS))
+        if part is not None and part[0] == "bytes":
+            yield from _jsonl_range_batches(path, part[1], part[2], batch_records)
+        elif kind == "parquet":
+            groups = range(part[1], part[2]) if part is not None else None
+            yield from _parquet_batches(path, max(batch_records, ARROW_BATCH_RECORDS), groups)
         elif kind == "json":
             yield from _json_batches(path, cfg, batch_records)
         else:
             yield from _jsonl_batches(path, batch_records)
     except errors as e:  # unreadable, truncated or corrupt (compressed) data
         raise PacktoolError(f"cannot read {path!r}: {e}") from None
+
+
+# --------------------------------------------------------------------------- parts of a file
+
+
+PART_BYTES = 64 << 20  # a part of a file that one Ray task reads (JSON Lines bytes, Parquet data)
+
+
+def file_parts(path: str, part_bytes: int = PART_BYTES) -> list[tuple | None]:
+    """How the Ray engine cuts one file into parts read in parallel, in reading order:
+
+        plain JSON Lines   ("bytes", a, b)     the lines that start at byte a <= x < b
+        Parquet            ("groups", g0, g1)  row groups g0 .. g1 - 1, about part_bytes each
+        anything else      None                the whole file (.json, compressed JSON Lines)
+
+    `part_batches` reads one; its batches count records and lines from the part's start."""
+    kind = _data_kind(path)
+    if kind == "jsonl" and not path.lower().endswith(_COMPRESSED):
+        size = os.path.getsize(path)
+        if size <= part_bytes:
+            return [None]
+        step = -(-size // -(-size // part_bytes))
+        return [("bytes", a, min(size, a + step)) for a in range(0, size, step)]
+    if kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            meta = pq.ParquetFile(path).metadata
+        except (pa.ArrowException, OSError) as e:
+            raise PacktoolError(f"{path!r} is not a readable Parquet file: {e}") from None
+        parts, start, size = [], 0, 0
+        for g in range(meta.num_row_groups):
+            size += meta.row_group(g).total_byte_size
+            if size >= part_bytes:
+                parts.append(("groups", start, g + 1))
+                start, size = g + 1, 0
+        if start < meta.num_row_groups or not parts:
+            parts.append(("groups", start, meta.num_row_groups))
+        return parts if len(parts) > 1 else [None]
+    return [None]
+
+
+def part_batches(
+    path: str, cfg: ReadConfig, part: tuple | None, batch_records: int = BATCH_RECORDS
+) -> Iterator[RawBatch]:
+    """The batches of one part of a file (`file_parts`), with start and offset counted from the
+    part's first record and lines from its first line; no --limit (the caller cuts)."""
+    offset = 0
+    for b in _file_batches(path, cfg, batch_records, part):
+        b.start = b.offset = offset
+        offset += len(b)
+        yield b
+
+
+def _jsonl_range_batches(path: str, a: int, b: int, batch_records: int) -> Iterator[RawBatch]:
+    """The lines of a plain JSON Lines file that start in [a, b), numbered from 1 at the first of
+    them; the last batch's `lines_read` is how many lines (blank ones too) the range holds."""
+    lines: list[int] = []
+    raw: list[bytes] = []
+    size = lineno = 0
+    with open(path, "rb") as f:
+        if a > 0:
+            f.seek(a - 1)
+            if f.read(1) != b"\n":
+                f.readline()  # the line that starts before a belongs to the part before
+        pos = f.tell()
+        while pos < b:
+            text = f.readline()
+            if not text:
+                break
+            pos += len(text)
+            lineno += 1
+            if not text.strip():
+                continue
+            lines.append(lineno)
+            raw.append(text)
+            size += len(text)
+            if len(raw) >= batch_records or size >= BATCH_BYTES:
+                yield RawBatch(path, lines=lines, raw=raw)
+                lines, raw, size = [], [], 0
+    yield RawBatch(path, lines=lines, raw=raw, lines_read=lineno)
 
 
 def _open(path: str) -> BinaryIO:
@@ -581,7 +670,7 @@ def _unwrap(obj: dict, cfg: ReadConfig) -> dict | list:
     return obj
 
 
-def _parquet_batches(path: str, batch_records: int) -> Iterator[RawBatch]:
+def _parquet_batches(path: str, batch_records: int, groups=None) -> Iterator[RawBatch]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -590,7 +679,8 @@ def _parquet_batches(path: str, batch_records: int) -> Iterator[RawBatch]:
     except (pa.ArrowException, OSError) as e:
         raise PacktoolError(f"{path!r} is not a readable Parquet file: {e}") from None
     try:  # one row group at a time: a single iter_batches over the file keeps every decoded page
-        for group in range(pf.num_row_groups):  # (pyarrow 26: memory grew by the file's size)
+        groups = range(pf.num_row_groups) if groups is None else groups
+        for group in groups:  # (pyarrow 26: memory grew by the file's size)
             for batch in pf.iter_batches(batch_size=batch_records, row_groups=[group]):
                 yield RawBatch(path, arrow=batch)
     except pa.ArrowException as e:

@@ -21,6 +21,7 @@ plus: every example is a piece or dropped; the rows written are the rows planned
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate
 from packtool.pack.overflow import Pieces, apply_overflow
-from packtool.pack.write import Progress, write_shards
+from packtool.pack.write import Progress, Written, write_shards
 from packtool.plan import lower_bound_rows, plan_packs
 from packtool.schema import notices
 
@@ -64,9 +65,16 @@ def _histogram(values: np.ndarray) -> dict[str, int]:
 
 
 def pack_tokenized(
-    data: TokenizedData, cfg: PackConfig, out: str | Path, progress: Progress | None = None
+    data: TokenizedData,
+    cfg: PackConfig,
+    out: str | Path,
+    progress: Progress | None = None,
+    writer: Writer | None = None,
 ) -> PackResult:
-    """Plan, gather and write `data` into `out` (atomically).  Returns the manifest and timings."""
+    """Plan, gather and write `data` into `out` (atomically).  Returns the manifest and timings.
+
+    `writer(tmp, data, job) -> Written` writes the planned rows: `write_local` (the tokens are in
+    `data.table`) unless another engine holds them (packtool.cluster: the Ray engine's workers)."""
     out = Path(out)
     shards.check_target(out, cfg.force)
     t_start = time.perf_counter()
@@ -80,9 +88,9 @@ def pack_tokenized(
             f"nothing to pack: {data.num_read} records read, {len(data.skipped)} skipped, "
             "0 tokenized; check the input file and --format/--column"
         )
-    if len(data.table) != n or src.shape[0] != n or loss_counts.shape[0] != n:
+    if src.shape[0] != n or loss_counts.shape[0] != n:
         raise PacktoolError(
-            f"tokenized data is inconsistent: {len(data.table)} rows, {n} lengths, "
+            f"tokenized data is inconsistent: {n} lengths, "
             f"{src.shape[0]} source indices, {loss_counts.shape[0]} loss counts"
         )
     pieces = apply_overflow(lengths, src, L, cfg.overflow)
@@ -94,7 +102,6 @@ def pack_tokenized(
     layout = schema.Layout(cfg.pad_to_multiple, cfg.max_docs if cfg.fixed_docs else 0)
     slots = layout.slots(pieces.length)  # planned padded: <= L exactly when the real length is
     plan = plan_packs(slots, L, cfg.strategy, cfg.order, cfg.max_docs, cfg.seed)
-    loc = locate(data, lengths, src, pieces, L)
     t_plan = time.perf_counter()
 
     R = plan.num_rows
@@ -102,25 +109,9 @@ def pack_tokenized(
     row_order = rng.permutation(R).astype(np.int64) if cfg.shuffle else np.arange(R, dtype=np.int64)
     pad_id, pad_from = pad_id_of(data.tokenizer or {})
     shard_rows = cfg.effective_shard_rows()
+    job = WriteJob(plan, row_order, pieces, slots, layout, pad_id, shard_rows, progress)
     with shards.atomic_output(out, cfg.force) as tmp:
-        gather = file_gather(data, loc, shards.row_group_rows(L, shard_rows) * L)
-        try:
-            written = write_shards(
-                tmp,
-                plan,
-                row_order,
-                pieces.length,
-                loc,
-                pad_id,
-                shard_rows,
-                progress,
-                gather,
-                slot_len=slots,
-                layout=layout,
-            )
-        finally:
-            if gather is not None:
-                gather.close()
+        written = (writer or write_local)(tmp, data, job)
         truncated_cut = int((lengths[pieces.truncated] - L).sum())
         counts = {
             "examples_read": int(data.num_read),
@@ -141,7 +132,7 @@ def pack_tokenized(
             "loss_in": int(loss_counts.sum()),
             "loss_out": written.loss,
             "loss_first_token": written.loss_first_token,
-            "loss_cut": int(loss_counts[pieces.dropped].sum()) + loc.loss_cut_tails,
+            "loss_cut": int(loss_counts[pieces.dropped].sum()) + written.loss_cut_tails,
             "pad": written.rows * L - written.tokens,
         }
         if layout.padded:
@@ -224,6 +215,57 @@ def pack_tokenized(
         warnings=warnings,
         seconds={"plan": t_plan - t_start, "write": t_end - t_plan, "total": t_end - t_start},
     )
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    """What a writer writes: the plan, the output order of its rows, the pieces and their slots."""
+
+    plan: Any  # plan.PackPlan
+    row_order: np.ndarray  # output row j is plan row row_order[j]
+    pieces: Pieces
+    slots: np.ndarray  # slots of each piece (its length, or padded: schema.Layout)
+    layout: schema.Layout
+    pad_id: int
+    shard_rows: int
+    progress: Progress | None = None
+
+
+Writer = Callable[[Path, TokenizedData, WriteJob], Written]
+
+
+def write_local(tmp: Path, data: TokenizedData, job: WriteJob) -> Written:
+    """The rows gathered from `data.table` (read from the cache file with pread when it is mapped
+    from one) and written by this process's writer threads."""
+    if data.table is None or len(data.table) != data.lengths.shape[0]:
+        rows = "no" if data.table is None else len(data.table)
+        raise PacktoolError(
+            f"tokenized data is inconsistent: {rows} rows, {data.lengths.shape[0]} lengths"
+        )
+    lengths = np.ascontiguousarray(data.lengths, dtype=np.int64)
+    src = np.ascontiguousarray(data.source_index, dtype=np.int64)
+    L = job.plan.pack_len
+    loc = locate(data, lengths, src, job.pieces, L)
+    gather = file_gather(data, loc, shards.row_group_rows(L, job.shard_rows) * L)
+    try:
+        written = write_shards(
+            tmp,
+            job.plan,
+            job.row_order,
+            job.pieces.length,
+            loc,
+            job.pad_id,
+            job.shard_rows,
+            job.progress,
+            gather,
+            slot_len=job.slots,
+            layout=job.layout,
+        )
+    finally:
+        if gather is not None:
+            gather.close()
+    written.loss_cut_tails = loc.loss_cut_tails
+    return written
 
 
 def _check_conservation(

@@ -46,6 +46,7 @@ class Written:
     loss: int = 0
     loss_first_token: int = 0
     doc_pad: int = 0  # pad slots inside documents (--pad-to-multiple)
+    loss_cut_tails: int = 0  # loss tokens in the cut-off tails of truncated examples
 
 
 def row_lists(seq_off, slots, real, source, fixed: int):
@@ -96,8 +97,13 @@ def write_shards(
     gather: FileGather | None = None,
     slot_len: np.ndarray | None = None,
     layout: schema.Layout = schema.Layout(),
+    first_shard: int = 0,
+    total_shards: int | None = None,
 ) -> Written:
     """Gather rows block by block (one Parquet row group each) and write the shards.
+
+    `first_shard`, `total_shards`: the rows are shards first_shard, first_shard + 1, ... of a pack
+    of total_shards (a Ray worker writes one shard of a pack; the names and bytes are the same).
 
     Shards are written `writers` at a time, each by its own thread (one file, one thread, blocks in
     order: the bytes do not depend on timing).  Each writer has two buffer sets: the main thread
@@ -120,7 +126,11 @@ def write_shards(
         for wave in range(0, num_shards, writers):
             members = list(range(wave, min(num_shards, wave + writers)))
             open_writers = [
-                pool.opened(shards.ShardWriter(tmp, s, num_shards, L, layout.padded))
+                pool.opened(
+                    shards.ShardWriter(
+                        tmp, first_shard + s, total_shards or num_shards, L, layout.padded
+                    )
+                )
                 for s in members
             ]
             blocks = [

@@ -181,6 +181,10 @@ class _Check:
         self.formats = {probe.fmt}
         self.examples = 0  # examples compared so far
 
+    @property
+    def _renderer(self) -> str:
+        return self.fast.renderer if self.fast is not None else self.renderer
+
     def probe_of(self, batch):
         """The probe of `batch` when it is the first batch of a file to probe, else None."""
         if batch.file in self.files or not len(batch):
@@ -193,23 +197,28 @@ class _Check:
 
     def settle(self, a: StepResult, b: StepResult, probe=None) -> None:
         probe = self.probe if probe is None else probe
-        same = a.rejects == b.rejects and a.table.equals(b.table)
+        where = compare_probe(a, b, probe)
         self.examples += len(probe)
+        self.conclude(where, len(self.files))
+
+    def conclude(self, where: str | None, files: int) -> None:
+        """The report after a probe that was identical (`where` None) or first differed at `where`,
+        with `self.examples` compared so far over `files` files; raises on a difference."""
+        same = where is None
         check = {"examples": self.examples, "identical": bool(same)}
-        if len(self.files) > 1:  # (one file: the report as it always was)
-            check["files"] = len(self.files)
+        if files > 1:  # (one file: the report as it always was)
+            check["files"] = files
         if same:
             self.report = {
                 "name": "fastokens",
                 "requested": self.requested,
-                "renderer": self.fast.renderer,
+                "renderer": self._renderer,
                 "check": check,
             }
             return
-        where = _first_difference(a, b, probe)
         why = f"fastokens differs from tokenizers on {where}"
-        if self.fast.renderer != "jinja":
-            why = f"the fast path (fastokens, {self.fast.renderer} renderer) differs from tokenizers + jinja on {where}"
+        if self._renderer != "jinja":
+            why = f"the fast path (fastokens, {self._renderer} renderer) differs from tokenizers + jinja on {where}"
         if self.requested == "fastokens":
             raise PacktoolError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend hf")
         self.report = {
@@ -224,6 +233,43 @@ class _Check:
     def run_here(self, probe=None) -> None:
         probe = self.probe if probe is None else probe
         self.settle(self.fast(probe), self.reference(probe), probe)
+
+
+def compare_probe(a: StepResult, b: StepResult, probe) -> str | None:
+    """None when the fast path's result `a` of the probe is the reference's `b`, else where they
+    first differ."""
+    if a.rejects == b.rejects and a.table.equals(b.table):
+        return None
+    return _first_difference(a, b, probe)
+
+
+def select_probes(files: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """The probes _Check takes, for an engine that reads the files apart (packtool.cluster):
+    [(file, format, records of its first batch)] in reading order, files with records only ->
+    [(file, format, examples to compare from its first batch)]."""
+    out: list[tuple[str, str, int]] = []
+    formats: set[str] = set()
+    for file, fmt, first in files:
+        if not first:
+            continue
+        if out and len(out) >= CHECK_FILES and fmt in formats:
+            continue
+        out.append((file, fmt, min(first, CHECK_PER_FILE if out else CHECK_EXAMPLES)))
+        formats.add(fmt)
+    return out
+
+
+def conclude_probes(renderer: str, requested: str, results: list[tuple[int, str | None]]) -> dict:
+    """The backend report of probes compared elsewhere (packtool.cluster), [(examples, None or
+    where the fast path first differed)] in reading order, exactly as _Check reports them: raises
+    UseReference (or, for --tokenizer-backend fastokens, PacktoolError) at the first difference."""
+    check = _Check.__new__(_Check)
+    check.fast, check.requested, check.report, check.examples = None, requested, None, 0
+    check.renderer = renderer
+    for n, where in results:
+        check.examples += n
+        check.conclude(where, len(results))
+    return check.report
 
 
 def _start_pool(step: EncodeStep, num_proc: int):
@@ -443,6 +489,72 @@ def _first_batches(source: RecordSource, cfg: TokenizeConfig):
     return "chat", None, formats.assign(_chain(seen, it)), formats
 
 
+def file_decision(batches, read: ReadConfig) -> dict:
+    """What this pipeline decides from one file's leading batches, for an engine that reads the
+    files of an input apart (packtool.cluster): the same rules as _first_batches (the input's kind,
+    from its first file that has a readable record) and _FileFormats (the file's own format, and
+    with --format what its first record looks like).
+
+        kind       None | ["pretokenized", label source] | ["chat", None]
+        hit        None | [format, why]       None: no record fits a format (read with formats.AUTO)
+        hit_error  the UsageError detection raised on this file's records (preference data), if any
+        looks      with --format: the format its records have without it, else None
+        first_len  records of its first batch (0: the file holds none)
+    """
+    import dataclasses
+
+    kind = hit = hit_error = None
+    held: list = []
+    first_len = None
+    for b in batches:
+        if first_len is None:
+            first_len = len(b)
+        if kind is None:
+            names = b.column_names()
+            if (
+                names is not None
+                and b.arrow.num_rows
+                and "input_ids" in names
+                and read.format is None
+            ):
+                from packtool.tokenization.pretokenized import label_source_of
+
+                kind = ["pretokenized", label_source_of(names)]
+            else:
+                h = _detect(b, read, pretokenized_too=True)
+                if h is not None and h[0] == "pretokenized":
+                    from packtool.tokenization.pretokenized import label_source
+
+                    kind = ["pretokenized", label_source(h[1])]
+                elif h is not None:
+                    kind = ["chat", None]
+        if hit is None and hit_error is None:
+            held.append(b)
+            try:
+                hit = _detect(b, read)
+            except UsageError as e:
+                hit_error = str(e)
+        if kind is not None and (
+            hit is not None or hit_error is not None or kind[0] == "pretokenized"
+        ):
+            break
+    looks = None
+    if read.format is not None and held:
+        try:
+            free = dataclasses.replace(read, format=None)
+            found = next((h for h in (_detect(b, free) for b in held) if h is not None), None)
+            looks = found[0] if found is not None else None
+        except PacktoolError:
+            looks = None
+    return {
+        "kind": kind,
+        "hit": list(hit) if hit is not None else None,
+        "hit_error": hit_error,
+        "looks": looks,
+        "first_len": first_len or 0,
+    }
+
+
 def _chain(seen, it):
     yield from seen
     yield from it
@@ -459,20 +571,29 @@ def _renderer(template) -> str:
     return "native" if template.source == BUILTIN_TEMPLATES["chatml-train"].read_text() else "jinja"
 
 
+def fast_refused(spec, requested: str) -> str | None:
+    """Why the fast path is not tried (None: it is); --tokenizer-backend fastokens on a tokenizer
+    it cannot serve is a UsageError."""
+    if requested == "hf":
+        return "--tokenizer-backend hf"
+    from packtool.tokenization.backends import supports_fast
+
+    why = supports_fast(spec.backend_json, load=False)
+    if why is not None and requested == "fastokens":
+        raise UsageError(
+            f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"
+        )
+    return why
+
+
 def _fast_backend(spec, requested: str):
     """(the fastokens backend, already building on a thread, None) or (None, why not). Building
     takes ~1 s for a 150k vocabulary and releases the GIL, so it overlaps what follows."""
-    if requested == "hf":
-        return None, "--tokenizer-backend hf"
-    from packtool.tokenization.backends import FastBackend, supports_fast
-
-    why = supports_fast(spec.backend_json, load=False)
+    why = fast_refused(spec, requested)
     if why is not None:
-        if requested == "fastokens":
-            raise UsageError(
-                f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"
-            )
         return None, why
+    from packtool.tokenization.backends import FastBackend
+
     backend = FastBackend(spec.backend_json)
     backend.preload()
     return backend, None
@@ -525,45 +646,53 @@ def load_tokenized(
         )
 
 
+def pretokenized_setup(cfg: TokenizeConfig, label_src: str):
+    """(step, tokenizer info, backend report, warnings, (format, why)) of pre-tokenized input."""
+    step = EncodeStep("pretokenized", cfg.read, label_source=label_src)
+    backend = {"name": None, "reason": "pre-tokenized input is not tokenized"}
+    labels_from = label_src if label_src != "all" else "every token"
+    ignored = [
+        opt
+        for opt, given in (
+            ("--chat-template", cfg.chat_template is not None),
+            ("--train-on", cfg.train_on != "assistant"),
+        )
+        if given
+    ]
+    warnings = []
+    if ignored:
+        warnings.append(
+            f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
+            f"{labels_from}"
+        )
+    why = f"records carry input_ids; labels from {labels_from}"
+    return step, _pretokenized_tokenizer(cfg), backend, warnings, ("pretokenized", why)
+
+
+def template_warnings(template) -> list[str]:
+    """What a template without {% generation %} markers costs, said once."""
+    if template.mode not in ("prefix", "last"):
+        return []
+    which = "assistant turns are" if template.mode == "prefix" else "the last assistant turn is"
+    return [
+        f"chat template '{template.name}' has no {{% generation %}} markers: {which} "
+        "located by diffs of renders (slower; checked per example)"
+    ]
+
+
 def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> TokenizedData:
     kind, label_src, batches, formats = _first_batches(source, cfg)
     fmt = reason = None
     warnings: list[str] = []
     check = None
     if kind == "pretokenized":
-        step = EncodeStep("pretokenized", cfg.read, label_source=label_src)
-        tokenizer = _pretokenized_tokenizer(cfg)
-        backend = {"name": None, "reason": "pre-tokenized input is not tokenized"}
+        step, tokenizer, backend, warnings, (fmt, reason) = pretokenized_setup(cfg, label_src)
         num_proc = 1  # vectorized validation outruns reading: workers would only add copies
-        labels_from = label_src if label_src != "all" else "every token"
-        ignored = [
-            opt
-            for opt, given in (
-                ("--chat-template", cfg.chat_template is not None),
-                ("--train-on", cfg.train_on != "assistant"),
-            )
-            if given
-        ]
-        if ignored:
-            warnings.append(
-                f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
-                f"{labels_from}"
-            )
-        fmt, reason = "pretokenized", f"records carry input_ids; labels from {labels_from}"
     else:
         step, check, tokenizer, backend, batches, num_proc = _chat_step(
             source, cfg, batches, mismatch
         )
-        if step.template.mode in ("prefix", "last"):
-            which = (
-                "assistant turns are"
-                if step.template.mode == "prefix"
-                else "the last assistant turn is"
-            )
-            warnings.append(
-                f"chat template '{step.template.name}' has no {{% generation %}} markers: {which} "
-                "located by diffs of renders (slower; checked per example)"
-            )
+        warnings += template_warnings(step.template)
     t_enc = time.perf_counter()
     removed = 0
     zero_loss: list[int] = []
@@ -596,46 +725,21 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                     f"{data}: no usable examples ({source.num_read} records read, "
                     f"{len(source.skipped)} skipped)"
                 )
-            if zero_loss:
-                what = (
-                    "pre-tokenized example(s) have no loss token"
-                    if kind == "pretokenized"
-                    else "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
-                )
-                warnings.append(
-                    f"{len(zero_loss)} {what}: source indices {_quote(zero_loss, source.per_file)}"
-                )
-            if kind == "chat":
-                tokenizer = {
-                    **tokenizer,
-                    "special_in_content": {
-                        "mode": cfg.special_in_content,
-                        "examples": len(special),
-                    },
-                }
-                if special:
-                    how = {
-                        "keep": "kept as control tokens, as apply_chat_template does (--special-in-content "
-                        "split reads them as text, error refuses them)",
-                        "split": "tokenized as plain text (--special-in-content split)",
-                    }[cfg.special_in_content]
-                    warnings.append(
-                        f"{len(special)} example(s) hold control tokens in message text, {how}: source "
-                        f"indices {_quote(special, source.per_file)}"
-                    )
             if check is not None:
                 backend = check.report
-            meta = _meta(
+            meta = summary_meta(
                 source,
                 cfg,
                 formats,
+                kind,
+                label_src,
                 (fmt, reason),
                 tokenizer,
                 backend,
                 warnings,
                 removed,
-                kind,
-                label_src,
+                zero_loss,
+                special,
             )
             final = writer.commit(meta, replace=not cfg.cache)
     except OSError as e:
@@ -655,6 +759,66 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
         entry,
         cache_hit=False,
         seconds={"read_tokenize": time.perf_counter() - t_enc, "total": time.perf_counter() - t0},
+    )
+
+
+def summary_meta(
+    source,
+    cfg: TokenizeConfig,
+    formats: _FileFormats,
+    kind: str,
+    label_src,
+    pretokenized: tuple,
+    tokenizer: dict,
+    backend: dict,
+    warnings: list[str],
+    removed: int,
+    zero_loss: list[int],
+    special: list[int],
+) -> dict:
+    """The meta of a finished run (the cache entry's, TokenizedData's): the warnings about
+    examples without loss and control tokens in text (`zero_loss`, `special`: source indices in
+    reading order), the tokenizer with its special_in_content count, and _meta's fields. Shared
+    by the local pipeline and the Ray engine (packtool.cluster), so both say the same."""
+    warnings = list(warnings)
+    if zero_loss:
+        what = (
+            "pre-tokenized example(s) have no loss token"
+            if kind == "pretokenized"
+            else "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
+        )
+        warnings.append(
+            f"{len(zero_loss)} {what}: source indices {_quote(zero_loss, source.per_file)}"
+        )
+    if kind == "chat":
+        tokenizer = {
+            **tokenizer,
+            "special_in_content": {
+                "mode": cfg.special_in_content,
+                "examples": len(special),
+            },
+        }
+        if special:
+            how = {
+                "keep": "kept as control tokens, as apply_chat_template does (--special-in-content "
+                "split reads them as text, error refuses them)",
+                "split": "tokenized as plain text (--special-in-content split)",
+            }[cfg.special_in_content]
+            warnings.append(
+                f"{len(special)} example(s) hold control tokens in message text, {how}: source "
+                f"indices {_quote(special, source.per_file)}"
+            )
+    return _meta(
+        source,
+        cfg,
+        formats,
+        pretokenized,
+        tokenizer,
+        backend,
+        warnings,
+        removed,
+        kind,
+        label_src,
     )
 
 

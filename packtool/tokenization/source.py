@@ -38,7 +38,7 @@ REASON_CHARS = 100  # a reason quoted in the warning is cut at a word boundary b
 class RecordSource:
     def __init__(self, data: str, read: ReadConfig):
         self.data, self.read = data, read
-        _not_a_pack(data)
+        not_a_pack(data)
         self.located = readers.locate(data, read.split)
         if self.located.kind == "files":
             paths = list(self.located.files)
@@ -48,9 +48,28 @@ class RecordSource:
             SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p))
             for p in sorted(paths)
         ]
+        self._start()
+
+    def _start(self) -> None:
         self.skipped: list[SkippedRecord] = []
         self.num_read = 0
         self.per_file: dict[str, int] = {}
+
+    @classmethod
+    def of_files(
+        cls, data: str, read: ReadConfig, located, files: list[SourceFile]
+    ) -> RecordSource:
+        """A source whose files were located and hashed elsewhere (the Ray engine hashes them in
+        its workers); its records are read there too, and counted in with `count`."""
+        self = cls.__new__(cls)
+        self.data, self.read, self.located, self.files = data, read, located, files
+        self._start()
+        return self
+
+    def count(self, file: str, records: int) -> None:
+        """`records` more records read from `file` (in reading order)."""
+        self.num_read += records
+        self.per_file[file] = self.per_file.get(file, 0) + records
 
     @property
     def total_bytes(self) -> int:
@@ -189,7 +208,7 @@ def _advice(
     return "Fix: " + "; ".join(tips)
 
 
-def _not_a_pack(data: str) -> None:
+def not_a_pack(data: str) -> None:
     """A pack folder given where training data is expected: say what it is and what to run."""
     from packtool import schema
     from packtool.errors import UsageError

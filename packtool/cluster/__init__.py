@@ -1,0 +1,42 @@
+"""The Ray engine (`--engine ray`): the same pack, byte for byte, with the work spread over a Ray
+cluster. Ray is an optional extra (`pip install 'packtool[ray]'`); nothing here is imported unless
+`--engine ray` is given.
+
+    driver                                    Ray workers
+    ──────                                    ───────────
+    locate the files (io.readers)
+    per file ─────────────────────────────▶  size, sha256, format, its parts     files.py (tasks)
+    kind, template, backend (as local)
+    parts ── ray.data.from_items ─────────▶  read a part, EncodeStep   map_batches  tokenize.py
+                                              (actors: one tokenizer each)  ──▶ object store
+    ◀── (part, index, length, loss) + one meta row per part (records, lines, rejects, ...)
+    probes of the fast path ──────────────▶  fast vs reference on each file's head (tasks)
+    global source indices, skipped records, warnings, the TokenizedData (no tokens)
+    overflow + plan (pack/, the numba planner), row order, shard of every piece
+    assignment per part, sub-plan per shard ─▶ map_batches: (shard, index, tokens) rows    write.py
+                                               groupby(shard).map_groups: write one shard
+    ◀── each shard's entry and totals
+    manifest.json (pack/run.py), atomic rename
+
+Only lengths, counts and small per-part and per-shard records reach the driver; tokens stay in
+the object store (spilled to disk when it fills) between tokenizing and writing. A worker holds
+one part's batches while tokenizing and one shard's documents while writing.
+
+Every decision the local pipeline makes from the data (the input's kind, each file's format, the
+fast path's check, source indices, skipped records with file and line, --on-error, --limit) is
+made here by the same functions on the same records, and the writer is pack.write.write_shards on
+each shard: the shards and the manifest are the local engine's (tests/cluster).
+"""
+
+from __future__ import annotations
+
+INSTALL_HINT = "pip install 'packtool[ray]'"
+
+
+def ray_missing() -> str | None:
+    """Why the Ray engine cannot run here (None when it can)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None or importlib.util.find_spec("ray.data") is None:
+        return f"--engine ray needs Ray Data, which is not installed: {INSTALL_HINT}"
+    return None

@@ -1,0 +1,463 @@
+"""Tokenizing on Ray: the files' parts read and encoded by Ray Data workers, only lengths back.
+
+    parts   [(file, part)]  reading order (io.readers.file_parts)      part k: records counted
+       │ ray.data.from_items → map_batches(EncodeParts, actors)        from 0 at the part's start
+       ▼
+    blocks  input_ids  labels  length  num_loss_tokens  source_index  part   meta
+            list<i32>  list<i32>  i32      i32           i64 (in part) i32   null
+            ...one row per example; then per part one row: length -1, meta = JSON
+            {records, lines, rejects [[index, line, position, reason]], special, removed, memory}
+       │ materialized in the object store (ClusterRows): the writer reads it again
+       ▼
+    driver  part_start = cumsum(records)  →  source_index = part_start[part] + index
+            line = lines of the file's earlier parts + line;  position likewise
+            --limit: source indices >= limit are not read (as a local run stops there)
+
+The fast path is checked as the local pipeline checks it (tokenization.pipeline.select_probes on
+the heads of the files, conclude_probes): a difference encodes the parts again with the
+reference path. With --on-error error a part stops at its first refused record and the driver
+raises the first in reading order, with its file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from packtool.cluster import files as file_tasks
+from packtool.cluster.session import Session, memory
+from packtool.config import TokenizeConfig
+from packtool.data import FileFormat, SkippedRecord, SourceFile, TokenizedData
+from packtool.errors import PacktoolError, UsageError
+from packtool.io import readers
+from packtool.progress import Reporter, reporter
+
+TOKEN_COLUMNS = ["input_ids", "labels", "length", "num_loss_tokens", "source_index"]
+
+
+class EncodeParts:
+    """The Ray Data actor that reads parts of files and encodes them (one tokenizer per actor)."""
+
+    def __init__(self, step, read, parts, fmts, stop_at_reject: bool):
+        self.step, self.read, self.parts, self.fmts = step, read, parts, fmts
+        self.stop = stop_at_reject
+
+    def __call__(self, batch):
+        for k in batch.column("part").to_pylist():
+            yield from self.encode_part(int(k))
+
+    def encode_part(self, k: int):
+        import pyarrow as pa
+
+        path, part = self.parts[k]
+        records = removed = 0
+        lines = None
+        rejects: list = []
+        special: list[int] = []
+        for b in readers.part_batches(path, self.read, part):
+            if b.lines_read is not None:
+                lines = b.lines_read
+            if not len(b):
+                continue
+            b.fmt = self.fmts[path]
+            result = self.step(b)
+            records += len(b)
+            rejects += [
+                [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
+            ]
+            special += result.special
+            removed += result.removed_padding
+            t = pa.Table.from_batches([result.table])
+            n = t.num_rows
+            yield t.append_column("part", pa.array(np.full(n, k, np.int32))).append_column(
+                "meta", pa.nulls(n, pa.string())
+            )
+            if rejects and self.stop:
+                break
+        meta = {
+            "records": records,
+            "lines": lines,
+            "rejects": rejects,
+            "special": special,
+            "removed": removed,
+            "memory": memory(),
+        }
+        yield _meta_row(k, json.dumps(meta))
+
+
+def _meta_row(k: int, meta: str):
+    import pyarrow as pa
+
+    from packtool.data import token_schema
+
+    empty = pa.array([[]], pa.list_(pa.int32()))
+    cols = [empty, empty, pa.array([-1], pa.int32()), pa.array([0], pa.int32())]
+    cols += [pa.array([0], pa.int64()), pa.array([k], pa.int32()), pa.array([meta], pa.string())]
+    names = [*token_schema().names, "part", "meta"]
+    return pa.Table.from_arrays(cols, names=names)
+
+
+@dataclass
+class ClusterRows:
+    """The encoded examples, held in Ray's object store; `write` packs them (cluster.write)."""
+
+    dataset: Any  # the materialized ray.data.Dataset drawn in the module docstring
+    parts: list[tuple[str, Any]]
+    part_start: np.ndarray  # int64[P]: the source index of each part's first record
+    session: Session
+    memory: list[dict] = field(default_factory=list)  # each encode call's worker memory
+
+    def write(self, tmp, data, job):
+        from packtool.cluster.write import write_shards
+
+        return write_shards(self, tmp, data, job)
+
+
+@dataclass
+class _Collected:
+    part: np.ndarray
+    index: np.ndarray
+    length: np.ndarray
+    loss: np.ndarray
+    metas: dict[int, dict]
+
+
+def _encode(session: Session, step, cfg: TokenizeConfig, parts, fmts):
+    import ray.data
+
+    ds = ray.data.from_items(
+        [{"part": k} for k in range(len(parts))], override_num_blocks=len(parts)
+    )
+    ds = ds.map_batches(
+        EncodeParts,
+        fn_constructor_kwargs={
+            "step": step,
+            "read": cfg.read,
+            "parts": parts,
+            "fmts": fmts,
+            "stop_at_reject": cfg.read.on_error == "error",
+        },
+        batch_size=1,
+        batch_format="pyarrow",
+        concurrency=max(1, min(session.workers, len(parts))),
+        num_cpus=1,
+    )
+    try:
+        encoded = ds.materialize()
+        small = encoded.select_columns(
+            ["part", "source_index", "length", "num_loss_tokens", "meta"]
+        )
+        cols: dict[str, list] = {
+            c: [] for c in ("part", "source_index", "length", "num_loss_tokens")
+        }
+        metas: dict[int, dict] = {}
+        for batch in small.iter_batches(batch_format="pyarrow", batch_size=None):
+            meta = batch.column("meta")
+            is_meta = np.asarray(meta.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            if is_meta.any():
+                for k, m in zip(
+                    np.asarray(batch.column("part"))[is_meta].tolist(),
+                    np.asarray(meta.to_pylist(), dtype=object)[is_meta].tolist(),
+                    strict=True,
+                ):
+                    metas[int(k)] = json.loads(m)
+            for c in cols:
+                cols[c].append(np.asarray(batch.column(c))[~is_meta])
+    except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
+        raise session.failure(e) from None
+    got = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
+    missing = sorted(set(range(len(parts))) - set(metas))
+    if missing:
+        raise PacktoolError(
+            f"the Ray engine lost part {missing[0]} of {parts[missing[0]][0]}; run again"
+        )
+    collected = _Collected(
+        got["part"].astype(np.int64),
+        got["source_index"].astype(np.int64),
+        got["length"].astype(np.int32),
+        got["num_loss_tokens"].astype(np.int32),
+        metas,
+    )
+    return encoded, collected
+
+
+def load_tokenized(
+    data: str, cfg: TokenizeConfig, session: Session, progress: bool | Reporter = True
+) -> TokenizedData:
+    """`data` (a file, folder or glob of JSON Lines, JSON or Parquet) read and tokenized on the
+    cluster of `session`: a TokenizedData with lengths and no table, its rows in `.rows`."""
+    from packtool.formats import AUTO
+    from packtool.tokenization import pipeline as pl
+    from packtool.tokenization.source import RecordSource, not_a_pack
+
+    if cfg.tokenizer_backend not in pl.BACKENDS:
+        raise UsageError(
+            f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(pl.BACKENDS)}"
+        )
+    if cfg.read.limit is not None and cfg.read.limit < 1:
+        raise UsageError(f"--limit {cfg.read.limit} must be >= 1")
+    t0 = time.perf_counter()
+    not_a_pack(data)
+    located = readers.locate(data, cfg.read.split)
+    if located.kind != "files":
+        raise UsageError(
+            f"--engine ray reads files (JSON Lines, JSON, Parquet: one, a folder or a glob); {data} "
+            "is a datasets folder or hub dataset: use --engine local"
+        )
+    with reporter(progress).stage(
+        "tokenizing on Ray", unit="examples", detail=f"{session.workers} workers"
+    ) as bar:
+        paths = list(located.files)
+        try:
+            infos = file_tasks.file_infos(paths, cfg.read, readers.PART_BYTES)
+        except PacktoolError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise session.failure(e) from None
+        sources = sorted(
+            (SourceFile(path=i["path"], size=i["size"], sha256=i["sha256"]) for i in infos),
+            key=lambda s: s.path,
+        )
+        source = RecordSource.of_files(data, cfg.read, located, sources)
+        decided = next((i["kind"] for i in infos if i["kind"] is not None), None)
+        kind = decided[0] if decided is not None else "chat"
+        label_src = decided[1] if decided is not None else None
+        formats = pl._FileFormats(cfg.read)
+        fmts = {i["path"]: (i["hit"][0] if i["hit"] else AUTO) for i in infos}
+        check = None
+        if kind == "pretokenized":
+            step, tokenizer, backend, warnings, (fmt, reason) = pl.pretokenized_setup(
+                cfg, label_src
+            )
+        else:
+            for i in infos:
+                if i["hit_error"] and i["first_len"]:
+                    raise UsageError(i["hit_error"])
+            fmt = reason = None
+            step, check, tokenizer, backend, warnings = _chat_steps(cfg, infos, fmts)
+        parts = [(i["path"], p) for i in infos for p in i["parts"]]
+        probing = None
+        if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
+            probing = _probes(session, cfg, infos, fmts, step, check, lambda i: i["first_len"])
+        encoded, got = _encode(session, step, cfg, parts, fmts)
+        counted = _count(got, parts, cfg.read.limit, infos)
+        if check is not None:
+            fast, reference = step, check
+            if probing is None:  # --limit: the heads of the files it reaches, as far as it reaches
+                probing = _probes(session, cfg, infos, fmts, step, check, counted.first_len)
+            try:
+                results = probing()
+            except Exception as e:  # noqa: BLE001
+                raise session.failure(e) from None
+            try:
+                backend = (
+                    pl.conclude_probes(fast.renderer, cfg.tokenizer_backend, results) or backend
+                )
+            except pl.UseReference as e:
+                backend = {
+                    "name": "hf",
+                    "requested": cfg.tokenizer_backend,
+                    "renderer": "jinja",
+                    "reason": str(e),
+                }
+                step = reference
+                encoded, got = _encode(session, step, cfg, parts, fmts)
+                counted = _count(got, parts, cfg.read.limit, infos)
+        data_out = _assemble(
+            data,
+            cfg,
+            source,
+            formats,
+            infos,
+            kind,
+            label_src,
+            (fmt, reason),
+            tokenizer,
+            backend,
+            warnings,
+            got,
+            counted,
+            parts,
+        )
+        bar.advance(len(data_out), int(data_out.lengths.sum()))
+    data_out.rows = ClusterRows(
+        encoded, parts, counted.part_start, session, [m["memory"] for m in got.metas.values()]
+    )
+    data_out.seconds = {
+        "read_tokenize": time.perf_counter() - t0,
+        "total": time.perf_counter() - t0,
+    }
+    return data_out
+
+
+def _probes(session, cfg, infos, fmts, fast, reference, first_len):
+    from packtool.tokenization import pipeline as pl
+
+    probes = pl.select_probes([(i["path"], fmts[i["path"]], first_len(i)) for i in infos])
+    try:
+        return file_tasks.start_probes(probes, cfg.read, fast, reference)
+    except Exception as e:  # noqa: BLE001
+        raise session.failure(e) from None
+
+
+def _chat_steps(cfg: TokenizeConfig, infos: list[dict], fmts: dict[str, str]):
+    """(step, reference step or None when the fast path is not tried, tokenizer, backend report,
+    warnings) of chat input, as tokenization.pipeline._chat_step decides them."""
+    from packtool.tokenization import pipeline as pl
+    from packtool.tokenization.chat_template import choose
+    from packtool.tokenization.encode import EncodeStep
+    from packtool.tokenization.loading import load_spec
+
+    spec = load_spec(cfg.tokenizer)
+    template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
+    first = next((i["path"] for i in infos if i["first_len"]), None)
+    reference = EncodeStep(
+        "chat",
+        cfg.read,
+        fmt=fmts[first] if first is not None else cfg.read.format or "messages",
+        spec=spec,
+        template=template,
+        train_on=cfg.train_on,
+        special_in_content=cfg.special_in_content,
+    )
+    why = pl.fast_refused(spec, cfg.tokenizer_backend)
+    tokenizer = {**spec.info(), **template.info()}
+    warnings = pl.template_warnings(template)
+    if why is not None:
+        backend = {
+            "name": "hf",
+            "requested": cfg.tokenizer_backend,
+            "renderer": "jinja",
+            "reason": why,
+        }
+        return reference, None, tokenizer, backend, warnings
+    step = reference.with_backend("fastokens", pl._renderer(template))
+    backend = {
+        "name": "fastokens",
+        "requested": cfg.tokenizer_backend,
+        "renderer": step.renderer,
+        "check": {"examples": 0},
+    }
+    return step, reference, tokenizer, backend, warnings
+
+
+@dataclass
+class _Counted:
+    """Where each part's records lie in the input, and which of them a --limit keeps."""
+
+    part_start: np.ndarray  # int64[P]
+    records: np.ndarray  # int64[P]: records of each part
+    kept: np.ndarray  # int64[P]: of them, those under --limit
+    line_offset: list[int]  # lines of the file's earlier parts
+    position_offset: list[int]  # records of the file's earlier parts
+    file_start: dict[str, int]  # source index of each file's first record
+    file_first: dict[str, int]  # records of each file's first batch, cut by --limit
+
+    def first_len(self, info: dict) -> int:
+        return self.file_first.get(info["path"], 0)
+
+
+def _count(got: _Collected, parts, limit: int | None, infos: list[dict]) -> _Counted:
+    P = len(parts)
+    records = np.array([got.metas[k]["records"] for k in range(P)], dtype=np.int64)
+    part_start = np.zeros(P, np.int64)
+    if P:
+        part_start[1:] = np.cumsum(records)[:-1]
+    kept = records if limit is None else np.clip(limit - part_start, 0, records)
+    line_offset, position_offset = [], []
+    file_start: dict[str, int] = {}
+    lines_before: dict[str, int] = {}
+    records_before: dict[str, int] = {}
+    for k, (path, _) in enumerate(parts):
+        file_start.setdefault(path, int(part_start[k]))
+        line_offset.append(lines_before.get(path, 0))
+        position_offset.append(records_before.get(path, 0))
+        lines_before[path] = lines_before.get(path, 0) + int(got.metas[k]["lines"] or 0)
+        records_before[path] = records_before.get(path, 0) + int(records[k])
+    kept_in: dict[str, int] = {}
+    for k, (path, _) in enumerate(parts):
+        kept_in[path] = kept_in.get(path, 0) + int(kept[k])
+    file_first = {
+        i["path"]: min(i["first_len"], kept_in[i["path"]]) for i in infos if kept_in.get(i["path"])
+    }
+    return _Counted(part_start, records, kept, line_offset, position_offset, file_start, file_first)
+
+
+def _assemble(
+    data, cfg, source, formats, infos, kind, label_src, pretokenized, tokenizer, backend,
+    warnings, got: _Collected, counted: _Counted, parts,
+) -> TokenizedData:  # fmt: skip
+    """The TokenizedData the local pipeline would hand on, from what the parts reported."""
+    from packtool.formats import AUTO
+    from packtool.tokenization import pipeline as pl
+
+    limit = cfg.read.limit
+    gidx = counted.part_start[got.part] + got.index
+    order = np.argsort(gidx, kind="stable")
+    gidx, lengths, loss = gidx[order], got.length[order], got.loss[order]
+    if limit is not None:
+        keep = gidx < limit
+        gidx, lengths, loss = gidx[keep], lengths[keep], loss[keep]
+    per_file: dict[str, int] = {}
+    for k, (path, _) in enumerate(parts):
+        per_file[path] = per_file.get(path, 0) + int(counted.kept[k])
+    for info in infos:
+        n = per_file.get(info["path"], 0)
+        if not n:
+            continue
+        source.count(info["path"], n)
+        if kind == "chat":
+            formats.found[info["path"]] = (
+                tuple(info["hit"]) if info["hit"] else (AUTO, "no record fits a known format")
+            )
+            if info["looks"] is not None:
+                formats.looks[info["path"]] = info["looks"]
+    special: list[int] = []
+    removed = 0
+    for k, (path, _) in enumerate(parts):
+        meta, start = got.metas[k], int(counted.part_start[k])
+        for index, line, position, why in meta["rejects"]:
+            g = start + index
+            if limit is not None and g >= limit:
+                break
+            source.reject_at(
+                g,
+                path,
+                None if line is None else counted.line_offset[k] + line,
+                why,
+                counted.position_offset[k] + position,
+            )
+        special += [start + i for i in meta["special"] if limit is None or start + i < limit]
+        removed += meta["removed"]
+    if not lengths.shape[0]:
+        raise PacktoolError(
+            f"{data}: no usable examples ({source.num_read} records read, "
+            f"{len(source.skipped)} skipped)"
+        )
+    zero_loss = gidx[loss == 0].tolist()
+    meta = pl.summary_meta(
+        source, cfg, formats, kind, label_src, pretokenized, tokenizer, backend, warnings,
+        removed, zero_loss, sorted(special),
+    )  # fmt: skip
+    meta = json.loads(json.dumps(meta, default=str))  # as a cache entry stores it
+    return TokenizedData(
+        table=None,
+        lengths=lengths.astype(np.int32),
+        loss_counts=loss.astype(np.int32),
+        source_index=gidx.astype(np.int64),
+        num_read=meta["num_read"],
+        skipped=[SkippedRecord(**s) for s in meta["skipped"]],
+        format=meta["format"],
+        format_reason=meta["format_reason"],
+        formats={f: FileFormat(*x) for f, x in (meta.get("formats") or {}).items()},
+        tokenizer=meta["tokenizer"],
+        sources=[SourceFile(**s) for s in meta["sources"]],
+        options=meta["options"],
+        cache_hit=False,
+        warnings=list(meta["warnings"]),
+        backend=meta.get("backend", {}),
+    )
