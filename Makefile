@@ -21,14 +21,15 @@ $(BIN)/packtool: pyproject.toml
 
 install: $(BIN)/packtool
 
-# tests run in one worker per core (pytest-xdist), at most 8: `make test PYTEST_WORKERS=0` runs them in one process
+# tests run in one worker per core (pytest-xdist), at most 8: `make test PYTEST_WORKERS=0` runs them in one process;
+# the Ray engine's tests share one local cluster in one worker (xdist_group "ray", --dist loadgroup)
 PYTEST_WORKERS ?= auto
 
 test: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 8
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 8 --dist loadgroup
 
 test-slow: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow -n $(PYTEST_WORKERS) --maxprocesses 8
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow -n $(PYTEST_WORKERS) --maxprocesses 8 --dist loadgroup
 
 demo: install
 	rm -rf $(DEMO) && mkdir -p $(DEMO)

@@ -258,8 +258,11 @@ def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None):
     """Pack tokenized data into `out` (a PackResult). `progress(rows written, rows total)`."""
     from packtool.pack import pack_tokenized
 
-    writer = data.rows.write if getattr(data, "rows", None) is not None else None
-    return pack_tokenized(data, cfg, out, progress=progress, writer=writer)
+    rows = getattr(data, "rows", None)  # on a Ray cluster (--engine ray): written there
+    result = pack_tokenized(data, cfg, out, progress=progress, writer=rows and rows.write)
+    if rows is not None:
+        result.engine = rows.report()
+    return result
 
 
 # ---------------------------------------------------------------------------------------------

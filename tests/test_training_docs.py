@@ -14,6 +14,7 @@ blocks that do not pack one themselves, a `packed/` folder.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -140,8 +141,17 @@ def commands_of(code: str) -> list[list[str]]:
 def _shell_block(p):
     """A README block of several verify runs (each trains tiny models on CPU: ~20 s) runs in
     `make test-slow`; every other block runs in `make test`."""
-    several = sum(c[:2] == ["packtool", "verify"] for c in commands_of(p.values[2])) > 1
-    return pytest.param(*p.values, id=p.id, marks=[pytest.mark.slow] if several else [])
+    commands = commands_of(p.values[2])
+    several = sum(c[:2] == ["packtool", "verify"] for c in commands) > 1
+    marks = [pytest.mark.slow] if several else []
+    if any("--engine" in c and c[c.index("--engine") + 1] == "ray" for c in commands):
+        marks += [  # with the other Ray tests, in one xdist worker; Ray Data is the dev extra
+            pytest.mark.xdist_group("ray"),
+            pytest.mark.skipif(
+                importlib.util.find_spec("ray") is None, reason="Ray Data is not installed"
+            ),
+        ]
+    return pytest.param(*p.values, id=p.id, marks=marks)
 
 
 SHELL_BLOCKS = [_shell_block(p) for p in blocks(("bash", "")) if commands_of(p.values[2])]

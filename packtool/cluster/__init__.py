@@ -8,7 +8,7 @@ cluster. Ray is an optional extra (`pip install 'packtool[ray]'`); nothing here 
     per file ─────────────────────────────▶  size, sha256, format, its parts     files.py (tasks)
     kind, template, backend (as local)
     parts ── ray.data.from_items ─────────▶  read a part, EncodeStep   map_batches  tokenize.py
-                                              (actors: one tokenizer each)  ──▶ object store
+                                              (tasks; a worker keeps its tokenizer) ──▶ object store
     ◀── (part, index, length, loss) + one meta row per part (records, lines, rejects, ...)
     probes of the fast path ──────────────▶  fast vs reference on each file's head (tasks)
     global source indices, skipped records, warnings, the TokenizedData (no tokens)

@@ -33,9 +33,6 @@ class Session:
         why = ray_missing()
         if why is not None:
             raise UsageError(why)
-        os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-        for name in ("ray", "ray.data", "ray.data._internal"):
-            logging.getLogger(name).setLevel(logging.ERROR)
         if not ray.is_initialized():
             kw = {"log_to_driver": False, "logging_level": logging.ERROR, "configure_logging": True}
             try:
@@ -49,9 +46,17 @@ class Session:
                     )
             except ConnectionError as e:
                 raise UsageError(
-                    f"--ray-address {self.address}: cannot join a Ray cluster there ({e}); start "
-                    "one with `ray start --head`, or leave --ray-address out for a local cluster"
+                    f"--ray-address {self.address}: cannot join a Ray cluster there ({_line(e)}); "
+                    "start one with `ray start --head`, or leave --ray-address out for a local cluster"
                 ) from None
+            except ImportError as e:  # ray:// is Ray Client, an extra of its own
+                raise UsageError(
+                    f"--ray-address {self.address}: {_line(e)}; ray:// addresses need Ray Client "
+                    "(pip install 'ray[client]'), or give the cluster's HOST:PORT"
+                ) from None
+            except (ValueError, RuntimeError) as e:
+                where = f"--ray-address {self.address}" if self.address else "a local Ray cluster"
+                raise PacktoolError(f"{where}: cannot start Ray: {_line(e)}") from None
             self.started = True
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, min(self.requested or cpus, cpus))
@@ -69,22 +74,41 @@ class Session:
     def failure(e: BaseException) -> PacktoolError:
         """The error to report for `e`, raised by Ray for something that failed in a worker: the
         worker's own PacktoolError (same class, same message) where there is one in the chain."""
-        seen, todo = set(), [e]
+        seen, todo, root = set(), [e], e
         while todo:
             x = todo.pop(0)
             if x is None or id(x) in seen:
                 continue
             seen.add(id(x))
             if isinstance(x, PacktoolError):
-                return type(x)(*x.args) if type(x) in (PacktoolError, UsageError) else x
+                # Ray's wrapper class is a subclass; Ray Data appends lines about its retries
+                message = str(x.args[0]).split("\n")[0] if x.args else str(x)
+                for kind in (UsageError, PacktoolError):
+                    if isinstance(x, kind):
+                        return kind(message)
+            if not type(x).__module__.startswith("ray"):
+                root = x  # the deepest exception that is not one of Ray's wrappers
             todo += [getattr(x, "cause", None), x.__cause__, x.__context__]
-        first = (str(e).strip().splitlines() or [""])[-1][:300]
-        return PacktoolError(f"a Ray worker failed: {type(e).__name__}: {first}")
+        lines = [ln for ln in str(root).strip().splitlines() if ln.strip()]
+        text = lines[-1].strip()[:300] if lines else ""
+        name = type(root).__name__
+        if type(root).__module__ not in ("builtins", "__main__"):
+            name = f"{type(root).__module__}.{name}"
+        return PacktoolError(
+            f"a Ray worker failed: {name}: {text}; nothing was written (Ray logs: /tmp/ray/session_latest/logs on the node)"
+        )
+
+
+def _line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else type(e).__name__
 
 
 def _quiet_data() -> None:
-    from ray.data import DataContext
+    from ray.data import DataContext  # (configures Ray Data's loggers: quieted after it)
 
+    for name in ("ray", "ray.data"):  # a worker's failure is reported once, by packtool
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False
     for attr in ("print_on_execution_start", "enable_operator_progress_bars"):

@@ -1,7 +1,7 @@
 """Tokenizing on Ray: the files' parts read and encoded by Ray Data workers, only lengths back.
 
     parts   [(file, part)]  reading order (io.readers.file_parts)      part k: records counted
-       │ ray.data.from_items → map_batches(EncodeParts, actors)        from 0 at the part's start
+       │ ray.data.from_items → map_batches(encode_parts, tasks)        from 0 at the part's start
        ▼
     blocks  input_ids  labels  length  num_loss_tokens  source_index  part   meta
             list<i32>  list<i32>  i32      i32           i64 (in part) i32   null
@@ -39,16 +39,27 @@ from packtool.progress import Reporter, reporter
 TOKEN_COLUMNS = ["input_ids", "labels", "length", "num_loss_tokens", "source_index"]
 
 
-class EncodeParts:
-    """The Ray Data actor that reads parts of files and encodes them (one tokenizer per actor)."""
+_SETUPS: dict[str, tuple] = {}  # per worker process: the runs' setups, by object id
 
-    def __init__(self, step, read, parts, fmts, stop_at_reject: bool):
-        self.step, self.read, self.parts, self.fmts = step, read, parts, fmts
-        self.stop = stop_at_reject
 
-    def __call__(self, batch):
-        for k in batch.column("part").to_pylist():
-            yield from self.encode_part(int(k))
+def encode_parts(batch, setup: list):
+    """The Ray Data task that reads parts of files and encodes them. setup [ref]: (step, read
+    config, parts, formats, stop at a refusal), one object in the store; a worker process fetches
+    it once and keeps it (and the tokenizer the step builds) for the next parts it is given."""
+    key = setup[0].hex()
+    if key not in _SETUPS:
+        import ray
+
+        _SETUPS.clear()  # one run at a time
+        _SETUPS[key] = ray.get(setup[0])
+    encoder = _Parts(*_SETUPS[key])
+    for k in batch.column("part").to_pylist():
+        yield from encoder.encode_part(int(k))
+
+
+class _Parts:
+    def __init__(self, step, read, parts, fmts, stop: bool):
+        self.step, self.read, self.parts, self.fmts, self.stop = step, read, parts, fmts, stop
 
     def encode_part(self, k: int):
         import pyarrow as pa
@@ -111,10 +122,26 @@ class ClusterRows:
     session: Session
     memory: list[dict] = field(default_factory=list)  # each encode call's worker memory
 
+    shards: int = 0  # shards written (by `write`)
+
     def write(self, tmp, data, job):
         from packtool.cluster.write import write_shards
 
-        return write_shards(self, tmp, data, job)
+        written = write_shards(self, tmp, data, job)
+        self.shards = len(written.shards)
+        return written
+
+    def report(self) -> dict[str, Any]:
+        """The run's engine: its workers, parts and shards, and the largest peak (VmHWM) and
+        anonymous resident memory that any worker reported after a part or a shard."""
+        return {
+            "name": "ray",
+            "workers": self.session.workers,
+            "parts": len(self.parts),
+            "shards": self.shards,
+            "worker_vmhwm": max((m["vmhwm"] for m in self.memory), default=0),
+            "worker_rss_anon": max((m["rss_anon"] for m in self.memory), default=0),
+        }
 
 
 @dataclass
@@ -127,20 +154,16 @@ class _Collected:
 
 
 def _encode(session: Session, step, cfg: TokenizeConfig, parts, fmts):
+    import ray
     import ray.data
 
+    setup = ray.put((step, cfg.read, parts, fmts, cfg.read.on_error == "error"))
     ds = ray.data.from_items(
         [{"part": k} for k in range(len(parts))], override_num_blocks=len(parts)
     )
     ds = ds.map_batches(
-        EncodeParts,
-        fn_constructor_kwargs={
-            "step": step,
-            "read": cfg.read,
-            "parts": parts,
-            "fmts": fmts,
-            "stop_at_reject": cfg.read.on_error == "error",
-        },
+        encode_parts,
+        fn_kwargs={"setup": [setup]},
         batch_size=1,
         batch_format="pyarrow",
         concurrency=max(1, min(session.workers, len(parts))),
@@ -213,7 +236,7 @@ def load_tokenized(
     ) as bar:
         paths = list(located.files)
         try:
-            infos = file_tasks.file_infos(paths, cfg.read, readers.PART_BYTES)
+            infos = file_tasks.file_infos(paths, cfg.read, part_bytes(paths, session.workers))
         except PacktoolError:
             raise
         except Exception as e:  # noqa: BLE001
@@ -292,6 +315,21 @@ def load_tokenized(
         "total": time.perf_counter() - t0,
     }
     return data_out
+
+
+MIN_PART_BYTES = 1 << 20
+PARTS_PER_WORKER = 4  # parts of uneven cost even out over a few per worker
+
+
+def part_bytes(paths: list[str], workers: int) -> int:
+    """The size of a part: about PARTS_PER_WORKER parts per worker over the input, within
+    [MIN_PART_BYTES, readers.PART_BYTES] (or below, when PART_BYTES is set smaller). The parts
+    change only how the work is spread: the pack is the same for any."""
+    import os
+
+    total = sum(os.path.getsize(p) for p in paths)
+    share = total // max(1, workers * PARTS_PER_WORKER)
+    return min(readers.PART_BYTES, max(MIN_PART_BYTES, share))
 
 
 def _probes(session, cfg, infos, fmts, fast, reference, first_len):

@@ -167,7 +167,6 @@ def assign_rows(batch, part_refs, part_start):
 def write_group(group, shard_refs, settings):
     """One shard's documents (any order) → the shard file, and a one-row table of its totals."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import ray
 
     from packtool import kernels, schema
@@ -176,8 +175,9 @@ def write_group(group, shard_refs, settings):
     from packtool.plan import PackPlan
 
     s = int(group.column("shard")[0].as_py())
-    group = group.take(pc.sort_indices(group, [("source", "ascending")]))
-    have = np.asarray(group.column("source")).astype(np.int64)
+    source = np.asarray(group.column("source")).astype(np.int64)
+    order = np.argsort(source, kind="stable")  # the group's rows come in any order: not copied
+    have = source[order]
     sub = ray.get(shard_refs[s])
     at = np.searchsorted(have, sub["source"])
     if np.any(at >= have.shape[0]) or np.any(
@@ -186,6 +186,7 @@ def write_group(group, shard_refs, settings):
         raise PacktoolError(
             f"shard {s}: a document planned for it did not reach its writer; run again"
         )
+    at = order[at]  # each piece's row of the group
     ids = ListColumn(group.column("input_ids"), "input_ids")
     lab = ListColumn(group.column("labels"), "labels")
     L = settings["pack_len"]

@@ -47,6 +47,7 @@ import json
 import lzma
 import os
 import re
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -473,7 +474,7 @@ def _file_batches(
     path: str, cfg: ReadConfig, batch_records: int, part: tuple | None = None
 ) -> Iterator[RawBatch]:
     kind = _data_kind(path)
-    errors: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError)
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError, zlib.error)
     if path.lower().endswith(".zst"):
         import zstandard
 

@@ -49,6 +49,9 @@ class PackResult:
     warnings: list[schema.Notice] = field(
         default_factory=list
     )  # input's warnings, then truncated/dropped
+    engine: dict[str, Any] = field(
+        default_factory=dict
+    )  # where it ran, when not here (--engine ray)
 
 
 def pad_id_of(tokenizer: dict) -> tuple[int, str]:

@@ -26,7 +26,12 @@ def pack_json(result: PackResult) -> dict[str, Any]:
         "rows_over_lower_bound": round(m["counts"]["rows"] / lb, 6) if lb else None,
         "warnings": [w.to_json() for w in result.warnings],
         "timings": {k: round(v, 3) for k, v in result.seconds.items()},
+        **({"engine": result.engine} if result.engine else {}),
     }
+
+
+def _n(k: int, noun: str) -> str:
+    return f"{k:,} {noun}" + ("" if k == 1 else "s")
 
 
 def _bar(fraction: float, width: int = 24) -> str:
@@ -127,6 +132,15 @@ def render_pack(result: PackResult, console) -> None:
     table.add_row(
         "time", f"{secs['total']:.2f} s (plan {secs['plan']:.2f} s, write {secs['write']:.2f} s)"
     )
+    e = result.engine
+    if e:
+        table.add_row(
+            "engine",
+            f"ray: {_n(e['workers'], 'worker')}, {_n(e['parts'], 'part')} read, "
+            f"{_n(e['shards'], 'shard')} written; "
+            f"peak RSS of one worker {e['worker_vmhwm'] / 2**20:,.0f} MiB "
+            f"(anonymous {e['worker_rss_anon'] / 2**20:,.0f} MiB)",
+        )
     console.print(table)
     if m["truncated"]:
         console.print(

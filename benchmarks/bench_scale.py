@@ -1,0 +1,264 @@
+"""The Ray engine against the local one: `packtool pack --engine local|ray` on the same input.
+
+    python benchmarks/bench_scale.py                          # 2k (overhead) and 100k conversations
+    python benchmarks/bench_scale.py --sizes 1000000 --variants local,ray2   # the 1M memory run
+    python benchmarks/bench_scale.py --sizes 2000 --json scale.json           # quick check
+
+Input: the built-in chat sample (`packtool sample`, OpenAI messages, ~8% with tools, ~370
+tokens each): 10k distinct conversations written once, repeated to N lines (a JSON Lines file of
+~2.1 KB a conversation) in --data-dir. Each variant is the CLI a user runs, in a fresh process
+tree measured by benchmarks/memory.py (a local Ray cluster is started and stopped by the command,
+so its start-up is in the wall time):
+
+  local   packtool pack DATA --len 4096 --out OUT --overflow split --no-cache --num-proc 2
+  ray1    ... --engine ray --num-proc 1     (a local Ray cluster of 1 CPU: one worker)
+  ray2    ... --engine ray --num-proc 2     (2 CPUs: two workers)
+
+Reported per variant: wall seconds, tokens/s (manifest tokens.in / wall), the stages as the
+command timed them (tokenizing: read + encode + collect, on Ray from the first task to the
+lengths on the driver; plan; write: on Ray the shuffle by shard and the shard writes), the
+ratio to local, peak memory of the whole tree (Σ anonymous RSS, the largest VmHWM of one
+process), the largest VmHWM / anonymous RSS a Ray worker reported (the pack's JSON `engine`),
+the driver's VmHWM, and the peak size of Ray's object spill folder. Every Ray pack's manifest and
+shards are compared byte for byte with the local pack's. Then the planner's rate on 10M lengths,
+and a projection for N machines (`projection`) from the marginal per-stage rates measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from memory import measure  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKTOOL = str(Path(sys.executable).with_name("packtool"))
+DISTINCT = 10_000
+SPILL_GLOB = "ray_spilled_objects*"
+
+
+def make_input(folder: Path, n: int) -> Path:
+    """N conversations: the first min(N, 10k) of the sample, repeated."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = folder / f"sample-{DISTINCT}.jsonl"
+    if not base.exists():
+        from packtool.demo_data import write_sample
+
+        write_sample(base, n=DISTINCT, seed=0)
+    path = folder / f"chats-{n}.jsonl"
+    if path.exists():
+        return path
+    lines = base.read_bytes().splitlines(keepends=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        for start in range(0, n, DISTINCT):
+            f.writelines(lines[: min(DISTINCT, n - start)])
+    tmp.rename(path)
+    return path
+
+
+class SpillWatch:
+    """The largest size Ray's spill folders under /tmp/ray/session_latest reach while running."""
+
+    def __init__(self):
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _size(self) -> int:
+        total = 0
+        root = Path("/tmp/ray/session_latest")
+        for folder in root.glob(SPILL_GLOB) if root.exists() else []:
+            for p in folder.rglob("*"):
+                try:
+                    total += p.stat().st_size if p.is_file() else 0
+                except OSError:
+                    pass
+        return total
+
+    def _run(self):
+        while not self._stop.wait(0.5):
+            self.peak = max(self.peak, self._size())
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+
+def pack_hashes(out: Path) -> dict[str, str]:
+    return {
+        p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(out.rglob("*"))
+        if p.is_file()
+    }
+
+
+def run_variant(name: str, data: Path, work: Path, length: int) -> dict:
+    out, report = work / f"out-{name}", work / f"report-{name}.json"
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [PACKTOOL, "pack", str(data), "--len", str(length), "--out", str(out)]
+    argv += ["--overflow", "split", "--no-cache", "--json", str(report)]
+    argv += {"local": ["--num-proc", "2"], "ray1": ["--engine", "ray", "--num-proc", "1"]}.get(
+        name, ["--engine", "ray", "--num-proc", "2"]
+    )
+    env = {"PACKTOOL_CACHE": str(work / f"cache-{name}"), "HF_HUB_OFFLINE": "1"}
+    with SpillWatch() as spill:
+        m = measure(argv, env=env)
+    if not m.ok:
+        raise SystemExit(f"{name} failed ({m.returncode}):\n{m.stderr[-3000:]}")
+    rep = json.loads(report.read_text())
+    tokens = rep["manifest"]["tokens"]["in"]
+    engine = rep.get("engine", {})
+    stages = {
+        "plan": rep["timings"]["plan"],
+        "write": rep["timings"]["write"],
+    }
+    return {
+        "variant": name,
+        "wall_s": round(m.wall_s, 2),
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / m.wall_s),
+        "stages": stages,
+        "tree_peak_anon_mib": round(m.peak_anon_kb / 1024),
+        "tree_max_hwm_mib": round(m.max_hwm_kb / 1024),
+        "main_hwm_mib": round(m.main_hwm_kb / 1024),
+        "worker_vmhwm_mib": round(engine.get("worker_vmhwm", 0) / 2**20),
+        "worker_rss_anon_mib": round(engine.get("worker_rss_anon", 0) / 2**20),
+        "parts": engine.get("parts"),
+        "spill_peak_mib": round(spill.peak / 2**20),
+        "hashes": pack_hashes(out),
+        "rows": rep["manifest"]["counts"]["rows"],
+        "documents": rep["manifest"]["counts"]["documents"],
+    }
+
+
+def planner_seconds(n: int = 10_000_000, length: int = 4096) -> float:
+    """Seconds the driver's planner (overflow + BFD plan) takes for n lengths like the sample's."""
+    import numpy as np
+
+    from packtool.pack.overflow import apply_overflow
+    from packtool.plan import plan_packs
+
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(300), 0.6, n), 8, 3 * length).astype(np.int64)
+    plan_packs(lengths[:1000].clip(1, length), length, "bfd", "sorted", 0, 0)  # compiled
+    t = time.perf_counter()
+    pieces = apply_overflow(lengths, np.arange(n, dtype=np.int64), length, "split")
+    plan_packs(pieces.length, length, "bfd", "sorted", 0, 0)
+    return time.perf_counter() - t
+
+
+def projection(results: list[dict], n_docs: int, plan_10m_s: float) -> list[str]:
+    """What N machines of C cores would take for n_docs conversations: the marginal seconds per
+    conversation of the 2-worker Ray run between the two largest sizes (start-up cancels out),
+    for tokenizing (wall - plan - write) and for the shuffle + shard writes, each divided over
+    N x C workers as measured between 1 and 2 workers here; the planner on the driver at its
+    measured rate (it does not scale out); and the shuffle's network transfer, every token once
+    (8 bytes: ids + labels) at NET_GBPS per machine, an assumption, not measured here."""
+    runs = [(r["conversations"], r["variants"]["ray2"]) for r in results if "ray2" in r["variants"]]
+    if len(runs) < 2:
+        return ["projection: needs two sizes with ray2 (--sizes A,B)"]
+    (n0, r0), (n1, r1) = runs[-2], runs[-1]
+
+    def tok(r):
+        return r["wall_s"] - r["stages"]["plan"] - r["stages"]["write"]
+
+    tok_per = (tok(r1) - tok(r0)) / (n1 - n0) * 2  # one worker's seconds per conversation
+    write_per = (r1["stages"]["write"] - r0["stages"]["write"]) / (n1 - n0) * 2
+    tokens_per_doc = r1["tokens"] / n1
+    net_gbps, cores = 10.0, 32
+    out = [
+        f"projection for {n_docs:,} conversations (~{tokens_per_doc:.0f} tokens each) on N machines "
+        f"of {cores} cores, {net_gbps:g} Gbit/s each (assumed), reading from object storage at no "
+        f"cost beyond the measured read+tokenize; per worker {1 / tok_per:,.0f} conversations/s "
+        f"tokenized, {1 / write_per:,.0f} conversations/s shuffled and written (marginal, "
+        f"{n0:,}→{n1:,}); planner {10_000_000 / plan_10m_s / 1e6:.1f}M conversations/s on the driver:"
+    ]
+    for n in (1, 4, 16, 64, 256):
+        workers = n * cores
+        t_tok = tok_per * n_docs / workers
+        t_plan = plan_10m_s * n_docs / 10_000_000
+        t_net = n_docs * tokens_per_doc * 8 / (n * net_gbps / 8 * 1e9)
+        t_write = write_per * n_docs / workers
+        total = t_tok + t_plan + t_net + t_write
+        bound = max(
+            ("tokenize", t_tok), ("plan (driver)", t_plan), ("shuffle network", t_net),
+            ("shard writes", t_write), key=lambda x: x[1],
+        )  # fmt: skip
+        out.append(
+            f"  N={n:>3}: {total / 60:8.1f} min  (tokenize {t_tok / 60:.1f}, plan {t_plan / 60:.2f}, "
+            f"network {t_net / 60:.2f}, shuffle+write {t_write / 60:.1f})  bound by {bound[0]}"
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="2000,100000")
+    ap.add_argument("--variants", default="local,ray1,ray2")
+    ap.add_argument("--len", type=int, default=4096, dest="length")
+    ap.add_argument("--data-dir", default="/tmp/packtool-bench-scale")
+    ap.add_argument("--project", type=int, default=100_000_000, help="conversations to project")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    import ray
+
+    import packtool
+
+    print(f"packtool {packtool.__version__}, ray {ray.__version__}, python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")  # fmt: skip
+    results = []
+    for n in [int(x) for x in args.sizes.split(",")]:
+        data = make_input(Path(args.data_dir), n)
+        work = Path(tempfile.mkdtemp(prefix=f"scale-{n}-"))
+        rows = {}
+        for name in args.variants.split(","):
+            rows[name] = run_variant(name, data, work, args.length)
+        base = rows.get("local")
+        print(
+            f"\n{n:,} conversations ({data.stat().st_size / 2**20:,.0f} MiB JSONL), --len {args.length}"
+        )
+        print(f"  {'variant':8} {'wall s':>8} {'tok/s':>10} {'x local':>8} {'start+tok':>9} {'plan':>6} "
+              f"{'write':>7} {'Σanon MiB':>10} {'max proc':>9} {'worker':>7} {'w.anon':>7} "
+              f"{'driver':>7} {'spill':>6} parts  same")  # fmt: skip
+        for name, r in rows.items():
+            same = "-" if base is None or name == "local" else str(r["hashes"] == base["hashes"])
+            ratio = r["wall_s"] / base["wall_s"] if base else float("nan")
+            tok = r["wall_s"] - r["stages"]["plan"] - r["stages"]["write"]
+            print(f"  {name:8} {r['wall_s']:8.1f} {r['tokens_per_s']:10,} {ratio:8.2f} {tok:9.1f} "
+                  f"{r['stages']['plan']:6.2f} {r['stages']['write']:7.1f} "
+                  f"{r['tree_peak_anon_mib']:10,} {r['tree_max_hwm_mib']:9,} "
+                  f"{r['worker_vmhwm_mib']:7,} {r['worker_rss_anon_mib']:7,} {r['main_hwm_mib']:7,} "
+                  f"{r['spill_peak_mib']:6,} {r['parts'] or '-':>5}  {same}")  # fmt: skip
+            if same == "False":
+                raise SystemExit(f"{name} wrote another pack than local at {n:,} conversations")
+        results.append({"conversations": n, "variants": rows})
+        shutil.rmtree(work, ignore_errors=True)
+    plan_s = planner_seconds()
+    print(f"\nplanner (overflow split + BFD) on the driver: 10M lengths in {plan_s:.2f} s")
+    for line in projection(results, args.project, plan_s):
+        print(line)
+    if args.json:
+        for r in results:
+            for v in r["variants"].values():
+                v.pop("hashes")
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+"""--engine ray against --engine local: the same shards and manifest, byte for byte, on the shared
+files and on inputs cut into many parts (skipped records, --on-error, --limit, Parquet, a folder
+of several formats, pre-tokenized data); one clean error when a worker fails; verify passes.
+
+Every test here runs on one local Ray cluster of 2 CPUs (conftest.py) in one xdist worker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from paths import SHARED_DATA, needs_shared
+from ray_packs import assert_same_folders, cli, pack_both
+
+from packtool.demo_data import write_sample
+from packtool.io import readers
+
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("ray_cluster")]
+
+OPTION_SETS = {
+    "default": ["--len", "2048", "--on-error", "skip", "--shard-rows", "4"],
+    "split-padded": [
+        "--len", "1024", "--overflow", "split", "--pad-to-multiple", "8", "--shard-rows", "3",
+        "--on-error", "skip",
+    ],
+    "truncate-fixed": [
+        "--len", "512", "--overflow", "truncate", "--max-docs", "3", "--fixed-docs", "--order",
+        "random", "--seed", "3", "--on-error", "skip", "--shard-rows", "2", "--train-on", "last",
+    ],
+}  # fmt: skip
+SHARED_FILES = sorted(p.name for p in SHARED_DATA.glob("*.json*")) if SHARED_DATA.is_dir() else []
+
+
+@needs_shared("data")
+@pytest.mark.parametrize("options", ["split-padded"])
+def test_a_shared_file_packs_byte_identically(tmp_path, options):
+    local, on_ray = pack_both(SHARED_DATA / "v1_sft_demo.jsonl", tmp_path, *OPTION_SETS[options])
+    assert_same_folders(local, on_ray)
+
+
+@pytest.mark.slow
+@needs_shared("data")
+@pytest.mark.parametrize("options", sorted(OPTION_SETS))
+@pytest.mark.parametrize("name", SHARED_FILES)
+def test_every_shared_file_packs_byte_identically(tmp_path, name, options):
+    local, on_ray = pack_both(SHARED_DATA / name, tmp_path, *OPTION_SETS[options])
+    assert_same_folders(local, on_ray)
+
+
+def _chat_with_bad_records(path, n=240):
+    """The demo chats with a malformed line, a record of no format, blank lines and a JSON array
+    spread over the file (so that they fall into different parts)."""
+    write_sample(path, n=n, seed=4)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines.insert(37, b"{not json\n")
+    lines.insert(90, b"\n")
+    lines.insert(91, b'{"unrelated": 1}\n')
+    lines.insert(150, b"[1, 2]\n")
+    lines.insert(151, b"   \n")
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    """Parts of about 8 KiB: a file of a few hundred records is read by dozens of tasks."""
+    monkeypatch.setattr(readers, "PART_BYTES", 8 << 10)
+
+
+def test_many_parts_keep_source_indices_and_lines_of_skipped_records(tmp_path, small_parts):
+    data = _chat_with_bad_records(tmp_path / "chats.jsonl")
+    assert len(readers.file_parts(str(data), readers.PART_BYTES)) > 10
+    local, on_ray = pack_both(data, tmp_path, *OPTION_SETS["default"])
+    assert_same_folders(local, on_ray)
+    skipped = json.loads((on_ray / "manifest.json").read_text())["skipped"]
+    assert [s["line"] for s in skipped] == [38, 92, 151]
+
+
+def test_on_error_error_stops_at_the_same_record(tmp_path, small_parts):
+    data = _chat_with_bad_records(tmp_path / "chats.jsonl")
+    a = cli("pack", data, "--len", "2048", "--out", tmp_path / "a", "--no-cache")
+    b = cli("pack", data, "--len", "2048", "--out", tmp_path / "b", "--engine", "ray")
+    assert a.exit_code == b.exit_code == 1
+    assert "chats.jsonl:38" in a.output and a.output == b.output
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("limit", ["1", "101"])
+def test_limit_reads_the_same_prefix(tmp_path, small_parts, limit):
+    data = _chat_with_bad_records(tmp_path / "chats.jsonl")
+    local, on_ray = pack_both(data, tmp_path, *OPTION_SETS["default"], "--limit", limit)
+    assert_same_folders(local, on_ray)
+
+
+def test_a_folder_of_formats_and_parquet_row_groups(tmp_path, small_parts):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_sample(folder / "a.jsonl", n=120, seed=1)
+    rows = [json.loads(x) for x in (folder / "a.jsonl").read_text().splitlines()]
+    alpaca = [
+        {
+            "instruction": r["messages"][-2]["content"],
+            "input": "",
+            "output": r["messages"][-1]["content"],
+        }
+        for r in rows[:60]
+    ]
+    (folder / "b.json").write_text(json.dumps(alpaca))
+    table = pa.table({"messages": [r["messages"] for r in rows]})
+    pq.write_table(table, folder / "c.parquet", row_group_size=10)
+    assert len(readers.file_parts(str(folder / "c.parquet"), readers.PART_BYTES)) > 1
+    local, on_ray = pack_both(folder, tmp_path, *OPTION_SETS["split-padded"])
+    assert_same_folders(local, on_ray)
+    assert json.loads((on_ray / "manifest.json").read_text())["format"].startswith("mixed")
+
+
+def test_pretokenized_parquet(tmp_path, small_parts):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = __import__("numpy").random.default_rng(0)
+    ids = [rng.integers(5, 1000, int(n)).tolist() for n in rng.integers(1, 700, 300)]
+    pq.write_table(pa.table({"input_ids": ids}), tmp_path / "tok.parquet", row_group_size=25)
+    local, on_ray = pack_both(tmp_path / "tok.parquet", tmp_path, *OPTION_SETS["truncate-fixed"])
+    assert_same_folders(local, on_ray)
+
+
+def test_a_failing_worker_is_one_clean_error(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_sample(folder / "a.jsonl", n=50)
+    (folder / "b.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00 this is not gzip data")
+    a = cli("pack", folder, "--len", "1024", "--out", tmp_path / "a", "--no-cache")
+    b = cli("pack", folder, "--len", "1024", "--out", tmp_path / "b", "--engine", "ray")
+    assert a.exit_code == b.exit_code == 1
+    assert "b.jsonl.gz" in b.output and "Traceback" not in b.output
+    assert a.output == b.output and len(b.output.strip().splitlines()) == 1
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_worker_failing_while_tokenizing_is_one_line_on_stderr(tmp_path):
+    """A gzip file whose head reads and whose end is cut: the file task passes, a Ray Data task
+    fails; the command (a real process: Ray's own output would show) says one line, exit 1."""
+    import gzip
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_sample(tmp_path / "s.jsonl", n=3000)
+    data = gzip.compress((tmp_path / "s.jsonl").read_bytes())
+    (folder / "b.jsonl.gz").write_bytes(data[: len(data) * 2 // 3])
+    argv = [sys.executable, "-m", "packtool", "pack", str(folder), "--len", "1024"]
+    local = subprocess.run(
+        [*argv, "--out", str(tmp_path / "a"), "--no-cache"], capture_output=True, text=True
+    )
+    ray = subprocess.run(
+        [*argv, "--out", str(tmp_path / "b"), "--engine", "ray", "--num-proc", "2"],
+        capture_output=True,
+        text=True,
+    )
+    assert local.returncode == ray.returncode == 1
+    assert ray.stderr.strip().splitlines() == local.stderr.strip().splitlines()
+    assert len(ray.stderr.strip().splitlines()) == 1 and "b.jsonl.gz" in ray.stderr
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+def test_joining_a_running_cluster(tmp_path):
+    """`ray start --head --block` (its own process group, stopped at the end: not `ray stop`,
+    which stops every cluster here), then --ray-address HOST:PORT: the same pack, and the
+    cluster keeps running after packtool leaves it."""
+    import os
+    import signal
+    import time
+
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    address = "127.0.0.1:6391"
+    head = subprocess.Popen(
+        [ray_bin, "start", "--head", "--port=6391", "--num-cpus=2", "--disable-usage-stats",
+         "--include-dashboard=false", "--block"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+    def alive() -> bool:
+        return (
+            subprocess.run(
+                [ray_bin, "status", f"--address={address}"], capture_output=True
+            ).returncode
+            == 0
+        )
+
+    try:
+        deadline = time.time() + 90
+        while not alive():
+            assert time.time() < deadline and head.poll() is None, "the Ray head did not start"
+            time.sleep(1)
+        write_sample(tmp_path / "s.jsonl", n=300)
+        argv = [
+            sys.executable,
+            "-m",
+            "packtool",
+            "pack",
+            str(tmp_path / "s.jsonl"),
+            "--len",
+            "1024",
+        ]
+        argv += ["--shard-rows", "5"]
+        subprocess.run([*argv, "--out", str(tmp_path / "local"), "--no-cache"], check=True)
+        joined = subprocess.run(
+            [*argv, "--out", str(tmp_path / "ray"), "--engine", "ray", "--ray-address", address],
+            capture_output=True,
+            text=True,
+        )
+        assert joined.returncode == 0, joined.stderr
+        assert_same_folders(tmp_path / "local", tmp_path / "ray")
+        assert alive()  # packtool left the cluster as it found it
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=60)
+
+
+def test_verify_passes_on_a_pack_written_on_ray(tmp_path):
+    write_sample(tmp_path / "s.jsonl", n=200)
+    out = tmp_path / "packed"
+    r = cli("pack", tmp_path / "s.jsonl", "--len", "2048", "--out", out, "--engine", "ray",
+            "--shard-rows", "8", "--overflow", "split")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    v = cli("verify", out)
+    assert v.exit_code == 0, v.output
+
+
+def _without_timings(obj):
+    if isinstance(obj, dict):
+        return {k: _without_timings(v) for k, v in obj.items() if k not in ("seconds", "timings")}
+    if isinstance(obj, list):
+        return [_without_timings(v) for v in obj]
+    return obj
+
+
+def test_profile_on_ray_reports_what_local_reports(tmp_path):
+    write_sample(tmp_path / "s.jsonl", n=200)
+    a = cli("profile", tmp_path / "s.jsonl", "--len", "2048", "--json", "-", "--no-cache")
+    b = cli("profile", tmp_path / "s.jsonl", "--len", "2048", "--json", "-", "--engine", "ray")
+    assert a.exit_code == b.exit_code == 0, b.output
+    ja, jb = json.loads(a.stdout), json.loads(b.stdout)
+    assert jb["recommendation"]["command"].endswith("--engine ray --out packed/")
+    assert jb["source"]["pack_args"] == ["--engine", "ray"]  # the pack it recommends runs there too
+    for j in (ja, jb):
+        del j["recommendation"]["command"], j["source"]["pack_args"]
+    assert _without_timings(ja) == _without_timings(jb)
+
+
+def test_what_fails_in_a_worker_is_named_in_one_line(ray_cluster):
+    from packtool.cluster.session import Session
+    from packtool.errors import PacktoolError, UsageError
+
+    def boom(kind):
+        if kind == "usage":
+            raise UsageError("--len 3 is too short")
+        return {}["missing"]
+
+    task = ray_cluster.remote(boom)
+    for kind, want in (("usage", UsageError), ("other", PacktoolError)):
+        with pytest.raises(Exception) as caught:
+            ray_cluster.get(task.remote(kind))
+        err = Session.failure(caught.value)
+        assert type(err) is want and "\n" not in str(err)
+        assert (
+            str(err) == "--len 3 is too short"
+            if kind == "usage"
+            else "KeyError: 'missing'" in str(err)
+        )
