@@ -145,7 +145,8 @@ def _shell_block(p):
     several = sum(c[:2] == ["packtool", "verify"] for c in commands) > 1
     marks = [pytest.mark.slow] if several else []
     if any("--engine" in c and c[c.index("--engine") + 1] == "ray" for c in commands):
-        marks += [  # with the other Ray tests, in one xdist worker; Ray Data is the dev extra
+        marks += [  # with the other Ray tests (tests/cluster runs the same in make test)
+            pytest.mark.slow,
             pytest.mark.xdist_group("ray"),
             pytest.mark.skipif(
                 importlib.util.find_spec("ray") is None, reason="Ray Data is not installed"

@@ -249,9 +249,9 @@ def load_tokenized(
         decided = next((i["kind"] for i in infos if i["kind"] is not None), None)
         kind = decided[0] if decided is not None else "chat"
         label_src = decided[1] if decided is not None else None
-        formats = pl._FileFormats(cfg.read)
+        formats = pl.FileFormats(cfg.read)
         fmts = {i["path"]: (i["hit"][0] if i["hit"] else AUTO) for i in infos}
-        check = None
+        reference = None  # the reference step when the fast path is tried (and checked)
         if kind == "pretokenized":
             step, tokenizer, backend, warnings, (fmt, reason) = pl.pretokenized_setup(
                 cfg, label_src
@@ -261,17 +261,17 @@ def load_tokenized(
                 if i["hit_error"] and i["first_len"]:
                     raise UsageError(i["hit_error"])
             fmt = reason = None
-            step, check, tokenizer, backend, warnings = _chat_steps(cfg, infos, fmts)
+            step, reference, tokenizer, backend, warnings = _chat_steps(cfg, infos, fmts)
         parts = [(i["path"], p) for i in infos for p in i["parts"]]
         probing = None
-        if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
-            probing = _probes(session, cfg, infos, fmts, step, check, lambda i: i["first_len"])
+        if reference is not None and cfg.read.limit is None:  # the probes are known: overlap them
+            probing = _probes(session, cfg, infos, fmts, step, reference, lambda i: i["first_len"])
         encoded, got = _encode(session, step, cfg, parts, fmts)
         counted = _count(got, parts, cfg.read.limit, infos)
-        if check is not None:
-            fast, reference = step, check
+        if reference is not None:
+            fast = step
             if probing is None:  # --limit: the heads of the files it reaches, as far as it reaches
-                probing = _probes(session, cfg, infos, fmts, step, check, counted.first_len)
+                probing = _probes(session, cfg, infos, fmts, fast, reference, counted.first_len)
             try:
                 results = probing()
             except Exception as e:  # noqa: BLE001
@@ -373,7 +373,7 @@ def _chat_steps(cfg: TokenizeConfig, infos: list[dict], fmts: dict[str, str]):
             "reason": why,
         }
         return reference, None, tokenizer, backend, warnings
-    step = reference.with_backend("fastokens", pl._renderer(template))
+    step = reference.with_backend("fastokens", pl.renderer_of(template))
     backend = {
         "name": "fastokens",
         "requested": cfg.tokenizer_backend,

@@ -156,7 +156,7 @@ class TokenizeArgs:
         "local",
         "--engine",
         help="local (this machine) | ray (Ray Data workers: the same pack, byte for byte; "
-        "needs pip install 'packtool[ray]'). With ray, --num-proc is the number of workers.",
+        "needs pip install 'packtool\\[ray]'). With ray, --num-proc is the number of workers.",
         whole_input=True,
     )
     ray_address: str | None = _option(

@@ -1,6 +1,6 @@
 """source → encode → cache: the tokenized input of `profile` and `pack`, computed once.
 
-    RecordSource ──RawBatch──▶ _FileFormats (batch.fmt: its file's format) ──▶ EncodeStep (in `num_proc`
+    RecordSource ──RawBatch──▶ FileFormats (batch.fmt: its file's format) ──▶ EncodeStep (in `num_proc`
     worker processes, in order) ──StepResult──▶
         rejects ──▶ RecordSource.reject (file:line or file record N; --on-error)
         Arrow batch ──▶ EntryWriter (data.arrow, hashed as written) ──commit──▶ tok-<key>/ ──mmap──▶ TokenizedData
@@ -376,7 +376,7 @@ def _detect(b, read: ReadConfig, pretokenized_too: bool = False):
     return None
 
 
-class _FileFormats:
+class FileFormats:
     """The format of each file, detected from that file's own records as its batches stream past
     (or forced by --format): `assign` yields the batches in order with `fmt` set; the batches read
     to find a file's format are held back until it is known. A file none of whose records fits a
@@ -463,10 +463,10 @@ class _FileFormats:
 def _first_batches(source: RecordSource, cfg: TokenizeConfig):
     """(kind, label_source, batches, file formats): the input is classified (chat or pre-tokenized)
     by its first readable record; the batches read to find it are put back in front of the rest.
-    Chat batches come with their file's format set (_FileFormats.assign)."""
+    Chat batches come with their file's format set (FileFormats.assign)."""
     it = source.batches()
     seen = []
-    formats = _FileFormats(cfg.read)
+    formats = FileFormats(cfg.read)
     for b in it:
         seen.append(b)
         names = b.column_names()
@@ -492,7 +492,7 @@ def _first_batches(source: RecordSource, cfg: TokenizeConfig):
 def file_decision(batches, read: ReadConfig) -> dict:
     """What this pipeline decides from one file's leading batches, for an engine that reads the
     files of an input apart (packtool.cluster): the same rules as _first_batches (the input's kind,
-    from its first file that has a readable record) and _FileFormats (the file's own format, and
+    from its first file that has a readable record) and FileFormats (the file's own format, and
     with --format what its first record looks like).
 
         kind       None | ["pretokenized", label source] | ["chat", None]
@@ -564,7 +564,7 @@ def _chain(seen, it):
 # the tokenizer backend
 
 
-def _renderer(template) -> str:
+def renderer_of(template) -> str:
     """ "native" for the built-in chatml-train template (byte for byte), else "jinja"."""
     from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
 
@@ -765,7 +765,7 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
 def summary_meta(
     source,
     cfg: TokenizeConfig,
-    formats: _FileFormats,
+    formats: FileFormats,
     kind: str,
     label_src,
     pretokenized: tuple,
@@ -844,7 +844,7 @@ def _chat_step_on(spec, built, why, source, cfg: TokenizeConfig, batches, mismat
     from packtool.tokenization.chat_template import choose
 
     template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
-    first = next(batches, None)  # every batch carries its file's format (_FileFormats.assign)
+    first = next(batches, None)  # every batch carries its file's format (FileFormats.assign)
     fmt = (
         first.fmt if first is not None and first.fmt is not None else cfg.read.format or "messages"
     )
@@ -871,7 +871,7 @@ def _chat_step_on(spec, built, why, source, cfg: TokenizeConfig, batches, mismat
             "reason": mismatch or why,
         }
     else:  # the fast path: fastokens, and the native renderer for the built-in template
-        step = reference.with_backend("fastokens", _renderer(template), built)
+        step = reference.with_backend("fastokens", renderer_of(template), built)
         backend = {
             "name": "fastokens",
             "requested": cfg.tokenizer_backend,
@@ -896,7 +896,7 @@ def _pretokenized_tokenizer(cfg: TokenizeConfig) -> dict:
 def _meta(
     source,
     cfg,
-    formats: _FileFormats,
+    formats: FileFormats,
     pretokenized,
     tokenizer,
     backend,

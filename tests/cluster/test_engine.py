@@ -2,7 +2,10 @@
 files and on inputs cut into many parts (skipped records, --on-error, --limit, Parquet, a folder
 of several formats, pre-tokenized data); one clean error when a worker fails; verify passes.
 
-Every test here runs on one local Ray cluster of 2 CPUs (conftest.py) in one xdist worker."""
+Every test here runs on one local Ray cluster of 2 CPUs (conftest.py) in one xdist worker. A Ray
+run costs ~15-20 s on the 2-core box whatever its size, so `make test` runs the ones that each
+cover a path of their own and `make test-slow` the rest (every shared file, --limit, pre-tokenized
+input, profile, joining a cluster started with `ray start`)."""
 
 from __future__ import annotations
 
@@ -88,6 +91,7 @@ def test_on_error_error_stops_at_the_same_record(tmp_path, small_parts):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", ["1", "101"])
 def test_limit_reads_the_same_prefix(tmp_path, small_parts, limit):
     data = _chat_with_bad_records(tmp_path / "chats.jsonl")
@@ -120,6 +124,7 @@ def test_a_folder_of_formats_and_parquet_row_groups(tmp_path, small_parts):
     assert json.loads((on_ray / "manifest.json").read_text())["format"].startswith("mixed")
 
 
+@pytest.mark.slow
 def test_pretokenized_parquet(tmp_path, small_parts):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -242,6 +247,7 @@ def _without_timings(obj):
     return obj
 
 
+@pytest.mark.slow
 def test_profile_on_ray_reports_what_local_reports(tmp_path):
     write_sample(tmp_path / "s.jsonl", n=200)
     a = cli("profile", tmp_path / "s.jsonl", "--len", "2048", "--json", "-", "--no-cache")
