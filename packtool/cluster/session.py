@@ -39,7 +39,8 @@ class Session:
                 if self.address:
                     ray.init(address=self.address, **kw)
                 else:
-                    ray.init(
+                    ray.init(  # "local": a new cluster, never one `ray start` left behind
+                        address="local",
                         num_cpus=self.requested or os.cpu_count() or 1,
                         include_dashboard=False,
                         **kw,

@@ -31,7 +31,7 @@ import numpy as np
 from packtool.cluster import files as file_tasks
 from packtool.cluster.session import Session, memory
 from packtool.config import TokenizeConfig
-from packtool.data import FileFormat, SkippedRecord, SourceFile, TokenizedData
+from packtool.data import SourceFile, TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import readers
 from packtool.progress import Reporter, reporter
@@ -487,15 +487,5 @@ def _assemble(
         lengths=lengths.astype(np.int32),
         loss_counts=loss.astype(np.int32),
         source_index=gidx.astype(np.int64),
-        num_read=meta["num_read"],
-        skipped=[SkippedRecord(**s) for s in meta["skipped"]],
-        format=meta["format"],
-        format_reason=meta["format_reason"],
-        formats={f: FileFormat(*x) for f, x in (meta.get("formats") or {}).items()},
-        tokenizer=meta["tokenizer"],
-        sources=[SourceFile(**s) for s in meta["sources"]],
-        options=meta["options"],
-        cache_hit=False,
-        warnings=list(meta["warnings"]),
-        backend=meta.get("backend", {}),
+        **pl.meta_fields(meta),
     )

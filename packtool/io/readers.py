@@ -548,31 +548,26 @@ def part_batches(
 
 def _jsonl_range_batches(path: str, a: int, b: int, batch_records: int) -> Iterator[RawBatch]:
     """The lines of a plain JSON Lines file that start in [a, b), numbered from 1 at the first of
-    them; the last batch's `lines_read` is how many lines (blank ones too) the range holds."""
-    lines: list[int] = []
-    raw: list[bytes] = []
-    size = lineno = 0
+    them; the last batch (always yielded, maybe empty) says in `lines_read` how many lines (blank
+    ones too) the range holds."""
+    read = [0]
     with open(path, "rb") as f:
         if a > 0:
             f.seek(a - 1)
             if f.read(1) != b"\n":
                 f.readline()  # the line that starts before a belongs to the part before
-        pos = f.tell()
-        while pos < b:
-            text = f.readline()
-            if not text:
-                break
-            pos += len(text)
-            lineno += 1
-            if not text.strip():
-                continue
-            lines.append(lineno)
-            raw.append(text)
-            size += len(text)
-            if len(raw) >= batch_records or size >= BATCH_BYTES:
-                yield RawBatch(path, lines=lines, raw=raw)
-                lines, raw, size = [], [], 0
-    yield RawBatch(path, lines=lines, raw=raw, lines_read=lineno)
+
+        def numbered():
+            pos = f.tell()
+            while pos < b:
+                text = f.readline()
+                if not text:
+                    return
+                pos += len(text)
+                read[0] += 1
+                yield read[0], text
+
+        yield from _line_batches(path, numbered(), batch_records, lines_read=read)
 
 
 def _open(path: str) -> BinaryIO:
@@ -597,20 +592,30 @@ def _json_type(obj: Any) -> str:
 
 
 def _jsonl_batches(path: str, batch_records: int) -> Iterator[RawBatch]:
+    with _open(path) as f:
+        yield from _line_batches(path, enumerate(f, 1), batch_records)
+
+
+def _line_batches(
+    path: str, numbered, batch_records: int, lines_read: list[int] | None = None
+) -> Iterator[RawBatch]:
+    """(line number, bytes) pairs → batches of the non-blank lines; with `lines_read` (a counter
+    the pairs advance) the last batch is always yielded and carries its final count."""
     lines: list[int] = []
     raw: list[bytes] = []
     size = 0
-    with _open(path) as f:
-        for lineno, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            lines.append(lineno)
-            raw.append(text)
-            size += len(text)
-            if len(raw) >= batch_records or size >= BATCH_BYTES:
-                yield RawBatch(path, lines=lines, raw=raw)
-                lines, raw, size = [], [], 0
-    if raw:
+    for lineno, text in numbered:
+        if not text.strip():
+            continue
+        lines.append(lineno)
+        raw.append(text)
+        size += len(text)
+        if len(raw) >= batch_records or size >= BATCH_BYTES:
+            yield RawBatch(path, lines=lines, raw=raw)
+            lines, raw, size = [], [], 0
+    if lines_read is not None:
+        yield RawBatch(path, lines=lines, raw=raw, lines_read=lines_read[0])
+    elif raw:
         yield RawBatch(path, lines=lines, raw=raw)
 
 

@@ -940,22 +940,25 @@ def _meta(
     }
 
 
+def meta_fields(meta: dict) -> dict:
+    """The TokenizedData fields of a run's meta (as a cache entry stores it: JSON)."""
+    return {
+        "num_read": meta["num_read"],
+        "skipped": [SkippedRecord(**s) for s in meta["skipped"]],
+        "format": meta["format"],
+        "format_reason": meta["format_reason"],
+        "formats": {f: FileFormat(*x) for f, x in (meta.get("formats") or {}).items()},
+        "tokenizer": meta["tokenizer"],
+        "sources": [SourceFile(**s) for s in meta["sources"]],
+        "options": meta["options"],
+        "warnings": list(meta["warnings"]),
+        "backend": meta.get("backend", {}),
+    }
+
+
 def _finish(entry: cache.MappedEntry, cache_hit: bool, seconds: dict) -> TokenizedData:
-    meta = entry.meta
     td = TokenizedData.from_table(
-        entry.table,
-        num_read=meta["num_read"],
-        skipped=[SkippedRecord(**s) for s in meta["skipped"]],
-        format=meta["format"],
-        format_reason=meta["format_reason"],
-        formats={f: FileFormat(*x) for f, x in (meta.get("formats") or {}).items()},
-        tokenizer=meta["tokenizer"],
-        sources=[SourceFile(**s) for s in meta["sources"]],
-        options=meta["options"],
-        cache_hit=cache_hit,
-        warnings=list(meta["warnings"]),
-        backend=meta.get("backend", {}),
-        seconds=seconds,
+        entry.table, cache_hit=cache_hit, seconds=seconds, **meta_fields(entry.meta)
     )
     td.release_pages = entry.release
     td.mapped_files = [entry.mapped_file]

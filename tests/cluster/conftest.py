@@ -10,6 +10,6 @@ import pytest
 def ray_cluster():
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

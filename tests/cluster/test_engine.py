@@ -227,6 +227,9 @@ def test_joining_a_running_cluster(tmp_path):
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         head.wait(timeout=60)
+        current = Path("/tmp/ray/ray_current_cluster")  # what `ray stop` would remove
+        if current.is_file() and current.read_text().strip().endswith(":6391"):
+            current.unlink()
 
 
 def test_verify_passes_on_a_pack_written_on_ray(tmp_path):
