@@ -3,9 +3,11 @@ files and on inputs cut into many parts (skipped records, --on-error, --limit, P
 of several formats, pre-tokenized data); one clean error when a worker fails; verify passes.
 
 Every test here runs on one local Ray cluster of 2 CPUs (conftest.py) in one xdist worker. A Ray
-run costs ~15-20 s on the 2-core box whatever its size, so `make test` runs the ones that each
-cover a path of their own and `make test-slow` the rest (every shared file, --limit, pre-tokenized
-input, profile, joining a cluster started with `ray start`)."""
+run costs ~15-20 s on the 2-core box whatever its size, so `make test` runs four that cover the
+main paths (a shared file byte for byte and verified, many parts with skipped records, a worker
+failing inside Ray Data, the error wrapping) and `make test-slow` the rest (every shared file,
+--on-error error, --limit, a folder of formats with Parquet parts, pre-tokenized input, profile,
+a failing file task, joining a cluster started with `ray start`)."""
 
 from __future__ import annotations
 
@@ -39,9 +41,11 @@ SHARED_FILES = sorted(p.name for p in SHARED_DATA.glob("*.json*")) if SHARED_DAT
 
 @needs_shared("data")
 @pytest.mark.parametrize("options", ["split-padded"])
-def test_a_shared_file_packs_byte_identically(tmp_path, options):
+def test_a_shared_file_packs_byte_identically_and_verifies(tmp_path, options):
     local, on_ray = pack_both(SHARED_DATA / "v1_sft_demo.jsonl", tmp_path, *OPTION_SETS[options])
     assert_same_folders(local, on_ray)
+    v = cli("verify", on_ray)
+    assert v.exit_code == 0, v.output
 
 
 @pytest.mark.slow
@@ -82,6 +86,7 @@ def test_many_parts_keep_source_indices_and_lines_of_skipped_records(tmp_path, s
     assert [s["line"] for s in skipped] == [38, 92, 151]
 
 
+@pytest.mark.slow
 def test_on_error_error_stops_at_the_same_record(tmp_path, small_parts):
     data = _chat_with_bad_records(tmp_path / "chats.jsonl")
     a = cli("pack", data, "--len", "2048", "--out", tmp_path / "a", "--no-cache")
@@ -99,6 +104,7 @@ def test_limit_reads_the_same_prefix(tmp_path, small_parts, limit):
     assert_same_folders(local, on_ray)
 
 
+@pytest.mark.slow
 def test_a_folder_of_formats_and_parquet_row_groups(tmp_path, small_parts):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -136,6 +142,7 @@ def test_pretokenized_parquet(tmp_path, small_parts):
     assert_same_folders(local, on_ray)
 
 
+@pytest.mark.slow
 def test_a_failing_worker_is_one_clean_error(tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -232,6 +239,7 @@ def test_joining_a_running_cluster(tmp_path):
             current.unlink()
 
 
+@pytest.mark.slow
 def test_verify_passes_on_a_pack_written_on_ray(tmp_path):
     write_sample(tmp_path / "s.jsonl", n=200)
     out = tmp_path / "packed"
