@@ -89,12 +89,7 @@ def engine(cfg: EngineConfig = EngineConfig()):
     if cfg.name == "local":
         yield None
         return
-    from packtool.cluster import ray_missing
-
-    why = ray_missing()
-    if why is not None:
-        raise UsageError(why)
-    from packtool.cluster.session import Session
+    from packtool.cluster.session import Session  # (imports no Ray: Session checks for it)
 
     with Session(cfg.address, cfg.workers) as session:
         yield session

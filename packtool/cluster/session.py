@@ -26,13 +26,13 @@ class Session:
         self.workers = 1
 
     def __enter__(self) -> Session:
-        import ray
-
         from packtool.cluster import ray_missing
 
         why = ray_missing()
         if why is not None:
             raise UsageError(why)
+        import ray
+
         if not ray.is_initialized():
             kw = {"log_to_driver": False, "logging_level": logging.ERROR, "configure_logging": True}
             try:

@@ -46,8 +46,7 @@ def write_shards(rows, tmp: Path, data, job) -> Written:
     S = -(-R // shard_rows)
     src = np.ascontiguousarray(data.source_index, dtype=np.int64)
     seq, offsets = _pieces_in_output_order(plan, job.row_order)
-    out_row = np.empty(seq.shape[0], np.int64)
-    out_row[:] = np.repeat(np.arange(R, dtype=np.int64), np.diff(offsets))
+    out_row = np.repeat(np.arange(R, dtype=np.int64), np.diff(offsets))
     piece_shard = np.empty(seq.shape[0], np.int64)
     piece_shard[seq] = out_row // shard_rows
     truncated = np.zeros(src.shape[0], bool)
@@ -167,10 +166,11 @@ def assign_rows(batch, part_refs, part_start):
 def write_group(group, shard_refs, settings):
     """One shard's documents (any order) → the shard file, and a one-row table of its totals."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import ray
 
-    from packtool import kernels, schema
-    from packtool.pack.gather import ListColumn, Located
+    from packtool.pack.gather import locate_rows
+    from packtool.pack.overflow import Pieces
     from packtool.pack.write import write_shards as write_rows
     from packtool.plan import PackPlan
 
@@ -187,31 +187,24 @@ def write_group(group, shard_refs, settings):
             f"shard {s}: a document planned for it did not reach its writer; run again"
         )
     at = order[at]  # each piece's row of the group
-    ids = ListColumn(group.column("input_ids"), "input_ids")
-    lab = ListColumn(group.column("labels"), "labels")
-    L = settings["pack_len"]
-    tr = at[sub["truncated"]]
-    tails = 0
-    if tr.size:
-        tails = int(
-            kernels.count_not_equal(
-                lab.chunk[tr], lab.base[tr] + L, lab.base[tr] + lab.length[tr], lab.values,
-                schema.IGNORE_INDEX,
-            ).sum()
-        )  # fmt: skip
-    loc = Located(
-        ids=ids,
-        lab=lab,
-        ids_chunk=ids.chunk[at],
-        ids_base=ids.base[at] + sub["start"],
-        lab_chunk=lab.chunk[at],
-        lab_base=lab.base[at] + sub["start"],
-        source=sub["source"],
-        loss_cut_tails=tails,
+    empty = np.zeros(0, np.int64)
+    pieces = Pieces(
+        row=at,
+        start=sub["start"],
+        length=sub["length"],
+        dropped=empty,
+        dropped_reason=[],
+        truncated=at[sub["truncated"]],
+        split=empty,
+        split_parts=empty,
     )
+    lengths = np.asarray(pc.list_value_length(group.column("input_ids"))).astype(np.int64)
+    loc = locate_rows(group, lengths, source, pieces, settings["pack_len"])
     k = sub["rows_off"].shape[0] - 1
     plan = PackPlan(
-        row_offsets=sub["rows_off"], doc_order=np.arange(sub["source"].shape[0]), pack_len=L
+        row_offsets=sub["rows_off"],
+        doc_order=np.arange(sub["source"].shape[0]),
+        pack_len=settings["pack_len"],
     )
     written = write_rows(
         Path(settings["tmp"]),
@@ -237,7 +230,7 @@ def write_group(group, shard_refs, settings):
         "loss": [written.loss],
         "loss_first_token": [written.loss_first_token],
         "doc_pad": [written.doc_pad],
-        "loss_cut_tails": [tails],
+        "loss_cut_tails": [loc.loss_cut_tails],
         "memory": [json.dumps(memory())],
     }
     return pa.table(row)

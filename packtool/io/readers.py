@@ -512,7 +512,8 @@ def file_parts(path: str, part_bytes: int = PART_BYTES) -> list[tuple | None]:
         size = os.path.getsize(path)
         if size <= part_bytes:
             return [None]
-        step = -(-size // -(-size // part_bytes))
+        parts = -(-size // part_bytes)
+        step = -(-size // parts)  # parts of equal size, the last one maybe shorter
         return [("bytes", a, min(size, a + step)) for a in range(0, size, step)]
     if kind == "parquet":
         import pyarrow as pa

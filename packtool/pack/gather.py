@@ -187,7 +187,13 @@ def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather 
 def locate(
     data: TokenizedData, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int
 ) -> Located:
-    table, mapping = _table_rows(data.table)
+    return locate_rows(data.table, lengths, src, pieces, L)
+
+
+def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> Located:
+    """The pieces in `table` (a pyarrow Table, or a datasets.Dataset with its row mapping), whose
+    rows have `lengths` and source indices `src`; checked against the table's own list lengths."""
+    table, mapping = _table_rows(table)
     ids = ListColumn(table.column("input_ids"), "input_ids")
     lab = ListColumn(table.column("labels"), "labels")
     trow = mapping if mapping is not None else np.arange(lengths.shape[0], dtype=np.int64)
