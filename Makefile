@@ -3,19 +3,19 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO := .demo
-# the dev install uses PyTorch's CPU wheels (no multi-GB CUDA download); for a GPU box e.g.
-# make install TORCH_INDEX=https://download.pytorch.org/whl/cu128
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# torch comes from the package index pip is configured with (PyPI, or a local wheel store): no other host is
+# contacted, so the install works where only PyPI is reachable. For a specific build, e.g. PyTorch's CPU wheels:
+# make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 
 .PHONY: install test test-slow demo bench lint clean gpu-check gpu-check-dry
 
 $(BIN)/packtool: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	@echo "installing torch 2.13.0, CPU build, from $(TORCH_INDEX) (make install TORCH_INDEX=... for another build)"
-	$(BIN)/pip install -q "torch==2.13.0" --index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple \
-	  || { echo "the CPU build is not reachable: installing torch from the default index (on Linux: the CUDA build, several GB)"; \
-	       $(BIN)/pip install -q "torch>=2.4,<3"; }
+	@echo "installing $(TORCH)$(if $(TORCH_INDEX), from $(TORCH_INDEX),) (make install TORCH=... TORCH_INDEX=... for another build)"
+	$(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple,)
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(BIN)/packtool
 
