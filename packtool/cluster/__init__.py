@@ -1,6 +1,6 @@
 """The Ray engine (`--engine ray`): the same pack, byte for byte, with the work spread over a Ray
-cluster. Ray is an optional extra (`pip install 'packtool[ray]'`); nothing here is imported unless
-`--engine ray` is given.
+cluster. Ray is an optional extra (`pip install -e '.[ray]'` in packtool's checkout, or
+`pip install 'ray[data]>=2.40,<3'`); nothing here is imported unless `--engine ray` is given.
 
     driver                                    Ray workers
     ──────                                    ───────────
@@ -30,7 +30,9 @@ each shard: the shards and the manifest are the local engine's (tests/cluster).
 
 from __future__ import annotations
 
-INSTALL_HINT = "pip install 'packtool[ray]'"
+INSTALL_HINT = (
+    "pip install 'ray[data]>=2.40,<3' (or pip install -e '.[ray]' in packtool's checkout)"
+)
 
 
 def ray_missing() -> str | None:
