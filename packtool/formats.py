@@ -24,6 +24,8 @@ How each format maps (the key that selects it is checked in this order; `--forma
     sharegpt            conversations                    chat: human->user, gpt->assistant,
                                                          function_call->assistant with tool_calls,
                                                          observation->tool; `system` column first
+    firefly             conversation                     chat: [system], then each {human, assistant}
+                        ([{human, assistant}, ...])      pair as user, assistant (Firefly, MOSS-003)
     prompt-completion   prompt + completion              strings: kind "prompt_completion";
                                                          lists of messages: chat, prompt turns
                                                          weight 0.0, completion turns kept as given
@@ -58,8 +60,8 @@ Mapping non-standard names (ReadConfig, from the CLI):
 
     --column OURS=THEIRS   cfg.columns = (("messages", "dialog"),)  top-level column `dialog` is
                            read as `messages`; our names: messages, conversations, tools, prompt,
-                           completion, instruction, input, output, history, system, text, and
-                           role / content, which rename the keys inside each turn
+                           completion, instruction, input, output, history, system, text,
+                           conversation, and role / content, which rename the keys inside each turn
                            (--column role=speaker --column content=utterance).
     --role THEIRS=OURS     cfg.roles = (("bot", "assistant"),)  applied before validation; OURS is
                            system/user/assistant/tool or a ShareGPT tag (gpt, function_call, ...).
@@ -85,7 +87,7 @@ from typing import Any
 from packtool.config import ReadConfig
 from packtool.errors import PacktoolError, UsageError
 
-FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt", "preference")
+FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt", "firefly", "preference")
 AUTO = (
     "auto"  # normalize(): detect each record's own format (a file none of whose records fits one)
 )
@@ -108,13 +110,14 @@ _KNOWN_ROLES_TEXT = (
 # Our top-level field names (what the formats read; targets of --column) and the turn-level ones.
 RECORD_FIELDS = (
     "messages", "conversations", "tools", "prompt", "completion",
-    "instruction", "input", "output", "history", "system", "text",
+    "instruction", "input", "output", "history", "system", "text", "conversation",
 )  # fmt: skip
 _TURN_FIELDS = ("role", "content")
 
 _FORMAT_KEYS = (
     ("messages", "messages"),
     ("sharegpt", "conversations"),
+    ("firefly", "conversation of human/assistant pairs"),
     ("prompt-completion", "prompt + completion"),
     ("alpaca", "instruction + output"),
     ("text", "text"),
@@ -155,9 +158,15 @@ def _plan(cfg: ReadConfig) -> _Plan:
         elif ours in RECORD_FIELDS:
             renames[theirs] = ours
         else:
+            backwards = (
+                f"; the form is --column FIELD=COLUMN (our field, then your column): "
+                f"--column {theirs}={ours}"
+                if theirs in RECORD_FIELDS + _TURN_FIELDS
+                else ""
+            )
             raise UsageError(
                 f"--column {ours}={theirs}: {ours!r} is not one of our names "
-                f"({', '.join(RECORD_FIELDS + _TURN_FIELDS)})"
+                f"({', '.join(RECORD_FIELDS + _TURN_FIELDS)}){backwards}"
             )
     roles: dict[str, str] = {}
     for theirs, ours in cfg.roles:
@@ -185,6 +194,95 @@ def _keys(record: dict) -> str:
     return ", ".join(repr(k) for k in record) or "none"
 
 
+class ColumnCheck:
+    """Every --column mapping must match in at least one record of the input: its column (a
+    top-level key, or a key of a turn for role / content) is seen somewhere, else a UsageError names
+    the mapping, the columns seen and, when it reads backwards, the form FIELD=COLUMN. A mapping
+    that matches nothing would be silently ignored (the file's own `messages` read, say).
+
+        feed(record) / feed_raw(json bytes) / feed_names(arrow field names)   until `done`
+        problem(what)   the message, or None when every mapping matched
+
+    Raw JSON is tested as bytes (`"dialog"` appears in the text): no parse, and a false match only
+    lets a mapping through that a record's value names."""
+
+    SEEN = 3  # records whose top-level keys the message quotes
+
+    def __init__(self, cfg: ReadConfig):
+        _plan(cfg)  # a name that is not ours fails first, with its own message
+        self.pending = {(ours, theirs) for ours, theirs in cfg.columns}
+        self.seen: list[str] = []
+        self.records = 0
+        self._quoted = 0
+
+    @property
+    def done(self) -> bool:
+        return not self.pending
+
+    def _keys_of(self, keys) -> None:
+        if self._quoted < self.SEEN:
+            self._quoted += 1
+            self.seen += [k for k in keys if k not in self.seen]
+
+    def feed(self, record: Any) -> None:
+        self.records += 1
+        if not isinstance(record, dict):
+            return
+        self._keys_of(record)
+        for pair in list(self.pending):
+            ours, theirs = pair
+            if theirs in record if ours not in _TURN_FIELDS else _has_turn_key(record, theirs):
+                self.pending.discard(pair)
+
+    def feed_raw(self, raw: bytes) -> None:
+        self.records += 1
+        if self._quoted < self.SEEN:
+            try:
+                rec = json.loads(raw)
+                if isinstance(rec, dict):
+                    self._keys_of(rec)
+            except ValueError:
+                pass
+        for pair in list(self.pending):
+            if json.dumps(pair[1]).encode() in raw:
+                self.pending.discard(pair)
+
+    def feed_names(self, top: list[str], nested: set[str], rows: int) -> None:
+        self.records += rows
+        self._keys_of(top)
+        for pair in list(self.pending):
+            ours, theirs = pair
+            if theirs in (nested if ours in _TURN_FIELDS else top):
+                self.pending.discard(pair)
+
+    def problem(self, what: str) -> str | None:
+        if not self.pending:
+            return None
+        ours, theirs = sorted(self.pending)[0]
+        where = "key of a turn" if ours in _TURN_FIELDS else "column"
+        seen = ", ".join(repr(k) for k in self.seen) or "none"
+        msg = (
+            f"--column {ours}={theirs}: no {where} {theirs!r} in any of the {self.records:,} records "
+            f"of {what} (columns seen: {seen}); the form is --column FIELD=COLUMN (our field, then "
+            "the column in your data)"
+        )
+        if ours in self.seen:
+            msg += f"; the records have {ours!r} itself: drop this --column"
+            if theirs in RECORD_FIELDS + _TURN_FIELDS:
+                msg += f", or if it is written backwards, use --column {theirs}={ours}"
+        more = len(self.pending) - 1
+        return msg + (f" ({more} more --column mapping(s) match nothing)" if more else "")
+
+
+def _has_turn_key(record: dict, key: str) -> bool:
+    for value in record.values():
+        if isinstance(value, list):
+            for turn in value[:64]:
+                if isinstance(turn, dict) and key in turn:
+                    return True
+    return False
+
+
 # --------------------------------------------------------------------------- detection
 
 
@@ -195,25 +293,17 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         return cfg.format, f"forced by --format {cfg.format}"
     if not isinstance(record, dict):
         raise FormatError(f"record is a {type(record).__name__}, expected a JSON object")
+    stored = record
     if plan.renames:
         record = _rename(record, plan.renames)
 
     def named(key: str) -> str:
         theirs = plan.back.get(key)
-        return f"'{key}' (column '{theirs}')" if theirs else f"'{key}'"
+        return f"'{key}' (column '{theirs}')" if theirs in stored else f"'{key}'"
 
-    if "chosen" in record and "rejected" in record:
-        raise UsageError(
-            f"records are preference data (keys {_keys(record)}): packing them as SFT would ignore 'chosen'; "
-            "pass --format preference to train on the chosen answers (the prompt turns carry no loss; "
-            "rejected is ignored)"
-        )
-    if isinstance(record.get("label"), bool) and ("completion" in record or "messages" in record):
-        raise UsageError(
-            f"records are KTO data (a boolean 'label'; keys {_keys(record)}): SFT would train the undesirable "
-            "answers too; keep the records whose label is true, then pass --format "
-            + ("prompt-completion" if "completion" in record else "messages")
-        )
+    refusal = sft_refusal(record, None)
+    if refusal is not None:
+        raise UsageError(refusal)
     if "messages" in record:
         return "messages", f"has {named('messages')}{_turn_shape(record['messages'], plan)}"
     if "conversations" in record:
@@ -221,6 +311,8 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
             "sharegpt",
             f"has {named('conversations')}{_turn_shape(record['conversations'], plan)}",
         )
+    if "conversation" in record:
+        return "firefly", f"has {named('conversation')}{_pair_shape(record['conversation'])}"
     if "prompt" in record and "completion" in record:
         p = record["prompt"]
         shape = "lists of messages" if isinstance(p, list) else "strings"
@@ -245,6 +337,54 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         f"record fits no known format: it has keys {_keys(record)}{hint}; "
         f"known formats: {_FORMATS_TEXT}; use --format NAME, or --column OURS=THEIRS to map a column"
     )
+
+
+_KTO_KEYS = ("messages", "conversations", "conversation", "completion")
+
+
+def sft_refusal(record: dict, forced: str | None) -> str | None:
+    """Why `record` (columns already mapped) may not be read as plain SFT, or None. The one rule for
+    preference and KTO fields, with the fix; `forced`: the --format given (None: detecting).
+
+        chosen + rejected            refused unless --format preference: SFT would ignore 'chosen'
+        label: bool (KTO) detected   refused: name the --format that reads it
+        label: false, --format X     refused per record (X would train the undesirable answer);
+                                     label: true under --format X is packed
+    """
+    if forced == "preference":
+        return None
+    if "chosen" in record and "rejected" in record:
+        how = f"--format {forced} would ignore" if forced else "packing them as SFT would ignore"
+        return (
+            f"records are preference data (keys {_keys(record)}): {how} 'chosen'; "
+            "pass --format preference to train on the chosen answers (the prompt turns carry no loss; "
+            "rejected is ignored)"
+        )
+    label = record.get("label")
+    if not isinstance(label, bool) or not any(k in record for k in _KTO_KEYS):
+        return None
+    if forced is None:
+        fmt = "prompt-completion" if "completion" in record else "messages"
+        if "conversations" in record and "messages" not in record:
+            fmt = "sharegpt"
+        return (
+            f"records are KTO data (a boolean 'label'; keys {_keys(record)}): SFT would train the undesirable "
+            f"answers too; keep the records whose label is true, then pass --format {fmt} (or pass "
+            f"--format {fmt} --on-error skip: records with label false are then skipped and counted)"
+        )
+    if label is False:
+        return (
+            f"record is KTO data with label false: --format {forced} would train its undesirable answer; "
+            "keep only the records whose label is true"
+        )
+    return None
+
+
+def _pair_shape(pairs: Any) -> str:
+    if isinstance(pairs, list) and pairs and isinstance(pairs[0], dict):
+        if "human" in pairs[0] and "assistant" in pairs[0]:
+            return " of human/assistant pairs"
+    return ""
 
 
 def _turn_shape(turns: Any, plan: _Plan) -> str:
@@ -273,6 +413,10 @@ def normalize(record: dict, fmt: str, cfg: ReadConfig) -> dict:
         raise FormatError(f"record is a {type(record).__name__}, expected a JSON object")
     if plan.renames:
         record = _rename(record, plan.renames)
+    if cfg.format is not None:  # detection refuses these on the file's first record
+        refusal = sft_refusal(record, cfg.format)
+        if refusal is not None:
+            raise FormatError(refusal)
     return fn(record, plan)
 
 
@@ -347,6 +491,37 @@ def _norm_sharegpt(record: dict, plan: _Plan) -> dict:
         else:
             messages.insert(0, _message("system", system))
     return _example("chat", messages, _tools(record.get("tools")))
+
+
+def _norm_firefly(record: dict, plan: _Plan) -> dict:
+    """Firefly / MOSS-003: `conversation` [{human, assistant}, ...] -> [system], user, assistant, ..."""
+    pairs = _require(record, "conversation", "firefly")
+    if not isinstance(pairs, list):
+        raise FormatError(
+            f"'conversation' is a {type(pairs).__name__}, expected a list of {{human, assistant}} pairs"
+        )
+    if not pairs:
+        raise FormatError("empty conversation: 'conversation' has no turns")
+    messages = []
+    system = record.get("system")
+    if system is not None and system != "":
+        if not isinstance(system, str):
+            raise FormatError(f"'system' is a {type(system).__name__}, expected a string")
+        messages.append(_message("system", system))
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, dict):
+            raise FormatError(
+                f"'conversation' item {i} is a {type(pair).__name__}, expected {{human, assistant}}"
+            )
+        for key, role in (("human", "user"), ("assistant", "assistant")):
+            value = pair.get(key)
+            if not isinstance(value, str):
+                what = "has no" if value is None else f"has a {type(value).__name__} as"
+                raise FormatError(
+                    f"'conversation' item {i} {what} '{key}', expected a string; it has keys {_keys(pair)}"
+                )
+            messages.append(_message(role, value))
+    return _example("chat", messages)
 
 
 def _norm_prompt_completion(record: dict, plan: _Plan) -> dict:
@@ -449,6 +624,7 @@ def _norm_text(record: dict, plan: _Plan) -> dict:
 _NORMALIZERS = {
     "messages": _norm_messages,
     "sharegpt": _norm_sharegpt,
+    "firefly": _norm_firefly,
     "prompt-completion": _norm_prompt_completion,
     "alpaca": _norm_alpaca,
     "text": _norm_text,

@@ -49,7 +49,7 @@ def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
 
 
 def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str, Any]:
-    from packtool.formats import FormatError, detect_format, normalize
+    from packtool.formats import ColumnCheck, FormatError, detect_format, normalize
     from packtool.io.readers import iter_records
 
     if index < 0:
@@ -58,8 +58,11 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     target = None
     count = 0
     current = None
-    for rec in iter_records(data, cfg.read):
+    records = iter_records(data, cfg.read)
+    columns = ColumnCheck(cfg.read)
+    for rec in records:
         count += 1
+        columns.feed(rec.record)
         if rec.file != current:
             current, fmt, reason = rec.file, None, None
         if fmt is None and rec.record is not None and "input_ids" not in rec.record:
@@ -72,6 +75,10 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             break
     if target is None:
         raise UsageError(f"--index {index} is past the end of {data} ({count} records)")
+    for rec in records:  # a --column that matches no record read so far: read on until one does
+        if columns.done:  # (at the end of the input the reader raises, naming the mapping)
+            break
+        columns.feed(rec.record)
     where = {"file": target.file, "line": target.line, "index": target.index}
     if target.position is not None and target.position != target.index:
         where["record"] = target.position  # its index within its own file (after a folder's first)

@@ -80,6 +80,7 @@ def test_detect_forced_and_unknown_format():
         "text",
         "alpaca",
         "sharegpt",
+        "firefly",
         "preference",
     }
 

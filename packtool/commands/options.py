@@ -92,7 +92,7 @@ class TokenizeArgs:
         None,
         "--format",
         "-f",
-        help="Force the record format: messages|prompt-completion|text|alpaca|sharegpt|"
+        help="Force the record format: messages|prompt-completion|text|alpaca|sharegpt|firefly|"
         "preference (SFT on the chosen answers).",
     )
     column: list[str] | None = _option(

@@ -10,7 +10,8 @@
     a hub dataset id (owner/name)       the local cache only            the id (or cached file)
 
 Records come in batches (`RawBatch`, one file each) exactly as stored: no column mapping, no
-format work (packtool.formats does that). JSON Lines stay bytes until the encode step parses them
+format work (packtool.formats does that). Each --column mapping is checked here against the stream
+(formats.ColumnCheck): one that matches no record read is a UsageError at the end of the input. JSON Lines stay bytes until the encode step parses them
 (in a worker process, with orjson); a line or element that cannot be parsed is reported with its
 reason, so the caller can stop on it or skip and count it (`--on-error`). The index of a record
 counts every record read across all files, malformed ones included; it is its `source_index`.
@@ -59,6 +60,7 @@ import orjson
 from packtool.config import ReadConfig
 from packtool.data import SourceFile
 from packtool.errors import PacktoolError, UsageError
+from packtool.formats import ColumnCheck
 from packtool.io.files import sha256_file
 
 _JSONL = (".jsonl", ".ndjson")
@@ -324,6 +326,7 @@ def iter_batches(
             ]
         )
     index = 0
+    check = ColumnCheck(cfg) if cfg.columns else None
     for _file, batches in streams:
         offset = 0  # records of this file before the batch
         for b in batches:
@@ -332,11 +335,58 @@ def iter_batches(
                 b = b.head(cfg.limit - index)
                 n = len(b)
             b.start, b.offset = index, offset
+            if check is not None and not check.done:
+                _feed(check, b)
             yield b
             index += n
             offset += n
             if index == cfg.limit:  # stop before reading one more record (or opening a file)
-                return
+                break
+        else:
+            continue
+        break
+    if check is not None:  # every --column matched in some record read, or a usage error
+        problem = check.problem(_input_name(located))
+        if problem is not None:
+            raise UsageError(problem)
+
+
+def _input_name(located: Located) -> str:
+    if located.kind != "files":
+        return located.label
+    return located.files[0] if len(located.files) == 1 else f"{len(located.files)} files"
+
+
+def _feed(check: ColumnCheck, b: RawBatch) -> None:
+    """The batch's records into the --column check (stops early once every mapping matched)."""
+    if b.arrow is not None:
+        names = list(b.arrow.schema.names)
+        check.feed_names(names, _nested_names(b.arrow.schema), len(b))
+        return
+    for i in range(len(b)):
+        if check.done:
+            return
+        if b.raw is not None:
+            check.feed_raw(b.raw[i])
+        else:
+            check.feed(b.records[i])
+
+
+def _nested_names(schema) -> set[str]:
+    """Field names inside list and struct columns (the keys of turns)."""
+    import pyarrow as pa
+
+    out: set[str] = set()
+    todo = [f.type for f in schema]
+    while todo:
+        t = todo.pop()
+        if pa.types.is_struct(t):
+            for j in range(t.num_fields):
+                out.add(t.field(j).name)
+                todo.append(t.field(j).type)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            todo.append(t.value_type)
+    return out
 
 
 def iter_records(source: str, cfg: ReadConfig) -> Iterator[RawRecord]:
