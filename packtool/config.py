@@ -122,6 +122,7 @@ class TokenizeConfig:
         None  # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
     )
     special_in_content: str = "keep"  # control tokens in message text: keep | split | error
+    strict_labels: bool = False  # refuse a run that trains what the data lacks (encode.AUDIT_KINDS)
     num_proc: int | None = None  # None = all cores (one process for small inputs)
     cache: bool = True
     tokenizer_backend: str = "auto"  # auto | fastokens | hf (see packtool.tokenization.pipeline)
@@ -144,6 +145,7 @@ class TokenizeConfig:
         d = asdict(self)
         d.pop("num_proc")
         d.pop("cache")
+        d.pop("strict_labels")  # refuses a run, never changes its ids or labels
         return d
 
 
@@ -244,6 +246,8 @@ class VerifyConfig:
     batch_rows: int | None = (
         None  # rows per forward; None = 2 (1 above 8192 tokens: the CPU masks are L^2)
     )
+    model: str | None = None  # --model: isolation through this architecture (packtool.arch)
+    allow_download: bool = False  # --model may fetch config.json from the hub
 
     def __post_init__(self) -> None:
         choice("--backend", self.backend, VERIFY_BACKENDS)

@@ -82,6 +82,23 @@ def verify(
             "with the shards: `verify PACK --sources [DATA]`.",
         ),
     ] = False,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Prove isolation through this model's own architecture (a folder with "
+            "config.json, or a cached hub id; only config.json is read): a tiny random-weight "
+            "copy with every layer kind, fed the batch PackedCollator.for_model gives, with "
+            "position_ids only, + cu_seq_lens, + seq_idx.",
+            show_default=False,
+        ),
+    ] = None,
+    allow_download: Annotated[
+        bool,
+        typer.Option(
+            "--allow-download", help="With --model: fetch config.json from the hub if not cached."
+        ),
+    ] = False,
     sample: Annotated[
         int | None,
         typer.Option(
@@ -114,7 +131,24 @@ def verify(
         raise UsageError("--sample N picks the records --sources compares; add --sources")
     if sample is not None and sample < 1:
         raise UsageError(f"--sample {sample} must be >= 1 (omit it to compare every record)")
-    cfg = VerifyConfig(path=path, backend=backend, device=device, rows=rows, seed=seed)
+    if allow_download and not model:
+        raise UsageError("--allow-download fetches the config.json of --model; add --model")
+    if model and self_test:
+        raise UsageError("--model checks a pack of yours: drop --self-test, give the pack folder")
+    if model and backend != "auto":
+        raise UsageError(
+            "--model runs the model's own attention (sdpa/eager, flash-attention on CUDA); drop "
+            f"--backend {backend}"
+        )
+    cfg = VerifyConfig(
+        path=path,
+        backend=backend,
+        device=device,
+        rows=rows,
+        seed=seed,
+        model=model,
+        allow_download=allow_download,
+    )
     out = Output(json_out, quiet=quiet)
     with out.stage(
         "verifying", spinner=True

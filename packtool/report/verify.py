@@ -78,7 +78,7 @@ def render_verify(result, console, verbosity: int = 1) -> None:
             if not c.skipped:
                 key = (
                     c.name.split(" ")[0]
-                    if c.name.startswith(("isolation", "sources"))
+                    if c.name.startswith(("isolation", "sources", "model"))
                     else "integrity"
                 )
                 groups[key] = groups.get(key, 0) + 1
@@ -114,9 +114,14 @@ def render_verify(result, console, verbosity: int = 1) -> None:
 
 
 def _kernel_lines(result, console) -> None:
-    """What ran, as plain unwrapped lines (grep-able CI logs)."""
+    """What ran, as plain unwrapped lines (grep-able CI logs); with --model, the input matrix."""
     for k in result.kernels:
         console.print(f"kernel  {k}", soft_wrap=True)
+    if result.model:
+        from packtool.verify.model_check import cells
+
+        for name, words in cells(result.model).items():
+            console.print(f"inputs  {name:<13} {words}", soft_wrap=True)
     for c in result.checks:
         if c.name == "FlashAttention kernel":
             if c.skipped:

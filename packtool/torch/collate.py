@@ -48,6 +48,14 @@ def _segments_read_off(position_ids: torch.Tensor) -> list[int]:
     return [b - a for a, b in zip(starts, [*starts[1:], position_ids.numel()], strict=True)]
 
 
+def _seq_idx(cu: torch.Tensor, total: int) -> torch.Tensor:
+    """int32 [total]: the index of the segment (cu: int32 boundaries [N+1]) each token lies in."""
+    lengths = (cu[1:] - cu[:-1]).long()
+    return torch.repeat_interleave(torch.arange(lengths.numel(), dtype=torch.int32), lengths)[
+        :total
+    ]
+
+
 class PackedCollator:
     """Turn a list of `PackedDataset` items into one batch for `mode` ("hf", "varlen", "flex").
 
@@ -65,6 +73,16 @@ class PackedCollator:
         items with seq_lengths_unpadded (--pad-to-multiple) add cu_seqlens_unpadded int32 (same
         shape) and max_seqlen_unpadded int. fixed_docs=True: K + 1 segments per row (static shape).
     mode="flex" keys: input_ids, labels, position_ids [B, L] int64; document_id [B, L] int32.
+
+    seq_idx=True adds seq_idx int32 (mode "hf" [B, L], "varlen" [1, T]): per token, its segment's
+    index (within the row for "hf", within the flattened batch for "varlen"; the pad tail is a
+    segment). Mamba-2 / causal-conv1d / gated-delta-net kernels (mamba-ssm, causal-conv1d,
+    flash-linear-attention) reset their state where it changes; attention ignores it.
+
+        row  a0 a1 a2 a3 | b0 b1 b2 | p  p    seq_idx 0 0 0 0 1 1 1 2 2
+
+    `PackedCollator.for_model(model_or_config)` sets it for architectures with such layers
+    (`packtool.arch`).
     """
 
     def __init__(
@@ -74,6 +92,7 @@ class PackedCollator:
         flash_kwargs: bool = True,
         drop_padding: bool = False,
         fixed_docs: bool = False,
+        seq_idx: bool = False,
     ):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}; choose one of {', '.join(MODES)}")
@@ -83,11 +102,27 @@ class PackedCollator:
         self.flash_kwargs = flash_kwargs
         self.drop_padding = drop_padding
         self.fixed_docs = fixed_docs
+        self.seq_idx = seq_idx
+        if seq_idx and mode == "flex":
+            raise ValueError("seq_idx=True applies to mode='hf' or 'varlen'")
+
+    @classmethod
+    def for_model(cls, model_or_config, mode: str = "hf", **options) -> PackedCollator:
+        """The collator whose batch keeps this model's packed documents apart: cu_seq_lens always,
+        seq_idx where the architecture has Mamba, conv or linear-attention layers
+        (`packtool.arch.inputs_for`). Options (drop_padding, fixed_docs) pass through."""
+        from packtool.arch import inputs_for
+
+        needs = inputs_for(getattr(model_or_config, "config", model_or_config))
+        options.setdefault("seq_idx", "seq_idx" in needs)
+        if mode == "hf":
+            options.setdefault("flash_kwargs", True)
+        return cls(mode, **options)
 
     def __repr__(self) -> str:
         return (
             f"PackedCollator(mode={self.mode!r}, flash_kwargs={self.flash_kwargs}, "
-            f"drop_padding={self.drop_padding}, fixed_docs={self.fixed_docs})"
+            f"drop_padding={self.drop_padding}, fixed_docs={self.fixed_docs}, seq_idx={self.seq_idx})"
         )
 
     def _position_ids(self, features, pack_len: int) -> torch.Tensor:
@@ -209,6 +244,8 @@ class PackedCollator:
                 "cu_seqlens": cu,
                 "max_seqlen": max_len,
             }
+            if self.seq_idx:
+                out["seq_idx"] = _seq_idx(cu, flat_ids.numel())[None, :]
             if cu_real is not None:
                 out["cu_seqlens_unpadded"] = cu_real
                 out["max_seqlen_unpadded"] = (
@@ -225,4 +262,7 @@ class PackedCollator:
             batch.update(
                 cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_len, max_length_k=max_len
             )
+        if self.seq_idx:  # per row: the document index within the row (cu is over B*L tokens)
+            flat = _seq_idx(cu, input_ids.numel()).view(input_ids.shape)
+            batch["seq_idx"] = (flat - flat[:, :1]).to(torch.int32)
         return batch

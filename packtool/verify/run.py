@@ -24,6 +24,7 @@ from packtool.verify import Check
 from packtool.verify.kernel_check import flash_check, kernel_calls
 
 DEFAULT_ROWS = {"cpu": 4, "cuda": 16}  # CPU: 4 rows x 4096 tokens, ~25 s on a shared 2-core box
+MODEL_ROWS = 16  # --model: rows cut to model_check.TOKENS, so 16 of them fit the same time
 
 
 @dataclass
@@ -35,6 +36,7 @@ class VerifyResult:
     config: dict = field(default_factory=dict)
     self_test: bool = False
     kernel_calls: dict = field(default_factory=dict)  # backend -> model -> counted attention calls
+    model: dict = field(default_factory=dict)  # --model: model_check's report (the input matrix)
 
     @property
     def passed(self) -> bool:
@@ -57,6 +59,7 @@ class VerifyResult:
             "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
             "config": self.config,
             "checks": [c.to_dict() for c in self.checks],
+            **({"model": self.model} if self.model else {}),
         }
 
 
@@ -94,6 +97,8 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
             f"{cfg.path} is not a folder; verify takes the OUT folder of `packtool pack` "
             f"(holding {schema.MANIFEST} and {schema.DATA_DIR}/)"
         )
+    if cfg.model:
+        return _verify_model(cfg)
     backends = []
     if (
         cfg.rows != 0
@@ -155,3 +160,49 @@ def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Ch
         2 if pack_len <= 8192 else 1
     )  # batch > 1: cu_seqlens over a flattened batch
     return run_isolation(samples, backends, pack_len=pack_len, seed=cfg.seed, batch_rows=batch)
+
+
+def _verify_model(cfg: VerifyConfig) -> VerifyResult:
+    """Integrity of every row, then isolation through a tiny copy of cfg.model's architecture
+    (model_check) instead of the two generic tiny models."""
+    from packtool.arch.config import read_config
+    from packtool.verify import backends as bk
+    from packtool.verify import integrity, model_check
+
+    cfg_dict, config_file = read_config(
+        cfg.model, cfg.allow_download
+    )  # a bad --model: before any scan
+    bk.require_torch()
+    device = bk.resolve_device(cfg.device)
+    rows = MODEL_ROWS if cfg.rows is None else cfg.rows
+    res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
+    t0 = time.perf_counter()
+    checks, summary = integrity.check_integrity(cfg.path, sample_rows=rows, seed=cfg.seed)
+    res.timings["integrity"] = time.perf_counter() - t0
+    res.checks.extend(checks)
+    if rows == 0:
+        res.checks.append(Check("model isolation", False, "not run (--rows 0)", skipped=True))
+        return res
+    from packtool.verify.sampling import Sample, synthesize
+
+    samples = [Sample(**d) for d in summary.get("samples", [])] or synthesize(
+        summary.get("singles", []), summary.get("pack_len") or 2, rows
+    )
+    if not samples:
+        res.checks.append(
+            Check("model isolation", False, "not run: no row of the pack can be sampled")
+        )
+        return res
+    t1 = time.perf_counter()
+    model_checks, res.model = model_check.run(
+        cfg_dict, config_file, cfg.model, samples, device, cfg.seed
+    )
+    res.checks.extend(model_checks)
+    res.timings["isolation"] = time.perf_counter() - t1
+    m = res.model
+    res.kernels = [
+        f"model: tiny {m['model_type']} ({len(m['layers'])} layers: "
+        f"{', '.join('+'.join(k) or '-' for k in m['layers'])}), {m['attention']} "
+        f"({m['device']}, {m['dtype']}), {m['rows']} rows of <= {m['tokens_per_row']} tokens"
+    ]
+    return res

@@ -1,0 +1,223 @@
+"""A tiny random-weight copy of the user's architecture: the same code path, every layer kind once.
+
+    config.json ──AutoConfig──▶ full config ──shrink──▶ tiny config ──from_config──▶ model (random)
+
+`shrink` keeps what decides how documents can leak (layer kinds and their order, attention
+variants: GQA ratio, qk-norm, sinks, RoPE type and scaling, M-RoPE sections, sliding windows,
+chunked scans) and makes every width small:
+
+    hidden 64, heads 4 (key/value heads: 1 | 2 | 4 as the original is MQA | GQA | MHA), head_dim 16
+    (32 with partial rotary), MLP 128, experts 4 (top-2), vocab 512, Mamba/linear-attention heads
+    small with chunks of 16 tokens (so a document crosses chunk boundaries), a sliding window below
+    the shortest sampled document.
+
+Depth: the full-depth tiny model is built once on the meta device (no memory), each decoder layer
+classified by its modules (`layer_kinds`), and the depth cut to the shortest prefix that still
+holds every kind (gemma3: 5 sliding + 1 full -> 6 layers; qwen3.5: 3 linear + 1 full -> 4).
+Per-layer lists of the config (layer_types, layers_block_type, a hybrid pattern string) are cut
+with it; lists of layer indices keep those below the cut.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+HIDDEN = 64
+HEADS = 4
+HEAD_DIM = 16
+MLP = 128
+EXPERT_MLP = 32
+EXPERTS = 4
+VOCAB = 512
+SSM_HEAD_DIM = 16
+SSM_STATE = 16
+CHUNK = 16  # Mamba-2 scan chunks: documents cross their boundaries, the scan stays cheap
+INIT_STD = 0.1  # sharper than the usual 0.02, so a leak moves the logits visibly
+
+# config attribute -> small value (only attributes the config already has are set)
+_WIDTHS = {
+    "hidden_size": HIDDEN,
+    "d_model": HIDDEN,
+    "n_embd": HIDDEN,
+    "intermediate_size": MLP,
+    "ffn_hidden_size": MLP,
+    "ffn_dim": MLP,
+    "n_inner": MLP,
+    "moe_intermediate_size": EXPERT_MLP,
+    "shared_expert_intermediate_size": EXPERT_MLP,
+    "moe_shared_expert_intermediate_size": EXPERT_MLP,
+    "expert_intermediate_size": EXPERT_MLP,
+    "vocab_size": VOCAB,
+    "head_dim": HEAD_DIM,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": HEAD_DIM,
+    # gated delta net (qwen3.5 / qwen3-next / olmo-hybrid linear attention)
+    "linear_key_head_dim": HEAD_DIM,
+    "linear_value_head_dim": HEAD_DIM,
+    # Mamba-2 (mamba2, nemotron_h, falcon_h1, bamba, granitemoehybrid, zamba2)
+    "state_size": SSM_STATE,
+    "ssm_state_size": SSM_STATE,
+    "mamba_d_state": SSM_STATE,
+    "mamba_head_dim": SSM_HEAD_DIM,
+    "mamba_d_head": SSM_HEAD_DIM,
+    "chunk_size": CHUNK,
+    "mamba_chunk_size": CHUNK,
+    "time_step_rank": 8,
+    "initializer_range": INIT_STD,
+}
+_EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_TOPK = ("num_experts_per_tok", "moe_topk", "top_k")
+_LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")
+_DROPOUTS = re.compile(r".*(dropout|pdrop)$")
+
+
+class TinyError(Exception):
+    """This architecture cannot be built at tiny size here (the message says why, in one line)."""
+
+
+def text_config(config):
+    """The language model's config of a multimodal config (qwen3.5, gemma3: text_config), else itself."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    sub = getattr(config, "text_config", None)
+    if sub is not None and getattr(sub, "model_type", None) in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return sub
+    return config
+
+
+def _set(cfg, name: str, value) -> None:
+    if hasattr(cfg, name) and getattr(cfg, name) is not None:
+        setattr(cfg, name, value)
+
+
+def _heads(cfg) -> None:
+    """Query heads 4, key/value heads keeping the original's kind of sharing (MQA, GQA, MHA)."""
+    for q_name, kv_name in (("num_attention_heads", "num_key_value_heads"), ("n_head", None)):
+        q = getattr(cfg, q_name, None)
+        if not isinstance(q, int):
+            continue
+        setattr(cfg, q_name, HEADS)
+        kv = getattr(cfg, kv_name, None) if kv_name else None
+        if isinstance(kv, int):
+            setattr(cfg, kv_name, 1 if kv == 1 else HEADS if kv >= q else 2)
+    # gated delta net: key heads 2, value heads keep their multiple of the key heads
+    k, v = getattr(cfg, "linear_num_key_heads", None), getattr(cfg, "linear_num_value_heads", None)
+    if isinstance(k, int) and isinstance(v, int) and k > 0:
+        cfg.linear_num_key_heads = 2
+        cfg.linear_num_value_heads = 2 * max(1, v // k)
+    # Mamba-2 heads: (expand * hidden) / head_dim, groups dividing the heads
+    expand = getattr(cfg, "expand", None) or getattr(cfg, "mamba_expand", None) or 2
+    ssm_heads = int(expand * HIDDEN) // SSM_HEAD_DIM
+    for name in ("mamba_num_heads", "mamba_n_heads"):
+        _set(cfg, name, ssm_heads)
+    if getattr(cfg, "model_type", "") == "mamba2":
+        cfg.num_heads = ssm_heads
+        cfg.head_dim = SSM_HEAD_DIM
+    _set(cfg, "mamba_d_ssm", ssm_heads * SSM_HEAD_DIM)
+    for name in ("n_groups", "mamba_n_groups"):
+        g = getattr(cfg, name, None)
+        if isinstance(g, int):
+            setattr(cfg, name, 1 if g == 1 else 2)
+
+
+def _experts(cfg) -> None:
+    for name in _EXPERT_COUNTS:
+        if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) > 0:
+            setattr(cfg, name, EXPERTS)
+    for name in _TOPK:
+        if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) > 0:
+            setattr(cfg, name, min(getattr(cfg, name), 2))
+    for name in ("n_shared_experts", "num_shared_experts"):
+        if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) > 1:
+            setattr(cfg, name, 1)
+    for name in ("n_group", "topk_group"):
+        if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) > 1:
+            setattr(cfg, name, 1)
+
+
+def _rope(cfg) -> None:
+    """M-RoPE sections scaled to the tiny rotary width (they must sum to rotary_dim / 2)."""
+    partial = getattr(cfg, "partial_rotary_factor", None)
+    params = getattr(cfg, "rope_parameters", None) or {}
+    if isinstance(params, dict):
+        partial = params.get("partial_rotary_factor", partial)
+    if partial is not None and partial < 1 and getattr(cfg, "head_dim", None) is not None:
+        cfg.head_dim = 2 * HEAD_DIM
+    head_dim = getattr(cfg, "head_dim", None) or HIDDEN // HEADS
+    half = int(head_dim * (partial or 1.0)) // 2
+    for holder in (params, getattr(cfg, "rope_scaling", None) or {}):
+        if isinstance(holder, dict) and isinstance(holder.get("mrope_section"), list):
+            sec = holder["mrope_section"]
+            total = sum(sec)
+            new = [max(1, round(s * half / total)) for s in sec]
+            new[0] += half - sum(new)
+            holder["mrope_section"] = new
+
+
+def _windows(cfg, window: int) -> None:
+    for name in ("sliding_window", "attention_window_size", "attention_chunk_size"):
+        w = getattr(cfg, name, None)
+        if isinstance(w, int) and w > 0:
+            setattr(cfg, name, min(w, window))
+
+
+def widths(config, *, pack_len: int, window: int):
+    """The config at tiny width (full depth): see the module docstring."""
+    cfg = copy.deepcopy(text_config(config))
+    for name, value in _WIDTHS.items():
+        _set(cfg, name, value)
+    _heads(cfg)
+    _experts(cfg)
+    _rope(cfg)
+    _windows(cfg, window)
+    for name in list(vars(cfg)):
+        if _DROPOUTS.match(name) and isinstance(getattr(cfg, name), float):
+            setattr(cfg, name, 0.0)
+    for name in ("max_position_embeddings", "n_positions"):
+        v = getattr(cfg, name, None)
+        if isinstance(v, int):
+            setattr(cfg, name, max(v, pack_len))
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        v = getattr(cfg, name, None)
+        if isinstance(v, int) and v >= VOCAB:
+            setattr(cfg, name, VOCAB - 1)
+    _set(cfg, "use_cache", False)
+    cfg.use_cache = False
+    return cfg
+
+
+def depth(cfg) -> int | None:
+    for name in _LAYER_COUNTS:
+        v = getattr(cfg, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def cut(cfg, layers: int):
+    """The config with its first `layers` layers (per-layer lists and patterns cut alike)."""
+    full = depth(cfg)
+    cfg = copy.deepcopy(cfg)
+    if full is None or layers >= full:
+        return cfg
+    for name in _LAYER_COUNTS:
+        if isinstance(getattr(cfg, name, None), int):
+            setattr(cfg, name, layers)
+    for name, v in list(vars(cfg).items()):
+        per_layer = (isinstance(v, list) and all(isinstance(x, str) for x in v)) or (
+            isinstance(v, str) and "pattern" in name
+        )
+        if per_layer and len(v) == full:
+            setattr(cfg, name, v[:layers])
+        elif (
+            isinstance(v, list)
+            and v
+            and all(isinstance(i, int) for i in v)
+            and name.endswith(("_idxs", "_layers", "_indices"))
+        ):
+            setattr(cfg, name, [i for i in v if i < layers])
+    return cfg

@@ -1,0 +1,260 @@
+"""The forwards of `verify --model`: the user's architecture, tiny, fed exactly the trainer's batch.
+
+For every sampled row and every input set (what `PackedCollator` gives, `INPUT_SETS`):
+
+    packed     [A A A A B B B pad pad]  the collator's batch, as the trainer gives it: model(**batch)
+    alone      [A A A A]  [B B B]       each document on its own, positions 0..n-1 (the truth)
+    probe      the packed batch again, every tracked module (packtool.arch.layers) fed the clean
+               input (the alone runs' input to the same module, laid out as in the row) so that its
+               output difference is its own leak, not one carried in from the layers below
+    control    [A A A A B B B pad pad]  positions 0..L-1, no boundaries: must differ, or the check
+               has no power (a document that sees the one before it must change)
+
+Differences are max |packed - alone| over every document's logits, divided by the largest |alone|
+logit (relative, so a model's logit scale does not move the tolerance). A packed run that raises
+(transformers refuses packed inputs without a kernel package) is recorded with its one-line error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from packtool import schema
+
+# input set name -> PackedCollator options ("hf" mode); each adds to the one before it
+INPUT_SETS = {
+    "position_ids": {"flash_kwargs": False},
+    "+cu_seq_lens": {"flash_kwargs": True},
+    "+seq_idx": {"flash_kwargs": True, "seq_idx": True},
+}
+
+
+@dataclass
+class SetResult:
+    """One input set's runs over every sampled row."""
+
+    name: str
+    logits: float = 0.0  # max relative |packed - alone| over every document
+    modules: dict = field(default_factory=dict)  # "layer i path" -> max relative difference
+    error: str | None = None  # the packed run raised: transformers' own words
+
+    def to_dict(self) -> dict:
+        return {"logits": self.logits, "modules": self.modules, "error": self.error}
+
+
+def _hidden(args, kwargs):
+    """The hidden-states tensor a module was called with, and how to put another in its place."""
+    if args:
+        return args[0], lambda t: ((t, *args[1:]), kwargs)
+    for key in ("hidden_states", "x", "input", "inputs"):
+        if key in kwargs:
+            return kwargs[key], lambda t, key=key: (args, {**kwargs, key: t})
+    return None, None
+
+
+def _first_tensor(out):
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    return getattr(out, "last_hidden_state", None)
+
+
+class Recorder:
+    """Hooks on the tracked modules: record (alone runs) or substitute-and-record (probe runs)."""
+
+    def __init__(self, modules):
+        self.modules = modules  # [(layer, path, kind, module)]
+        self.inputs: dict[int, object] = {}
+        self.outputs: dict[int, object] = {}
+        self.clean: dict[int, object] | None = None  # module index -> clean input [B, S, H]
+        self.handles = []
+
+    def __enter__(self):
+        for k, (_, _, _, module) in enumerate(self.modules):
+            self.handles.append(module.register_forward_pre_hook(self._pre(k), with_kwargs=True))
+            self.handles.append(module.register_forward_hook(self._post(k)))
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def _pre(self, k):
+        def hook(module, args, kwargs):
+            x, replace = _hidden(args, kwargs)
+            if x is None:
+                return None
+            if self.clean is not None and k in self.clean:
+                c = self.clean[k]
+                if c.shape == x.shape:
+                    return replace(c.to(x.dtype))
+            self.inputs[k] = x.detach()
+            return None
+
+        return hook
+
+    def _post(self, k):
+        def hook(module, args, kwargs_or_out, out=None):
+            t = _first_tensor(out if out is not None else kwargs_or_out)
+            if t is not None:
+                self.outputs[k] = t.detach()
+
+        return hook
+
+
+def _ids(sample, vocab: int) -> dict:
+    """A sampled row as a dataset item, token ids taken modulo the tiny vocabulary."""
+    ids = np.asarray(sample.input_ids, np.int64) % vocab
+    labels = np.asarray(sample.labels, np.int64)
+    labels = np.where(labels == schema.IGNORE_INDEX, labels, labels % vocab)
+    return {
+        "input_ids": ids,
+        "labels": labels,
+        "position_ids": np.asarray(sample.position_ids, np.int64),
+        "seq_lengths": np.asarray(sample.seq_lengths, np.int64),
+    }
+
+
+def run_alone(model, recorder, sample, vocab: int, device):
+    """Each document of `sample` on its own: [(logits [n, V], {module: (input, output)})]."""
+    import torch
+
+    item = _ids(sample, vocab)
+    out = []
+    for a, b in sample.bounds:
+        ids = torch.as_tensor(item["input_ids"][a:b], device=device)[None]
+        pos = torch.arange(b - a, device=device)[None]
+        recorder.inputs, recorder.outputs = {}, {}
+        with torch.no_grad():
+            logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits[0].float()
+        mods = {
+            k: (recorder.inputs[k][0], recorder.outputs[k][0])
+            for k in recorder.inputs
+            if k in recorder.outputs
+            and recorder.inputs[k].dim() == 3
+            and recorder.inputs[k].shape[1] == b - a
+        }
+        out.append((logits, mods))
+    return out
+
+
+def _batch(collator, items, device):
+    batch = collator(items)
+    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
+
+
+def _doc_diff(logits, samples, alone, first_row: int) -> float:
+    worst = 0.0
+    for r in range(logits.shape[0]):
+        for (a, b), (ref, _) in zip(samples[r].bounds, alone[first_row + r], strict=True):
+            scale = float(ref.abs().max()) or 1.0
+            worst = max(worst, float((logits[r, a:b] - ref).abs().max()) / scale)
+    return worst
+
+
+def _clean_inputs(recorder, samples, alone, first_row: int, model_in: dict) -> dict:
+    """Per tracked module: the packed run's own input with every document's span replaced by
+    that document's alone input (the pad tail keeps the packed values)."""
+    clean = {}
+    for k, x in model_in.items():
+        if x.dim() != 3 or x.shape[0] != len(samples):
+            continue
+        c = x.clone()
+        ok = True
+        for r, s in enumerate(samples):
+            for (a, b), (_, mods) in zip(s.bounds, alone[first_row + r], strict=True):
+                if k not in mods or c.shape[1] < b:
+                    ok = False
+                    break
+                c[r, a:b] = mods[k][0].to(c.dtype)
+        if ok:
+            clean[k] = c
+    return clean
+
+
+def _module_diffs(recorder, samples, alone, first_row: int) -> dict[int, float]:
+    diffs = {}
+    for k, y in recorder.outputs.items():
+        if y.dim() != 3 or y.shape[0] != len(samples):
+            continue
+        worst = 0.0
+        for r, s in enumerate(samples):
+            for (a, b), (_, mods) in zip(s.bounds, alone[first_row + r], strict=True):
+                if k not in mods:
+                    continue
+                ref = mods[k][1].float()
+                scale = float(ref.abs().max()) or 1.0
+                worst = max(worst, float((y[r, a:b].float() - ref).abs().max()) / scale)
+        diffs[k] = worst
+    return diffs
+
+
+def run_set(
+    model,
+    recorder,
+    name: str,
+    samples,
+    alone,
+    vocab: int,
+    device,
+    batch_rows: int,
+    tol: float | None,
+):
+    """Packed runs of every sampled row with the input set `name`; where a batch's logits differ
+    by more than `tol`, a probe run names the modules that leak (tol None: no probe runs)."""
+    import torch
+
+    from packtool.torch import PackedCollator
+
+    collator = PackedCollator("hf", **INPUT_SETS[name])
+    res = SetResult(name)
+    for start in range(0, len(samples), batch_rows):
+        rows = samples[start : start + batch_rows]
+        batch = _batch(collator, [_ids(s, vocab) for s in rows], device)
+        recorder.inputs, recorder.outputs, recorder.clean = {}, {}, None
+        try:
+            with torch.no_grad():
+                logits = model(**batch).logits.float()
+        except Exception as e:  # transformers refusing packed inputs: its words are the finding
+            res.error = " ".join(f"{type(e).__name__}: {e}".split())
+            return res
+        diff = _doc_diff(logits, rows, alone, start)
+        res.logits = max(res.logits, diff)
+        if tol is None or diff <= tol:
+            continue
+        recorder.clean = _clean_inputs(recorder, rows, alone, start, dict(recorder.inputs))
+        recorder.outputs = {}
+        with torch.no_grad():
+            model(**batch)
+        recorder.clean = None
+        for k, d in _module_diffs(recorder, rows, alone, start).items():
+            layer, path, kind, _ = recorder.modules[k]
+            key = f"layer {layer} {path}"
+            res.modules[key] = max(res.modules.get(key, 0.0), d)
+    return res
+
+
+def run_control(model, samples, alone, vocab: int, device, batch_rows: int) -> float:
+    """Positions counting through the row, no boundaries: the largest difference a document after
+    the first of its row shows (the check's power; 0 = a leak would go unseen)."""
+    import torch
+
+    power = 0.0
+    for start in range(0, len(samples), batch_rows):
+        rows = samples[start : start + batch_rows]
+        ids = torch.stack([torch.as_tensor(_ids(s, vocab)["input_ids"]) for s in rows]).to(device)
+        pos = torch.arange(ids.shape[1], device=device)[None].expand_as(ids)
+        with torch.no_grad():
+            logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits.float()
+        for r, s in enumerate(rows):
+            docs = list(zip(s.bounds, alone[start + r], strict=True))[1:]
+            for (a, b), (ref, _) in docs:
+                scale = float(ref.abs().max()) or 1.0
+                power = max(power, float((logits[r, a:b] - ref).abs().max()) / scale)
+    return power

@@ -1,0 +1,78 @@
+"""PackedCollator's seq_idx (Mamba-2 / conv / linear-attention kernels) and for_model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from packtool.torch import PackedCollator  # noqa: E402
+
+
+def _item(lengths, pack_len):
+    from packtool import schema
+
+    ids = np.arange(pack_len, dtype=np.int64)
+    return {
+        "input_ids": ids,
+        "labels": ids,
+        "position_ids": schema.position_ids(lengths, pack_len),
+        "seq_lengths": np.asarray(lengths),
+    }
+
+
+def test_seq_idx_per_row():
+    batch = PackedCollator(seq_idx=True)([_item([4, 3], 9), _item([6, 3], 9)])
+    assert batch["seq_idx"].dtype == torch.int32 and batch["seq_idx"].shape == (2, 9)
+    assert batch["seq_idx"].tolist() == [[0, 0, 0, 0, 1, 1, 1, 2, 2], [0] * 6 + [1] * 3]
+    assert "cu_seq_lens_q" in batch
+
+
+def test_seq_idx_varlen_over_the_batch():
+    batch = PackedCollator("varlen", seq_idx=True)([_item([4, 3], 9), _item([9], 9)])
+    assert batch["seq_idx"].shape == (1, 18)
+    assert batch["seq_idx"][0].tolist() == [0] * 4 + [1] * 3 + [2] * 2 + [3] * 9
+    # each change of seq_idx is a boundary of cu_seqlens
+    changes = [0, *(np.flatnonzero(np.diff(batch["seq_idx"][0].numpy())) + 1).tolist(), 18]
+    assert changes == batch["cu_seqlens"].tolist()
+
+
+def test_seq_idx_rows_read_off_positions():
+    item = _item([2, 5], 9)
+    del item["seq_lengths"]
+    batch = PackedCollator(seq_idx=True)([item])
+    assert batch["seq_idx"].tolist() == [[0, 0, 1, 1, 1, 1, 1, 2, 2]]
+
+
+def test_no_seq_idx_by_default_and_not_for_flex():
+    assert "seq_idx" not in PackedCollator()([_item([4, 3], 9)])
+    with pytest.raises(ValueError, match="seq_idx=True applies"):
+        PackedCollator("flex", seq_idx=True)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "seq_idx"),
+    [
+        ("llama", False),
+        ("qwen3", False),
+        ("nemotron_h", True),
+        ("qwen3_next", True),
+        ("lfm2", True),
+    ],
+)
+def test_for_model(model_type, seq_idx):
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type)
+    collate = PackedCollator.for_model(config)
+    assert collate.seq_idx is seq_idx and collate.flash_kwargs
+    assert ("seq_idx" in collate([_item([4, 3], 9)])) is seq_idx
+
+
+def test_for_model_takes_a_model():
+    class Model:  # anything with .config, as a transformers model has
+        config = {"model_type": "falcon_h1"}
+
+    assert PackedCollator.for_model(Model()).seq_idx
+    assert PackedCollator.for_model(Model(), "varlen", drop_padding=True).drop_padding

@@ -1,0 +1,199 @@
+"""verify --model: the input matrix on each architecture family, measured on tiny copies (CPU, no
+download: configs built in-process from transformers' config classes and saved as config.json)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from packtool import schema  # noqa: E402
+from packtool.cli import app  # noqa: E402
+from packtool.errors import PacktoolError  # noqa: E402
+from packtool.verify import model_check  # noqa: E402
+from packtool.verify.sampling import Sample  # noqa: E402
+
+KERNELS = [k for k in ("fla", "causal_conv1d", "mamba_ssm") if importlib.util.find_spec(k)]
+no_kernels = pytest.mark.skipif(bool(KERNELS), reason=f"kernel packages installed: {KERNELS}")
+
+# model_type, config overrides, expected cells (position_ids, +cu_seq_lens, +seq_idx) on a CPU
+# without kernel packages, transformers 5.24: "exact", "leaks", or "refused: needs PKG"
+MATRIX = [
+    ("llama", {}, ("exact", "exact", "exact")),
+    ("qwen3", {}, ("exact", "exact", "exact")),
+    ("gemma3", {}, ("exact", "exact", "exact")),
+    (
+        "qwen3_5",
+        {},
+        ("leaks", "refused: needs flash-linear-attention", "refused: needs causal-conv1d"),
+    ),
+    (
+        "qwen3_next",
+        {},
+        ("leaks", "refused: needs flash-linear-attention", "refused: needs causal-conv1d"),
+    ),
+    ("nemotron_h", {}, ("leaks", "leaks", "refused: needs causal-conv1d")),
+    ("falcon_h1", {}, ("leaks", "leaks", "refused: needs causal-conv1d")),
+    (
+        "lfm2",
+        {"layer_types": ["conv", "conv", "full_attention"], "num_hidden_layers": 3},
+        ("leaks", "leaks", "refused: needs causal-conv1d"),
+    ),
+    ("gpt_oss", {}, ("leaks", "leaks", "leaks")),  # eager on CPU: its mask ignores position_ids
+    ("mamba2", {}, ("leaks", "leaks", "leaks")),  # its scan is never given seq_idx
+]
+
+
+def _samples(rows: int = 2, lens=(24, 17, 9), pack_len: int = 56) -> list[Sample]:
+    rng = np.random.default_rng(3)
+    out = []
+    for r in range(rows):
+        ids = rng.integers(0, 5000, pack_len).astype(np.int32)
+        labels = ids.copy()
+        labels[sum(lens) :] = schema.IGNORE_INDEX
+        pos = schema.position_ids(list(lens), pack_len).astype(np.int32)
+        out.append(Sample("s", r, ids, labels, pos, np.array(lens)))
+    return out
+
+
+def _config(tmp_path, model_type: str, overrides: dict):
+    from transformers import AutoConfig
+
+    folder = tmp_path / model_type
+    AutoConfig.for_model(model_type, **overrides).save_pretrained(folder)
+    path = folder / "config.json"
+    return json.loads(path.read_text()), str(path), folder
+
+
+@no_kernels
+@pytest.mark.parametrize(
+    ("model_type", "overrides", "expected"), MATRIX, ids=[m[0] for m in MATRIX]
+)
+def test_matrix(tmp_path, model_type, overrides, expected):
+    cfg, path, _ = _config(tmp_path, model_type, overrides)
+    checks, report = model_check.run(cfg, path, model_type, _samples(), "cpu", 0)
+    cells = model_check.cells(report)
+    got = tuple(re.sub(r" \(.*| [0-9.e+-]+$", "", c) for c in cells.values())
+    assert got == expected, cells
+    isolation, control = checks
+    assert isolation.passed == (expected[0] == "exact")
+    assert control.passed, control.message  # the negative control differs on every architecture
+    assert report["control"] > model_check.POWER * report["tolerance"]
+    if not isolation.passed:  # names the layer kind, the difference and the fix
+        assert re.search(r"(linear attention|mamba|conv|attention) \(layer", isolation.message)
+        assert "Fix:" in isolation.message
+        assert report["minimum"] is None
+
+
+def test_every_layer_kind_kept(tmp_path):
+    cfg, path, _ = _config(tmp_path, "qwen3_next", {})
+    _, report = model_check.run(cfg, path, "qwen3_next", _samples(1), "cpu", 0)
+    kinds = {k for layer in report["layers"] for k in layer}
+    assert kinds == {"linear attention", "full attention", "moe"}
+    assert len(report["layers"]) == 4  # 3 linear + 1 full: the shortest prefix with every kind
+
+
+def test_sliding_window_below_documents(tmp_path):
+    from packtool.arch import tiny
+
+    cfg, path, _ = _config(tmp_path, "gemma3", {})
+    _, report = model_check.run(cfg, path, "gemma3", _samples(1), "cpu", 0)
+    assert "sliding attention" in {k for layer in report["layers"] for k in layer}
+    from transformers import AutoConfig
+
+    small = tiny.widths(AutoConfig.from_pretrained(path), pack_len=56, window=4)
+    assert small.sliding_window == 4
+
+
+def test_control_without_power():
+    """Rows whose later documents are one token long cannot show a leak: the control says so."""
+    report = {"control": 0.0, "tolerance": 1e-4}
+    check = model_check._control_check(report)
+    assert not check.passed and "no power" in check.message
+
+
+def test_fit_keeps_two_documents():
+    s = _samples(1, lens=(40, 10), pack_len=56)[0]
+    cut = model_check.fit(s, 24)
+    assert list(cut.seq_lengths) == [12, 10] and len(cut.input_ids) == 22
+    assert cut.position_ids.tolist() == [*range(12), *range(10)]
+    assert model_check.fit(_samples(1, lens=(50,), pack_len=56)[0], 24) is None
+
+
+def test_unknown_model_type(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no_such_arch_xyz"}))
+    with pytest.raises(PacktoolError, match="cannot read a 'no_such_arch_xyz' config"):
+        model_check.run(
+            {"model_type": "no_such_arch_xyz"},
+            str(tmp_path / "config.json"),
+            "x",
+            _samples(),
+            "cpu",
+            0,
+        )
+
+
+runner = CliRunner()
+
+
+def test_cli_passes_llama_and_fails_qwen3_5(tmp_path, clean_pack):
+    _, _, llama = _config(tmp_path, "llama", {})
+    r = runner.invoke(app, ["verify", str(clean_pack), "--model", str(llama), "--rows", "2"])
+    assert r.exit_code == 0, r.output
+    assert "inputs  position_ids" in r.output and "exact" in r.output
+    out = tmp_path / "v.json"
+    _, _, qwen = _config(tmp_path, "qwen3_5", {})
+    r = runner.invoke(
+        app, ["verify", str(clean_pack), "--model", str(qwen), "--rows", "2", "--json", str(out)]
+    )
+    if KERNELS:
+        pytest.skip("kernel packages installed")
+    assert r.exit_code == 1, r.output
+    assert "FAIL model isolation" in r.output and "linear attention" in r.output
+    assert "flash-linear-attention" in r.output and "Traceback" not in r.output
+    report = json.loads(out.read_text())["model"]
+    assert report["minimum"] is None and set(report["matrix"]) == {
+        "position_ids",
+        "+cu_seq_lens",
+        "+seq_idx",
+    }
+
+
+def test_cli_usage_errors(tmp_path, clean_pack):
+    r = runner.invoke(app, ["verify", str(clean_pack), "--model", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "no such folder or file" in r.output
+    r = runner.invoke(app, ["verify", str(clean_pack), "--allow-download"])
+    assert r.exit_code == 2 and "add --model" in r.output
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no_such_arch_xyz"}))
+    r = runner.invoke(app, ["verify", str(clean_pack), "--model", str(tmp_path), "--rows", "2"])
+    assert r.exit_code == 1 and "no_such_arch_xyz" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.slow
+def test_every_causal_lm_config_gives_a_result_or_one_line(tmp_path):
+    """Every architecture transformers ships a causal-LM config for: a result, or a PacktoolError
+    (one line) — never another exception."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    bad = {}
+    for mt in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        try:
+            AutoConfig.for_model(mt).save_pretrained(tmp_path / mt)
+        except Exception:
+            continue  # no default config: nothing a user could pass
+        path = tmp_path / mt / "config.json"
+        try:
+            model_check.run(json.loads(path.read_text()), str(path), mt, _samples(1), "cpu", 0)
+        except PacktoolError as e:
+            assert "\n" not in str(e)
+        except Exception as e:  # pragma: no cover - the failure lists them
+            bad[mt] = f"{type(e).__name__}: {e}"
+    assert not bad, bad
