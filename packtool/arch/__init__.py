@@ -155,9 +155,13 @@ def inputs_for(config) -> tuple[str, ...]:
     return f.inputs or ("position_ids", "cu_seq_lens")
 
 
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 def missing_kernels(config) -> list[str]:
     """The pip names of the kernel packages this architecture needs that are not installed here."""
-    return [KERNELS[k] for k in family(config).kernels if importlib.util.find_spec(k) is None]
+    return [KERNELS[k] for k in family(config).kernels if not installed(k)]
 
 
 def warning(config, where: str) -> str | None:

@@ -47,15 +47,21 @@ def config_path(model: str, allow_download: bool = False) -> str:
                 "with config.json) or a hub id"
             )
         return path
-    if model.count("/") == 1 and not model.startswith((".", "/")):
+    if (
+        model.count("/") == 1
+        and not model.startswith((".", "/", "~"))
+        and not model.endswith(".json")
+    ):
         path = _from_hub(model, allow_download)
         if path:
             return path
         raise UsageError(
-            f"--model {model}: no such folder, and {CONFIG} of the hub id {model!r} is not in "
+            f"--model {model}: no such file or folder, and {CONFIG} of the hub id {model!r} is not in "
             "the local cache; add --allow-download (fetches config.json only) or pass the folder"
         )
-    raise UsageError(f"--model {model}: no such folder or file; give a model folder or a hub id")
+    raise UsageError(
+        f"--model {model}: no such file or folder; give a model folder, its config.json or a hub id"
+    )
 
 
 def read_config(model: str, allow_download: bool = False) -> tuple[dict, str]:
@@ -77,10 +83,26 @@ def folder_config(folder: str | None) -> dict | None:
     """The config.json of a tokenizer folder that is a whole model folder, or None (no error)."""
     if not folder or not os.path.isdir(os.path.expanduser(folder)):
         return None
-    path = os.path.join(os.path.expanduser(folder), CONFIG)
+    return _json_or_none(os.path.join(os.path.expanduser(folder), CONFIG))
+
+
+def _json_or_none(path: str) -> dict | None:
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
     except (OSError, ValueError):
         return None
     return cfg if isinstance(cfg, dict) and "model_type" in cfg else None
+
+
+def model_warning(model: str | None, tokenizer: str | None) -> str | None:
+    """inspect/profile/pack's one-line early warning (packtool.arch.warning) for --model, or for a
+    --tokenizer folder that holds the model's config.json; None when there is nothing to say."""
+    from packtool import arch
+
+    if model:
+        path = config_path(model)
+        cfg = _json_or_none(path)  # a config without model_type: nothing to warn about
+        return arch.warning(cfg, path) if cfg else None
+    cfg = folder_config(tokenizer)
+    return arch.warning(cfg, f"{tokenizer}/config.json") if cfg else None

@@ -35,6 +35,7 @@ def tokenize_config(
     tokenizer_backend: str = "auto",
     template_date: str | None = None,
     special_in_content: str = "keep",
+    strict_labels: bool = False,
     allow_download: bool = False,
 ) -> TokenizeConfig:
     """The configs of the tokenization options; ReadConfig and TokenizeConfig check the values."""
@@ -55,6 +56,7 @@ def tokenize_config(
         tokenizer_backend=tokenizer_backend,
         template_date=template_date,
         special_in_content=special_in_content,
+        strict_labels=strict_labels,
         read=read,
     )
     if allow_download:  # read by packtool.tokenization.loading, in this process and its workers
@@ -162,3 +164,14 @@ def _number(spec: str, key: str, text: str, kind, example: str):
         raise UsageError(
             f"input {spec!r}: {key}={text!r} is not a number; e.g. ::{example}"
         ) from None
+
+
+def warn_model(out, model: str | None, tokenizer: str | None) -> str | None:
+    """Say packtool.arch's early warning for --model (or a --tokenizer model folder) on stderr,
+    before any tokenizing; return it (profile puts it beside its recommendation)."""
+    from packtool.arch.config import model_warning
+
+    text = model_warning(model, tokenizer)
+    if text:
+        out.console.print(f"[yellow]warning:[/] {text}", soft_wrap=True, highlight=False)
+    return text

@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.options import Data, JsonOpt, TokenizeArgs, tokenize_options
+from packtool.commands.common import warn_model
+from packtool.commands.options import Data, JsonOpt, ModelOpt, TokenizeArgs, tokenize_options
 from packtool.commands.output import Output
 
 
@@ -16,6 +17,7 @@ def inspect(
     data: Data,
     index: Annotated[int, typer.Option("--index", "-i", help="Record to show (0-based).")] = 0,
     json_out: JsonOpt = None,
+    model: ModelOpt = None,
     *,
     tok: TokenizeArgs,
 ) -> None:
@@ -23,6 +25,7 @@ def inspect(
     from packtool.report.inspect import render_inspect
 
     out = Output(json_out)
+    warn_model(out, model, tok.tokenizer)
     cfg = tok.config(
         on_error="error", num_proc=1, no_cache=True
     )  # one record: no workers, no cache

@@ -43,6 +43,17 @@ Inputs = Annotated[
         show_default=False,
     ),
 ]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="The model you will train (folder with config.json, the file, or a cached hub id; "
+        "a --tokenizer folder with a config.json is read the same way): one warning line, before "
+        "tokenizing, when its architecture cannot keep packed documents apart on this machine "
+        "(profile: also its FLOPs).",
+        show_default=False,
+    ),
+]
 JsonOpt = Annotated[
     str | None,
     typer.Option(
@@ -145,6 +156,13 @@ class TokenizeArgs:
         help="Control tokens inside message text (e.g. a typed <|im_start|>): keep "
         "(as control tokens, like apply_chat_template; counted and announced) | split (tokenize as plain text) | "
         "error (refuse the record).",
+    )
+    strict_labels: bool = _option(
+        False,
+        "--strict-labels",
+        help="Refuse data that trains text it does not contain (an empty block the template "
+        "writes, an empty assistant turn, an example without loss) or whose reasoning the template "
+        "drops: one line naming the file, record and kind (else these are counted and warned).",
     )
     allow_download: bool = _option(
         False,

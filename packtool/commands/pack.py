@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.common import parse_inputs
-from packtool.commands.options import Inputs, JsonOpt, TokenizeArgs, tokenize_options
+from packtool.commands.common import parse_inputs, warn_model
+from packtool.commands.options import Inputs, JsonOpt, ModelOpt, TokenizeArgs, tokenize_options
 from packtool.commands.output import Output
 from packtool.config import PackConfig
 from packtool.report.tokenized import announce
@@ -88,6 +88,7 @@ def pack(
         ),
     ] = False,
     json_out: JsonOpt = None,
+    model: ModelOpt = None,
     *,
     tok: TokenizeArgs,
 ) -> None:
@@ -108,6 +109,7 @@ def pack(
     )
     tcfg = tok.config()
     engine_cfg = tok.engine_config()
+    warn_model(output, model, tok.tokenizer)
     inputs = parse_inputs(data, tcfg.read)  # None: one DATA without ::options, read as always
     source = data[0] if inputs is None else inputs
     size = 0 if tok.limit else api.input_bytes(source)  # --limit reads a part of unknown size

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Annotated
 
 import typer
 
 from packtool import api
-from packtool.commands.common import parse_inputs
-from packtool.commands.options import JsonOpt, TokenizeArgs, tokenize_options
+from packtool.commands.common import parse_inputs, warn_model
+from packtool.commands.options import JsonOpt, ModelOpt, TokenizeArgs, tokenize_options
 from packtool.commands.output import Output
 from packtool.config import ProfileConfig
 from packtool.errors import PacktoolError, UsageError
@@ -42,11 +41,9 @@ def load_model(model: str | None, params: str | None, layers: int | None, hidden
     if model and params:
         raise UsageError("give either --model CONFIG.json or --params/--layers/--hidden, not both")
     if model:
-        path = os.path.join(model, "config.json") if os.path.isdir(model) else model
-        if not os.path.isfile(path):
-            raise UsageError(
-                f"--model {model!r}: no such file (a transformers config.json or its folder)"
-            )
+        from packtool.arch.config import config_path
+
+        path = config_path(model)  # a folder, its config.json, or a cached hub id
         try:
             with open(path) as f:
                 cfg = json.load(f)
@@ -108,10 +105,7 @@ def profile(
         str | None,
         typer.Option("--plot", help="Write a PNG with histograms and the strategy comparison."),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option("--model", help="transformers config.json (or its folder) for FLOPs."),
-    ] = None,
+    model: ModelOpt = None,
     params: Annotated[
         str | None,
         typer.Option("--params", help="Parameter count, e.g. 7e9 or 7B (with --layers, --hidden)."),
@@ -189,6 +183,7 @@ def profile(
     if plot is not None and not plot.lower().endswith(".png"):
         raise UsageError(f"--plot {plot!r} must end in .png")
     out = Output(json_out)
+    unsafe = warn_model(out, model, tok.tokenizer)
     td = None
     if data is not None:
         tcfg = tok.config()
@@ -231,6 +226,11 @@ def profile(
                 lens,
                 source={"kind": "lengths", "path": lengths_file},
                 on_stage=stage.step,
+            )
+        if unsafe:  # the recommendation below holds only once documents stay apart
+            result.notes.append(
+                "packing is recommended below only for a setup that keeps this model's packed "
+                f"documents apart: {unsafe}"
             )
         if plot is not None:
             stage.step("drawing the PNG")

@@ -45,7 +45,7 @@ def test_inputs_for():
 
 
 def test_warning_names_missing_kernels(monkeypatch):
-    monkeypatch.setattr(arch.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(arch, "installed", lambda name: False)
     w = arch.warning({"model_type": "qwen3_5"}, "cfg/")
     assert "flash-linear-attention and causal-conv1d" in w and "seq_idx" in w and "cfg/" in w
     assert arch.warning({"model_type": "llama"}, "cfg/") is None
@@ -53,7 +53,7 @@ def test_warning_names_missing_kernels(monkeypatch):
 
 
 def test_no_warning_with_kernels(monkeypatch):
-    monkeypatch.setattr(arch.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(arch, "installed", lambda name: True)
     assert arch.warning({"model_type": "nemotron_h"}, "x") is None
 
 
@@ -67,7 +67,7 @@ def test_read_config(tmp_path):
 
 def test_read_config_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(UsageError, match="no such folder or file"):
+    with pytest.raises(UsageError, match="no such file or folder"):
         read_config(str(tmp_path / "missing"))
     with pytest.raises(UsageError, match="has no config.json"):
         read_config(str(tmp_path))
@@ -90,3 +90,48 @@ def test_readme_shows_the_table():
         assert f"`{f.name}`" in readme, f.name
         for k in f.kernels:
             assert arch.KERNELS[k] in readme
+
+
+def test_model_warning(tmp_path, monkeypatch):
+    from packtool.arch.config import model_warning
+
+    monkeypatch.setattr(arch, "installed", lambda name: False)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "nemotron_h"}))
+    assert "mamba-ssm and causal-conv1d" in model_warning(str(tmp_path), None)
+    # a --tokenizer folder that is a whole model folder is read the same way
+    assert "mamba-ssm" in model_warning(None, str(tmp_path))
+    assert model_warning(None, None) is None
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2}))  # FLOPs-only
+    assert model_warning(str(tmp_path), None) is None
+
+
+def test_commands_warn_before_tokenizing(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from packtool.cli import app
+
+    monkeypatch.setattr(arch, "installed", lambda name: False)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_next"}))
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "yo"},
+                ]
+            }
+        )
+        + "\n"
+    )
+    runner = CliRunner()
+    r = runner.invoke(app, ["inspect", str(data), "--model", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "warning: qwen3_next" in r.output and "flash-linear-attention" in r.output
+    r = runner.invoke(
+        app,
+        ["pack", str(data), "--len", "64", "--out", str(tmp_path / "p"), "--model", str(tmp_path)],
+    )
+    assert r.exit_code == 0 and "warning: qwen3_next" in r.output
+    r = runner.invoke(app, ["inspect", str(data), "--model", str(tmp_path / "missing")])
+    assert r.exit_code == 2 and "no such file or folder" in r.output

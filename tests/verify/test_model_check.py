@@ -168,7 +168,7 @@ def test_cli_passes_llama_and_fails_qwen3_5(tmp_path, clean_pack):
 
 def test_cli_usage_errors(tmp_path, clean_pack):
     r = runner.invoke(app, ["verify", str(clean_pack), "--model", str(tmp_path / "none")])
-    assert r.exit_code == 2 and "no such folder or file" in r.output
+    assert r.exit_code == 2 and "no such file or folder" in r.output
     r = runner.invoke(app, ["verify", str(clean_pack), "--allow-download"])
     assert r.exit_code == 2 and "add --model" in r.output
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "no_such_arch_xyz"}))
