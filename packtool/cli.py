@@ -141,12 +141,25 @@ def _on_sigint(signum, frame):
     raise KeyboardInterrupt
 
 
+def interrupt_in_chain(e: BaseException) -> bool:
+    """Whether `e` wraps a Ctrl-C: a KeyboardInterrupt raised while a numba-compiled function
+    returns surfaces as `SystemError: CPUDispatcher(...) returned a result with an exception set`
+    whose __context__ (or __cause__) is the KeyboardInterrupt."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def _unraisable(hook):
     """sys.unraisablehook that drops the KeyboardInterrupts a callback swallowed (no traceback:
     `_interrupted` remembers them) and passes everything else to `hook`."""
 
     def unraisable(u):
-        if not isinstance(u.exc_value, KeyboardInterrupt):
+        if u.exc_value is None or not interrupt_in_chain(u.exc_value):
             hook(u)
 
     return unraisable
@@ -186,7 +199,8 @@ def guard(fn):
       exit 1: the environment failed mid-run (options found unusable up front, such as an --out
       that cannot be written, are UsageErrors raised by the checks themselves).
     - BrokenPipeError on stdout (`packtool ... | head`) → quiet, exit 0: the reader had enough.
-    - Ctrl-C at any stage → `interrupted`, exit 130, after the with-blocks and finally clauses on the
+    - Ctrl-C at any stage → `interrupted`, exit 130 (also when a library wrapped the
+      KeyboardInterrupt in another exception, `interrupt_in_chain`), after the with-blocks and finally clauses on the
       way up removed temporary folders and terminated worker processes. A Ctrl-C that a library
       swallowed (numba's compile callbacks) still exits 130 when the command returns.
     Warnings that packtool raises (a damaged cache entry, ...) print as one line too.
@@ -225,6 +239,10 @@ def guard(fn):
                 raise
             sys.stderr.write(f"error: {os_error_line(e)}\n")
             code = 1
+        except Exception as e:
+            if not interrupt_in_chain(e):
+                raise
+            _interrupted = True  # e.g. numba's SystemError around a Ctrl-C: still an interrupt
         finally:
             sys.unraisablehook = hook
             if previous is not None:

@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -292,6 +293,40 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+def interruptible(fn, *args):
+    """`fn(*args)`, answering Ctrl-C within a fraction of a second even while `fn` sits in one long
+    C or Rust call (a large tokenizer.json parses for ~30 s, and Python runs a signal handler only
+    between bytecodes of the main thread).
+
+        main thread:   start ─ wait 0.1 s ─ wait 0.1 s ─ … ─ result (or its exception)
+        daemon thread:  └──── fn(*args) ───────────────────┘
+                       Ctrl-C: KeyboardInterrupt in the main thread at once; the daemon
+                       thread is left to finish (or die with the process)
+
+    Off the main thread (no signals there) `fn` simply runs in place."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    out: dict[str, Any] = {}
+
+    def work():
+        try:
+            out["value"] = fn(*args)
+        except BaseException as e:  # handed to the main thread
+            out["error"] = e
+
+    worker = threading.Thread(target=work, name="packtool-tokenizer-load", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def _resolve(name: str | None) -> TokenizerSpec:
+    return TokenizerSpec.from_loaded(load_tokenizer(name))
+
+
 def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
     """The TokenizerSpec of `name`, from $PACKTOOL_CACHE/tokenizers when its files and the library
     versions are unchanged (checksummed like every cache entry), else resolved with transformers."""
@@ -299,7 +334,7 @@ def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
 
     key = tokenizer_key(name)
     if key.endswith(":uncached"):  # not on disk: let load_tokenizer say so
-        return TokenizerSpec.from_loaded(load_tokenizer(name))
+        return interruptible(_resolve, name)
     digest = hashlib.sha256(
         json.dumps([key, library_versions()], sort_keys=True).encode()
     ).hexdigest()[:24]
@@ -311,6 +346,6 @@ def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
                 return TokenizerSpec.from_json(stored)
             except TypeError:
                 pass  # written by another packtool version: resolve again
-    spec = TokenizerSpec.from_loaded(load_tokenizer(name))
+    spec = interruptible(_resolve, name)
     entry_cache.write_json(path, spec.to_json())
     return spec
