@@ -155,6 +155,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     else:
         backend["reason"] = why
     ids, labels = enc.input_ids[0], enc.labels[0]
+    audit, label_warnings = _label_audit(target, template, enc, labels, cfg)
     return {
         **where,
         "format": fmt,
@@ -166,7 +167,9 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
                 "mode": cfg.special_in_content,
                 "examples": int(enc.special is not None and enc.special[0]),
             },
+            **({"label_audit": audit} if audit else {}),
         },
+        "label_warnings": label_warnings,
         "tokenizer_backend": backend,
         "train_on": cfg.train_on,
         "example": example,
@@ -176,6 +179,20 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         "labels": labels.tolist(),
         "runs": _runs(_Decoder(spec), ids, labels),
     }
+
+
+def _label_audit(target, template, enc, labels, cfg) -> tuple[dict, list[str]]:
+    """This example's label audit (packtool.tokenization.encode.label_audit) and its warnings;
+    --strict-labels refuses it as a pack would."""
+    from packtool.tokenization.encode import audit_warnings, label_audit, strict_problem
+
+    notes = [(target.index, enc.notes[0])] if enc.notes and enc.notes[0] else []
+    zero = [] if np.any(labels != IGNORE_INDEX) else [target.index]
+    audit, idx = label_audit(notes, zero, lambda i: target.where)
+    problem = strict_problem(audit) if cfg.strict_labels else None
+    if problem:
+        raise PacktoolError(problem)
+    return audit, audit_warnings(audit, idx, template.name, lambda x: ", ".join(map(str, x)))
 
 
 def _pack_tokenizer(data: str) -> str | None:

@@ -69,6 +69,7 @@ class _Parts:
         lines = None
         rejects: list = []
         special: list[int] = []
+        notes: list = []
         for b in readers.part_batches(path, self.read, part):
             if b.lines_read is not None:
                 lines = b.lines_read
@@ -81,6 +82,7 @@ class _Parts:
                 [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
             ]
             special += result.special
+            notes += [[i, x] for i, x in result.notes]
             removed += result.removed_padding
             t = pa.Table.from_batches([result.table])
             n = t.num_rows
@@ -94,6 +96,7 @@ class _Parts:
             "lines": lines,
             "rejects": rejects,
             "special": special,
+            "notes": notes,
             "removed": removed,
             "memory": memory(),
         }
@@ -455,6 +458,7 @@ def _assemble(
             if info["looks"] is not None:
                 formats.looks[info["path"]] = info["looks"]
     special: list[int] = []
+    notes: list[tuple[int, dict]] = []
     removed = 0
     for k, (path, _) in enumerate(parts):
         meta, start = got.metas[k], int(counted.part_start[k])
@@ -470,6 +474,9 @@ def _assemble(
                 counted.position_offset[k] + position,
             )
         special += [start + i for i in meta["special"] if limit is None or start + i < limit]
+        notes += [
+            (start + i, x) for i, x in meta.get("notes", ()) if limit is None or start + i < limit
+        ]
         removed += meta["removed"]
     if not lengths.shape[0]:
         raise PacktoolError(
@@ -479,13 +486,16 @@ def _assemble(
     zero_loss = gidx[loss == 0].tolist()
     meta = pl.summary_meta(
         source, cfg, formats, kind, label_src, pretokenized, tokenizer, backend, warnings,
-        removed, zero_loss, sorted(special),
+        removed, zero_loss, sorted(special), sorted(notes, key=lambda n: n[0]),
     )  # fmt: skip
     meta = json.loads(json.dumps(meta, default=str))  # as a cache entry stores it
-    return TokenizedData(
-        table=None,
-        lengths=lengths.astype(np.int32),
-        loss_counts=loss.astype(np.int32),
-        source_index=gidx.astype(np.int64),
-        **pl.meta_fields(meta),
+    return pl.check_strict_labels(
+        TokenizedData(
+            table=None,
+            lengths=lengths.astype(np.int32),
+            loss_counts=loss.astype(np.int32),
+            source_index=gidx.astype(np.int64),
+            **pl.meta_fields(meta),
+        ),
+        cfg,
     )

@@ -32,6 +32,8 @@ def render_inspect(result: dict[str, Any], console) -> None:
                 f"[yellow]warning:[/] this example holds control tokens in message text "
                 f"(--special-in-content {sic.get('mode')})"
             )
+    for w in result.get("label_warnings") or ():  # what is trained that the data lacks
+        console.print(f"[yellow]warning:[/] {w}")
     backend = result.get("tokenizer_backend") or {}
     if backend.get("name"):
         console.print(

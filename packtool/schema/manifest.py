@@ -5,7 +5,12 @@
       pack_len, strategy, order, max_docs,      how the rows were planned
       overflow, shuffle, seed, shard_rows
       pad_id, pad_id_from                       the pad tail's token and where it came from
-      tokenizer, tokenizer_backend, options     how the data was tokenized (dicts, as recorded)
+      tokenizer, tokenizer_backend, options     how the data was tokenized (dicts, as recorded);
+                                                tokenizer.label_audit: what is trained that the
+                                                data lacks, per kind ({template_inserted |
+                                                empty_turns | dropped_reasoning |
+                                                zero_loss_documents: {examples, turns, tokens,
+                                                first}}), written only when found
       format, sources                           what was read: [{path, size, sha256}]
       inputs                                    a mixture's inputs (input_problems); absent for one input
       counts   Counts                           examples_read ... rows (below)
@@ -134,6 +139,13 @@ class Manifest:
     extra: dict[str, Any] = field(
         default_factory=dict
     )  # keys a later writer added: kept as they are
+
+    @property
+    def label_audit(self) -> dict[str, dict[str, Any]]:
+        """{kind: {examples, turns, tokens, first}} of what is trained that the data lacks
+        (packtool.tokenization.encode.label_audit); {} when nothing was found or not recorded."""
+        audit = (self.tokenizer or {}).get("label_audit")
+        return audit if isinstance(audit, dict) else {}
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

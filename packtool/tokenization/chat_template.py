@@ -76,6 +76,7 @@ class ChatTemplate:
     date: str | None = None  # the date strftime_now() returns, when the template calls it
     family: str | None = None
     end_of_turn: str | None = None  # the trained end token, e.g. "<|eot_id|> (EOS)"
+    near: str | None = None  # TRL's training template of the official one this is a near miss of
 
     def info(self) -> dict:
         return {
@@ -154,6 +155,44 @@ def trl_training_name(source: str) -> str | None:
         if official.is_file() and official.read_text(encoding="utf-8").strip() == source.strip():
             return training.stem
     return None
+
+
+NEAR = 0.85  # blocks alike (difflib ratio) for a near miss of an official template
+_BLOCK = re.compile(r"(?=\{[{%#])|(?<=[}%#]\})")  # between Jinja tags: one-line templates too
+
+
+def _blocks(source: str) -> list[str]:
+    return [b for b in (x.strip() for x in _BLOCK.split(source)) if b]
+
+
+@functools.lru_cache(maxsize=8)
+def trl_near_miss(source: str) -> tuple[str, float, int, int] | None:
+    """(X_training, ratio alike, blocks that differ, blocks) for the official template X.jinja that
+    TRL ships a training version of and that `source` is nearest to, when at least NEAR alike
+    (an older revision of the same model's template: Qwen3's, DeepSeek-V3's); compared block by
+    block (text between Jinja tags), so one-line templates compare as well as multi-line ones."""
+    import difflib
+
+    folder = trl_dir()
+    if folder is None:
+        return None
+    mine = _blocks(source)
+    best = None
+    for training in sorted(folder.glob("*_training.jinja")):
+        official = folder / (training.name[: -len("_training.jinja")] + ".jinja")
+        if not official.is_file():
+            continue
+        theirs = _blocks(official.read_text(encoding="utf-8"))
+        sm = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
+        if sm.real_quick_ratio() < NEAR or sm.quick_ratio() < NEAR:
+            continue
+        ratio = sm.ratio()
+        if ratio >= NEAR and (best is None or ratio > best[1]):
+            differ = sum(
+                max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"
+            )
+            best = (training.stem, ratio, differ, max(len(mine), len(theirs)))
+    return best
 
 
 def _trl_template(name: str) -> ChatTemplate:
@@ -238,10 +277,18 @@ def family_of(source: str) -> str | None:
     return None
 
 
-def family_fix(family: str | None, train_on: str) -> str:
-    """What to do when this family's own template cannot locate every assistant turn."""
+def family_fix(family: str | None, train_on: str, near: str | None = None) -> str:
+    """What to do when this family's own template cannot locate every assistant turn; `near`:
+    the TRL training template of the official template this one is a near miss of, said first."""
     fixes = []
     training = FAMILIES.get(family, (None, None))[1] if family else None
+    if near:
+        fixes.append(
+            f"--chat-template trl:{near} (TRL's training version of the official template this "
+            "one is a near miss of)"
+        )
+        if near == training:
+            training = None
     if family == "ChatML (Qwen)":
         fixes.append("--chat-template chatml-train (packtool's ChatML training template)")
     elif training:
@@ -304,6 +351,16 @@ def pick(spec, choice: str | None) -> ChatTemplate:
             why=f"TRL's training version of the tokenizer's official template "
             f"({name[: -len('_training')]}.jinja)",
         )
+    near = trl_near_miss(own)
+    if near:
+        name, ratio, differ, blocks = near
+        return replace(
+            tpl,
+            near=name,
+            why=f"the tokenizer's own template, a near miss of TRL's official "
+            f"{name[: -len('_training')]}.jinja ({ratio:.0%} alike, {differ} of {blocks} blocks "
+            f"differ): --chat-template trl:{name} is most likely its training version",
+        )
     return replace(tpl, why="the tokenizer's own template (no training version known)")
 
 
@@ -335,7 +392,7 @@ def choose(
             raise UsageError(
                 f"chat template '{tpl.name}'{f' ({family})' if family else ''} of tokenizer {spec.name} is not "
                 "prefix-preserving (it renders earlier turns differently once later turns follow), so its assistant "
-                f"turns cannot be located; fix: {family_fix(family, train_on)}"
+                f"turns cannot be located; fix: {family_fix(family, train_on, tpl.near)}"
             )
     if error:
         error = error.replace(f"chat template '{tpl.name}' ", "").replace(" on this record", "")

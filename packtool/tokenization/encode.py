@@ -39,6 +39,18 @@ by a user) are counted, and kept as control tokens (`keep`, what apply_chat_temp
 tokenized as plain text (`split`: such an example is tokenized piece by piece, each literal on its
 own with special-token matching off), or refused (`error`) — `--special-in-content`.
 
+What is trained that the data does not hold, and what of the data is not trained, is counted per
+example and kind (`Encoded.notes`, `label_notes`; the pipeline sums them into the summary, the
+manifest's `tokenizer.label_audit` and warnings, and `--strict-labels` refuses them):
+
+    template_inserted   an empty block the template writes into a trained turn the data gave no
+                        such block (TRL's qwen3_training: `<think>\n\n</think>\n\n` in every turn)
+    empty_turns         an assistant turn with no text, reasoning or tool call: only its end-of-turn
+                        token is trained (axolotl's missingturns data)
+    dropped_reasoning   the reasoning of an earlier assistant turn that the template does not render
+    think_omitted       (said, never refused) chatml-train on a tokenizer whose own template writes
+                        `<think>` blocks: turns without reasoning are trained with no block at all
+
 Prompt-completion strings: prompt tokens (no loss) + completion tokens + EOS (loss), tokenized
 separately so the boundary is exact. Plain text: every token + EOS carries loss.
 """
@@ -72,6 +84,7 @@ class Encoded:
     offsets: np.ndarray  # int64[n + 1]
     errors: list[str | None]  # per example: None, or why it was not encoded (then it has 0 tokens)
     special: np.ndarray | None = None  # bool[n]: message content holds control tokens
+    notes: list[dict] | None = None  # per example: label_notes' {kind: [turns, tokens]}
 
     @property
     def input_ids(self) -> list[np.ndarray]:
@@ -111,6 +124,13 @@ def dated_source(template: ChatTemplate) -> str:
 
 
 _PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
+TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, THINK_OMITTED = (
+    "template_inserted",
+    "empty_turns",
+    "dropped_reasoning",
+    "think_omitted",
+)
+_EMPTY_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>\s*</\1>\s*")  # <think>\n\n</think>\n\n
 
 
 def _appears(value: str, text: str) -> bool:
@@ -221,6 +241,15 @@ class Encoder:
         self._special_first = (
             firsts.pop() if len(firsts) == 1 else None
         )  # "<": a cheap test before the regex
+        from packtool.tokenization.chat_template import _own
+
+        # chatml-train on a tokenizer whose own template writes <think> blocks (Qwen3): said per turn
+        self._omits_think = (
+            template is not None
+            and template.name == "chatml-train"
+            and "<think>" in (_own(spec) or "")
+        )
+        self._counts: dict[str, int] = {}  # tokens of a trained piece (an empty block, a lone end)
 
     def __getstate__(self):
         return {**self.__dict__, "_backend": None, "_plain": None}
@@ -305,7 +334,8 @@ class Encoder:
     def _fix(self) -> str:
         from packtool.tokenization.chat_template import family_of
 
-        return family_fix(self.template.family or family_of(self.template.source), self.train_on)
+        family = self.template.family or family_of(self.template.source)
+        return family_fix(family, self.train_on, self.template.near)
 
     def _turn_end(self, upto: str) -> int:
         stripped = upto.rstrip()
@@ -421,8 +451,70 @@ class Encoder:
             out.append(m)
         return out, literals
 
-    def _chat_text(self, ex: dict) -> tuple[str, np.ndarray, list[str], bool]:
-        """(rendered text, trained char spans, control-token literals of split mode, content had control tokens)."""
+    def _no_tools(self, messages: list[dict], tools) -> str:
+        """'; the template has no tool role ...' when the record uses tools (a tool turn, a tool call,
+        tool definitions) and the template never mentions them (Gemma 3: its refusal only says that
+        roles must alternate); else ''."""
+        used = tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
+        if not used or re.search(r"\btools?\b|tool_calls", self.template.source):
+            return ""
+        return (
+            f" (the template{f' of {self.template.family}' if self.template.family else ''} has no "
+            "tool role: it renders no tool turns, calls or definitions); drop tool records with "
+            "--on-error skip, or use a template that supports tools (--chat-template chatml-train "
+            "for ChatML models, trl:NAME or FILE)"
+        )
+
+    def _count(self, piece: str) -> int:
+        """Tokens of a trained piece on its own (cached: the same few pieces recur)."""
+        n = self._counts.get(piece)
+        if n is None:
+            n = len(self.backend.encode([piece], add_special_tokens=False)[0])
+            if len(self._counts) < 4096:
+                self._counts[piece] = n
+        return n
+
+    def label_notes(self, messages: list[dict], text: str, paired) -> dict[str, list[int]]:
+        """{kind: [turns, tokens]} of what is trained that the data does not hold and of what the data
+        holds that the template does not render (the kinds of the module docstring). `paired`: (turn,
+        trained char span) of each trained assistant turn, None when spans and turns do not pair up."""
+        notes: dict[str, list[int]] = {}
+
+        def add(kind: str, tokens: int) -> None:
+            t = notes.setdefault(kind, [0, 0])
+            t[0] += 1
+            t[1] += tokens
+
+        if self.renderer != "native":  # the native renderer writes every turn's reasoning
+            for m in messages:
+                r = m.get("reasoning_content")
+                if m["role"] == "assistant" and isinstance(r, str) and r.strip():
+                    if not _appears(r, text):
+                        add(DROPPED_REASONING, 0)
+        for i, (a, b) in paired or ():
+            if a >= b:
+                continue  # nothing of this turn is trained
+            m = messages[i]
+            body = text[a:b]
+            content = m.get("content") if isinstance(m.get("content"), str) else ""
+            reasoning = m.get("reasoning_content")
+            if m.get("tool_calls") or (isinstance(reasoning, str) and reasoning.strip()):
+                continue  # the template's framing of a call or of reasoning is the data's
+            c = content.strip()
+            if not c:
+                add(EMPTY_TURNS, self._count(body))
+            elif c not in body:
+                continue  # the template rewrote the text (escaped, split): nothing to compare
+            rest = body.replace(c, "", 1) if c else body
+            for block in _EMPTY_BLOCK.finditer(rest):
+                add(TEMPLATE_INSERTED, self._count(block.group(0)))
+            if self._omits_think and "<think>" not in content:
+                add(THINK_OMITTED, 0)
+        return notes
+
+    def _chat_text(self, ex: dict) -> tuple[str, np.ndarray, list[str], bool, dict]:
+        """(rendered text, trained char spans, control-token literals of split mode, content had
+        control tokens, label_notes)."""
         messages = template_messages(ex)
         if not messages:
             raise ExampleError("empty conversation")
@@ -453,6 +545,7 @@ class Encoder:
         except Exception as e:  # jinja errors, raise_exception() inside templates
             raise ExampleError(
                 f"chat template '{self.template.name}' failed on this record: {_first_line(e)}"
+                + self._no_tools(messages, tools)
             ) from e
         # the native renderer writes every text, call and definition by construction (and is checked
         # against the jinja reference, which runs this check, on every run's first examples)
@@ -461,24 +554,31 @@ class Encoder:
             raise ExampleError(
                 f"chat template '{self.template.name}' drops {lost}: the model would be trained without it; use a "
                 "template that renders it (--chat-template trl:NAME or FILE), or drop such records"
+                + self._no_tools(messages, tools)
             )
         if self.train_on == "all":
-            return text, np.array([[0, len(text)]], dtype=np.int64), literals, bool(found)
+            whole = np.array([[0, len(text)]], dtype=np.int64)
+            return text, whole, literals, bool(found), self.label_notes(messages, text, None)
         weights = [m.get("weight") for m in ex["messages"] if m["role"] == "assistant"]
+        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
         keep = [w is None or w > 0 for w in weights]
         if self.train_on == "last" or self.mode == "last":
             keep = [False] * (len(keep) - 1) + [keep[-1]] if keep else keep
+        paired = None
         if self.mode == "last":  # one span, the last turn's
             spans = spans if keep and keep[-1] else []
+            paired = list(zip(turns[-1:], spans, strict=False))
+        elif len(spans) == len(turns):
+            paired = [(t, s) for t, s, k in zip(turns, spans, keep, strict=True) if k]
+            spans = [s for _, s in paired]
         elif not all(keep):
-            if len(spans) != len(weights):
-                raise ExampleError(
-                    f"the template marks {len(spans)} generation spans for {len(weights)} assistant turns, "
-                    "so per-turn weights or --train-on last cannot be applied"
-                )
-            spans = [s for s, k in zip(spans, keep, strict=True) if k]
+            raise ExampleError(
+                f"the template marks {len(spans)} generation spans for {len(weights)} assistant turns, "
+                "so per-turn weights or --train-on last cannot be applied"
+            )
+        notes = self.label_notes(messages, text, paired)
         arr = np.array(spans, dtype=np.int64).reshape(-1, 2)
-        return text, (arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr), literals, bool(found)
+        return text, (arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr), literals, bool(found), notes
 
     def _split_encode(
         self, text: str, spans: np.ndarray, literals: list[str]
@@ -558,13 +658,14 @@ class Encoder:
         chat_idx, chat_texts, chat_spans = [], [], []
         split_items: list[tuple[int, str, np.ndarray, list[str]]] = []
         special = np.zeros(n, dtype=bool)
+        notes: list[dict] = [{} for _ in range(n)]
         pc_idx, prompts, completions = [], [], []
         text_idx, texts = [], []
         for i, ex in enumerate(examples):
             kind = ex.get("kind")
             try:
                 if kind == "chat":
-                    t, s, literals, special[i] = self._chat_text(ex)
+                    t, s, literals, special[i], notes[i] = self._chat_text(ex)
                     if literals:
                         split_items.append((i, t, s, literals))
                     else:
@@ -627,6 +728,7 @@ class Encoder:
                 errors[i] = "renders to zero tokens"
             if errors[i] is not None:
                 pieces[i] = None
+                notes[i] = {}
         empty = np.zeros(0, dtype=np.int32)
         lengths = np.array([len(x[0]) if x is not None else 0 for x in pieces], dtype=np.int64)
         offsets = np.zeros(n + 1, dtype=np.int64)
@@ -639,6 +741,7 @@ class Encoder:
             offsets,
             errors,
             special,
+            notes,
         )
 
 
@@ -656,6 +759,9 @@ class StepResult:
     special: list[int] = field(
         default_factory=list
     )  # source indices whose message text holds control tokens
+    notes: list[tuple[int, dict]] = field(
+        default_factory=list
+    )  # (source index, Encoder.label_notes) of each encoded example that has some
 
 
 @dataclass
@@ -741,8 +847,16 @@ class EncodeStep:
             if keep and enc.special is not None
             else []
         )
+        notes = [
+            (batch.start + keep[j], x)
+            for j, x in enumerate(enc.notes or ())
+            if x and enc.errors[j] is None
+        ]
         return StepResult(
-            token_batch(ids, labels, offsets, batch.start + rows), rejects, special=special
+            token_batch(ids, labels, offsets, batch.start + rows),
+            rejects,
+            special=special,
+            notes=notes,
         )
 
     def _pretokenized(self, batch) -> StepResult:
@@ -769,3 +883,97 @@ class EncodeStep:
         src = arrow_array(batch.start + np.asarray(v.keep, dtype=np.int64))
         table = pa.RecordBatch.from_arrays([*v.table.columns, src], schema=token_schema())
         return StepResult(table, rejects, v.removed_padding)
+
+
+# ---------------------------------------------------------------------------------------------
+# a run's label notes: summed per kind (manifest tokenizer.label_audit), said, refused
+
+ZERO_LOSS_DOCUMENTS = "zero_loss_documents"
+AUDIT_KINDS = (TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, ZERO_LOSS_DOCUMENTS)
+_REFUSED = {
+    TEMPLATE_INSERTED: "trains an empty block the template wrote, which the data does not hold",
+    EMPTY_TURNS: "trains an empty assistant turn (no text, reasoning or tool call)",
+    DROPPED_REASONING: "the template drops the reasoning of an earlier assistant turn",
+    ZERO_LOSS_DOCUMENTS: "has no loss token",
+}
+
+
+def label_audit(
+    notes: list[tuple[int, dict]], zero_loss: list[int], where
+) -> tuple[dict, dict[str, list[int]]]:
+    """({kind: {examples, turns, tokens, first}} with only the kinds found, in AUDIT_KINDS order,
+    think_omitted left out (it is said, never recorded or refused); {kind: source indices}).
+    `where(i)`: 'file.jsonl record 3' for source index i."""
+    idx: dict[str, list[int]] = {}
+    sums: dict[str, list[int]] = {}
+    for i, x in notes:
+        for kind, (turns, tokens) in x.items():
+            idx.setdefault(kind, []).append(i)
+            s = sums.setdefault(kind, [0, 0])
+            s[0] += turns
+            s[1] += tokens
+    if zero_loss:
+        idx[ZERO_LOSS_DOCUMENTS] = list(zero_loss)
+    audit = {}
+    for kind in AUDIT_KINDS:
+        if kind not in idx:
+            continue
+        entry = {"examples": len(idx[kind])}
+        if kind in sums:
+            entry["turns"] = sums[kind][0]
+            if kind != DROPPED_REASONING:
+                entry["tokens"] = sums[kind][1]
+        entry["first"] = where(idx[kind][0])
+        audit[kind] = entry
+    return audit, idx
+
+
+def audit_warnings(audit: dict, idx: dict[str, list[int]], template: str, quote) -> list[str]:
+    """One line per kind (zero-loss documents are said by the pipeline's own line)."""
+    out = []
+    a = audit.get(TEMPLATE_INSERTED)
+    if a:
+        out.append(
+            f"chat template '{template}' writes an empty block the data does not hold (e.g. "
+            f"<think></think>) into {a['turns']} trained assistant turn(s) of {a['examples']} "
+            f"example(s), {a['tokens']} trained token(s) in all (--strict-labels refuses such "
+            f"data): source indices {quote(idx[TEMPLATE_INSERTED])}"
+        )
+    a = audit.get(EMPTY_TURNS)
+    if a:
+        out.append(
+            f"{a['turns']} assistant turn(s) of {a['examples']} example(s) have no text, "
+            f"reasoning or tool call: only what the template writes is trained in them, their "
+            f"end of turn ({a['tokens']} token(s) in all); "
+            f"drop such turns, or --strict-labels refuses them: source indices "
+            f"{quote(idx[EMPTY_TURNS])}"
+        )
+    a = audit.get(DROPPED_REASONING)
+    if a:
+        out.append(
+            f"chat template '{template}' drops the reasoning of {a['turns']} earlier assistant "
+            f"turn(s) of {a['examples']} example(s): the data has it, the model is not trained on "
+            f"it (--chat-template chatml-train or a trl:*_training template keeps every turn's): "
+            f"source indices {quote(idx[DROPPED_REASONING])}"
+        )
+    if idx.get(THINK_OMITTED):
+        out.append(
+            f"chat template '{template}' writes no <think> block in assistant turns without "
+            f"reasoning ({len(idx[THINK_OMITTED])} example(s)), where the tokenizer's own template "
+            "writes an empty one before the answer: the model learns to answer without it "
+            "(--chat-template trl:qwen3_training trains an empty <think></think> in every turn)"
+        )
+    return out
+
+
+def strict_problem(audit: dict | None) -> str | None:
+    """The one-line refusal of --strict-labels for a run's audit; None when there is nothing."""
+    for kind in AUDIT_KINDS:
+        a = (audit or {}).get(kind)
+        if a:
+            return (
+                f"--strict-labels: {a['first']} {_REFUSED[kind]} ({kind}; {a['examples']} "
+                "example(s) in all, see the warnings); fix or drop such records, or leave out "
+                "--strict-labels"
+            )
+    return None

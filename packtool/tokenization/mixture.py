@@ -211,7 +211,22 @@ def _tokenizer(inputs, parts) -> dict:
                     f"input {s.spec} was tokenized with {key} {t[key]}, input {first_spec.spec} "
                     f"with {first[key]}: one pack has one tokenizer and template; pack them apart"
                 )
-    return dict(first)
+    out = dict(first)
+    out.pop("label_audit", None)
+    merged: dict[str, dict] = {}  # the inputs' label audits summed per kind (the first's `first`)
+    for _, t in chat:
+        for kind, a in (t.get("label_audit") or {}).items():
+            if kind not in merged:
+                merged[kind] = dict(a)
+            else:
+                for k, v in a.items():
+                    if k != "first":
+                        merged[kind][k] = merged[kind].get(k, 0) + v
+    if merged:
+        from packtool.tokenization.encode import AUDIT_KINDS
+
+        out["label_audit"] = {k: merged[k] for k in AUDIT_KINDS if k in merged}
+    return out
 
 
 def _sources(parts) -> list[SourceFile]:

@@ -79,6 +79,16 @@ def _quote(indices, per_file: dict[str, int] | None = None) -> str:
     return head + (f", … ({len(idx) - MAX_LISTED} more)" if len(idx) > MAX_LISTED else "")
 
 
+def _where(i: int, per_file: dict[str, int]) -> str:
+    """'b.json record 1' for source index i (the file named even when it is the only one)."""
+    from packtool.data import short_names
+
+    if len(per_file) > 1:
+        return _within_files([i], per_file)[0]
+    name = next(iter(short_names(per_file).values()), "the input") if per_file else "the input"
+    return f"{name} record {i}"
+
+
 def _within_files(idx: list[int], per_file: dict[str, int]) -> list[str]:
     """'b.json record 1' for each source index: the files' records lie end to end in reading order."""
     import numpy as np
@@ -124,7 +134,7 @@ def cache_key(sources: list[SourceFile], cfg: TokenizeConfig, tokenizer: str | N
 
     parts = {
         "packtool": packtool.__version__,
-        "encoder": 3,  # 3: each file of a folder or glob in its own format; skips named within their file
+        "encoder": 4,  # 4: label notes (label_audit); 3: each file of a folder or glob in its own format
         "libraries": library_versions(),
         "sources": [(s.path, s.size, s.sha256) for s in sources],
         "tokenizer": tokenizer or tokenizer_key(cfg.tokenizer),
@@ -636,14 +646,24 @@ def load_tokenized(
     if cfg.cache:
         entry = cache.open_entry(path)
         if entry is not None:
-            return _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
+            td = _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
+            return check_strict_labels(td, cfg)
     cache.remove_stale_work()
     try:
-        return _tokenize(data, cfg, source, key, progress, t0, mismatch=None)
+        td = _tokenize(data, cfg, source, key, progress, t0, mismatch=None)
     except UseReference as e:
-        return _tokenize(
-            data, cfg, RecordSource(data, cfg.read), key, progress, t0, mismatch=str(e)
-        )
+        td = _tokenize(data, cfg, RecordSource(data, cfg.read), key, progress, t0, mismatch=str(e))
+    return check_strict_labels(td, cfg)
+
+
+def check_strict_labels(td: TokenizedData, cfg: TokenizeConfig) -> TokenizedData:
+    """--strict-labels: a run whose audit (tokenizer.label_audit) found anything is refused."""
+    from packtool.tokenization.encode import strict_problem
+
+    problem = strict_problem((td.tokenizer or {}).get("label_audit")) if cfg.strict_labels else None
+    if problem:
+        raise PacktoolError(problem)
+    return td
 
 
 def pretokenized_setup(cfg: TokenizeConfig, label_src: str):
@@ -697,6 +717,7 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
     removed = 0
     zero_loss: list[int] = []
     special: list[int] = []
+    notes: list[tuple[int, dict]] = []
     try:
         with (
             cache.EntryWriter(key, token_schema()) as writer,
@@ -712,6 +733,7 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                 writer.write(result.table)
                 removed += result.removed_padding
                 special += result.special
+                notes += result.notes
                 loss = arrow_numpy(result.table.column("num_loss_tokens"))
                 if not loss.all():
                     zero_loss += arrow_numpy(result.table.column("source_index"))[
@@ -740,6 +762,7 @@ def _tokenize(data, cfg, source, key, progress, t0, mismatch: str | None) -> Tok
                 removed,
                 zero_loss,
                 special,
+                notes,
             )
             final = writer.commit(meta, replace=not cfg.cache)
     except OSError as e:
@@ -775,12 +798,21 @@ def summary_meta(
     removed: int,
     zero_loss: list[int],
     special: list[int],
+    notes: list[tuple[int, dict]] = (),
 ) -> dict:
     """The meta of a finished run (the cache entry's, TokenizedData's): the warnings about
     examples without loss and control tokens in text (`zero_loss`, `special`: source indices in
     reading order), the tokenizer with its special_in_content count, and _meta's fields. Shared
     by the local pipeline and the Ray engine (packtool.cluster), so both say the same."""
+    from packtool.tokenization.encode import audit_warnings, label_audit
+
     warnings = list(warnings)
+    audit, idx = label_audit(notes, zero_loss, lambda i: _where(i, source.per_file))
+    if audit:  # manifest tokenizer.label_audit, only when found: clean packs keep their bytes
+        tokenizer = {**tokenizer, "label_audit": audit}
+    warnings += audit_warnings(
+        audit, idx, tokenizer.get("chat_template"), lambda x: _quote(x, source.per_file)
+    )
     if zero_loss:
         what = (
             "pre-tokenized example(s) have no loss token"

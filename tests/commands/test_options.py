@@ -37,7 +37,7 @@ def test_tokenize_bundle_is_the_same_in_inspect_profile_and_pack():
     bundle = set(options.TOKENIZE_OPTION_NAMES)
     whole = set(options.WHOLE_INPUT_OPTION_NAMES)
     assert whole == {"on_error", "num_proc", "no_cache", "limit", "engine", "ray_address"}
-    assert whole < bundle and len(bundle) == 17
+    assert whole < bundle and len(bundle) == 18
     pack, profile, inspect = _options("pack"), _options("profile"), _options("inspect")
     assert bundle <= set(pack) and bundle <= set(profile)
     assert (
