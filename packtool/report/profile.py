@@ -264,7 +264,11 @@ def render(r: ProfileResult, console) -> None:
     t.add_column(justify="right")
     t.add_row("examples read", _num(c["examples_read"]))
     if c["examples_skipped"]:
-        t.add_row("skipped", f"[yellow]{c['examples_skipped']:,}[/]")
+        share = c["examples_skipped"] / max(1, c["examples_read"])
+        t.add_row(
+            "skipped (--on-error skip)",
+            f"[yellow]{c['examples_skipped']:,} of {c['examples_read']:,} ({_pct(share)})[/]",
+        )
         for reason, k in list(c["skipped_reasons"].items())[:5]:
             t.add_row(f"  {escape(reason)}", f"{k:,}")  # whole: the table wraps it
     if c["examples_empty"]:

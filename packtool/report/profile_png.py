@@ -106,6 +106,17 @@ def title_lines(r: ProfileResult) -> list[str]:
     return [f"packtool profile · {_source_name(r)}", rec.summary(), f"{label}: {rec.command}"]
 
 
+def histogram_title(r: ProfileResult) -> str:
+    """'Length distribution · 100 examples, 5,785 tokens (200 of 300 records skipped)'."""
+    c = r.counts
+    skipped = (
+        f" ({c['examples_skipped']:,} of {c['examples_read']:,} records skipped)"
+        if c.get("examples_skipped")
+        else ""
+    )
+    return f"Length distribution · {c['examples']:,} examples, {c['tokens']:,} tokens{skipped}"
+
+
 def _source_name(r: ProfileResult) -> str:
     src = r.source
     return str(src.get("data") or src.get("spec") or src.get("path") or src.get("kind", ""))
@@ -121,7 +132,7 @@ def write_png(r: ProfileResult, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
     from packtool.report.profile import _hours, _pct
 
@@ -210,9 +221,9 @@ def write_png(r: ProfileResult, path: str) -> None:
     note = len_axis_note(r)
     ax_h.set_xlabel("tokens per example" + (f"   ({note})" if note else ""))
     ax_h.set_ylabel("examples")
+    ax_h.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: whole ticks
     ax_h.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:,.0f}"))
-    c = r.counts
-    ax_h.set_title(f"Length distribution · {c['examples']:,} examples, {c['tokens']:,} tokens")
+    ax_h.set_title(histogram_title(r))
 
     # (b) occupancy
     y = np.arange(len(names))[::-1]
@@ -335,6 +346,7 @@ def write_png(r: ProfileResult, path: str) -> None:
         )
     ax_w.set_xlabel("attention waste per batch: b·m² / Σ n²  (log scale)")
     ax_w.set_ylabel("batches")
+    ax_w.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax_w.set_title("Random padded batches: attention waste per batch")
 
     if ax_s is not None:

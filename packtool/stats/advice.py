@@ -419,6 +419,14 @@ class Recommendation:
     )
     hints: list[str] = field(default_factory=list)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # cuts_by_len, for the JSON
+    skipped: dict[str, int] | None = None  # {"records", "read"} when --on-error skip skipped some
+
+    def skipped_text(self) -> str:
+        """'200 of 300 records skipped (67%)', or '' when none were."""
+        s = self.skipped
+        if not s or not s.get("records"):
+            return ""
+        return f"{s['records']:,} of {s['read']:,} records skipped ({_pct(_share(s['records'], s['read']))})"
 
     def cut_text(self) -> str:
         """'drops 1 example: 11,540 tokens (6.8%), 5,730 loss tokens (6.3%)', 'nothing cut; …'."""
@@ -448,7 +456,11 @@ class Recommendation:
         flag = "" if self.overflow == "drop" else f" --overflow {self.overflow}"
         rel = self.relative_flops.get(self.strategy)
         cost = "" if rel is None else f", {rel:.2f}× padding-free FLOPs"
-        return f"recommended: {self.strategy_label}{cost} · --len {self.pack_len:,}{flag} · {self.cut_text()}"
+        skipped = self.skipped_text()
+        return (
+            f"recommended: {self.strategy_label}{cost} · --len {self.pack_len:,}{flag} · {self.cut_text()}"
+            + (f" · {skipped}" if skipped else "")
+        )
 
     def lines(self) -> list[tuple[str, str]]:
         """(label, text) rows for the terminal block."""
@@ -461,7 +473,9 @@ class Recommendation:
         rows.append(
             (
                 "cut",
-                self.cut_text() + ("" if self.rows is None else f"; {_plural(self.rows, 'row')}"),
+                self.cut_text()
+                + ("" if self.rows is None else f"; {_plural(self.rows, 'row')}")
+                + (f"; {self.skipped_text()} before profiling" if self.skipped else ""),
             )
         )
         if self.gpu:
@@ -642,6 +656,22 @@ def recommend(r) -> Recommendation:
     if n > 1 and "--pad-to-multiple" not in extra:
         extra += ["--pad-to-multiple", str(n)]  # the layout the prediction was made with
     command = pack_command(data, L, ov, extra)
+    read, n_skipped = (
+        int(r.counts.get("examples_read") or 0),
+        int(r.counts.get("examples_skipped") or 0),
+    )
+    if n_skipped:
+        share = _share(n_skipped, read)
+        keeps = "--on-error" in extra
+        hints.append(
+            ("the command keeps --on-error skip, so pack skips them too: " if keeps else "")
+            + f"{n_skipped:,} of {read:,} records read ({_pct(share)}) are skipped and in none of these figures"
+            + (
+                "; that is most of the data: check a record with --on-error error before packing"
+                if share > 0.5
+                else "; --on-error error shows the first bad record"
+            )
+        )
     return Recommendation(
         strategy=s["strategy"],
         strategy_label=LABELS.get(s["strategy"], s["strategy"]),
@@ -663,6 +693,7 @@ def recommend(r) -> Recommendation:
         gpu=s["gpu"],
         hints=hints,
         candidates=[cuts[k] for k in sorted(cuts)],
+        skipped={"records": n_skipped, "read": read} if n_skipped else None,
     )
 
 
