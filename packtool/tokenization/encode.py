@@ -960,7 +960,7 @@ def audit_warnings(audit: dict, idx: dict[str, list[int]], template: str, quote)
         out.append(
             f"chat template '{template}' writes no <think> block in assistant turns without "
             f"reasoning ({len(idx[THINK_OMITTED])} example(s)), where the tokenizer's own template "
-            "writes an empty one before the answer: the model learns to answer without it "
+            "writes an empty one before the last answer: the model learns to answer without it "
             "(--chat-template trl:qwen3_training trains an empty <think></think> in every turn)"
         )
     return out
