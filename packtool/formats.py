@@ -91,6 +91,12 @@ FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt", "firef
 AUTO = (
     "auto"  # normalize(): detect each record's own format (a file none of whose records fits one)
 )
+# What is done with prompt/completion strings (tokenization/encode.py); report/tokenized.py reads
+# "no chat template" in a format reason to leave out the template line.
+PLAIN_PROMPT_COMPLETION = (
+    "no chat template, each record is tokenized as prompt + completion + EOS (the tokenizer's own "
+    "special tokens before the prompt), the completion and EOS trained"
+)
 
 # Role names and ShareGPT tags -> (our role, whether the content is a JSON tool call).
 _ROLE_TAGS: dict[str, tuple[str, bool]] = {
@@ -211,6 +217,7 @@ class ColumnCheck:
     def __init__(self, cfg: ReadConfig):
         _plan(cfg)  # a name that is not ours fails first, with its own message
         self.pending = {(ours, theirs) for ours, theirs in cfg.columns}
+        self._needles = {pair: json.dumps(pair[1]).encode() for pair in self.pending}
         self.seen: list[str] = []
         self.records = 0
         self._quoted = 0
@@ -244,7 +251,7 @@ class ColumnCheck:
             except ValueError:
                 pass
         for pair in list(self.pending):
-            if json.dumps(pair[1]).encode() in raw:
+            if self._needles[pair] in raw:
                 self.pending.discard(pair)
 
     def feed_names(self, top: list[str], nested: set[str], rows: int) -> None:
@@ -315,7 +322,9 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         return "firefly", f"has {named('conversation')}{_pair_shape(record['conversation'])}"
     if "prompt" in record and "completion" in record:
         p = record["prompt"]
-        shape = "lists of messages" if isinstance(p, list) else "strings"
+        shape = (
+            "lists of messages" if isinstance(p, list) else f"strings: {PLAIN_PROMPT_COMPLETION}"
+        )
         return "prompt-completion", f"has {named('prompt')} and {named('completion')} as {shape}"
     if "instruction" in record and "output" in record:
         extra = [named(k) for k in ("input", "system", "history") if k in record]
@@ -333,6 +342,9 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         hint = "; prompt-completion needs both 'prompt' and 'completion'"
     elif "instruction" in record:
         hint = "; alpaca needs both 'instruction' and 'output'"
+    if plan.renames and stored.keys() != record.keys():
+        mapped = " ".join(f"--column {o}={t}" for t, o in plan.renames.items() if t in stored)
+        hint = f" (after {mapped}; as stored: {_keys(stored)}){hint}"
     raise FormatError(
         f"record fits no known format: it has keys {_keys(record)}{hint}; "
         f"known formats: {_FORMATS_TEXT}; use --format NAME, or --column OURS=THEIRS to map a column"

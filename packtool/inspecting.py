@@ -117,7 +117,10 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     from packtool.tokenization.loading import load_spec
 
     if fmt is None:
-        fmt, reason = detect_format(target.record, cfg.read)  # raises the FormatError with the keys
+        try:
+            fmt, reason = detect_format(target.record, cfg.read)
+        except FormatError as e:  # the keys it has, named by file and record
+            raise PacktoolError(f"{target.where}: {e}") from None
     try:
         example = normalize(target.record, fmt, cfg.read)
     except FormatError as e:

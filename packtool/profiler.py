@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +37,8 @@ import numpy as np
 from packtool import schema, stats
 from packtool.config import ProfileConfig  # noqa: F401  (re-exported: profiler.ProfileConfig)
 from packtool.errors import PacktoolError, UsageError
-from packtool.pack.overflow import apply_overflow
+from packtool.pack.overflow import apply_overflow, overflow_loss
+from packtool.schema.notices import group_reasons
 from packtool.stats import advice
 from packtool.stats.sweep import SweepPoint, parse_lens  # noqa: F401  (re-exported: profiler.parse_lens)
 
@@ -143,6 +143,7 @@ class _AtLen:
     strategies: dict[str, stats.StrategyResult]
     costs: dict[str, dict[str, Any]]
     seconds: float
+    loss: str | None = None  # pack's warning when --overflow loses > 1% (pack.overflow_loss)
 
 
 def _costs(
@@ -295,6 +296,7 @@ def _at_len(inp: _Input, cfg: ProfileConfig, model: stats.ModelSpec, say) -> _At
         strategies=strategies,
         costs=_costs(strategies, cfg, model),
         seconds=time.perf_counter() - t0,
+        loss=overflow_loss(lengths, pieces, L, cfg.overflow),
     )
 
 
@@ -358,11 +360,11 @@ def _profile(
     dist = stats.describe(kept)
     loss_dist = stats.describe(kept_loss) if kept_loss is not None else None
     tokens = dist["sum"]
-    reasons = Counter(getattr(r, "reason", str(r)) for r in skipped)
+    reasons = group_reasons(getattr(r, "reason", str(r)) for r in skipped)
     counts = {
         "examples_read": int(num_read if num_read is not None else n + empty + len(skipped)),
         "examples_skipped": len(skipped),
-        "skipped_reasons": dict(reasons.most_common()),
+        "skipped_reasons": {g.text(): g.count for g in reasons},  # by cause, variants counted
         "examples_empty": empty,
         "examples": n,
         "tokens": tokens,
@@ -383,6 +385,8 @@ def _profile(
         if at is None:
             raise _nothing_to_pack(inp, cfg)
     timings["strategies"] = at.seconds
+    if at.loss is not None:
+        notes.append(f"pack {at.loss}")
     waste = _batch_waste(at.strategies["random_padded"].extra.get("batch_waste", np.zeros(0)))
     extra = (
         _advice_point(inp, cfg, model, cuts, counts, dist, given, points, say) if advise else None

@@ -189,3 +189,66 @@ def test_pack_firefly_trains_the_assistant_turns(tmp_path):
     assert r.exit_code == 0, r.output
     m = json.loads(r.stdout)["manifest"]
     assert m["counts"]["packed"] == 2 and m["format"] == "firefly"
+
+
+# --------------------------------------------------------------------------- 11: messages
+
+
+def test_skip_reasons_are_grouped_by_cause():
+    from packtool.schema.notices import group_reasons
+
+    def unknown(i, role):
+        return f"message {i} has unknown role '{role}'; known: user; map it with --role {role}=OURS"
+
+    reasons = [unknown(1, "bot")] * 3 + [unknown(4, "bot"), unknown(2, "agent")] + ["no turn"] * 2
+    groups = group_reasons(reasons)
+    assert [(g.cause, g.count, g.variants) for g in groups] == [
+        (
+            "message N has unknown role '…'; known: user; map it with --role …=OURS",
+            5,
+            (("'bot'", 4), ("'agent'", 1)),
+        ),
+        ("no turn", 2, ()),
+    ]
+    assert groups[0].text(1) == groups[0].cause + " ('bot' 4, … 1 more)"
+    assert group_reasons([unknown(1, "bot")])[0].cause == unknown(1, "bot")  # one: unchanged
+
+
+def test_pack_skip_warning_and_profile_group_unknown_roles(tmp_path):
+    recs = [chat(i) for i in range(10)]
+    for i, role in ((1, "bot"), (3, "bot"), (5, "bot"), (7, "agent"), (9, "model")):
+        recs[i]["messages"][1]["role"] = role
+    data = write_jsonl(tmp_path / "roles.jsonl", recs)
+    r = cli("pack", data, "--on-error", "skip", "--len", 64, "--out", tmp_path / "o")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert (
+        "top reasons: 5 × \"message N has unknown role '…'; known: system, user, assistant, tool "
+        "(ShareGPT tags: human, gpt …\" ('bot' 3, 'agent' 1, 'model' 1)"
+    ) in text
+    r = cli("profile", data, "--on-error", "skip", "--len", 64, "--json", "-")
+    assert r.exit_code == 0, r.output
+    (reason,) = json.loads(r.stdout)["counts"]["skipped_reasons"].items()
+    assert reason[1] == 5 and reason[0].endswith("=OURS ('bot' 3, 'agent' 1, 'model' 1)")
+
+
+def test_inspect_format_error_names_file_record_and_mapping(tmp_path):
+    data = write_jsonl(tmp_path / "alp.jsonl", [{"instruction": "q", "input": "", "output": "a"}])
+    r = cli("inspect", data, "--column", "output=instruction")
+    assert r.exit_code == 1
+    assert (
+        "alp.jsonl:1: record fits no known format: it has keys 'input', 'output' (after --column "
+        "output=instruction; as stored: 'instruction', 'input', 'output')"
+    ) in " ".join(r.output.split())
+
+
+def test_prompt_completion_strings_say_no_template_is_applied(tmp_path):
+    data = write_jsonl(tmp_path / "yi.jsonl", [{"prompt": "q", "completion": "a"}])
+    for args in (("inspect", data), ("pack", data, "--len", 64, "--out", tmp_path / "o")):
+        r = cli(*args)
+        assert r.exit_code == 0, r.output
+        text = " ".join(r.output.split())
+        assert (
+            "as strings: no chat template, each record is tokenized as prompt + completion" in text
+        )
+        assert "chat template:" not in text

@@ -9,7 +9,7 @@ The planner is packtool.plan, the numba kernels packtool.kernels, the file layou
 """
 
 from packtool.config import MAX_PACK_LEN, OVERFLOWS, PackConfig
-from packtool.pack.overflow import Pieces, apply_overflow
+from packtool.pack.overflow import Pieces, apply_overflow, overflow_loss
 from packtool.pack.run import PackResult, pack_tokenized, pad_id_of
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "PackResult",
     "Pieces",
     "apply_overflow",
+    "overflow_loss",
     "pack_tokenized",
     "pad_id_of",
 ]

@@ -35,7 +35,7 @@ from packtool.data import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate
-from packtool.pack.overflow import Pieces, apply_overflow
+from packtool.pack.overflow import Pieces, apply_overflow, overflow_loss
 from packtool.pack.write import Progress, Written, write_shards
 from packtool.plan import lower_bound_rows, plan_packs
 from packtool.schema import notices
@@ -211,6 +211,12 @@ def pack_tokenized(
                 counts["dropped"],
                 [x["source_index"] for x in manifest["dropped"]],
             )
+        )
+    loss = overflow_loss(lengths, pieces, L, cfg.overflow)
+    if loss is not None:
+        lost = pieces.dropped if cfg.overflow == "drop" else pieces.truncated
+        warnings.append(
+            schema.Notice(notices.OVERFLOW_LOSS, loss, int(lost.size), src[lost][:1000].tolist())
         )
     return PackResult(
         out=str(out),

@@ -24,7 +24,8 @@ def render_inspect(result: dict[str, Any], console) -> None:
         from packtool.report.tokenized import template_line
 
         console.print(f"tokenizer: {tok['name']}")
-        if tok.get("chat_template"):
+        plain = (result.get("example") or {}).get("kind") == "prompt_completion"
+        if tok.get("chat_template") and not plain:  # strings: the format line says what is done
             console.print(template_line(tok))
         sic = tok.get("special_in_content") or {}
         if sic.get("examples"):

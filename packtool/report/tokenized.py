@@ -80,8 +80,8 @@ def announce(td, con, warnings: bool = True) -> None:
         con.print(f"  {escape(line)}")
     if tok.get("name"):
         con.print(f"tokenizer: {tok['name']}")
-        if tok.get("chat_template"):
-            con.print(template_line(tok))
+        if tok.get("chat_template") and "no chat template" not in td.format_reason:
+            con.print(template_line(tok))  # (prompt/completion strings: formats says what is done)
     for b in getattr(td, "inputs", None) or ():
         con.print(escape(input_line(b)))
     backend = (td.backend or {}).get("name")

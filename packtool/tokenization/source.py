@@ -28,6 +28,7 @@ from packtool.data import NO_FORMAT, FileFormat, SkippedRecord, SourceFile, shor
 from packtool.errors import PacktoolError
 from packtool.io import readers
 from packtool.io.files import sha256_file
+from packtool.schema import notices
 
 SKIP_SHARE = 0.01  # above this share of the records read, a skip run says so loudly
 MAX_LISTED = 20  # record positions quoted
@@ -126,8 +127,13 @@ class RecordSource:
             listed = ", ".join(f"{names[f]} ({by_file[f]:,})" for f in whole[:MAX_LISTED])
             more = f" and {len(whole) - MAX_LISTED} more" if len(whole) > MAX_LISTED else ""
             share += f", every record of {listed}{more}"
-        reasons = Counter(s.reason for s in self.skipped).most_common(TOP_REASONS)
-        top = ", ".join(f'{k:,} × "{_words(r, REASON_CHARS)}"' for r, k in reasons)
+        groups = notices.group_reasons(s.reason for s in self.skipped)  # one per cause
+        top = ", ".join(
+            f'{g.count:,} × "{_words(g.cause, REASON_CHARS)}"{g.variants_text()}'
+            for g in groups[:TOP_REASONS]
+        )
+        if len(groups) > TOP_REASONS:
+            top += f" and {len(groups) - TOP_REASONS} more cause(s)"
         first = self.skipped[0]
         advice = _advice(
             whole or [f for f, _ in by_file.most_common(1)],
