@@ -178,16 +178,13 @@ def _pct_small(x: float) -> str:
 def _saved(hours: float, share: float) -> str:
     """GPU-hours saved, or what it costs more: never a negative saving."""
     if hours >= 0:
-        return f"{_hours(hours)} h ({share:.0%})"
-    return f"{_hours(-hours)} h more"
+        return f"{_hours(hours)} ({share:.0%})"
+    return f"{_hours(-hours)} more"
 
 
 def _hours(h: float) -> str:
-    if abs(h) >= 100:
-        return f"{h:,.0f}"
-    if abs(h) >= 1:
-        return f"{h:,.1f}"
-    return f"{h:.3g}"
+    """GPU time with its unit: '1,234 h', '12.3 h', '4.1 min', '8.4 s' (advice.gpu_time)."""
+    return advice.gpu_time(h)
 
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -358,7 +355,7 @@ def render(r: ProfileResult, console) -> None:
             padding=(0, 1),
             title=f"one epoch on {gpu.name} ({gpu.peak_tflops:g} dense bf16 TFLOP/s) at MFU {cfg.mfu:g}",
         )
-        for col in ("strategy", "FLOPs", "GPU-hours", "saved vs pad", "saved vs random"):
+        for col in ("strategy", "FLOPs", "GPU time", "saved vs pad", "saved vs random"):
             g.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
         for name in r.strategies:
             cost = r.costs[name]
@@ -394,7 +391,7 @@ def render(r: ProfileResult, console) -> None:
         console.print(f"[yellow]warning:[/] {escape(note)}")
     if r.sweep:
         console.print()
-        console.print(sweep_table(r))
+        console.print(sweep_table(r, console))
     render_recommendation(advice.recommend(r), console)
 
 
@@ -469,7 +466,7 @@ def overflow_lines(r: ProfileResult) -> list[str]:
     return out
 
 
-def sweep_table(r: ProfileResult):
+def sweep_table(r: ProfileResult, console=None):
     """One row per swept --len: pack's rows and fill, what --overflow takes, FLOPs ÷ padding-free."""
     from rich import box
     from rich.table import Table
@@ -483,25 +480,30 @@ def sweep_table(r: ProfileResult):
         title_justify="left",
         title=f"--len sweep · --overflow {cfg.overflow} · pack's rows (BFD) and FLOPs ÷ padding-free at each --len",
     )
-    cols = [
-        "--len",
-        "rows",
-        "fill",
-        "tokens cut",
-        "dropped",
-        "trunc.",
-        "split",
-        "loss cut",
-        "packed\nvarlen",
-        "packed\ndense",
-        "length-\ngrouped",
-        "random",
+    points = list(r.sweep or [])
+    # the count columns that are 0 at every --len say nothing: left out (the policy's own stays),
+    # so that the table fits 80 columns instead of cropping every cell to `1…`
+    policy = {"drop": "dropped", "truncate": "trunc.", "split": "split"}.get(cfg.overflow)
+    counts = {
+        "dropped": lambda pk: f"{pk['examples_dropped']:,}",
+        "trunc.": lambda pk: f"{pk['examples_truncated']:,}",
+        "split": lambda pk: f"{pk['examples_split']:,}",
+        "loss cut": lambda pk: (
+            "–" if pk["loss_tokens_cut"] is None else f"{pk['loss_tokens_cut']:,}"
+        ),
+    }
+    shown = [
+        col
+        for col, cell in counts.items()
+        if col == policy or any(cell(p.pack) not in ("0", "–") for p in points)
     ]
+    cols = ["--len", "rows", "fill", "tokens cut", *shown]
+    cols += ["packed\nvarlen", "packed\ndense", "length-\ngrouped", "random"]
     if cfg.gpu is not None:
-        cols.append("GPU-h\npacked")
+        cols.append("GPU time\npacked")
     for col in cols:
         t.add_column(col, justify="right", no_wrap=True)
-    for p in r.sweep or []:
+    for p in points:
         pk = p.pack
         rel = {
             n: p.relative_flops(n)
@@ -512,10 +514,7 @@ def sweep_table(r: ProfileResult):
             _count(p.rows),
             "–" if p.fill is None else _pct(p.fill),
             f"{pk['tokens_cut']:,} ({_pct_small(pk['tokens_cut_share'] or 0.0)})",
-            f"{pk['examples_dropped']:,}",
-            f"{pk['examples_truncated']:,}",
-            f"{pk['examples_split']:,}",
-            "–" if pk["loss_tokens_cut"] is None else f"{pk['loss_tokens_cut']:,}",
+            *(counts[col](pk) for col in shown),
         ]
         row += ["–" if v is None else f"{v:.2f}×" for v in rel.values()]
         if cfg.gpu is not None:
@@ -523,6 +522,8 @@ def sweep_table(r: ProfileResult):
             row.append("–" if h is None else _hours(h))
         style = "bold green" if p.pack_len == rec.pack_len else None
         t.add_row(*row, style=style)
+    if console is not None and t.__rich_measure__(console, console.options).maximum > console.width:
+        t.padding = (0, 0)  # narrow terminal: one space between columns rather than cropped cells
     return t
 
 

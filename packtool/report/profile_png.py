@@ -271,7 +271,7 @@ def write_png(r: ProfileResult, path: str) -> None:
         cost = r.costs[n]
         txt = f"{total:.2f}×"
         if cfg.gpu is not None:
-            txt += f"  {_hours(cost['gpu_hours'])} {cfg.gpu.name} h"
+            txt += f"  {_hours(cost['gpu_hours'])} on {cfg.gpu.name.upper()}"
         if total > cap:
             ax_f.text(
                 cap * 0.98,
@@ -379,7 +379,7 @@ def _draw_sweep(ax, series: dict[str, list], r: ProfileResult) -> None:
         lens, cut, width=widths, color="#c44e52", alpha=0.3, label="tokens cut by --overflow (%)"
     )
     right.set_ylim(0, max(5.0, float(np.nanmax(cut)) * 1.3 if cut.size else 5.0))
-    right.set_ylabel(f"tokens cut (--overflow {r.config.overflow}), %", color="#c44e52")
+    right.set_ylabel("tokens cut, %", color="#c44e52")  # the title names --overflow
     ax.plot(lens, fill, "o-", color="#4c72b0", label="packed BFD fill (%)")
     ax.plot(lens, grouped, "s--", color="#ccb974", label="length-grouped occupancy (%)")
     for x, y in zip(lens, fill, strict=True):
@@ -406,17 +406,26 @@ def _draw_sweep(ax, series: dict[str, list], r: ProfileResult) -> None:
     pick = advice.recommend(r).pack_len
     if pick in series["lens"]:
         ax.axvline(pick, color="#55a868", linewidth=1.5, linestyle=":")
-        ax.text(
+        ax.text(  # at the foot of the line: the fill labels sit near the top
             pick,
-            101,
+            0.03,
             f" recommended --len {pick:,}",
             color="#2d7a45",
             fontsize=8,
-            va="top",
+            va="bottom",
             ha="left",
+            transform=ax.get_xaxis_transform(),
         )
     ax.set_xlabel("--len")
     ax.set_ylabel("occupancy, %")
     handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, loc="lower right", fontsize=8, frameon=False)
+    # below the axes, not over the points (the fill at the longest --len sat under it)
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2),
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
     ax.set_title(f"--len sweep · packed fill and tokens cut by --overflow {r.config.overflow}")

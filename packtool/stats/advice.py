@@ -366,17 +366,28 @@ def versus(flops: float, base: float, what: str) -> str:
 
 
 def hours_versus(hours: float, base: float, what: str) -> str:
-    """'saves 12.3 GPU-hours against X' or 'costs 1.2 GPU-hours more than X' (never negative)."""
+    """'saves 12.3 GPU-hours against X' or 'costs 4.1 GPU-minutes more than X' (never negative)."""
     d = base - hours
     if d >= 0:
-        return f"saves {_hours(d)} GPU-hours against {what}"
-    return f"costs {_hours(-d)} GPU-hours more than {what}"
+        return f"saves {gpu_time(d, 'GPU-')} against {what}"
+    return f"costs {gpu_time(-d, 'GPU-')} more than {what}"
 
 
-def _hours(h: float) -> str:
-    if h >= 100:
-        return f"{h:,.0f}"
-    return f"{h:,.1f}" if h >= 1 else f"{h:.3g}"
+def gpu_time(h: float, prefix: str = "") -> str:
+    """Hours, readably: '1,234 h', '12.3 h', '42 min', '4.1 min', '8.4 s'; with prefix 'GPU-' the
+    units are spelled out ('12.3 GPU-hours', '4.1 GPU-minutes', '8.4 GPU-seconds')."""
+    units = ("hours", "minutes", "seconds") if prefix else ("h", "min", "s")
+    h = abs(h)
+    value, unit = (
+        (h, units[0]) if h >= 1 else (h * 60, units[1]) if h * 60 >= 1 else (h * 3600, units[2])
+    )
+    if value >= 100 or (unit != units[0] and value >= 10):
+        text = f"{value:,.0f}"
+    elif unit == units[0]:
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.2g}" if value >= 0.01 else "0"
+    return f"{text} {prefix}{unit}"
 
 
 def pack_command(
@@ -481,8 +492,8 @@ class Recommendation:
         if self.gpu:
             rows.append(
                 (
-                    "GPU-hours",
-                    f"{_hours(self.gpu['hours'])} on {self.gpu['name']}: "
+                    "GPU time",
+                    f"{gpu_time(self.gpu['hours'])} on {self.gpu['name'].upper()} (one epoch): "
                     f"{self.gpu['vs_random_padded']}",
                 )
             )

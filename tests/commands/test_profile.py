@@ -359,8 +359,8 @@ def test_core_modules_stay_light():
 def test_gpu_table_never_prints_a_negative_saving():
     from packtool.report.profile import _saved
 
-    assert _saved(0.5, 0.25) == "0.5 h (25%)"
-    assert _saved(-0.0683, -49.9) == "0.0683 h more" and "-" not in _saved(-0.0683, -49.9)
+    assert _saved(0.5, 0.25) == "30 min (25%)"
+    assert _saved(-0.0683, -49.9) == "4.1 min more" and "-" not in _saved(-0.0683, -49.9)
     res = run(
         "--synthetic", SPEC, "--params", "7B", "--layers", "32", "--hidden", "4096", "--gpu", "h100"
     )

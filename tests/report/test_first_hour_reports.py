@@ -78,3 +78,61 @@ def test_count_axes_have_whole_ticks(tmp_path, monkeypatch):
         lo, hi = ax.get_ylim()
         ticks = [t for t in ax.get_yticks() if lo <= t <= hi]
         assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_ylabel(), ticks)
+
+
+def test_gpu_time_is_readable():
+    """'0.0281 h100 h' read badly: hours ≥ 1, minutes below, seconds below a minute."""
+    assert [advice.gpu_time(h) for h in (1234.5, 12.34, 0.5, 0.0281, 0.00232)] == [
+        "1,234 h",
+        "12.3 h",
+        "30 min",
+        "1.7 min",
+        "8.4 s",
+    ]
+    assert advice.hours_versus(0.01, 0.0381, "X") == "saves 1.7 GPU-minutes against X"
+    assert report._saved(0.0281, 0.5) == "1.7 min (50%)"
+
+
+@pytest.fixture(scope="module")
+def swept():
+    from packtool.profiler import profile_lens
+
+    lengths = np.random.default_rng(1).integers(50, 600, 400)
+    return profile_lens(lengths, ProfileConfig(), [1024, 2048, 4096, 8192])
+
+
+def test_sweep_table_fits_80_columns(swept):
+    """At 80 columns every cell used to crop to `1…`: all-zero count columns are left out and the
+    padding narrows, so every header and value reads whole."""
+    out = rendered(swept, width=80)
+    table = out[out.index("--len sweep") : out.index("recommendation")]
+    assert "…" not in table
+    for word in ("--len", "rows", "fill", "dropped", "varlen", "dense", "grouped", "random"):
+        assert word in table
+    assert "trunc." not in table and "split" not in table  # 0 at every --len under drop
+    assert "1,024" in table and "8,192" in table and "99.0%" in table
+
+
+def test_sweep_panel_legend_is_off_the_data_and_labels_inside_the_figure(
+    swept, tmp_path, monkeypatch
+):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    profile_png.write_png(swept, str(tmp_path / "s.png"))
+    fig = figs[-1]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = next(a for a in fig.axes if a.get_xlabel() == "--len")
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert legend.y1 <= ax.get_window_extent(renderer).y0  # below the plot, not over a point
+    width = fig.bbox.width
+    for a in fig.axes:
+        for label in (a.yaxis.label, a.xaxis.label, a.title):
+            if label.get_text():
+                box = label.get_window_extent(renderer)
+                assert 0 <= box.x0 and box.x1 <= width, label.get_text()

@@ -73,9 +73,9 @@ def test_number_formats():
     assert (report._count(999_999), report._count(1_620_000)) == ("999,999", "1.62M")
     assert (report._si(1.5e18), report._si(2.0e9), report._si(999)) == ("1.5E", "2G", "999")
     assert (report._hours(1234.5), report._hours(12.34), report._hours(0.0683)) == (
-        "1,234",
-        "12.3",
-        "0.0683",
+        "1,234 h",
+        "12.3 h",
+        "4.1 min",
     )
 
 
