@@ -138,12 +138,14 @@ def commands_of(code: str) -> list[list[str]]:
     return out
 
 
-def _shell_block(p):
+def _shell_block(p, first=False):
     """A README block of several verify runs (each trains tiny models on CPU: ~20 s) runs in
-    `make test-slow`; every other block runs in `make test`."""
+    `make test-slow`, and so does the first block (the quick start, ~50 s: sample, inspect,
+    profile, pack, verify, each of which the sections' blocks below and tests/test_cli.py run in
+    `make test`); every other block runs in `make test`."""
     commands = commands_of(p.values[2])
     several = sum(c[:2] == ["packtool", "verify"] for c in commands) > 1
-    marks = [pytest.mark.slow] if several else []
+    marks = [pytest.mark.slow] if several or first else []
     if any("--engine" in c and c[c.index("--engine") + 1] == "ray" for c in commands):
         marks += [  # with the other Ray tests (tests/cluster runs the same in make test)
             pytest.mark.slow,
@@ -155,7 +157,10 @@ def _shell_block(p):
     return pytest.param(*p.values, id=p.id, marks=marks)
 
 
-SHELL_BLOCKS = [_shell_block(p) for p in blocks(("bash", "")) if commands_of(p.values[2])]
+SHELL_BLOCKS = [
+    _shell_block(p, first=i == 0)
+    for i, p in enumerate(p for p in blocks(("bash", "")) if commands_of(p.values[2]))
+]
 
 
 @pytest.mark.parametrize("source,line,code", SHELL_BLOCKS)
