@@ -3,11 +3,13 @@ files and on inputs cut into many parts (skipped records, --on-error, --limit, P
 of several formats, pre-tokenized data); one clean error when a worker fails; verify passes.
 
 Every test here runs on one local Ray cluster of 2 CPUs (conftest.py) in one xdist worker. A Ray
-run costs ~15-20 s on the 2-core box whatever its size, so `make test` runs four that cover the
-main paths (a shared file byte for byte and verified, many parts with skipped records, a worker
-failing inside Ray Data, the error wrapping) and `make test-slow` the rest (every shared file,
---on-error error, --limit, a folder of formats with Parquet parts, pre-tokenized input, profile,
-a failing file task, joining a cluster started with `ray start`)."""
+run costs ~15-20 s on the 2-core box whatever its size, so `make test` runs two: a shared file
+byte for byte and verified (the engine end to end: file tasks, parts, planning, groupby, the
+writer) and the error wrapping (a task on the cluster already started); `make test-slow` the rest
+(many parts with skipped records, whose parts and lines tests/io/test_readers_parts.py checks
+locally; a worker failing inside Ray Data, in a process of its own; every shared file, --on-error
+error, --limit, a folder of formats with Parquet parts, pre-tokenized input, profile, a failing
+file task, joining a cluster started with `ray start`)."""
 
 from __future__ import annotations
 
@@ -77,6 +79,7 @@ def small_parts(monkeypatch):
     monkeypatch.setattr(readers, "PART_BYTES", 8 << 10)
 
 
+@pytest.mark.slow
 def test_many_parts_keep_source_indices_and_lines_of_skipped_records(tmp_path, small_parts):
     data = _chat_with_bad_records(tmp_path / "chats.jsonl")
     assert len(readers.file_parts(str(data), readers.PART_BYTES)) > 10
@@ -156,6 +159,7 @@ def test_a_failing_worker_is_one_clean_error(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 def test_a_worker_failing_while_tokenizing_is_one_line_on_stderr(tmp_path):
     """A gzip file whose head reads and whose end is cut: the file task passes, a Ray Data task
     fails; the command (a real process: Ray's own output would show) says one line, exit 1."""
