@@ -23,7 +23,8 @@ The rules (constants below; docs/ARCHITECTURE.md, "Semantics", Overflow, for wha
                    otherwise                     → L0, split
     a sweep        the smallest swept L with ok(L), and among those the smallest whose packed BFD
                    FLOPs are within FLAT of the best; else the same among outliers(L), with split;
-                   else the longest swept L, with split
+                   else the longest swept L, with split (it splits the fewest; one --len alone
+                   keeps L0 in that case: the reasons of both say so)
 
     strategy       packed BFD + varlen kernel (rows of exactly --len, position_ids / cu_seqlens)
                    unless length-grouped batches cost fewer FLOPs; "nearly as good" when
@@ -303,7 +304,8 @@ def choose_len(
             "split",
             "split",
             f"{_over_text(c0, t)}; keeping them whole needs {far}, more than {MAX_LEN_RAISE}× "
-            "--len, so --len stays",
+            "--len, so --len stays and split keeps their tokens (a --len sweep takes its longest "
+            f"--len instead, which splits the fewest: `packtool profile DATA --len {L0}-{MAX_LEN_RAISE * L0}`)",
             _overflow_reason(c0, t, "split"),
         )
     ok = [L for L in given if _ok(cuts[L], t)]
@@ -343,7 +345,9 @@ def choose_len(
         pick,
         "split",
         "sweep-split",
-        f"the longest swept --len; even here {_over_text(c, t)}",
+        f"the longest swept --len, which splits the fewest examples: even here {_over_text(c, t)} "
+        f"(one --len alone stays as given and splits, unless a --len at most {MAX_LEN_RAISE}× longer "
+        f"drops no more than {MAX_LOST_SHARE:.0%} of tokens)",
         _overflow_reason(c, t, "split"),
     )
 
@@ -431,6 +435,7 @@ class Recommendation:
     hints: list[str] = field(default_factory=list)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # cuts_by_len, for the JSON
     skipped: dict[str, int] | None = None  # {"records", "read"} when --on-error skip skipped some
+    evidence_note: str = ""  # when the FLOP ratios are not at the table's (--len, --overflow)
 
     def skipped_text(self) -> str:
         """'200 of 300 records skipped (67%)', or '' when none were."""
@@ -479,6 +484,8 @@ class Recommendation:
             ("strategy", f"{self.strategy_label}: {self.strategy_reason}"),
             ("", self.dense_mask),
         ]
+        if self.evidence_note:
+            rows.append(("", self.evidence_note))
         rows.append(("--len", f"{self.pack_len:,}: {self.len_reason}"))
         rows.append(("overflow", self.overflow_reason))
         rows.append(
@@ -649,6 +656,17 @@ def recommend(r) -> Recommendation:
             f"the FLOP figures are at the profiled --overflow {ev_ov}; "
             f"`packtool profile DATA --len {L} --overflow {ov}` shows them for {ov}"
         )
+    evidence_note = ""
+    table_len = L if sweep else cfg.pack_len
+    if ev_len == L and (ev_len, ev_ov) != (table_len, cfg.overflow):
+        # e.g. 1.01× here against 1.02× in the table: split keeps the long examples the table's
+        # drop leaves out, so the two are different simulations
+        left_out = cuts[table_len]["examples_over"] if cfg.overflow == "drop" else 0
+        evidence_note = (
+            f"these ratios are simulated as recommended, at --len {ev_len:,} --overflow {ev_ov}; "
+            f"the {'sweep ' if sweep else ''}table above is at --overflow {cfg.overflow}"
+            + (f", without the {_plural(left_out, 'longer example')}" if left_out else "")
+        )
     if not sweep and s["relative"][PACKED] > 1 + NEARLY and fill is not None:
         lo, hi = max(2, _pow2_below(ev_len // 4)), min(MAX_POW2, 2 * _pow2_below(ev_len))
         hints.append(
@@ -705,6 +723,7 @@ def recommend(r) -> Recommendation:
         hints=hints,
         candidates=[cuts[k] for k in sorted(cuts)],
         skipped={"records": n_skipped, "read": read} if n_skipped else None,
+        evidence_note=evidence_note,
     )
 
 

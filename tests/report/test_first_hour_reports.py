@@ -136,3 +136,42 @@ def test_sweep_panel_legend_is_off_the_data_and_labels_inside_the_figure(
             if label.get_text():
                 box = label.get_window_extent(renderer)
                 assert 0 <= box.x0 and box.x1 <= width, label.get_text()
+
+
+LONG_TAIL = "lognormal:median=1500,sigma=0.8,n=3000,max=20000,seed=3"  # 11% over 4,096: split
+
+
+def test_recommendation_says_which_overflow_its_ratios_assume():
+    """The recommendation's 1.01× and the table's 1.02× came from different --overflow runs,
+    unsaid: the recommendation now names its own and the table's."""
+    from packtool.stats.synthetic import synthetic_lengths
+
+    r = profile_lengths(synthetic_lengths(LONG_TAIL), ProfileConfig(pack_len=4096))
+    rec = advice.recommend(r)
+    assert (rec.overflow, rec.evidence_overflow) == ("split", "split")
+    assert rec.evidence_note == (
+        "these ratios are simulated as recommended, at --len 4,096 --overflow split; the table "
+        "above is at --overflow drop, without the 333 longer examples"
+    )
+    assert ("", rec.evidence_note) in rec.lines()
+    fits = advice.recommend(profile_lengths(np.array([10, 20, 30]), ProfileConfig(pack_len=64)))
+    assert fits.evidence_note == ""
+
+
+def test_single_len_and_sweep_explain_their_different_choices():
+    """--len 4096 alone keeps 4,096 + split; a 1024-8192 sweep takes 8,192 + split: each reason
+    says the rule that separates them."""
+    from packtool.profiler import profile_lens
+    from packtool.stats.synthetic import synthetic_lengths
+
+    lengths = synthetic_lengths(LONG_TAIL)
+    one = advice.recommend(profile_lengths(lengths, ProfileConfig(pack_len=4096)))
+    sweep = advice.recommend(profile_lens(lengths, ProfileConfig(), [1024, 2048, 4096, 8192]))
+    assert (one.pack_len, one.overflow) == (4096, "split")
+    assert (sweep.pack_len, sweep.overflow) == (8192, "split")
+    assert (
+        "a --len sweep takes its longest --len instead, which splits the fewest" in one.len_reason
+    )
+    assert "packtool profile DATA --len 4096-16384" in one.len_reason
+    assert sweep.len_reason.startswith("the longest swept --len, which splits the fewest examples")
+    assert "one --len alone stays as given and splits" in sweep.len_reason
