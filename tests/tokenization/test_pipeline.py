@@ -249,6 +249,9 @@ def _entry(td_key_dir):
     return entries[-1]
 
 
+# bytes flipped at 8 places; one flipped byte, warned and recomputed, runs in make test in
+# test_damaged_cache_gives_the_no_cache_shards
+@pytest.mark.slow
 def test_cache_entry_is_checked_and_recomputed(tmp_path, monkeypatch):
     monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
     path = str(write_sample(tmp_path / "c.jsonl", n=30, seed=2))
@@ -344,7 +347,8 @@ def test_damaged_cache_gives_the_no_cache_shards(tmp_path, monkeypatch):
     assert [p.read_bytes() for p in ref] == [p.read_bytes() for p in again]
 
 
-@pytest.mark.parametrize("num_proc", [1, 2])
+# the in-process check (num_proc 1) runs in make test in the folder test below, the worker's here
+@pytest.mark.parametrize("num_proc", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_fast_path_that_differs_is_not_used(tmp_path, monkeypatch, num_proc):
     """A fast path that gives other ids on the run's first examples: auto falls back to hf (with a
     warning naming the record), forced fastokens is an error; the check runs in a worker too."""
@@ -373,7 +377,8 @@ def test_fast_path_that_differs_is_not_used(tmp_path, monkeypatch, num_proc):
         )
 
 
-@pytest.mark.parametrize("num_proc", [1, 2])
+# the check in a worker (num_proc 2) runs in make test in the test above
+@pytest.mark.parametrize("num_proc", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_fast_path_is_probed_on_every_file_of_a_folder(tmp_path, monkeypatch, num_proc):
     """The exactness probe covers each file of a mixed folder, not only the run's first examples:
     a fast path that is wrong only on the second file (another format) is caught there, auto falls
