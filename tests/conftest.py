@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -37,12 +38,15 @@ def qwen():
     return load_tokenizer(None)
 
 
-def build_tiny_tokenizer(chat_template: str | None = None):
-    """A word-level tokenizer trained in-process on a few words, with ChatML special tokens."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+_TINY_SPECIALS = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
 
-    specials = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
+
+@functools.cache
+def _tiny_vocabulary() -> str:
+    """The tiny tokenizer, trained once per process (as JSON: every caller gets its own copy)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    specials = _TINY_SPECIALS
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="isolated")
     corpus = [
@@ -53,8 +57,17 @@ def build_tiny_tokenizer(chat_template: str | None = None):
         ":",
     ]
     tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=specials))
+    return tok.to_str()
+
+
+def build_tiny_tokenizer(chat_template: str | None = None):
+    """A word-level tokenizer trained in-process on a few words, with ChatML special tokens."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    specials = _TINY_SPECIALS
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+        tokenizer_object=Tokenizer.from_str(_tiny_vocabulary()),
         pad_token="<pad>",
         unk_token="<unk>",
         eos_token="<|im_end|>",
@@ -65,6 +78,6 @@ def build_tiny_tokenizer(chat_template: str | None = None):
     return fast
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tiny_tokenizer():
     return build_tiny_tokenizer
