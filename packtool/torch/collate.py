@@ -49,8 +49,11 @@ def _segments_read_off(position_ids: torch.Tensor) -> list[int]:
 
 
 def _seq_idx(cu: torch.Tensor, total: int) -> torch.Tensor:
-    """int32 [total]: the index of the segment (cu: int32 boundaries [N+1]) each token lies in."""
+    """int32 [total]: the index of the segment (cu: int32 boundaries [N+1]) each token lies in,
+    counting only segments that hold tokens (fixed_docs' empty entries take no index, so a row's
+    indices run 0, 1, 2, ... with no gap)."""
     lengths = (cu[1:] - cu[:-1]).long()
+    lengths = lengths[lengths > 0]
     return torch.repeat_interleave(torch.arange(lengths.numel(), dtype=torch.int32), lengths)[
         :total
     ]

@@ -38,6 +38,16 @@ def test_seq_idx_varlen_over_the_batch():
     assert changes == batch["cu_seqlens"].tolist()
 
 
+def test_seq_idx_fixed_docs_empty_entries_take_no_index():
+    # --fixed-docs --max-docs 3: rows list 3 entries, the empty ones hold no token; seq_idx runs
+    # 0, 1, 2 ... through the segments that hold tokens, with no gap for an empty entry
+    items = [_item([4, 4, 0], 12), _item([8, 0, 0], 12)]
+    batch = PackedCollator(seq_idx=True, fixed_docs=True)(items)
+    assert batch["seq_idx"].tolist() == [[0] * 4 + [1] * 4 + [2] * 4, [0] * 8 + [1] * 4]
+    flat = PackedCollator("varlen", seq_idx=True, fixed_docs=True)(items)["seq_idx"][0]
+    assert flat.tolist() == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 8 + [4] * 4
+
+
 def test_seq_idx_rows_read_off_positions():
     item = _item([2, 5], 9)
     del item["seq_lengths"]
