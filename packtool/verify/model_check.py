@@ -23,6 +23,7 @@ from packtool.verify.sampling import Sample
 TOKENS = {"cpu": 1024, "cuda": 8192}  # row prefix run per sample (CPU attention is L^2 per row)
 TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # relative logits difference that still counts as equal
 POWER = 10  # the control must differ by POWER x the tolerance
+MAX_PARAMS = 20_000_000  # a tiny copy has < 2M; more means its widths were not shrunk
 
 
 def fit(sample: Sample, tokens: int) -> Sample | None:
@@ -53,6 +54,27 @@ def fit(sample: Sample, tokens: int) -> Sample | None:
         labels=lab,
         position_ids=schema.position_ids(keep, used).astype(np.int32),
         seq_lengths=np.array(keep),
+        synthetic=sample.synthetic,
+    )
+
+
+def pad(sample: Sample, length: int) -> Sample:
+    """The row with a pad tail up to `length` slots (ids 0, labels ignored, positions restarting
+    as in a packed row's own pad tail), so that fitted rows of different lengths stack into one
+    batch; the documents and their bounds are unchanged."""
+    n = len(sample.input_ids)
+    if n >= length:
+        return sample
+    tail = length - n
+    return Sample(
+        shard=sample.shard,
+        row=sample.row,
+        input_ids=np.concatenate([sample.input_ids, np.zeros(tail, np.int32)]).astype(np.int32),
+        labels=np.concatenate([sample.labels, np.full(tail, schema.IGNORE_INDEX, np.int32)]).astype(
+            np.int32
+        ),
+        position_ids=schema.position_ids(list(sample.seq_lengths), length).astype(np.int32),
+        seq_lengths=np.asarray(sample.seq_lengths),
         synthetic=sample.synthetic,
     )
 
@@ -88,11 +110,19 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
         with torch.device("meta"):
             meta = AutoModelForCausalLM.from_config(wide)
         cfg = tiny.cut(wide, layers.shortest_prefix(layers.layer_kinds(meta, wide)))
+        with torch.device("meta"):
+            size = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
     except Exception as e:
         raise PacktoolError(
             f"cannot build a tiny {mt} for the check ({type(e).__name__}: {_line(e)}); "
             "this architecture is not covered by verify --model"
         ) from e
+    if size > MAX_PARAMS:  # widths in fields tiny.py does not know (sub-configs): not tiny
+        raise PacktoolError(
+            f"cannot build a tiny {mt} for the check: at the widths packtool sets it still has "
+            f"{size / 1e6:.0f}M parameters (its sizes live in fields packtool does not shrink); "
+            "this architecture is not covered by verify --model"
+        )
     dtype = torch.float32
     last = None
     for attn in _attn_choices(device):
@@ -135,6 +165,8 @@ def run(cfg_dict: dict, path: str, where: str, samples: list[Sample], device: st
     rows = [r for r in (fit(s, TOKENS[device]) for s in samples) if r is not None]
     if not rows:
         raise PacktoolError("verify --model: no sampled row holds two documents")
+    width = max(len(r.input_ids) for r in rows)  # rows cut short of the budget: one batch shape
+    rows = [pad(r, width) for r in rows]
     model, cfg, attn, kinds = build(cfg_dict, path, rows, device, seed)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     tol = TOL.get(dtype, 1e-4)

@@ -127,6 +127,22 @@ def test_fit_keeps_two_documents():
     assert model_check.fit(_samples(1, lens=(50,), pack_len=56)[0], 24) is None
 
 
+def test_rows_of_different_lengths_batch_together(tmp_path):
+    """Rows whose documents fill the pack to different lengths (pad tails of their own) are cut
+    by fit to different lengths: they are padded to one width and batched, not a stack error."""
+    rows = _samples(1, lens=(24, 17, 9)) + _samples(1, lens=(20, 10))
+    cut = [model_check.fit(s, 1024) for s in rows]
+    assert [len(c.input_ids) for c in cut] == [50, 30]
+    padded = model_check.pad(cut[1], 50)
+    assert len(padded.input_ids) == 50 and list(padded.seq_lengths) == [20, 10]
+    assert padded.position_ids.tolist() == [*range(20), *range(10), *range(20)]
+    assert (padded.labels[30:] == schema.IGNORE_INDEX).all()
+    cfg, path, _ = _config(tmp_path, "llama", {})
+    (isolation, control), report = model_check.run(cfg, path, "llama", rows, "cpu", 0)
+    assert isolation.passed and control.passed, (isolation.message, control.message)
+    assert report["rows"] == 2 and report["tokens_per_row"] == 50
+
+
 def test_unknown_model_type(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "no_such_arch_xyz"}))
     with pytest.raises(PacktoolError, match="cannot read a 'no_such_arch_xyz' config"):
