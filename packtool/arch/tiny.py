@@ -173,6 +173,11 @@ def widths(config, *, pack_len: int, window: int):
     _heads(cfg)
     _experts(cfg)
     _rope(cfg)
+    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and hasattr(cfg, "head_dim"):
+        cfg.head_dim = cfg.qk_rope_head_dim  # multi-head latent attention: RoPE on that part only
+    rotary = getattr(cfg, "rotary_dim", None)  # codegen, gpt-j: RoPE on the first rotary_dim
+    if isinstance(rotary, int) and rotary > (getattr(cfg, "head_dim", None) or HIDDEN // HEADS):
+        cfg.rotary_dim = (getattr(cfg, "head_dim", None) or HIDDEN // HEADS) // 2
     _windows(cfg, window)
     for name in list(vars(cfg)):
         if _DROPOUTS.match(name) and isinstance(getattr(cfg, name), float):
