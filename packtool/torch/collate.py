@@ -113,11 +113,32 @@ class PackedCollator:
     def for_model(cls, model_or_config, mode: str = "hf", **options) -> PackedCollator:
         """The collator whose batch keeps this model's packed documents apart: cu_seq_lens always,
         seq_idx where the architecture has Mamba, conv or linear-attention layers
-        (`packtool.arch.inputs_for`). Options (drop_padding, fixed_docs) pass through."""
+        (`packtool.arch.inputs_for`). model_or_config: a model (its .config), a PretrainedConfig,
+        a config.json dict, or a model folder / config.json path / cached hub id (its config.json
+        is read). Options (drop_padding, fixed_docs) pass through."""
+        import os
+
         from packtool.arch import inputs_for
 
-        needs = inputs_for(getattr(model_or_config, "config", model_or_config))
-        options.setdefault("seq_idx", "seq_idx" in needs)
+        config = getattr(model_or_config, "config", model_or_config)
+        if isinstance(config, (str, os.PathLike)):
+            from packtool.arch.config import read_config
+
+            config = read_config(os.fspath(config))[0]
+        if not isinstance(config, Mapping) and not getattr(config, "model_type", None):
+            raise TypeError(
+                f"PackedCollator.for_model takes a model, its config, a config.json dict or a model "
+                f"folder; got {type(model_or_config).__name__} (no model_type to read)"
+            )
+        needs = inputs_for(dict(config) if isinstance(config, Mapping) else config)
+        if mode == "flex" and "seq_idx" in needs and options.get("seq_idx", True):
+            raise ValueError(
+                "this architecture's Mamba / conv / linear-attention layers keep packed documents "
+                "apart only from seq_idx, which mode='flex' batches do not carry; use mode='hf' or "
+                "'varlen'"
+            )
+        if mode != "flex":
+            options.setdefault("seq_idx", "seq_idx" in needs)
         if mode == "hf":
             options.setdefault("flash_kwargs", True)
         return cls(mode, **options)

@@ -86,3 +86,20 @@ def test_for_model_takes_a_model():
 
     assert PackedCollator.for_model(Model()).seq_idx
     assert PackedCollator.for_model(Model(), "varlen", drop_padding=True).drop_padding
+
+
+def test_for_model_takes_a_folder_and_refuses_what_has_no_model_type(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "nemotron_h"}))
+    assert PackedCollator.for_model(str(tmp_path)).seq_idx  # not silently an attention model
+    assert PackedCollator.for_model(tmp_path / "config.json").seq_idx
+    assert not PackedCollator.for_model({"model_type": "llama"}).seq_idx
+    with pytest.raises(TypeError, match="no model_type"):
+        PackedCollator.for_model(object())
+
+
+def test_for_model_flex():
+    assert PackedCollator.for_model({"model_type": "llama"}, "flex").mode == "flex"
+    with pytest.raises(ValueError, match="mode='flex' batches do not carry"):
+        PackedCollator.for_model({"model_type": "nemotron_h"}, "flex")
