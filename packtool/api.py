@@ -312,3 +312,18 @@ def export(pack: str, to: str, out: str, force: bool = False, progress=None):
     from packtool.export import export_pack
 
     return export_pack(pack, to, out, force=force, progress=progress)
+
+
+def model_warning(model: str | None, tokenizer: str | None) -> str | None:
+    """The one-line early warning of inspect/profile/pack for the model to be trained (--model,
+    or a --tokenizer folder holding its config.json): packtool.arch.warning, or None."""
+    from packtool.arch.config import model_warning as _model_warning
+
+    return _model_warning(model, tokenizer)
+
+
+def model_config_path(model: str) -> str:
+    """The config.json of MODEL (a folder, the file, or a cached hub id); UsageError otherwise."""
+    from packtool.arch.config import config_path
+
+    return config_path(model)

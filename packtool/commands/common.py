@@ -169,9 +169,9 @@ def _number(spec: str, key: str, text: str, kind, example: str):
 def warn_model(out, model: str | None, tokenizer: str | None) -> str | None:
     """Say packtool.arch's early warning for --model (or a --tokenizer model folder) on stderr,
     before any tokenizing; return it (profile puts it beside its recommendation)."""
-    from packtool.arch.config import model_warning
+    from packtool import api
 
-    text = model_warning(model, tokenizer)
+    text = api.model_warning(model, tokenizer)
     if text:
         out.console.print(f"[yellow]warning:[/] {text}", soft_wrap=True, highlight=False)
     return text

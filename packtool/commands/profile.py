@@ -41,9 +41,7 @@ def load_model(model: str | None, params: str | None, layers: int | None, hidden
     if model and params:
         raise UsageError("give either --model CONFIG.json or --params/--layers/--hidden, not both")
     if model:
-        from packtool.arch.config import config_path
-
-        path = config_path(model)  # a folder, its config.json, or a cached hub id
+        path = api.model_config_path(model)  # a folder, its config.json, or a cached hub id
         try:
             with open(path) as f:
                 cfg = json.load(f)
