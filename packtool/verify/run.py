@@ -180,6 +180,8 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     checks, summary = integrity.check_integrity(cfg.path, sample_rows=rows, seed=cfg.seed)
     res.timings["integrity"] = time.perf_counter() - t0
     res.checks.extend(checks)
+    tokens = summary.get("rows", 0) * (summary.get("pack_len") or 0)
+    res.timings["integrity_tokens_per_s"] = tokens / max(res.timings["integrity"], 1e-9)
     if rows == 0:
         res.checks.append(Check("model isolation", False, "not run (--rows 0)", skipped=True))
         return res

@@ -192,6 +192,18 @@ def test_cli_usage_errors(tmp_path, clean_pack):
     assert r.exit_code == 1 and "no_such_arch_xyz" in r.output and "Traceback" not in r.output
 
 
+def test_rows_0_integrity_only_with_its_rate(tmp_path, clean_pack):
+    _, _, folder = _config(tmp_path, "llama", {})
+    r = runner.invoke(
+        app, ["verify", str(clean_pack), "--model", str(folder), "--rows", "0", "--json", "-"]
+    )
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["passed"] and d["timings_s"]["integrity_tokens_per_s"] > 0  # not "(0.0k/s)"
+    (iso,) = [c for c in d["checks"] if c["name"] == "model isolation"]
+    assert iso["status"] == "skip"
+
+
 @pytest.mark.slow
 def test_every_causal_lm_config_gives_a_result_or_one_line(tmp_path):
     """Every architecture transformers ships a causal-LM config for: a result, or a PacktoolError
