@@ -72,6 +72,9 @@ class Recorder:
         self.inputs: dict[int, object] = {}
         self.outputs: dict[int, object] = {}
         self.clean: dict[int, object] | None = None  # module index -> clean input [B, S, H]
+        # modules called more than once in one forward (a block shared between layers): which
+        # call's input is "the" input is ambiguous, so they are neither recorded nor substituted
+        self.shared: set[int] = set()
         self.handles = []
 
     def __enter__(self):
@@ -88,7 +91,12 @@ class Recorder:
     def _pre(self, k):
         def hook(module, args, kwargs):
             x, replace = _hidden(args, kwargs)
-            if x is None:
+            if x is None or k in self.shared:
+                return None
+            if self.clean is None and k in self.inputs:  # a second call in this forward
+                self.shared.add(k)
+                self.inputs.pop(k, None)
+                self.outputs.pop(k, None)
                 return None
             if self.clean is not None and k in self.clean:
                 c = self.clean[k]
@@ -102,7 +110,7 @@ class Recorder:
     def _post(self, k):
         def hook(module, args, kwargs_or_out, out=None):
             t = _first_tensor(out if out is not None else kwargs_or_out)
-            if t is not None:
+            if t is not None and k not in self.shared:
                 self.outputs[k] = t.detach()
 
         return hook

@@ -143,6 +143,35 @@ def test_rows_of_different_lengths_batch_together(tmp_path):
     assert report["rows"] == 2 and report["tokens_per_row"] == 50
 
 
+def test_recorder_leaves_a_module_called_twice_per_forward_alone():
+    """A block shared between layers (called twice in one forward, listed under two layers):
+    its input is ambiguous, so the probe neither records nor substitutes it."""
+    import torch
+
+    from packtool.verify.model_forwards import Recorder
+
+    shared, once = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(x):
+        return once(shared(shared(x)))
+
+    rec = Recorder(
+        [
+            (0, "block", "full attention", shared),
+            (1, "block", "full attention", shared),
+            (1, "mlp", "moe", once),
+        ]
+    )
+    x = torch.randn(1, 3, 4)
+    with rec, torch.no_grad():
+        rec.inputs, rec.outputs = {}, {}
+        y = forward(x)
+        assert rec.shared == {0, 1} and set(rec.inputs) == {2} and set(rec.outputs) == {2}
+        rec.clean = {0: torch.zeros(1, 3, 4), 1: torch.zeros(1, 3, 4)}
+        assert torch.equal(forward(x), y)  # not substituted
+        rec.clean = None
+
+
 def test_unknown_model_type(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "no_such_arch_xyz"}))
     with pytest.raises(PacktoolError, match="cannot read a 'no_such_arch_xyz' config"):
