@@ -203,8 +203,12 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     res.timings["isolation"] = time.perf_counter() - t1
     m = res.model
     res.kernels = [
-        f"model: tiny {m['model_type']} ({len(m['layers'])} layers: "
+        f"model: tiny {m['model_type']} ({_n(len(m['layers']), 'layer')}: "
         f"{', '.join('+'.join(k) or '-' for k in m['layers'])}), {m['attention']} "
-        f"({m['device']}, {m['dtype']}), {m['rows']} rows of <= {m['tokens_per_row']} tokens"
+        f"({m['device']}, {m['dtype']}), {_n(m['rows'], 'row')} of <= {m['tokens_per_row']} tokens"
     ]
     return res
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"

@@ -233,6 +233,13 @@ def test_rows_0_integrity_only_with_its_rate(tmp_path, clean_pack):
     assert iso["status"] == "skip"
 
 
+def test_kernel_line_counts_in_words(tmp_path, clean_pack):
+    _, _, folder = _config(tmp_path, "llama", {"num_hidden_layers": 1})
+    r = runner.invoke(app, ["verify", str(clean_pack), "--model", str(folder), "--rows", "1"])
+    assert r.exit_code == 0, r.output
+    assert "(1 layer: full attention)" in r.output and ", 1 row of <= " in r.output
+
+
 @pytest.mark.slow
 def test_every_causal_lm_config_gives_a_result_or_one_line(tmp_path):
     """Every architecture transformers ships a causal-LM config for: a result, or a PacktoolError
