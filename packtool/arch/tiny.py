@@ -68,6 +68,10 @@ _WIDTHS = {
     "mamba_chunk_size": CHUNK,
     "time_step_rank": 8,
     "initializer_range": INIT_STD,
+    # gemma 3n / 4: per-layer input embeddings, a global head size beside the sliding one
+    "hidden_size_per_layer_input": 16,
+    "vocab_size_per_layer_input": VOCAB,
+    "global_head_dim": 2 * HEAD_DIM,
 }
 _EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOPK = ("num_experts_per_tok", "moe_topk", "top_k")
@@ -89,28 +93,40 @@ def text_config(config):
     return config
 
 
+def _get(cfg, name: str):
+    """cfg.name, or None: also where the config refuses a global read (a per-layer attribute)."""
+    try:
+        return getattr(cfg, name, None)
+    except Exception:
+        return None
+
+
+def _has(cfg, name: str) -> bool:
+    return _get(cfg, name) is not None
+
+
 def _set(cfg, name: str, value) -> None:
-    if hasattr(cfg, name) and getattr(cfg, name) is not None:
+    if _has(cfg, name) and getattr(cfg, name) is not None:
         setattr(cfg, name, value)
 
 
 def _heads(cfg) -> None:
     """Query heads 4, key/value heads keeping the original's kind of sharing (MQA, GQA, MHA)."""
     for q_name, kv_name in (("num_attention_heads", "num_key_value_heads"), ("n_head", None)):
-        q = getattr(cfg, q_name, None)
+        q = _get(cfg, q_name)
         if not isinstance(q, int):
             continue
         setattr(cfg, q_name, HEADS)
-        kv = getattr(cfg, kv_name, None) if kv_name else None
+        kv = _get(cfg, kv_name) if kv_name else None
         if isinstance(kv, int):
             setattr(cfg, kv_name, 1 if kv == 1 else HEADS if kv >= q else 2)
     # gated delta net: key heads 2, value heads keep their multiple of the key heads
-    k, v = getattr(cfg, "linear_num_key_heads", None), getattr(cfg, "linear_num_value_heads", None)
+    k, v = _get(cfg, "linear_num_key_heads"), _get(cfg, "linear_num_value_heads")
     if isinstance(k, int) and isinstance(v, int) and k > 0:
         cfg.linear_num_key_heads = 2
         cfg.linear_num_value_heads = 2 * max(1, v // k)
     # Mamba-2 heads: (expand * hidden) / head_dim, groups dividing the heads
-    expand = getattr(cfg, "expand", None) or getattr(cfg, "mamba_expand", None) or 2
+    expand = _get(cfg, "expand") or _get(cfg, "mamba_expand") or 2
     ssm_heads = int(expand * HIDDEN) // SSM_HEAD_DIM
     for name in ("mamba_num_heads", "mamba_n_heads"):
         _set(cfg, name, ssm_heads)
@@ -119,37 +135,37 @@ def _heads(cfg) -> None:
         cfg.head_dim = SSM_HEAD_DIM
     _set(cfg, "mamba_d_ssm", ssm_heads * SSM_HEAD_DIM)
     for name in ("n_groups", "mamba_n_groups"):
-        g = getattr(cfg, name, None)
+        g = _get(cfg, name)
         if isinstance(g, int):
             setattr(cfg, name, 1 if g == 1 else 2)
 
 
 def _experts(cfg) -> None:
     for name in _EXPERT_COUNTS:
-        if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) > 0:
+        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 0:
             setattr(cfg, name, EXPERTS)
     for name in _TOPK:
-        if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) > 0:
+        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 0:
             setattr(cfg, name, min(getattr(cfg, name), 2))
     for name in ("n_shared_experts", "num_shared_experts"):
-        if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) > 1:
+        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 1:
             setattr(cfg, name, 1)
     for name in ("n_group", "topk_group"):
-        if isinstance(getattr(cfg, name, None), int) and getattr(cfg, name) > 1:
+        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 1:
             setattr(cfg, name, 1)
 
 
 def _rope(cfg) -> None:
     """M-RoPE sections scaled to the tiny rotary width (they must sum to rotary_dim / 2)."""
-    partial = getattr(cfg, "partial_rotary_factor", None)
-    params = getattr(cfg, "rope_parameters", None) or {}
+    partial = _get(cfg, "partial_rotary_factor")
+    params = _get(cfg, "rope_parameters") or {}
     if isinstance(params, dict):
         partial = params.get("partial_rotary_factor", partial)
-    if partial is not None and partial < 1 and getattr(cfg, "head_dim", None) is not None:
+    if partial is not None and partial < 1 and _get(cfg, "head_dim") is not None:
         cfg.head_dim = 2 * HEAD_DIM
-    head_dim = getattr(cfg, "head_dim", None) or HIDDEN // HEADS
+    head_dim = _get(cfg, "head_dim") or HIDDEN // HEADS
     half = int(head_dim * (partial or 1.0)) // 2
-    for holder in (params, getattr(cfg, "rope_scaling", None) or {}):
+    for holder in (params, _get(cfg, "rope_scaling") or {}):
         if isinstance(holder, dict) and isinstance(holder.get("mrope_section"), list):
             sec = holder["mrope_section"]
             total = sum(sec)
@@ -160,7 +176,7 @@ def _rope(cfg) -> None:
 
 def _windows(cfg, window: int) -> None:
     for name in ("sliding_window", "attention_window_size", "attention_chunk_size"):
-        w = getattr(cfg, name, None)
+        w = _get(cfg, name)
         if isinstance(w, int) and w > 0:
             setattr(cfg, name, min(w, window))
 
@@ -173,21 +189,26 @@ def widths(config, *, pack_len: int, window: int):
     _heads(cfg)
     _experts(cfg)
     _rope(cfg)
-    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and hasattr(cfg, "head_dim"):
+    if isinstance(_get(cfg, "qk_rope_head_dim"), int) and _has(cfg, "head_dim"):
         cfg.head_dim = cfg.qk_rope_head_dim  # multi-head latent attention: RoPE on that part only
-    rotary = getattr(cfg, "rotary_dim", None)  # codegen, gpt-j: RoPE on the first rotary_dim
-    if isinstance(rotary, int) and rotary > (getattr(cfg, "head_dim", None) or HIDDEN // HEADS):
-        cfg.rotary_dim = (getattr(cfg, "head_dim", None) or HIDDEN // HEADS) // 2
+    rotary = _get(cfg, "rotary_dim")  # codegen, gpt-j: RoPE on the first rotary_dim
+    if isinstance(rotary, int) and rotary > (_get(cfg, "head_dim") or HIDDEN // HEADS):
+        cfg.rotary_dim = (_get(cfg, "head_dim") or HIDDEN // HEADS) // 2
     _windows(cfg, window)
+    per_layer = _get(cfg, "per_layer_config")  # gemma 4: {layer: {"head_dim": ...}}
+    if isinstance(per_layer, dict):
+        for layer in per_layer.values():
+            if isinstance(layer, dict) and "head_dim" in layer:
+                layer["head_dim"] = 2 * HEAD_DIM
     for name in list(vars(cfg)):
         if _DROPOUTS.match(name) and isinstance(getattr(cfg, name), float):
             setattr(cfg, name, 0.0)
     for name in ("max_position_embeddings", "n_positions"):
-        v = getattr(cfg, name, None)
+        v = _get(cfg, name)
         if isinstance(v, int):
             setattr(cfg, name, max(v, pack_len))
     for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        v = getattr(cfg, name, None)
+        v = _get(cfg, name)
         if isinstance(v, int) and v >= VOCAB:
             setattr(cfg, name, VOCAB - 1)
     _set(cfg, "use_cache", False)
@@ -197,7 +218,7 @@ def widths(config, *, pack_len: int, window: int):
 
 def depth(cfg) -> int | None:
     for name in _LAYER_COUNTS:
-        v = getattr(cfg, name, None)
+        v = _get(cfg, name)
         if isinstance(v, int) and v > 0:
             return v
     return None
@@ -210,7 +231,7 @@ def cut(cfg, layers: int):
     if full is None or layers >= full:
         return cfg
     for name in _LAYER_COUNTS:
-        if isinstance(getattr(cfg, name, None), int):
+        if isinstance(_get(cfg, name), int):
             setattr(cfg, name, layers)
     for name, v in list(vars(cfg).items()):
         per_layer = (isinstance(v, list) and all(isinstance(x, str) for x in v)) or (

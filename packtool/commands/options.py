@@ -65,6 +65,16 @@ JsonOpt = Annotated[
 ]
 
 
+# one declaration for the commands that take it (the tokenizing ones, verify --model)
+ALLOW_DOWNLOAD = typer.Option(
+    "--allow-download",
+    help="Fetch from the Hugging Face hub what is not in its local cache: a --tokenizer hub id "
+    "(inspect, profile, pack), --model's config.json (verify). By default packtool never goes to "
+    "the network for them.",
+)
+AllowDownloadOpt = Annotated[bool, ALLOW_DOWNLOAD]
+
+
 def _option(default: Any, *decls: str, help: str, whole_input: bool = False, **kw: Any):
     """A TokenizeArgs field and its command-line option. `whole_input`: only for commands that
     tokenize a whole input (profile, pack), not for `inspect`, which encodes one record."""
@@ -164,11 +174,9 @@ class TokenizeArgs:
         "writes, an empty assistant turn, an example without loss) or whose reasoning the template "
         "drops: one line naming the file, record and kind (else these are counted and warned).",
     )
-    allow_download: bool = _option(
-        False,
-        "--allow-download",
-        help="Fetch a --tokenizer hub id that is not in the local Hugging Face cache "
-        "(by default packtool never goes to the network for it).",
+    allow_download: bool = field(
+        default=False,
+        metadata={"option": ALLOW_DOWNLOAD, "flag": "--allow-download", "whole_input": False},
     )
     engine: str = _option(
         "local",

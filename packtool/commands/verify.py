@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.options import JsonOpt
+from packtool.commands.options import AllowDownloadOpt, JsonOpt
 from packtool.commands.output import Output
 from packtool.config import VerifyConfig
 from packtool.errors import UsageError
@@ -93,12 +93,7 @@ def verify(
             show_default=False,
         ),
     ] = None,
-    allow_download: Annotated[
-        bool,
-        typer.Option(
-            "--allow-download", help="With --model: fetch config.json from the hub if not cached."
-        ),
-    ] = False,
+    allow_download: AllowDownloadOpt = False,
     sample: Annotated[
         int | None,
         typer.Option(
