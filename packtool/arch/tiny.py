@@ -106,8 +106,11 @@ def _has(cfg, name: str) -> bool:
 
 
 def _set(cfg, name: str, value) -> None:
-    if _has(cfg, name) and getattr(cfg, name) is not None:
-        setattr(cfg, name, value)
+    if _has(cfg, name):
+        try:
+            setattr(cfg, name, value)
+        except (AttributeError, TypeError):  # a derived property (falcon's head_dim): left as is
+            pass
 
 
 def _heads(cfg) -> None:
