@@ -110,14 +110,7 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     rows = DEFAULT_ROWS[device] if cfg.rows is None else cfg.rows
     res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
 
-    from packtool.verify import integrity
-
-    t0 = time.perf_counter()
-    checks, summary = integrity.check_integrity(cfg.path, sample_rows=rows, seed=cfg.seed)
-    res.timings["integrity"] = time.perf_counter() - t0
-    res.checks.extend(checks)
-    tokens = summary.get("rows", 0) * (summary.get("pack_len") or 0)
-    res.timings["integrity_tokens_per_s"] = tokens / max(res.timings["integrity"], 1e-9)
+    summary = _integrity(cfg, res, rows)
 
     if rows == 0:
         res.checks.append(
@@ -136,6 +129,20 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     ]
     res.checks.append(flash_check(backends, res.kernel_calls))
     return res
+
+
+def _integrity(cfg: VerifyConfig, res: VerifyResult, rows: int) -> dict:
+    """The integrity layer over every row (its checks and timings into `res`), sampling `rows`
+    rows for isolation; returns the scan's summary."""
+    from packtool.verify import integrity
+
+    t0 = time.perf_counter()
+    checks, summary = integrity.check_integrity(cfg.path, sample_rows=rows, seed=cfg.seed)
+    res.timings["integrity"] = time.perf_counter() - t0
+    res.checks.extend(checks)
+    tokens = summary.get("rows", 0) * (summary.get("pack_len") or 0)
+    res.timings["integrity_tokens_per_s"] = tokens / max(res.timings["integrity"], 1e-9)
+    return summary
 
 
 def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Check]:
@@ -167,7 +174,7 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     (model_check) instead of the two generic tiny models."""
     from packtool.arch.config import read_config
     from packtool.verify import backends as bk
-    from packtool.verify import integrity, model_check
+    from packtool.verify import model_check
 
     cfg_dict, config_file = read_config(
         cfg.model, cfg.allow_download
@@ -176,12 +183,7 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     device = bk.resolve_device(cfg.device)
     rows = MODEL_ROWS if cfg.rows is None else cfg.rows
     res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
-    t0 = time.perf_counter()
-    checks, summary = integrity.check_integrity(cfg.path, sample_rows=rows, seed=cfg.seed)
-    res.timings["integrity"] = time.perf_counter() - t0
-    res.checks.extend(checks)
-    tokens = summary.get("rows", 0) * (summary.get("pack_len") or 0)
-    res.timings["integrity_tokens_per_s"] = tokens / max(res.timings["integrity"], 1e-9)
+    summary = _integrity(cfg, res, rows)
     if rows == 0:
         res.checks.append(Check("model isolation", False, "not run (--rows 0)", skipped=True))
         return res
