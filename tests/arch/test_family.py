@@ -128,10 +128,12 @@ def test_commands_warn_before_tokenizing(tmp_path, monkeypatch):
     r = runner.invoke(app, ["inspect", str(data), "--model", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert "warning: qwen3_next" in r.output and "flash-linear-attention" in r.output
+    # pack says it before reading anything: here the data does not even exist
+    missing = str(tmp_path / "nope.jsonl")
     r = runner.invoke(
         app,
-        ["pack", str(data), "--len", "64", "--out", str(tmp_path / "p"), "--model", str(tmp_path)],
+        ["pack", missing, "--len", "64", "--out", str(tmp_path / "p"), "--model", str(tmp_path)],
     )
-    assert r.exit_code == 0 and "warning: qwen3_next" in r.output
+    assert r.exit_code != 0 and r.output.index("warning: qwen3_next") < r.output.index("error")
     r = runner.invoke(app, ["inspect", str(data), "--model", str(tmp_path / "missing")])
     assert r.exit_code == 2 and "no such file or folder" in r.output
