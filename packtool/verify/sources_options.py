@@ -91,7 +91,9 @@ def tokenize_config_from(manifest: dict):
         d["tokenizer"] = None if name is None or "built-in" in str(name) else name
     cfg = _build(TokenizeConfig, d, "options", missing)
     cfg = dataclasses.replace(cfg, cache=False, num_proc=None)
-    return cfg, [m for m in missing if m not in ("options.cache", "options.num_proc")]
+    # not recorded (they change no id or label): the cache, the workers, --strict-labels
+    unrecorded = ("options.cache", "options.num_proc", "options.strict_labels")
+    return cfg, [m for m in missing if m not in unrecorded]
 
 
 def options_text(cfg) -> str:

@@ -72,9 +72,14 @@ def _config(tmp_path, model_type: str, overrides: dict):
     return json.loads(path.read_text()), str(path), folder
 
 
+FAST = {"llama", "qwen3_5", "nemotron_h"}  # the pass / fail cases run in make test
+
+
 @no_kernels
 @pytest.mark.parametrize(
-    ("model_type", "overrides", "expected"), MATRIX, ids=[m[0] for m in MATRIX]
+    ("model_type", "overrides", "expected"),
+    [pytest.param(*m, marks=[] if m[0] in FAST else [pytest.mark.slow]) for m in MATRIX],
+    ids=[m[0] for m in MATRIX],
 )
 def test_matrix(tmp_path, model_type, overrides, expected):
     cfg, path, _ = _config(tmp_path, model_type, overrides)
