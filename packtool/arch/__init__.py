@@ -111,19 +111,22 @@ _RECURRENT_TYPES = {
 }
 
 
+def _get(config, key: str):
+    """A config.json dict's key or a PretrainedConfig's attribute; None when absent."""
+    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+
 def _model_type(config) -> str:
-    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-    return str(get("model_type", "") or "")
+    return str(_get(config, "model_type") or "")
 
 
 def _layer_types(config) -> list[str]:
-    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     out = []
     for key in ("layer_types", "layers_block_type"):
-        v = get(key, None)
+        v = _get(config, key)
         if isinstance(v, list):
             out += [x for x in v if isinstance(x, str)]
-    sub = get("text_config", None)
+    sub = _get(config, "text_config")
     if sub is not None:
         out += _layer_types(sub)
     return out
@@ -132,11 +135,7 @@ def _layer_types(config) -> list[str]:
 def family(config) -> Family:
     """The architecture family of a config (a config.json dict or a PretrainedConfig)."""
     types = {_model_type(config)}
-    sub = (
-        config.get("text_config")
-        if isinstance(config, dict)
-        else getattr(config, "text_config", None)
-    )
+    sub = _get(config, "text_config")
     if sub is not None:
         types.add(_model_type(sub))
     for f in FAMILIES:
