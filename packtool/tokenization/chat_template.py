@@ -165,17 +165,21 @@ def _blocks(source: str) -> list[str]:
     return [b for b in (x.strip() for x in _BLOCK.split(source)) if b]
 
 
-@functools.lru_cache(maxsize=8)
 def trl_near_miss(source: str) -> tuple[str, float, int, int] | None:
     """(X_training, ratio alike, blocks that differ, blocks) for the official template X.jinja that
     TRL ships a training version of and that `source` is nearest to, when at least NEAR alike
     (an older revision of the same model's template: Qwen3's, DeepSeek-V3's); compared block by
     block (text between Jinja tags), so one-line templates compare as well as multi-line ones."""
+    folder = trl_dir()
+    return None if folder is None else _near_miss(source, folder)
+
+
+@functools.lru_cache(maxsize=8)
+def _near_miss(source: str, folder: Path) -> tuple[str, float, int, int] | None:
+    """trl_near_miss against one TRL templates folder (cached per folder: the folder found can change
+    within a process, e.g. another TRL on the path)."""
     import difflib
 
-    folder = trl_dir()
-    if folder is None:
-        return None
     mine = _blocks(source)
     best = None
     for training in sorted(folder.glob("*_training.jinja")):

@@ -271,6 +271,17 @@ def test_the_builtin_qwen3_template_is_recognised_as_a_near_miss():
     assert name == "qwen3_training" and ratio >= ct.NEAR
 
 
+def test_a_near_miss_found_without_trl_is_not_remembered_once_trl_is_found(monkeypatch):
+    need_trl("qwen3.jinja")
+    official = (ct.trl_dir() / "qwen3.jinja").read_text()
+    older = official.replace("reasoning_content.strip('\\n')", "reasoning_content.strip()")
+    found = ct.trl_dir
+    monkeypatch.setattr(ct, "trl_dir", lambda: None)
+    assert ct.trl_near_miss(older) is None
+    monkeypatch.setattr(ct, "trl_dir", found)
+    assert ct.trl_near_miss(older)[0] == "qwen3_training"
+
+
 def test_a_one_line_template_near_miss_is_found_block_by_block():
     need_trl("deepseekv3.jinja")
     official = (ct.trl_dir() / "deepseekv3.jinja").read_text()
