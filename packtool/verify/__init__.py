@@ -15,13 +15,14 @@
                      counted calls (what really ran), auto's capability check and trial call
     kernel_check.py  the "FlashAttention kernel" check, from the counted calls
     selftest.py      builds its own pack in a temporary folder and verifies it
-    sources.py       verify --sources: tokenize the sources again and compare every document
-      sources_options.py   the recorded options → a TokenizeConfig
-      sources_load.py      the recorded files, tokenizer and template still match; tokenize again
-      sources_pieces.py    the documents the packer cut from each record (pack.overflow's own cut)
-      sources_match.py     each shard's documents matched to the expected pieces
-      sources_compare.py   token-by-token comparison and the text naming a mismatch
-      sources_accounting.py  every expected piece found once; names.py-like check names: sources_names.py
+    sources/         verify --sources: tokenize the sources again and compare every document
+      names.py         the sources checks' names, in report order; Stop
+      options.py       the recorded options → a TokenizeConfig
+      load.py          the recorded files, tokenizer and template still match; tokenize again
+      pieces.py        the documents the packer cut from each record (pack.overflow's own cut)
+      match.py         each shard's documents matched to the expected pieces
+      compare.py       token-by-token comparison and the text naming a mismatch
+      accounting.py    every expected piece found once
 
 The layout of a row and the rules checked are the pack contract (packtool.schema;
 docs/ARCHITECTURE.md, "Schema" and "Verify").
