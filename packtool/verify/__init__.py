@@ -10,7 +10,8 @@
     isolation.py     the isolation layer: per (model, backend) the runs, then one Check per comparison
       tiny_models.py   the two tiny random-weight decoders (Llama: RoPE, GPT-2: absolute positions)
       forwards.py      packed / alone / swapped / last-token / control runs and their differences
-      tolerances.py    what counts as equal per dtype; measure_tolerances (sets them on a GPU)
+      tolerances.py    what counts as equal per dtype (constants)
+      measure.py       measure_tolerances: max |Δ| of correct rows per comparison, on a GPU
     backends.py      which attention kernel runs, the varlen functions transformers calls, the
                      counted calls (what really ran), auto's capability check and trial call
     kernel_check.py  the "FlashAttention kernel" check, from the counted calls
