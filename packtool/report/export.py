@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from packtool.export import ExportResult
+from packtool.export.publish import ExportResult
 
 SCHEMA = "packtool.export/v1"
 
