@@ -36,23 +36,15 @@ from packtool.verify import backends as bk
 from packtool.verify.backends import Backend
 from packtool.verify.forwards import Diffs, compare, run_alone
 from packtool.verify.sampling import Sample
-from packtool.verify.tiny_models import (  # noqa: F401  (re-exported: isolation.VOCAB, ...)
-    HEADS,
-    HIDDEN,
-    INIT_STD,
-    KV_HEADS,
+from packtool.verify.tiny_models import (
     LAYERS,
     MODELS,
-    VOCAB,
     build_model,
     model_desc,
     quiet_transformers,
     tf_version,
 )
-from packtool.verify.tolerances import (  # noqa: F401  (re-exported: isolation.BF16_LOGIT_TOL, ...)
-    BF16_LOGIT_TOL,
-    BF16_REFERENCE_TOL,
-    BF16_SWAP_TOL,
+from packtool.verify.tolerances import (
     CAUSAL_TOL,
     CONTROL_MARGIN,
     LOGIT_TOL,
