@@ -229,7 +229,8 @@ import dataclasses
 from gpucheck import DEVICE, check, done
 
 from packtool.verify import backends as bk
-from packtool.verify import isolation as iso
+from packtool.verify import tolerances as tol
+from packtool.verify.measure import measure_tolerances
 
 bk.register()
 usable, report = [], {}
@@ -252,10 +253,10 @@ check(bool(usable), "a FlashAttention varlen kernel runs here and matches the fp
 check(chosen[0].name in bk.VARLEN, f"auto picks a varlen kernel (got {chosen[0].name})")
 sdpa16 = dataclasses.replace(bk.make("sdpa", DEVICE), dtype="bfloat16", deterministic=False)
 print("\n  tolerance measurement: max|Δ| on correct rows (bf16 kernels vs themselves and vs the fp32 reference)")
-meas = iso.measure_tolerances(usable + [sdpa16], pack_lens=(1024, 4096), rows=4, echo=lambda s: print("  " + s))
+meas = measure_tolerances(usable + [sdpa16], pack_lens=(1024, 4096), rows=4, echo=lambda s: print("  " + s))
 check(meas["ok"], "every comparison of correct rows is within its tolerance, and the control keeps its power")
-print(f"  constants now: BF16_LOGIT_TOL {iso.BF16_LOGIT_TOL}, BF16_REFERENCE_TOL {iso.BF16_REFERENCE_TOL}, "
-      f"BF16_SWAP_TOL {iso.BF16_SWAP_TOL}, CAUSAL_TOL {iso.CAUSAL_TOL} (packtool/verify/isolation.py)")
+print(f"  constants now: BF16_LOGIT_TOL {tol.BF16_LOGIT_TOL}, BF16_REFERENCE_TOL {tol.BF16_REFERENCE_TOL}, "
+      f"BF16_SWAP_TOL {tol.BF16_SWAP_TOL}, CAUSAL_TOL {tol.CAUSAL_TOL} (packtool/verify/tolerances.py)")
 done({"kernels": report, "measurement": meas}, "probe.json")
 EOF
 

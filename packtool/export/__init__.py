@@ -1,9 +1,9 @@
 """A pack in other trainers' formats: `packtool export PACK --to FORMAT --out DIR`.
 
-    source.py    the pack's documents, batch by batch (pad tails, empty and pad slots dropped),
-                 shard hashes and totals checked against the manifest
+    reader.py    PackReader: the pack's documents, batch by batch (pad tails, empty and pad slots
+                 dropped), shard hashes and totals checked against the manifest
     publish.py   the output folder: refuse to overwrite, --force replaces only an earlier export,
-                 atomic publication (io.shards.atomic_output)
+                 atomic publication (io.shards.atomic_output); ExportResult, what an export wrote
     nemo.py      NeMo / Megatron-Bridge GPTSFTPackedDataset: training_{L}.npy + {L}_metadata.jsonl
 
 Light at import (numpy and pyarrow are imported by the format modules, on use).
@@ -11,22 +11,12 @@ Light at import (numpy and pyarrow are imported by the format modules, on use).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from packtool.export.publish import ExportResult
 
 FORMATS = ("nemo",)
-
-
-@dataclass
-class ExportResult:
-    format: str
-    pack: str
-    out: str
-    files: dict[str, str]  # role (data, metadata, record) → path
-    bytes: dict[str, int]  # role → file size
-    record: dict[str, Any]  # export.json as written
-    warnings: list = field(default_factory=list)  # schema.Notice
-    seconds: dict[str, float] = field(default_factory=dict)  # never in export.json
 
 
 def export_pack(pack: str, to: str, out: str, force: bool = False, progress=None) -> ExportResult:

@@ -45,10 +45,15 @@ from pathlib import Path
 import numpy as np
 
 from packtool import schema
-from packtool.export import ExportResult
-from packtool.export.publish import RECORD, RECORD_KEY, check_export_target, export_output
+from packtool.export.publish import (
+    RECORD,
+    RECORD_KEY,
+    ExportResult,
+    check_export_target,
+    export_output,
+)
 from packtool.export.publish import check_space as check_out_space
-from packtool.export.source import DocBatch, PackSource
+from packtool.export.reader import DocBatch, PackReader
 from packtool.schema.notices import Notice
 
 FORMAT = "nemo"
@@ -148,25 +153,25 @@ def export_nemo(pack: str, out: str, force: bool = False, progress=None) -> Expo
     docstring). `progress(rows read, rows total)`."""
     t0 = time.perf_counter()
     out_path = Path(out)
-    with PackSource(pack) as src:
-        m = src.manifest
+    with PackReader(pack) as reader:
+        m = reader.manifest
         check_export_target(out_path, force)
         check_out_space(out_path, BYTES_PER_TOKEN * m.tokens.out + BYTES_PER_ROW * m.counts.rows)
         names = file_names(m.pack_len)
         rows = _Rows(m.tokenizer.get("eos_id") if isinstance(m.tokenizer, dict) else None)
         with export_output(out_path, force) as tmp:
-            for b in src.batches():
+            for b in reader.batches():
                 rows.add(b)
                 if progress is not None:
-                    progress(src.totals.rows, m.counts.rows)
-            totals = src.finish()
+                    progress(reader.totals.rows, m.counts.rows)
+            totals = reader.finish()
             t_read = time.perf_counter()
             arr = rows.array()
             save_object_npy(tmp / names["data"], arr)
             del arr
             meta = rows.metadata(m.pack_len)
             (tmp / names["metadata"]).write_text(json.dumps([meta]) + "\n", encoding="utf-8")
-            record = _record(pack, src, totals, meta, names)
+            record = _record(pack, reader, totals, meta, names)
             (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
             sizes = {k: os.path.getsize(tmp / v) for k, v in names.items()}
     warnings = []
@@ -194,14 +199,14 @@ def export_nemo(pack: str, out: str, force: bool = False, progress=None) -> Expo
     )
 
 
-def _record(pack: str, src: PackSource, totals, meta: dict, names: dict) -> dict:
+def _record(pack: str, reader: PackReader, totals, meta: dict, names: dict) -> dict:
     """export.json: deterministic (no times), enough to tell what was exported and how to load it."""
-    m = src.manifest
+    m = reader.manifest
     return {
         RECORD_KEY: FORMAT,
         "packtool_version": _version(),
         "pack": pack,
-        "pack_manifest_sha256": _manifest_hash(src.path),
+        "pack_manifest_sha256": _manifest_hash(reader.path),
         "pack_len": m.pack_len,
         "files": names,
         "rows": totals.rows - totals.rows_without_docs,  # the pack's rows with a document
@@ -212,15 +217,15 @@ def _record(pack: str, src: PackSource, totals, meta: dict, names: dict) -> dict
         "loss_tokens": totals.loss_tokens,
         "train_tokens": totals.tokens - totals.documents,
         "pad_slots_dropped": totals.pad_slots,
-        "padded_documents": src.padded,
+        "padded_documents": reader.padded,
         "pack_layout": {  # as the manifest records it (absent keys: the default layout)
-            "pad_to_multiple": src.raw.get("pad_to_multiple", 1),
-            "fixed_docs": src.raw.get("fixed_docs", False),
+            "pad_to_multiple": reader.raw.get("pad_to_multiple", 1),
+            "fixed_docs": reader.raw.get("fixed_docs", False),
         },
         "padding": (
             "documents exported with their real tokens only (seq_lengths_unpadded); pad at load "
             "time, not here"
-            if src.padded
+            if reader.padded
             else "none stored: each row holds its documents' tokens and no pad tail"
         ),
         "metadata": meta,

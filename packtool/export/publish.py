@@ -7,7 +7,7 @@
                                   any error or Ctrl-C removes it and leaves OUT as it was
 
 The writing is io.shards.atomic_output's (the same as a pack's), given this module's check of
-what may be replaced.
+what may be replaced. ExportResult is what an export wrote (files, sizes, the record).
 """
 
 from __future__ import annotations
@@ -15,13 +15,29 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packtool.errors import UsageError
 from packtool.io import shards
 
 RECORD = "export.json"  # packtool's record of an export: what, from where, which files
 RECORD_KEY = "packtool_export"  # the key that marks the record as ours
+
+
+@dataclass
+class ExportResult:
+    """What an export wrote: the API's result, rendered by report/export.py."""
+
+    format: str
+    pack: str
+    out: str
+    files: dict[str, str]  # role (data, metadata, record) → path
+    bytes: dict[str, int]  # role → file size
+    record: dict[str, Any]  # export.json as written
+    warnings: list = field(default_factory=list)  # schema.Notice
+    seconds: dict[str, float] = field(default_factory=dict)  # never in export.json
 
 
 def _not_an_export(out: Path) -> str | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from packtool.export import ExportResult
+from packtool.export.publish import ExportResult
+from packtool.report.format import size
 
 SCHEMA = "packtool.export/v1"
 
@@ -29,14 +30,6 @@ def export_json(result: ExportResult) -> dict[str, Any]:
     }
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def render_export(result: ExportResult, console) -> None:
     from rich.table import Table
 
@@ -49,7 +42,7 @@ def render_export(result: ExportResult, console) -> None:
     )
     table.add_column("what", style="bold")
     table.add_column("value")
-    table.add_row("data", f"{result.files['data']}  ({_size(result.bytes['data'])})")
+    table.add_row("data", f"{result.files['data']}  ({size(result.bytes['data'])})")
     table.add_row("metadata", result.files["metadata"])
     skipped = r["rows_without_documents"]
     table.add_row(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from packtool.pack import PackResult
+from packtool.report.format import plural
 from packtool.schema import notices
 
 SCHEMA = "packtool.pack/v1"
@@ -28,10 +29,6 @@ def pack_json(result: PackResult) -> dict[str, Any]:
         "timings": {k: round(v, 3) for k, v in result.seconds.items()},
         **({"engine": result.engine} if result.engine else {}),
     }
-
-
-def _n(k: int, noun: str) -> str:
-    return f"{k:,} {noun}" + ("" if k == 1 else "s")
 
 
 def _bar(fraction: float, width: int = 24) -> str:
@@ -136,8 +133,8 @@ def render_pack(result: PackResult, console) -> None:
     if e:
         table.add_row(
             "engine",
-            f"ray: {_n(e['workers'], 'worker')}, {_n(e['parts'], 'part')} read, "
-            f"{_n(e['shards'], 'shard')} written; "
+            f"ray: {plural(e['workers'], 'worker')}, {plural(e['parts'], 'part')} read, "
+            f"{plural(e['shards'], 'shard')} written; "
             f"peak RSS of one worker {e['worker_vmhwm'] / 2**20:,.0f} MiB "
             f"(anonymous {e['worker_rss_anon'] / 2**20:,.0f} MiB)",
         )

@@ -30,6 +30,7 @@ from typing import Any
 
 from packtool import stats
 from packtool.profiler import ProfileResult
+from packtool.report.format import count, hours, num, pct, pct_small, si
 from packtool.report.profile_png import write_png  # noqa: F401  (re-exported: report.profile.write_png)
 from packtool.stats import advice
 
@@ -136,55 +137,11 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
 # terminal
 
 
-def _num(x: float | int, digits: int = 0) -> str:
-    if isinstance(x, float) and not x.is_integer() or digits:
-        return f"{x:,.{digits}f}"
-    return f"{int(x):,}"
-
-
-def _count(x: int) -> str:
-    """Row and step counts: exact below a million, 1.62M above (keeps the table in 80 columns)."""
-    return f"{x:,}" if x < 1_000_000 else f"{x / 1e6:.3g}M"
-
-
-def _si(x: float) -> str:
-    for unit, scale in (
-        ("Y", 1e24),
-        ("Z", 1e21),
-        ("E", 1e18),
-        ("P", 1e15),
-        ("T", 1e12),
-        ("G", 1e9),
-        ("M", 1e6),
-        ("k", 1e3),
-    ):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
-def _pct(x: float) -> str:
-    """Occupancy: one decimal, two near 100 % so that 99.97 % does not print as 100.0 %."""
-    if 0.999 <= x < 1.0:
-        return "99.99%" if f"{x:.2%}" == "100.00%" else f"{x:.2%}"
-    return f"{x:.1%}"
-
-
-def _pct_small(x: float) -> str:
-    """Padding: two decimals below 1 % so that 0.03 % does not print as 0.0 %."""
-    return f"{x:.2%}" if 0 < x < 0.01 else f"{x:.1%}"
-
-
-def _saved(hours: float, share: float) -> str:
+def _saved(h: float, share: float) -> str:
     """GPU-hours saved, or what it costs more: never a negative saving."""
-    if hours >= 0:
-        return f"{_hours(hours)} ({share:.0%})"
-    return f"{_hours(-hours)} more"
-
-
-def _hours(h: float) -> str:
-    """GPU time with its unit: '1,234 h', '12.3 h', '4.1 min', '8.4 s' (advice.gpu_time)."""
-    return advice.gpu_time(h)
+    if h >= 0:
+        return f"{hours(h)} ({share:.0%})"
+    return f"{hours(-h)} more"
 
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -259,19 +216,19 @@ def render(r: ProfileResult, console) -> None:
     t = Table(box=box.SIMPLE, show_header=False, pad_edge=False)
     t.add_column(style="dim")
     t.add_column(justify="right")
-    t.add_row("examples read", _num(c["examples_read"]))
+    t.add_row("examples read", num(c["examples_read"]))
     if c["examples_skipped"]:
         share = c["examples_skipped"] / max(1, c["examples_read"])
         t.add_row(
             "skipped (--on-error skip)",
-            f"[yellow]{c['examples_skipped']:,} of {c['examples_read']:,} ({_pct(share)})[/]",
+            f"[yellow]{c['examples_skipped']:,} of {c['examples_read']:,} ({pct(share)})[/]",
         )
         for reason, k in list(c["skipped_reasons"].items())[:5]:
             t.add_row(f"  {escape(reason)}", f"{k:,}")  # whole: the table wraps it
     if c["examples_empty"]:
         t.add_row("empty (0 tokens)", f"[yellow]{c['examples_empty']:,}[/]")
-    t.add_row("examples profiled", _num(c["examples"]))
-    t.add_row("tokens", _num(c["tokens"]))
+    t.add_row("examples profiled", num(c["examples"]))
+    t.add_row("tokens", num(c["tokens"]))
     if c["loss_tokens"] is not None:
         t.add_row("loss tokens", f"{c['loss_tokens']:,} ({c['loss_share']:.1%})")
         style = "yellow" if c["examples_without_loss"] else ""
@@ -294,7 +251,7 @@ def render(r: ProfileResult, console) -> None:
             d.add_row(
                 label,
                 *(
-                    _num(dist[k], 1 if k == "mean" else 0)
+                    num(dist[k], 1 if k == "mean" else 0)
                     for k in ("min", "mean", "median", "p90", "p95", "p99", "max")
                 ),
             )
@@ -338,10 +295,10 @@ def render(r: ProfileResult, console) -> None:
         cost = r.costs[name]
         s.add_row(
             SHORT_LABELS.get(name, name),
-            _count(st.rows),
-            _count(st.steps),
-            _pct(st.occupancy),
-            _pct_small(st.padding_fraction),
+            count(st.rows),
+            count(st.steps),
+            pct(st.occupancy),
+            pct_small(st.padding_fraction),
             f"{st.attention_waste:.2f}×",
             f"{cost['relative_flops']:.2f}×",
             style="bold green" if name == best else None,
@@ -361,8 +318,8 @@ def render(r: ProfileResult, console) -> None:
             cost = r.costs[name]
             g.add_row(
                 SHORT_LABELS.get(name, name),
-                _si(cost["flops"]),
-                _hours(cost["gpu_hours"]),
+                si(cost["flops"]),
+                hours(cost["gpu_hours"]),
                 "–"
                 if name == "pad_to_len"
                 else _saved(cost["gpu_hours_saved_vs_pad_to_len"], cost["saving_vs_pad_to_len"]),
@@ -376,7 +333,7 @@ def render(r: ProfileResult, console) -> None:
         console.print(g)
     console.print(f"[bold]{headline(r)}[/]")
     m = r.model
-    params = f"P={_si(m.matmul_params)} matmul params, layers={m.layers}, d_attn={m.d_attn}"
+    params = f"P={si(m.matmul_params)} matmul params, layers={m.layers}, d_attn={m.d_attn}"
     console.print(
         f"[dim]{stats.FLOPS_FORMULA}  ({m.name}: {params}); rel. FLOPs are ÷ padding-free.[/]"
     )
@@ -454,13 +411,13 @@ def overflow_lines(r: ProfileResult) -> list[str]:
         layout = f" --pad-to-multiple {n}" if n > 1 else ""
         out.append(
             f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}{layout}[/] would write "
-            f"{pk['rows']:,} rows of {pk['documents']:,} documents, {_pct(pk['fill'])} full; "
+            f"{pk['rows']:,} rows of {pk['documents']:,} documents, {pct(pk['fill'])} full; "
             + ", ".join(did + [cut])
         )
         if n > 1:
             out.append(
                 f"[yellow]cost of --pad-to-multiple {n}[/]: {pk['doc_pad']:,} pad slots inside "
-                f"documents, {_pct_small(pk['doc_pad_share'] or 0.0)} of the rows' slots (computed, never trained); "
+                f"documents, {pct_small(pk['doc_pad_share'] or 0.0)} of the rows' slots (computed, never trained); "
                 "the strategies below run on the padded lengths"
             )
     return out
@@ -511,15 +468,15 @@ def sweep_table(r: ProfileResult, console=None):
         }
         row = [
             f"{p.pack_len:,}",
-            _count(p.rows),
-            "–" if p.fill is None else _pct(p.fill),
-            f"{pk['tokens_cut']:,} ({_pct_small(pk['tokens_cut_share'] or 0.0)})",
+            count(p.rows),
+            "–" if p.fill is None else pct(p.fill),
+            f"{pk['tokens_cut']:,} ({pct_small(pk['tokens_cut_share'] or 0.0)})",
             *(counts[col](pk) for col in shown),
         ]
         row += ["–" if v is None else f"{v:.2f}×" for v in rel.values()]
         if cfg.gpu is not None:
             h = (p.strategies.get("packed_bfd_varlen") or {}).get("gpu_hours")
-            row.append("–" if h is None else _hours(h))
+            row.append("–" if h is None else hours(h))
         style = "bold green" if p.pack_len == rec.pack_len else None
         t.add_row(*row, style=style)
     if console is not None and t.__rich_measure__(console, console.options).maximum > console.width:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.profiler import ProfileResult
+from packtool.report.format import hours, pct
 from packtool.stats import Histogram
 
 _COLOR = {
@@ -134,8 +135,6 @@ def write_png(r: ProfileResult, path: str) -> None:
     from matplotlib.patches import Patch
     from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
-    from packtool.report.profile import _hours, _pct
-
     cfg = r.config
     names = list(r.strategies)
     labels = [r.strategies[n].label for n in names]
@@ -234,7 +233,7 @@ def write_png(r: ProfileResult, path: str) -> None:
         ax_o.text(
             min(o, 100) + 1.5,
             yi,
-            f"{_pct(st.occupancy)} · attn ×{st.attention_waste:.2f}",
+            f"{pct(st.occupancy)} · attn ×{st.attention_waste:.2f}",
             va="center",
             fontsize=8,
         )
@@ -271,7 +270,7 @@ def write_png(r: ProfileResult, path: str) -> None:
         cost = r.costs[n]
         txt = f"{total:.2f}×"
         if cfg.gpu is not None:
-            txt += f"  {_hours(cost['gpu_hours'])} on {cfg.gpu.name.upper()}"
+            txt += f"  {hours(cost['gpu_hours'])} on {cfg.gpu.name.upper()}"
         if total > cap:
             ax_f.text(
                 cap * 0.98,

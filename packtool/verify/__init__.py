@@ -10,18 +10,20 @@
     isolation.py     the isolation layer: per (model, backend) the runs, then one Check per comparison
       tiny_models.py   the two tiny random-weight decoders (Llama: RoPE, GPT-2: absolute positions)
       forwards.py      packed / alone / swapped / last-token / control runs and their differences
-      tolerances.py    what counts as equal per dtype; measure_tolerances (sets them on a GPU)
+      tolerances.py    what counts as equal per dtype (constants)
+      measure.py       measure_tolerances: max |Δ| of correct rows per comparison, on a GPU
     backends.py      which attention kernel runs, the varlen functions transformers calls, the
                      counted calls (what really ran), auto's capability check and trial call
     kernel_check.py  the "FlashAttention kernel" check, from the counted calls
     selftest.py      builds its own pack in a temporary folder and verifies it
-    sources.py       verify --sources: tokenize the sources again and compare every document
-      sources_options.py   the recorded options → a TokenizeConfig
-      sources_load.py      the recorded files, tokenizer and template still match; tokenize again
-      sources_pieces.py    the documents the packer cut from each record (pack.overflow's own cut)
-      sources_match.py     each shard's documents matched to the expected pieces
-      sources_compare.py   token-by-token comparison and the text naming a mismatch
-      sources_accounting.py  every expected piece found once; names.py-like check names: sources_names.py
+    sources/         verify --sources: tokenize the sources again and compare every document
+      names.py         the sources checks' names, in report order; Stop
+      options.py       the recorded options → a TokenizeConfig
+      load.py          the recorded files, tokenizer and template still match; tokenize again
+      pieces.py        the documents the packer cut from each record (pack.overflow's own cut)
+      match.py         each shard's documents matched to the expected pieces
+      compare.py       token-by-token comparison and the text naming a mismatch
+      accounting.py    every expected piece found once
 
 The layout of a row and the rules checked are the pack contract (packtool.schema;
 docs/ARCHITECTURE.md, "Schema" and "Verify").

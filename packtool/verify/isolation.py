@@ -22,7 +22,7 @@ and the comparison with the reference are what catch it (docs/ARCHITECTURE.md, "
     tiny_models.py   the two decoders (Llama: RoPE; GPT-2: learned absolute positions), seeded, no download
     sampling.py      Sample: a row to test (chosen by the integrity scan, or synthesized)
     forwards.py      the runs above and the differences they measure
-    tolerances.py    what counts as equal per dtype; measure_tolerances
+    tolerances.py    what counts as equal per dtype (measure.py: the tool that sets them on a GPU)
     isolation.py     run_isolation: per (model, backend) the runs, then one Check per comparison
 """
 
@@ -36,31 +36,21 @@ from packtool.verify import backends as bk
 from packtool.verify.backends import Backend
 from packtool.verify.forwards import Diffs, compare, run_alone
 from packtool.verify.sampling import Sample
-from packtool.verify.tiny_models import (  # noqa: F401  (re-exported: isolation.VOCAB, ...)
-    HEADS,
-    HIDDEN,
-    INIT_STD,
-    KV_HEADS,
+from packtool.verify.tiny_models import (
     LAYERS,
     MODELS,
-    VOCAB,
     build_model,
     model_desc,
     quiet_transformers,
     tf_version,
 )
-from packtool.verify.tolerances import (  # noqa: F401  (re-exported: isolation.BF16_LOGIT_TOL, ...)
-    BF16_LOGIT_TOL,
-    BF16_REFERENCE_TOL,
-    BF16_SWAP_TOL,
+from packtool.verify.tolerances import (
     CAUSAL_TOL,
-    COMPARISONS,
     CONTROL_MARGIN,
     LOGIT_TOL,
     LOSS_TOL,
     REFERENCE_TOL,
     SWAP_TOL,
-    measure_tolerances,
 )
 
 

@@ -1,4 +1,4 @@
-"""What counts as equal in the isolation check, per dtype, and the tool that measures it on a GPU.
+"""What counts as equal in the isolation check, per dtype (constants only).
 
     comparison            float32   bfloat16               why
     packed vs alone       1e-4      BF16_LOGIT_TOL 0.125    same backend: only the reduction order differs
@@ -8,15 +8,10 @@
     loss sums             2e-4      0.05                    x sqrt(loss tokens + 1): errors add like a walk
     control               must miss every tolerance by CONTROL_MARGIN
 
-Tolerances are max |difference| of logits (magnitude ~4-5 for the tiny models). `measure_tolerances`
-(run by benchmarks/gpu_check.sh) prints the max |Δ| per model and comparison beside them, to set
-the bf16 numbers from data.
+Tolerances are max |difference| of logits (magnitude ~4-5 for the tiny models).
+measure.measure_tolerances (run by benchmarks/gpu_check.sh) prints the max |Δ| per model and
+comparison beside them, to set the bf16 numbers from data.
 """
-
-from __future__ import annotations
-
-from packtool.verify.backends import Backend
-from packtool.verify.tiny_models import MODELS
 
 # bf16 keeps 8 mantissa bits: 1 ulp is 0.016-0.03 at |logit| 2-4. The bf16 numbers below were
 # measured on CPU (sdpa in bf16, 2-16 rows of 192-4096 tokens); the GPU kernels have not run yet.
@@ -48,100 +43,3 @@ CAUSAL_TOL = 0.0
 # cross-entropy term (~log(vocab) = 6.9), far above it. Measured bf16 noise: <= 0.35 per document.
 LOSS_TOL = {"float32": 2e-4, "bfloat16": 0.05, "float16": 0.01}
 CONTROL_MARGIN = 2.0  # the control must miss every tolerance by at least this factor
-
-COMPARISONS = {
-    "logits": "packed~alone",
-    "vs reference": "vs fp32 ref",
-    "swap A": "swap",
-    "causal": "causal",
-    "loss sums": "loss sums",
-}
-
-
-def measure_tolerances(
-    backends: list[Backend],
-    *,
-    pack_lens=(1024, 4096),
-    rows: int = 4,
-    seed: int = 0,
-    models: tuple[str, ...] = MODELS,
-    echo=print,
-) -> dict:
-    """Run the isolation checks on correct synthetic rows (selftest.sample_rows) and report, per
-    (pack_len, model, backend), the max |Δ| of every comparison beside the tolerance verify
-    applies, and the control's logits Δ: the data to set BF16_*_TOL from on a GPU. `ok` is False
-    when a correct row already exceeds a tolerance (verify would fail a good pack) or a run failed."""
-    from packtool.verify.isolation import run_isolation
-    from packtool.verify.selftest import sample_rows
-
-    table, failures = [], []
-    for L in pack_lens:
-        checks = run_isolation(
-            sample_rows(L, rows, seed=seed), backends, pack_len=L, seed=seed, models=models
-        )
-        groups: dict = {}
-        for c in checks:
-            if c.skipped or "backend" not in c.evidence:
-                continue
-            g = groups.setdefault(
-                (c.evidence["model_type"], c.evidence["backend"]),
-                {
-                    "pack_len": L,
-                    "model": c.evidence["model_type"],
-                    "backend": c.evidence["backend"],
-                    "dtype": c.evidence.get("dtype"),
-                    "kernel_calls": c.evidence.get("kernel_calls"),
-                },
-            )
-            what = c.name.split(" ", 2)[2] if c.name.count(" ") >= 2 else "run"
-            if what in COMPARISONS:
-                g[COMPARISONS[what]] = (
-                    c.evidence.get("max_abs_diff"),
-                    c.evidence.get("tol", c.evidence.get("tol_sqrt_tokens")),
-                )
-            elif what == "control":
-                g["control Δ"] = c.evidence.get("control_logits_diff")
-            if not c.passed:
-                failures.append(f"{L} {c.name}: {c.message}")
-        table.extend(groups.values())
-    cols = ["packed~alone", "vs fp32 ref", "swap", "causal"]
-    echo(
-        f"{'len':>5} {'model':<6} {'backend':<13} {'dtype':<9} "
-        + " ".join(f"{c + ' (tol)':>22}" for c in cols)
-        + f" {'control Δ':>10}"
-    )
-    for g in table:
-        cells = []
-        for c in cols:
-            v = g.get(c)
-            cells.append(
-                f"{'-':>22}" if v is None else f"{_num(v[0]) + ' (' + _num(v[1]) + ')':>22}"
-            )
-        echo(
-            f"{g['pack_len']:>5} {g['model']:<6} {g['backend']:<13} {g['dtype'] or '?':<9} "
-            + " ".join(cells)
-            + f" {_num(g.get('control Δ')):>10}"
-        )
-    worst = {}
-    for c in cols:
-        vals = [g[c] for g in table if g.get(c) is not None and g[c][0] is not None]
-        if vals:
-            m = max(vals, key=lambda v: v[0])
-            worst[c] = {
-                "max_abs_diff": m[0],
-                "tol": m[1],
-                "headroom": (m[1] / m[0]) if m[0] else None,
-            }
-            echo(
-                f"max {c}: {_num(m[0])} against tol {_num(m[1])}"
-                + (f" ({m[1] / m[0]:.1f}x headroom)" if m[0] else " (bit-exact)")
-            )
-    for f in failures:
-        echo(f"FAIL {f}")
-    return {"rows": table, "max": worst, "failures": failures, "ok": not failures and bool(table)}
-
-
-def _num(v) -> str:
-    if v is None:
-        return "-"
-    return "0" if v == 0 else f"{v:.3g}"

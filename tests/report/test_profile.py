@@ -63,31 +63,6 @@ def test_bar_resolution():
     assert report.bar(0.001, 10, 5) == "▏"  # a non-zero value shows
 
 
-def test_number_formats():
-    assert (report._num(1234), report._num(1234.0), report._num(2.5, 1), report._num(3.14159)) == (
-        "1,234",
-        "1,234",
-        "2.5",
-        "3",
-    )
-    assert (report._count(999_999), report._count(1_620_000)) == ("999,999", "1.62M")
-    assert (report._si(1.5e18), report._si(2.0e9), report._si(999)) == ("1.5E", "2G", "999")
-    assert (report._hours(1234.5), report._hours(12.34), report._hours(0.0683)) == (
-        "1,234 h",
-        "12.3 h",
-        "4.1 min",
-    )
-
-
-def test_percent_formats_never_round_to_a_lie():
-    assert report._pct(0.5) == "50.0%"
-    assert report._pct(0.9997) == "99.97%"
-    assert report._pct(0.99999) == "99.99%"  # not 100.00 %
-    assert report._pct(1.0) == "100.0%"
-    assert report._pct_small(0.0003) == "0.03%" and report._pct_small(0.0) == "0.0%"
-    assert report._pct_small(0.25) == "25.0%"
-
-
 def test_histogram_lines_mark_percentiles_and_len(by_hand):
     rows = report.histogram_lines(by_hand, width=8)
     assert len(rows) == len(by_hand.histogram.counts)

@@ -33,10 +33,11 @@ from packtool.errors import UsageError  # noqa: E402
 from packtool.verify import backends as bk  # noqa: E402
 from packtool.verify import isolation as iso  # noqa: E402
 from packtool.verify import selftest as st  # noqa: E402
+from packtool.verify import tiny_models as tm  # noqa: E402
 from packtool.verify.run import VerifyConfig, verify  # noqa: E402
 
 L = 128
-HEADS = {"llama": (iso.HEADS, iso.KV_HEADS), "gpt2": (iso.HEADS, iso.HEADS)}
+HEADS = {"llama": (tm.HEADS, tm.KV_HEADS), "gpt2": (tm.HEADS, tm.HEADS)}
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The manifest's recorded options -> TokenizeConfig (packtool/verify/sources_options.py): every
+"""The manifest's recorded options -> TokenizeConfig (packtool/verify/sources/options.py): every
 option pack used is recorded, an unknown one is refused, a missing one takes its default."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sources_pack import build_pack, copy_pack, edit_manifest, failed, manifest, verify  # noqa: E402
 
-from packtool.verify import sources as vs
-from packtool.verify import sources_options
+from packtool.verify.sources import names as vs
+from packtool.verify.sources import options as sources_options
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_manifest_records_every_tokenize_option(built):
         "on_error": "error",
         "limit": None,
     }
-    cfg, missing = vs.tokenize_config_from(manifest(pack))
+    cfg, missing = sources_options.tokenize_config_from(manifest(pack))
     assert missing == [] and cfg.cache is False and cfg.read.columns == ()
 
 

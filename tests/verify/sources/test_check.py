@@ -1,9 +1,9 @@
-"""`packtool verify PACK --sources [DATA]` end to end (packtool/verify/sources.py: check_sources).
+"""`packtool verify PACK --sources [DATA]` end to end (packtool.verify.sources.check_sources).
 
 Damage that is consistent but wrong (every count and checksum re-signed) passes the integrity layer
 and is caught by tokenizing the sources again. A real pack is built once with the CLI (`packtool
 sample`, then `packtool pack --overflow split` with the built-in tokenizer: sources_pack);
-the tests of each stage are in test_sources_<stage>.py. Here: the untouched pack passes every
+the tests of each stage are in test_<stage>.py. Here: the untouched pack passes every
 check in ORDER, --sample picks records deterministically, a failed stage leaves the later checks
 "not run", and the CLI's usage errors.
 """
@@ -15,7 +15,8 @@ import pytest
 from sources_pack import build_pack, cli, copy_pack, failed, manifest, prompt_token, verify  # noqa: E402
 
 from packtool.verify import selftest as st
-from packtool.verify import sources as vs
+from packtool.verify.sources import check_sources
+from packtool.verify.sources import names as vs
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +45,14 @@ def test_untouched_pack_passes(built):
 def test_check_sources_api_gives_every_check_in_order(built):
     """check_sources (what `api.check_sources` and the verify command call) returns one Check per
     name of ORDER, in that order."""
-    checks = vs.check_sources(str(built[1]))
+    checks = check_sources(str(built[1]))
     assert [c.name for c in checks] == list(vs.ORDER)
     assert all(c.passed for c in checks), [c.message for c in checks if not c.passed]
 
 
 def test_a_stop_reports_the_later_checks_as_not_run(tmp_path):
     """No manifest: the FILES check fails with the reason and every other check is skipped."""
-    checks = vs.check_sources(str(tmp_path))
+    checks = check_sources(str(tmp_path))
     assert [c.name for c in checks] == list(vs.ORDER)
     by = {c.name: c for c in checks}
     assert not by[vs.FILES].passed and not by[vs.FILES].skipped

@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.verify import Check
-from packtool.verify.sources_compare import Compare
-from packtool.verify.sources_load import Provenance
-from packtool.verify.sources_names import ACCOUNT
-from packtool.verify.sources_pieces import Expected
+from packtool.verify.sources.compare import Compare
+from packtool.verify.sources.load import Provenance
+from packtool.verify.sources.names import ACCOUNT
+from packtool.verify.sources.pieces import Expected
 
 
 def account_check(

@@ -1,4 +1,4 @@
-"""Which piece each shard document is (packtool/verify/sources_match.py): a split record's parts
+"""Which piece each shard document is (packtool/verify/sources/match.py): a split record's parts
 told apart by content, documents merged or repeated, pieces in no row."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from sources_pack import build_pack, cli, copy_pack, edit_manifest, failed, mani
 from packtool import schema
 from packtool.verify import integrity as integ
 from packtool.verify import selftest as st
-from packtool.verify import sources as vs
+from packtool.verify.sources import names as vs
 
 
 @pytest.fixture(scope="module")

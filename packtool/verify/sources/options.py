@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from packtool.verify import Check
-from packtool.verify.sources_names import OPTIONS, Stop
+from packtool.verify.sources.names import OPTIONS, Stop
 
 # keys of manifest["options"] that are not TokenizeConfig fields: the DATA argument as given to
 # pack, and where the labels of pre-tokenized input came from

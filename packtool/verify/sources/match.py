@@ -16,7 +16,7 @@ s_k ──Expected.record_of──▶ record r
     num_pieces[r] > 1      split: the unused part with the same hash (Expected.part_hashes)
                            and length; none (a damaged part): deferred, then settle_deferred
                            compares it with a leftover part of the record
-──▶ sources_compare.compare_docs(documents, pieces): one flat gather per side, one compare
+──▶ compare.compare_docs(documents, pieces): one flat gather per side, one compare
 
 after every shard, missing_pieces: seen[p] == 0 (lost, or merged into another document), seen[p] > 1
 (packed twice), over every piece (or the sampled records' pieces only)
@@ -29,8 +29,8 @@ import os
 import numpy as np
 
 from packtool import schema
-from packtool.verify.sources_compare import MAX_EXAMPLES, Compare, Doc, compare_docs, piece_note
-from packtool.verify.sources_pieces import hashes
+from packtool.verify.sources.compare import MAX_EXAMPLES, Compare, Doc, compare_docs, piece_note
+from packtool.verify.sources.pieces import hashes
 
 BATCH_TOKENS = 1 << 22
 

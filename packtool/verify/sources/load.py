@@ -14,7 +14,7 @@
     Provenance(DATA, read)(source_index) ──▶ "chats.jsonl:12" | "data.parquet record 3"
         (read lazily, only for the few records a message names)
 
-A failure that leaves nothing to compare raises Stop (sources_names): the later checks are skipped.
+A failure that leaves nothing to compare raises Stop (names.py): the later checks are skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 
 from packtool.errors import PacktoolError
 from packtool.verify import Check
-from packtool.verify.sources_names import FILES, TEMPLATE, TOKENIZER, TOKENS, Stop
+from packtool.verify.sources.names import FILES, TEMPLATE, TOKENIZER, TOKENS, Stop
 
 
 def recorded_data(manifest: dict, pack: str) -> str:

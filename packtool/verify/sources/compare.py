@@ -1,8 +1,8 @@
 """Shard documents against their expected pieces, all at once, and the message naming a difference.
 
-    shard side (sources_match)            Doc j: row, k (document in row), col (first slot), length, src
+    shard side (match.py)                 Doc j: row, k (document in row), col (first slot), length, src
         got_ids/got_lab flat (R*L,)       document j is got_*[got_start[j] : got_start[j] + length[j]]
-    expected side (sources_pieces)        pieces[j]: Expected.gather ──▶ e_ids/e_lab flat, e_off
+    expected side (pieces.py)             pieces[j]: Expected.gather ──▶ e_ids/e_lab flat, e_off
         e_lab[e_off[j]] = schema.IGNORE_INDEX       as kernels.copy_rows stores it: no document's first
                                                     token is trained (docs/ARCHITECTURE.md, "Semantics")
     one vector compare over min(length, piece length) tokens per document
@@ -15,7 +15,7 @@
     or, lengths: "... row 3 document 1: document 1 holds 90 tokens, the record gives 40 when tokenized
         again (documents merged or tokens added)"
 
-`Compare` also gathers what sources_match finds (strays: documents of no record, dropped, repeated,
+`Compare` also gathers what match finds (strays: documents of no record, dropped, repeated,
 lost); the first MAX_EXAMPLES failures and strays are kept as evidence, the rest counted.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool import schema
-from packtool.verify.sources_load import Provenance
-from packtool.verify.sources_pieces import Expected, segments
+from packtool.verify.sources.load import Provenance
+from packtool.verify.sources.pieces import Expected, segments
 
 MAX_EXAMPLES = 5
 WINDOW = 3  # tokens shown on each side of a difference

@@ -1,4 +1,4 @@
-"""The sources read again (packtool/verify/sources_load.py): found where the manifest says (or
+"""The sources read again (packtool/verify/sources/load.py): found where the manifest says (or
 where DATA says they moved), their sha256, the tokenizer's files hash and the chat template's hash
 against the manifest, and the file:line that names a record in messages."""
 
@@ -19,8 +19,8 @@ from sources_pack import (  # noqa: E402
 )
 
 from packtool.config import ReadConfig
-from packtool.verify import sources as vs
-from packtool.verify import sources_load
+from packtool.verify.sources import load as sources_load
+from packtool.verify.sources import names as vs
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The manifest's counts and lists against the records tokenized again
-(packtool/verify/sources_accounting.py): re-signed numbers are caught where they disagree with the
+(packtool/verify/sources/accounting.py): re-signed numbers are caught where they disagree with the
 data itself."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sources_pack import L, build_pack, copy_pack, edit_manifest, manifest, verify  # noqa: E402
 
-from packtool.verify import sources as vs
+from packtool.verify.sources import names as vs
 
 
 @pytest.fixture(scope="module")

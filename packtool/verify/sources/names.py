@@ -1,13 +1,13 @@
 """The `verify --sources` checks' names, in report order, and the failure that ends the run early.
 
-    OPTIONS    "sources options"        manifest options -> TokenizeConfig    sources_options.tokenize_config_from
-    FILES      "sources sha256"         the files now against manifest        sources_load.files_check
-    TOKENIZER  "sources tokenizer"      tokenizer files hash                   sources_load.tokenizer_check
-    TEMPLATE   "sources chat template"  chat template hash                     sources_load.template_check
-    ACCOUNT    "sources accounting"     counts, dropped, truncated, split      sources_accounting.account_check
-    TOKENS     "sources tokens"         every document against its piece       sources_match, sources_compare
+    OPTIONS    "sources options"        manifest options -> TokenizeConfig    options.tokenize_config_from
+    FILES      "sources sha256"         the files now against manifest        load.files_check
+    TOKENIZER  "sources tokenizer"      tokenizer files hash                   load.tokenizer_check
+    TEMPLATE   "sources chat template"  chat template hash                     load.template_check
+    ACCOUNT    "sources accounting"     counts, dropped, truncated, split      accounting.account_check
+    TOKENS     "sources tokens"         every document against its piece       match, compare
 
-Tests, the report and `--json` readers match these names; sources.py re-exports them.
+Tests, the report and `--json` readers match these names.
 
     Stop(name, message) ──raised by any stage──▶ check_sources: Check(name, failed, message), then
                                                  "not run: NAME failed" (skipped) for the rest of ORDER

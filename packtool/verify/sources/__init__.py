@@ -7,31 +7,39 @@ This layer recomputes what the shards must hold from the data itself (docs/ARCHI
 
     manifest  sources [path, size, sha256]  tokenizer {files_hash, chat_template_hash}  options
               inputs (a mixture): each input's data, read options, weight, files; seed
-        │ TokenizeConfig rebuilt from the recorded options, cache off    sources_options   OPTIONS
-        │ sha256 of each source file; the tokenizer's files hash         sources_load      FILES, TOKENIZER
+        │ TokenizeConfig rebuilt from the recorded options, cache off    options.py        OPTIONS
+        │ sha256 of each source file; the tokenizer's files hash         load.py           FILES, TOKENIZER
         ▼ (a poisoned tokenization cache cannot hide damage)
     pipeline.load_tokenized ──▶ per record: input_ids, labels, source_index  (the path pack used)
-        │ chat template hash against the manifest                       sources_load      TEMPLATE
-        │ pack.overflow.apply_overflow(lengths, pack_len, overflow)     sources_pieces    (the packer's own)
+        │ chat template hash against the manifest                       load.py           TEMPLATE
+        │ pack.overflow.apply_overflow(lengths, pack_len, overflow)     pieces.py         (the packer's own)
         ▼
     pieces  record, start, length        drop: none | truncate: [0, L) | split: [0, L), [L, 2L), ...
         │ label of every piece's first token -> schema.IGNORE_INDEX     (kernels.copy_rows; "Semantics")
         ▼
     shard rows, batch by batch: document k of a row starts at cumsum(seq_lengths)[k-1] and is the
     piece of its source_index (a split record's parts: matched by a hash of their ids)
-                                                                        sources_match
+                                                                        match.py
         ──▶ one flat gather per side, one vector compare; a difference names the record (file:line),
             the shard, the row, the position, and shows got vs expected ids and labels
-                                                                        sources_compare   TOKENS
-    the manifest's counts and lists against the records tokenized again sources_accounting ACCOUNT
+                                                                        compare.py        TOKENS
+    the manifest's counts and lists against the records tokenized again accounting.py     ACCOUNT
 
 A mixture (manifest `inputs`) is rebuilt input by input: each input's files checked against its
 recorded files, each tokenized with its recorded read options, then weighted with the pack's seed
 (tokenization.mixture, the path pack took), so the global source indices are the packer's; a
 difference names the input, record and copy ("input 2 (alpaca.json) record 17, copy 1: ...").
 
-Check names and Stop (a failure that leaves nothing to compare: the later checks are reported as
-not run) are in sources_names. check_sources below runs the stages in that order.
+check_sources below runs the stages in this order, one module each:
+
+    names.py       the check names in report order; Stop, a failure that leaves nothing to compare
+                   (the later checks are reported as not run)
+    options.py     the recorded options -> a TokenizeConfig
+    load.py        the recorded files, tokenizer and template still match; tokenize again
+    pieces.py      the documents the packer cut from each record (pack.overflow's own cut)
+    match.py       each shard's documents matched to the expected pieces
+    compare.py     token-by-token comparison and the text naming a mismatch
+    accounting.py  every expected piece found once; the manifest's counts and lists
 
 Cost: the tokenization (as `pack`), one more sha256 of the sources, and a few whole-array passes
 over the shards' tokens (~0.1 s per million tokens); `--sample N` compares N records only.
@@ -45,9 +53,9 @@ import time
 import numpy as np
 
 from packtool.verify import Check
-from packtool.verify.sources_accounting import account_check
-from packtool.verify.sources_compare import Compare
-from packtool.verify.sources_load import (
+from packtool.verify.sources.accounting import account_check
+from packtool.verify.sources.compare import Compare
+from packtool.verify.sources.load import (
     MixtureProvenance,
     Provenance,
     files_check,
@@ -58,23 +66,10 @@ from packtool.verify.sources_load import (
     tokenize_again,
     tokenizer_check,
 )
-from packtool.verify.sources_match import missing_pieces, scan_shard, settle_deferred
-from packtool.verify.sources_names import (  # noqa: F401  (re-exported: sources.TOKENS, ...)
-    ACCOUNT,
-    FILES,
-    OPTIONS,
-    ORDER,
-    TEMPLATE,
-    TOKENIZER,
-    TOKENS,
-    Stop,
-)
-from packtool.verify.sources_options import (  # noqa: F401  (re-exported)
-    input_specs_from,
-    options_check,
-    tokenize_config_from,
-)
-from packtool.verify.sources_pieces import expected_pieces
+from packtool.verify.sources.match import missing_pieces, scan_shard, settle_deferred
+from packtool.verify.sources.names import FILES, ORDER, TOKENS, Stop
+from packtool.verify.sources.options import input_specs_from, options_check
+from packtool.verify.sources.pieces import expected_pieces
 
 
 def check_sources(

@@ -1,4 +1,4 @@
-"""The expected pieces (packtool/verify/sources_pieces.py): the records tokenized again, cut by the
+"""The expected pieces (packtool/verify/sources/pieces.py): the records tokenized again, cut by the
 packer's own apply_overflow, gathered back to back, split parts told apart by a hash; and, end to
 end, truncated and dropped records checked the way the packer made them."""
 
@@ -15,8 +15,8 @@ from packtool import schema
 from packtool.pack.overflow import apply_overflow
 from packtool.verify import integrity as integ
 from packtool.verify import selftest as st
-from packtool.verify import sources as vs
-from packtool.verify import sources_pieces as sp
+from packtool.verify.sources import names as vs
+from packtool.verify.sources import pieces as sp
 
 
 @pytest.fixture(scope="module")

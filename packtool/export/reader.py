@@ -1,6 +1,6 @@
 """The documents of a pack, shard by shard and batch by batch: what every export format starts from.
 
-    PackSource(PACK)                 manifest.json read and typed (one-line error for anything else)
+    PackReader(PACK)                 manifest.json read and typed (one-line error for anything else)
       .batches()  for each shard (manifest order), for each Arrow batch of ~1M token slots:
 
         row            0                                  1
@@ -67,7 +67,7 @@ class Totals:
     pad_slots: int = 0
 
 
-class PackSource:
+class PackReader:
     """A pack folder opened for export; raises PacktoolError (one line) for anything else."""
 
     def __init__(self, pack: str):
@@ -119,7 +119,7 @@ class PackSource:
             h.cancel()
         self._pool.shutdown(wait=True)
 
-    def __enter__(self) -> PackSource:
+    def __enter__(self) -> PackReader:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,6 +1,6 @@
 """What the shards must hold: the records tokenized again, cut into pieces the way the packer cuts them.
 
-    TokenizedData (sources_load)        record r: input_ids, labels, length n_r, source_index (increasing)
+    TokenizedData (load.py)             record r: input_ids, labels, length n_r, source_index (increasing)
         │ packtool.pack.overflow.apply_overflow(lengths, source_index, pack_len L, overflow)
         ▼                               the packer's own function: the same cut, by construction
     pieces  (row = record, start, length), grouped by record; num_pieces per record:
@@ -21,7 +21,7 @@
 
 The policies and the loss rule are the contract's (docs/ARCHITECTURE.md, "Semantics": Overflow,
 Loss). The labels here are the record's own; the packer also sets each piece's first label to
-schema.IGNORE_INDEX, and sources_compare does the same before comparing.
+schema.IGNORE_INDEX, and compare does the same before comparing.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 
 from packtool.errors import PacktoolError
 from packtool.schema import IGNORE_INDEX
-from packtool.verify.sources_names import TOKENS, Stop
+from packtool.verify.sources.names import TOKENS, Stop
 
 
 @dataclass
