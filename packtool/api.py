@@ -33,7 +33,7 @@ from packtool.config import (
 from packtool.errors import UsageError
 
 if TYPE_CHECKING:
-    from packtool.data import TokenizedData
+    from packtool.data.tokenized import TokenizedData
     from packtool.progress import Reporter
 
 __all__ = [
@@ -71,7 +71,7 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "TokenizedData":  # numpy: imported on first use, not with the CLI
-        from packtool.data import TokenizedData
+        from packtool.data.tokenized import TokenizedData
 
         return TokenizedData
     raise AttributeError(f"module 'packtool.api' has no attribute {name!r}")

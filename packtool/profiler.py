@@ -504,7 +504,7 @@ def loss_tokens_cut(data, pack_len: int) -> int | None:
         )  # a datasets.Dataset without a mapping
     if table is None or not hasattr(table, "column") or "labels" not in table.column_names:
         return None
-    from packtool.data import arrow_numpy
+    from packtool.data.arrow import arrow_numpy
     from packtool.schema import IGNORE_INDEX
 
     total, start = 0, 0

@@ -12,7 +12,8 @@ import pytest
 from paths import SHARED_DATA, needs_shared
 
 from packtool.config import PackConfig, TokenizeConfig
-from packtool.data import SkippedRecord, TokenizedData
+from packtool.data.provenance import SkippedRecord
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow
 from packtool.plan import plan_packs

@@ -31,7 +31,8 @@ import numpy as np
 from packtool.cluster import files as file_tasks
 from packtool.cluster.session import Session, memory
 from packtool.config import TokenizeConfig
-from packtool.data import SourceFile, TokenizedData
+from packtool.data.provenance import SourceFile
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import readers
 from packtool.progress import Reporter, reporter
@@ -106,7 +107,7 @@ class _Parts:
 def _meta_row(k: int, meta: str):
     import pyarrow as pa
 
-    from packtool.data import token_schema
+    from packtool.data.arrow import token_schema
 
     empty = pa.array([[]], pa.list_(pa.int32()))
     cols = [empty, empty, pa.array([-1], pa.int32()), pa.array([0], pa.int32())]

@@ -58,7 +58,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from packtool.config import ReadConfig
-from packtool.data import SourceFile
+from packtool.data.provenance import SourceFile
 from packtool.errors import PacktoolError, UsageError
 from packtool.formats import ColumnCheck
 from packtool.io.files import sha256_file

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from packtool.config import ReadConfig
-from packtool.data import NO_FORMAT, FileFormat, SkippedRecord, SourceFile, short_names
+from packtool.data.provenance import NO_FORMAT, FileFormat, SkippedRecord, SourceFile, short_names
 from packtool.errors import PacktoolError
 from packtool.io import readers
 from packtool.io.files import sha256_file

@@ -245,7 +245,7 @@ class MixtureProvenance:
         self.each = [Provenance(s.data, s.read) for s in specs]
 
     def resolve(self, indices) -> None:
-        from packtool.data import input_of
+        from packtool.data.blocks import input_of
 
         for i in indices:
             b = input_of(int(i), self.blocks)
@@ -253,7 +253,7 @@ class MixtureProvenance:
                 self.each[b.number - 1].resolve([b.locate(i)[1]])
 
     def __call__(self, i: int) -> str:
-        from packtool.data import describe_source, input_of
+        from packtool.data.blocks import describe_source, input_of
 
         b = input_of(int(i), self.blocks)
         if b is None:
