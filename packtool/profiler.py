@@ -39,7 +39,7 @@ from packtool.config import ProfileConfig  # noqa: F401  (re-exported: profiler.
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow, overflow_loss
 from packtool.schema.notices import group_reasons
-from packtool.stats import advice
+from packtool.stats import choice
 from packtool.stats.sweep import SweepPoint, parse_lens  # noqa: F401  (re-exported: profiler.parse_lens)
 
 BASELINES = ("pad_to_len", "random_padded")
@@ -109,7 +109,7 @@ class ProfileResult:
     pack: dict[str, Any] = field(default_factory=dict)  # what pack would write (PACK_KEYS)
     cuts: dict[int, dict[str, Any]] = field(
         default_factory=dict
-    )  # advice.cuts_by_len at candidate lengths
+    )  # choice.cuts_by_len at candidate lengths
     sweep: list[SweepPoint] | None = None  # profile_lens with several --len values
     advice_point: SweepPoint | None = (
         None  # at the advice's (--len, --overflow) when that is not this profile's
@@ -372,8 +372,8 @@ def _profile(
         "loss_share": None if loss_dist is None or not tokens else loss_dist["sum"] / tokens,
         "examples_without_loss": None if kept_loss is None else int((kept_loss == 0).sum()),
     }
-    cuts = advice.cuts_by_len(
-        kept, kept_loss, advice.candidate_lens(dist["max"], given or [cfg.pack_len])
+    cuts = choice.cuts_by_len(
+        kept, kept_loss, choice.candidate_lens(dist["max"], given or [cfg.pack_len])
     )
     hist = stats.length_histogram(kept, cfg.pack_len, cfg.bins, p99=dist["p99"])
     plot_hist = stats.length_histogram(kept, cfg.pack_len, cfg.plot_bins, p99=dist["p99"])
@@ -417,10 +417,10 @@ def _profile(
 
 
 def _advice_point(inp: _Input, cfg: ProfileConfig, model, cuts, counts, dist, given, points, say):
-    """(SweepPoint, seconds) at the (--len, --overflow) stats.advice.choose_len picks, when pack
+    """(SweepPoint, seconds) at the (--len, --overflow) stats.choice.pick_len picks, when pack
     would pack other pieces there than this profile did (so that the recommendation's FLOPs are
     its own); None when it is this profile's case or a sweep point's."""
-    totals = advice.Totals(
+    totals = choice.Totals(
         examples=counts["examples"],
         tokens=counts["tokens"],
         loss_tokens=counts["loss_tokens"],
@@ -428,14 +428,14 @@ def _advice_point(inp: _Input, cfg: ProfileConfig, model, cuts, counts, dist, gi
         empty=counts["examples_empty"],
     )
     lens = given or [cfg.pack_len]
-    choice = advice.choose_len(
+    picked = choice.pick_len(
         cuts,
         totals,
         lens,
         {p.pack_len: p for p in points} if points else None,
         cfg.pad_to_multiple,
     )
-    L, ov = choice.pack_len, choice.overflow
+    L, ov = picked.pack_len, picked.overflow
     nothing_over = cuts[L]["examples_over"] == 0
 
     def same(pl: int, po: str) -> bool:
@@ -469,7 +469,7 @@ def profile_lengths(
     `loss_tokens_cut`: the loss tokens truncation at cfg.pack_len cuts, when the caller knows it
     (--overflow truncate; without it and without labels that figure is None). `source_index`
     names the examples in an --overflow error (default: their position). Lengths of 0 are
-    counted and left out (pack drops them). `advise`: when stats.advice picks another --len or
+    counted and left out (pack drops them). `advise`: when stats.choice picks another --len or
     --overflow, simulate that case too (advice_point), so that the recommendation's FLOPs are its
     own; False skips that second simulation (benchmarks)."""
     inp = _input(lengths, loss_counts, source_index)
@@ -656,7 +656,7 @@ def profile_lens(
     on_stage=None,
 ) -> ProfileResult:
     """`packtool profile --len TEXT`: one value profiles as profile_data / profile_lengths at it;
-    several profile each (sweep), then give the full profile at the --len stats.advice picks
+    several profile each (sweep), then give the full profile at the --len stats.choice picks
     among them (choose_len), with `sweep` attached. `lens` is a list or a --len text."""
     lens = parse_lens(lens) if isinstance(lens, str) else sorted({int(x) for x in lens})
     if not lens:
@@ -688,14 +688,14 @@ def profile_lens(
             f"nothing to profile: none of the {inp.lengths.size:,} examples read has a token"
         )
     kept_loss = None if inp.loss_counts is None else inp.loss_counts[inp.nonempty]
-    cuts = advice.cuts_by_len(kept, kept_loss, lens)
-    totals = advice.Totals(
+    cuts = choice.cuts_by_len(kept, kept_loss, lens)
+    totals = choice.Totals(
         examples=int(kept.size),
         tokens=int(kept.sum()),
         loss_tokens=None if kept_loss is None else int(kept_loss.sum()),
         longest=int(kept.max()),
     )
-    pick = advice.choose_len(cuts, totals, lens, {p.pack_len: p for p in points}).pack_len
+    pick = choice.pick_len(cuts, totals, lens, {p.pack_len: p for p in points}).pack_len
     if (
         pick not in done
     ):  # --overflow leaves nothing at the pick: the longest --len that packs something
