@@ -14,7 +14,10 @@ from typer.testing import CliRunner
 from packtool.cli import app
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
-from packtool.formats import ColumnCheck, FormatError, detect_format, normalize, sft_refusal
+from packtool.formats import FormatError
+from packtool.formats.columns import ColumnCheck
+from packtool.formats.detect import detect_format, sft_refusal
+from packtool.formats.normalize import normalize
 from packtool.io.readers import iter_batches, locate
 
 runner = CliRunner()

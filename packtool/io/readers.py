@@ -60,7 +60,7 @@ import orjson
 from packtool.config import ReadConfig
 from packtool.data.provenance import SourceFile
 from packtool.errors import PacktoolError, UsageError
-from packtool.formats import ColumnCheck
+from packtool.formats.columns import ColumnCheck
 from packtool.io.files import sha256_file
 
 _JSONL = (".jsonl", ".ndjson")
@@ -715,7 +715,7 @@ def _json_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[Ra
 
 def _unwrap(obj: dict, cfg: ReadConfig) -> dict | list:
     """{"data": [{...}, ...]} -> the list; any other object is one record (see module docstring)."""
-    from packtool.formats import RECORD_FIELDS
+    from packtool.formats.columns import RECORD_FIELDS
 
     if len(obj) != 1:
         return obj

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from packtool.config import ReadConfig
-from packtool.formats import template_messages
+from packtool.formats.normalize import template_messages
 from packtool.schema import IGNORE_INDEX
 from packtool.tokenization.chat_template import ChatTemplate, family_fix
 from packtool.tokenization.loading import TokenizerSpec
@@ -812,7 +812,8 @@ class EncodeStep:
         if self.kind == "pretokenized":
             return self._pretokenized(batch)
         from packtool.data.arrow import token_batch
-        from packtool.formats import FormatError, normalize
+        from packtool.formats import FormatError
+        from packtool.formats.normalize import normalize
 
         records, read_errors = batch.parsed()
         fmt = (

@@ -369,7 +369,8 @@ def _detect(b, read: ReadConfig, pretokenized_too: bool = False):
     """(format, why) of the first record of batch `b` whose format is found, ("pretokenized", rec)
     for a record carrying input_ids (when `pretokenized_too` and no --format), or None. Preference and
     KTO data raise UsageError, naming the record."""
-    from packtool.formats import FormatError, detect_format
+    from packtool.formats import FormatError
+    from packtool.formats.detect import detect_format
 
     for i, rec in enumerate(_records_of(b)):
         if rec is None:
