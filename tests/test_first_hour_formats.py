@@ -18,7 +18,8 @@ from packtool.formats import FormatError
 from packtool.formats.columns import ColumnCheck
 from packtool.formats.detect import detect_format, sft_refusal
 from packtool.formats.normalize import normalize
-from packtool.io.readers import iter_batches, locate
+from packtool.io.readers import iter_batches
+from packtool.io.sources import locate
 
 runner = CliRunner()
 

@@ -35,6 +35,7 @@ from packtool.data.provenance import SourceFile
 from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import readers
+from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
 
 TOKEN_COLUMNS = ["input_ids", "labels", "length", "num_loss_tokens", "source_index"]
@@ -229,7 +230,7 @@ def load_tokenized(
         raise UsageError(f"--limit {cfg.read.limit} must be >= 1")
     t0 = time.perf_counter()
     not_a_pack(data)
-    located = readers.locate(data, cfg.read.split)
+    located = locate(data, cfg.read.split)
     if located.kind != "files":
         raise UsageError(
             f"--engine ray reads files (JSON Lines, JSON, Parquet: one, a folder or a glob); {data} "

@@ -63,10 +63,10 @@ def load_mixture(
 
 
 def _check_exists(k: int, spec: InputSpec) -> None:
-    from packtool.io import readers
+    from packtool.io.sources import locate
 
     try:
-        readers.locate(spec.data, spec.read.split)
+        locate(spec.data, spec.read.split)
     except PacktoolError as e:
         raise UsageError(
             f"input {k} ({spec.spec}): {e}; fix the path (or drop the input)"
