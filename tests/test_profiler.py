@@ -17,8 +17,8 @@ from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow
 from packtool.plan import plan_packs
+from packtool.predict import PACK_KEYS
 from packtool.profiler import (
-    PACK_KEYS,
     ProfileConfig,
     profile_data,
     profile_lengths,
