@@ -1,9 +1,5 @@
-"""A mixture's inputs (packtool.tokenization.mixture) as blocks of global source indices.
-
-    input 1: [0, copies_1 * records_1)   input 2: the block after it   ...
-
-`input_of` finds the block of a source index, `describe_source` names it ("input 2 (alpaca.json)
-record 17, copy 1"), `input_counts` gives one input's counts in the manifest's `inputs`.
+"""A mixture's inputs (packtool.tokenization.mixture) as blocks of global source indices (InputBlock
+draws the layout); `describe_source` names an index: "input 2 (alpaca.json) record 17, copy 1".
 """
 
 from __future__ import annotations
