@@ -237,14 +237,20 @@ def profile_lengths(
     )
 
 
-def _data_source(data, source: dict[str, Any] | None) -> dict[str, Any]:
+def _data_args(data, source: dict[str, Any] | None) -> dict[str, Any]:
+    """_profile's source, num_read, skipped and notes for a TokenizedData."""
     return {
-        "kind": "data",
-        "format": getattr(data, "format", ""),
-        "tokenizer": dict(getattr(data, "tokenizer", {}) or {}),
-        "cache_hit": bool(getattr(data, "cache_hit", False)),
-        "tokenizer_backend": dict(getattr(data, "backend", {}) or {}),
-        **(source or {}),
+        "source": {
+            "kind": "data",
+            "format": getattr(data, "format", ""),
+            "tokenizer": dict(getattr(data, "tokenizer", {}) or {}),
+            "cache_hit": bool(getattr(data, "cache_hit", False)),
+            "tokenizer_backend": dict(getattr(data, "backend", {}) or {}),
+            **(source or {}),
+        },
+        "num_read": data.num_read,
+        "skipped": list(data.skipped),
+        "notes": list(getattr(data, "warnings", []) or []),
     }
 
 
@@ -268,14 +274,7 @@ def profile_data(
     if on_stage:
         on_stage("what --overflow takes")
     return _profile(
-        _data_input(data),
-        cfg,
-        source=_data_source(data, source),
-        num_read=data.num_read,
-        skipped=list(data.skipped),
-        notes=list(getattr(data, "warnings", []) or []),
-        on_stage=on_stage,
-        advise=advise,
+        _data_input(data), cfg, **_data_args(data, source), on_stage=on_stage, advise=advise
     )
 
 
@@ -302,14 +301,20 @@ def _sweep(
     return points, done
 
 
+def _lens(lens) -> list[int]:
+    """--len values, increasing: a list, or a --len text (parse_lens)."""
+    lens = parse_lens(lens) if isinstance(lens, str) else sorted({int(x) for x in lens})
+    if not lens:
+        raise UsageError("--len: no length given; e.g. --len 4096")
+    return lens
+
+
 def sweep(data_or_lengths, cfg: ProfileConfig, lens, *, on_stage=None) -> list[SweepPoint]:
     """One SweepPoint per --len of `lens` (a list, or a --len text for parse_lens), in increasing
     order, each computed exactly as a full profile at that --len computes it (pack prediction,
     strategies, FLOPs). cfg.pack_len is ignored. A --len at which --overflow leaves nothing to pack
     gives a point with 0 rows and no strategies; --overflow error raises as pack would."""
-    lens = parse_lens(lens) if isinstance(lens, str) else sorted({int(x) for x in lens})
-    if not lens:
-        raise UsageError("--len: no length given; e.g. --len 4096")
+    lens = _lens(lens)
     inp = (
         _data_input(data_or_lengths) if _is_data(data_or_lengths) else examples_of(data_or_lengths)
     )
@@ -326,10 +331,8 @@ def profile_lens(
 ) -> ProfileResult:
     """`packtool profile --len TEXT`: one value profiles as profile_data / profile_lengths at it;
     several profile each (sweep), then give the full profile at the --len stats.choice picks
-    among them (choose_len), with `sweep` attached. `lens` is a list or a --len text."""
-    lens = parse_lens(lens) if isinstance(lens, str) else sorted({int(x) for x in lens})
-    if not lens:
-        raise UsageError("--len: no length given; e.g. --len 4096")
+    among them (choice.pick_len), with `sweep` attached. `lens` is a list or a --len text."""
+    lens = _lens(lens)
     is_data = _is_data(data_or_lengths)
     if len(lens) == 1:
         one = dataclasses.replace(cfg, pack_len=lens[0])
@@ -338,18 +341,15 @@ def profile_lens(
         return profile_lengths(data_or_lengths, one, source=source, on_stage=on_stage)
     t0 = time.perf_counter()
     if is_data:
-        data = data_or_lengths
-        inp = _data_input(data)
-        src, num_read, skipped = _data_source(data, source), data.num_read, list(data.skipped)
-        notes = list(getattr(data, "warnings", []) or [])
+        inp, args = _data_input(data_or_lengths), _data_args(data_or_lengths, source)
     else:
-        inp, src, num_read, skipped, notes = (
-            examples_of(data_or_lengths),
-            source or {"kind": "lengths"},
-            None,
-            [],
-            [],
-        )
+        inp = examples_of(data_or_lengths)
+        args = {
+            "source": source or {"kind": "lengths"},
+            "num_read": None,
+            "skipped": [],
+            "notes": [],
+        }
     points, done = _sweep(inp, cfg, lens, on_stage)
     kept = inp.lengths[inp.nonempty]
     if kept.size == 0:
@@ -372,17 +372,6 @@ def profile_lens(
             raise nothing_to_pack(inp, dataclasses.replace(cfg, pack_len=lens[-1]))
         pick = max(done)
     main = dataclasses.replace(cfg, pack_len=pick)
-    r = _profile(
-        inp,
-        main,
-        source=src,
-        num_read=num_read,
-        skipped=skipped,
-        notes=notes,
-        on_stage=on_stage,
-        at=done[pick],
-        given=lens,
-        points=points,
-    )
+    r = _profile(inp, main, **args, on_stage=on_stage, at=done[pick], given=lens, points=points)
     r.timings["sweep"] = time.perf_counter() - t0
     return r
