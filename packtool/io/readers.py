@@ -339,13 +339,7 @@ def file_parts(path: str, part_bytes: int = PART_BYTES) -> list[tuple | None]:
         step = -(-size // parts)  # parts of equal size, the last one maybe shorter
         return [("bytes", a, min(size, a + step)) for a in range(0, size, step)]
     if kind == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            meta = pq.ParquetFile(path).metadata
-        except (pa.ArrowException, OSError) as e:
-            raise PacktoolError(f"{path!r} is not a readable Parquet file: {e}") from None
+        meta = _parquet_file(path).metadata
         parts, start, size = [], 0, 0
         for g in range(meta.num_row_groups):
             size += meta.row_group(g).total_byte_size
@@ -500,14 +494,20 @@ def _unwrap(obj: dict, cfg: ReadConfig) -> dict | list:
     return obj
 
 
-def _parquet_batches(path: str, batch_records: int, groups=None) -> Iterator[RawBatch]:
+def _parquet_file(path: str):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise PacktoolError(f"{path!r} is not a readable Parquet file: {e}") from None
+
+
+def _parquet_batches(path: str, batch_records: int, groups=None) -> Iterator[RawBatch]:
+    import pyarrow as pa
+
+    pf = _parquet_file(path)
     try:  # one row group at a time: a single iter_batches over the file keeps every decoded page
         groups = range(pf.num_row_groups) if groups is None else groups
         for group in groups:  # (pyarrow 26: memory grew by the file's size)
