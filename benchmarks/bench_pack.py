@@ -196,7 +196,7 @@ def child_pack(arrow_path: str, out: str) -> None:
     """Runs in a fresh process: memory-map the input, pack it, print one JSON line."""
     import datasets
 
-    from packtool.data import TokenizedData
+    from packtool.data.tokenized import TokenizedData
     from packtool.pack import PackConfig, pack_tokenized
     from packtool.pack import write as pack_write
 

@@ -33,7 +33,7 @@ from packtool.config import (
 from packtool.errors import UsageError
 
 if TYPE_CHECKING:
-    from packtool.data import TokenizedData
+    from packtool.data.tokenized import TokenizedData
     from packtool.progress import Reporter
 
 __all__ = [
@@ -71,7 +71,7 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "TokenizedData":  # numpy: imported on first use, not with the CLI
-        from packtool.data import TokenizedData
+        from packtool.data.tokenized import TokenizedData
 
         return TokenizedData
     raise AttributeError(f"module 'packtool.api' has no attribute {name!r}")
@@ -111,7 +111,18 @@ def load_tokenized(
     `data`: one input, or a mixture's InputSpecs (each tokenized on its own, weighted with `seed`:
     packtool.tokenization.mixture). `progress`: a packtool.progress.Reporter, True (bars on a
     terminal, a line otherwise) or False. `engine`: what `engine()` gave; on Ray the tokens stay in
-    the cluster's object store (`.rows`) and `.table` is None: `pack` writes them there."""
+    the cluster's object store (`.rows`) and `.table` is None: `pack` writes them there.
+
+    The result's `options` are what the manifest records (`verify --sources` tokenizes the sources
+    again from them): the tokenize options, the input as given (a mixture: every InputSpec's spec),
+    and the keys the tokenizer recorded (train_on, chat_template, labels_from) with their values."""
+    td = _load_tokenized(data, cfg, progress, seed, engine)
+    given = data if isinstance(data, str) else [s.spec for s in data]
+    td.options = {**cfg.fingerprint_dict(), "input": given, **(td.options or {})}
+    return td
+
+
+def _load_tokenized(data, cfg: TokenizeConfig, progress, seed: int, engine) -> TokenizedData:
     if engine is not None:
         if not isinstance(data, str):
             raise UsageError(

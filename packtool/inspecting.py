@@ -49,7 +49,10 @@ def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
 
 
 def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str, Any]:
-    from packtool.formats import ColumnCheck, FormatError, detect_format, normalize
+    from packtool.formats import FormatError
+    from packtool.formats.columns import ColumnCheck
+    from packtool.formats.detect import detect_format
+    from packtool.formats.normalize import normalize
     from packtool.io.readers import iter_records
 
     if index < 0:

@@ -133,7 +133,7 @@ def write_pack(
 
 def real_pack(folder, docs, pack_len: int, **options):
     """The same documents packed by packtool's own planner and shard writer (`packtool pack`)."""
-    from packtool.data import TokenizedData
+    from packtool.data.tokenized import TokenizedData
     from packtool.pack import PackConfig, pack_tokenized
 
     data = TokenizedData.from_lists(

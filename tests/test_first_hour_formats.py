@@ -14,8 +14,12 @@ from typer.testing import CliRunner
 from packtool.cli import app
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
-from packtool.formats import ColumnCheck, FormatError, detect_format, normalize, sft_refusal
-from packtool.io.readers import iter_batches, locate
+from packtool.formats import FormatError
+from packtool.formats.columns import ColumnCheck
+from packtool.formats.detect import detect_format, sft_refusal
+from packtool.formats.normalize import normalize
+from packtool.io.readers import iter_batches
+from packtool.io.sources import locate
 
 runner = CliRunner()
 

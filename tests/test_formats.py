@@ -9,15 +9,9 @@ from paths import SHARED_DATA
 
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
-from packtool.formats import (
-    AUTO,
-    FORMATS,
-    FormatError,
-    detect_format,
-    has_assistant,
-    normalize,
-    template_messages,
-)
+from packtool.formats import AUTO, FORMATS, FormatError
+from packtool.formats.detect import detect_format
+from packtool.formats.normalize import has_assistant, normalize, template_messages
 
 CFG = ReadConfig()
 EXAMPLE_KEYS = ["kind", "messages", "tools", "text", "prompt", "completion"]

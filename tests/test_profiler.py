@@ -12,12 +12,13 @@ import pytest
 from paths import SHARED_DATA, needs_shared
 
 from packtool.config import PackConfig, TokenizeConfig
-from packtool.data import SkippedRecord, TokenizedData
+from packtool.data.provenance import SkippedRecord
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow
 from packtool.plan import plan_packs
+from packtool.predict import PACK_KEYS
 from packtool.profiler import (
-    PACK_KEYS,
     ProfileConfig,
     profile_data,
     profile_lengths,

@@ -31,9 +31,11 @@ import numpy as np
 from packtool.cluster import files as file_tasks
 from packtool.cluster.session import Session, memory
 from packtool.config import TokenizeConfig
-from packtool.data import SourceFile, TokenizedData
+from packtool.data.provenance import SourceFile
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import readers
+from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
 
 TOKEN_COLUMNS = ["input_ids", "labels", "length", "num_loss_tokens", "source_index"]
@@ -106,7 +108,7 @@ class _Parts:
 def _meta_row(k: int, meta: str):
     import pyarrow as pa
 
-    from packtool.data import token_schema
+    from packtool.data.arrow import token_schema
 
     empty = pa.array([[]], pa.list_(pa.int32()))
     cols = [empty, empty, pa.array([-1], pa.int32()), pa.array([0], pa.int32())]
@@ -228,7 +230,7 @@ def load_tokenized(
         raise UsageError(f"--limit {cfg.read.limit} must be >= 1")
     t0 = time.perf_counter()
     not_a_pack(data)
-    located = readers.locate(data, cfg.read.split)
+    located = locate(data, cfg.read.split)
     if located.kind != "files":
         raise UsageError(
             f"--engine ray reads files (JSON Lines, JSON, Parquet: one, a folder or a glob); {data} "

@@ -118,18 +118,14 @@ def pack(
     if engine_cfg.name == "local":  # (Ray keeps the tokens in its object store, not the cache)
         api.check_cache(2 * size)  # a cache entry measures ~1.5x chat JSONL
     with api.engine(engine_cfg) as engine:
-        _pack(data, source, inputs, tcfg, cfg, out, seed, output, engine)
+        _pack(source, tcfg, cfg, out, seed, output, engine)
 
 
-def _pack(data, source, inputs, tcfg, cfg, out, seed, output, engine) -> None:
+def _pack(source, tcfg, cfg, out, seed, output, engine) -> None:
     from packtool.report.pack import pack_json, render_pack
 
+    # its options are the manifest's (api.load_tokenized): the same as a pack built from Python
     tokenized = api.load_tokenized(source, tcfg, progress=output, seed=seed, engine=engine)
-    # manifest["options"]: everything `verify --sources` needs to tokenize the sources again (the
-    # input as given, and the options that shape ids and labels); the keys the tokenizer recorded
-    # (train_on, chat_template, labels_from) keep their values
-    given = data[0] if inputs is None else list(data)  # a mixture: every input as given
-    tokenized.options = {**tcfg.fingerprint_dict(), "input": given, **(tokenized.options or {})}
     if output.human:
         announce(tokenized, output.console, warnings=False)  # render_pack lists the warnings
     with output.stage("writing", unit="rows") as stage:

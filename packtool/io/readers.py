@@ -1,13 +1,11 @@
-"""Readers: turn a source string into a stream of raw records, one RawRecord each.
+"""Readers: the records behind a Located source (packtool.io.sources: which files, or which
+Dataset), as a stream of raw records, batch by batch.
 
-    source                              read with                       RawRecord.file / .line
+    file                                read with                       RawRecord.file / .line
     x.jsonl, x.ndjson (+ .gz .zst .bz2 .xz)   line by line, json.loads  the path / 1-based line
     x.json (+ .gz .zst .bz2 .xz)        whole file, json.loads          the path / None
     x.parquet                           pyarrow, 1024-row batches       the path / None
-    a folder, or a glob                 each data file above, sorted    the file / as above
-    a datasets.save_to_disk folder      datasets.load_from_disk         the folder (the split
-                                                                        folder of a DatasetDict)
-    a hub dataset id (owner/name)       the local cache only            the id (or cached file)
+    a save_to_disk folder or hub id     its Arrow dataset               the folder or id
 
 Records come in batches (`RawBatch`, one file each) exactly as stored: no column mapping, no
 format work (packtool.formats does that). Each --column mapping is checked here against the stream
@@ -27,63 +25,34 @@ reads (messages, conversations, text, ...) nor a column mapped with --column, is
 list holds the records: {"data": [{...}, {...}]}. A `.json` file that is really JSON Lines (its
 first line is a whole JSON object) is read as JSON Lines.
 
-A folder is searched recursively (names starting with "." skipped). When its data files name two
-or more splits (train/test/validation by file or folder name, e.g. data/train-0000.parquet,
-test.jsonl), only the files of `cfg.split` are read; otherwise every data file is read.
-
-Hub ids are read from the local cache only, never the network: the cache is checked first and
-loaded with offline mode forced on, so a dataset that is not cached fails at once. First the
-`datasets` cache that `load_dataset` fills, then a raw snapshot (`hf download --repo-type dataset
-ID`) read like a folder. Memory: jsonl streams one batch of lines at a time; parquet one batch; Arrow
+Memory: jsonl streams one batch of lines at a time; parquet one batch; Arrow
 datasets are memory-mapped; a .json file is held whole.
 """
 
 from __future__ import annotations
 
 import bz2
-import glob
 import gzip
 import io
 import json
 import lzma
 import os
-import re
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
 
 from packtool.config import ReadConfig
-from packtool.data import SourceFile
 from packtool.errors import PacktoolError, UsageError
-from packtool.formats import ColumnCheck
-from packtool.io.files import sha256_file
+from packtool.formats.columns import ColumnCheck
+from packtool.io.sources import COMPRESSED, Located, data_kind, locate
 
-_JSONL = (".jsonl", ".ndjson")
-_JSON = (".json",)
-_PARQUET = (".parquet",)
-_COMPRESSED = (".gz", ".zst", ".bz2", ".xz")
-_SUPPORTED_TEXT = (
-    ".jsonl, .ndjson, .json (each also .gz/.zst/.bz2/.xz), .parquet, a folder or glob of those, "
-    "a datasets.save_to_disk folder, or a cached hub dataset id"
-)
 BATCH_RECORDS = 1024  # records per batch
 ARROW_BATCH_RECORDS = 8192  # rows per batch of Parquet / Arrow input: decoded in bulk, and often
 # pre-tokenized, where a batch costs ~5 ms of fixed overhead whatever its size
 BATCH_BYTES = 8 << 20  # and at most about this much JSON text per batch
-
-# File/folder names that tag a split; aliases as in `datasets`.
-_SPLIT_NAMES = {
-    "train": "train", "training": "train",
-    "validation": "validation", "valid": "validation", "val": "validation", "dev": "validation",
-    "test": "test", "testing": "test", "eval": "test", "evaluation": "test",
-}  # fmt: skip
-_SPLIT_RE = re.compile(r"^(" + "|".join(_SPLIT_NAMES) + r")(?:[-_.].*)?$", re.IGNORECASE)
-_HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*(?:/[A-Za-z0-9][\w.\-]*)?")
 
 
 @dataclass(frozen=True)
@@ -103,203 +72,7 @@ class RawRecord:
         return f"{self.file} record {self.index if self.position is None else self.position}"
 
 
-# --------------------------------------------------------------------------- locating sources
-
-
-@dataclass(frozen=True)
-class Located:
-    kind: str  # "files" | "dataset"
-    files: tuple[str, ...] = ()  # kind == "files"
-    dataset: Any = None  # kind == "dataset": a datasets.Dataset
-    label: str = ""  # RawRecord.file for a dataset
-
-
-def _data_kind(name: str) -> str | None:
-    """'jsonl' | 'json' | 'parquet' | None, from the file name."""
-    low = name.lower()
-    for ext in _COMPRESSED:
-        if low.endswith(ext):
-            low = low[: -len(ext)]
-            if low.endswith(_PARQUET):
-                return None  # parquet compresses inside; x.parquet.gz is not read
-            break
-    if low.endswith(_JSONL):
-        return "jsonl"
-    if low.endswith(_JSON):
-        return "json"
-    if low.endswith(_PARQUET):
-        return "parquet"
-    return None
-
-
-def _is_saved_dataset(path: Path) -> bool:
-    return (path / "dataset_dict.json").is_file() or (
-        (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
-    )
-
-
-def _split_of(rel: Path) -> str | None:
-    for part in rel.parts[:-1]:
-        if part.lower() in _SPLIT_NAMES:
-            return _SPLIT_NAMES[part.lower()]
-    m = _SPLIT_RE.match(rel.name)
-    return _SPLIT_NAMES[m.group(1).lower()] if m else None
-
-
-def _folder_files(folder: Path, label: str, split: str) -> tuple[str, ...]:
-    rels = sorted(
-        p.relative_to(folder)
-        for p in folder.rglob("*")
-        if p.is_file()
-        and _data_kind(p.name)
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
-    if not rels:
-        raise PacktoolError(f"folder {label!r} holds no data files; expected {_SUPPORTED_TEXT}")
-    splits = {rel: _split_of(rel) for rel in rels}
-    named = sorted({s for s in splits.values() if s})
-    if len(named) >= 2:
-        want = _SPLIT_NAMES.get(split.lower(), split)
-        rels = [rel for rel in rels if splits[rel] == want]
-        if not rels:
-            raise PacktoolError(
-                f"split {split!r} not found in folder {label!r}; its files name the splits "
-                f"{', '.join(named)}; use --split NAME"
-            )
-    return tuple(os.path.join(label, str(rel)) for rel in rels)
-
-
-def _locate(source: str, split: str) -> Located:
-    path = Path(source).expanduser()
-    if path.is_file():
-        if _data_kind(path.name) is None:
-            raise PacktoolError(
-                f"{source!r} has an unsupported extension; expected {_SUPPORTED_TEXT}"
-            )
-        return Located("files", (source,))
-    if path.is_dir():
-        if _is_saved_dataset(path):
-            return _load_from_disk(path, source, split)
-        return Located("files", _folder_files(path, source, split))
-    if glob.has_magic(source):
-        matches = sorted(
-            p for p in glob.glob(os.path.expanduser(source), recursive=True) if os.path.isfile(p)
-        )
-        files = tuple(p for p in matches if _data_kind(p))
-        if not files:
-            found = f" ({len(matches)} files of other types)" if matches else ""
-            raise PacktoolError(
-                f"no data files match {source!r}{found}; expected {_SUPPORTED_TEXT}"
-            )
-        return Located("files", files)
-    if _HUB_ID_RE.fullmatch(source) and _data_kind(source) is None:
-        return _load_hub(source, split)
-    raise PacktoolError(f"{source!r} does not exist; expected {_SUPPORTED_TEXT}")
-
-
-def _load_from_disk(path: Path, label: str, split: str) -> Located:
-    import datasets
-
-    try:
-        ds = datasets.load_from_disk(str(path))
-    except Exception as e:  # a damaged folder: say which and why
-        raise PacktoolError(f"cannot load save_to_disk folder {label!r}: {e}") from None
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise PacktoolError(
-                f"split {split!r} is not in {label!r}; it has {', '.join(ds)}; use --split NAME"
-            )
-        return Located("dataset", dataset=ds[split], label=os.path.join(label, split))
-    return Located("dataset", dataset=ds, label=label)
-
-
-@contextmanager
-def _offline() -> Iterator[None]:
-    """Offline mode for datasets and huggingface_hub while we look in the cache: a dataset that is
-    not cached fails at once instead of waiting on the network. Both libraries read the flag from
-    these module constants (set from HF_HUB_OFFLINE at import), so we set them, then restore."""
-    import datasets
-    import huggingface_hub.constants as hub_constants
-
-    saved = datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE
-    verbosity = datasets.logging.get_verbosity()
-    datasets.config.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE = True
-    datasets.logging.set_verbosity_error()  # no "Using the latest cached version" chatter
-    try:
-        yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
-        datasets.logging.set_verbosity(verbosity)
-
-
-def _hub_snapshot(repo_id: str) -> Path | None:
-    import huggingface_hub.constants as hub_constants
-
-    root = Path(hub_constants.HF_HUB_CACHE) / ("datasets--" + repo_id.replace("/", "--"))
-    snapshots = root / "snapshots"
-    if not snapshots.is_dir():
-        return None
-    ref = root / "refs" / "main"
-    if ref.is_file():
-        snap = snapshots / ref.read_text().strip()
-        if snap.is_dir():
-            return snap
-    dirs = sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
-    return dirs[-1] if dirs else None
-
-
-def _load_hub(repo_id: str, split: str) -> Located:
-    import datasets
-    from datasets.naming import camelcase_to_snakecase
-
-    parts = repo_id.split("/")
-    parts[-1] = camelcase_to_snakecase(parts[-1])
-    prepared = Path(datasets.config.HF_DATASETS_CACHE) / "___".join(parts)
-    if any(p.is_dir() for p in prepared.glob("*/*/*")):
-        with _offline():
-            try:
-                ds = datasets.load_dataset(repo_id, split=split)
-            except Exception as e:  # one line: datasets' messages span several
-                why = " ".join(str(e).split()).rstrip(".")
-                if isinstance(e, ValueError) and "split" in why.lower():
-                    raise PacktoolError(
-                        f"split {split!r} is not in cached hub dataset {repo_id!r}: {why}; "
-                        "use --split NAME"
-                    ) from None
-                raise PacktoolError(f"cannot load cached hub dataset {repo_id!r}: {why}") from None
-        return Located("dataset", dataset=ds, label=repo_id)
-    snap = _hub_snapshot(repo_id)
-    if snap is not None:
-        return Located("files", _folder_files(snap, str(snap), split))
-    import huggingface_hub.constants as hub_constants
-
-    raise PacktoolError(
-        f"{repo_id!r} is not a local file or folder, and hub dataset {repo_id!r} is not in the local "
-        f"cache (looked in {datasets.config.HF_DATASETS_CACHE} and {hub_constants.HF_HUB_CACHE}); "
-        "packtool reads hub datasets from the cache only: download it first "
-        f"(hf download --repo-type dataset {repo_id}) or pass a local path"
-    )
-
-
 # --------------------------------------------------------------------------- public API
-
-
-def resolve_sources(source: str, split: str = "train") -> list[SourceFile]:
-    """The concrete files behind `source`, sorted by path, with size and sha256. For a
-    save_to_disk folder or a prepared hub dataset: the Arrow files of the split."""
-    located = _locate(source, split)
-    if located.kind == "files":
-        paths = list(located.files)
-    else:
-        paths = [f["filename"] for f in located.dataset.cache_files]
-    return [
-        SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p)) for p in sorted(paths)
-    ]
-
-
-def locate(source: str, split: str = "train") -> Located:
-    """Find what `source` names (a missing path, split or uncached hub id raises here)."""
-    return _locate(source, split)
 
 
 def iter_batches(
@@ -394,7 +167,7 @@ def iter_records(source: str, cfg: ReadConfig) -> Iterator[RawRecord]:
     missing path or split raises here); records are read lazily."""
     if cfg.limit is not None and cfg.limit < 1:
         raise UsageError(f"--limit {cfg.limit} must be >= 1")
-    located = _locate(source, cfg.split)
+    located = locate(source, cfg.split)
 
     def gen():
         for b in iter_batches(located, cfg, 256):
@@ -523,7 +296,7 @@ def parse_json_record(raw: bytes) -> tuple[dict | None, str | None]:
 def _file_batches(
     path: str, cfg: ReadConfig, batch_records: int, part: tuple | None = None
 ) -> Iterator[RawBatch]:
-    kind = _data_kind(path)
+    kind = data_kind(path)
     errors: tuple[type[BaseException], ...] = (OSError, EOFError, lzma.LZMAError, zlib.error)
     if path.lower().endswith(".zst"):
         import zstandard
@@ -557,8 +330,8 @@ def file_parts(path: str, part_bytes: int = PART_BYTES) -> list[tuple | None]:
         anything else      None                the whole file (.json, compressed JSON Lines)
 
     `part_batches` reads one; its batches count records and lines from the part's start."""
-    kind = _data_kind(path)
-    if kind == "jsonl" and not path.lower().endswith(_COMPRESSED):
+    kind = data_kind(path)
+    if kind == "jsonl" and not path.lower().endswith(COMPRESSED):
         size = os.path.getsize(path)
         if size <= part_bytes:
             return [None]
@@ -566,13 +339,7 @@ def file_parts(path: str, part_bytes: int = PART_BYTES) -> list[tuple | None]:
         step = -(-size // parts)  # parts of equal size, the last one maybe shorter
         return [("bytes", a, min(size, a + step)) for a in range(0, size, step)]
     if kind == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            meta = pq.ParquetFile(path).metadata
-        except (pa.ArrowException, OSError) as e:
-            raise PacktoolError(f"{path!r} is not a readable Parquet file: {e}") from None
+        meta = _parquet_file(path).metadata
         parts, start, size = [], 0, 0
         for g in range(meta.num_row_groups):
             size += meta.row_group(g).total_byte_size
@@ -715,7 +482,7 @@ def _json_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[Ra
 
 def _unwrap(obj: dict, cfg: ReadConfig) -> dict | list:
     """{"data": [{...}, ...]} -> the list; any other object is one record (see module docstring)."""
-    from packtool.formats import RECORD_FIELDS
+    from packtool.formats.columns import RECORD_FIELDS
 
     if len(obj) != 1:
         return obj
@@ -727,14 +494,20 @@ def _unwrap(obj: dict, cfg: ReadConfig) -> dict | list:
     return obj
 
 
-def _parquet_batches(path: str, batch_records: int, groups=None) -> Iterator[RawBatch]:
+def _parquet_file(path: str):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path)
+        return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise PacktoolError(f"{path!r} is not a readable Parquet file: {e}") from None
+
+
+def _parquet_batches(path: str, batch_records: int, groups=None) -> Iterator[RawBatch]:
+    import pyarrow as pa
+
+    pf = _parquet_file(path)
     try:  # one row group at a time: a single iter_batches over the file keeps every decoded page
         groups = range(pf.num_row_groups) if groups is None else groups
         for group in groups:  # (pyarrow 26: memory grew by the file's size)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from packtool import kernels, schema
-from packtool.data import TokenizedData
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.pack.overflow import Pieces
 

@@ -31,7 +31,7 @@ import numpy as np
 import packtool
 from packtool import schema
 from packtool.config import PackConfig
-from packtool.data import TokenizedData
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate

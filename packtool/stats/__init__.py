@@ -12,18 +12,20 @@ No typer, rich, pyarrow, transformers or matplotlib here (docs/ARCHITECTURE.md, 
                                                                 work)    → FLOPs, GPU-hours
 
     sweep.py        parse_lens (--len 2048,4096 | 1024-8192 | 1024:8192:1024), SweepPoint
-    advice.py       cuts_by_len, choose_len, recommend → Recommendation (strategy, --len,
-                    --overflow, what is cut, the `packtool pack` command)
+    choice.py       the decision, in numbers: cuts_by_len, pick_len (--len, --overflow, the rule),
+                    pick_strategy
+    advice.py       the decision in words: choose_len (with reasons), recommend → Recommendation
+                    (strategy, --len, --overflow, what is cut, the `packtool pack` command)
 
 Every public name of lengths, strategies and flops is re-exported here, so `stats.describe`,
 `stats.simulate`, `stats.model_from_config` … name the same objects as the submodules'. The
-synthetic lengths, the --len sweep and the advice stay in their own namespaces:
-`from packtool.stats import advice, sweep, synthetic`.
+synthetic lengths, the --len sweep, the choice and the advice stay in their own namespaces:
+`from packtool.stats import advice, choice, sweep, synthetic`.
 """
 
 from __future__ import annotations
 
-from packtool.stats import advice, sweep, synthetic
+from packtool.stats import advice, choice, sweep, synthetic
 from packtool.stats.flops import (
     ATTENTION_CONVENTION,
     FLOPS_FORMULA,
@@ -97,6 +99,7 @@ __all__ = [
     "training_flops",
     # submodules in their own namespace: --synthetic / --lengths, --len sweeps, the recommendation
     "advice",
+    "choice",
     "sweep",
     "synthetic",
 ]

@@ -411,11 +411,11 @@ def choose(
 
 def _probe(encoder):
     """(Encoded of PROBE, or of PROBE without its system turn, None) or (None, why it failed)."""
-    from packtool.formats import _example, _message
+    from packtool.formats.turns import make_example, make_message
 
     error = None
     for messages in (PROBE, PROBE[1:]):
-        ex = _example("chat", [_message(m["role"], m["content"]) for m in messages])
+        ex = make_example("chat", [make_message(m["role"], m["content"]) for m in messages])
         enc = encoder.encode([ex])
         if enc.errors[0] is None:
             return enc, None

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from packtool.config import ReadConfig
-from packtool.formats import template_messages
+from packtool.formats.normalize import template_messages
 from packtool.schema import IGNORE_INDEX
 from packtool.tokenization.chat_template import ChatTemplate, family_fix
 from packtool.tokenization.loading import TokenizerSpec
@@ -753,7 +753,7 @@ class Encoder:
 class StepResult:
     """What one batch became: the good rows, and (row in the batch, reason) for every other."""
 
-    table: Any  # pyarrow.RecordBatch of packtool.data.token_schema()
+    table: Any  # pyarrow.RecordBatch of packtool.data.arrow.token_schema()
     rejects: list[tuple[int, str]] = field(default_factory=list)
     removed_padding: int = 0
     special: list[int] = field(
@@ -811,8 +811,9 @@ class EncodeStep:
     def __call__(self, batch) -> StepResult:
         if self.kind == "pretokenized":
             return self._pretokenized(batch)
-        from packtool.data import token_batch
-        from packtool.formats import FormatError, normalize
+        from packtool.data.arrow import token_batch
+        from packtool.formats import FormatError
+        from packtool.formats.normalize import normalize
 
         records, read_errors = batch.parsed()
         fmt = (
@@ -862,7 +863,7 @@ class EncodeStep:
     def _pretokenized(self, batch) -> StepResult:
         import pyarrow as pa
 
-        from packtool.data import arrow_array, token_schema
+        from packtool.data.arrow import arrow_array, token_schema
         from packtool.tokenization import pretokenized as pt
 
         if batch.arrow is not None:

@@ -29,13 +29,10 @@ import math
 import numpy as np
 
 from packtool.config import InputSpec, TokenizeConfig
-from packtool.data import (
-    InputBlock,
-    SourceFile,
-    TokenizedData,
-    arrow_array,
-    formats_summary,
-)
+from packtool.data.arrow import arrow_array
+from packtool.data.blocks import InputBlock
+from packtool.data.provenance import SourceFile, formats_summary
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 
 MIX_TAG = 0x6D6978  # "mix": the weight subsample's stream, apart from pack's row shuffle (seed, 1)
@@ -66,10 +63,10 @@ def load_mixture(
 
 
 def _check_exists(k: int, spec: InputSpec) -> None:
-    from packtool.io import readers
+    from packtool.io.sources import locate
 
     try:
-        readers.locate(spec.data, spec.read.split)
+        locate(spec.data, spec.read.split)
     except PacktoolError as e:
         raise UsageError(
             f"input {k} ({spec.spec}): {e}; fix the path (or drop the input)"

@@ -41,16 +41,15 @@ from collections import deque
 
 import packtool
 from packtool.config import ReadConfig, TokenizeConfig
-from packtool.data import (
+from packtool.data.arrow import arrow_numpy, token_schema
+from packtool.data.provenance import (
     NO_FORMAT,
     FileFormat,
     SkippedRecord,
     SourceFile,
-    TokenizedData,
-    arrow_numpy,
     formats_summary,
-    token_schema,
 )
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.progress import Reporter, reporter
 from packtool.tokenization import cache
@@ -81,7 +80,7 @@ def _quote(indices, per_file: dict[str, int] | None = None) -> str:
 
 def _where(i: int, per_file: dict[str, int]) -> str:
     """'b.json record 1' for source index i (the file named even when it is the only one)."""
-    from packtool.data import short_names
+    from packtool.data.provenance import short_names
 
     if len(per_file) > 1:
         return _within_files([i], per_file)[0]
@@ -93,7 +92,7 @@ def _within_files(idx: list[int], per_file: dict[str, int]) -> list[str]:
     """'b.json record 1' for each source index: the files' records lie end to end in reading order."""
     import numpy as np
 
-    from packtool.data import short_names
+    from packtool.data.provenance import short_names
 
     names = short_names(per_file)
     files = list(per_file)
@@ -370,7 +369,8 @@ def _detect(b, read: ReadConfig, pretokenized_too: bool = False):
     """(format, why) of the first record of batch `b` whose format is found, ("pretokenized", rec)
     for a record carrying input_ids (when `pretokenized_too` and no --format), or None. Preference and
     KTO data raise UsageError, naming the record."""
-    from packtool.formats import FormatError, detect_format
+    from packtool.formats import FormatError
+    from packtool.formats.detect import detect_format
 
     for i, rec in enumerate(_records_of(b)):
         if rec is None:

@@ -24,10 +24,11 @@ from collections import Counter
 from collections.abc import Iterator
 
 from packtool.config import ReadConfig
-from packtool.data import NO_FORMAT, FileFormat, SkippedRecord, SourceFile, short_names
+from packtool.data.provenance import NO_FORMAT, FileFormat, SkippedRecord, SourceFile, short_names
 from packtool.errors import PacktoolError
 from packtool.io import readers
 from packtool.io.files import sha256_file
+from packtool.io.sources import locate
 from packtool.schema import notices
 
 SKIP_SHARE = 0.01  # above this share of the records read, a skip run says so loudly
@@ -40,7 +41,7 @@ class RecordSource:
     def __init__(self, data: str, read: ReadConfig):
         self.data, self.read = data, read
         not_a_pack(data)
-        self.located = readers.locate(data, read.split)
+        self.located = locate(data, read.split)
         if self.located.kind == "files":
             paths = list(self.located.files)
         else:

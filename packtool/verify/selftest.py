@@ -58,7 +58,7 @@ def write_documents(
 ) -> None:
     """Pack (input_ids, labels) documents into `out` with the production packer and writer (and
     the layout options, schema/layout.py)."""
-    from packtool.data import TokenizedData
+    from packtool.data.tokenized import TokenizedData
     from packtool.pack import PackConfig, pack_tokenized
 
     td = TokenizedData.from_lists(

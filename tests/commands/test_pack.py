@@ -210,3 +210,33 @@ def test_padded_fixed_docs_pack_through_the_cli(tmp_path, pretok):
     assert {len(s) for s in table.column("seq_lengths").to_pylist()} == {3}
     v = runner.invoke(app, ["verify", str(out), "--rows", "0"])
     assert v.exit_code == 0, v.output
+
+
+def test_a_pack_built_from_python_records_the_options_of_the_cli(tmp_path, pretok):
+    """manifest["options"] is written by the library (api.load_tokenized), not by the CLI: the same
+    input packed from Python records the same options, one input and a mixture alike."""
+    from packtool import api
+    from packtool.config import InputSpec, PackConfig, TokenizeConfig
+
+    mixture = f"{pretok}::weight=2"
+    for name, args, data in (
+        ("one", [pretok], str(pretok)),
+        (
+            "mix",
+            [pretok, mixture],
+            [InputSpec(str(pretok), str(pretok)), InputSpec(mixture, str(pretok), weight=2)],
+        ),
+    ):
+        r = run(*args, "--len", 16, "--overflow", "split", "--out", tmp_path / f"cli-{name}")
+        assert r.exit_code == 0, r.output
+        cfg = TokenizeConfig()
+        td = api.load_tokenized(data, cfg, progress=False)
+        api.pack(td, PackConfig(pack_len=16, overflow="split"), str(tmp_path / f"py-{name}"))
+        cli_m, py_m = (
+            json.loads((tmp_path / f"{k}-{name}" / "manifest.json").read_text())
+            for k in ("cli", "py")
+        )
+        assert py_m["options"] == cli_m["options"]
+        assert py_m["options"]["input"] == (
+            str(pretok) if name == "one" else [str(pretok), mixture]
+        )

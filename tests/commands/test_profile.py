@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from packtool.cli import app
-from packtool.data import SkippedRecord, TokenizedData
+from packtool.data.provenance import SkippedRecord
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.profiler import ProfileConfig, profile_data, profile_lengths
 from packtool.report.profile import STRATEGY_KEYS, to_json
@@ -274,7 +275,7 @@ def test_loss_tokens_cut_over_sliced_chunks():
     import numpy as np
     import pyarrow as pa
 
-    from packtool.profiler import loss_tokens_cut
+    from packtool.predict import loss_tokens_cut
 
     rng = np.random.default_rng(3)
     ids = [rng.integers(0, 50, rng.integers(1, 30)).tolist() for _ in range(60)]

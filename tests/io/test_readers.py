@@ -19,7 +19,8 @@ import pytest
 
 from packtool.config import ReadConfig
 from packtool.errors import PacktoolError, UsageError
-from packtool.io.readers import RawRecord, iter_records, resolve_sources
+from packtool.io.readers import RawRecord, iter_records
+from packtool.io.sources import resolve_sources
 
 CFG = ReadConfig()
 ROWS = [
@@ -195,7 +196,8 @@ def test_folder_sorted_recursive_mixed_hidden_skipped(tmp_path):
 
 
 def test_folder_positions_count_within_each_file(tmp_path):
-    from packtool.io.readers import iter_batches, locate
+    from packtool.io.readers import iter_batches
+    from packtool.io.sources import locate
 
     d = tmp_path / "pos"
     write(d / "a.json", json.dumps(ROWS[:2]))

@@ -14,7 +14,7 @@ import pytest
 from invariants import check_pack
 
 from packtool import schema
-from packtool.data import TokenizedData
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import UsageError
 from packtool.pack import PackConfig, pack_tokenized
 from packtool.pack.write import row_lists

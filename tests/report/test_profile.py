@@ -162,7 +162,7 @@ TOP_KEYS = [
 def test_json_top_level_keys_pack_and_recommendation():
     import json
 
-    from packtool.profiler import PACK_KEYS
+    from packtool.predict import PACK_KEYS
 
     r = profile_lengths(
         np.array([1, 2, 3, 9, 6]), ProfileConfig(pack_len=4, batch_size=2, group_window=2)

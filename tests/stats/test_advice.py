@@ -1,5 +1,5 @@
-"""packtool.stats.advice: what each policy takes per --len, the --len / --overflow rules, and the
-recommendation over grids of synthetic length distributions (never a negative saving)."""
+"""packtool.stats.choice and .advice: what each policy takes per --len, the --len / --overflow
+rules, and the recommendation over grids of synthetic length distributions (never a negative saving)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from packtool.profiler import ProfileConfig, profile_lengths, profile_lens
-from packtool.stats import advice
+from packtool.stats import advice, choice
 from packtool.stats.synthetic import synthetic_lengths
 
 NEGATIVE = re.compile(r"(^|[\s(])-\d")  # "-3", "(-0.5": a negative number in prose
 
 
-def totals(lengths, loss=None) -> advice.Totals:
+def totals(lengths, loss=None) -> choice.Totals:
     lengths = np.asarray(lengths)
-    return advice.Totals(
+    return choice.Totals(
         examples=int(lengths.size),
         tokens=int(lengths.sum()),
         loss_tokens=None if loss is None else int(np.sum(loss)),
@@ -30,7 +30,7 @@ def totals(lengths, loss=None) -> advice.Totals:
 
 def choose(lengths, given, loss=None, points=None) -> advice.LenChoice:
     lengths = np.asarray(lengths)
-    cuts = advice.cuts_by_len(lengths, loss, advice.candidate_lens(int(lengths.max()), given))
+    cuts = choice.cuts_by_len(lengths, loss, choice.candidate_lens(int(lengths.max()), given))
     return advice.choose_len(cuts, totals(lengths, loss), given, points)
 
 
@@ -39,19 +39,19 @@ def choose(lengths, given, loss=None, points=None) -> advice.LenChoice:
 
 
 def test_candidate_lens():
-    assert advice.candidate_lens(11_540, [4096]) == [4096, 8192, 16384]
-    assert advice.candidate_lens(100, [4096]) == [4096, 8192]  # one power above, even when all fit
-    assert advice.candidate_lens(5000, [1000]) == [1000, 1024, 2048, 4096, 8192]
-    assert advice.candidate_lens(3000, [512, 4096]) == [512, 1024, 2048, 4096]
-    big = advice.candidate_lens(10**12, [4096])
-    assert big[-1] == advice.MAX_POW2 and all(
+    assert choice.candidate_lens(11_540, [4096]) == [4096, 8192, 16384]
+    assert choice.candidate_lens(100, [4096]) == [4096, 8192]  # one power above, even when all fit
+    assert choice.candidate_lens(5000, [1000]) == [1000, 1024, 2048, 4096, 8192]
+    assert choice.candidate_lens(3000, [512, 4096]) == [512, 1024, 2048, 4096]
+    big = choice.candidate_lens(10**12, [4096])
+    assert big[-1] == choice.MAX_POW2 and all(
         b == 2 * a for a, b in zip(big[:-1], big[1:], strict=True)
     )
 
 
 def test_cuts_by_hand():
     #   lengths [3, 9, 5, 4], loss [1, 6, 2, 0]; at L 4: over 9 and 5
-    c = advice.cuts_by_len(np.array([3, 9, 5, 4]), np.array([1, 6, 2, 0]), [4, 8, 16])
+    c = choice.cuts_by_len(np.array([3, 9, 5, 4]), np.array([1, 6, 2, 0]), [4, 8, 16])
     assert c[4] == {
         "len": 4,
         "examples_over": 2,
@@ -62,7 +62,7 @@ def test_cuts_by_hand():
     }
     assert (c[8]["examples_over"], c[8]["tokens_over"], c[8]["split_parts"]) == (1, 9, 2)
     assert c[16]["examples_over"] == 0 and c[16]["split_parts"] == 0
-    assert advice.cuts_by_len(np.array([3]), None, [2])[2]["loss_tokens_over"] is None
+    assert choice.cuts_by_len(np.array([3]), None, [2])[2]["loss_tokens_over"] is None
 
 
 @pytest.mark.parametrize("case", range(25))
@@ -72,7 +72,7 @@ def test_cuts_against_brute_force(case):
     lengths = rng.integers(1, rng.choice([50, 3000, 20_000]), n).astype(np.int32)
     loss = (rng.random(n) * lengths).astype(np.int32) if case % 3 else None
     lens = sorted({int(x) for x in rng.integers(1, 25_000, rng.integers(1, 8))})
-    cuts = advice.cuts_by_len(lengths, loss, lens)
+    cuts = choice.cuts_by_len(lengths, loss, lens)
     assert sorted(cuts) == lens
     for L, c in cuts.items():
         over = [i for i, x in enumerate(lengths.tolist()) if x > L]
@@ -199,7 +199,7 @@ def test_choose_len_keeps_its_promises(spec, L0):
         lengths = synthetic_lengths(spec.format(s=s, k=k))
         loss = (lengths * 0.4).astype(np.int64)
         t = totals(lengths, loss)
-        cuts = advice.cuts_by_len(lengths, loss, advice.candidate_lens(int(lengths.max()), [L0]))
+        cuts = choice.cuts_by_len(lengths, loss, choice.candidate_lens(int(lengths.max()), [L0]))
         c = advice.choose_len(cuts, t, [L0])
         cut = cuts[c.pack_len]
 
@@ -211,12 +211,12 @@ def test_choose_len_keeps_its_promises(spec, L0):
             c.pack_len & (c.pack_len - 1) == 0 and L0 < c.pack_len <= 4 * L0
         )
         if c.overflow == "drop":
-            assert max(lost(cut)) <= advice.MAX_LOST_SHARE
+            assert max(lost(cut)) <= choice.MAX_LOST_SHARE
         else:
-            assert cut["examples_over"] > 0 and max(lost(cut)) > advice.MAX_LOST_SHARE
+            assert cut["examples_over"] > 0 and max(lost(cut)) > choice.MAX_LOST_SHARE
         if c.rule == "raise":  # the smallest power of two above --len that is within budget
             between = [L for L in cuts if L0 < L < c.pack_len and L & (L - 1) == 0]
-            assert all(max(lost(cuts[L])) > advice.MAX_LOST_SHARE for L in [L0, *between])
+            assert all(max(lost(cuts[L])) > choice.MAX_LOST_SHARE for L in [L0, *between])
         if c.rule == "fits":
             assert cut["examples_over"] == 0
         assert not NEGATIVE.search(c.len_reason + c.overflow_reason)
@@ -293,7 +293,7 @@ def test_recommendation_over_a_grid(spec, L0, overflow):
         "length_grouped" if f["length_grouped"] < f["packed_bfd_varlen"] else "packed_bfd_varlen"
     )
     assert rec.length_grouped_nearly_as_good == (
-        f["length_grouped"] <= f["packed_bfd_varlen"] * (1 + advice.NEARLY)
+        f["length_grouped"] <= f["packed_bfd_varlen"] * (1 + choice.NEARLY)
     )
     text = " ".join(t for _, t in rec.lines()) + " " + rec.summary()
     assert not NEGATIVE.search(text), text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from packtool import stats
-from packtool.stats import advice, flops, lengths, strategies, sweep, synthetic
+from packtool.stats import advice, choice, flops, lengths, strategies, sweep, synthetic
 
 # the public names of packtool/stats.py before it became a package, by the module that holds them now
 MOVED = {
@@ -42,7 +42,7 @@ MOVED = {
 ADDED = {
     strategies: ["OVERFLOW_NOTES", "overflow_note", "PACK_ORDER", "PACK_MAX_DOCS", "PACK_SEED"]
 }
-SUBMODULES = ["advice", "sweep", "synthetic"]
+SUBMODULES = ["advice", "choice", "sweep", "synthetic"]
 
 
 @pytest.mark.parametrize("module", list(ADDED), ids=lambda m: m.__name__)
@@ -65,11 +65,23 @@ def test_all_names_exactly_the_moved_and_added_ones():
 
 
 def test_synthetic_sweep_and_advice_are_submodules():
-    for name, module in (("synthetic", synthetic), ("sweep", sweep), ("advice", advice)):
+    for name, module in (
+        ("synthetic", synthetic),
+        ("sweep", sweep),
+        ("advice", advice),
+        ("choice", choice),
+    ):
         assert getattr(stats, name) is module
         assert module.__name__ == f"packtool.stats.{name}"
     # their names stay in their own namespaces
-    for name in ("synthetic_lengths", "parse_lens", "SweepPoint", "recommend", "Recommendation"):
+    for name in (
+        "synthetic_lengths",
+        "parse_lens",
+        "SweepPoint",
+        "recommend",
+        "Recommendation",
+        "pick_len",
+    ):
         assert not hasattr(stats, name), name
 
 

@@ -13,7 +13,8 @@ from paths import SHARED
 
 from packtool.config import ReadConfig, TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
-from packtool.formats import detect_format, normalize
+from packtool.formats.detect import detect_format
+from packtool.formats.normalize import normalize
 from packtool.tokenization import chat_template as ct
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec, load_spec
@@ -30,11 +31,11 @@ CHAT = [
 
 
 def chat(messages, tools=None):
-    from packtool.formats import _message
+    from packtool.formats.turns import make_message
 
     return {
         "kind": "chat",
-        "messages": [_message(m["role"], m["content"], m.get("tool_calls")) for m in messages],
+        "messages": [make_message(m["role"], m["content"], m.get("tool_calls")) for m in messages],
         "tools": tools,
     }
 

@@ -250,7 +250,9 @@ def test_prefix_diff_refuses_to_guess_when_a_prefix_cannot_render(qwen):
 def _chat_examples():
     from packtool.config import ReadConfig
     from packtool.demo_data import make_record
-    from packtool.formats import FormatError, detect_format, normalize
+    from packtool.formats import FormatError
+    from packtool.formats.detect import detect_format
+    from packtool.formats.normalize import normalize
     from packtool.io.readers import iter_records
 
     rng = np.random.default_rng(7)
@@ -315,7 +317,7 @@ def _chat_examples():
 def test_native_chatml_renderer_equals_jinja(chatml):
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    from packtool.formats import template_messages
+    from packtool.formats.normalize import template_messages
     from packtool.tokenization import chatml as native
 
     checked = handed_back = 0

@@ -31,7 +31,8 @@ from paths import SHARED
 
 from packtool.api import load_tokenized, pack
 from packtool.config import ReadConfig, TokenizeConfig
-from packtool.formats import detect_format, normalize
+from packtool.formats.detect import detect_format
+from packtool.formats.normalize import normalize
 from packtool.io.readers import iter_records
 from packtool.pack import PackConfig
 

@@ -13,7 +13,7 @@ import pytest
 
 from packtool.config import TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
-from packtool.formats import _example, _message
+from packtool.formats.turns import make_example, make_message
 from packtool.tokenization import chat_template as ct
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec
@@ -39,9 +39,9 @@ def spec(qwen):
 
 
 def chat(messages):
-    return _example(
+    return make_example(
         "chat",
-        [_message(m["role"], m["content"], reasoning=m.get("reasoning")) for m in messages],
+        [make_message(m["role"], m["content"], reasoning=m.get("reasoning")) for m in messages],
     )
 
 
@@ -314,16 +314,16 @@ GEMMA_LIKE = (
 def test_a_template_without_tool_roles_says_so_on_tool_data(spec):
     t = replace(ct.make_template(GEMMA_LIKE, "gemma-like.jinja"), family="Gemma", mode="prefix")
     msgs = [
-        _message("user", "Weather?"),
-        _message(
+        make_message("user", "Weather?"),
+        make_message(
             "assistant",
             "",
             [{"type": "function", "function": {"name": "weather", "arguments": {"c": "Paris"}}}],
         ),
-        _message("tool", "21C"),
-        _message("assistant", "21C."),
+        make_message("tool", "21C"),
+        make_message("assistant", "21C."),
     ]
-    err = Encoder(spec, t).encode([_example("chat", msgs)]).errors[0]
+    err = Encoder(spec, t).encode([make_example("chat", msgs)]).errors[0]
     assert "Conversation roles must alternate" in err
     assert "the template of Gemma has no tool role" in err
     assert "--on-error skip" in err and "a template that supports tools" in err

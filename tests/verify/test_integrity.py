@@ -42,7 +42,7 @@ def test_clean_pack_passes_every_check(clean_pack, checks_of):
 def test_real_packer_packs_pass(tmp_path, failed_of):
     """Every --overflow mode of the production packer passes, split parts included."""
     pytest.importorskip("datasets")
-    from packtool.data import TokenizedData
+    from packtool.data.tokenized import TokenizedData
     from packtool.pack import PackConfig, pack_tokenized
 
     docs = st.make_documents(80, seed=2, min_len=4, max_len=300)

@@ -4,7 +4,7 @@
         │ recorded_data: DATA as given to pack (or the one source, or their common folder);
         │ a relative path is tried from here, then beside the pack folder
         ▼
-    readers.resolve_sources(DATA) ──▶ [path, size, sha256] now, sorted by path  ─── files_check (FILES)
+    sources.resolve_sources(DATA) ──▶ [path, size, sha256] now, sorted by path  ─── files_check (FILES)
     load_spec(cfg.tokenizer).files_hash      == tokenizer.files_hash            ─── tokenizer_check (TOKENIZER)
     pipeline.load_tokenized(DATA, cfg) ──▶ data.TokenizedData (the path `pack` took; cache off)
         table      input_ids list<int32>, labels list<int32>    one row per tokenized record
@@ -62,10 +62,10 @@ def locate_recorded(rec: str, pack: str, folder: str | None = None) -> str:
 
 def files_check(data: str, manifest: dict, split: str) -> tuple[Check, list]:
     """(Check FILES, the source files now): every file at `data` has the sha256 the manifest records."""
-    from packtool.io import readers
+    from packtool.io.sources import resolve_sources
 
     try:
-        now = readers.resolve_sources(data, split)
+        now = resolve_sources(data, split)
     except PacktoolError as e:
         raise Stop(
             FILES,
@@ -215,11 +215,10 @@ class Provenance:
         if not want:
             return
         from packtool.io import readers
+        from packtool.io.sources import locate
 
         try:
-            for b in readers.iter_batches(
-                readers.locate(self.data, self.read.split), self.read, 4096
-            ):
+            for b in readers.iter_batches(locate(self.data, self.read.split), self.read, 4096):
                 hits = [i for i in want if b.start <= i < b.start + len(b)]
                 for i in hits:
                     self.known[i] = b.where(i - b.start)
@@ -245,7 +244,7 @@ class MixtureProvenance:
         self.each = [Provenance(s.data, s.read) for s in specs]
 
     def resolve(self, indices) -> None:
-        from packtool.data import input_of
+        from packtool.data.blocks import input_of
 
         for i in indices:
             b = input_of(int(i), self.blocks)
@@ -253,7 +252,7 @@ class MixtureProvenance:
                 self.each[b.number - 1].resolve([b.locate(i)[1]])
 
     def __call__(self, i: int) -> str:
-        from packtool.data import describe_source, input_of
+        from packtool.data.blocks import describe_source, input_of
 
         b = input_of(int(i), self.blocks)
         if b is None:

@@ -1,0 +1,158 @@
+"""What the tokenization layer hands to `profile` and `pack`.
+
+`TokenizedData.table` is an Arrow table (memory-mapped from the cache entry), one row per kept
+example:
+
+    column           type            meaning
+    input_ids        list<int32>     token ids of the rendered example
+    labels           list<int32>     = input_ids where the token carries loss, else -100 (unshifted)
+    length           int32           len(input_ids)
+    num_loss_tokens  int32           count of labels != -100
+    source_index     int64           index of the record in the input (counts skipped records too)
+
+`lengths` and `loss_counts` are the same numbers as numpy arrays, for the numba kernels.
+
+A mixture (tokenization/mixture.py) is one TokenizedData whose `inputs` are InputBlocks: input k
+owns the source indices [offset, offset + copies * records) (packtool.data.blocks);
+`inputs_manifest` gives the manifest's `inputs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from packtool.data.arrow import column_numpy, token_batch
+from packtool.data.blocks import InputBlock, input_counts
+from packtool.data.provenance import FileFormat, SkippedRecord, SourceFile, short_names
+
+
+@dataclass
+class TokenizedData:
+    table: Any  # pyarrow.Table with the columns drawn above (or a datasets.Dataset of them)
+    lengths: np.ndarray  # int32[n]
+    loss_counts: np.ndarray  # int32[n]
+    source_index: np.ndarray  # int64[n]
+    num_read: int  # records read, skipped ones included
+    skipped: list[SkippedRecord] = field(default_factory=list)
+    format: str = (
+        ""  # detected or forced input format; "mixed: ..." (formats_summary) when files differ
+    )
+    format_reason: str = ""
+    formats: dict[str, FileFormat] = field(
+        default_factory=dict
+    )  # per file read: its format, why, records
+    tokenizer: dict[str, Any] = field(
+        default_factory=dict
+    )  # name, vocab_size, pad_id, eos_id, files_hash, template
+    sources: list[SourceFile] = field(default_factory=list)
+    options: dict[str, Any] = field(
+        default_factory=dict
+    )  # tokenization options that shaped the labels
+    cache_hit: bool = False
+    warnings: list[str] = field(
+        default_factory=list
+    )  # said once each, e.g. "12 examples have no loss token"
+    backend: dict[str, Any] = field(
+        default_factory=dict
+    )  # tokenizer backend that ran, and its start-up check
+    seconds: dict[str, float] = field(default_factory=dict)  # timings of the stages that ran
+    release_pages: Any = (
+        None  # callable dropping the memory-mapped pages this process touched, or None
+    )
+    mapped_files: list[tuple[str, int, int]] = field(
+        default_factory=list
+    )  # (path, base address, size) of each file `table` is memory-mapped from (a mixture: several)
+    inputs: list[InputBlock] = field(
+        default_factory=list
+    )  # a mixture's inputs and their source-index blocks; empty for one input
+    rows: Any = None  # where the token rows are when `table` is None: the Ray engine's
+    # packtool.cluster.tokenize.ClusterRows (held in its object store), whose `write` packs them
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def inputs_manifest(self, dropped, truncated, split) -> list[dict[str, Any]]:
+        """The manifest's `inputs` (empty for one input): each input as given, its options, format,
+        weight, block, files and counts, from the global source indices the packer dropped,
+        truncated and split (the writer checks them with schema.conservation_problems)."""
+        return [
+            {
+                "input": b.number,
+                "spec": b.spec,
+                "data": b.data,
+                "options": b.read,
+                "weight": b.weight,
+                "format": b.format,
+                "formats": {f: list(x) for f, x in b.formats.items()},
+                "block": {"offset": b.offset, "records": b.records, "copies": b.copies},
+                "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in b.files],
+                "counts": input_counts(b, dropped, truncated, split),
+            }
+            for b in self.inputs
+        ]
+
+    def input_shares(self) -> list[dict[str, Any]]:
+        """What each input of a mixture contributes (empty for one input): examples after weighting,
+        their tokens and loss tokens, and the share of all tokens."""
+        total = int(self.lengths.sum()) or 1
+        names = short_names(b.data for b in self.inputs)
+        out = []
+        for b in self.inputs:
+            mask = (self.source_index >= b.offset) & (self.source_index < b.end)
+            tokens = int(self.lengths[mask].sum())
+            out.append(
+                {
+                    "input": b.number,
+                    "spec": b.spec,
+                    "name": names[b.data] + b.spec[len(b.data) :],  # short path, its ::options
+                    "format": b.format,
+                    "weight": b.weight,
+                    "records": b.records,
+                    "examples": int(np.count_nonzero(mask)),
+                    "tokens": tokens,
+                    "loss_tokens": int(self.loss_counts[mask].sum()),
+                    "share": round(tokens / total, 6),
+                }
+            )
+        return out
+
+    def file_names(self) -> dict[str, str]:
+        """{path: name relative to the input's root} of the files in `formats` (short_names)."""
+        return short_names(self.formats)
+
+    @property
+    def dataset(self):
+        """The table as a `datasets.Dataset` (no copy), for code that wants that API."""
+        import datasets
+
+        return (
+            self.table if isinstance(self.table, datasets.Dataset) else datasets.Dataset(self.table)
+        )
+
+    @classmethod
+    def from_table(cls, table, **kw) -> TokenizedData:
+        return cls(
+            table=table,
+            lengths=column_numpy(table, "length", np.int32),
+            loss_counts=column_numpy(table, "num_loss_tokens", np.int32),
+            source_index=column_numpy(table, "source_index", np.int64),
+            **kw,
+        )
+
+    @classmethod
+    def from_lists(cls, input_ids: list[list[int]], labels: list[list[int]], **kw) -> TokenizedData:
+        """Build from Python lists (tests and small inputs). Labels use -100 for no loss."""
+        import pyarrow as pa
+
+        n = len(input_ids)
+        lengths = np.array([len(x) for x in input_ids], dtype=np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = lambda rows: np.array([v for r in rows for v in r], dtype=np.int32)  # noqa: E731
+        src = np.asarray(kw.pop("source_index", np.arange(n)), dtype=np.int64)
+        batch = token_batch(flat(input_ids), flat(labels), offsets, src)
+        kw.setdefault("num_read", n)
+        return cls.from_table(pa.Table.from_batches([batch]), **kw)

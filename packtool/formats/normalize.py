@@ -1,0 +1,225 @@
+"""A record → an Example (packtool.formats), one function per format; `template_messages` gives a
+chat template the messages as it expects them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packtool.config import ReadConfig
+from packtool.errors import UsageError
+from packtool.formats import AUTO, FORMATS, FormatError
+from packtool.formats.columns import ROLE_TAGS, ReadPlan, keys_text, read_plan, rename
+from packtool.formats.detect import detect_format, sft_refusal
+from packtool.formats.turns import first_of, make_example, make_message, read_tools, read_turns
+
+
+def normalize(record: dict, fmt: str, cfg: ReadConfig) -> dict:
+    """Record -> Example (see the module docstring). Raises FormatError on a bad record. `fmt`
+    AUTO: the record's own format (detect_format), or the FormatError saying it fits none."""
+    plan = read_plan(cfg)
+    if fmt == AUTO:
+        fmt = detect_format(record, cfg)[0]
+    fn = _NORMALIZERS.get(fmt)
+    if fn is None:
+        raise UsageError(f"unknown format {fmt!r}; use one of {'|'.join(FORMATS)}")
+    if not isinstance(record, dict):
+        raise FormatError(f"record is a {type(record).__name__}, expected a JSON object")
+    if plan.renames:
+        record = rename(record, plan.renames)
+    if cfg.format is not None:  # detection refuses these on the file's first record
+        refusal = sft_refusal(record, cfg.format)
+        if refusal is not None:
+            raise FormatError(refusal)
+    return fn(record, plan)
+
+
+def has_assistant(example: dict) -> bool:
+    """Whether the example has something to train on besides plain text: an assistant turn or a
+    completion. Examples without one are valid; the tokenizer counts them (0 loss tokens)."""
+    if example["kind"] == "chat":
+        return any(m["role"] == "assistant" for m in example["messages"])
+    return True
+
+
+def template_messages(example: dict) -> list[dict]:
+    """The messages as a chat template expects them: keys whose value is None dropped, `weight`
+    dropped (it is ours, not the template's); reasoning also as `thinking` (gpt-oss templates read that)."""
+    out = []
+    for m in example["messages"] or ():
+        t = {k: v for k, v in m.items() if v is not None and k != "weight"}
+        if t.get("reasoning_content") is not None:
+            t["thinking"] = t["reasoning_content"]
+        out.append(t)
+    return out
+
+
+def _require(record: dict, key: str, fmt: str) -> Any:
+    value = record.get(key)
+    if value is None:
+        if key in record:
+            raise FormatError(f"{fmt} record has '{key}': null; give it a value or drop the record")
+        raise FormatError(f"{fmt} record has no '{key}'; it has keys {keys_text(record)}")
+    return value
+
+
+def _norm_messages(record: dict, plan: ReadPlan) -> dict:
+    turns = _require(record, "messages", "messages")
+    return make_example(
+        "chat", read_turns(turns, plan, "messages"), read_tools(record.get("tools"))
+    )
+
+
+def _norm_sharegpt(record: dict, plan: ReadPlan) -> dict:
+    turns = _require(record, "conversations", "sharegpt")
+    messages = read_turns(turns, plan, "conversations")
+    system = record.get("system")
+    if system is not None and system != "":
+        if not isinstance(system, str):
+            raise FormatError(f"'system' is a {type(system).__name__}, expected a string")
+        if messages[0]["role"] == "system":
+            if messages[0]["content"] != system:
+                raise FormatError(
+                    "record has both a 'system' column and a different system turn; keep one"
+                )
+        else:
+            messages.insert(0, make_message("system", system))
+    return make_example("chat", messages, read_tools(record.get("tools")))
+
+
+def _norm_firefly(record: dict, plan: ReadPlan) -> dict:
+    """Firefly / MOSS-003: `conversation` [{human, assistant}, ...] -> [system], user, assistant, ..."""
+    pairs = _require(record, "conversation", "firefly")
+    if not isinstance(pairs, list):
+        raise FormatError(
+            f"'conversation' is a {type(pairs).__name__}, expected a list of {{human, assistant}} pairs"
+        )
+    if not pairs:
+        raise FormatError("empty conversation: 'conversation' has no turns")
+    messages = []
+    system = record.get("system")
+    if system is not None and system != "":
+        if not isinstance(system, str):
+            raise FormatError(f"'system' is a {type(system).__name__}, expected a string")
+        messages.append(make_message("system", system))
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, dict):
+            raise FormatError(
+                f"'conversation' item {i} is a {type(pair).__name__}, expected {{human, assistant}}"
+            )
+        for key, role in (("human", "user"), ("assistant", "assistant")):
+            value = pair.get(key)
+            if not isinstance(value, str):
+                what = "has no" if value is None else f"has a {type(value).__name__} as"
+                raise FormatError(
+                    f"'conversation' item {i} {what} '{key}', expected a string; it has keys {keys_text(pair)}"
+                )
+            messages.append(make_message(role, value))
+    return make_example("chat", messages)
+
+
+def _norm_prompt_completion(record: dict, plan: ReadPlan) -> dict:
+    prompt = _require(record, "prompt", "prompt-completion")
+    completion = _require(record, "completion", "prompt-completion")
+    if isinstance(prompt, str) and isinstance(completion, str):
+        if not completion:
+            raise FormatError("'completion' is empty")
+        return make_example("prompt_completion", prompt=prompt, completion=completion)
+    if isinstance(prompt, list) and isinstance(completion, list):
+        if not completion:
+            raise FormatError("'completion' is an empty list of messages")
+        head = read_turns(prompt, plan, "prompt", allow_empty=True)
+        for m in head:
+            m["weight"] = 0.0  # the prompt never carries loss
+        tail = read_turns(completion, plan, "completion", offset=len(head))
+        return make_example("chat", head + tail, read_tools(record.get("tools")))
+    raise FormatError(
+        f"'prompt' is a {type(prompt).__name__} and 'completion' a {type(completion).__name__}; "
+        "both must be strings or both lists of messages"
+    )
+
+
+def _norm_preference(record: dict, plan: ReadPlan) -> dict:
+    """SFT on the chosen answer: prompt turns (no loss) + chosen turns; `rejected` is not read."""
+    chosen = _require(record, "chosen", "preference")
+    prompt = next(
+        (record[k] for k in ("conversations", "messages", "prompt") if record.get(k) is not None),
+        None,
+    )
+    if isinstance(chosen, str):
+        chosen = [{"role": "assistant", "content": chosen}]
+    elif isinstance(chosen, dict):
+        chosen = [chosen]
+    if not isinstance(chosen, list) or not chosen:
+        raise FormatError(
+            f"'chosen' is a {type(chosen).__name__}, expected a string, a turn or a list of turns"
+        )
+    first = chosen[0] if isinstance(chosen[0], dict) else {}
+    opener = first_of(first, plan.role_keys)
+    whole = isinstance(opener, str) and ROLE_TAGS.get(
+        plan.roles.get(opener, opener).lower(), ("",)
+    )[0] in ("system", "user")
+    if (
+        prompt is None or whole
+    ):  # implicit prompt: chosen is the whole conversation (TRL, UltraFeedback)
+        messages = read_turns(chosen, plan, "chosen")
+        return make_example("chat", messages, read_tools(record.get("tools")))
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    head = read_turns(prompt, plan, "prompt", allow_empty=True)
+    for m in head:
+        m["weight"] = 0.0  # the prompt never carries loss
+    tail = read_turns(chosen, plan, "chosen", offset=len(head))
+    return make_example("chat", head + tail, read_tools(record.get("tools")))
+
+
+def _norm_alpaca(record: dict, plan: ReadPlan) -> dict:
+    instruction = _require(record, "instruction", "alpaca")
+    output = _require(record, "output", "alpaca")
+    extra = record.get("input")
+    for key, value in (("instruction", instruction), ("output", output), ("input", extra)):
+        if value is not None and not isinstance(value, str):
+            raise FormatError(f"'{key}' is a {type(value).__name__}, expected a string")
+    messages = []
+    system = record.get("system")
+    if system:
+        if not isinstance(system, str):
+            raise FormatError(f"'system' is a {type(system).__name__}, expected a string")
+        messages.append(make_message("system", system))
+    history = record.get("history")
+    if history:
+        if not isinstance(history, list):
+            raise FormatError(f"'history' is a {type(history).__name__}, expected [[q, a], ...]")
+        for i, pair in enumerate(history):
+            if (
+                not isinstance(pair, (list, tuple))
+                or len(pair) != 2
+                or not isinstance(pair[0], str)
+                or not isinstance(pair[1], str)
+            ):
+                raise FormatError(f"'history' item {i} is not a [question, answer] pair of strings")
+            messages.append(make_message("user", pair[0]))
+            messages.append(make_message("assistant", pair[1]))
+    user = f"{instruction}\n\n{extra}" if instruction and extra else instruction or extra or ""
+    messages.append(make_message("user", user))
+    messages.append(make_message("assistant", output))
+    return make_example("chat", messages)
+
+
+def _norm_text(record: dict, plan: ReadPlan) -> dict:
+    text = _require(record, "text", "text")
+    if not isinstance(text, str):
+        raise FormatError(f"'text' is a {type(text).__name__}, expected a string")
+    if not text:
+        raise FormatError("'text' is empty")
+    return make_example("text", text=text)
+
+
+_NORMALIZERS = {
+    "messages": _norm_messages,
+    "sharegpt": _norm_sharegpt,
+    "firefly": _norm_firefly,
+    "prompt-completion": _norm_prompt_completion,
+    "alpaca": _norm_alpaca,
+    "text": _norm_text,
+    "preference": _norm_preference,
+}

@@ -1,0 +1,237 @@
+"""Where the records of DATA are: a file, a folder or glob of files, a datasets.save_to_disk
+folder, or a hub dataset in the local cache (never the network). `locate` finds it (a missing
+path, split or uncached hub id raises here), `resolve_sources` lists its files with size and
+sha256 (the manifest's `sources`).
+
+    source                              Located
+    x.jsonl, x.ndjson, x.json (+ .gz .zst .bz2 .xz), x.parquet      files (the path)
+    a folder, or a glob                 files: each data file, sorted (names starting "." skipped)
+    a datasets.save_to_disk folder      dataset (the split's Dataset of a DatasetDict)
+    a hub dataset id (owner/name)       dataset (the `datasets` cache), else files of a raw
+                                        snapshot (`hf download --repo-type dataset ID`)
+
+A folder whose data files name two or more splits (train/test/validation by file or folder name,
+e.g. data/train-0000.parquet, test.jsonl) is read for `split` only; otherwise every data file is.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packtool.data.provenance import SourceFile
+from packtool.errors import PacktoolError
+from packtool.io.files import sha256_file
+
+_JSONL = (".jsonl", ".ndjson")
+_JSON = (".json",)
+_PARQUET = (".parquet",)
+COMPRESSED = (".gz", ".zst", ".bz2", ".xz")
+_SUPPORTED_TEXT = (
+    ".jsonl, .ndjson, .json (each also .gz/.zst/.bz2/.xz), .parquet, a folder or glob of those, "
+    "a datasets.save_to_disk folder, or a cached hub dataset id"
+)
+
+# File/folder names that tag a split; aliases as in `datasets`.
+_SPLIT_NAMES = {
+    "train": "train", "training": "train",
+    "validation": "validation", "valid": "validation", "val": "validation", "dev": "validation",
+    "test": "test", "testing": "test", "eval": "test", "evaluation": "test",
+}  # fmt: skip
+_SPLIT_RE = re.compile(r"^(" + "|".join(_SPLIT_NAMES) + r")(?:[-_.].*)?$", re.IGNORECASE)
+_HUB_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*(?:/[A-Za-z0-9][\w.\-]*)?")
+
+
+@dataclass(frozen=True)
+class Located:
+    kind: str  # "files" | "dataset"
+    files: tuple[str, ...] = ()  # kind == "files"
+    dataset: Any = None  # kind == "dataset": a datasets.Dataset
+    label: str = ""  # RawRecord.file for a dataset
+
+
+def data_kind(name: str) -> str | None:
+    """'jsonl' | 'json' | 'parquet' | None, from the file name."""
+    low = name.lower()
+    for ext in COMPRESSED:
+        if low.endswith(ext):
+            low = low[: -len(ext)]
+            if low.endswith(_PARQUET):
+                return None  # parquet compresses inside; x.parquet.gz is not read
+            break
+    if low.endswith(_JSONL):
+        return "jsonl"
+    if low.endswith(_JSON):
+        return "json"
+    if low.endswith(_PARQUET):
+        return "parquet"
+    return None
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    return (path / "dataset_dict.json").is_file() or (
+        (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+    )
+
+
+def _split_of(rel: Path) -> str | None:
+    for part in rel.parts[:-1]:
+        if part.lower() in _SPLIT_NAMES:
+            return _SPLIT_NAMES[part.lower()]
+    m = _SPLIT_RE.match(rel.name)
+    return _SPLIT_NAMES[m.group(1).lower()] if m else None
+
+
+def _folder_files(folder: Path, label: str, split: str) -> tuple[str, ...]:
+    rels = sorted(
+        p.relative_to(folder)
+        for p in folder.rglob("*")
+        if p.is_file()
+        and data_kind(p.name)
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+    if not rels:
+        raise PacktoolError(f"folder {label!r} holds no data files; expected {_SUPPORTED_TEXT}")
+    splits = {rel: _split_of(rel) for rel in rels}
+    named = sorted({s for s in splits.values() if s})
+    if len(named) >= 2:
+        want = _SPLIT_NAMES.get(split.lower(), split)
+        rels = [rel for rel in rels if splits[rel] == want]
+        if not rels:
+            raise PacktoolError(
+                f"split {split!r} not found in folder {label!r}; its files name the splits "
+                f"{', '.join(named)}; use --split NAME"
+            )
+    return tuple(os.path.join(label, str(rel)) for rel in rels)
+
+
+def locate(source: str, split: str = "train") -> Located:
+    """Find what `source` names (a missing path, split or uncached hub id raises here)."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        if data_kind(path.name) is None:
+            raise PacktoolError(
+                f"{source!r} has an unsupported extension; expected {_SUPPORTED_TEXT}"
+            )
+        return Located("files", (source,))
+    if path.is_dir():
+        if _is_saved_dataset(path):
+            return _load_from_disk(path, source, split)
+        return Located("files", _folder_files(path, source, split))
+    if glob.has_magic(source):
+        matches = sorted(
+            p for p in glob.glob(os.path.expanduser(source), recursive=True) if os.path.isfile(p)
+        )
+        files = tuple(p for p in matches if data_kind(p))
+        if not files:
+            found = f" ({len(matches)} files of other types)" if matches else ""
+            raise PacktoolError(
+                f"no data files match {source!r}{found}; expected {_SUPPORTED_TEXT}"
+            )
+        return Located("files", files)
+    if _HUB_ID_RE.fullmatch(source) and data_kind(source) is None:
+        return _load_hub(source, split)
+    raise PacktoolError(f"{source!r} does not exist; expected {_SUPPORTED_TEXT}")
+
+
+def _load_from_disk(path: Path, label: str, split: str) -> Located:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as e:  # a damaged folder: say which and why
+        raise PacktoolError(f"cannot load save_to_disk folder {label!r}: {e}") from None
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise PacktoolError(
+                f"split {split!r} is not in {label!r}; it has {', '.join(ds)}; use --split NAME"
+            )
+        return Located("dataset", dataset=ds[split], label=os.path.join(label, split))
+    return Located("dataset", dataset=ds, label=label)
+
+
+@contextmanager
+def _offline() -> Iterator[None]:
+    """Offline mode for datasets and huggingface_hub while we look in the cache: a dataset that is
+    not cached fails at once instead of waiting on the network. Both libraries read the flag from
+    these module constants (set from HF_HUB_OFFLINE at import), so we set them, then restore."""
+    import datasets
+    import huggingface_hub.constants as hub_constants
+
+    saved = datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE
+    verbosity = datasets.logging.get_verbosity()
+    datasets.config.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE = True
+    datasets.logging.set_verbosity_error()  # no "Using the latest cached version" chatter
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
+        datasets.logging.set_verbosity(verbosity)
+
+
+def _hub_snapshot(repo_id: str) -> Path | None:
+    import huggingface_hub.constants as hub_constants
+
+    root = Path(hub_constants.HF_HUB_CACHE) / ("datasets--" + repo_id.replace("/", "--"))
+    snapshots = root / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    ref = root / "refs" / "main"
+    if ref.is_file():
+        snap = snapshots / ref.read_text().strip()
+        if snap.is_dir():
+            return snap
+    dirs = sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    return dirs[-1] if dirs else None
+
+
+def _load_hub(repo_id: str, split: str) -> Located:
+    import datasets
+    from datasets.naming import camelcase_to_snakecase
+
+    parts = repo_id.split("/")
+    parts[-1] = camelcase_to_snakecase(parts[-1])
+    prepared = Path(datasets.config.HF_DATASETS_CACHE) / "___".join(parts)
+    if any(p.is_dir() for p in prepared.glob("*/*/*")):
+        with _offline():
+            try:
+                ds = datasets.load_dataset(repo_id, split=split)
+            except Exception as e:  # one line: datasets' messages span several
+                why = " ".join(str(e).split()).rstrip(".")
+                if isinstance(e, ValueError) and "split" in why.lower():
+                    raise PacktoolError(
+                        f"split {split!r} is not in cached hub dataset {repo_id!r}: {why}; "
+                        "use --split NAME"
+                    ) from None
+                raise PacktoolError(f"cannot load cached hub dataset {repo_id!r}: {why}") from None
+        return Located("dataset", dataset=ds, label=repo_id)
+    snap = _hub_snapshot(repo_id)
+    if snap is not None:
+        return Located("files", _folder_files(snap, str(snap), split))
+    import huggingface_hub.constants as hub_constants
+
+    raise PacktoolError(
+        f"{repo_id!r} is not a local file or folder, and hub dataset {repo_id!r} is not in the local "
+        f"cache (looked in {datasets.config.HF_DATASETS_CACHE} and {hub_constants.HF_HUB_CACHE}); "
+        "packtool reads hub datasets from the cache only: download it first "
+        f"(hf download --repo-type dataset {repo_id}) or pass a local path"
+    )
+
+
+def resolve_sources(source: str, split: str = "train") -> list[SourceFile]:
+    """The concrete files behind `source`, sorted by path, with size and sha256. For a
+    save_to_disk folder or a prepared hub dataset: the Arrow files of the split."""
+    located = locate(source, split)
+    if located.kind == "files":
+        paths = list(located.files)
+    else:
+        paths = [f["filename"] for f in located.dataset.cache_files]
+    return [
+        SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p)) for p in sorted(paths)
+    ]

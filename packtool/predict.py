@@ -1,0 +1,346 @@
+"""What `packtool pack --len L --overflow X` would write, predicted with pack's own overflow and
+planner, and what each batching strategy costs on the same pieces: one --len at a time.
+
+Per --len L (`at_len`; docs/ARCHITECTURE.md, "Semantics", Overflow):
+
+    lengths int[n] (0 = empty) ──pack.overflow.apply_overflow(--overflow)──▶ pieces (1..L tokens)
+        drop: over-length and empty examples left out; truncate: cut to L; split: parts;
+        error: PacktoolError naming the example, as pack
+    pieces.length ──stats.simulate──▶ strategies; packed_bfd_* = plan_packs(pieces.length, L,
+        "bfd", "sorted", 0, 0): the call pack/run.py makes with pack's defaults ─▶ pack["rows"]
+
+--pad-to-multiple N (ProfileConfig.pad_to_multiple): as pack, each piece takes ceil(n/N)*N slots
+(schema.Layout.slots); the strategies are simulated on those slots (what a kernel computes over),
+and pack["doc_pad"] (= manifest tokens.doc_pad) with its share of the slots is the cost of the
+padding inside documents; tokens_out stays the real tokens.
+
+    Examples ──at_len──▶ AtLen: pack (PACK_KEYS, as the manifest counts them), truncation,
+                         strategies, costs (FLOPs, ÷ padding-free, savings, GPU-hours)
+             ──sweep_point──▶ SweepPoint (one --len of a sweep)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from packtool import schema, stats
+from packtool.config import ProfileConfig
+from packtool.errors import PacktoolError, UsageError
+from packtool.pack.overflow import apply_overflow, overflow_loss
+from packtool.stats.choice import share
+from packtool.stats.sweep import SweepPoint
+
+BASELINES = ("pad_to_len", "random_padded")
+
+# ProfileResult.pack / JSON "pack" / SweepPoint.pack: what `packtool pack --len L --overflow X`
+# (strategy bfd, order sorted, max_docs 0, seed 0) writes in its manifest:
+#   rows = counts.rows, documents = counts.documents, examples_* = counts.{packed,dropped,truncated,split},
+#   split_parts = counts.split_parts, tokens_in/out/cut = tokens.in/out/cut, loss_tokens_in = tokens.loss_in,
+#   loss_tokens_cut = tokens.loss_cut (None when labels are unknown), pad_slots = tokens.pad, fill,
+#   pad_to_multiple, doc_pad = tokens.doc_pad (0 when not padded), lower_bound_rows
+PACK_KEYS = (
+    "len",
+    "overflow",
+    "strategy",
+    "order",
+    "max_docs",
+    "seed",
+    "pad_to_multiple",
+    "examples",
+    "examples_packed",
+    "examples_dropped",
+    "examples_dropped_empty",
+    "examples_truncated",
+    "examples_split",
+    "split_parts",
+    "documents",
+    "rows",
+    "lower_bound_rows",
+    "tokens_in",
+    "tokens_out",
+    "tokens_cut",
+    "tokens_cut_share",
+    "loss_tokens_in",
+    "loss_tokens_cut",
+    "loss_tokens_cut_share",
+    "pad_slots",
+    "doc_pad",
+    "doc_pad_share",
+    "fill",
+)
+
+
+@dataclass
+class Examples:
+    """Examples as profile sees them: every tokenized example, empty ones included."""
+
+    lengths: np.ndarray  # int64[n], >= 0
+    source_index: np.ndarray  # int64[n]: what an --overflow error names
+    loss_counts: np.ndarray | None  # int64[n] or None (bare lengths)
+    data: Any = None  # TokenizedData: its labels give truncation's loss cut
+    loss_tokens_cut: int | None = (
+        None  # the caller's truncation loss cut at `given_len` (profile_lengths)
+    )
+    given_len: int | None = None
+
+    @property
+    def nonempty(self) -> np.ndarray:
+        return self.lengths > 0
+
+
+def examples_of(lengths, loss_counts=None, source_index=None, data=None) -> Examples:
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1:
+        raise UsageError(f"lengths must be 1-D, got shape {lengths.shape}")
+    if lengths.size and not np.issubdtype(lengths.dtype, np.integer):
+        raise UsageError(f"lengths must be integers, got {lengths.dtype}")
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    if lengths.size and int(lengths.min()) < 0:
+        i = int(np.argmin(lengths))
+        raise UsageError(f"length #{i + 1} is {int(lengths[i])}; lengths must be >= 0")
+    n = lengths.size
+    src = (
+        np.arange(n, dtype=np.int64)
+        if source_index is None
+        else np.ascontiguousarray(source_index, dtype=np.int64)
+    )
+    loss = None if loss_counts is None else np.ascontiguousarray(loss_counts, dtype=np.int64)
+    if src.shape != (n,) or (loss is not None and loss.shape != (n,)):
+        raise UsageError(
+            f"{n} lengths but {src.size} source indices and "
+            f"{'no' if loss is None else loss.size} loss counts"
+        )
+    return Examples(lengths=lengths, source_index=src, loss_counts=loss, data=data)
+
+
+@dataclass
+class AtLen:
+    """One --len: the pack prediction, the overflow summary, strategies and costs."""
+
+    pack: dict[str, Any]
+    truncation: dict[str, Any]
+    strategies: dict[str, stats.StrategyResult]
+    costs: dict[str, dict[str, Any]]
+    seconds: float
+    loss: str | None = None  # pack's warning when --overflow loses > 1% (pack.overflow_loss)
+
+
+def costs_of(
+    strategies: dict[str, stats.StrategyResult], cfg: ProfileConfig, model: stats.ModelSpec
+) -> dict:
+    out: dict[str, dict[str, Any]] = {}
+    for name, s in strategies.items():
+        lin, att = stats.training_flops(model, s.slots, s.attention_work)
+        out[name] = {"flops_linear": lin, "flops_attention": att, "flops": lin + att}
+    ideal = out["padding_free"]["flops"]
+    for c in out.values():
+        c["relative_flops"] = c["flops"] / ideal if ideal else 1.0
+        for base in BASELINES:
+            b = out[base]["flops"]
+            c[f"saving_vs_{base}"] = 1.0 - c["flops"] / b if b else 0.0
+        if cfg.gpu is not None:
+            c["gpu_hours"] = stats.gpu_hours(c["flops"], cfg.gpu, cfg.mfu)
+            for base in BASELINES:
+                c[f"gpu_hours_saved_vs_{base}"] = stats.gpu_hours(
+                    out[base]["flops"] - c["flops"], cfg.gpu, cfg.mfu
+                )
+    return out
+
+
+def _truncated_loss_cut(inp: Examples, pack_len: int, truncated: np.ndarray) -> int | None:
+    """Loss tokens in the cut-off tails of the truncated examples (pack's loss_cut_tails)."""
+    if truncated.size == 0:
+        return 0
+    if inp.data is not None:
+        return loss_tokens_cut(inp.data, pack_len)
+    if inp.loss_tokens_cut is not None and inp.given_len == pack_len:
+        return int(inp.loss_tokens_cut)
+    return None
+
+
+def loss_tokens_cut(data, pack_len: int) -> int | None:
+    """Loss tokens beyond position `pack_len` in the over-length examples (what truncation would
+    take from training; pack's tokens.loss_cut for --overflow truncate). Reads only those
+    examples' labels. None when labels are unavailable."""
+    idx = np.flatnonzero(np.asarray(data.lengths) > pack_len)
+    if idx.size == 0:
+        return 0
+    table = getattr(data, "table", None)
+    if (
+        table is not None
+        and not hasattr(table, "column")
+        and getattr(table, "_indices", None) is None
+    ):
+        table = getattr(
+            getattr(table, "data", None), "table", None
+        )  # a datasets.Dataset without a mapping
+    if table is None or not hasattr(table, "column") or "labels" not in table.column_names:
+        return None
+    from packtool.data.arrow import arrow_numpy
+    from packtool.schema import IGNORE_INDEX
+
+    total, start = 0, 0
+    for chunk in table.column("labels").chunks:  # only the over-length rows' labels are read
+        rows = idx[(idx >= start) & (idx < start + len(chunk))] - start
+        start += len(chunk)
+        if rows.size:
+            offsets, values = arrow_numpy(chunk.offsets), arrow_numpy(chunk.values)
+            for r in rows.tolist():
+                total += int(
+                    np.count_nonzero(values[offsets[r] + pack_len : offsets[r + 1]] != IGNORE_INDEX)
+                )
+    return total
+
+
+def nothing_to_pack(inp: Examples, cfg: ProfileConfig) -> PacktoolError:
+    """What pack says when --overflow leaves nothing (pack/run.py), with the shortest example."""
+    n = inp.lengths
+    keep = n[n > 0]
+    shortest = (
+        f"shortest {int(keep.min()):,} tokens > --len {cfg.pack_len:,}"
+        if keep.size
+        else "all empty"
+    )
+    return PacktoolError(
+        f"nothing to pack: all {n.size:,} examples would be dropped ({shortest}); "
+        "use --overflow truncate|split or raise --len"
+    )
+
+
+def _pack_options(cfg: ProfileConfig) -> dict[str, Any]:
+    """The options pack runs with at cfg's --len and --overflow (planner defaults: PACK_KEYS)."""
+    return {
+        "len": cfg.pack_len,
+        "overflow": cfg.overflow,
+        "strategy": "bfd",
+        "order": stats.PACK_ORDER,
+        "max_docs": stats.PACK_MAX_DOCS,
+        "seed": stats.PACK_SEED,
+        "pad_to_multiple": cfg.pad_to_multiple,
+    }
+
+
+def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> AtLen | None:
+    """Pack's overflow, then every strategy on its pieces, at cfg.pack_len. None when --overflow
+    leaves nothing to pack (pack stops there with an error)."""
+    t0 = time.perf_counter()
+    L, lengths = cfg.pack_len, inp.lengths
+    pieces = apply_overflow(
+        lengths, inp.source_index, L, cfg.overflow
+    )  # error: PacktoolError, as pack
+    n_all = int(lengths.size)
+    nonempty = int(np.count_nonzero(lengths))
+    over = int(np.count_nonzero(lengths > L))
+    tokens_in = int(lengths.sum())
+    tokens_out = int(pieces.length.sum())
+    dropped_loss = None
+    if inp.loss_counts is not None:
+        dropped_loss = int(inp.loss_counts[pieces.dropped].sum())
+    elif not np.any(lengths[pieces.dropped] > 0):
+        dropped_loss = 0  # only empty examples dropped: no loss token among them
+    tails = _truncated_loss_cut(inp, L, pieces.truncated)
+    loss_cut = None if dropped_loss is None or tails is None else dropped_loss + tails
+    loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
+    truncation = {
+        "len": L,
+        "policy": cfg.overflow,
+        "examples_over": over,
+        "examples_over_share": over / nonempty if nonempty else 0.0,
+        "tokens_cut": tokens_in - tokens_out,
+        "tokens_cut_share": share(tokens_in - tokens_out, tokens_in) or 0.0,
+        "loss_tokens_cut": loss_cut,
+        "examples_dropped": int(pieces.dropped.size),
+        "examples_truncated": int(pieces.truncated.size),
+        "examples_split": int(pieces.split.size),
+        "split_parts": int(pieces.split_parts.sum()),
+    }
+    m = int(pieces.length.size)
+    if m == 0:
+        return None
+    slots = schema.Layout(cfg.pad_to_multiple).slots(pieces.length)  # pack plans these
+    doc_pad = int(slots.sum()) - tokens_out
+    strategies = stats.simulate(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
+    rows = strategies["packed_bfd_varlen"].rows
+    pack = {
+        **_pack_options(cfg),
+        "examples": n_all,
+        "examples_packed": n_all
+        - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
+        "examples_dropped": int(pieces.dropped.size),
+        "examples_dropped_empty": n_all - nonempty,
+        "examples_truncated": int(pieces.truncated.size),
+        "examples_split": int(pieces.split.size),
+        "split_parts": int(pieces.split_parts.sum()),
+        "documents": m,
+        "rows": rows,
+        "lower_bound_rows": -(-(tokens_out + doc_pad) // L),
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "tokens_cut": tokens_in - tokens_out,
+        "tokens_cut_share": share(tokens_in - tokens_out, tokens_in),
+        "loss_tokens_in": loss_in,
+        "loss_tokens_cut": loss_cut,
+        "loss_tokens_cut_share": share(loss_cut, loss_in),
+        "pad_slots": rows * L - tokens_out,
+        "doc_pad": doc_pad,
+        "doc_pad_share": doc_pad / (rows * L) if rows else None,
+        "fill": tokens_out / (rows * L) if rows else None,
+    }
+    return AtLen(
+        pack={k: pack[k] for k in PACK_KEYS},
+        truncation=truncation,
+        strategies=strategies,
+        costs=costs_of(strategies, cfg, model),
+        seconds=time.perf_counter() - t0,
+        loss=overflow_loss(lengths, pieces, L, cfg.overflow),
+    )
+
+
+def sweep_point(at: AtLen | None, inp: Examples, cfg: ProfileConfig) -> SweepPoint:
+    """The sweep summary of one --len (`at` None: --overflow left nothing to pack)."""
+    if at is None:
+        lengths = inp.lengths
+        tokens_in = int(lengths.sum())
+        loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
+        pack = dict.fromkeys(PACK_KEYS)
+        pack.update(
+            {
+                **_pack_options(cfg),
+                "examples": int(lengths.size),
+                "examples_packed": 0,
+                "examples_dropped": int(lengths.size),
+                "examples_dropped_empty": int(lengths.size - np.count_nonzero(lengths)),
+                "examples_truncated": 0,
+                "examples_split": 0,
+                "split_parts": 0,
+                "documents": 0,
+                "rows": 0,
+                "lower_bound_rows": 0,
+                "tokens_in": tokens_in,
+                "tokens_out": 0,
+                "tokens_cut": tokens_in,
+                "tokens_cut_share": 1.0 if tokens_in else 0.0,
+                "loss_tokens_in": loss_in,
+                "loss_tokens_cut": loss_in,
+                "loss_tokens_cut_share": 1.0 if loss_in else 0.0,
+                "pad_slots": 0,
+                "doc_pad": 0,
+            }
+        )
+        return SweepPoint(pack=pack, strategies={})
+    summary = {}
+    for name, s in at.strategies.items():
+        c = at.costs[name]
+        summary[name] = {
+            "rows": s.rows,
+            "occupancy": s.occupancy,
+            "attention_waste": s.attention_waste,
+            "relative_flops": c["relative_flops"],
+            "flops": c["flops"],
+            "gpu_hours": c.get("gpu_hours"),
+        }
+    return SweepPoint(pack=dict(at.pack), strategies=summary)
