@@ -515,7 +515,7 @@ class EncodeStep:
         import pyarrow as pa
 
         from packtool.data import arrow_array, token_schema
-        from packtool.tokenization import pretokenized as pt
+        from packtool.tokenization import pretokenized_batch as pt
 
         if batch.arrow is not None:
             v = pt.validate_batch(batch.arrow, self.label_source)
