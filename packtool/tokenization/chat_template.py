@@ -132,15 +132,22 @@ def trl_version() -> str:
         return "?"
 
 
+def _officials(folder: Path) -> list[tuple[str, str]]:
+    """(X_training, text of X.jinja) for each official template X that TRL ships a training version of."""
+    out = []
+    for training in sorted(folder.glob("*_training.jinja")):
+        official = folder / (training.name[: -len("_training.jinja")] + ".jinja")
+        if official.is_file():
+            out.append((training.stem, official.read_text(encoding="utf-8")))
+    return out
+
+
 def trl_training_name(source: str) -> str | None:
     """`X_training` when `source` is TRL's official template X.jinja and TRL ships X_training.jinja."""
     folder = trl_dir()
-    if folder is None:
-        return None
-    for training in sorted(folder.glob("*_training.jinja")):
-        official = folder / (training.name[: -len("_training.jinja")] + ".jinja")
-        if official.is_file() and official.read_text(encoding="utf-8").strip() == source.strip():
-            return training.stem
+    for training, text in _officials(folder) if folder is not None else ():
+        if text.strip() == source.strip():
+            return training
     return None
 
 
@@ -169,11 +176,8 @@ def _near_miss(source: str, folder: Path) -> tuple[str, float, int, int] | None:
 
     mine = _blocks(source)
     best = None
-    for training in sorted(folder.glob("*_training.jinja")):
-        official = folder / (training.name[: -len("_training.jinja")] + ".jinja")
-        if not official.is_file():
-            continue
-        theirs = _blocks(official.read_text(encoding="utf-8"))
+    for training, text in _officials(folder):
+        theirs = _blocks(text)
         sm = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
         if sm.real_quick_ratio() < NEAR or sm.quick_ratio() < NEAR:
             continue
@@ -182,7 +186,7 @@ def _near_miss(source: str, folder: Path) -> tuple[str, float, int, int] | None:
             differ = sum(
                 max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"
             )
-            best = (training.stem, ratio, differ, max(len(mine), len(theirs)))
+            best = (training, ratio, differ, max(len(mine), len(theirs)))
     return best
 
 
