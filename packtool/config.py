@@ -122,7 +122,7 @@ class TokenizeConfig:
         None  # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
     )
     special_in_content: str = "keep"  # control tokens in message text: keep | split | error
-    strict_labels: bool = False  # refuse a run that trains what the data lacks (encode.AUDIT_KINDS)
+    strict_labels: bool = False  # refuse a run that trains what the data lacks (AUDIT_KINDS)
     num_proc: int | None = None  # None = all cores (one process for small inputs)
     cache: bool = True
     tokenizer_backend: str = "auto"  # auto | fastokens | hf (see packtool.tokenization.pipeline)

@@ -115,9 +115,9 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         }
 
     from packtool.tokenization.backends import supports_fast
-    from packtool.tokenization.chat_template import choose
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import load_spec
+    from packtool.tokenization.template_probe import choose
 
     if fmt is None:
         try:
@@ -188,9 +188,9 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
 
 
 def _label_audit(target, template, enc, labels, cfg) -> tuple[dict, list[str]]:
-    """This example's label audit (packtool.tokenization.encode.label_audit) and its warnings;
+    """This example's label audit (packtool.tokenization.label_audit) and its warnings;
     --strict-labels refuses it as a pack would."""
-    from packtool.tokenization.encode import audit_warnings, label_audit, strict_problem
+    from packtool.tokenization.label_audit import audit_warnings, label_audit, strict_problem
 
     notes = [(target.index, enc.notes[0])] if enc.notes and enc.notes[0] else []
     zero = [] if np.any(labels != IGNORE_INDEX) else [target.index]

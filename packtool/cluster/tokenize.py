@@ -351,9 +351,9 @@ def _chat_steps(cfg: TokenizeConfig, infos: list[dict], fmts: dict[str, str]):
     """(step, reference step or None when the fast path is not tried, tokenizer, backend report,
     warnings) of chat input, as tokenization.pipeline._chat_step decides them."""
     from packtool.tokenization import pipeline as pl
-    from packtool.tokenization.chat_template import choose
     from packtool.tokenization.encode import EncodeStep
     from packtool.tokenization.loading import load_spec
+    from packtool.tokenization.template_probe import choose
 
     spec = load_spec(cfg.tokenizer)
     template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)

@@ -143,7 +143,7 @@ class Manifest:
     @property
     def label_audit(self) -> dict[str, dict[str, Any]]:
         """{kind: {examples, turns, tokens, first}} of what is trained that the data lacks
-        (packtool.tokenization.encode.label_audit); {} when nothing was found or not recorded."""
+        (packtool.tokenization.label_audit.label_audit); {} when nothing was found or not recorded."""
         audit = (self.tokenizer or {}).get("label_audit")
         return audit if isinstance(audit, dict) else {}
 

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import json
 import re
 import threading
 import unicodedata
@@ -70,9 +69,6 @@ import numpy as np
 
 BACKENDS = ("fastokens", "hf")
 
-_SPAN_ERROR = (
-    "spans[{i}] must be sorted, non-overlapping [start, end) char ranges within texts[{i}]"
-)
 _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 _NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 _BYTE_FALLBACK = re.compile(r'"byte_fallback"\s*:\s*true')
@@ -127,15 +123,16 @@ def _check_spans(texts: list[str], spans) -> tuple[list[np.ndarray], np.ndarray,
     bad[1:] |= (owner[1:] == owner[:-1]) & (rows[1:, 0] < rows[:-1, 1])
     if bad.any():
         i = int(owner[np.flatnonzero(bad)[0]])
-        raise ValueError(_SPAN_ERROR.format(i=i))
+        raise ValueError(
+            f"spans[{i}] must be sorted, non-overlapping [start, end) char ranges within texts[{i}]"
+        )
     return arrs, counts, rows
 
 
 def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-    np.cumsum(
-        np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists)), out=offsets[1:]
-    )
+    np.cumsum(lens, out=offsets[1:])
     ids = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32, count=int(offsets[-1]))
     return ids, offsets
 
@@ -221,7 +218,7 @@ def _token_ranges(enc, spans: np.ndarray) -> list[tuple[int, int]] | None:
 
 # -- what fastokens can serve ----------------------------------------------------------------------
 @dataclass
-class _Plan:
+class _ByteRules:
     """How byte lengths are derived for one tokenizer, and what each text must pass."""
 
     bytelevel: bool
@@ -239,8 +236,8 @@ def _parts(node, key: str) -> list[dict]:
     return [node]
 
 
-def _plan(spec: dict) -> tuple[_Plan | None, str | None]:
-    """The byte-length plan for a parsed tokenizer JSON, or a reason it cannot have one."""
+def _byte_rules(spec: dict) -> tuple[_ByteRules | None, str | None]:
+    """The byte-length rules for a parsed tokenizer JSON, or a reason it cannot have one."""
     model = spec.get("model") or {}
     kind = model.get("type") or ("BPE" if "merges" in model else "unknown")
     if kind != "BPE":
@@ -292,37 +289,39 @@ def _plan(spec: dict) -> tuple[_Plan | None, str | None]:
             return None, f"the {t} post-processor trims offsets"
         if t not in ("ByteLevel", "TemplateProcessing", "BertProcessing", "RobertaProcessing"):
             return None, f"post-processor {t} is not supported"
-    return _Plan(bytelevel, space, bool(model.get("byte_fallback")), tuple(forms)), None
+    return _ByteRules(bytelevel, space, bool(model.get("byte_fallback")), tuple(forms)), None
 
 
-def _byte_lengths(spec: dict, plan: _Plan) -> np.ndarray:
+def _byte_lengths(spec: dict, rules: _ByteRules) -> np.ndarray:
     """int32[max id + 2]: UTF-8 bytes of the text each id stands for; -1 where not derivable."""
     model = spec["model"]
     vocab: dict[str, int] = model.get("vocab") or {}
     added = spec.get("added_tokens") or []
     size = max([*vocab.values(), *(a["id"] for a in added), -1]) + 2
     out = np.full(size, -1, dtype=np.int32)
-    if plan.bytelevel:
+    if rules.bytelevel:
         alphabet = _byte_alphabet()
         for piece, i in vocab.items():
             if piece and alphabet.issuperset(piece):
                 out[i] = len(piece)
     else:
-        extra = len(plan.space.encode()) - 1 if plan.space else 0
+        extra = len(rules.space.encode()) - 1 if rules.space else 0
         for piece, i in vocab.items():
-            if plan.byte_fallback and _BYTE_PIECE.fullmatch(piece):
+            if rules.byte_fallback and _BYTE_PIECE.fullmatch(piece):
                 out[i] = 1
             elif piece:
-                out[i] = len(piece.encode()) - (extra * piece.count(plan.space) if extra else 0)
+                out[i] = len(piece.encode()) - (extra * piece.count(rules.space) if extra else 0)
     unk = model.get("unk_token")
     if unk is not None and unk in vocab:
         out[vocab[unk]] = -1
     for a in added:
         content = a.get("content") or ""
-        ambiguous = a.get("normalized") and plan.space and (plan.space in content or " " in content)
+        ambiguous = (
+            a.get("normalized") and rules.space and (rules.space in content or " " in content)
+        )
         if not content or a.get("lstrip") or a.get("rstrip") or ambiguous:
             out[a["id"]] = -1
-        elif plan.byte_fallback and _BYTE_PIECE.fullmatch(content):
+        elif rules.byte_fallback and _BYTE_PIECE.fullmatch(content):
             # the model emits it for one byte; a literal "<0x0A>" in the text is 6 bytes, which
             # only shortens the sum (so that text falls back)
             out[a["id"]] = 1
@@ -334,10 +333,8 @@ def _byte_lengths(spec: dict, plan: _Plan) -> np.ndarray:
 
 def _loads(text: str):
     """The tokenizer JSON (10+ MB for a 150k vocabulary): orjson parses it ~3x faster than json."""
-    try:
-        import orjson
-    except ImportError:
-        return json.loads(text)
+    import orjson
+
     return orjson.loads(text)
 
 
@@ -361,7 +358,7 @@ def supports_fast(backend_json: str, load: bool = True) -> str | None:
         spec = _loads(backend_json)
     except ValueError as e:
         return f"the tokenizer JSON cannot be parsed ({_first_line(e)})"
-    _, reason = _plan(spec)
+    _, reason = _byte_rules(spec)
     if reason is not None:
         return reason
     if not load:  # the caller builds it (FastBackend.preload) and handles a failure there
@@ -387,7 +384,7 @@ class FastBackend:
         self._literal_bytes = _BYTE_FALLBACK.search(backend_json) is not None
         self._tok = None
         self._lengths: np.ndarray | None = None
-        self._plan: _Plan | None = None
+        self._rules: _ByteRules | None = None
         self._reason: str | None = None
         self._hf: HFBackend | None = None
         self._lock = threading.Lock()
@@ -398,13 +395,13 @@ class FastBackend:
         return {
             "backend_json": self.backend_json,
             "fallbacks": self.fallbacks,
-            "table": (self._plan, self._lengths, self._reason),
+            "table": (self._rules, self._lengths, self._reason),
         }
 
     def __setstate__(self, state):
         self.__init__(state["backend_json"])
         self.fallbacks = state["fallbacks"]
-        self._plan, self._lengths, self._reason = state["table"]
+        self._rules, self._lengths, self._reason = state["table"]
 
     # building (fastokens.Tokenizer.from_json_str releases the GIL: preload overlaps other work)
     def preload(self) -> None:
@@ -449,21 +446,21 @@ class FastBackend:
                     self._tok = tok
         return self._tok
 
-    def _table(self, wait: bool = True) -> tuple[_Plan, np.ndarray]:
+    def _table(self, wait: bool = True) -> tuple[_ByteRules, np.ndarray]:
         if wait:
             self._wait()
         if self._lengths is None and self._reason is None:
             with self._lock:
                 if self._lengths is None and self._reason is None:
                     spec = _loads(self.backend_json)
-                    plan, self._reason = _plan(spec)
-                    if plan is not None:
-                        self._plan, self._lengths = plan, _byte_lengths(spec, plan)
+                    rules, self._reason = _byte_rules(spec)
+                    if rules is not None:
+                        self._rules, self._lengths = rules, _byte_lengths(spec, rules)
         if self._reason is not None:
             raise ValueError(
                 f"the fastokens backend cannot map spans for this tokenizer: {self._reason}"
             )
-        return self._plan, self._lengths
+        return self._rules, self._lengths
 
     def _reference(self) -> HFBackend:
         if self._hf is None:
@@ -497,7 +494,7 @@ class FastBackend:
         """Flat int32 ids, int64 offsets[n + 1], flat bool mask (token overlaps a char span of its text)."""
         texts = list(texts)
         arrs, counts, rows = _check_spans(texts, spans)
-        plan, table = self._table()
+        rules, table = self._table()
         ids_b, off_b = self._tokenizer().encode_batch_flat(texts, add_special_tokens=False)
         raw = np.frombuffer(ids_b, dtype="<u4")
         ids = raw.astype(np.int32)
@@ -520,11 +517,11 @@ class FastBackend:
         # are joined: byte(c) = c + the extra UTF-8 bytes of the non-ASCII chars before c
         text_bytes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
         wide = [i for i in np.flatnonzero(ok).tolist() if not texts[i].isascii()]
-        if plan.forms:  # the normalizer would change these texts: their bytes no longer line up
+        if rules.forms:  # the normalizer would change these texts: their bytes no longer line up
             changed = [
                 i
                 for i in wide
-                if not all(unicodedata.is_normalized(f, texts[i]) for f in plan.forms)
+                if not all(unicodedata.is_normalized(f, texts[i]) for f in rules.forms)
             ]
             ok[changed] = False
             wide = [i for i in wide if ok[i]]

@@ -1,5 +1,5 @@
-"""Choose a run's chat template and how its assistant tokens are located; refuse what would train
-the wrong thing. Light: reads template files (ours, and TRL's without importing trl).
+"""Pick a run's chat template: ours, TRL's (read without importing trl), the tokenizer's or a file;
+the family table and its fixes; the marker check. Light: reads template files only.
 
     --chat-template auto (the default), decided once per run, announced, recorded in the manifest:
 
@@ -14,15 +14,11 @@ the wrong thing. Light: reads template files (ours, and TRL's without importing 
 
     --chat-template tokenizer | chatml-train | trl:NAME | FILE picks one; its mode is probed the same way.
 
-Modes (packtool.tokenization.encode): `markers` trains each {% generation %} block less the
-generation prompt the template writes before it (the model is given that prompt at inference,
-e.g. gpt-oss's `<|start|>assistant`); `prefix` trains what render(turns[:i+1]) adds to
-render(turns[:i], generation prompt), for every assistant turn i; `last` does that for the last
-turn only, so it needs the prefix property of the final render only.
+`pick` makes the choice (mode not decided yet); packtool.tokenization.template_probe decides the
+mode on a probe conversation (`choose`); the modes are drawn in packtool.tokenization.render.
 
-Every `<|name|>`-style marker a template writes must be one token of the tokenizer, and each
-trained run must end in the tokenizer's EOS or another special token (the end of turn), so the
-model learns to stop: both are checked here, on the template source and on a probe conversation.
+Every `<|name|>`-style marker a template writes must be one token of the tokenizer (`check_markers`,
+on the template source); that each trained run ends in an end-of-turn token is checked on the probe.
 """
 
 from __future__ import annotations
@@ -34,7 +30,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packtool.errors import PacktoolError, UsageError
-from packtool.schema import IGNORE_INDEX
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
@@ -42,14 +37,6 @@ DEFAULT_DATE = (
     "2026-01-01"  # what strftime_now() returns in templates unless --template-date says otherwise
 )
 CHOICES = "auto | tokenizer | chatml-train | trl:NAME | FILE"
-
-PROBE = [
-    {"role": "system", "content": "You are a probe."},
-    {"role": "user", "content": "First question?"},
-    {"role": "assistant", "content": "First answer."},
-    {"role": "user", "content": "Second question?"},
-    {"role": "assistant", "content": "Second answer."},
-]
 
 # family: (a marker its templates write, its fix when its own template cannot be used as it is)
 FAMILIES = {
@@ -145,15 +132,22 @@ def trl_version() -> str:
         return "?"
 
 
+def _officials(folder: Path) -> list[tuple[str, str]]:
+    """(X_training, text of X.jinja) for each official template X that TRL ships a training version of."""
+    out = []
+    for training in sorted(folder.glob("*_training.jinja")):
+        official = folder / (training.name[: -len("_training.jinja")] + ".jinja")
+        if official.is_file():
+            out.append((training.stem, official.read_text(encoding="utf-8")))
+    return out
+
+
 def trl_training_name(source: str) -> str | None:
     """`X_training` when `source` is TRL's official template X.jinja and TRL ships X_training.jinja."""
     folder = trl_dir()
-    if folder is None:
-        return None
-    for training in sorted(folder.glob("*_training.jinja")):
-        official = folder / (training.name[: -len("_training.jinja")] + ".jinja")
-        if official.is_file() and official.read_text(encoding="utf-8").strip() == source.strip():
-            return training.stem
+    for training, text in _officials(folder) if folder is not None else ():
+        if text.strip() == source.strip():
+            return training
     return None
 
 
@@ -182,11 +176,8 @@ def _near_miss(source: str, folder: Path) -> tuple[str, float, int, int] | None:
 
     mine = _blocks(source)
     best = None
-    for training in sorted(folder.glob("*_training.jinja")):
-        official = folder / (training.name[: -len("_training.jinja")] + ".jinja")
-        if not official.is_file():
-            continue
-        theirs = _blocks(official.read_text(encoding="utf-8"))
+    for training, text in _officials(folder):
+        theirs = _blocks(text)
         sm = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
         if sm.real_quick_ratio() < NEAR or sm.quick_ratio() < NEAR:
             continue
@@ -195,7 +186,7 @@ def _near_miss(source: str, folder: Path) -> tuple[str, float, int, int] | None:
             differ = sum(
                 max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"
             )
-            best = (training.stem, ratio, differ, max(len(mine), len(theirs)))
+            best = (training, ratio, differ, max(len(mine), len(theirs)))
     return best
 
 
@@ -221,9 +212,6 @@ def _trl_template(name: str) -> ChatTemplate:
 # --------------------------------------------------------------------------- tokens
 
 
-_END_NAME = re.compile(
-    r"end|eot|eos|eom|return|call|stop", re.IGNORECASE
-)  # how end-of-turn tokens are named
 _MARKER = re.compile(r"<\|[A-Za-z0-9_]+\|>|<｜[^｜<>]{1,40}｜>|<(?:start|end)_of_turn>")
 _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 
@@ -310,7 +298,8 @@ def family_fix(family: str | None, train_on: str, near: str | None = None) -> st
 # --------------------------------------------------------------------------- choosing
 
 
-def _own(spec) -> str | None:
+def own_template(spec) -> str | None:
+    """The tokenizer's own template text (its default one when it has several), None without one."""
     own = spec.chat_template
     if isinstance(own, dict):  # several named templates: take the default one
         own = own.get("default") or next(iter(own.values()), None)
@@ -335,7 +324,7 @@ def pick(spec, choice: str | None) -> ChatTemplate:
         return replace(
             pick(spec, "chatml-train"), why="the built-in Qwen3 tokenizer's training template"
         )
-    own = _own(spec)
+    own = own_template(spec)
     if not own:
         raise PacktoolError(
             f"tokenizer {spec.name} has no chat template; pass --chat-template chatml-train "
@@ -366,93 +355,3 @@ def pick(spec, choice: str | None) -> ChatTemplate:
             f"differ): --chat-template trl:{name} is most likely its training version",
         )
     return replace(tpl, why="the tokenizer's own template (no training version known)")
-
-
-def choose(
-    spec, choice: str | None, train_on: str = "assistant", date: str | None = None
-) -> ChatTemplate:
-    """The run's template with its mode decided on a probe conversation; refuses what cannot work."""
-    from packtool.tokenization.encode import Encoder
-
-    tpl = pick(spec, choice)
-    check_markers(spec, tpl)
-    family = family_of(tpl.source)
-    uses_date = "strftime_now" in tpl.source
-    tpl = replace(tpl, family=family, date=(date or DEFAULT_DATE) if uses_date else None)
-    if train_on == "all":
-        mode = "all"
-    elif tpl.has_generation:
-        mode = "markers"
-    else:
-        mode = "prefix"
-    tpl = replace(tpl, mode=mode)
-    probe, error = _probe(Encoder(spec, tpl, train_on, "hf"))
-    if error and mode == "prefix":
-        last = replace(tpl, mode="last")
-        probe_last, error_last = _probe(Encoder(spec, last, train_on, "hf"))
-        if train_on == "last" and not error_last:
-            tpl, probe, error = last, probe_last, None
-        elif "not prefix-preserving" in error:
-            raise UsageError(
-                f"chat template '{tpl.name}'{f' ({family})' if family else ''} of tokenizer {spec.name} is not "
-                "prefix-preserving (it renders earlier turns differently once later turns follow), so its assistant "
-                f"turns cannot be located; fix: {family_fix(family, train_on, tpl.near)}"
-            )
-    if error:
-        error = error.replace(f"chat template '{tpl.name}' ", "").replace(" on this record", "")
-        raise UsageError(
-            f"chat template '{tpl.name}' cannot render a plain test conversation (system, user, "
-            f"assistant turns): {error}; fix the template or pass --chat-template {CHOICES}"
-        )
-    if mode != "all":
-        tpl = replace(tpl, end_of_turn=_end_of_turn(spec, tpl, probe))
-    return tpl
-
-
-def _probe(encoder):
-    """(Encoded of PROBE, or of PROBE without its system turn, None) or (None, why it failed)."""
-    from packtool.formats.turns import make_example, make_message
-
-    error = None
-    for messages in (PROBE, PROBE[1:]):
-        ex = make_example("chat", [make_message(m["role"], m["content"]) for m in messages])
-        enc = encoder.encode([ex])
-        if enc.errors[0] is None:
-            return enc, None
-        error = error or enc.errors[0]
-    return None, error
-
-
-def _end_of_turn(spec, tpl: ChatTemplate, enc) -> str:
-    """Each trained run of the probe must end in EOS or another special token: say which."""
-    import numpy as np
-
-    ids, labels = enc.input_ids[0], enc.labels[0]
-    trained = labels != IGNORE_INDEX
-    edges = np.flatnonzero(trained & ~np.append(trained[1:], False))  # last token of each run
-    specials = {
-        v: k for k, v in special_tokens(spec).items() if _END_NAME.search(k)
-    }  # end-of-turn tokens
-    ends = [int(ids[i]) for i in edges]
-    bad = [e for e in ends if e != spec.eos_id and e not in specials]
-    if not ends or bad:
-        from tokenizers import Tokenizer
-
-        what = (
-            repr(Tokenizer.from_str(spec.backend_json).decode([bad[0]], skip_special_tokens=False))
-            if bad
-            else "nothing"
-        )
-        raise UsageError(
-            f"chat template '{tpl.name}' ends the trained part of an assistant turn with {what}, not with an "
-            f"end-of-turn token of tokenizer {spec.name} (EOS {spec.eos_token!r}): the model would not learn to "
-            f"stop; use a template whose assistant turns end in EOS or an end-of-turn token "
-            f"(--chat-template {CHOICES})"
-        )
-    names = []
-    for e in dict.fromkeys(ends):
-        text = specials.get(e) or spec.eos_token
-        names.append(
-            f"{text} ({'EOS' if e == spec.eos_id else 'end-of-turn token; EOS is ' + str(spec.eos_token)})"
-        )
-    return ", ".join(names)

@@ -15,41 +15,19 @@ Chat examples, template with generation markers (the fast path):
     tokens     <|im_start|> user \\n Hi <|im_end|> \\n <|im_start|> assistant \\n Hello ! <|im_end|> \\n
     labels     -100 ...                                                    Hello ! <|im_end|> -100
 
-1. render every conversation: transformers' jinja renderer, which records the character spans of
-   `{% generation %}` blocks, or for the built-in chatml-train template the native renderer
-   (packtool.tokenization.chatml: same text and spans, ~20x faster);
+1. render every conversation (packtool.tokenization.render: the text and the char spans to train,
+   by the template's mode; refused when the template drops content of the record);
 2. tokenize the whole batch in one call (Rust; see packtool.tokenization.backends: fastokens maps
    spans through per-token byte lengths, hf through character offsets);
 3. a token is trained when it overlaps a span — the same rule as
    `apply_chat_template(..., return_assistant_tokens_mask=True)`, so ids and masks are identical
    (tested, and checked at the start of every run on the run's own data).
 
-How assistant tokens are located is the template's `mode` (packtool.tokenization.chat_template
-decides it once per run): `markers` trains each {% generation %} block less the generation prompt
-the template writes at its start (given to the model at inference, e.g. `<|start|>assistant`);
-`prefix` trains, for each assistant turn i, the text that render(messages[:i+1]) adds to
-render(messages[:i], add_generation_prompt=True), which needs a prefix-preserving template; `last`
-does that for the last turn only (non-prefix-preserving templates with --train-on last).
-
-Two checks per example keep the data honest: every message's text, the last assistant turn's
-reasoning, every tool call (its name, argument names and values) and tool definition must appear
-in the rendered text, else the example is refused naming what the template dropped (`lost_content`);
-and control tokens inside message text and tool-call arguments (`<|im_start|>` typed
-by a user) are counted, and kept as control tokens (`keep`, what apply_chat_template does),
-tokenized as plain text (`split`: such an example is tokenized piece by piece, each literal on its
-own with special-token matching off), or refused (`error`) — `--special-in-content`.
-
-What is trained that the data does not hold, and what of the data is not trained, is counted per
-example and kind (`Encoded.notes`, `label_notes`; the pipeline sums them into the summary, the
-manifest's `tokenizer.label_audit` and warnings, and `--strict-labels` refuses them):
-
-    template_inserted   an empty block the template writes into a trained turn the data gave no
-                        such block (TRL's qwen3_training: `<think>\n\n</think>\n\n` in every turn)
-    empty_turns         an assistant turn with no text, reasoning or tool call: only its end-of-turn
-                        token is trained (axolotl's missingturns data)
-    dropped_reasoning   the reasoning of an earlier assistant turn that the template does not render
-    think_omitted       (said, never refused) chatml-train on a tokenizer whose own template writes
-                        `<think>` blocks: turns without reasoning are trained with no block at all
+Control tokens inside message text and tool-call arguments (`<|im_start|>` typed by a user) are
+counted, and kept as control tokens (`keep`, what apply_chat_template does), tokenized as plain
+text (`split`: such an example is tokenized piece by piece, each literal on its own with
+special-token matching off), or refused (`error`) — `--special-in-content`. What is trained that
+the data does not hold is counted per example (`Encoded.notes`: packtool.tokenization.label_audit).
 
 Prompt-completion strings: prompt tokens (no loss) + completion tokens + EOS (loss), tokenized
 separately so the boundary is exact. Plain text: every token + EOS carries loss.
@@ -57,7 +35,6 @@ separately so the boundary is exact. Plain text: every token + EOS carries loss.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -67,12 +44,10 @@ import numpy as np
 from packtool.config import ReadConfig
 from packtool.formats.normalize import template_messages
 from packtool.schema import IGNORE_INDEX
-from packtool.tokenization.chat_template import ChatTemplate, family_fix
+from packtool.tokenization.chat_template import ChatTemplate, own_template, special_tokens
+from packtool.tokenization.label_audit import label_notes
 from packtool.tokenization.loading import TokenizerSpec
-
-
-class ExampleError(Exception):
-    """One example cannot be encoded; the source counts it (or stops, with --on-error error)."""
+from packtool.tokenization.render import ExampleError, Renderer, first_line, leaf_values
 
 
 @dataclass
@@ -97,106 +72,7 @@ class Encoded:
         ]
 
 
-def _first_line(e: Exception) -> str:
-    return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
-
-
-def dated_source(template: ChatTemplate) -> str:
-    """The template with strftime_now() fixed to `template.date` (a macro shadowing the global), so a
-    template that writes today's date (gpt-oss) renders the same text on every day."""
-    if not template.date:
-        return template.source
-    import datetime
-
-    day = datetime.date.fromisoformat(template.date)
-    formats = sorted(set(re.findall(r"strftime_now\(\s*[\"']([^\"']*)[\"']\s*\)", template.source)))
-    table = json.dumps({f: day.strftime(f) for f in formats})
-    return (
-        "{%- macro strftime_now(fmt) -%}{{ "
-        + table
-        + "[fmt] if fmt in "
-        + table
-        + " else "
-        + json.dumps(template.date)
-        + " }}{%- endmacro %}"
-        + template.source
-    )
-
-
 _PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
-TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, THINK_OMITTED = (
-    "template_inserted",
-    "empty_turns",
-    "dropped_reasoning",
-    "think_omitted",
-)
-_EMPTY_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>\s*</\1>\s*")  # <think>\n\n</think>\n\n
-
-
-def _appears(value: str, text: str) -> bool:
-    """`value` is in `text` as it is, stripped, or JSON-escaped (templates that `tojson` content)."""
-    if value in text or value.strip() in text:
-        return True
-    return any(json.dumps(value, ensure_ascii=a)[1:-1] in text for a in (False, True))
-
-
-def _scalars(value) -> list:
-    """The leaf values of tool-call arguments (strings, numbers, booleans), depth first."""
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in _scalars(v)]
-    if isinstance(value, list):
-        return [x for v in value for x in _scalars(v)]
-    return [] if value is None else [value]
-
-
-def _leaf_appears(value, text: str) -> bool:
-    if isinstance(value, str):
-        return not value.strip() or _appears(value, text)
-    return any(s in text for s in {json.dumps(value), str(value)})  # 3 / 3.0 / true / True
-
-
-def lost_content(messages: list[dict], tools, text: str) -> str | None:
-    """What of the conversation the rendered `text` lacks, in words; None when everything is there:
-    a message's text; the reasoning of the last assistant turn (templates may drop earlier turns'
-    reasoning by design: gpt-oss, Qwen3); each tool call's name (as often as it is called, beside
-    its definitions), argument names and values; each tool definition."""
-    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
-    defined = [
-        (t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in tools or ()
-    ]
-    calls: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        c = m.get("content")
-        if isinstance(c, str) and c.strip() and not _appears(c, text):
-            return f"the text of turn {i} ({m['role']})"
-        r = m.get("reasoning_content")
-        if i == last and isinstance(r, str) and r.strip() and not _appears(r, text):
-            return f"the reasoning of turn {i} (the last assistant turn)"
-        for call in m.get("tool_calls") or ():
-            fn = call.get("function", call) if isinstance(call, dict) else {}
-            name = fn.get("name")
-            if not name:
-                continue
-            calls[name] = calls.get(name, 0) + 1
-            if text.count(name) < calls[name] + defined.count(name):
-                return f"the tool call {name!r} of turn {i} ({m['role']})"
-            args = fn.get("arguments")
-            if isinstance(args, dict):
-                missing = [k for k in args if k not in text] + [
-                    repr(v) for v in _scalars(args) if not _leaf_appears(v, text)
-                ]
-            else:
-                missing = (
-                    ["(all)"]
-                    if isinstance(args, str) and args.strip() and not _appears(args, text)
-                    else []
-                )
-            if missing:
-                return f"the arguments {', '.join(map(str, missing))} of tool call {name!r} of turn {i}"
-    for name in defined:
-        if name and name not in text:
-            return f"the tool definition {name!r}"
-    return None
 
 
 class Encoder:
@@ -211,8 +87,6 @@ class Encoder:
         renderer: str = "jinja",
         special_in_content: str = "keep",
     ):
-        from packtool.tokenization.chat_template import special_tokens
-
         self.spec = spec
         self.renderer = renderer  # "jinja" (transformers' renderer) | "native" (chatml.render: built-in template)
         self.template = template
@@ -220,34 +94,22 @@ class Encoder:
         self.backend_name = backend
         self.special_in_content = special_in_content  # keep | split | error
         self.eos_id = spec.eos_id
-        self._kwargs = dict(spec.special_tokens)
-        specials = special_tokens(spec)
-        ends = {t for t in [spec.eos_token, *spec.all_special_tokens, *specials] if t}
-        self._end_tokens = tuple(sorted(ends))
+        self.render = Renderer(spec, template, train_on, renderer) if template is not None else None
+        self.mode = self.render.mode if self.render is not None else ""
         self._backend = None
         self._plain = None  # a tokenizers.Tokenizer that reads control tokens as text (split mode)
-        self._gen_prompt: str | None = None
-        self._heads: list[str] | None = (
-            None  # the generation prompt and its heads that end in a special token
-        )
-        mode = template.mode if template is not None else ""
-        if not mode and template is not None:
-            mode = "markers" if template.has_generation else "prefix"
-        self.mode = mode
-        self._source = dated_source(template) if template is not None else None
+        specials = special_tokens(spec)
         longest_first = sorted(specials, key=len, reverse=True)
         self._specials = re.compile("|".join(map(re.escape, longest_first))) if specials else None
         firsts = {t[0] for t in specials if t}
         self._special_first = (
             firsts.pop() if len(firsts) == 1 else None
         )  # "<": a cheap test before the regex
-        from packtool.tokenization.chat_template import _own
-
         # chatml-train on a tokenizer whose own template writes <think> blocks (Qwen3): said per turn
         self._omits_think = (
             template is not None
             and template.name == "chatml-train"
-            and "<think>" in (_own(spec) or "")
+            and "<think>" in (own_template(spec) or "")
         )
         self._counts: dict[str, int] = {}  # tokens of a trained piece (an empty block, a lone end)
 
@@ -262,143 +124,6 @@ class Encoder:
             self._backend = make_backend(self.backend_name, self.spec.backend_json)
         return self._backend
 
-    # -- rendering -------------------------------------------------------------------------------
-    def _render(self, messages, tools, *, marks: bool, gen_prompt: bool = False):
-        if self.renderer == "native" and marks and not gen_prompt:
-            from packtool.tokenization import chatml
-
-            try:
-                return chatml.render(messages, tools)
-            except chatml.NotNative:
-                pass
-        from transformers.utils.chat_template_utils import render_jinja_template
-
-        texts, spans = render_jinja_template(
-            conversations=[messages],
-            tools=tools,
-            chat_template=self._source,
-            return_assistant_tokens_mask=marks,
-            add_generation_prompt=gen_prompt,
-            **self._kwargs,
-        )
-        return texts[0], (spans[0] if marks else None)
-
-    def _opening_header(self, messages, tools) -> str:
-        """What precedes an assistant turn that opens the conversation.
-
-        Rendering an empty conversation works for some templates only; otherwise the header is the
-        generation prompt as the template writes it after a user turn,
-            G = render([user], generation prompt) - render([user]),
-        and everything up to the first G in render(messages[:1]) is the prompt.
-        """
-        try:
-            return self._render([], tools, marks=False, gen_prompt=True)[0]
-        except Exception:
-            pass
-        probe = [{"role": "user", "content": "x"}]
-        plain, _ = self._render(probe, tools, marks=False)
-        prompted, _ = self._render(probe, tools, marks=False, gen_prompt=True)
-        header = prompted[len(plain) :] if prompted.startswith(plain) else ""
-        first, _ = self._render(messages[:1], tools, marks=False)
-        at = first.find(header) if header else -1
-        if at < 0:
-            raise ExampleError("the template has no recognisable generation prompt")
-        return first[: at + len(header)]
-
-    def _prefix_spans(self, messages, tools) -> tuple[str, list[tuple[int, int]]]:
-        full, _ = self._render(messages, tools, marks=False)
-        spans = []
-        for i, m in enumerate(messages):
-            if m["role"] != "assistant":
-                continue
-            try:
-                if i == 0:
-                    before = self._opening_header(messages, tools)
-                else:
-                    before, _ = self._render(messages[:i], tools, marks=False, gen_prompt=True)
-            except Exception as e:  # guessing "" here would train the prompt: refuse instead
-                raise ExampleError(
-                    f"chat template '{self.template.name}' cannot render the conversation before assistant "
-                    f"turn {i} ({_first_line(e)}), so the turn cannot be located; fix: {self._fix()}"
-                ) from e
-            upto, _ = self._render(messages[: i + 1], tools, marks=False)
-            if not (upto.startswith(before) and full.startswith(upto)):
-                raise ExampleError(
-                    f"chat template '{self.template.name}' is not prefix-preserving on this conversation (turn {i} "
-                    f"renders differently once later turns follow), so assistant tokens cannot be located; "
-                    f"fix: {self._fix()}"
-                )
-            spans.append((len(before), self._turn_end(upto)))
-        return full, spans
-
-    def _fix(self) -> str:
-        from packtool.tokenization.chat_template import family_of
-
-        family = self.template.family or family_of(self.template.source)
-        return family_fix(family, self.train_on, self.template.near)
-
-    def _turn_end(self, upto: str) -> int:
-        stripped = upto.rstrip()
-        if stripped.endswith(self._end_tokens):
-            return len(stripped)  # keep the end-of-turn token, not the newline after it
-        return len(upto)
-
-    def _last_span(self, messages, tools) -> tuple[str, list[tuple[int, int]]]:
-        """Only the last turn, for templates that rewrite earlier turns (gpt-oss drops their reasoning):
-        render(messages[:-1], generation prompt) must be a prefix of render(messages)."""
-        full, _ = self._render(messages, tools, marks=False)
-        if messages[-1]["role"] != "assistant":
-            return full, []
-        if len(messages) == 1:
-            before = self._opening_header(messages, tools)
-        else:
-            before, _ = self._render(messages[:-1], tools, marks=False, gen_prompt=True)
-        if not full.startswith(before):
-            raise ExampleError(
-                f"chat template '{self.template.name}' renders the conversation before the last assistant turn "
-                f"differently once that turn follows, so it cannot be located; fix: {self._fix()}"
-            )
-        return full, [(len(before), self._turn_end(full))]
-
-    def generation_prompt(self, tools=None) -> str:
-        """What the template writes to open an assistant turn at inference (the generation prompt)."""
-        if self._gen_prompt is None:
-            probe = [{"role": "user", "content": "x"}]
-            plain, _ = self._render(probe, None, marks=False)
-            prompted, _ = self._render(probe, None, marks=False, gen_prompt=True)
-            self._gen_prompt = prompted[len(plain) :] if prompted.startswith(plain) else ""
-        return self._gen_prompt
-
-    def _trim_prompt(self, text: str, spans) -> list[tuple[int, int]]:
-        """Generation blocks less the generation prompt at their start (the model is given it; a
-        block may start with only its leading special tokens, e.g. DeepSeek's `<｜Assistant｜>` of
-        `<｜Assistant｜><think>\\n`), and less whitespace after a closing end-of-turn token (the
-        next turn's, never generated). A last block that holds only the EOS (Phi-3's training
-        template closes the conversation so) joins the turn before it."""
-        g = self.generation_prompt()
-        out: list[tuple[int, int]] = []
-        if not g:
-            self._heads = []
-        for a, b in spans:
-            if out and text[a:b] == self.spec.eos_token and not text[out[-1][1] : a].strip():
-                out[-1] = (out[-1][0], b)
-                continue
-            a += self._prompt_at(text, a, b, g)
-            out.append((a, a + self._turn_end(text[a:b])))
-        return out
-
-    def _prompt_at(self, text: str, a: int, b: int, g: str) -> int:
-        """Length of the generation prompt `g` (or of its longest head that ends in a special token)
-        written at text[a:b]."""
-        if self._heads is None:
-            self._heads = [g] + [
-                g[:k] for k in range(len(g) - 1, 0, -1) if g[:k].endswith(self._end_tokens)
-            ]
-        for head in self._heads:
-            if len(head) <= b - a and text.startswith(head, a):
-                return len(head)
-        return 0
-
     def _content_specials(self, messages: list[dict]) -> list[tuple[int, str]]:
         """(turn, control token) for each message whose text holds one of the tokenizer's control tokens."""
         if self._specials is None:
@@ -408,7 +133,7 @@ class Encoder:
             texts = [
                 m.get("content"),
                 m.get("reasoning_content"),
-                *(x for c in m.get("tool_calls") or () for x in _scalars(c)),
+                *(x for c in m.get("tool_calls") or () for x in leaf_values(c)),
             ]
             for v in texts:
                 if not isinstance(v, str) or (
@@ -451,20 +176,6 @@ class Encoder:
             out.append(m)
         return out, literals
 
-    def _no_tools(self, messages: list[dict], tools) -> str:
-        """'; the template has no tool role ...' when the record uses tools (a tool turn, a tool call,
-        tool definitions) and the template never mentions them (Gemma 3: its refusal only says that
-        roles must alternate); else ''."""
-        used = tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
-        if not used or re.search(r"\btools?\b|tool_calls", self.template.source):
-            return ""
-        return (
-            f" (the template{f' of {self.template.family}' if self.template.family else ''} has no "
-            "tool role: it renders no tool turns, calls or definitions); drop tool records with "
-            "--on-error skip, or use a template that supports tools (--chat-template chatml-train "
-            "for ChatML models, trl:NAME or FILE)"
-        )
-
     def _count(self, piece: str) -> int:
         """Tokens of a trained piece on its own (cached: the same few pieces recur)."""
         n = self._counts.get(piece)
@@ -474,45 +185,11 @@ class Encoder:
                 self._counts[piece] = n
         return n
 
-    def label_notes(self, messages: list[dict], text: str, paired) -> dict[str, list[int]]:
-        """{kind: [turns, tokens]} of what is trained that the data does not hold and of what the data
-        holds that the template does not render (the kinds of the module docstring). `paired`: (turn,
-        trained char span) of each trained assistant turn, None when spans and turns do not pair up."""
-        notes: dict[str, list[int]] = {}
+    def _notes(self, messages: list[dict], text: str, paired) -> dict[str, list[int]]:
+        native = self.renderer == "native"
+        return label_notes(messages, text, paired, self._count, native, self._omits_think)
 
-        def add(kind: str, tokens: int) -> None:
-            t = notes.setdefault(kind, [0, 0])
-            t[0] += 1
-            t[1] += tokens
-
-        if self.renderer != "native":  # the native renderer writes every turn's reasoning
-            for m in messages:
-                r = m.get("reasoning_content")
-                if m["role"] == "assistant" and isinstance(r, str) and r.strip():
-                    if not _appears(r, text):
-                        add(DROPPED_REASONING, 0)
-        for i, (a, b) in paired or ():
-            if a >= b:
-                continue  # nothing of this turn is trained
-            m = messages[i]
-            body = text[a:b]
-            content = m.get("content") if isinstance(m.get("content"), str) else ""
-            reasoning = m.get("reasoning_content")
-            if m.get("tool_calls") or (isinstance(reasoning, str) and reasoning.strip()):
-                continue  # the template's framing of a call or of reasoning is the data's
-            c = content.strip()
-            if not c:
-                add(EMPTY_TURNS, self._count(body))
-            elif c not in body:
-                continue  # the template rewrote the text (escaped, split): nothing to compare
-            rest = body.replace(c, "", 1) if c else body
-            for block in _EMPTY_BLOCK.finditer(rest):
-                add(TEMPLATE_INSERTED, self._count(block.group(0)))
-            if self._omits_think and "<think>" not in content:
-                add(THINK_OMITTED, 0)
-        return notes
-
-    def _chat_text(self, ex: dict) -> tuple[str, np.ndarray, list[str], bool, dict]:
+    def chat_text(self, ex: dict) -> tuple[str, np.ndarray, list[str], bool, dict]:
         """(rendered text, trained char spans, control-token literals of split mode, content had
         control tokens, label_notes)."""
         messages = template_messages(ex)
@@ -530,35 +207,10 @@ class Encoder:
             )
         if found and self.special_in_content == "split":
             messages, literals = self._placeholders(messages)
-        try:
-            if self.mode == "markers":
-                text, spans = self._render(messages, tools, marks=True)
-                spans = self._trim_prompt(text, spans)
-            elif self.mode == "last" and self.train_on != "all":
-                text, spans = self._last_span(messages, tools)
-            elif self.mode == "all" or self.train_on == "all":
-                text, spans = self._render(messages, tools, marks=False)
-            else:
-                text, spans = self._prefix_spans(messages, tools)
-        except ExampleError:
-            raise
-        except Exception as e:  # jinja errors, raise_exception() inside templates
-            raise ExampleError(
-                f"chat template '{self.template.name}' failed on this record: {_first_line(e)}"
-                + self._no_tools(messages, tools)
-            ) from e
-        # the native renderer writes every text, call and definition by construction (and is checked
-        # against the jinja reference, which runs this check, on every run's first examples)
-        lost = None if self.renderer == "native" else lost_content(messages, tools, text)
-        if lost:
-            raise ExampleError(
-                f"chat template '{self.template.name}' drops {lost}: the model would be trained without it; use a "
-                "template that renders it (--chat-template trl:NAME or FILE), or drop such records"
-                + self._no_tools(messages, tools)
-            )
+        text, spans = self.render.conversation(messages, tools)
         if self.train_on == "all":
             whole = np.array([[0, len(text)]], dtype=np.int64)
-            return text, whole, literals, bool(found), self.label_notes(messages, text, None)
+            return text, whole, literals, bool(found), self._notes(messages, text, None)
         weights = [m.get("weight") for m in ex["messages"] if m["role"] == "assistant"]
         turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
         keep = [w is None or w > 0 for w in weights]
@@ -576,7 +228,7 @@ class Encoder:
                 f"the template marks {len(spans)} generation spans for {len(weights)} assistant turns, "
                 "so per-turn weights or --train-on last cannot be applied"
             )
-        notes = self.label_notes(messages, text, paired)
+        notes = self._notes(messages, text, paired)
         arr = np.array(spans, dtype=np.int64).reshape(-1, 2)
         return text, (arr[arr[:, 0] < arr[:, 1]] if len(arr) else arr), literals, bool(found), notes
 
@@ -648,7 +300,7 @@ class Encoder:
                 try:
                     items += split(fn(*([x] for x in row)))
                 except Exception as e:
-                    items.append(f"the tokenizer cannot encode this example: {_first_line(e)}")
+                    items.append(f"the tokenizer cannot encode this example: {first_line(e)}")
             return items
 
     def encode(self, examples: list[dict]) -> Encoded:
@@ -665,7 +317,7 @@ class Encoder:
             kind = ex.get("kind")
             try:
                 if kind == "chat":
-                    t, s, literals, special[i], notes[i] = self._chat_text(ex)
+                    t, s, literals, special[i], notes[i] = self.chat_text(ex)
                     if literals:
                         split_items.append((i, t, s, literals))
                     else:
@@ -697,7 +349,7 @@ class Encoder:
             try:
                 ids, mask = self._split_encode(t, s, literals)
             except Exception as e:
-                errors[i] = f"the tokenizer cannot encode this example: {_first_line(e)}"
+                errors[i] = f"the tokenizer cannot encode this example: {first_line(e)}"
                 continue
             pieces[i] = (ids, np.where(mask, ids, IGNORE_INDEX).astype(np.int32))
         if pc_idx:
@@ -864,7 +516,7 @@ class EncodeStep:
         import pyarrow as pa
 
         from packtool.data.arrow import arrow_array, token_schema
-        from packtool.tokenization import pretokenized as pt
+        from packtool.tokenization import pretokenized_batch as pt
 
         if batch.arrow is not None:
             v = pt.validate_batch(batch.arrow, self.label_source)
@@ -884,97 +536,3 @@ class EncodeStep:
         src = arrow_array(batch.start + np.asarray(v.keep, dtype=np.int64))
         table = pa.RecordBatch.from_arrays([*v.table.columns, src], schema=token_schema())
         return StepResult(table, rejects, v.removed_padding)
-
-
-# ---------------------------------------------------------------------------------------------
-# a run's label notes: summed per kind (manifest tokenizer.label_audit), said, refused
-
-ZERO_LOSS_DOCUMENTS = "zero_loss_documents"
-AUDIT_KINDS = (TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, ZERO_LOSS_DOCUMENTS)
-_REFUSED = {
-    TEMPLATE_INSERTED: "trains an empty block the template wrote, which the data does not hold",
-    EMPTY_TURNS: "trains an empty assistant turn (no text, reasoning or tool call)",
-    DROPPED_REASONING: "the template drops the reasoning of an earlier assistant turn",
-    ZERO_LOSS_DOCUMENTS: "has no loss token",
-}
-
-
-def label_audit(
-    notes: list[tuple[int, dict]], zero_loss: list[int], where
-) -> tuple[dict, dict[str, list[int]]]:
-    """({kind: {examples, turns, tokens, first}} with only the kinds found, in AUDIT_KINDS order,
-    think_omitted left out (it is said, never recorded or refused); {kind: source indices}).
-    `where(i)`: 'file.jsonl record 3' for source index i."""
-    idx: dict[str, list[int]] = {}
-    sums: dict[str, list[int]] = {}
-    for i, x in notes:
-        for kind, (turns, tokens) in x.items():
-            idx.setdefault(kind, []).append(i)
-            s = sums.setdefault(kind, [0, 0])
-            s[0] += turns
-            s[1] += tokens
-    if zero_loss:
-        idx[ZERO_LOSS_DOCUMENTS] = list(zero_loss)
-    audit = {}
-    for kind in AUDIT_KINDS:
-        if kind not in idx:
-            continue
-        entry = {"examples": len(idx[kind])}
-        if kind in sums:
-            entry["turns"] = sums[kind][0]
-            if kind != DROPPED_REASONING:
-                entry["tokens"] = sums[kind][1]
-        entry["first"] = where(idx[kind][0])
-        audit[kind] = entry
-    return audit, idx
-
-
-def audit_warnings(audit: dict, idx: dict[str, list[int]], template: str, quote) -> list[str]:
-    """One line per kind (zero-loss documents are said by the pipeline's own line)."""
-    out = []
-    a = audit.get(TEMPLATE_INSERTED)
-    if a:
-        out.append(
-            f"chat template '{template}' writes an empty block the data does not hold (e.g. "
-            f"<think></think>) into {a['turns']} trained assistant turn(s) of {a['examples']} "
-            f"example(s), {a['tokens']} trained token(s) in all (--strict-labels refuses such "
-            f"data): source indices {quote(idx[TEMPLATE_INSERTED])}"
-        )
-    a = audit.get(EMPTY_TURNS)
-    if a:
-        out.append(
-            f"{a['turns']} assistant turn(s) of {a['examples']} example(s) have no text, "
-            f"reasoning or tool call: only what the template writes is trained in them, their "
-            f"end of turn ({a['tokens']} token(s) in all); "
-            f"drop such turns, or --strict-labels refuses them: source indices "
-            f"{quote(idx[EMPTY_TURNS])}"
-        )
-    a = audit.get(DROPPED_REASONING)
-    if a:
-        out.append(
-            f"chat template '{template}' drops the reasoning of {a['turns']} earlier assistant "
-            f"turn(s) of {a['examples']} example(s): the data has it, the model is not trained on "
-            f"it (--chat-template chatml-train or a trl:*_training template keeps every turn's): "
-            f"source indices {quote(idx[DROPPED_REASONING])}"
-        )
-    if idx.get(THINK_OMITTED):
-        out.append(
-            f"chat template '{template}' writes no <think> block in assistant turns without "
-            f"reasoning ({len(idx[THINK_OMITTED])} example(s)), where the tokenizer's own template "
-            "writes an empty one before the last answer: the model learns to answer without it "
-            "(--chat-template trl:qwen3_training trains an empty <think></think> in every turn)"
-        )
-    return out
-
-
-def strict_problem(audit: dict | None) -> str | None:
-    """The one-line refusal of --strict-labels for a run's audit; None when there is nothing."""
-    for kind in AUDIT_KINDS:
-        a = (audit or {}).get(kind)
-        if a:
-            return (
-                f"--strict-labels: {a['first']} {_REFUSED[kind]} ({kind}; {a['examples']} "
-                "example(s) in all, see the warnings); fix or drop such records, or leave out "
-                "--strict-labels"
-            )
-    return None

@@ -220,7 +220,7 @@ def _tokenizer(inputs, parts) -> dict:
                     if k != "first":
                         merged[kind][k] = merged[kind].get(k, 0) + v
     if merged:
-        from packtool.tokenization.encode import AUDIT_KINDS
+        from packtool.tokenization.label_audit import AUDIT_KINDS
 
         out["label_audit"] = {k: merged[k] for k in AUDIT_KINDS if k in merged}
     return out

@@ -658,7 +658,7 @@ def load_tokenized(
 
 def check_strict_labels(td: TokenizedData, cfg: TokenizeConfig) -> TokenizedData:
     """--strict-labels: a run whose audit (tokenizer.label_audit) found anything is refused."""
-    from packtool.tokenization.encode import strict_problem
+    from packtool.tokenization.label_audit import strict_problem
 
     problem = strict_problem((td.tokenizer or {}).get("label_audit")) if cfg.strict_labels else None
     if problem:
@@ -804,7 +804,7 @@ def summary_meta(
     examples without loss and control tokens in text (`zero_loss`, `special`: source indices in
     reading order), the tokenizer with its special_in_content count, and _meta's fields. Shared
     by the local pipeline and the Ray engine (packtool.cluster), so both say the same."""
-    from packtool.tokenization.encode import audit_warnings, label_audit
+    from packtool.tokenization.label_audit import audit_warnings, label_audit
 
     warnings = list(warnings)
     audit, idx = label_audit(notes, zero_loss, lambda i: _where(i, source.per_file))
@@ -873,7 +873,7 @@ def _chat_step(source, cfg: TokenizeConfig, batches, mismatch: str | None):
 
 
 def _chat_step_on(spec, built, why, source, cfg: TokenizeConfig, batches, mismatch: str | None):
-    from packtool.tokenization.chat_template import choose
+    from packtool.tokenization.template_probe import choose
 
     template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
     first = next(batches, None)  # every batch carries its file's format (FileFormats.assign)

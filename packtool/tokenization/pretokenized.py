@@ -12,28 +12,17 @@ The label source is chosen from the first record (`label_source`) or from the co
 (`label_source_of`) and required of every row. Every row is checked: whole non-negative int32 ids,
 one label / mask entry per id, no pre-shifted labels.
 
-Two paths give the same rows and the same messages:
+Two paths give the same rows and the same messages (the msg_* functions: one text per kind):
 
-* `validate_batch` (Parquet, Arrow, save_to_disk folders): one Arrow batch at a time, vectorized
-  over the flat value buffers of the list columns (list, large_list, fixed_size_list of any integer,
-  float or bool type; null rows, null values, sliced arrays). Each check runs over the whole flat
-  buffer (null values; whole, finite floats; ids in 0..2^31-1; one entry per id; labels -100 or
-  their id; attention_mask zeros) and only on the rows still good, in the order `record_arrays`
-  checks, so a row bad in several ways gets the same first message. A row's first offending
-  position comes from `np.flatnonzero` over a boolean of the flat values and `np.searchsorted` at
-  the row starts; only bad rows get a message built in Python. Good rows' values are copied into
-  int32 buffers at most once; an int32 column whose rows are all good and unpadded is reused
-  zero-copy (and "all" reuses the ids as labels). A column of any other type (strings, nested
-  lists, structs, ...) can never give a good row: each of its non-null rows gets its message from
-  `record_arrays` on that row (today's text, numpy's dtype names included).
-* `record_arrays` (one dict record: `packtool inspect`) and `records_batch` (a list of JSON/JSONL
-  records: Arrow columns by `pa.array`, then `validate_batch`; when Arrow cannot build a column,
-  for example mixed types, the batch goes record by record through `record_arrays`).
+* `record_arrays` (one dict record: `packtool inspect`), and `records_validated` (a list of them);
+* packtool.tokenization.pretokenized_batch: `validate_batch` (Parquet, Arrow, save_to_disk
+  folders), one Arrow batch at a time, vectorized over the flat value buffers of the list columns,
+  and `records_batch` (JSON/JSONL records as Arrow columns, then `validate_batch`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,8 +37,6 @@ MASK_COLUMNS = ("completion_mask", "assistant_masks")
 LABEL_COLUMNS = ("labels", *MASK_COLUMNS)
 INT32_MAX = np.iinfo(np.int32).max
 EMPTY = "empty input_ids"
-_MAX_RUNS = 64  # good rows in at most this many runs: copy slices; more: one boolean compress
-_CHUNK = 1 << 22  # values per np.flatnonzero when looking for the first bad value of each row
 OUT_COLUMNS = ("input_ids", "labels", "length", "num_loss_tokens")
 
 
@@ -57,55 +44,51 @@ class RecordError(ValueError):
     """A pre-tokenized record is malformed; the message says what and where in the record."""
 
 
-# ------------------------------------------------------------------------------------------------
 # messages: one text per kind, shared by the record path and the batch path
-# ------------------------------------------------------------------------------------------------
 
 
 def _keys(keys: Iterable[str]) -> str:
     return ", ".join(sorted(keys))
 
 
-def _m_no_ids(keys: Iterable[str]) -> str:
+def msg_no_ids(keys: Iterable[str]) -> str:
     return f"no input_ids (keys: {_keys(keys)})"
 
 
-def _m_holds(name: str, dtype) -> str:
+def msg_holds(name: str, dtype) -> str:
     return f"{name} holds {dtype} values, not integers"
 
 
-def _m_not_whole(name: str, j: int, value: float) -> str:
+def msg_not_whole(name: str, j: int, value: float) -> str:
     return f"{name}[{j}] = {value!r} is not a whole number"
 
 
-def _m_not_token(j: int, value: int) -> str:
+def msg_not_token(j: int, value: int) -> str:
     return f"input_ids[{j}] = {value} is not a token id (0..2^31-1)"
 
 
-def _m_extra(column: str) -> str:
+def msg_extra(column: str) -> str:
     return (
         f"has {column} but the first record has no label column; give every record the same columns"
     )
 
 
-def _m_no_source(source: str, keys: Iterable[str]) -> str:
+def msg_no_source(source: str, keys: Iterable[str]) -> str:
     return f"no {source} although the first record has them (keys: {_keys(keys)})"
 
 
-def _m_count(name: str, got: int, want: int) -> str:
+def msg_count(name: str, got: int, want: int) -> str:
     return f"{name} has {got} entries for {want} input_ids"
 
 
-def _m_shifted(j: int, label: int, token: int) -> str:
+def msg_shifted(j: int, label: int, token: int) -> str:
     return (
         f"labels[{j}] = {label} but input_ids[{j}] = {token}: labels must be -100 or equal to their input "
         "id (unshifted Hugging Face labels; they look pre-shifted or use another ignore index)"
     )
 
 
-# ------------------------------------------------------------------------------------------------
 # one record
-# ------------------------------------------------------------------------------------------------
 
 
 def label_source(record: dict) -> str:
@@ -134,37 +117,37 @@ def _ints(value, name: str) -> np.ndarray:
     if a.dtype.kind == "f":
         if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
             bad = int(np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))[0])
-            raise RecordError(_m_not_whole(name, bad, a[bad].item()))
+            raise RecordError(msg_not_whole(name, bad, a[bad].item()))
         return a.astype(np.int64)
     if a.dtype.kind not in "iu":
-        raise RecordError(_m_holds(name, a.dtype))
+        raise RecordError(msg_holds(name, a.dtype))
     return a.astype(np.int64)
 
 
 def record_arrays(record: dict, source: str) -> tuple[np.ndarray, np.ndarray, int]:
     """Checked (input_ids, labels) as int32 arrays, and the number of padding positions removed."""
     if "input_ids" not in record or record["input_ids"] is None:
-        raise RecordError(_m_no_ids(record))
+        raise RecordError(msg_no_ids(record))
     ids = _ints(record["input_ids"], "input_ids")
     if ids.size and (ids.min() < 0 or ids.max() > INT32_MAX):
         bad = int(np.flatnonzero((ids < 0) | (ids > INT32_MAX))[0])
-        raise RecordError(_m_not_token(bad, int(ids[bad])))
+        raise RecordError(msg_not_token(bad, int(ids[bad])))
     if source == "all":
         extra = [c for c in LABEL_COLUMNS if record.get(c) is not None]
         if extra:
-            raise RecordError(_m_extra(extra[0]))
+            raise RecordError(msg_extra(extra[0]))
         labels = ids.copy()
     else:
         if record.get(source) is None:
-            raise RecordError(_m_no_source(source, record))
+            raise RecordError(msg_no_source(source, record))
         col = _ints(record[source], source)
         if col.size != ids.size:
-            raise RecordError(_m_count(source, col.size, ids.size))
+            raise RecordError(msg_count(source, col.size, ids.size))
         if source == "labels":
             wrong = (col != IGNORE_INDEX) & (col != ids)
             if wrong.any():
                 j = int(np.flatnonzero(wrong)[0])
-                raise RecordError(_m_shifted(j, int(col[j]), int(ids[j])))
+                raise RecordError(msg_shifted(j, int(col[j]), int(ids[j])))
             labels = col
         else:
             labels = np.where(col != 0, ids, IGNORE_INDEX)
@@ -173,17 +156,12 @@ def record_arrays(record: dict, source: str) -> tuple[np.ndarray, np.ndarray, in
     if mask is not None:
         m = _ints(mask, "attention_mask")
         if m.size != ids.size:
-            raise RecordError(_m_count("attention_mask", m.size, ids.size))
+            raise RecordError(msg_count("attention_mask", m.size, ids.size))
         keep = m != 0
         removed = int(ids.size - keep.sum())
         if removed:
             ids, labels = ids[keep], labels[keep]
     return ids.astype(np.int32), labels.astype(np.int32), removed
-
-
-# ------------------------------------------------------------------------------------------------
-# a batch
-# ------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -203,271 +181,7 @@ class Validated:
     removed_padding: int
 
 
-class _Unhandled(Exception):
-    """A row the batch path cannot decide; the batch goes record by record."""
-
-
-@dataclass
-class _Col:
-    """A list column as flat numpy values: row i is vals[off[i]:off[i + 1]] (when valid[i])."""
-
-    name: str
-    valid: np.ndarray  # bool per row
-    off: np.ndarray  # int64, n + 1, off[0] == 0
-    vals: np.ndarray  # native dtype, len off[-1]; after _check_ints: integers with int64 semantics
-    nulls: np.ndarray | None  # bool per value, or None without null values
-    child: pa.Array | None  # the Arrow values behind vals (zero-copy reuse), None once converted
-    kind: str  # numpy kind of vals: i u f b
-
-    @property
-    def lens(self) -> np.ndarray:
-        return np.diff(self.off)
-
-
-def _row_validity(arr: pa.Array) -> np.ndarray:
-    if arr.null_count == 0:
-        return np.ones(len(arr), dtype=bool)
-    return arr.is_valid().to_numpy(zero_copy_only=False)
-
-
-def _flat_numpy(child: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
-    """Values (a zero-copy view where the type allows) and the null positions of a numeric array."""
-    import pyarrow as pa
-
-    t = child.type
-    nulls = child.is_null().to_numpy(zero_copy_only=False) if child.null_count else None
-    if pa.types.is_null(t):
-        return np.zeros(len(child), dtype=np.int64), np.ones(len(child), dtype=bool)
-    if pa.types.is_boolean(t):
-        return child.fill_null(False).to_numpy(zero_copy_only=False), nulls
-    dtype = np.dtype(t.to_pandas_dtype())
-    buf = child.buffers()[1]
-    if buf is None or len(child) == 0:
-        return np.zeros(len(child), dtype=dtype), nulls
-    return np.frombuffer(buf, dtype=dtype, count=child.offset + len(child))[child.offset :], nulls
-
-
-def _column_view(arr: pa.Array, name: str) -> _Col | None:
-    """A list column of numbers as a _Col; None for any other type (no row of it can be good)."""
-    import pyarrow as pa
-
-    if isinstance(arr.type, pa.ExtensionType):
-        arr = arr.storage
-    t = arr.type
-    n = len(arr)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        offs = arr.offsets.to_numpy()
-        o0, o1 = int(offs[0]), int(offs[-1])
-        off = offs.astype(np.int64) - o0
-        child = arr.values.slice(o0, o1 - o0)
-    elif pa.types.is_fixed_size_list(t):
-        size = t.list_size
-        off = np.arange(n + 1, dtype=np.int64) * size
-        child = arr.values.slice(arr.offset * size, n * size)
-    elif getattr(pa.types, "is_list_view", lambda _: False)(t) or getattr(
-        pa.types, "is_large_list_view", lambda _: False
-    )(t):
-        raise _Unhandled  # rows may overlap or come out of order: go record by record
-    else:
-        return None
-    if pa.types.is_dictionary(child.type):
-        child = child.dictionary_decode()
-    if isinstance(child.type, pa.ExtensionType):
-        child = child.storage
-    ct = child.type
-    if not (
-        pa.types.is_integer(ct)
-        or pa.types.is_floating(ct)
-        or pa.types.is_boolean(ct)
-        or pa.types.is_null(ct)
-    ):
-        return None
-    vals, nulls = _flat_numpy(child)
-    return _Col(
-        name,
-        _row_validity(arr),
-        off,
-        vals,
-        nulls,
-        child if ct == pa.int32() else None,
-        vals.dtype.kind,
-    )
-
-
-def _first_per_row(
-    bad: np.ndarray, col: _Col, rows_ok: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, first position in the row) of the rows in rows_ok (and valid in col) with a True in bad.
-
-    Positions of True come from np.flatnonzero a slice of about _CHUNK values at a time (memory stays
-    bounded when most values are bad); each row's first one from np.searchsorted at the row starts.
-    """
-    off = col.off
-    n = off.size - 1
-    cand_rows = rows_ok & col.valid
-    cuts = np.r_[0, np.searchsorted(off, np.arange(_CHUNK, int(off[-1]), _CHUNK), side="right"), n]
-    out_rows, out_pos = [], []
-    for r0, r1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-        if r1 <= r0:
-            continue
-        p0 = int(off[r0])
-        pos = np.flatnonzero(bad[p0 : off[r1]])
-        if pos.size == 0:
-            continue
-        cand = r0 + np.flatnonzero(cand_rows[r0:r1])
-        at = np.searchsorted(pos, off[cand] - p0)  # the first bad value at or after each row start
-        has = at < pos.size
-        cand, first = cand[has], pos[at[has]] + p0
-        inside = first < off[cand + 1]
-        out_rows.append(cand[inside])
-        out_pos.append(first[inside])
-    if not out_rows:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(out_rows), np.concatenate(out_pos)
-
-
-def _segment_counts(flat: np.ndarray, off: np.ndarray) -> np.ndarray:
-    """Number of True values of flat in each row (rows laid out by off, off[-1] == flat.size)."""
-    lens = np.diff(off)
-    out = np.zeros(lens.size, dtype=np.int64)
-    nonempty = np.flatnonzero(lens)
-    if (
-        nonempty.size
-    ):  # empty rows hold no values: the next non-empty row starts where this one ends
-        out[nonempty] = np.add.reduceat(flat.view(np.uint8), off[nonempty], dtype=np.int32)
-    return out
-
-
-def _align(x: _Col, ids: _Col, rows: np.ndarray) -> np.ndarray:
-    """x's values laid out like ids' values, for the rows where rows is True (lengths already equal)."""
-    if x.off is ids.off or np.array_equal(x.off, ids.off):
-        return x.vals
-    out = np.zeros(len(ids.vals), dtype=x.vals.dtype)
-    r = np.flatnonzero(rows)
-    if r.size == 0:
-        return out
-    delta = x.off[r] - ids.off[r]
-    # runs of consecutive rows whose values sit at the same distance: one slice copy each
-    brk = np.flatnonzero((np.diff(r) != 1) | (np.diff(delta) != 0)) + 1
-    firsts, lasts = np.r_[0, brk], np.r_[brk, r.size] - 1
-    if firsts.size <= 4 * _MAX_RUNS:
-        for a, b in zip(r[firsts].tolist(), r[lasts].tolist(), strict=True):
-            s, e, d = int(ids.off[a]), int(ids.off[b + 1]), int(x.off[a] - ids.off[a])
-            out[s:e] = x.vals[s + d : e + d]
-        return out
-    lens = ids.lens[r]
-    dst = np.repeat(ids.off[r] - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
-    out[dst] = x.vals[dst + np.repeat(delta, lens)]
-    return out
-
-
-class _Batch:
-    """The state of one validation: which rows are still good, and the messages of the others."""
-
-    def __init__(self, batch: pa.RecordBatch, source: str, records: list[dict] | None):
-        self.batch, self.source, self.records = batch, source, records
-        self.n = batch.num_rows
-        self.names = batch.schema.names
-        self.ok = np.ones(self.n, dtype=bool)
-        self.msgs: dict[int, str] = {}
-
-    def column(self, name: str) -> pa.Array | None:
-        import pyarrow as pa
-
-        idx = [i for i, nm in enumerate(self.names) if nm == name]
-        if not idx:
-            return None
-        arr = self.batch.column(idx[-1])  # duplicate names: the last one, as to_pylist() does
-        return None if pa.types.is_null(arr.type) else arr
-
-    def keys(self, i: int) -> list[str]:
-        return list(self.records[i]) if self.records is not None else self.names
-
-    def fail(self, rows: np.ndarray, message: Callable[[int, int], str]) -> None:
-        """Rows (all still ok) fail; message(k, row) for the k-th of them."""
-        if len(rows) == 0:
-            return
-        for k, i in enumerate(rows.tolist()):
-            self.msgs[i] = message(k, i)
-        self.ok[rows] = False
-
-    def fail_where(self, bad_rows: np.ndarray, message: Callable[[int, int], str]) -> None:
-        self.fail(np.flatnonzero(bad_rows & self.ok), message)
-
-    def check_ints(self, col: _Col) -> None:
-        """_ints for every row of col: null values, then values that are not whole; then int64 semantics."""
-        name = col.name
-        if col.nulls is not None:
-            rows, _ = _first_per_row(col.nulls, col, self.ok)
-            self.fail(rows, lambda k, i: _m_holds(name, "object"))
-        if col.kind == "f":
-            with np.errstate(invalid="ignore"):
-                v = col.vals
-                bad = ~np.isfinite(v)
-                bad |= v != np.round(v)
-                rows, pos = _first_per_row(bad, col, self.ok)
-                self.fail(
-                    rows,
-                    lambda k, i: _m_not_whole(
-                        name, int(pos[k] - col.off[i]), float(col.vals[pos[k]])
-                    ),
-                )
-                col.vals = v.astype(np.int64)
-            col.kind, col.child = "i", None
-        elif col.kind == "b":
-            col.vals, col.kind = col.vals.view(np.uint8), "u"
-        elif col.vals.dtype == np.uint64:  # as astype(np.int64) in the record path: wraps
-            col.vals, col.kind = col.vals.view(np.int64), "i"
-
-
-def _python_rows(state: _Batch, rows: np.ndarray) -> None:
-    """Rows with a value of a type the batch path does not read: record_arrays says what is wrong."""
-    records = state.records
-    if records is None:
-        import pyarrow as pa
-
-        dicts = state.batch.take(pa.array(rows)).to_pylist()
-    else:
-        dicts = [records[i] for i in rows.tolist()]
-    for i, rec in zip(rows.tolist(), dicts, strict=True):
-        if not state.ok[i]:
-            continue
-        try:
-            ids, _, _ = record_arrays(rec, state.source)
-        except RecordError as e:
-            state.msgs[i] = str(e)
-        else:
-            if ids.size:
-                raise _Unhandled
-            state.msgs[i] = EMPTY
-        state.ok[i] = False
-
-
-def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """[a, b) row ranges of the consecutive good rows."""
-    d = np.diff(np.concatenate(([0], good.view(np.int8), [0])))
-    return np.flatnonzero(d == 1), np.flatnonzero(d == -1)
-
-
-def _take(vals: np.ndarray, how, total: int, dtype) -> np.ndarray:
-    """The selected values as one new buffer of dtype (or vals itself when all are selected)."""
-    if how is None:
-        return vals.astype(dtype, copy=False)
-    if isinstance(how, np.ndarray):  # Arrow's filter: several times faster than vals[how] here
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        out = pc.filter(pa.array(vals), pa.array(how)).to_numpy(zero_copy_only=True)
-        return out.astype(dtype, copy=False)
-    out = np.empty(total, dtype=dtype)
-    pos = 0
-    for s, e in how:
-        out[pos : pos + e - s] = vals[s:e]
-        pos += e - s
-    return out
-
-
-def _empty_table():
+def empty_table():
     import pyarrow as pa
 
     lst = pa.array([], pa.list_(pa.int32()))
@@ -476,188 +190,41 @@ def _empty_table():
     )
 
 
-def _validated(state: _Batch, table, keep, removed: int) -> Validated:
-    rejects = sorted(state.msgs.items())
-    return Validated(table, keep, rejects, removed)
-
-
-def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) -> Validated:
-    import pyarrow as pa
-
-    st = _Batch(batch, source, records)
-    n = st.n
-    if n == 0:
-        return _validated(st, _empty_table(), np.zeros(0, dtype=np.int64), 0)
-    relevant = ["input_ids", *([source] if source != "all" else []), "attention_mask"]
-    views: dict[str, _Col | None] = {}
-    python = np.zeros(n, dtype=bool)
-    for name in relevant:
-        arr = st.column(name)
-        v = None if arr is None else _column_view(arr, name)
-        if arr is not None and v is None:
-            python |= _row_validity(arr)
-        views[name] = v
-
-    # input_ids: present, whole numbers, token ids
-    ids = views["input_ids"]
-    ids_arr = st.column("input_ids")
-    ids_valid = np.zeros(n, dtype=bool) if ids_arr is None else _row_validity(ids_arr)
-    st.fail_where(~ids_valid, lambda k, i: _m_no_ids(st.keys(i)))
-    if python.any():
-        _python_rows(st, np.flatnonzero(python & st.ok))
-    if ids is None or not st.ok.any():
-        return _validated(st, _empty_table(), np.zeros(0, dtype=np.int64), 0)
-    st.check_ints(ids)
-    _check_range(st, ids)
-
-    # labels
-    lab = None
-    if source == "all":
-        for c in LABEL_COLUMNS:
-            arr = st.column(c)
-            if arr is not None:
-                st.fail_where(_row_validity(arr), lambda k, i, c=c: _m_extra(c))
-    else:
-        lab = views[source]
-        if lab is None:
-            st.fail(np.flatnonzero(st.ok), lambda k, i: _m_no_source(source, st.keys(i)))
-        else:
-            st.fail_where(~lab.valid, lambda k, i: _m_no_source(source, st.keys(i)))
-            st.check_ints(lab)
-            llens, ilens = lab.lens, ids.lens
-            st.fail_where(
-                llens != ilens, lambda k, i: _m_count(source, int(llens[i]), int(ilens[i]))
-            )
-            aligned = _align(lab, ids, st.ok)
-            if aligned is not lab.vals:
-                lab.child = None
-            lab.vals = aligned
-            if source == "labels":
-                wrong = lab.vals != ids.vals
-                wrong &= lab.vals != IGNORE_INDEX
-                rows, pos = _first_per_row(wrong, ids, st.ok)
-                st.fail(
-                    rows,
-                    lambda k, i: _m_shifted(
-                        int(pos[k] - ids.off[i]), _int(lab.vals[pos[k]]), _int(ids.vals[pos[k]])
-                    ),
-                )
-
-    # attention_mask: padding positions
-    ilens = ids.lens
-    out_len = ilens
-    kept = None  # bool per value of ids: False where attention_mask is 0
-    mask = views["attention_mask"]
-    if mask is not None:
-        st.check_ints(mask)
-        mlens = mask.lens
-        st.fail_where(
-            mask.valid & (mlens != ilens),
-            lambda k, i: _m_count("attention_mask", int(mlens[i]), int(ilens[i])),
-        )
-        rows_m = st.ok & mask.valid
-        nz = _align(mask, ids, rows_m) != 0
-        if not nz.all():
-            if not rows_m.all():  # rows without a (usable) mask keep every value
-                nz |= np.repeat(~rows_m, ilens)
-            counts = _segment_counts(nz, ids.off)
-            if not np.array_equal(counts, ilens):
-                kept, out_len = nz, counts
-    st.fail_where(out_len == 0, lambda k, i: EMPTY)
-
-    good = st.ok
-    keep = np.flatnonzero(good)
-    if keep.size == 0:
-        return _validated(st, _empty_table(), keep, 0)
-    lengths = out_len[keep]
-    total = int(lengths.sum())
+def check_total(total: int) -> None:
     if total > INT32_MAX:
         raise ValueError(
             f"{total} tokens in one batch: more than int32 list offsets hold; pass smaller batches"
         )
-    removed = int(ilens[keep].sum()) - total
-
-    # which flat positions go out: all of them, slices of runs of good rows, or a boolean mask
-    how = None
-    a, b = _runs(good)
-    all_rows = a.size == 1 and a[0] == 0 and b[0] == n
-    if kept is not None:
-        how = kept if all_rows else kept & np.repeat(good, ilens)
-    elif a.size > _MAX_RUNS:
-        how = np.repeat(good, ilens)
-    elif not all_rows:
-        how = list(zip(ids.off[a].tolist(), ids.off[b].tolist(), strict=True))
-
-    off32 = np.zeros(keep.size + 1, dtype=np.int32)
-    np.cumsum(lengths, out=off32[1:])
-    offsets = pa.array(off32)
-    if how is None and ids.child is not None:
-        ids_values = ids.child  # zero-copy: the input's int32 buffer
-        ids_np = ids.vals
-    else:
-        ids_np = _take(ids.vals, how, total, np.int32)
-        ids_values = pa.array(ids_np)
-    ids_out = pa.ListArray.from_arrays(offsets, ids_values)
-    if source == "all":
-        labels_out = ids_out
-        loss = lengths.astype(np.int32)
-    else:
-        if source == "labels":
-            if how is None and lab.child is not None:  # zero-copy: the input's int32 buffer
-                lab_np, lab_values = lab.vals, lab.child
-            else:
-                lab_np = _take(lab.vals, how, total, np.int32)
-                lab_values = pa.array(lab_np)
-        else:
-            m = _take(lab.vals, how, total, lab.vals.dtype)
-            lab_np = np.where(m != 0, ids_np, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
-            lab_values = pa.array(lab_np)
-        labels_out = pa.ListArray.from_arrays(offsets, lab_values)
-        ignored = np.add.reduceat(
-            (lab_np == IGNORE_INDEX).view(np.uint8), off32[:-1], dtype=np.int32
-        )
-        loss = (lengths - ignored).astype(np.int32)
-    table = pa.record_batch(
-        [ids_out, labels_out, pa.array(lengths.astype(np.int32)), pa.array(loss)],
-        names=list(OUT_COLUMNS),
-    )
-    return _validated(st, table, keep.astype(np.int64), removed)
 
 
-def _int(v) -> int:
-    return int(np.asarray(v).astype(np.int64))
-
-
-def _check_range(st: _Batch, ids: _Col) -> None:
-    """Token ids in 0..2^31-1 (int64 semantics: the values are already integers here)."""
-    v = ids.vals
-    if v.size == 0:
-        return
-    dt = v.dtype
-    if dt.kind == "u":
-        if dt.itemsize < 4 or v.max() <= INT32_MAX:
-            return
-        bad = v > INT32_MAX
-    elif dt.itemsize < 4:
-        if v.min() >= 0:
-            return
-        bad = v < 0
-    elif dt.itemsize == 4:
-        if v.min() >= 0:
-            return
-        bad = v < 0
-    else:
-        if v.view(np.uint64).max() <= INT32_MAX:
-            return
-        bad = v.view(np.uint64) > INT32_MAX
-    rows, pos = _first_per_row(bad, ids, st.ok)
-    st.fail(rows, lambda k, i: _m_not_token(int(pos[k] - ids.off[i]), _int(v[pos[k]])))
-
-
-def _records_validated(records: list[dict], source: str) -> Validated:
-    """The reference path: record_arrays on every record."""
+def out_table(lengths: np.ndarray, ids, labels=None, label_values=None) -> pa.RecordBatch:
+    """The checked rows, `lengths` tokens each (>= 1): `ids` flat int32 (numpy, or an Arrow array to
+    reuse); `labels` flat int32 numpy, None for the ids themselves (every token trained), with
+    `label_values` the Arrow array to reuse for them."""
     import pyarrow as pa
 
+    off = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=off[1:])
+    offsets = pa.array(off)
+    ids_out = pa.ListArray.from_arrays(offsets, ids if isinstance(ids, pa.Array) else pa.array(ids))
+    if labels is None:
+        labels_out, loss = ids_out, lengths
+    else:
+        values = pa.array(labels) if label_values is None else label_values
+        labels_out = pa.ListArray.from_arrays(offsets, values)
+        ignored = (labels == IGNORE_INDEX).view(np.uint8)
+        loss = lengths - np.add.reduceat(ignored, off[:-1], dtype=np.int32)
+    columns = [
+        ids_out,
+        labels_out,
+        pa.array(lengths.astype(np.int32)),
+        pa.array(loss.astype(np.int32)),
+    ]
+    return pa.record_batch(columns, names=list(OUT_COLUMNS))
+
+
+def records_validated(records: list[dict], source: str) -> Validated:
+    """The reference path: record_arrays on every record."""
     ids_l, lab_l, keep, rejects = [], [], [], []
     removed = 0
     for i, rec in enumerate(records):
@@ -674,73 +241,8 @@ def _records_validated(records: list[dict], source: str) -> Validated:
         keep.append(i)
         removed += cut
     if not keep:
-        return Validated(_empty_table(), np.zeros(0, dtype=np.int64), rejects, 0)
+        return Validated(empty_table(), np.zeros(0, dtype=np.int64), rejects, 0)
     lens = np.fromiter((len(a) for a in ids_l), dtype=np.int64, count=len(ids_l))
-    if int(lens.sum()) > INT32_MAX:
-        raise ValueError(
-            f"{int(lens.sum())} tokens in one batch: more than int32 list offsets hold; pass "
-            "smaller batches"
-        )
-    off = np.zeros(len(lens) + 1, dtype=np.int32)
-    np.cumsum(lens, out=off[1:])
-    offsets = pa.array(off)
-    labels = np.concatenate(lab_l)
-    loss = np.add.reduceat(
-        labels != IGNORE_INDEX, off[:-1].astype(np.int64), dtype=np.int64
-    ).astype(np.int32)
-    table = pa.record_batch(
-        [
-            pa.ListArray.from_arrays(offsets, pa.array(np.concatenate(ids_l))),
-            pa.ListArray.from_arrays(offsets, pa.array(labels)),
-            pa.array(lens.astype(np.int32)),
-            pa.array(loss),
-        ],
-        names=list(OUT_COLUMNS),
-    )
+    check_total(int(lens.sum()))
+    table = out_table(lens, np.concatenate(ids_l), np.concatenate(lab_l))
     return Validated(table, np.asarray(keep, dtype=np.int64), rejects, removed)
-
-
-def validate_batch(batch: pa.RecordBatch | pa.Table, source: str) -> Validated:
-    """Check one batch of pre-tokenized rows, vectorized; the good rows as int32 lists, the bad ones' reasons.
-
-    source is `label_source_of(first schema)` (or `label_source(first record)`): required of every
-    row. The batch must hold fewer than 2^31 good tokens (int32 offsets). A Table is combined into
-    one batch first (a copy when it has several chunks): to stream, pass RecordBatches.
-    """
-    import pyarrow as pa
-
-    if isinstance(batch, pa.Table):
-        batches = batch.combine_chunks().to_batches()
-        batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=batch.schema)
-    return _validate_or_records(batch, source, None)
-
-
-def _validate_or_records(batch, source: str, records: list[dict] | None) -> Validated:
-    try:
-        return _validate(batch, source, records)
-    except _Unhandled:
-        return _records_validated(records if records is not None else batch.to_pylist(), source)
-
-
-def records_batch(records: list[dict], source: str) -> Validated:
-    """validate_batch for dict records (JSON/JSONL): the same rows and messages as record_arrays."""
-    import pyarrow as pa
-
-    present = set()
-    for rec in records:
-        present.update(rec)
-    names = [c for c in ("input_ids", *LABEL_COLUMNS, "attention_mask") if c in present]
-    columns = []
-    for name in names:
-        try:
-            col = pa.array([rec.get(name) for rec in records])
-        except (pa.ArrowException, OverflowError, TypeError, ValueError):
-            return _records_validated(records, source)
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks()
-        columns.append(col)
-    if not names:
-        batch = pa.RecordBatch.from_pydict({"_": pa.nulls(len(records))})
-    else:
-        batch = pa.RecordBatch.from_arrays(columns, names=names)
-    return _validate_or_records(batch, source, records)

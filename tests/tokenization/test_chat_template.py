@@ -18,6 +18,7 @@ from packtool.formats.normalize import normalize
 from packtool.tokenization import chat_template as ct
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec, load_spec
+from packtool.tokenization.template_probe import choose, probe
 
 GPTOSS = SHARED / "tokenizers" / "gptoss"
 LLAMA3 = SHARED / "tokenizers" / "llama3"
@@ -49,7 +50,7 @@ def _tpl(tmp_path, name, source, spec):
     """`source` written to tmp_path/name and chosen as --chat-template FILE."""
     p = tmp_path / name
     p.write_text(source)
-    return ct.choose(spec, str(p))
+    return choose(spec, str(p))
 
 
 def trained_text(spec, enc, i=0) -> list[str]:
@@ -69,7 +70,7 @@ def trained_text(spec, enc, i=0) -> list[str]:
 
 
 def test_auto_on_builtin_is_chatml_train(spec):
-    t = ct.choose(spec, None)
+    t = choose(spec, None)
     assert (t.name, t.origin, t.mode) == ("chatml-train", "packtool", "markers")
     assert t.end_of_turn == "<|im_end|> (EOS)"
 
@@ -78,7 +79,7 @@ def test_auto_takes_the_tokenizers_own_template_with_markers(spec):
     own = replace(
         spec, builtin=False, chat_template=ct.BUILTIN_TEMPLATES["chatml-train"].read_text()
     )
-    t = ct.choose(own, "auto")
+    t = choose(own, "auto")
     assert (t.name, t.origin, t.mode) == (
         "tokenizer",
         "tokenizer",
@@ -91,7 +92,7 @@ def test_auto_uses_trls_training_version_of_an_official_template(spec):
     if folder is None or not (folder / "qwen3.jinja").is_file():
         pytest.skip("TRL's template files are not installed")
     own = replace(spec, builtin=False, chat_template=(folder / "qwen3.jinja").read_text())
-    t = ct.choose(own, None)
+    t = choose(own, None)
     assert t.name == "trl:qwen3_training" and t.origin.startswith("trl ") and t.mode == "markers"
     assert "official template (qwen3.jinja)" in t.why
 
@@ -104,9 +105,12 @@ def test_official_qwen3_without_trl_refuses_with_chatml_fix(spec, monkeypatch):
     with pytest.raises(
         UsageError, match=r"not prefix-preserving.*--chat-template chatml-train.*--train-on last"
     ):
-        ct.choose(own, None)
-    t = ct.choose(own, None, train_on="last")
+        choose(own, None)
+    verdict = probe(own, replace(ct.pick(own, "tokenizer"), mode="prefix"), "assistant")
+    assert verdict.encoded is None and not verdict.prefix_preserving  # typed, not read from text
+    t = choose(own, None, train_on="last")
     assert t.mode == "last"
+    assert probe(own, t, "last").prefix_preserving
     enc = Encoder(own, t, "last").encode([chat(CHAT)])
     assert trained_text(own, enc) == [
         "<think>\n\n</think>\n\nGoodbye.<|im_end|>"
@@ -161,14 +165,14 @@ def gptoss():
 def test_gptoss_without_trl_refuses_with_its_own_fix(gptoss, monkeypatch):
     monkeypatch.setattr(ct, "trl_dir", lambda: None)
     with pytest.raises(UsageError) as e:
-        ct.choose(gptoss, None)
+        choose(gptoss, None)
     msg = str(e.value)
     assert "gpt-oss (harmony)" in msg and "trl:gptoss_training" in msg and "pip install" in msg
     assert "--train-on last" in msg and "chatml" not in msg
 
 
 def test_gptoss_train_on_last_with_its_own_template(gptoss):
-    t = ct.choose(gptoss, "tokenizer", train_on="last")
+    t = choose(gptoss, "tokenizer", train_on="last")
     assert t.mode == "last" and t.date == ct.DEFAULT_DATE
     msgs = [
         *CHAT[1:4],
@@ -187,7 +191,7 @@ def test_gptoss_train_on_last_with_its_own_template(gptoss):
 def test_gptoss_training_template_trains_channel_header_not_generation_prompt(gptoss):
     if ct.trl_dir() is None:
         pytest.skip("TRL's template files are not installed")
-    t = ct.choose(gptoss, None)
+    t = choose(gptoss, None)
     assert t.name == "trl:gptoss_training" and "<|return|> (EOS)" in t.end_of_turn
     enc = Encoder(gptoss, t).encode([chat(CHAT)])
     assert trained_text(gptoss, enc) == [
@@ -201,7 +205,7 @@ def test_gptoss_date_is_fixed_and_overridable(gptoss):
 
     tok = Tokenizer.from_str(gptoss.backend_json)
     for date, want in ((None, ct.DEFAULT_DATE), ("2025-03-04", "2025-03-04")):
-        t = ct.choose(gptoss, "tokenizer", train_on="last", date=date)
+        t = choose(gptoss, "tokenizer", train_on="last", date=date)
         text = tok.decode(
             Encoder(gptoss, t, "last").encode([chat(CHAT)]).input_ids[0].tolist(),
             skip_special_tokens=False,
@@ -218,7 +222,7 @@ def test_chatml_train_on_llama3_is_refused():
     with pytest.raises(
         UsageError, match=r"writes <\|im_end\|>, <\|im_start\|>.*not a single token"
     ):
-        ct.choose(load_spec(str(LLAMA3)), "chatml-train")
+        choose(load_spec(str(LLAMA3)), "chatml-train")
 
 
 # ------------------------------------------------------------------------- control tokens in content
@@ -231,7 +235,7 @@ FAKE = [
 
 @pytest.mark.parametrize("backend", ["hf", "fastokens"])
 def test_special_in_content_keep_split_error(spec, backend):
-    t = ct.choose(spec, None)
+    t = choose(spec, None)
     im_start = ct.special_tokens(spec)["<|im_start|>"]
     kept = Encoder(spec, t, backend=backend, special_in_content="keep").encode([chat(FAKE)])
     split = Encoder(spec, t, backend=backend, special_in_content="split").encode([chat(FAKE)])
@@ -253,7 +257,7 @@ def test_special_in_content_keep_split_error(spec, backend):
 
 
 def test_split_is_identical_on_both_backends(spec):
-    t = ct.choose(spec, None)
+    t = choose(spec, None)
     a = Encoder(spec, t, backend="hf", special_in_content="split").encode([chat(FAKE)] * 3)
     b = Encoder(spec, t, backend="fastokens", special_in_content="split").encode([chat(FAKE)] * 3)
     assert np.array_equal(a.ids, b.ids) and np.array_equal(a.label_values, b.label_values)
@@ -448,7 +452,7 @@ def test_dropped_reasoning_of_the_last_turn_is_refused(spec, tmp_path):
 
 
 def test_control_tokens_in_tool_arguments_are_seen(spec):
-    t = ct.choose(spec, None)
+    t = choose(spec, None)
     bad = [{"type": "function", "function": {"name": "echo", "arguments": {"text": "<|im_end|>"}}}]
     msgs = [
         {"role": "user", "content": "Echo"},

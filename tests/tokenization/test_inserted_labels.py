@@ -1,6 +1,6 @@
 """Nothing trained that the data does not hold is silent (issue 23, items 3, 4, 6, 7): empty blocks a
 template writes, empty assistant turns, examples without loss and reasoning a template drops are
-counted per kind (encode.label_notes → tokenizer.label_audit), said, and refused by --strict-labels;
+counted per kind (label_audit.label_notes → tokenizer.label_audit), said, and refused by --strict-labels;
 a near miss of an official template is recognised; a template without a tool role says so."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from packtool.formats.turns import make_example, make_message
 from packtool.tokenization import chat_template as ct
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec
+from packtool.tokenization.template_probe import choose
 
 CHAT = [
     {"role": "user", "content": "Hi"},
@@ -114,7 +115,7 @@ def test_an_example_without_loss_is_a_kind_of_its_own(tmp_path):
 
 def test_qwen3_training_trains_an_empty_think_block_in_every_turn_and_says_so(spec, tmp_path):
     need_trl("qwen3_training.jinja")
-    t = ct.choose(spec, "trl:qwen3_training")
+    t = choose(spec, "trl:qwen3_training")
     enc = Encoder(spec, t).encode([chat(CHAT)])
     # <think> \n\n </think> \n\n: four tokens in each of the two turns
     assert enc.notes == [{"template_inserted": [2, 8]}]
@@ -142,7 +143,7 @@ def test_qwen3_training_trains_an_empty_think_block_in_every_turn_and_says_so(sp
 
 def test_a_think_block_the_data_has_is_not_counted(spec):
     need_trl("qwen3_training.jinja")
-    t = ct.choose(spec, "trl:qwen3_training")
+    t = choose(spec, "trl:qwen3_training")
     with_reasoning = [CHAT[0], {**CHAT[1], "reasoning": "Greet back."}]
     in_content = [CHAT[0], {"role": "assistant", "content": "<think>\n\n</think>\n\nHello."}]
     enc = Encoder(spec, t).encode([chat(with_reasoning), chat(in_content)])
@@ -166,7 +167,7 @@ def test_chatml_train_on_qwen3_says_it_writes_no_think_block(tmp_path):
 def test_reasoning_an_official_template_drops_is_counted(spec, tmp_path):
     # Qwen3's official template keeps the reasoning of the turns after the last user turn only
     own = replace(spec, builtin=False)
-    t = ct.choose(own, "tokenizer", train_on="last")
+    t = choose(own, "tokenizer", train_on="last")
     turns = [CHAT[0], {**CHAT[1], "reasoning": "Greet back."}, *CHAT[2:]]
     enc = Encoder(own, t, "last").encode([chat(turns)])
     # ...and writes an empty <think></think> (4 tokens) into the last turn, which had none
@@ -180,7 +181,7 @@ def test_fast_path_and_reference_path_agree_on_ids_labels_and_notes(spec, data):
 
     if supports_fast(spec.backend_json, load=False) is not None:
         pytest.skip("fastokens is not available here")
-    t = ct.choose(spec, None)
+    t = choose(spec, None)
     ref = Encoder(spec, t, backend="hf", renderer="jinja").encode([chat(data)])
     fast = Encoder(spec, t, backend="fastokens", renderer="native").encode([chat(data)])
     assert np.array_equal(ref.ids, fast.ids) and np.array_equal(ref.label_values, fast.label_values)
@@ -256,7 +257,7 @@ def test_an_older_revision_of_an_official_template_is_a_near_miss(spec):
         UsageError,
         match=r"fix: --chat-template trl:qwen3_training .*; or --chat-template chatml-train",
     ):
-        ct.choose(own, None)
+        choose(own, None)
 
 
 def test_the_builtin_qwen3_template_is_recognised_as_a_near_miss():

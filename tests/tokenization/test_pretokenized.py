@@ -11,13 +11,12 @@ from packtool.tokenization.pretokenized import (
     EMPTY,
     INT32_MAX,
     Validated,
-    _records_validated,
     label_source,
     label_source_of,
     record_arrays,
-    records_batch,
-    validate_batch,
+    records_validated,
 )
+from packtool.tokenization.pretokenized_batch import records_batch, validate_batch
 
 OUT_TYPES = {
     "input_ids": pa.list_(pa.int32()),
@@ -29,7 +28,7 @@ OUT_TYPES = {
 
 def reference(records: list[dict], source: str):
     """The per-record path (record_arrays on every record): (keep, ids, labels, rejects, removed)."""
-    v = _records_validated(records, source)
+    v = records_validated(records, source)
     t = v.table.to_pydict()
     return v.keep.tolist(), t["input_ids"], t["labels"], v.rejects, v.removed_padding
 

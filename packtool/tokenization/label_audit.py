@@ -1,0 +1,173 @@
+"""Label notes: what is trained that the data does not hold, and what of the data is not trained.
+
+Per example (`label_notes`, called by the Encoder on each chat example), {kind: [turns, tokens]}:
+
+    template_inserted   an empty block the template writes into a trained turn the data gave no
+                        such block (TRL's qwen3_training: `<think>\n\n</think>\n\n` in every turn)
+    empty_turns         an assistant turn with no text, reasoning or tool call: only its end-of-turn
+                        token is trained (axolotl's missingturns data)
+    dropped_reasoning   the reasoning of an earlier assistant turn that the template does not render
+    think_omitted       (said, never refused) chatml-train on a tokenizer whose own template writes
+                        `<think>` blocks: turns without reasoning are trained with no block at all
+
+Per run (`label_audit`, from the (source index, notes) pairs of every batch): summed per kind into
+the summary, the manifest's `tokenizer.label_audit` and warnings (`audit_warnings`); with
+`--strict-labels` the first one found refuses the run (`strict_problem`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from packtool.tokenization.render import appears
+
+TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, THINK_OMITTED = (
+    "template_inserted",
+    "empty_turns",
+    "dropped_reasoning",
+    "think_omitted",
+)
+_EMPTY_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>\s*</\1>\s*")  # <think>\n\n</think>\n\n
+
+
+def label_notes(
+    messages: list[dict],
+    text: str,
+    paired,
+    count: Callable[[str], int],
+    native: bool = False,
+    omits_think: bool = False,
+) -> dict[str, list[int]]:
+    """{kind: [turns, tokens]} of what is trained that the data does not hold and of what the data
+    holds that the template does not render (the kinds of the module docstring). `paired`: (turn,
+    trained char span) of each trained assistant turn, None when spans and turns do not pair up;
+    `count(piece)`: its tokens; `native`: rendered by chatml.render, which writes every turn's
+    reasoning; `omits_think`: chatml-train on a tokenizer whose own template writes <think>."""
+    notes: dict[str, list[int]] = {}
+
+    def add(kind: str, tokens: int) -> None:
+        t = notes.setdefault(kind, [0, 0])
+        t[0] += 1
+        t[1] += tokens
+
+    if not native:
+        for m in messages:
+            r = m.get("reasoning_content")
+            if m["role"] == "assistant" and isinstance(r, str) and r.strip():
+                if not appears(r, text):
+                    add(DROPPED_REASONING, 0)
+    for i, (a, b) in paired or ():
+        if a >= b:
+            continue  # nothing of this turn is trained
+        m = messages[i]
+        body = text[a:b]
+        content = m.get("content") if isinstance(m.get("content"), str) else ""
+        reasoning = m.get("reasoning_content")
+        if m.get("tool_calls") or (isinstance(reasoning, str) and reasoning.strip()):
+            continue  # the template's framing of a call or of reasoning is the data's
+        c = content.strip()
+        if not c:
+            add(EMPTY_TURNS, count(body))
+        elif c not in body:
+            continue  # the template rewrote the text (escaped, split): nothing to compare
+        rest = body.replace(c, "", 1) if c else body
+        for block in _EMPTY_BLOCK.finditer(rest):
+            add(TEMPLATE_INSERTED, count(block.group(0)))
+        if omits_think and "<think>" not in content:
+            add(THINK_OMITTED, 0)
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------
+# a run's label notes: summed per kind (manifest tokenizer.label_audit), said, refused
+
+ZERO_LOSS_DOCUMENTS = "zero_loss_documents"
+AUDIT_KINDS = (TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, ZERO_LOSS_DOCUMENTS)
+_REFUSED = {
+    TEMPLATE_INSERTED: "trains an empty block the template wrote, which the data does not hold",
+    EMPTY_TURNS: "trains an empty assistant turn (no text, reasoning or tool call)",
+    DROPPED_REASONING: "the template drops the reasoning of an earlier assistant turn",
+    ZERO_LOSS_DOCUMENTS: "has no loss token",
+}
+
+
+def label_audit(
+    notes: list[tuple[int, dict]], zero_loss: list[int], where
+) -> tuple[dict, dict[str, list[int]]]:
+    """({kind: {examples, turns, tokens, first}} with only the kinds found, in AUDIT_KINDS order,
+    think_omitted left out (it is said, never recorded or refused); {kind: source indices}).
+    `where(i)`: 'file.jsonl record 3' for source index i."""
+    idx: dict[str, list[int]] = {}
+    sums: dict[str, list[int]] = {}
+    for i, x in notes:
+        for kind, (turns, tokens) in x.items():
+            idx.setdefault(kind, []).append(i)
+            s = sums.setdefault(kind, [0, 0])
+            s[0] += turns
+            s[1] += tokens
+    if zero_loss:
+        idx[ZERO_LOSS_DOCUMENTS] = list(zero_loss)
+    audit = {}
+    for kind in AUDIT_KINDS:
+        if kind not in idx:
+            continue
+        entry = {"examples": len(idx[kind])}
+        if kind in sums:
+            entry["turns"] = sums[kind][0]
+            if kind != DROPPED_REASONING:
+                entry["tokens"] = sums[kind][1]
+        entry["first"] = where(idx[kind][0])
+        audit[kind] = entry
+    return audit, idx
+
+
+def audit_warnings(audit: dict, idx: dict[str, list[int]], template: str, quote) -> list[str]:
+    """One line per kind (zero-loss documents are said by the pipeline's own line)."""
+    out = []
+    a = audit.get(TEMPLATE_INSERTED)
+    if a:
+        out.append(
+            f"chat template '{template}' writes an empty block the data does not hold (e.g. "
+            f"<think></think>) into {a['turns']} trained assistant turn(s) of {a['examples']} "
+            f"example(s), {a['tokens']} trained token(s) in all (--strict-labels refuses such "
+            f"data): source indices {quote(idx[TEMPLATE_INSERTED])}"
+        )
+    a = audit.get(EMPTY_TURNS)
+    if a:
+        out.append(
+            f"{a['turns']} assistant turn(s) of {a['examples']} example(s) have no text, "
+            f"reasoning or tool call: only what the template writes is trained in them, their "
+            f"end of turn ({a['tokens']} token(s) in all); "
+            f"drop such turns, or --strict-labels refuses them: source indices "
+            f"{quote(idx[EMPTY_TURNS])}"
+        )
+    a = audit.get(DROPPED_REASONING)
+    if a:
+        out.append(
+            f"chat template '{template}' drops the reasoning of {a['turns']} earlier assistant "
+            f"turn(s) of {a['examples']} example(s): the data has it, the model is not trained on "
+            f"it (--chat-template chatml-train or a trl:*_training template keeps every turn's): "
+            f"source indices {quote(idx[DROPPED_REASONING])}"
+        )
+    if idx.get(THINK_OMITTED):
+        out.append(
+            f"chat template '{template}' writes no <think> block in assistant turns without "
+            f"reasoning ({len(idx[THINK_OMITTED])} example(s)), where the tokenizer's own template "
+            "writes an empty one before the last answer: the model learns to answer without it "
+            "(--chat-template trl:qwen3_training trains an empty <think></think> in every turn)"
+        )
+    return out
+
+
+def strict_problem(audit: dict | None) -> str | None:
+    """The one-line refusal of --strict-labels for a run's audit; None when there is nothing."""
+    for kind in AUDIT_KINDS:
+        a = (audit or {}).get(kind)
+        if a:
+            return (
+                f"--strict-labels: {a['first']} {_REFUSED[kind]} ({kind}; {a['examples']} "
+                "example(s) in all, see the warnings); fix or drop such records, or leave out "
+                "--strict-labels"
+            )
+    return None

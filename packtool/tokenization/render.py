@@ -1,0 +1,332 @@
+"""Render one conversation with the run's template: the text, and the char spans to train.
+
+    messages (packtool.formats.template_messages) ──Renderer.conversation──▶ text, spans
+    text   "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+    spans                                                     [(52, 65)]   "Hello!<|im_end|>"
+
+Renderers: transformers' jinja renderer, which records the character spans of `{% generation %}`
+blocks, or for the built-in chatml-train template the native one (packtool.tokenization.chatml:
+same text and spans, ~20x faster). How assistant text is located is the template's `mode`
+(decided once per run by packtool.tokenization.template_probe):
+
+    markers   each {% generation %} block, less the generation prompt the template writes at its
+              start (the model is given it at inference, e.g. `<|start|>assistant`)
+    prefix    for each assistant turn i, what render(messages[:i+1]) adds to
+              render(messages[:i], add_generation_prompt=True); a template that renders an earlier
+              turn differently once later turns follow raises NotPrefixPreserving
+    last      that for the last turn only (templates that rewrite earlier turns, --train-on last)
+    all       the whole text (--train-on all)
+
+A span ends at the turn's end-of-turn token (not the newline after it). Every message's text, the
+last assistant turn's reasoning, every tool call (its name, argument names and values) and tool
+definition must appear in the rendered text, else the example is refused naming what the
+template dropped (`lost_content`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from packtool.tokenization.chat_template import (
+    ChatTemplate,
+    family_fix,
+    family_of,
+    special_tokens,
+)
+
+
+class ExampleError(Exception):
+    """One example cannot be encoded; the source counts it (or stops, with --on-error error)."""
+
+
+class NotPrefixPreserving(ExampleError):
+    """The template renders an earlier turn differently once later turns follow (mode prefix)."""
+
+
+def first_line(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def dated_source(template: ChatTemplate) -> str:
+    """The template with strftime_now() fixed to `template.date` (a macro shadowing the global), so a
+    template that writes today's date (gpt-oss) renders the same text on every day."""
+    if not template.date:
+        return template.source
+    import datetime
+
+    day = datetime.date.fromisoformat(template.date)
+    formats = sorted(set(re.findall(r"strftime_now\(\s*[\"']([^\"']*)[\"']\s*\)", template.source)))
+    table = json.dumps({f: day.strftime(f) for f in formats})
+    return (
+        "{%- macro strftime_now(fmt) -%}{{ "
+        + table
+        + "[fmt] if fmt in "
+        + table
+        + " else "
+        + json.dumps(template.date)
+        + " }}{%- endmacro %}"
+        + template.source
+    )
+
+
+def appears(value: str, text: str) -> bool:
+    """`value` is in `text` as it is, stripped, or JSON-escaped (templates that `tojson` content)."""
+    if value in text or value.strip() in text:
+        return True
+    return any(json.dumps(value, ensure_ascii=a)[1:-1] in text for a in (False, True))
+
+
+def leaf_values(value) -> list:
+    """The leaf values of tool-call arguments (strings, numbers, booleans), depth first."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in leaf_values(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in leaf_values(v)]
+    return [] if value is None else [value]
+
+
+def _leafappears(value, text: str) -> bool:
+    if isinstance(value, str):
+        return not value.strip() or appears(value, text)
+    return any(s in text for s in {json.dumps(value), str(value)})  # 3 / 3.0 / true / True
+
+
+def lost_content(messages: list[dict], tools, text: str) -> str | None:
+    """What of the conversation the rendered `text` lacks, in words; None when everything is there:
+    a message's text; the reasoning of the last assistant turn (templates may drop earlier turns'
+    reasoning by design: gpt-oss, Qwen3); each tool call's name (as often as it is called, beside
+    its definitions), argument names and values; each tool definition."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    defined = [
+        (t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in tools or ()
+    ]
+    calls: dict[str, int] = {}
+    for i, m in enumerate(messages):
+        c = m.get("content")
+        if isinstance(c, str) and c.strip() and not appears(c, text):
+            return f"the text of turn {i} ({m['role']})"
+        r = m.get("reasoning_content")
+        if i == last and isinstance(r, str) and r.strip() and not appears(r, text):
+            return f"the reasoning of turn {i} (the last assistant turn)"
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function", call) if isinstance(call, dict) else {}
+            name = fn.get("name")
+            if not name:
+                continue
+            calls[name] = calls.get(name, 0) + 1
+            if text.count(name) < calls[name] + defined.count(name):
+                return f"the tool call {name!r} of turn {i} ({m['role']})"
+            args = fn.get("arguments")
+            if isinstance(args, dict):
+                missing = [k for k in args if k not in text] + [
+                    repr(v) for v in leaf_values(args) if not _leafappears(v, text)
+                ]
+            else:
+                missing = (
+                    ["(all)"]
+                    if isinstance(args, str) and args.strip() and not appears(args, text)
+                    else []
+                )
+            if missing:
+                return f"the arguments {', '.join(map(str, missing))} of tool call {name!r} of turn {i}"
+    for name in defined:
+        if name and name not in text:
+            return f"the tool definition {name!r}"
+    return None
+
+
+class Renderer:
+    """One tokenizer's template in its mode: conversation → (text, trained char spans)."""
+
+    def __init__(self, spec, template: ChatTemplate, train_on: str, renderer: str = "jinja"):
+        self.spec = spec
+        self.template = template
+        self.train_on = train_on
+        self.renderer = renderer  # "jinja" (transformers' renderer) | "native" (chatml.render)
+        self._kwargs = dict(spec.special_tokens)
+        ends = {t for t in [spec.eos_token, *spec.all_special_tokens, *special_tokens(spec)] if t}
+        self._end_tokens = tuple(sorted(ends))
+        self._gen_prompt: str | None = None
+        self._heads: list[str] | None = None  # the generation prompt, its heads ending in a special
+        mode = template.mode or ("markers" if template.has_generation else "prefix")
+        self.mode = mode
+        self._source = dated_source(template)
+
+    def conversation(self, messages: list[dict], tools) -> tuple[str, list[tuple[int, int]]]:
+        """(text, trained char spans) in the template's mode; ExampleError saying what failed."""
+        try:
+            if self.mode == "markers":
+                text, spans = self._render(messages, tools, marks=True)
+                spans = self._trim_prompt(text, spans)
+            elif self.mode == "last" and self.train_on != "all":
+                text, spans = self._last_span(messages, tools)
+            elif self.mode == "all" or self.train_on == "all":
+                text, spans = self._render(messages, tools, marks=False)
+            else:
+                text, spans = self._prefix_spans(messages, tools)
+        except ExampleError:
+            raise
+        except Exception as e:  # jinja errors, raise_exception() inside templates
+            raise ExampleError(
+                f"chat template '{self.template.name}' failed on this record: {first_line(e)}"
+                + self._no_tools(messages, tools)
+            ) from e
+        # the native renderer writes every text, call and definition by construction (and is checked
+        # against the jinja reference, which runs this check, on every run's first examples)
+        lost = None if self.renderer == "native" else lost_content(messages, tools, text)
+        if lost:
+            raise ExampleError(
+                f"chat template '{self.template.name}' drops {lost}: the model would be trained without it; use a "
+                "template that renders it (--chat-template trl:NAME or FILE), or drop such records"
+                + self._no_tools(messages, tools)
+            )
+        return text, spans
+
+    def _render(self, messages, tools, *, marks: bool, gen_prompt: bool = False):
+        if self.renderer == "native" and marks and not gen_prompt:
+            from packtool.tokenization import chatml
+
+            try:
+                return chatml.render(messages, tools)
+            except chatml.NotNative:
+                pass
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        texts, spans = render_jinja_template(
+            conversations=[messages],
+            tools=tools,
+            chat_template=self._source,
+            return_assistant_tokens_mask=marks,
+            add_generation_prompt=gen_prompt,
+            **self._kwargs,
+        )
+        return texts[0], (spans[0] if marks else None)
+
+    def _opening_header(self, messages, tools) -> str:
+        """What precedes an assistant turn that opens the conversation.
+
+        Rendering an empty conversation works for some templates only; otherwise the header is the
+        generation prompt as the template writes it after a user turn,
+            G = render([user], generation prompt) - render([user]),
+        and everything up to the first G in render(messages[:1]) is the prompt.
+        """
+        try:
+            return self._render([], tools, marks=False, gen_prompt=True)[0]
+        except Exception:
+            pass
+        probe = [{"role": "user", "content": "x"}]
+        plain, _ = self._render(probe, tools, marks=False)
+        prompted, _ = self._render(probe, tools, marks=False, gen_prompt=True)
+        header = prompted[len(plain) :] if prompted.startswith(plain) else ""
+        first, _ = self._render(messages[:1], tools, marks=False)
+        at = first.find(header) if header else -1
+        if at < 0:
+            raise ExampleError("the template has no recognisable generation prompt")
+        return first[: at + len(header)]
+
+    def _prefix_spans(self, messages, tools) -> tuple[str, list[tuple[int, int]]]:
+        full, _ = self._render(messages, tools, marks=False)
+        spans = []
+        for i, m in enumerate(messages):
+            if m["role"] != "assistant":
+                continue
+            try:
+                if i == 0:
+                    before = self._opening_header(messages, tools)
+                else:
+                    before, _ = self._render(messages[:i], tools, marks=False, gen_prompt=True)
+            except Exception as e:  # guessing "" here would train the prompt: refuse instead
+                raise ExampleError(
+                    f"chat template '{self.template.name}' cannot render the conversation before assistant "
+                    f"turn {i} ({first_line(e)}), so the turn cannot be located; fix: {self._fix()}"
+                ) from e
+            upto, _ = self._render(messages[: i + 1], tools, marks=False)
+            if not (upto.startswith(before) and full.startswith(upto)):
+                raise NotPrefixPreserving(
+                    f"chat template '{self.template.name}' is not prefix-preserving on this conversation (turn {i} "
+                    f"renders differently once later turns follow), so assistant tokens cannot be located; "
+                    f"fix: {self._fix()}"
+                )
+            spans.append((len(before), self._turn_end(upto)))
+        return full, spans
+
+    def _fix(self) -> str:
+        family = self.template.family or family_of(self.template.source)
+        return family_fix(family, self.train_on, self.template.near)
+
+    def _turn_end(self, upto: str) -> int:
+        stripped = upto.rstrip()
+        if stripped.endswith(self._end_tokens):
+            return len(stripped)  # keep the end-of-turn token, not the newline after it
+        return len(upto)
+
+    def _last_span(self, messages, tools) -> tuple[str, list[tuple[int, int]]]:
+        """Only the last turn, for templates that rewrite earlier turns (gpt-oss drops their reasoning):
+        render(messages[:-1], generation prompt) must be a prefix of render(messages)."""
+        full, _ = self._render(messages, tools, marks=False)
+        if messages[-1]["role"] != "assistant":
+            return full, []
+        if len(messages) == 1:
+            before = self._opening_header(messages, tools)
+        else:
+            before, _ = self._render(messages[:-1], tools, marks=False, gen_prompt=True)
+        if not full.startswith(before):
+            raise ExampleError(
+                f"chat template '{self.template.name}' renders the conversation before the last assistant turn "
+                f"differently once that turn follows, so it cannot be located; fix: {self._fix()}"
+            )
+        return full, [(len(before), self._turn_end(full))]
+
+    def generation_prompt(self, tools=None) -> str:
+        """What the template writes to open an assistant turn at inference (the generation prompt)."""
+        if self._gen_prompt is None:
+            probe = [{"role": "user", "content": "x"}]
+            plain, _ = self._render(probe, None, marks=False)
+            prompted, _ = self._render(probe, None, marks=False, gen_prompt=True)
+            self._gen_prompt = prompted[len(plain) :] if prompted.startswith(plain) else ""
+        return self._gen_prompt
+
+    def _trim_prompt(self, text: str, spans) -> list[tuple[int, int]]:
+        """Generation blocks less the generation prompt at their start (the model is given it; a
+        block may start with only its leading special tokens, e.g. DeepSeek's `<｜Assistant｜>` of
+        `<｜Assistant｜><think>\\n`), and less whitespace after a closing end-of-turn token (the
+        next turn's, never generated). A last block that holds only the EOS (Phi-3's training
+        template closes the conversation so) joins the turn before it."""
+        g = self.generation_prompt()
+        out: list[tuple[int, int]] = []
+        if not g:
+            self._heads = []
+        for a, b in spans:
+            if out and text[a:b] == self.spec.eos_token and not text[out[-1][1] : a].strip():
+                out[-1] = (out[-1][0], b)
+                continue
+            a += self._prompt_at(text, a, b, g)
+            out.append((a, a + self._turn_end(text[a:b])))
+        return out
+
+    def _prompt_at(self, text: str, a: int, b: int, g: str) -> int:
+        """Length of the generation prompt `g` (or of its longest head that ends in a special token)
+        written at text[a:b]."""
+        if self._heads is None:
+            self._heads = [g] + [
+                g[:k] for k in range(len(g) - 1, 0, -1) if g[:k].endswith(self._end_tokens)
+            ]
+        for head in self._heads:
+            if len(head) <= b - a and text.startswith(head, a):
+                return len(head)
+        return 0
+
+    def _no_tools(self, messages: list[dict], tools) -> str:
+        """'; the template has no tool role ...' when the record uses tools (a tool turn, a tool call,
+        tool definitions) and the template never mentions them (Gemma 3: its refusal only says that
+        roles must alternate); else ''."""
+        used = tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
+        if not used or re.search(r"\btools?\b|tool_calls", self.template.source):
+            return ""
+        return (
+            f" (the template{f' of {self.template.family}' if self.template.family else ''} has no "
+            "tool role: it renders no tool turns, calls or definitions); drop tool records with "
+            "--on-error skip, or use a template that supports tools (--chat-template chatml-train "
+            "for ChatML models, trl:NAME or FILE)"
+        )

@@ -1,0 +1,145 @@
+"""Decide a chosen template's mode on a probe conversation, and refuse what cannot work.
+
+    pick (chat_template) ──▶ mode from the template: all (--train-on all) | markers | prefix
+        ──probe──▶ PROBE encoded with that mode (hf backend, jinja renderer)
+            ok ─────────────────────────────────────────────────▶ that mode
+            prefix fails, --train-on last, mode last works ─────▶ last
+            prefix fails, the template is not prefix-preserving ▶ refusal with this family's fix
+            any other failure ──────────────────────────────────▶ refusal: cannot render PROBE
+        ──▶ the probe's trained runs must end in EOS or an end-of-turn token (`end_of_turn`)
+
+The verdict is a `Probe` (encoded, error, prefix_preserving): the mode is chosen from its fields;
+`prefix_preserving` comes from the encoder's `NotPrefixPreserving`, never from the error's text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from packtool.errors import UsageError
+from packtool.formats.turns import make_example, make_message
+from packtool.schema import IGNORE_INDEX
+from packtool.tokenization.chat_template import (
+    CHOICES,
+    DEFAULT_DATE,
+    ChatTemplate,
+    check_markers,
+    family_fix,
+    family_of,
+    pick,
+    special_tokens,
+)
+from packtool.tokenization.encode import Encoded, Encoder
+from packtool.tokenization.render import ExampleError, NotPrefixPreserving
+
+PROBE = [
+    {"role": "system", "content": "You are a probe."},
+    {"role": "user", "content": "First question?"},
+    {"role": "assistant", "content": "First answer."},
+    {"role": "user", "content": "Second question?"},
+    {"role": "assistant", "content": "Second answer."},
+]
+_END_NAME = re.compile(r"end|eot|eos|eom|return|call|stop", re.IGNORECASE)  # end-of-turn tokens
+
+
+@dataclass(frozen=True)
+class Probe:
+    """PROBE (or PROBE without its system turn) through one template and mode."""
+
+    template: ChatTemplate
+    encoded: Encoded | None  # the first conversation that encoded; None when neither did
+    error: str | None = None  # why the first conversation failed, when neither encoded
+    prefix_preserving: bool = True  # False: an earlier turn renders differently once turns follow
+
+
+def probe(spec, template: ChatTemplate, train_on: str) -> Probe:
+    """Encode PROBE, then PROBE without its system turn (templates that refuse one), with `template`'s mode."""
+    encoder = Encoder(spec, template, train_on, "hf")
+    first = None
+    for messages in (PROBE, PROBE[1:]):
+        ex = make_example("chat", [make_message(m["role"], m["content"]) for m in messages])
+        enc = encoder.encode([ex])
+        if enc.errors[0] is None:
+            return Probe(template, enc)
+        first = first or (ex, enc.errors[0])
+    ex, error = first
+    try:  # the same conversation again, for the typed reason it failed
+        encoder.chat_text(ex)
+        preserving = True
+    except NotPrefixPreserving:
+        preserving = False
+    except ExampleError:
+        preserving = True
+    return Probe(template, None, error, preserving)
+
+
+def choose(
+    spec, choice: str | None, train_on: str = "assistant", date: str | None = None
+) -> ChatTemplate:
+    """The run's template with its mode decided on a probe conversation; refuses what cannot work."""
+    tpl = pick(spec, choice)
+    check_markers(spec, tpl)
+    family = family_of(tpl.source)
+    uses_date = "strftime_now" in tpl.source
+    tpl = replace(tpl, family=family, date=(date or DEFAULT_DATE) if uses_date else None)
+    if train_on == "all":
+        mode = "all"
+    elif tpl.has_generation:
+        mode = "markers"
+    else:
+        mode = "prefix"
+    got = probe(spec, replace(tpl, mode=mode), train_on)
+    if got.error and mode == "prefix":
+        last = probe(spec, replace(got.template, mode="last"), train_on)
+        if train_on == "last" and not last.error:
+            got = last
+        elif not got.prefix_preserving:
+            raise UsageError(
+                f"chat template '{tpl.name}'{f' ({family})' if family else ''} of tokenizer {spec.name} is not "
+                "prefix-preserving (it renders earlier turns differently once later turns follow), so its assistant "
+                f"turns cannot be located; fix: {family_fix(family, train_on, tpl.near)}"
+            )
+    tpl = got.template
+    if got.error:
+        error = got.error.replace(f"chat template '{tpl.name}' ", "").replace(" on this record", "")
+        raise UsageError(
+            f"chat template '{tpl.name}' cannot render a plain test conversation (system, user, "
+            f"assistant turns): {error}; fix the template or pass --chat-template {CHOICES}"
+        )
+    if tpl.mode != "all":
+        tpl = replace(tpl, end_of_turn=end_of_turn(spec, tpl, got.encoded))
+    return tpl
+
+
+def end_of_turn(spec, tpl: ChatTemplate, enc: Encoded) -> str:
+    """Each trained run of the probe must end in EOS or another special token: say which."""
+    import numpy as np
+
+    ids, labels = enc.input_ids[0], enc.labels[0]
+    trained = labels != IGNORE_INDEX
+    edges = np.flatnonzero(trained & ~np.append(trained[1:], False))  # last token of each run
+    specials = {v: k for k, v in special_tokens(spec).items() if _END_NAME.search(k)}
+    ends = [int(ids[i]) for i in edges]
+    bad = [e for e in ends if e != spec.eos_id and e not in specials]
+    if not ends or bad:
+        from tokenizers import Tokenizer
+
+        what = (
+            repr(Tokenizer.from_str(spec.backend_json).decode([bad[0]], skip_special_tokens=False))
+            if bad
+            else "nothing"
+        )
+        raise UsageError(
+            f"chat template '{tpl.name}' ends the trained part of an assistant turn with {what}, not with an "
+            f"end-of-turn token of tokenizer {spec.name} (EOS {spec.eos_token!r}): the model would not learn to "
+            f"stop; use a template whose assistant turns end in EOS or an end-of-turn token "
+            f"(--chat-template {CHOICES})"
+        )
+    names = []
+    for e in dict.fromkeys(ends):
+        text = specials.get(e) or spec.eos_token
+        names.append(
+            f"{text} ({'EOS' if e == spec.eos_id else 'end-of-turn token; EOS is ' + str(spec.eos_token)})"
+        )
+    return ", ".join(names)
