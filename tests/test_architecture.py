@@ -92,3 +92,49 @@ def test_the_library_never_reaches_up_into_the_cli():
             continue
         up = {d for d in imports_of(path) if _unit(d) in ("commands", "cli")}
         assert not up, f"{rel} imports {up}"
+
+
+def _module_of(path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_cycle_inside_packtool():
+    """No module reaches itself through the modules it imports (lazy imports count): a cycle
+    means two modules each need the other, so neither has one role."""
+    modules = {_module_of(p): p for p in PACKAGE.rglob("*.py")}
+
+    def resolve(name: str) -> str | None:  # packtool.a.b.name → the module that defines it
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module == "packtool" or node.module.startswith("packtool."):
+                    targets |= {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("packtool.")}
+        edges[name] = {t for t in map(resolve, targets) if t and t != name}
+
+    cycles, done = [], set()
+    for start in sorted(modules):  # depth-first from each module: a path back to it is a cycle
+        stack = [(start, iter(sorted(edges[start])))]
+        seen = {start}
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                continue
+            if nxt == start:
+                cycles.append(" -> ".join([s for s, _ in stack] + [start]))
+                break
+            if nxt not in seen and nxt not in done:
+                seen.add(nxt)
+                stack.append((nxt, iter(sorted(edges[nxt]))))
+        done.add(start)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
