@@ -10,7 +10,12 @@ Read the modules in this order:
       backends.py    fastokens and tokenizers backends: ids and the trained-token mask
       pretokenized.py  vectorized validation of records that already carry input_ids
     cache.py         cache entries: written once as Arrow IPC, checksummed, memory-mapped
-    pipeline.py      source → encode (num_proc workers, start-up check of the fast path) → cache
+    pipeline.py      load_tokenized: cache → decide → plan → execute → finish, in this order:
+      decide.py      each file's FileDecision (input kind, format), from its leading batches
+      run_plan.py    RunPlan (steps, tokenizer, template, BackendReport) from plan_run(cfg, decisions)
+      fast_check.py  FastCheck: the fast path against the reference on each file's head
+      execute.py     the local executor: the plan's step in num_proc worker processes, in order
+      run_meta.py    the finished run's meta (formats, warnings, label audit, backend)
     loading.py       tokenizers (resolved once, cached as a TokenizerSpec) and chat templates
 
 transformers is imported lazily inside functions: `import packtool.cli` must stay light.
