@@ -125,7 +125,7 @@ class TokenizeConfig:
     strict_labels: bool = False  # refuse a run that trains what the data lacks (AUDIT_KINDS)
     num_proc: int | None = None  # None = all cores (one process for small inputs)
     cache: bool = True
-    tokenizer_backend: str = "auto"  # auto | fastokens | hf (see packtool.tokenization.pipeline)
+    tokenizer_backend: str = "auto"  # auto | fastokens | hf (see packtool.tokenization.run_plan)
     read: ReadConfig = field(default_factory=ReadConfig)
 
     def __post_init__(self) -> None:

@@ -1,8 +1,10 @@
 """`packtool inspect`: one example, as the trainer will see it.
 
-Reads up to record N (detecting the format on the first parseable record, as the pipeline does),
-normalizes it, encodes it with the same Encoder as `profile`/`pack`, and splits the token stream
-into runs of trained / untrained tokens for display:
+Reads up to record N (detecting the format on the first parseable record of its file, as the
+pipeline does; pre-tokenized by tokenization.decide's rule), normalizes it, encodes it with the
+reference step that tokenization.run_plan builds for `profile`/`pack` (and, where fastokens
+supports the tokenizer, that step on fastokens), and splits the token stream into runs of trained /
+untrained tokens for display:
 
     runs = [{"text": "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n", "loss": False, "tokens": 9},
             {"text": "Hello!<|im_end|>", "loss": True, "tokens": 3}, ...]
@@ -54,6 +56,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     from packtool.formats.detect import detect_format
     from packtool.formats.normalize import normalize
     from packtool.io.readers import iter_records
+    from packtool.tokenization.decide import is_pretokenized
 
     if index < 0:
         raise UsageError(f"--index {index} must be >= 0")
@@ -87,7 +90,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         where["record"] = target.position  # its index within its own file (after a folder's first)
     if target.record is None:
         raise PacktoolError(f"{target.where}: {target.error}")
-    if "input_ids" in target.record and cfg.read.format is None:
+    if is_pretokenized(target.record, cfg.read):
         from packtool.tokenization.pretokenized import RecordError, label_source, record_arrays
 
         try:
@@ -115,9 +118,8 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         }
 
     from packtool.tokenization.backends import supports_fast
-    from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import load_spec
-    from packtool.tokenization.template_probe import choose
+    from packtool.tokenization.run_plan import BackendReport, reference_step, template_of
 
     if fmt is None:
         try:
@@ -129,11 +131,9 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     except FormatError as e:
         raise PacktoolError(f"{target.where}: {e}") from None
     spec = load_spec(cfg.tokenizer)
-    template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
-    backend = {"name": "hf", "requested": cfg.tokenizer_backend}
-    enc = Encoder(
-        spec, template, cfg.train_on, "hf", special_in_content=cfg.special_in_content
-    ).encode([example])
+    template = template_of(cfg, spec)
+    step = reference_step(cfg, spec, template, fmt)
+    enc = step.encoder.encode([example])
     if enc.errors[0]:
         raise PacktoolError(f"{target.where}: {enc.errors[0]}")
     why = (
@@ -141,25 +141,19 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         if cfg.tokenizer_backend == "hf"
         else supports_fast(spec.backend_json, load=False)
     )
+    backend = BackendReport("hf", cfg.tokenizer_backend, reason=why)
     if why is None:  # show what a pack would use: fastokens where it is identical on this example
-        fast = Encoder(
-            spec, template, cfg.train_on, "fastokens", special_in_content=cfg.special_in_content
-        ).encode([example])
+        fast = step.with_backend("fastokens").encoder.encode([example])
         same = np.array_equal(fast.ids, enc.ids) and np.array_equal(
             fast.label_values, enc.label_values
         )
-        backend = {
-            "name": "fastokens" if same else "hf",
-            "requested": cfg.tokenizer_backend,
-            "check": {"examples": 1, "identical": bool(same)},
-        }
+        check = {"examples": 1, "identical": bool(same)}
+        backend = BackendReport("fastokens" if same else "hf", cfg.tokenizer_backend, check=check)
         if not same and cfg.tokenizer_backend == "fastokens":
             raise PacktoolError(
                 f"{target.where}: fastokens differs from tokenizers on this "
                 "example; use --tokenizer-backend hf"
             )
-    else:
-        backend["reason"] = why
     ids, labels = enc.input_ids[0], enc.labels[0]
     audit, label_warnings = _label_audit(target, template, enc, labels, cfg)
     return {
@@ -176,7 +170,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             **({"label_audit": audit} if audit else {}),
         },
         "label_warnings": label_warnings,
-        "tokenizer_backend": backend,
+        "tokenizer_backend": backend.to_dict(),
         "train_on": cfg.train_on,
         "example": example,
         "tokens": int(len(ids)),
@@ -188,7 +182,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
 
 
 def _label_audit(target, template, enc, labels, cfg) -> tuple[dict, list[str]]:
-    """This example's label audit (packtool.tokenization.label_audit) and its warnings;
+    """This example's label audit (packtool.tokenization.encode.label_audit) and its warnings;
     --strict-labels refuses it as a pack would."""
     from packtool.tokenization.label_audit import audit_warnings, label_audit, strict_problem
 

@@ -5,12 +5,13 @@ cluster. Ray is an optional extra (`pip install -e '.[ray]'` in packtool's check
     driver                                    Ray workers
     ──────                                    ───────────
     locate the files (io.readers)
-    per file ─────────────────────────────▶  size, sha256, format, its parts     files.py (tasks)
-    kind, template, backend (as local)
-    parts ── ray.data.from_items ─────────▶  read a part, EncodeStep   map_batches  tokenize.py
+    per file ─────────────────────────────▶  size, sha256, FileDecision, parts   files.py (tasks)
+    RunPlan = tokenization.run_plan.plan_run(cfg, decisions)   (the local pipeline's own)
+    parts ── ray.data.from_items ─────────▶  read a part, plan.step    map_batches  tokenize.py
                                               (tasks; a worker keeps its tokenizer) ──▶ object store
     ◀── (part, index, length, loss) + one meta row per part (records, lines, rejects, ...)
-    probes of the fast path ──────────────▶  fast vs reference on each file's head (tasks)
+    FastCheck.probes ─────────────────────▶  fast vs reference on each file's head (tasks)
+    FastCheck.conclude; a difference: the parts again on plan.on_reference
     global source indices, skipped records, warnings, the TokenizedData (no tokens)
     overflow + plan (pack/, the numba planner), row order, shard of every piece
     assignment per part, sub-plan per shard ─▶ map_batches: (shard, index, tokens) rows    write.py
@@ -22,9 +23,11 @@ Only lengths, counts and small per-part and per-shard records reach the driver; 
 the object store (spilled to disk when it fills) between tokenizing and writing. A worker holds
 one part's batches while tokenizing and one shard's documents while writing.
 
-Every decision the local pipeline makes from the data (the input's kind, each file's format, the
-fast path's check, source indices, skipped records with file and line, --on-error, --limit) is
-made here by the same functions on the same records, and the writer is pack.write.write_shards on
+The Ray engine decides nothing of its own: the input's kind and each file's format
+(tokenization.decide), the plan (tokenization.run_plan), the fast path's verdict
+(tokenization.fast_check) and the run's meta (tokenization.run_meta) are the local pipeline's objects
+on the same records; source indices, skipped records with file and line, --on-error and --limit are
+counted from what the parts report, and the writer is pack.write.write_shards on
 each shard: the shards and the manifest are the local engine's (tests/cluster).
 """
 

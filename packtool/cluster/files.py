@@ -1,8 +1,8 @@
 """The per-file work of the Ray engine, one Ray task per file: what the local pipeline learns
 from a file before it tokenizes it, and the fast path's probe of a file's head.
 
-    file_infos(paths, read)   [{path, size, sha256, parts, kind, hit, hit_error, looks,
-                                first_len} | {path, error: [class, message]}]   reading order
+    file_infos(paths, read)   [FileInfo(path, size, sha256, parts, decision)]   reading order
+                              decision: tokenization.decide.decide_file's, without its batches
     start_probes(probes, ...)() [(examples, None | where the fast path first differed)]
 
 A task's PacktoolError comes back as data, and the driver raises the first in reading order, so
@@ -11,31 +11,44 @@ the error reported does not depend on which task failed first.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from dataclasses import dataclass
+from typing import Any
 
 from packtool.config import ReadConfig
 from packtool.errors import PacktoolError, UsageError
+from packtool.tokenization.decide import FileDecision, decide_file
 
 
-def file_info(path: str, read: ReadConfig, part_bytes: int) -> dict:
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size: int = 0
+    sha256: str = ""
+    parts: list[Any] = dataclasses.field(default_factory=list)
+    decision: FileDecision | None = None
+    error: tuple[str, str] | None = None  # (class, message) of the PacktoolError it raised
+
+
+def file_info(path: str, read: ReadConfig, part_bytes: int) -> FileInfo:
     from packtool.io import readers
     from packtool.io.files import sha256_file
-    from packtool.tokenization.pipeline import file_decision
 
     try:
-        info = file_decision(readers.part_batches(path, read, None), read)
-        info.update(
-            path=path,
-            size=os.path.getsize(path),
-            sha256=sha256_file(path),
-            parts=readers.file_parts(path, part_bytes),
+        decision = decide_file(path, readers.part_batches(path, read, None), read)
+        return FileInfo(
+            path,
+            os.path.getsize(path),
+            sha256_file(path),
+            readers.file_parts(path, part_bytes),
+            dataclasses.replace(decision, first=()),  # its batches stay here
         )
-        return info
     except PacktoolError as e:
-        return {"path": path, "error": [type(e).__name__, str(e)]}
+        return FileInfo(path, error=(type(e).__name__, str(e)))
 
 
-def file_infos(paths: list[str], read: ReadConfig, part_bytes: int) -> list[dict]:
+def file_infos(paths: list[str], read: ReadConfig, part_bytes: int) -> list[FileInfo]:
     """file_info of every file, one task each, in the order of `paths`; the first error raised."""
     import ray
 
@@ -46,22 +59,22 @@ def file_infos(paths: list[str], read: ReadConfig, part_bytes: int) -> list[dict
     return infos
 
 
-def raise_error(info: dict) -> None:
-    if "error" in info:
-        kind, message = info["error"]
+def raise_error(info: FileInfo) -> None:
+    if info.error is not None:
+        kind, message = info.error
         raise (UsageError if kind == "UsageError" else PacktoolError)(message)
 
 
 def probe(path: str, read: ReadConfig, fmt: str, n: int, fast, reference) -> str | None:
     """The fast step and the reference step on the first `n` records of the file's first batch:
-    None when they agree, else where they first differ (tokenization.pipeline.compare_probe)."""
+    None when they agree, else where they first differ (tokenization.fast_check.compare)."""
     from packtool.io import readers
-    from packtool.tokenization.pipeline import compare_probe
+    from packtool.tokenization.fast_check import compare
 
     first = next(iter(readers.part_batches(path, read, None)))
     first.fmt = fmt
     head = first.head(n)
-    return compare_probe(fast(head), reference(head), head)
+    return compare(fast(head), reference(head), head)
 
 
 def start_probes(probes: list[tuple[str, str, int]], read: ReadConfig, fast, reference):

@@ -13,9 +13,11 @@
             line = lines of the file's earlier parts + line;  position likewise
             --limit: source indices >= limit are not read (as a local run stops there)
 
-The fast path is checked as the local pipeline checks it (tokenization.pipeline.select_probes on
-the heads of the files, conclude_probes): a difference encodes the parts again with the
-reference path. With --on-error error a part stops at its first refused record and the driver
+The driver decides nothing itself: each file's FileDecision comes from its task (cluster.files,
+tokenization.decide), the RunPlan from tokenization.run_plan.plan_run, and the fast path is checked
+by tokenization.fast_check.FastCheck on the heads of the files, as the local pool checks it: a
+difference encodes the parts again on `plan.on_reference`. The run's meta is
+tokenization.run_meta's. With --on-error error a part stops at its first refused record and the driver
 raises the first in reading order, with its file and line.
 """
 
@@ -158,11 +160,13 @@ class _Collected:
     metas: dict[int, dict]
 
 
-def _encode(session: Session, step, cfg: TokenizeConfig, parts, fmts):
+def _encode(session: Session, plan, cfg: TokenizeConfig, parts, fmts):
+    """The executor: the plan's step over every part (Ray Data tasks), the rows left in the object
+    store, (part, index, length, loss) and each part's meta row collected; it decides nothing."""
     import ray
     import ray.data
 
-    setup = ray.put((step, cfg.read, parts, fmts, cfg.read.on_error == "error"))
+    setup = ray.put((plan.step, cfg.read, parts, fmts, cfg.read.on_error == "error"))
     ds = ray.data.from_items(
         [{"part": k} for k in range(len(parts))], override_num_blocks=len(parts)
     )
@@ -218,14 +222,12 @@ def load_tokenized(
 ) -> TokenizedData:
     """`data` (a file, folder or glob of JSON Lines, JSON or Parquet) read and tokenized on the
     cluster of `session`: a TokenizedData with lengths and no table, its rows in `.rows`."""
-    from packtool.formats import AUTO
-    from packtool.tokenization import pipeline as pl
+    from packtool.tokenization.decide import input_kind
+    from packtool.tokenization.fast_check import FastCheck, UseReference
+    from packtool.tokenization.run_plan import check_backend, plan_run
     from packtool.tokenization.source import RecordSource, not_a_pack
 
-    if cfg.tokenizer_backend not in pl.BACKENDS:
-        raise UsageError(
-            f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(pl.BACKENDS)}"
-        )
+    check_backend(cfg)
     if cfg.read.limit is not None and cfg.read.limit < 1:
         raise UsageError(f"--limit {cfg.read.limit} must be >= 1")
     t0 = time.perf_counter()
@@ -247,70 +249,42 @@ def load_tokenized(
         except Exception as e:  # noqa: BLE001
             raise session.failure(e) from None
         sources = sorted(
-            (SourceFile(path=i["path"], size=i["size"], sha256=i["sha256"]) for i in infos),
+            (SourceFile(path=i.path, size=i.size, sha256=i.sha256) for i in infos),
             key=lambda s: s.path,
         )
         source = RecordSource.of_files(data, cfg.read, located, sources)
-        decided = next((i["kind"] for i in infos if i["kind"] is not None), None)
-        kind = decided[0] if decided is not None else "chat"
-        label_src = decided[1] if decided is not None else None
-        formats = pl.FileFormats(cfg.read)
-        fmts = {i["path"]: (i["hit"][0] if i["hit"] else AUTO) for i in infos}
-        reference = None  # the reference step when the fast path is tried (and checked)
-        if kind == "pretokenized":
-            step, tokenizer, backend, warnings, (fmt, reason) = pl.pretokenized_setup(
-                cfg, label_src
-            )
-        else:
-            for i in infos:
-                if i["hit_error"] and i["first_len"]:
-                    raise UsageError(i["hit_error"])
-            fmt = reason = None
-            step, reference, tokenizer, backend, warnings = _chat_steps(cfg, infos, fmts)
-        parts = [(i["path"], p) for i in infos for p in i["parts"]]
+        decisions = [i.decision for i in infos]
+        if input_kind(decisions)[0] == "chat":
+            for d in decisions:
+                if d.error and d.first_len:
+                    raise UsageError(d.error)
+        plan = plan_run(cfg, decisions)
+        fmts = {d.file: d.fmt for d in decisions}
+        parts = [(i.path, p) for i in infos for p in i.parts]
+        check = FastCheck.of(plan)
         probing = None
-        if reference is not None and cfg.read.limit is None:  # the probes are known: overlap them
-            probing = _probes(session, cfg, infos, fmts, step, reference, lambda i: i["first_len"])
-        encoded, got = _encode(session, step, cfg, parts, fmts)
-        counted = _count(got, parts, cfg.read.limit, infos)
-        if reference is not None:
-            fast = step
+        if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
+            probing = _probes(session, cfg, check, plan, decisions, fmts, lambda d: d.first_len)
+        encoded, got = _encode(session, plan, cfg, parts, fmts)
+        counted = _count(got, parts, cfg.read.limit, decisions)
+        backend = plan.backend
+        if check is not None:
             if probing is None:  # --limit: the heads of the files it reaches, as far as it reaches
-                probing = _probes(session, cfg, infos, fmts, fast, reference, counted.first_len)
+                probing = _probes(session, cfg, check, plan, decisions, fmts, counted.first_len)
             try:
                 results = probing()
             except Exception as e:  # noqa: BLE001
                 raise session.failure(e) from None
             try:
-                backend = (
-                    pl.conclude_probes(fast.renderer, cfg.tokenizer_backend, results) or backend
-                )
-            except pl.UseReference as e:
-                backend = {
-                    "name": "hf",
-                    "requested": cfg.tokenizer_backend,
-                    "renderer": "jinja",
-                    "reason": str(e),
-                }
-                step = reference
-                encoded, got = _encode(session, step, cfg, parts, fmts)
-                counted = _count(got, parts, cfg.read.limit, infos)
-        data_out = _assemble(
-            data,
-            cfg,
-            source,
-            formats,
-            infos,
-            kind,
-            label_src,
-            (fmt, reason),
-            tokenizer,
-            backend,
-            warnings,
-            got,
-            counted,
-            parts,
-        )
+                for n, where in results:
+                    check.conclude(n, where)
+                backend = check.report or backend
+            except UseReference as e:
+                plan = plan.on_reference(str(e))
+                backend = plan.backend
+                encoded, got = _encode(session, plan, cfg, parts, fmts)
+                counted = _count(got, parts, cfg.read.limit, decisions)
+        data_out = _assemble(data, cfg, source, plan, decisions, backend, got, counted, parts)
         bar.advance(len(data_out), int(data_out.lengths.sum()))
     data_out.rows = ClusterRows(
         encoded, parts, counted.part_start, session, [m["memory"] for m in got.metas.values()]
@@ -337,55 +311,12 @@ def part_bytes(paths: list[str], workers: int) -> int:
     return min(readers.PART_BYTES, max(MIN_PART_BYTES, share))
 
 
-def _probes(session, cfg, infos, fmts, fast, reference, first_len):
-    from packtool.tokenization import pipeline as pl
-
-    probes = pl.select_probes([(i["path"], fmts[i["path"]], first_len(i)) for i in infos])
+def _probes(session, cfg, check, plan, decisions, fmts, first_len):
+    probes = check.probes([(d.file, fmts[d.file], first_len(d)) for d in decisions])
     try:
-        return file_tasks.start_probes(probes, cfg.read, fast, reference)
+        return file_tasks.start_probes(probes, cfg.read, plan.step, plan.reference)
     except Exception as e:  # noqa: BLE001
         raise session.failure(e) from None
-
-
-def _chat_steps(cfg: TokenizeConfig, infos: list[dict], fmts: dict[str, str]):
-    """(step, reference step or None when the fast path is not tried, tokenizer, backend report,
-    warnings) of chat input, as tokenization.pipeline._chat_step decides them."""
-    from packtool.tokenization import pipeline as pl
-    from packtool.tokenization.encode import EncodeStep
-    from packtool.tokenization.loading import load_spec
-    from packtool.tokenization.template_probe import choose
-
-    spec = load_spec(cfg.tokenizer)
-    template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
-    first = next((i["path"] for i in infos if i["first_len"]), None)
-    reference = EncodeStep(
-        "chat",
-        cfg.read,
-        fmt=fmts[first] if first is not None else cfg.read.format or "messages",
-        spec=spec,
-        template=template,
-        train_on=cfg.train_on,
-        special_in_content=cfg.special_in_content,
-    )
-    why = pl.fast_refused(spec, cfg.tokenizer_backend)
-    tokenizer = {**spec.info(), **template.info()}
-    warnings = pl.template_warnings(template)
-    if why is not None:
-        backend = {
-            "name": "hf",
-            "requested": cfg.tokenizer_backend,
-            "renderer": "jinja",
-            "reason": why,
-        }
-        return reference, None, tokenizer, backend, warnings
-    step = reference.with_backend("fastokens", pl.renderer_of(template))
-    backend = {
-        "name": "fastokens",
-        "requested": cfg.tokenizer_backend,
-        "renderer": step.renderer,
-        "check": {"examples": 0},
-    }
-    return step, reference, tokenizer, backend, warnings
 
 
 @dataclass
@@ -400,11 +331,11 @@ class _Counted:
     file_start: dict[str, int]  # source index of each file's first record
     file_first: dict[str, int]  # records of each file's first batch, cut by --limit
 
-    def first_len(self, info: dict) -> int:
-        return self.file_first.get(info["path"], 0)
+    def first_len(self, decision) -> int:
+        return self.file_first.get(decision.file, 0)
 
 
-def _count(got: _Collected, parts, limit: int | None, infos: list[dict]) -> _Counted:
+def _count(got: _Collected, parts, limit: int | None, decisions) -> _Counted:
     P = len(parts)
     records = np.array([got.metas[k]["records"] for k in range(P)], dtype=np.int64)
     part_start = np.zeros(P, np.int64)
@@ -425,18 +356,22 @@ def _count(got: _Collected, parts, limit: int | None, infos: list[dict]) -> _Cou
     for k, (path, _) in enumerate(parts):
         kept_in[path] = kept_in.get(path, 0) + int(kept[k])
     file_first = {
-        i["path"]: min(i["first_len"], kept_in[i["path"]]) for i in infos if kept_in.get(i["path"])
+        d.file: min(d.first_len, kept_in[d.file]) for d in decisions if kept_in.get(d.file)
     }
     return _Counted(part_start, records, kept, line_offset, position_offset, file_start, file_first)
 
 
 def _assemble(
-    data, cfg, source, formats, infos, kind, label_src, pretokenized, tokenizer, backend,
-    warnings, got: _Collected, counted: _Counted, parts,
-) -> TokenizedData:  # fmt: skip
+    data, cfg, source, plan, decisions, backend, got: _Collected, counted: _Counted, parts
+) -> TokenizedData:
     """The TokenizedData the local pipeline would hand on, from what the parts reported."""
-    from packtool.formats import AUTO
-    from packtool.tokenization import pipeline as pl
+    from packtool.tokenization.run_meta import (
+        Tally,
+        check_strict_labels,
+        meta_fields,
+        no_examples,
+        run_meta,
+    )
 
     limit = cfg.read.limit
     gidx = counted.part_start[got.part] + got.index
@@ -448,20 +383,10 @@ def _assemble(
     per_file: dict[str, int] = {}
     for k, (path, _) in enumerate(parts):
         per_file[path] = per_file.get(path, 0) + int(counted.kept[k])
-    for info in infos:
-        n = per_file.get(info["path"], 0)
-        if not n:
-            continue
-        source.count(info["path"], n)
-        if kind == "chat":
-            formats.found[info["path"]] = (
-                tuple(info["hit"]) if info["hit"] else (AUTO, "no record fits a known format")
-            )
-            if info["looks"] is not None:
-                formats.looks[info["path"]] = info["looks"]
-    special: list[int] = []
-    notes: list[tuple[int, dict]] = []
-    removed = 0
+    read = [d for d in decisions if per_file.get(d.file, 0)]  # the files a local run reads
+    for d in read:
+        source.count(d.file, per_file[d.file])
+    tally = Tally()
     for k, (path, _) in enumerate(parts):
         meta, start = got.metas[k], int(counted.part_start[k])
         for index, line, position, why in meta["rejects"]:
@@ -475,29 +400,25 @@ def _assemble(
                 why,
                 counted.position_offset[k] + position,
             )
-        special += [start + i for i in meta["special"] if limit is None or start + i < limit]
-        notes += [
+        tally.special += [start + i for i in meta["special"] if limit is None or start + i < limit]
+        tally.notes += [
             (start + i, x) for i, x in meta.get("notes", ()) if limit is None or start + i < limit
         ]
-        removed += meta["removed"]
+        tally.removed += meta["removed"]
     if not lengths.shape[0]:
-        raise PacktoolError(
-            f"{data}: no usable examples ({source.num_read} records read, "
-            f"{len(source.skipped)} skipped)"
-        )
-    zero_loss = gidx[loss == 0].tolist()
-    meta = pl.summary_meta(
-        source, cfg, formats, kind, label_src, pretokenized, tokenizer, backend, warnings,
-        removed, zero_loss, sorted(special), sorted(notes, key=lambda n: n[0]),
-    )  # fmt: skip
+        raise no_examples(data, source)
+    tally.zero_loss = gidx[loss == 0].tolist()
+    tally.special.sort()
+    tally.notes.sort(key=lambda n: n[0])
+    meta = run_meta(source, cfg, plan, read, tally, backend)
     meta = json.loads(json.dumps(meta, default=str))  # as a cache entry stores it
-    return pl.check_strict_labels(
+    return check_strict_labels(
         TokenizedData(
             table=None,
             lengths=lengths.astype(np.int32),
             loss_counts=loss.astype(np.int32),
             source_index=gidx.astype(np.int64),
-            **pl.meta_fields(meta),
+            **meta_fields(meta),
         ),
         cfg,
     )

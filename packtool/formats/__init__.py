@@ -77,8 +77,8 @@ Example: {"dialog": [{"speaker": "bot", "utterance": "hi"}]} reads with
 `--column messages=dialog --column role=speaker --column content=utterance --role bot=assistant`.
 
 Column mapping and detection happen here; the readers yield records exactly as stored. The caller
-detects once per file, on that file's first record whose format is found (tokenization/pipeline.py,
-`FileFormats`), and normalizes every record of the file with that format, so a folder or glob may
+detects once per file, on that file's first record whose format is found (tokenization/decide.py,
+`decide_file`), and normalizes every record of the file with that format, so a folder or glob may
 mix formats, one per file; `--format` forces one format on every file. A file none of whose records fits a format is
 normalized with AUTO: each record is refused with what `detect_format` says of it. An Example
 without an assistant turn is valid here (it carries 0 loss tokens; `has_assistant` tells).

@@ -4,10 +4,19 @@ One chat record → input_ids + labels, in four files (read in this order):
 
     encode.py        EncodeStep: a batch of raw records → one Arrow batch (parse, normalize,
                      Encoder.encode); picklable, run in worker processes
-    ../formats.py    normalize: the record in its format (messages, sharegpt, ...) → an example
+    ../formats/      normalize: the record in its format (messages, sharegpt, ...) → an example
     render.py        Renderer.conversation: the example's messages → text + char spans to train,
                      by the template's mode (markers | prefix | last | all)
     backends.py      fastokens and tokenizers backends: text + spans → ids + trained-token mask
+
+A run, decided once and executed (locally here, on Ray by packtool.cluster with the same plan):
+
+    pipeline.py      load_tokenized: cache → decide → plan → execute → finish
+      decide.py      each file's FileDecision (input kind, format), from its leading batches
+      run_plan.py    RunPlan (steps, tokenizer, template, BackendReport) from plan_run(cfg, decisions)
+      fast_check.py  FastCheck: the fast path against the reference on each file's head
+      execute.py     the local executor: the plan's step in num_proc worker processes, in order
+      run_meta.py    the finished run's meta (formats, warnings, label audit, backend)
 
 Around it:
 
@@ -22,7 +31,6 @@ Around it:
       pretokenized_batch.py  the same checks vectorized over an Arrow batch
     cache.py         cache entries: written once as Arrow IPC, checksummed, memory-mapped
     mixture.py       several inputs, weighted, into one table
-    pipeline.py      source → encode (num_proc workers, start-up check of the fast path) → cache
 
 transformers is imported lazily inside functions: `import packtool.cli` must stay light.
 """

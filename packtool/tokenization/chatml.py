@@ -8,7 +8,7 @@ It covers exactly what `templates/chatml-train.jinja` does with the messages `fo
 else (a non-string content, a tool call without a name, ...) raises `NotNative` and the caller
 renders that example with jinja. The encoder uses it only when the template's bytes are the
 built-in file's, and every run checks it: the start-up probe compares it, tokenized, with the
-jinja + `tokenizers` reference path on the run's first examples (packtool.tokenization.pipeline).
+jinja + `tokenizers` reference path on the run's first examples (packtool.tokenization.fast_check).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ byte for byte and verified (the engine end to end: file tasks, parts, planning, 
 writer) and the error wrapping (a task on the cluster already started); `make test-slow` the rest
 (many parts with skipped records, whose parts and lines tests/io/test_readers_parts.py checks
 locally; a worker failing inside Ray Data, in a process of its own; every shared file, --on-error
-error, --limit, a folder of formats with Parquet parts, pre-tokenized input, profile, a failing
+error, --limit, a fast-path difference (both engines again on the reference path), a folder
+of formats with Parquet parts, pre-tokenized input, profile, a failing
 file task, joining a cluster started with `ray start`)."""
 
 from __future__ import annotations
@@ -105,6 +106,27 @@ def test_limit_reads_the_same_prefix(tmp_path, small_parts, limit):
     data = _chat_with_bad_records(tmp_path / "chats.jsonl")
     local, on_ray = pack_both(data, tmp_path, *OPTION_SETS["default"], "--limit", limit)
     assert_same_folders(local, on_ray)
+
+
+@pytest.mark.slow
+def test_a_fast_path_difference_packs_again_on_the_reference_path(tmp_path, monkeypatch):
+    """A probe that differs (FastCheck, concluded in the driver by both engines): both pack again on
+    the reference path, with the same shards and manifest, which says why."""
+    from packtool.tokenization.fast_check import FastCheck
+
+    conclude = FastCheck.conclude
+    differs = "b.jsonl record 0"
+    monkeypatch.setattr(
+        FastCheck, "conclude", lambda self, n, where: conclude(self, n, where or differs)
+    )
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_sample(folder / "a.jsonl", n=40)
+    write_sample(folder / "b.jsonl", n=40, seed=2)
+    local, on_ray = pack_both(folder, tmp_path, *OPTION_SETS["default"])
+    assert_same_folders(local, on_ray)
+    backend = json.loads((on_ray / "manifest.json").read_text())["tokenizer_backend"]
+    assert backend["name"] == "hf" and differs in backend["reason"]
 
 
 @pytest.mark.slow

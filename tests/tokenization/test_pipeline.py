@@ -419,39 +419,39 @@ def test_fast_path_is_probed_on_every_file_of_a_folder(tmp_path, monkeypatch, nu
         )
 
 
-def test_select_probes_takes_what_the_local_check_takes():
-    """The Ray engine's probes (pipeline.select_probes) follow _Check.probe_of: the run's first
-    file with records (CHECK_EXAMPLES), the first CHECK_FILES files, then only new formats."""
-    from packtool.tokenization import pipeline as pl
+def test_fast_check_probes_and_reports():
+    """The one fast-path check (the local pool's and the Ray engine's): the run's first file with
+    records (CHECK_EXAMPLES), the first CHECK_FILES files, then only new formats; the report says
+    the examples compared and, over two or more files, the files."""
+    import pytest
+
+    from packtool.errors import PacktoolError
+    from packtool.tokenization import fast_check as fc
 
     files = [(f"f{i}.jsonl", "messages", 1000) for i in range(70)]
     files[2] = ("f2.jsonl", "messages", 0)  # no records: not read, not probed
     files[66] = ("f66.json", "alpaca", 5)
-    probes = pl.select_probes(files)
-    assert probes[0] == ("f0.jsonl", "messages", pl.CHECK_EXAMPLES)
-    assert all(n == pl.CHECK_PER_FILE for _, _, n in probes[1 : pl.CHECK_FILES])
-    assert [p[0] for p in probes[pl.CHECK_FILES :]] == ["f66.json"] and probes[-1][2] == 5
-    assert "f2.jsonl" not in {p[0] for p in probes} and len(probes) == pl.CHECK_FILES + 1
+    probes = fc.FastCheck("native", "auto").probes(files)
+    assert probes[0] == ("f0.jsonl", "messages", fc.CHECK_EXAMPLES)
+    assert all(n == fc.CHECK_PER_FILE for _, _, n in probes[1 : fc.CHECK_FILES])
+    assert [p[0] for p in probes[fc.CHECK_FILES :]] == ["f66.json"] and probes[-1][2] == 5
+    assert "f2.jsonl" not in {p[0] for p in probes} and len(probes) == fc.CHECK_FILES + 1
 
+    def concluded(renderer, requested, results):
+        check = fc.FastCheck(renderer, requested)
+        check.probes([(f"f{i}", "messages", n) for i, (n, _) in enumerate(results)])
+        for n, where in results:
+            check.conclude(n, where)
+        return check.report.to_dict()
 
-def test_conclude_probes_reports_as_the_local_check_does():
-    import pytest
-
-    from packtool.errors import PacktoolError
-    from packtool.tokenization import pipeline as pl
-
-    ok = pl.conclude_probes("native", "auto", [(256, None), (32, None)])
-    assert ok == {
+    assert concluded("native", "auto", [(256, None), (32, None)]) == {
         "name": "fastokens",
         "requested": "auto",
         "renderer": "native",
         "check": {"examples": 288, "identical": True, "files": 2},
     }
-    assert pl.conclude_probes("jinja", "auto", [(7, None)])["check"] == {
-        "examples": 7,
-        "identical": True,
-    }
-    with pytest.raises(pl.UseReference, match="a.jsonl:3"):
-        pl.conclude_probes("native", "auto", [(256, None), (32, "a.jsonl:3")])
+    assert concluded("jinja", "auto", [(7, None)])["check"] == {"examples": 7, "identical": True}
+    with pytest.raises(fc.UseReference, match="a.jsonl:3"):
+        concluded("native", "auto", [(256, None), (32, "a.jsonl:3")])
     with pytest.raises(PacktoolError, match="--tokenizer-backend fastokens"):
-        pl.conclude_probes("jinja", "fastokens", [(5, "b.json record 2")])
+        concluded("jinja", "fastokens", [(5, "b.json record 2")])

@@ -1,0 +1,220 @@
+"""The tokenize run plan: everything decided before a record is encoded, made once, frozen.
+
+    plan_run(cfg, decisions) ──▶ RunPlan
+        kind          "chat" | "pretokenized"               the input's (decide.input_kind)
+        step          EncodeStep run over every batch        (the fast path's, when it is tried)
+        reference     EncodeStep of the reference path       None: the fast path is not tried
+        tokenizer     {name, pad_id, ..., chat_template, chat_template_mode}   the manifest's
+        template      ChatTemplate | None
+        backend       BackendReport before any check
+        warnings      what the choices cost, said once
+        label_source, pretokenized (format, why)             of pre-tokenized input
+
+The reference path is tokenizers + transformers' jinja renderer. The fast path (fastokens, and the
+native renderer for the built-in chatml-train template) is tried when `--tokenizer-backend auto`
+allows it and fastokens supports the tokenizer; it is checked on probes (fast_check.FastCheck) and,
+after a difference, the run starts again on `plan.on_reference(why)`. The local process pool and the
+Ray engine execute the same plan; neither decides anything of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from packtool.config import TokenizeConfig
+from packtool.errors import UsageError
+from packtool.tokenization.decide import input_kind
+from packtool.tokenization.encode import EncodeStep
+
+BACKENDS = ("auto", "fastokens", "hf")
+
+
+@dataclass(frozen=True)
+class BackendReport:
+    """Which tokenizer backend ran and why: the manifest's `backend` (`to_dict`, fields left out
+    where None, in this order)."""
+
+    name: str | None
+    requested: str | None = None
+    renderer: str | None = None
+    check: dict | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name}
+        for key in ("requested", "renderer", "check", "reason"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    kind: str
+    step: EncodeStep
+    reference: EncodeStep | None
+    tokenizer: dict
+    template: object
+    backend: BackendReport
+    warnings: tuple[str, ...] = ()
+    label_source: str | None = None
+    pretokenized: tuple[str, str] | None = None
+    requested: str = "auto"
+    built: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def on_reference(self, why: str) -> RunPlan:
+        """This plan on the reference path, after the fast path differed on a probe (`why`)."""
+        return dataclasses.replace(
+            self,
+            step=self.reference,
+            reference=None,
+            backend=BackendReport("hf", self.requested, "jinja", reason=why),
+            built=None,
+        )
+
+    def wait(self) -> None:
+        """A process must not exit (or fork) while the fast backend's preload thread is inside
+        native code: wait for it."""
+        if self.built is not None:
+            self.built.wait()
+
+
+def check_backend(cfg: TokenizeConfig) -> None:
+    if cfg.tokenizer_backend not in BACKENDS:
+        raise UsageError(
+            f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}"
+        )
+
+
+def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
+    """The RunPlan of an input whose files were decided (`decisions`, reading order; those read so
+    far). `preload`: start building the fast backend now, on a thread (~1 s for a 150k vocabulary,
+    GIL released: it overlaps what follows), for a step run in this process or forked workers."""
+    kind, label_source = input_kind(decisions)
+    if kind == "pretokenized":
+        return _pretokenized_plan(cfg, label_source)
+    from packtool.tokenization.loading import load_spec
+
+    spec = load_spec(cfg.tokenizer)
+    why = fast_refused(spec, cfg.tokenizer_backend)
+    built = None
+    if why is None and preload:
+        from packtool.tokenization.backends import FastBackend
+
+        built = FastBackend(spec.backend_json)
+        built.preload()
+    try:
+        template = template_of(cfg, spec)
+    except BaseException:
+        if built is not None:
+            built.wait()
+        raise
+    first = next((d for d in decisions if d.first_len), None)
+    fmt = first.fmt if first is not None else cfg.read.format or "messages"
+    reference = reference_step(cfg, spec, template, fmt)
+    plan = RunPlan(
+        "chat",
+        reference,
+        None,
+        {**spec.info(), **template.info()},
+        template,
+        BackendReport("hf", cfg.tokenizer_backend, "jinja", reason=why),
+        tuple(template_warnings(template)),
+        requested=cfg.tokenizer_backend,
+    )
+    if why is not None:
+        return plan
+    step = reference.with_backend("fastokens", renderer_of(template), built)
+    backend = BackendReport("fastokens", cfg.tokenizer_backend, step.renderer, {"examples": 0})
+    return dataclasses.replace(plan, step=step, reference=reference, backend=backend, built=built)
+
+
+def template_of(cfg: TokenizeConfig, spec):
+    """The run's chat template, its mode decided (chat_template.choose)."""
+    from packtool.tokenization.template_probe import choose
+
+    return choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
+
+
+def reference_step(cfg: TokenizeConfig, spec, template, fmt: str) -> EncodeStep:
+    """The reference path's step of chat input: tokenizers + jinja (`fmt`: of a batch with none)."""
+    return EncodeStep(
+        "chat",
+        cfg.read,
+        fmt=fmt,
+        spec=spec,
+        template=template,
+        train_on=cfg.train_on,
+        special_in_content=cfg.special_in_content,
+    )
+
+
+def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
+    step = EncodeStep("pretokenized", cfg.read, label_source=label_source)
+    labels_from = label_source if label_source != "all" else "every token"
+    ignored = [
+        opt
+        for opt, given in (
+            ("--chat-template", cfg.chat_template is not None),
+            ("--train-on", cfg.train_on != "assistant"),
+        )
+        if given
+    ]
+    warnings = []
+    if ignored:
+        warnings.append(
+            f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
+            f"{labels_from}"
+        )
+    if cfg.tokenizer is None:  # ids come as they are; a tokenizer only names the pad/eos ids
+        tokenizer = {"name": None, "pad_id": None, "eos_id": None, "vocab_size": None}
+    else:
+        from packtool.tokenization.loading import load_spec
+
+        tokenizer = load_spec(cfg.tokenizer).info()
+    return RunPlan(
+        "pretokenized",
+        step,
+        None,
+        tokenizer,
+        None,
+        BackendReport(None, reason="pre-tokenized input is not tokenized"),
+        tuple(warnings),
+        label_source=label_source,
+        pretokenized=("pretokenized", f"records carry input_ids; labels from {labels_from}"),
+        requested=cfg.tokenizer_backend,
+    )
+
+
+def renderer_of(template) -> str:
+    """ "native" for the built-in chatml-train template (byte for byte), else "jinja"."""
+    from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
+
+    return "native" if template.source == BUILTIN_TEMPLATES["chatml-train"].read_text() else "jinja"
+
+
+def fast_refused(spec, requested: str) -> str | None:
+    """Why the fast path is not tried (None: it is); --tokenizer-backend fastokens on a tokenizer
+    it cannot serve is a UsageError."""
+    if requested == "hf":
+        return "--tokenizer-backend hf"
+    from packtool.tokenization.backends import supports_fast
+
+    why = supports_fast(spec.backend_json, load=False)
+    if why is not None and requested == "fastokens":
+        raise UsageError(
+            f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"
+        )
+    return why
+
+
+def template_warnings(template) -> list[str]:
+    """What a template without {% generation %} markers costs, said once."""
+    if template.mode not in ("prefix", "last"):
+        return []
+    which = "assistant turns are" if template.mode == "prefix" else "the last assistant turn is"
+    return [
+        f"chat template '{template.name}' has no {{% generation %}} markers: {which} "
+        "located by diffs of renders (slower; checked per example)"
+    ]
