@@ -25,9 +25,9 @@ class _Decoder:
     """Decodes with the Rust tokenizer of a TokenizerSpec (no transformers import)."""
 
     def __init__(self, spec):
-        from tokenizers import Tokenizer
+        from packtool.tokenization.loading import rust_tokenizer
 
-        self._tok = Tokenizer.from_str(spec.backend_json)
+        self._tok = rust_tokenizer(spec.backend_json)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)

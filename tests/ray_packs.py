@@ -11,6 +11,20 @@ from packtool.cli import app
 
 runner = CliRunner()
 
+# the option sets every shared file is packed with, by both engines (tests/cluster) and against the
+# golden packs (tests/pack/test_golden_shared.py)
+OPTION_SETS = {
+    "default": ["--len", "2048", "--on-error", "skip", "--shard-rows", "4"],
+    "split-padded": [
+        "--len", "1024", "--overflow", "split", "--pad-to-multiple", "8", "--shard-rows", "3",
+        "--on-error", "skip",
+    ],
+    "truncate-fixed": [
+        "--len", "512", "--overflow", "truncate", "--max-docs", "3", "--fixed-docs", "--order",
+        "random", "--seed", "3", "--on-error", "skip", "--shard-rows", "2", "--train-on", "last",
+    ],
+}  # fmt: skip
+
 
 def cli(*args: str):
     return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "300"})

@@ -59,6 +59,7 @@ global state; fastokens and tokenizers are imported only when a tokenizer is bui
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import re
 import threading
@@ -66,6 +67,8 @@ import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
+
+from packtool.tokenization.loading import rust_tokenizer
 
 BACKENDS = ("fastokens", "hf")
 
@@ -158,12 +161,7 @@ class HFBackend:
         if self._tok is None:
             with self._lock:
                 if self._tok is None:
-                    from tokenizers import Tokenizer
-
-                    tok = Tokenizer.from_str(self.backend_json)
-                    tok.no_truncation()  # apply_chat_template's defaults: ragged, untruncated
-                    tok.no_padding()
-                    self._tok = tok
+                    self._tok = rust_tokenizer(self.backend_json)
         return self._tok
 
     def encode(
@@ -331,6 +329,14 @@ def _byte_lengths(spec: dict, rules: _ByteRules) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=2)
+def _byte_table(backend_json: str) -> tuple[_ByteRules | None, np.ndarray | None, str | None]:
+    """(rules, byte length of every token id, None), or (None, None, why not): once per process."""
+    spec = _loads(backend_json)
+    rules, reason = _byte_rules(spec)
+    return (None, None, reason) if rules is None else (rules, _byte_lengths(spec, rules), None)
+
+
 def _loads(text: str):
     """The tokenizer JSON (10+ MB for a 150k vocabulary): orjson parses it ~3x faster than json."""
     import orjson
@@ -438,12 +444,7 @@ class FastBackend:
         if self._tok is None:
             with self._lock:
                 if self._tok is None:
-                    import fastokens
-
-                    tok = fastokens.Tokenizer.from_json_str(self.backend_json)
-                    tok.no_truncation()
-                    tok.no_padding()
-                    self._tok = tok
+                    self._tok = rust_tokenizer(self.backend_json, "fastokens")
         return self._tok
 
     def _table(self, wait: bool = True) -> tuple[_ByteRules, np.ndarray]:
@@ -452,10 +453,7 @@ class FastBackend:
         if self._lengths is None and self._reason is None:
             with self._lock:
                 if self._lengths is None and self._reason is None:
-                    spec = _loads(self.backend_json)
-                    rules, self._reason = _byte_rules(spec)
-                    if rules is not None:
-                        self._rules, self._lengths = rules, _byte_lengths(spec, rules)
+                    self._rules, self._lengths, self._reason = _byte_table(self.backend_json)
         if self._reason is not None:
             raise ValueError(
                 f"the fastokens backend cannot map spans for this tokenizer: {self._reason}"

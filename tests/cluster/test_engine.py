@@ -21,24 +21,13 @@ from pathlib import Path
 
 import pytest
 from paths import SHARED_DATA, needs_shared
-from ray_packs import assert_same_folders, cli, pack_both
+from ray_packs import OPTION_SETS, assert_same_folders, cli, pack_both
 
 from packtool.demo_data import write_sample
 from packtool.io import readers
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("ray_cluster")]
 
-OPTION_SETS = {
-    "default": ["--len", "2048", "--on-error", "skip", "--shard-rows", "4"],
-    "split-padded": [
-        "--len", "1024", "--overflow", "split", "--pad-to-multiple", "8", "--shard-rows", "3",
-        "--on-error", "skip",
-    ],
-    "truncate-fixed": [
-        "--len", "512", "--overflow", "truncate", "--max-docs", "3", "--fixed-docs", "--order",
-        "random", "--seed", "3", "--on-error", "skip", "--shard-rows", "2", "--train-on", "last",
-    ],
-}  # fmt: skip
 SHARED_FILES = sorted(p.name for p in SHARED_DATA.glob("*.json*")) if SHARED_DATA.is_dir() else []
 
 

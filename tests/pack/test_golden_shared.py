@@ -1,7 +1,7 @@
 """Packs of every file in `../shared/data` are byte-identical to the packs an earlier release wrote.
 
 Structure changes (issue 24) must not change a byte of what `packtool pack` writes. `golden_shared.json`
-holds, for each shared file and each option set of the Ray engine's tests (`OPTION_SETS`), the sha256
+holds, for each shared file and each option set of the Ray engine's tests (`ray_packs.OPTION_SETS`), the sha256
 of every shard and of the manifest (with `packtool_version` removed and the input's folder written
 as `DATA`, so a checkout anywhere gives the same digest), written by the commit named in the file.
 The Ray engine's tests compare its packs with the local engine's, so both are pinned.
@@ -28,20 +28,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # when run as a script
 
 from paths import SHARED_DATA, needs_shared  # noqa: E402
-from ray_packs import cli  # noqa: E402
+from ray_packs import OPTION_SETS, cli  # noqa: E402
 
 GOLDEN = Path(__file__).with_name("golden_shared.json")
-OPTION_SETS = {
-    "default": ["--len", "2048", "--on-error", "skip", "--shard-rows", "4"],
-    "split-padded": [
-        "--len", "1024", "--overflow", "split", "--pad-to-multiple", "8", "--shard-rows", "3",
-        "--on-error", "skip",
-    ],
-    "truncate-fixed": [
-        "--len", "512", "--overflow", "truncate", "--max-docs", "3", "--fixed-docs", "--order",
-        "random", "--seed", "3", "--on-error", "skip", "--shard-rows", "2", "--train-on", "last",
-    ],
-}  # fmt: skip
 FILES = sorted(p.name for p in SHARED_DATA.glob("*.json*")) if SHARED_DATA.is_dir() else []
 FAST = {("v1_sft_demo.jsonl", "split-padded"), ("glaive_toolcall_en_demo.json", "truncate-fixed")}
 

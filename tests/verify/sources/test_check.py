@@ -12,21 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sources_pack import build_pack, cli, copy_pack, failed, manifest, prompt_token, verify  # noqa: E402
+from sources_pack import cli, failed, manifest, prompt_token, verify  # noqa: E402
 
 from packtool.verify import selftest as st
 from packtool.verify.sources import check_sources
 from packtool.verify.sources import names as vs
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return build_pack(tmp_path_factory)
-
-
-@pytest.fixture
-def pack(built, tmp_path):
-    return copy_pack(built[1], tmp_path)
 
 
 def test_untouched_pack_passes(built):

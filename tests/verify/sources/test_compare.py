@@ -9,10 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
-import pytest
 from sources_pack import (  # noqa: E402
-    build_pack,
-    copy_pack,
     edit_manifest,
     failed,
     manifest,
@@ -28,16 +25,6 @@ from packtool.verify.sources import names as vs
 from packtool.verify.sources.pieces import expected_pieces
 
 IGNORE = schema.IGNORE_INDEX
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return build_pack(tmp_path_factory)
-
-
-@pytest.fixture
-def pack(built, tmp_path):
-    return copy_pack(built[1], tmp_path)
 
 
 class _Where:

@@ -9,9 +9,7 @@ import shutil
 import pytest
 from sources_pack import (  # noqa: E402
     L,
-    build_pack,
     cli,
-    copy_pack,
     edit_manifest,
     failed,
     manifest,
@@ -21,16 +19,6 @@ from sources_pack import (  # noqa: E402
 from packtool.config import ReadConfig
 from packtool.verify.sources import load as sources_load
 from packtool.verify.sources import names as vs
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return build_pack(tmp_path_factory)
-
-
-@pytest.fixture
-def pack(built, tmp_path):
-    return copy_pack(built[1], tmp_path)
 
 
 def test_changed_source_file_fails_its_sha256(built, pack, tmp_path):

@@ -6,24 +6,13 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from packs import merge_first_two  # noqa: E402  (fixture damage)
-from sources_pack import build_pack, cli, copy_pack, edit_manifest, failed, manifest, verify  # noqa: E402
+from sources_pack import cli, edit_manifest, failed, manifest, verify  # noqa: E402
 
 from packtool import schema
 from packtool.verify import integrity as integ
 from packtool.verify import selftest as st
 from packtool.verify.sources import names as vs
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return build_pack(tmp_path_factory)
-
-
-@pytest.fixture
-def pack(built, tmp_path):
-    return copy_pack(built[1], tmp_path)
 
 
 def test_damaged_split_part_is_caught_and_named_as_a_part(pack):

@@ -3,21 +3,10 @@ option pack used is recorded, an unknown one is refused, a missing one takes its
 
 from __future__ import annotations
 
-import pytest
-from sources_pack import build_pack, copy_pack, edit_manifest, failed, manifest, verify  # noqa: E402
+from sources_pack import edit_manifest, failed, manifest, verify  # noqa: E402
 
 from packtool.verify.sources import names as vs
 from packtool.verify.sources import options as sources_options
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return build_pack(tmp_path_factory)
-
-
-@pytest.fixture
-def pack(built, tmp_path):
-    return copy_pack(built[1], tmp_path)
 
 
 def test_manifest_records_every_tokenize_option(built):

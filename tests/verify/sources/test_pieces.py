@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 import pytest
-from sources_pack import build_pack, cli, failed, manifest, verify  # noqa: E402
+from sources_pack import cli, failed, manifest, verify  # noqa: E402
 
 from packtool import schema
 from packtool.pack.overflow import apply_overflow
@@ -17,11 +17,6 @@ from packtool.verify import integrity as integ
 from packtool.verify import selftest as st
 from packtool.verify.sources import names as vs
 from packtool.verify.sources import pieces as sp
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return build_pack(tmp_path_factory)
 
 
 def _tokenized(lengths, source_index=None):
