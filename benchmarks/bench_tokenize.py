@@ -51,7 +51,8 @@ def main():
 
     from packtool.demo_data import make_record
     from packtool.tokenization.encode import Encoder
-    from packtool.tokenization.loading import TokenizerSpec, load_tokenizer, resolve_template
+    from packtool.tokenization.loading import TokenizerSpec, load_tokenizer
+    from packtool.tokenization.template_probe import choose
 
     rng = np.random.default_rng(0)
     convs = [make_record(rng) for _ in range(args.n)]
@@ -59,7 +60,7 @@ def main():
     loaded = load_tokenizer(None)
     tok = loaded.tokenizer
     spec = TokenizerSpec.from_loaded(loaded)
-    tpl = resolve_template(loaded, None)
+    tpl = choose(spec, None)  # the run's template and mode, as pack picks them
     texts = [
         tok.apply_chat_template(
             c["messages"], tools=c.get("tools"), chat_template=tpl.source, tokenize=False
