@@ -79,10 +79,6 @@ _LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")
 _DROPOUTS = re.compile(r".*(dropout|pdrop)$")
 
 
-class TinyError(Exception):
-    """This architecture cannot be built at tiny size here (the message says why, in one line)."""
-
-
 def text_config(config):
     """The language model's config of a multimodal config (qwen3.5, gemma3: text_config), else itself."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
