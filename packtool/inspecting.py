@@ -51,12 +51,11 @@ def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
 
 
 def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str, Any]:
-    from packtool.formats import FormatError
+    from packtool.formats import AUTO, FormatError
     from packtool.formats.columns import ColumnCheck
-    from packtool.formats.detect import detect_format
     from packtool.formats.normalize import normalize
     from packtool.io.readers import iter_records
-    from packtool.tokenization.decide import is_pretokenized
+    from packtool.tokenization.decide import is_pretokenized, record_format
 
     if index < 0:
         raise UsageError(f"--index {index} must be >= 0")
@@ -71,11 +70,8 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         columns.feed(rec.record)
         if rec.file != current:
             current, fmt, reason = rec.file, None, None
-        if fmt is None and rec.record is not None and "input_ids" not in rec.record:
-            try:
-                fmt, reason = detect_format(rec.record, cfg.read)
-            except FormatError:
-                pass
+        if fmt is None and rec.record is not None and not is_pretokenized(rec.record, cfg.read):
+            fmt, reason = record_format(rec.record, cfg.read) or (None, None)
         if rec.index == index:
             target = rec
             break
@@ -91,10 +87,10 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     if target.record is None:
         raise PacktoolError(f"{target.where}: {target.error}")
     if is_pretokenized(target.record, cfg.read):
-        from packtool.tokenization.pretokenized import RecordError, label_source, record_arrays
+        from packtool.tokenization.pretokenized import RecordError, label_source_of, record_arrays
 
         try:
-            ids, labels, _ = record_arrays(target.record, label_source(target.record))
+            ids, labels, _ = record_arrays(target.record, label_source_of(target.record))
         except RecordError as e:
             raise PacktoolError(f"{target.where}: pre-tokenized record: {e}") from None
         tok_info, tok = {"name": None}, None
@@ -121,13 +117,8 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     from packtool.tokenization.loading import load_spec
     from packtool.tokenization.run_plan import BackendReport, reference_step, template_of
 
-    if fmt is None:
-        try:
-            fmt, reason = detect_format(target.record, cfg.read)
-        except FormatError as e:  # the keys it has, named by file and record
-            raise PacktoolError(f"{target.where}: {e}") from None
-    try:
-        example = normalize(target.record, fmt, cfg.read)
+    try:  # fmt None: no record of its file up to it fits a format; normalizing says why (its keys)
+        example = normalize(target.record, fmt or AUTO, cfg.read)
     except FormatError as e:
         raise PacktoolError(f"{target.where}: {e}") from None
     spec = load_spec(cfg.tokenizer)
