@@ -1,10 +1,11 @@
 """`packtool inspect`: one example, as the trainer will see it.
 
-Reads up to record N (detecting the format on the first parseable record of its file, as the
-pipeline does; pre-tokenized by tokenization.decide's rule), normalizes it, encodes it with the
-reference step that tokenization.run_plan builds for `profile`/`pack` (and, where fastokens
-supports the tokenizer, that step on fastokens), and splits the token stream into runs of trained /
-untrained tokens for display:
+Reads up to record N (its file's format: tokenization.decide.record_format of the file's first
+record whose format is found, as the pipeline decides it; pre-tokenized by decide.is_pretokenized),
+normalizes it, runs the reference step that tokenization.run_plan builds for `profile`/`pack` on a
+batch of that one record (and, where fastokens supports the tokenizer, that step on fastokens,
+compared by fast_check.compare), and splits the token stream into runs of trained / untrained
+tokens for display:
 
     runs = [{"text": "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n", "loss": False, "tokens": 9},
             {"text": "Hello!<|im_end|>", "loss": True, "tokens": 3}, ...]
@@ -113,7 +114,9 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             "runs": _runs(tok, ids, labels),
         }
 
+    from packtool.io.readers import RawBatch
     from packtool.tokenization.backends import supports_fast
+    from packtool.tokenization.fast_check import compare
     from packtool.tokenization.loading import load_spec
     from packtool.tokenization.run_plan import BackendReport, reference_step, template_of
 
@@ -124,9 +127,10 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     spec = load_spec(cfg.tokenizer)
     template = template_of(cfg, spec)
     step = reference_step(cfg, spec, template, fmt)
-    enc = step.encoder.encode([example])
-    if enc.errors[0]:
-        raise PacktoolError(f"{target.where}: {enc.errors[0]}")
+    batch = RawBatch(target.file, records=[target.record], start=target.index, fmt=fmt)
+    res = step(batch)  # the record as a pack encodes it: a batch of one
+    if res.rejects:
+        raise PacktoolError(f"{target.where}: {res.rejects[0][1]}")
     why = (
         "--tokenizer-backend hf"
         if cfg.tokenizer_backend == "hf"
@@ -134,10 +138,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     )
     backend = BackendReport("hf", cfg.tokenizer_backend, reason=why)
     if why is None:  # show what a pack would use: fastokens where it is identical on this example
-        fast = step.with_backend("fastokens").encoder.encode([example])
-        same = np.array_equal(fast.ids, enc.ids) and np.array_equal(
-            fast.label_values, enc.label_values
-        )
+        same = compare(step.with_backend("fastokens")(batch), res, batch) is None
         check = {"examples": 1, "identical": bool(same)}
         backend = BackendReport("fastokens" if same else "hf", cfg.tokenizer_backend, check=check)
         if not same and cfg.tokenizer_backend == "fastokens":
@@ -145,8 +146,9 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
                 f"{target.where}: fastokens differs from tokenizers on this "
                 "example; use --tokenizer-backend hf"
             )
-    ids, labels = enc.input_ids[0], enc.labels[0]
-    audit, label_warnings = _label_audit(target, template, enc, labels, cfg)
+    ids = res.table.column("input_ids").values.to_numpy()
+    labels = res.table.column("labels").values.to_numpy()
+    audit, label_warnings = _label_audit(target, template, res.notes, labels, cfg)
     return {
         **where,
         "format": fmt,
@@ -156,7 +158,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             **template.info(),
             "special_in_content": {
                 "mode": cfg.special_in_content,
-                "examples": int(enc.special is not None and enc.special[0]),
+                "examples": int(bool(res.special)),
             },
             **({"label_audit": audit} if audit else {}),
         },
@@ -172,12 +174,11 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     }
 
 
-def _label_audit(target, template, enc, labels, cfg) -> tuple[dict, list[str]]:
-    """This example's label audit (packtool.tokenization.encode.label_audit) and its warnings;
-    --strict-labels refuses it as a pack would."""
+def _label_audit(target, template, notes, labels, cfg) -> tuple[dict, list[str]]:
+    """This example's label audit (packtool.tokenization.label_audit) of its step's `notes`, and
+    its warnings; --strict-labels refuses it as a pack would."""
     from packtool.tokenization.label_audit import audit_warnings, label_audit, strict_problem
 
-    notes = [(target.index, enc.notes[0])] if enc.notes and enc.notes[0] else []
     zero = [] if np.any(labels != IGNORE_INDEX) else [target.index]
     audit, idx = label_audit(notes, zero, lambda i: target.where)
     problem = strict_problem(audit) if cfg.strict_labels else None
