@@ -12,7 +12,8 @@
 
 The input's kind is the kind of its first file that has one (a record carrying input_ids, with no
 --format: pre-tokenized; any other readable record: chat). Each file of a folder or glob is read in
-its own format, detected from its own first record whose format is found (or forced by --format).
+its own format, detected from its own first record whose format is found (or forced by --format):
+`record_format` of one record and `is_pretokenized` are the rules, shared with `inspect`.
 The local pipeline decides the files as its stream reaches them (`decided_stream`); the Ray engine
 decides each file in a task of its own (packtool.cluster.files). `input_formats` sums the decisions
 up for the run's meta.
