@@ -1,10 +1,11 @@
 """`packtool inspect`: one example, as the trainer will see it.
 
-Reads up to record N (detecting the format on the first parseable record of its file, as the
-pipeline does; pre-tokenized by tokenization.decide's rule), normalizes it, encodes it with the
-reference step that tokenization.run_plan builds for `profile`/`pack` (and, where fastokens
-supports the tokenizer, that step on fastokens), and splits the token stream into runs of trained /
-untrained tokens for display:
+Reads up to record N (its file's format: tokenization.decide.record_format of the file's first
+record whose format is found, as the pipeline decides it; pre-tokenized by decide.is_pretokenized),
+normalizes it, runs the reference step that tokenization.run_plan builds for `profile`/`pack` on a
+batch of that one record (and, where fastokens supports the tokenizer, that step on fastokens,
+compared by fast_check.compare), and splits the token stream into runs of trained / untrained
+tokens for display:
 
     runs = [{"text": "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n", "loss": False, "tokens": 9},
             {"text": "Hello!<|im_end|>", "loss": True, "tokens": 3}, ...]
@@ -51,12 +52,11 @@ def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
 
 
 def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str, Any]:
-    from packtool.formats import FormatError
+    from packtool.formats import AUTO, FormatError
     from packtool.formats.columns import ColumnCheck
-    from packtool.formats.detect import detect_format
     from packtool.formats.normalize import normalize
     from packtool.io.readers import iter_records
-    from packtool.tokenization.decide import is_pretokenized
+    from packtool.tokenization.decide import is_pretokenized, record_format
 
     if index < 0:
         raise UsageError(f"--index {index} must be >= 0")
@@ -71,11 +71,8 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         columns.feed(rec.record)
         if rec.file != current:
             current, fmt, reason = rec.file, None, None
-        if fmt is None and rec.record is not None and "input_ids" not in rec.record:
-            try:
-                fmt, reason = detect_format(rec.record, cfg.read)
-            except FormatError:
-                pass
+        if fmt is None and rec.record is not None and not is_pretokenized(rec.record, cfg.read):
+            fmt, reason = record_format(rec.record, cfg.read) or (None, None)
         if rec.index == index:
             target = rec
             break
@@ -91,10 +88,10 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     if target.record is None:
         raise PacktoolError(f"{target.where}: {target.error}")
     if is_pretokenized(target.record, cfg.read):
-        from packtool.tokenization.pretokenized import RecordError, label_source, record_arrays
+        from packtool.tokenization.pretokenized import RecordError, label_source_of, record_arrays
 
         try:
-            ids, labels, _ = record_arrays(target.record, label_source(target.record))
+            ids, labels, _ = record_arrays(target.record, label_source_of(target.record))
         except RecordError as e:
             raise PacktoolError(f"{target.where}: pre-tokenized record: {e}") from None
         tok_info, tok = {"name": None}, None
@@ -117,25 +114,23 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             "runs": _runs(tok, ids, labels),
         }
 
+    from packtool.io.readers import RawBatch
     from packtool.tokenization.backends import supports_fast
+    from packtool.tokenization.fast_check import compare
     from packtool.tokenization.loading import load_spec
     from packtool.tokenization.run_plan import BackendReport, reference_step, template_of
 
-    if fmt is None:
-        try:
-            fmt, reason = detect_format(target.record, cfg.read)
-        except FormatError as e:  # the keys it has, named by file and record
-            raise PacktoolError(f"{target.where}: {e}") from None
-    try:
-        example = normalize(target.record, fmt, cfg.read)
+    try:  # fmt None: no record of its file up to it fits a format; normalizing says why (its keys)
+        example = normalize(target.record, fmt or AUTO, cfg.read)
     except FormatError as e:
         raise PacktoolError(f"{target.where}: {e}") from None
     spec = load_spec(cfg.tokenizer)
     template = template_of(cfg, spec)
     step = reference_step(cfg, spec, template, fmt)
-    enc = step.encoder.encode([example])
-    if enc.errors[0]:
-        raise PacktoolError(f"{target.where}: {enc.errors[0]}")
+    batch = RawBatch(target.file, records=[target.record], start=target.index, fmt=fmt)
+    res = step(batch)  # the record as a pack encodes it: a batch of one
+    if res.rejects:
+        raise PacktoolError(f"{target.where}: {res.rejects[0][1]}")
     why = (
         "--tokenizer-backend hf"
         if cfg.tokenizer_backend == "hf"
@@ -143,10 +138,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     )
     backend = BackendReport("hf", cfg.tokenizer_backend, reason=why)
     if why is None:  # show what a pack would use: fastokens where it is identical on this example
-        fast = step.with_backend("fastokens").encoder.encode([example])
-        same = np.array_equal(fast.ids, enc.ids) and np.array_equal(
-            fast.label_values, enc.label_values
-        )
+        same = compare(step.with_backend("fastokens")(batch), res, batch) is None
         check = {"examples": 1, "identical": bool(same)}
         backend = BackendReport("fastokens" if same else "hf", cfg.tokenizer_backend, check=check)
         if not same and cfg.tokenizer_backend == "fastokens":
@@ -154,8 +146,9 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
                 f"{target.where}: fastokens differs from tokenizers on this "
                 "example; use --tokenizer-backend hf"
             )
-    ids, labels = enc.input_ids[0], enc.labels[0]
-    audit, label_warnings = _label_audit(target, template, enc, labels, cfg)
+    ids = res.table.column("input_ids").values.to_numpy()
+    labels = res.table.column("labels").values.to_numpy()
+    audit, label_warnings = _label_audit(target, template, res.notes, labels, cfg)
     return {
         **where,
         "format": fmt,
@@ -165,7 +158,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             **template.info(),
             "special_in_content": {
                 "mode": cfg.special_in_content,
-                "examples": int(enc.special is not None and enc.special[0]),
+                "examples": int(bool(res.special)),
             },
             **({"label_audit": audit} if audit else {}),
         },
@@ -181,12 +174,11 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     }
 
 
-def _label_audit(target, template, enc, labels, cfg) -> tuple[dict, list[str]]:
-    """This example's label audit (packtool.tokenization.encode.label_audit) and its warnings;
-    --strict-labels refuses it as a pack would."""
+def _label_audit(target, template, notes, labels, cfg) -> tuple[dict, list[str]]:
+    """This example's label audit (packtool.tokenization.label_audit) of its step's `notes`, and
+    its warnings; --strict-labels refuses it as a pack would."""
     from packtool.tokenization.label_audit import audit_warnings, label_audit, strict_problem
 
-    notes = [(target.index, enc.notes[0])] if enc.notes and enc.notes[0] else []
     zero = [] if np.any(labels != IGNORE_INDEX) else [target.index]
     audit, idx = label_audit(notes, zero, lambda i: target.where)
     problem = strict_problem(audit) if cfg.strict_labels else None

@@ -12,7 +12,8 @@
 
 The input's kind is the kind of its first file that has one (a record carrying input_ids, with no
 --format: pre-tokenized; any other readable record: chat). Each file of a folder or glob is read in
-its own format, detected from its own first record whose format is found (or forced by --format).
+its own format, detected from its own first record whose format is found (or forced by --format):
+`record_format` of one record and `is_pretokenized` are the rules, shared with `inspect`.
 The local pipeline decides the files as its stream reaches them (`decided_stream`); the Ray engine
 decides each file in a task of its own (packtool.cluster.files). `input_formats` sums the decisions
 up for the run's meta.
@@ -81,37 +82,47 @@ def is_pretokenized(record, read: ReadConfig) -> bool:
     return "input_ids" in record and read.format is None
 
 
+def record_format(rec, read: ReadConfig) -> tuple[str, str] | None:
+    """(format, why) of one parsed record, or None where it fits no format (the step refuses it
+    with its own message): a file's format is that of its first record whose format is found, for
+    the pipelines and `inspect`. Preference and KTO data raise UsageError."""
+    from packtool.formats import FormatError
+    from packtool.formats.detect import detect_format
+
+    try:
+        return detect_format(rec, read)
+    except FormatError:
+        return None
+
+
 def _detect(b, read: ReadConfig, kind_too: bool = False):
     """(format, why) of the first record of batch `b` whose format is found, ("pretokenized", rec)
     for a record carrying input_ids (when `kind_too` and no --format), or None. Preference and KTO
     data raise UsageError, naming the record."""
-    from packtool.formats import FormatError
-    from packtool.formats.detect import detect_format
-
     for i, rec in enumerate(_records_of(b)):
         if rec is None:
             continue
         if kind_too and is_pretokenized(rec, read):
             return "pretokenized", rec
         try:
-            return detect_format(rec, read)
-        except FormatError:
-            continue  # this record is refused by the step with its own message
+            hit = record_format(rec, read)
         except UsageError as e:
             raise UsageError(f"{b.where(i)}: {e}") from None
+        if hit is not None:
+            return hit
     return None
 
 
 def _kind(b, read: ReadConfig) -> tuple[str, str | None] | None:
     """(kind, label source) that batch `b` shows, or None (no readable record)."""
-    from packtool.tokenization.pretokenized import label_source, label_source_of
+    from packtool.tokenization.pretokenized import label_source_of
 
     names = b.column_names()
     if names is not None and b.arrow.num_rows and is_pretokenized(names, read):
         return "pretokenized", label_source_of(names)
     hit = _detect(b, read, kind_too=True)
     if hit is not None and hit[0] == "pretokenized":
-        return "pretokenized", label_source(hit[1])
+        return "pretokenized", label_source_of(hit[1])
     return ("chat", None) if hit is not None else None
 
 

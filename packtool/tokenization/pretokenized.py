@@ -8,9 +8,9 @@
     input_ids alone                     every token carries loss
     + attention_mask                    positions where it is 0 are padding: removed before packing
 
-The label source is chosen from the first record (`label_source`) or from the column names
-(`label_source_of`) and required of every row. Every row is checked: whole non-negative int32 ids,
-one label / mask entry per id, no pre-shifted labels.
+The label source is chosen from the first record's keys or the column names (`label_source_of`)
+and required of every row. Every row is checked: whole non-negative int32 ids, one label / mask
+entry per id, no pre-shifted labels.
 
 Two paths give the same rows and the same messages (the msg_* functions: one text per kind):
 
@@ -91,13 +91,9 @@ def msg_shifted(j: int, label: int, token: int) -> str:
 # one record
 
 
-def label_source(record: dict) -> str:
-    """Which column gives the labels: labels | completion_mask | assistant_masks | all."""
-    return next((c for c in LABEL_COLUMNS if c in record), "all")
-
-
 def label_source_of(names: Iterable[str]) -> str:
-    """`label_source` from column names (a schema): labels | completion_mask | assistant_masks | all."""
+    """Which column gives the labels, from column names (a schema, or a record's keys): labels |
+    completion_mask | assistant_masks | all."""
     names = set(names)
     return next((c for c in LABEL_COLUMNS if c in names), "all")
 

@@ -482,8 +482,7 @@ def _check_range(st: _Batch, ids: _Col) -> None:
 def validate_batch(batch: pa.RecordBatch | pa.Table, source: str) -> Validated:
     """Check one batch of pre-tokenized rows, vectorized; the good rows as int32 lists, the bad ones' reasons.
 
-    source is `label_source_of(first schema)` (or `label_source(first record)`): required of every
-    row. The batch must hold fewer than 2^31 good tokens (int32 offsets). A Table is combined into
+    source is `label_source_of(first schema or first record)`: required of every row. The batch must hold fewer than 2^31 good tokens (int32 offsets). A Table is combined into
     one batch first (a copy when it has several chunks): to stream, pass RecordBatches.
     """
     import pyarrow as pa

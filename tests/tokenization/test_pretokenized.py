@@ -11,7 +11,6 @@ from packtool.tokenization.pretokenized import (
     EMPTY,
     INT32_MAX,
     Validated,
-    label_source,
     label_source_of,
     record_arrays,
     records_validated,
@@ -653,7 +652,7 @@ def test_label_sources():
     assert label_source_of(["input_ids", "assistant_masks", "labels"]) == "labels"
     assert label_source_of(("attention_mask", "input_ids", "completion_mask")) == "completion_mask"
     assert label_source_of(iter(["input_ids", "assistant_masks"])) == "assistant_masks"
-    assert label_source_of(["input_ids"]) == label_source({"input_ids": [1]}) == "all"
+    assert label_source_of(["input_ids"]) == label_source_of({"input_ids": [1]}) == "all"
 
 
 def test_big_random_batch_against_records():
