@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from packtool import kernels, schema
+from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import FileGather, Located
 
@@ -270,6 +271,7 @@ def write_in_processes(
     """
     import signal
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     from dataclasses import fields
     from multiprocessing import get_context
 
@@ -293,6 +295,10 @@ def write_in_processes(
                 setattr(out, f.name, getattr(out, f.name) + getattr(one, f.name))
             if progress is not None:
                 progress(out.rows, R)
+    except BrokenProcessPool:
+        raise PacktoolError(
+            "a shard writer process died (killed, out of memory?); run again with fewer processes"
+        ) from None
     except BaseException:
         for p in list((getattr(pool, "_processes", None) or {}).values()):  # no public kill in 3.11
             p.kill()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from packtool.data.tokenized import TokenizedData
+from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack import PackConfig, pack_tokenized
 from packtool.pack import write as pack_write
@@ -92,3 +93,57 @@ def test_ctrl_c_while_processes_write_leaves_no_folder(tmp_path, always):
             _data(), PackConfig(pack_len=128, shard_rows=9), tmp_path / "o", interrupt, procs=3
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_writer_process_that_dies_is_one_error(tmp_path, always, monkeypatch):
+    import os
+
+    def killed(self, table):
+        os._exit(9)
+
+    monkeypatch.setattr(shards.ShardWriter, "write", killed)
+    with pytest.raises(PacktoolError, match="a shard writer process died"):
+        pack_tokenized(_data(), PackConfig(pack_len=128, shard_rows=9), tmp_path / "o", procs=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+CTRL_C = """
+import sys, time
+from packtool.io import shards
+from packtool.pack import PackConfig, pack_tokenized, write
+sys.path.insert(0, sys.argv[2])
+from test_write_processes import _data
+
+write.PROCESS_MIN_TOKENS = 0
+real = shards.ShardWriter.write
+
+def slow(self, table):
+    print("writing", flush=True)
+    time.sleep(0.5)
+    real(self, table)
+
+shards.ShardWriter.write = slow
+pack_tokenized(_data(), PackConfig(pack_len=128, shard_rows=9), sys.argv[1], procs=2)
+"""
+
+
+def test_a_real_ctrl_c_reaches_every_process_and_leaves_no_folder(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "packs" / "o"
+    out.parent.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C, str(out), str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the terminal's Ctrl-C reaches them all
+    )
+    assert child.stdout.readline() == "writing\n"
+    os.killpg(child.pid, signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err and child.returncode != 0
+    assert list(out.parent.iterdir()) == []
