@@ -278,7 +278,8 @@ def write_in_processes(
     global _JOB
     R = row_order.shape[0]
     num_shards = -(-R // shard_rows)
-    _JOB = (tmp, plan, row_order, piece_len, loc, pad_id, shard_rows, gather, slot_len, layout)
+    rest = (piece_len, loc, pad_id, shard_rows, None, gather, slot_len, layout)
+    _JOB = (tmp, plan, row_order, rest)
     pool = ProcessPoolExecutor(
         max_workers=min(procs, num_shards),
         mp_context=get_context("fork"),
@@ -311,23 +312,9 @@ def write_in_processes(
 
 def _write_one(s: int, num_shards: int) -> Written:
     """Shard s of the write_in_processes job (in a forked process)."""
-    tmp, plan, row_order, piece_len, loc, pad_id, shard_rows, gather, slot_len, layout = _JOB
-    rows = row_order[s * shard_rows : (s + 1) * shard_rows]
-    return write_shards(
-        tmp,
-        plan,
-        rows,
-        piece_len,
-        loc,
-        pad_id,
-        shard_rows,
-        None,
-        gather,
-        slot_len,
-        layout,
-        first_shard=s,
-        total_shards=num_shards,
-    )
+    tmp, plan, row_order, rest = _JOB  # rest: write_shards' arguments after row_order
+    rows = row_order[s * rest[3] : (s + 1) * rest[3]]  # rest[3]: shard_rows
+    return write_shards(tmp, plan, rows, *rest, first_shard=s, total_shards=num_shards)
 
 
 class WriterPool:
