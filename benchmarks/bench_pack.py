@@ -2,6 +2,8 @@
 
     python benchmarks/bench_pack.py                       # (a) n=20k,200k,1M and (b) at 1M examples
     python benchmarks/bench_pack.py --sizes 20000 --pack-n 100000 --no-trl   # quick
+    python benchmarks/bench_pack.py --sizes "" --pack-n 2000000 --procs 1,2 --shard-rows 2048
+                                       # (b) with 1 and 2 writer processes, side by side
 
 (a) Seeded lognormal lengths (median 450, sigma 0.9, rounded, clipped to 1..4096), L=4096.  Ours:
     `plan_packs` BFD/FFD, best of --repeat after a warm-up (numba compile cached).  TRL:
@@ -192,8 +194,9 @@ def _status_kb(key: str) -> int:
     return 0
 
 
-def child_pack(arrow_path: str, out: str) -> None:
-    """Runs in a fresh process: memory-map the input, pack it, print one JSON line."""
+def child_pack(arrow_path: str, out: str, procs: int = 1, shard_rows: int = 0) -> None:
+    """Runs in a fresh process: memory-map the input, pack it (`procs` writer processes, forced
+    whatever the pack's size), print one JSON line."""
     import datasets
 
     from packtool.data.tokenized import TokenizedData
@@ -213,7 +216,7 @@ def child_pack(arrow_path: str, out: str) -> None:
     ds = datasets.Dataset.from_file(arrow_path)  # memory-mapped
     lengths = ds.data.column("length").to_numpy()
     data = TokenizedData(
-        dataset=ds,
+        table=ds,
         lengths=lengths,
         loss_counts=ds.data.column("num_loss_tokens").to_numpy(),
         source_index=ds.data.column("source_index").to_numpy(),
@@ -221,12 +224,17 @@ def child_pack(arrow_path: str, out: str) -> None:
         tokenizer={"name": "random", "pad_id": 151_643},
     )
     t1 = time.perf_counter()
-    result = pack_tokenized(data, PackConfig(pack_len=PACK_LEN), out)
+    if procs > 1:
+        pack_write.PROCESS_MIN_TOKENS = 0
+    result = pack_tokenized(
+        data, PackConfig(pack_len=PACK_LEN, shard_rows=shard_rows), out, procs=procs
+    )
     t2 = time.perf_counter()
     stop.set()
     import resource
 
     ru = resource.getrusage(resource.RUSAGE_SELF)
+    rc = resource.getrusage(resource.RUSAGE_CHILDREN)  # the writer processes (--procs > 1)
     m = result.manifest
     print(
         json.dumps(
@@ -243,28 +251,34 @@ def child_pack(arrow_path: str, out: str) -> None:
                 "out_bytes": sum(s["bytes"] for s in m["shards"]),
                 "peak_rss_kb": _status_kb("VmHWM"),
                 "peak_anon_kb": max(peak_anon[0], _status_kb("RssAnon")),
-                "cpu_user_s": ru.ru_utime,
-                "cpu_sys_s": ru.ru_stime,
+                "cpu_user_s": ru.ru_utime + rc.ru_utime,
+                "cpu_sys_s": ru.ru_stime + rc.ru_stime,
                 "minor_faults": ru.ru_minflt,
                 "writers": min(pack_write.MAX_WRITERS, os.cpu_count() or 1, len(m["shards"])),
+                "procs": procs,
+                "shard_sha256": [s["sha256"] for s in m["shards"]],
             }
         )
     )
 
 
-def bench_pack_stage(n: int, workdir: Path) -> dict:
+_GENERATED: dict = {}  # arrow path -> make_pretokenized's info (once per run)
+
+
+def bench_pack_stage(n: int, workdir: Path, procs: int = 1, shard_rows: int = 0) -> dict:
     arrow = workdir / f"pretokenized-{n}.arrow"
     t = time.perf_counter()
-    if arrow.exists():  # --workdir kept from an earlier run
-        shutil.rmtree(workdir / "packed", ignore_errors=True)
-    info = make_pretokenized(arrow, n)
+    shutil.rmtree(workdir / "packed", ignore_errors=True)
+    if arrow not in _GENERATED:
+        _GENERATED[arrow] = make_pretokenized(arrow, n)
+    info = _GENERATED[arrow]
     print(
-        f"\n(b) generated {n:,} pre-tokenized examples, {info['tokens']:,} tokens, "
-        f"{info['bytes'] / 2**30:.2f} GiB Arrow in {time.perf_counter() - t:.1f} s"
+        f"\n(b) {n:,} pre-tokenized examples, {info['tokens']:,} tokens, "
+        f"{info['bytes'] / 2**30:.2f} GiB Arrow (generated in {time.perf_counter() - t:.1f} s)"
     )
     out = workdir / "packed"
     proc = subprocess.run(
-        [sys.executable, __file__, "--_child", str(arrow), str(out)],
+        [sys.executable, __file__, "--_child", str(arrow), str(out), str(procs), str(shard_rows)],
         capture_output=True,
         text=True,
         cwd=str(ROOT),
@@ -288,7 +302,7 @@ def bench_pack_stage(n: int, workdir: Path) -> dict:
     )
     print(
         f"    child process CPU: user {r['cpu_user_s']:.1f} s, sys {r['cpu_sys_s']:.1f} s, "
-        f"{r['minor_faults']:,} minor faults, {r['writers']} writer threads"
+        f"{r['minor_faults']:,} minor faults, {r['writers']} writer threads, {procs} process(es)"
     )
     return r
 
@@ -316,8 +330,8 @@ def versions() -> dict:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--_child":
-        child_pack(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 6 and sys.argv[1] == "--_child":
+        child_pack(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -329,6 +343,12 @@ def main() -> None:
     ap.add_argument(
         "--workdir", default=None, help="scratch folder for (b) (default: a temp dir, removed)"
     )
+    ap.add_argument(
+        "--procs",
+        default="1",
+        help="(b) once per writer-process count, side by side, e.g. 1,2 (same bytes checked)",
+    )
+    ap.add_argument("--shard-rows", type=int, default=0, help="(b) rows a shard (0: automatic)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     v = versions()
@@ -345,7 +365,19 @@ def main() -> None:
         work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench_pack-"))
         work.mkdir(parents=True, exist_ok=True)
         try:
-            results["pack"] = bench_pack_stage(args.pack_n, work)
+            runs = [
+                bench_pack_stage(args.pack_n, work, int(p), args.shard_rows)
+                for p in args.procs.split(",")
+            ]
+            results["pack"] = runs[0] if len(runs) == 1 else runs
+            if len(runs) > 1:
+                same = all(r["shard_sha256"] == runs[0]["shard_sha256"] for r in runs)
+                print(
+                    "    processes side by side: "
+                    + ", ".join(f"{r['procs']}: {r['pack_s']:.1f} s" for r in runs)
+                    + f"; ratio {runs[0]['pack_s'] / runs[-1]['pack_s']:.2f}x; "
+                    + ("identical shards" if same else "SHARDS DIFFER")
+                )
         finally:
             if not args.workdir:
                 shutil.rmtree(work, ignore_errors=True)

@@ -2,7 +2,7 @@
 
     overflow.py   --overflow: examples → pieces (pure numpy; profile predicts pack with it)
     gather.py     locating each piece's tokens in the Arrow buffers (or the cache file, by pread)
-    write.py      rows → Parquet shards, a few writer threads, bytes independent of timing
+    write.py      rows → Parquet shards, writer threads (or processes), bytes independent of timing
     run.py        pack_tokenized: plan, write, manifest, conservation, warnings
 
 The planner is packtool.plan, the numba kernels packtool.kernels, the file layout packtool.io.shards.

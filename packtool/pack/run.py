@@ -36,7 +36,7 @@ from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate
 from packtool.pack.overflow import Pieces, apply_overflow, overflow_loss
-from packtool.pack.write import Progress, Written, write_shards
+from packtool.pack.write import Progress, Written, processes, write_in_processes, write_shards
 from packtool.plan import lower_bound_rows, plan_packs
 from packtool.schema import notices
 
@@ -73,11 +73,14 @@ def pack_tokenized(
     out: str | Path,
     progress: Progress | None = None,
     writer: Writer | None = None,
+    procs: int = 1,
 ) -> PackResult:
     """Plan, gather and write `data` into `out` (atomically).  Returns the manifest and timings.
 
     `writer(tmp, data, job) -> Written` writes the planned rows: `write_local` (the tokens are in
-    `data.table`) unless another engine holds them (packtool.cluster: the Ray engine's workers)."""
+    `data.table`) unless another engine holds them (packtool.cluster: the Ray engine's workers).
+    `procs` > 1: write_local writes the shards in that many forked processes when it pays
+    (pack.write.write_in_processes; the bytes are the same)."""
     out = Path(out)
     shards.check_target(out, cfg.force)
     t_start = time.perf_counter()
@@ -112,7 +115,7 @@ def pack_tokenized(
     row_order = rng.permutation(R).astype(np.int64) if cfg.shuffle else np.arange(R, dtype=np.int64)
     pad_id, pad_from = pad_id_of(data.tokenizer or {})
     shard_rows = cfg.effective_shard_rows()
-    job = WriteJob(plan, row_order, pieces, slots, layout, pad_id, shard_rows, progress)
+    job = WriteJob(plan, row_order, pieces, slots, layout, pad_id, shard_rows, progress, procs)
     with shards.atomic_output(out, cfg.force) as tmp:
         written = (writer or write_local)(tmp, data, job)
         truncated_cut = int((lengths[pieces.truncated] - L).sum())
@@ -238,6 +241,7 @@ class WriteJob:
     pad_id: int
     shard_rows: int
     progress: Progress | None = None
+    procs: int = 1  # writer processes allowed (write_local; 1 = this process's threads only)
 
 
 Writer = Callable[[Path, TokenizedData, WriteJob], Written]
@@ -245,7 +249,8 @@ Writer = Callable[[Path, TokenizedData, WriteJob], Written]
 
 def write_local(tmp: Path, data: TokenizedData, job: WriteJob) -> Written:
     """The rows gathered from `data.table` (read from the cache file with pread when it is mapped
-    from one) and written by this process's writer threads."""
+    from one) and written by this process's writer threads, or by forked writer processes when
+    job.procs allows them and the pack is large enough (pack.write.processes)."""
     if data.table is None or len(data.table) != data.lengths.shape[0]:
         rows = "no" if data.table is None else len(data.table)
         raise PacktoolError(
@@ -256,20 +261,17 @@ def write_local(tmp: Path, data: TokenizedData, job: WriteJob) -> Written:
     L = job.plan.pack_len
     loc = locate(data, lengths, src, job.pieces, L)
     gather = file_gather(data, loc, shards.row_group_rows(L, job.shard_rows) * L)
+    procs = processes(job.procs, -(-job.plan.num_rows // job.shard_rows), int(job.slots.sum()))
+    args = (tmp, job.plan, job.row_order, job.pieces.length, loc, job.pad_id, job.shard_rows)
     try:
-        written = write_shards(
-            tmp,
-            job.plan,
-            job.row_order,
-            job.pieces.length,
-            loc,
-            job.pad_id,
-            job.shard_rows,
-            job.progress,
-            gather,
-            slot_len=job.slots,
-            layout=job.layout,
-        )
+        if procs > 1:
+            written = write_in_processes(
+                procs, *args, job.progress, gather, slot_len=job.slots, layout=job.layout
+            )
+        else:
+            written = write_shards(
+                *args, job.progress, gather, slot_len=job.slots, layout=job.layout
+            )
     finally:
         if gather is not None:
             gather.close()

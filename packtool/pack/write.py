@@ -6,6 +6,7 @@ plan rows in shuffled order ──blocks of one row group──▶ layout_rows +
     ...                                                 ┘
 each writer has two buffer sets: the main thread fills one while the writer encodes the other.
 One file is written by one thread, blocks in order: the bytes never depend on timing.
+write_in_processes: whole shards written by forked processes (same bytes; when it pays, see there).
 
 The layout (schema.Layout): a piece of piece_len tokens takes slot_len slots (--pad-to-multiple;
 the kernel pads it); `row_lists` turns the block's CSR lists into the shard's list columns, K
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from packtool import kernels, schema
+from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import FileGather, Located
 
@@ -103,14 +105,15 @@ def write_shards(
     """Gather rows block by block (one Parquet row group each) and write the shards.
 
     `first_shard`, `total_shards`: the rows are shards first_shard, first_shard + 1, ... of a pack
-    of total_shards (a Ray worker writes one shard of a pack; the names and bytes are the same).
+    of total_shards (a Ray worker or a writer process writes one shard of a pack; the names and
+    bytes are the same).
 
     Shards are written `writers` at a time, each by its own thread (one file, one thread, blocks in
     order: the bytes do not depend on timing).  Each writer has two buffer sets: the main thread
     gathers a writer's next block while that writer encodes the previous one.
     """
     L = plan.pack_len
-    R = plan.num_rows
+    R = row_order.shape[0]
     slot_len = piece_len if slot_len is None else slot_len
     group_rows = shards.row_group_rows(L, shard_rows)
     num_shards = -(-R // shard_rows)
@@ -220,6 +223,98 @@ def write_shards(
         pool.wait_all()
     out.shards = [closed[s].result() for s in range(num_shards)]
     return out
+
+
+# token slots from which writer processes may pay for their start-up (~0.1 s: 20k documents, 13M
+# tokens, took 0.9 s with 2 processes against 0.8 s in one).  Only when asked (procs > 1): on the
+# 2-core box one process's threads already use both cores and 2 processes were 0.79x as fast
+# (benchmarks/README.md, "Shards written in processes").
+PROCESS_MIN_TOKENS = 1 << 26
+_JOB: tuple | None = None  # write_in_processes' arguments, inherited by its forked processes
+
+
+def processes(procs: int, num_shards: int, slots: int) -> int:
+    """Writer processes for a pack of `num_shards` shards and `slots` token slots: 1 (this
+    process) unless `procs` > 1, there are several shards, the pack has PROCESS_MIN_TOKENS slots
+    or more and the platform can fork."""
+    import multiprocessing
+
+    if slots < PROCESS_MIN_TOKENS or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(procs, num_shards))
+
+
+def write_in_processes(
+    procs: int,
+    tmp: Path,
+    plan,
+    row_order: np.ndarray,
+    piece_len: np.ndarray,
+    loc: Located,
+    pad_id: int,
+    shard_rows: int,
+    progress: Progress | None,
+    gather: FileGather | None = None,
+    slot_len: np.ndarray | None = None,
+    layout: schema.Layout = schema.Layout(),
+) -> Written:
+    """write_shards with each shard written by one of `procs` forked processes (shard s: rows
+    row_order[s * shard_rows : (s + 1) * shard_rows], written by write_shards(first_shard=s)).
+
+        parent: plan, row_order, located pieces ──fork──▶ a process writes shard s, then the next
+                ◀── per shard Written {rows, tokens, ..., shards: [{file, rows, bytes, sha256}]}
+        totals summed and entries listed in shard order: the same manifest and bytes as one process
+
+    The tokens never go through a pipe: the processes read the parent's memory (the mapped cache
+    entry, or the table) as forked.  They ignore SIGINT: on Ctrl-C or any error the parent kills
+    them all and waits for them before the temporary folder is removed.
+    """
+    import signal
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    from dataclasses import fields
+    from multiprocessing import get_context
+
+    global _JOB
+    R = row_order.shape[0]
+    num_shards = -(-R // shard_rows)
+    rest = (piece_len, loc, pad_id, shard_rows, None, gather, slot_len, layout)
+    _JOB = (tmp, plan, row_order, rest)
+    pool = ProcessPoolExecutor(
+        max_workers=min(procs, num_shards),
+        mp_context=get_context("fork"),
+        initializer=signal.signal,
+        initargs=(signal.SIGINT, signal.SIG_IGN),
+    )
+    out = Written(shards=[])
+    try:
+        futures = [pool.submit(_write_one, s, num_shards) for s in range(num_shards)]
+        for fut in futures:
+            one = fut.result()
+            out.shards += one.shards
+            for f in fields(Written)[1:]:
+                setattr(out, f.name, getattr(out, f.name) + getattr(one, f.name))
+            if progress is not None:
+                progress(out.rows, R)
+    except BrokenProcessPool:
+        raise PacktoolError(
+            "a shard writer process died (killed, out of memory?); run again with fewer processes"
+        ) from None
+    except BaseException:
+        for p in list((getattr(pool, "_processes", None) or {}).values()):  # no public kill in 3.11
+            p.kill()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        _JOB = None
+    return out
+
+
+def _write_one(s: int, num_shards: int) -> Written:
+    """Shard s of the write_in_processes job (in a forked process)."""
+    tmp, plan, row_order, rest = _JOB  # rest: write_shards' arguments after row_order
+    rows = row_order[s * rest[3] : (s + 1) * rest[3]]  # rest[3]: shard_rows
+    return write_shards(tmp, plan, rows, *rest, first_shard=s, total_shards=num_shards)
 
 
 class WriterPool:

@@ -42,3 +42,13 @@ def test_pread_and_memory_give_the_same_shards(mixture, tmp_path):
     in_memory = dataclasses.replace(mixture, mapped_files=[])
     by_memory = pack_tokenized(in_memory, cfg, tmp_path / "by_memory").manifest
     assert by_file["shards"] == by_memory["shards"] and len(by_file["shards"]) > 1
+
+
+def test_writer_processes_read_the_cache_files_as_forked(mixture, tmp_path, monkeypatch):
+    from packtool.pack import write
+
+    monkeypatch.setattr(write, "PROCESS_MIN_TOKENS", 0)
+    cfg = PackConfig(pack_len=512, overflow="split", shard_rows=7)
+    one = pack_tokenized(mixture, cfg, tmp_path / "one").manifest
+    two = pack_tokenized(mixture, cfg, tmp_path / "two", procs=2).manifest
+    assert one == two and len(one["shards"]) > 2
