@@ -675,10 +675,6 @@ def side_by_side(sizes: list[dict]) -> None:
         f"{'ours M tok/s':>12s} {'TRL M tok/s':>11s} {'CPU s ours/TRL':>15s} "
         f"{'Σ anon GiB ours/TRL':>20s} {'TRL/ours wall':>13s} {'CPU':>6s} {'exact':>8s}"
     )
-    if any((sz["exact"] or {}).get("only_prompt") for sz in sizes):
-        print(
-            "  * exact less the generation prompt (<|start|>assistant), which TRL's template trains"
-        )
     for sz in sizes:
         ours, theirs = sz["summary"].get("ours, cold"), sz["summary"].get("theirs (TRL)")
         if not ours or not theirs:
@@ -694,6 +690,10 @@ def side_by_side(sizes: list[dict]) -> None:
             f"{v['ratio_median']:12.2f}x {v['ratio_cpu']:5.2f}x "
             + (f"{ex['exact'] + ex.get('only_prompt', 0):>4}/{ex['checked']}" if ex else "     —")
             + ("*" if ex and ex.get("only_prompt") else "")
+        )
+    if any((sz["exact"] or {}).get("only_prompt") for sz in sizes):
+        print(
+            "* exact less the generation prompt (<|start|>assistant), which TRL's template trains"
         )
 
 
