@@ -671,7 +671,7 @@ def print_size(
 def side_by_side(sizes: list[dict]) -> None:
     """One line per (tokenizer, N): ours cold and TRL's, wall, tokens/s, CPU s, peak memory, ratios."""
     print(
-        f"\n{'tokenizer':10s} {'N':>8s} {'tokens':>12s} {'ours cold':>10s} {'TRL':>9s} "
+        f"\n{'tokenizer':10s} {'examples':>8s} {'tokens':>12s} {'ours cold':>10s} {'TRL':>9s} "
         f"{'ours M tok/s':>12s} {'TRL M tok/s':>11s} {'CPU s ours/TRL':>15s} "
         f"{'Σ anon GiB ours/TRL':>20s} {'TRL/ours wall':>13s} {'CPU':>6s} {'exact':>8s}"
     )
@@ -681,8 +681,9 @@ def side_by_side(sizes: list[dict]) -> None:
             continue
         v, ex = sz["verdict"], sz["exact"]
         tps = theirs["tokens_per_s"] or 0
+        t = next((r for r in sz["runs"]["theirs (TRL)"] if "examples" in r), {})
         print(
-            f"{sz['tokenizer']:10s} {sz['n']:>8,} {sz['tokens_in'] or 0:>12,} "
+            f"{sz['tokenizer']:10s} {t.get('examples', sz['n']):>8,} {sz['tokens_in'] or 0:>12,} "
             f"{ours['wall_median_s']:9.2f}s {theirs['wall_median_s']:8.2f}s "
             f"{(ours['tokens_per_s'] or 0) / 1e6:12.2f} {tps / 1e6:11.2f} "
             f"{ours['cpu_s_median']:7.1f}/{theirs['cpu_s_median']:<7.1f} "
