@@ -5,7 +5,7 @@ Same conversations (`packtool sample`'s generator, seed 0), one process, one run
 Tokenizers: --tokenizer FOLDER (repeatable; "built-in" = the built-in Qwen3 one, the default) or
 --tokenizers all (the built-in one and every folder of ../shared/tokenizers). The template is the
 one `packtool pack` picks: chatml-train for the built-in tokenizer, `trl:X_training` (TRL's
-training version of the folder's own template X, see bench_e2e.folder_tok) for a folder:
+training version of the folder's own template X, see families.folder_tok) for a folder:
 
   ours fast      Encoder(backend="fastokens", renderer=<the run's>): the default path of a run whose
                  start-up check passed — built-in: native chatml-train render with generation spans;
@@ -38,7 +38,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_e2e import (  # noqa: E402
+from families import (  # noqa: E402
     Tok,
     has_tools,
     prompt_ids,
