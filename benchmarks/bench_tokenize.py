@@ -1,31 +1,51 @@
-"""Tokenization alone: ours (render + tokenize + labels) against the raw `tokenizers` ceiling.
+"""Tokenization alone: ours (render + tokenize + labels) against the raw `tokenizers` ceiling and
+TRL's per-example apply_chat_template, for each tokenizer under test.
 
-Same conversations (`packtool sample`'s generator, seed 0), same tokenizer (built-in Qwen3) and
-template (chatml-train), one process, one run, best of --repeat:
+Same conversations (`packtool sample`'s generator, seed 0), one process, one run, best of --repeat.
+Tokenizers: --tokenizer FOLDER (repeatable; "built-in" = the built-in Qwen3 one, the default) or
+--tokenizers all (the built-in one and every folder of ../shared/tokenizers). The template is the
+one `packtool pack` picks: chatml-train for the built-in tokenizer, `trl:X_training` (TRL's
+training version of the folder's own template X, see families.folder_tok) for a folder:
 
-  ours fast      Encoder(backend="fastokens", renderer="native"): the default path of a run whose
-                 start-up check passed — native chatml-train render with generation spans,
-                 fastokens batch encode, spans → tokens through per-token byte lengths
-  ours fast/j2   the same with transformers' jinja renderer (what any other template gets)
+  ours fast      Encoder(backend="fastokens", renderer=<the run's>): the default path of a run whose
+                 start-up check passed — built-in: native chatml-train render with generation spans;
+                 any other template: transformers' jinja renderer; then fastokens batch encode,
+                 spans → tokens through per-token byte lengths
+  ours fast/j2   built-in only: the same with transformers' jinja renderer (what any other
+                 template gets)
   ours hf        Encoder(backend="hf", renderer="jinja"): the reference path (tokenizers, offsets)
   ceiling        tokenizers.Tokenizer.encode_batch(texts) on texts rendered beforehand: tokenization
                  alone, no rendering, no labels (the Rust tokenizer transformers uses, same JSON)
-  per-example    tokenizer.apply_chat_template(..., return_assistant_tokens_mask=True), one call per
-                 example (what peers do)
+  per-example    tokenizer.apply_chat_template(..., chat_template=<TRL's template file>,
+                 return_assistant_tokens_mask=True), one call per example (the TRL path)
 
-Every path must give the same total token count, and ours fast must give ids and labels identical
-to ours hf (asserted). Goal: ours fast >= 5x the ceiling.
+Templates that write today's date (gpt-oss: strftime_now) get it fixed to packtool's date
+(chat_template.DEFAULT_DATE) in the ceiling and per-example paths, as packtool fixes it, so that the
+texts compare. Every path must give the same total token count, and ours fast must give ids and
+labels identical to ours hf (asserted); ours fast against per-example (ids, and labels == where(
+assistant_masks, ids, -100)) is counted and printed.
 
-    python benchmarks/bench_tokenize.py [--n 5000] [--repeat 3]
+    python benchmarks/bench_tokenize.py [--n 5000] [--repeat 3] [--tokenizers all]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from families import (  # noqa: E402
+    Tok,
+    has_tools,
+    prompt_ids,
+    reference_labels,
+    reference_template,
+    tokenizers_under_test,
+)
 
 
 def best(fn, repeat):
@@ -38,45 +58,41 @@ def best(fn, repeat):
     return min(times), out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=5000)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-
-    from importlib.metadata import version
-
+def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
     import numpy as np
     import tokenizers
 
-    from packtool.demo_data import make_record
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import TokenizerSpec, load_tokenizer
     from packtool.tokenization.template_probe import choose
 
-    rng = np.random.default_rng(0)
-    convs = [make_record(rng) for _ in range(args.n)]
+    if not tk.tools:  # Llama 3's template renders no tools: both paths get the records without
+        convs = [c for c in convs if not has_tools(c)]
     examples = [{"kind": "chat", "messages": c["messages"], "tools": c.get("tools")} for c in convs]
-    loaded = load_tokenizer(None)
+    loaded = load_tokenizer(tk.folder)
     tok = loaded.tokenizer
     spec = TokenizerSpec.from_loaded(loaded)
-    tpl = choose(spec, None)  # the run's template and mode, as pack picks them
+    choice = tk.flags[tk.flags.index("--chat-template") + 1] if tk.flags else None
+    tpl = choose(spec, choice)  # the run's template and mode, as pack picks them
+    ref_template = reference_template(tk)
     texts = [
         tok.apply_chat_template(
-            c["messages"], tools=c.get("tools"), chat_template=tpl.source, tokenize=False
+            c["messages"], tools=c.get("tools"), chat_template=ref_template, tokenize=False
         )
         for c in convs
     ]
     raw = tokenizers.Tokenizer.from_str(spec.backend_json)
+    native = tpl.name == "chatml-train"
+    fast = f"ours fast (fastokens, {'native' if native else 'jinja'} render)"
+    hf = "ours hf (tokenizers, jinja render)"
     encoders = {
-        "ours fast (fastokens, native render)": Encoder(
-            spec, tpl, backend="fastokens", renderer="native"
-        ),
-        "ours fast/j2 (fastokens, jinja render)": Encoder(
-            spec, tpl, backend="fastokens", renderer="jinja"
-        ),
-        "ours hf (tokenizers, jinja render)": Encoder(spec, tpl, backend="hf", renderer="jinja"),
+        fast: Encoder(spec, tpl, backend="fastokens", renderer="native" if native else "jinja")
     }
+    if native:
+        encoders["ours fast/j2 (fastokens, jinja render)"] = Encoder(
+            spec, tpl, backend="fastokens", renderer="jinja"
+        )
+    encoders[hf] = Encoder(spec, tpl, backend="hf", renderer="jinja")
     for enc in encoders.values():  # build the Rust tokenizers outside the timings
         enc.encode(examples[:2])
 
@@ -91,46 +107,100 @@ def main():
         )
 
     def per_example():
-        n = 0
-        for c in convs:
-            out = tok.apply_chat_template(
+        return [
+            tok.apply_chat_template(
                 c["messages"],
                 tools=c.get("tools"),
-                chat_template=tpl.source,
+                chat_template=ref_template,
                 tokenize=True,
                 return_dict=True,
                 return_assistant_tokens_mask=True,
             )
-            n += len(out["input_ids"])
-        return n
+            for c in convs
+        ]
 
-    results = {name: best(run(enc), args.repeat) for name, enc in encoders.items()}
-    t_ceil, n_ceil = best(ceiling, args.repeat)
-    t_pe, n_pe = best(per_example, 1)
+    results = {name: best(run(enc), repeat) for name, enc in encoders.items()}
+    t_ceil, n_ceil = best(ceiling, repeat)
+    t_pe, pe = best(per_example, 1)
+    n_pe = sum(len(o["input_ids"]) for o in pe)
     outs = {name: r[1] for name, r in results.items()}
     counts = {name: sum(len(e.ids) for e in out) for name, out in outs.items()}
     assert len(set(counts.values()) | {n_ceil, n_pe}) == 1, (counts, n_ceil, n_pe)
-    fast, ref = (
-        outs["ours fast (fastokens, native render)"],
-        outs["ours hf (tokenizers, jinja render)"],
-    )
-    for a, b in zip(fast, ref, strict=True):
+    for a, b in zip(outs[fast], outs[hf], strict=True):
         assert np.array_equal(a.ids, b.ids) and np.array_equal(a.label_values, b.label_values)
-    print(
-        f"{args.n} conversations, {n_ceil:,} tokens; transformers {version('transformers')}, tokenizers "
-        f"{version('tokenizers')}, fastokens {version('fastokens')}, {os.cpu_count()} cores, 1 process"
-    )
+    ours = [p for e in outs[fast] for p in zip(e.input_ids, e.labels, strict=True)]
+    prompt = prompt_ids(tok, ref_template)
+    same = same_less_prompt = 0
+    for (ids, lab), o in zip(ours, pe, strict=True):
+        rid = np.asarray(o["input_ids"])
+        full = reference_labels(rid, o["assistant_masks"], prompt, False)
+        less = reference_labels(rid, o["assistant_masks"], prompt, True)
+        if np.array_equal(ids, rid) and np.array_equal(lab, full):
+            same += 1
+        elif np.array_equal(ids, rid) and np.array_equal(lab, less):
+            same_less_prompt += 1
     rows = [(name, t) for name, (t, _) in results.items()] + [
         ("ceiling: tokenizers encode_batch, pre-rendered", t_ceil),
-        ("apply_chat_template per example", t_pe),
+        ("apply_chat_template per example (TRL)", t_pe),
     ]
+    print(
+        f"\n{tk.name} tokenizer, template {tpl.name}: {len(convs)} conversations, {n_ceil:,} tokens"
+    )
     for name, t in rows:
         print(
             f"  {name:48s} {t:7.3f} s  {n_ceil / t / 1e6:6.2f} M tokens/s  {t_ceil / t:5.2f}x ceiling"
+            f"  {t_pe / t:6.2f}x per-example"
         )
-    print("  ids and labels: ours fast == ours hf (identical)")
-    t_fast = results["ours fast (fastokens, native render)"][0]
-    print(f"  ours fast / ceiling = {t_ceil / t_fast:.2f}x   (goal >= 5x)")
+    date = " (date fixed to packtool's for both)" if tk.dated else ""
+    print(
+        f"  ids and labels: ours fast == ours hf (identical); == per-example: {same}/{len(pe)}{date}"
+        + (
+            f"; {same_less_prompt} more once the generation prompt {tok.decode(prompt)!r} TRL's "
+            "template masks in at each assistant turn is left out (packtool trains what follows it)"
+            if same_less_prompt
+            else ""
+        )
+    )
+    t_fast = results[fast][0]
+    print(
+        f"  ours fast / ceiling = {t_ceil / t_fast:.2f}x, per-example / ours fast = {t_pe / t_fast:.2f}x"
+    )
+    return {"tokenizer": tk.name, "tokens": n_ceil, "fast_s": t_fast, "per_example_s": t_pe}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tokenizer", action="append", default=None, metavar="FOLDER")
+    ap.add_argument("--tokenizers", choices=["all"], default=None)
+    args = ap.parse_args()
+
+    from importlib.metadata import version
+
+    import numpy as np
+
+    from packtool.demo_data import make_record
+
+    rng = np.random.default_rng(0)
+    convs = [make_record(rng) for _ in range(args.n)]
+    print(
+        f"transformers {version('transformers')}, tokenizers {version('tokenizers')}, fastokens "
+        f"{version('fastokens')}, trl {version('trl')}, {os.cpu_count()} cores, 1 process, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    done = [
+        bench_one(tk, convs, args.repeat)
+        for tk in tokenizers_under_test(args.tokenizer, args.tokenizers)
+    ]
+    print(
+        f"\n{'tokenizer':10s} {'tokens':>11s} {'ours fast M tok/s':>18s} {'TRL per-example M tok/s':>24s} {'ratio':>7s}"
+    )
+    for d in done:
+        print(
+            f"{d['tokenizer']:10s} {d['tokens']:>11,} {d['tokens'] / d['fast_s'] / 1e6:18.2f} "
+            f"{d['tokens'] / d['per_example_s'] / 1e6:24.2f} {d['per_example_s'] / d['fast_s']:6.2f}x"
+        )
 
 
 if __name__ == "__main__":
