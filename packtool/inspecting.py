@@ -114,6 +114,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             "runs": _runs(tok, ids, labels),
         }
 
+    from packtool.data.arrow import arrow_numpy
     from packtool.io.readers import RawBatch
     from packtool.tokenization.backends import supports_fast
     from packtool.tokenization.fast_check import compare
@@ -146,8 +147,8 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
                 f"{target.where}: fastokens differs from tokenizers on this "
                 "example; use --tokenizer-backend hf"
             )
-    ids = res.table.column("input_ids").values.to_numpy()
-    labels = res.table.column("labels").values.to_numpy()
+    ids = arrow_numpy(res.table.column("input_ids").flatten())  # (Array.to_numpy: pandas, 0.3 s)
+    labels = arrow_numpy(res.table.column("labels").flatten())
     audit, label_warnings = _label_audit(target, template, res.notes, labels, cfg)
     return {
         **where,
