@@ -64,13 +64,19 @@ def test_blocking_load_answers_ctrl_c_promptly(capsys):
     thread still takes the SIGINT within a fraction of a second and the command exits 130."""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach the main thread only")
-    timer = _sigint_main_after(0.3)
+    timers = []
+
+    def load():  # the Ctrl-C is timed from inside guard, once its SIGINT handler is in place: one
+        timers.append(_sigint_main_after(0.3))  # that came earlier would stop the whole test run
+        return interruptible(time.sleep, 20)
+
     start = time.monotonic()
     try:
         with pytest.raises(typer.Exit) as info:
-            guard(lambda: interruptible(time.sleep, 20))()
+            guard(load)()
     finally:
-        timer.cancel()
+        for t in timers:
+            t.cancel()
     assert time.monotonic() - start < 3
     assert info.value.exit_code == 130
     assert capsys.readouterr().err == "interrupted\n"
