@@ -116,37 +116,29 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
 
     from packtool.data.arrow import arrow_numpy
     from packtool.io.readers import RawBatch
-    from packtool.tokenization.backends import supports_fast
-    from packtool.tokenization.fast_check import compare
-    from packtool.tokenization.loading import load_spec
-    from packtool.tokenization.run_plan import BackendReport, reference_step, template_of
+    from packtool.tokenization.decide import FileDecision
+    from packtool.tokenization.fast_check import FastCheck, UseReference, compare
+    from packtool.tokenization.run_plan import plan_run
 
     try:  # fmt None: no record of its file up to it fits a format; normalizing says why (its keys)
         example = normalize(target.record, fmt or AUTO, cfg.read)
     except FormatError as e:
         raise PacktoolError(f"{target.where}: {e}") from None
-    spec = load_spec(cfg.tokenizer)
-    template = template_of(cfg, spec)
-    step = reference_step(cfg, spec, template, fmt)
-    batch = RawBatch(target.file, records=[target.record], start=target.index, fmt=fmt)
-    res = step(batch)  # the record as a pack encodes it: a batch of one
+    decision = FileDecision(target.file, "chat", format=fmt, why=reason, first_len=1)
+    plan = plan_run(cfg, [decision])  # the plan a pack of this file makes
+    spec, template = plan.step.spec, plan.template
+    batch = RawBatch(target.file, records=[target.record], start=target.index, fmt=decision.fmt)
+    res = (plan.reference or plan.step)(batch)  # the record as a pack encodes it: a batch of one
     if res.rejects:
         raise PacktoolError(f"{target.where}: {res.rejects[0][1]}")
-    why = (
-        "--tokenizer-backend hf"
-        if cfg.tokenizer_backend == "hf"
-        else supports_fast(spec.backend_json, load=False)
-    )
-    backend = BackendReport("hf", cfg.tokenizer_backend, reason=why)
-    if why is None:  # show what a pack would use: fastokens where it is identical on this example
-        same = compare(step.with_backend("fastokens")(batch), res, batch) is None
-        check = {"examples": 1, "identical": bool(same)}
-        backend = BackendReport("fastokens" if same else "hf", cfg.tokenizer_backend, check=check)
-        if not same and cfg.tokenizer_backend == "fastokens":
-            raise PacktoolError(
-                f"{target.where}: fastokens differs from tokenizers on this "
-                "example; use --tokenizer-backend hf"
-            )
+    backend = plan.backend
+    check = FastCheck.of(plan)
+    if check is not None:  # what a pack would use: the fast path where it is identical here
+        try:
+            check.conclude(1, compare(plan.step(batch), res, batch))
+        except UseReference:
+            pass
+        backend = check.report
     ids = arrow_numpy(res.table.column("input_ids").flatten())  # (Array.to_numpy: pandas, 0.3 s)
     labels = arrow_numpy(res.table.column("labels").flatten())
     audit, label_warnings = _label_audit(target, template, res.notes, labels, cfg)
