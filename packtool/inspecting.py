@@ -117,7 +117,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     from packtool.data.arrow import arrow_numpy
     from packtool.io.readers import RawBatch
     from packtool.tokenization.decide import FileDecision
-    from packtool.tokenization.fast_check import FastCheck, UseReference, compare
+    from packtool.tokenization.fast_check import FastCheck, compare
     from packtool.tokenization.run_plan import plan_run
 
     try:  # fmt None: no record of its file up to it fits a format; normalizing says why (its keys)
@@ -128,16 +128,16 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     plan = plan_run(cfg, [decision])  # the plan a pack of this file makes
     spec, template = plan.step.spec, plan.template
     batch = RawBatch(target.file, records=[target.record], start=target.index, fmt=decision.fmt)
-    res = (plan.reference or plan.step)(batch)  # the record as a pack encodes it: a batch of one
+    reference = plan.reference or plan.step
+    check = FastCheck.of(plan) if cfg.tokenizer_backend == "fastokens" else None
+    if check is None and plan.step.renderer == "native":  # exact by construction: no jinja import
+        reference = reference.with_backend("hf", "native")
+    res = reference(batch)  # the record as a pack encodes it: a batch of one
     if res.rejects:
         raise PacktoolError(f"{target.where}: {res.rejects[0][1]}")
-    backend = plan.backend
-    check = FastCheck.of(plan)
-    if check is not None:  # what a pack would use: the fast path where it is identical here
-        try:
-            check.conclude(1, compare(plan.step(batch), res, batch))
-        except UseReference:
-            pass
+    backend = plan.backend  # what a pack tries, checked on each run's first examples
+    if check is not None:  # --tokenizer-backend fastokens: compared on this example too
+        check.conclude(1, compare(plan.step(batch), res, batch))
         backend = check.report
     ids = arrow_numpy(res.table.column("input_ids").flatten())  # (Array.to_numpy: pandas, 0.3 s)
     labels = arrow_numpy(res.table.column("labels").flatten())

@@ -25,6 +25,7 @@ TOOLS_TAIL = (
     '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
 )
 _REASONING = ("reasoning_content", "thinking", "reasoning")
+GENERATION_PROMPT = "<|im_start|>assistant\n"  # what add_generation_prompt writes
 
 
 class NotNative(Exception):
@@ -71,7 +72,7 @@ def render(messages: list[dict], tools: list | None) -> tuple[str, list[tuple[in
         if role == "user" or (role == "system" and i > 0):
             emit("<|im_start|>" + role + "\n" + _str(m.get("content")) + "<|im_end|>\n")
         elif role == "assistant":
-            emit("<|im_start|>assistant\n")
+            emit(GENERATION_PROMPT)
             start = size
             reasoning = next((m[k] for k in _REASONING if m.get(k) is not None), None)
             if reasoning:

@@ -280,6 +280,10 @@ class Renderer:
 
     def generation_prompt(self, tools=None) -> str:
         """What the template writes to open an assistant turn at inference (the generation prompt)."""
+        if self._gen_prompt is None and self.renderer == "native":
+            from packtool.tokenization.chatml import GENERATION_PROMPT
+
+            self._gen_prompt = GENERATION_PROMPT  # (no jinja: transformers is not imported)
         if self._gen_prompt is None:
             probe = [{"role": "user", "content": "x"}]
             plain, _ = self._render(probe, None, marks=False)

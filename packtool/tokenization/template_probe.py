@@ -89,6 +89,47 @@ def choose(
         mode = "markers"
     else:
         mode = "prefix"
+    path = _verdict_path(spec, tpl, mode, train_on)
+    stored = _read_verdict(path)
+    if stored is not None:
+        return replace(tpl, **stored)
+    tpl = _probed(spec, tpl, mode, train_on, family)
+    if path is not None:
+        from packtool.tokenization import cache
+
+        cache.write_json(path, {"mode": tpl.mode, "end_of_turn": tpl.end_of_turn})
+    return tpl
+
+
+def _verdict_path(spec, tpl: ChatTemplate, mode: str, train_on: str):
+    """Where the probe's verdict on this template and tokenizer is kept ($PACKTOOL_CACHE/templates):
+    keyed by the template's text, its date, the tokenizer's files and the library versions, so a
+    warm start renders nothing. None for a tokenizer without files (built in-process)."""
+    if not spec.files_hash:
+        return None
+    import hashlib
+    import json
+
+    import packtool
+    from packtool.tokenization import cache
+    from packtool.tokenization.loading import library_versions
+
+    parts = [tpl.source, tpl.date, mode, train_on, spec.name, spec.files_hash]
+    parts += [library_versions(), packtool.__version__]
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return cache.cache_root() / "templates" / f"{digest}.json"
+
+
+def _read_verdict(path) -> dict | None:
+    from packtool.tokenization import cache
+
+    stored = cache.read_json(path) if path is not None else None
+    ok = isinstance(stored, dict) and set(stored) == {"mode", "end_of_turn"}
+    return stored if ok else None
+
+
+def _probed(spec, tpl: ChatTemplate, mode: str, train_on: str, family) -> ChatTemplate:
+    """The template in the mode that works on PROBE, its end-of-turn token found; else a refusal."""
     got = probe(spec, replace(tpl, mode=mode), train_on)
     if got.error and mode == "prefix":
         last = probe(spec, replace(got.template, mode="last"), train_on)

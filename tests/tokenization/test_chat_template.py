@@ -117,6 +117,25 @@ def test_official_qwen3_without_trl_refuses_with_chatml_fix(spec, monkeypatch):
     ]  # what Qwen3 emits
 
 
+def test_a_probed_verdict_is_kept_and_a_warm_choice_renders_nothing(spec, tmp_path, monkeypatch):
+    from packtool.tokenization import template_probe
+
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
+    cold = choose(spec, "chatml-train")
+    assert list((tmp_path / "cache" / "templates").glob("*.json"))
+
+    def no_probe(*a, **k):
+        raise AssertionError("a warm choice must not render the probe")
+
+    monkeypatch.setattr(template_probe, "probe", no_probe)
+    assert choose(spec, "chatml-train") == cold
+    with pytest.raises(AssertionError, match="must not render"):  # another --train-on: its own
+        choose(spec, "chatml-train", train_on="last")
+    tiny = replace(spec, files_hash="")  # a tokenizer built in-process has no files to key on
+    with pytest.raises(AssertionError, match="must not render"):
+        choose(tiny, "chatml-train")
+
+
 def test_unknown_choice_and_trl_name(spec):
     with pytest.raises(UsageError, match="neither a file nor one of auto"):
         ct.pick(spec, "nope")

@@ -342,6 +342,12 @@ def test_native_chatml_renderer_equals_jinja(chatml):
         assert got[0] == want[0] and [tuple(s) for s in got[1]] == want[1], msgs
         checked += 1
     assert checked > 300 and handed_back >= 2
+    prompt = [{"role": "user", "content": "x"}]
+    plain, prompted = (
+        render_jinja_template(conversations=[prompt], chat_template=chatml.source, **k)[0][0]
+        for k in ({}, {"add_generation_prompt": True})
+    )
+    assert prompted == plain + native.GENERATION_PROMPT
 
 
 def test_fast_path_equals_reference_on_real_chats(qwen, chatml):
