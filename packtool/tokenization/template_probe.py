@@ -25,6 +25,7 @@ from packtool.tokenization.chat_template import (
     DEFAULT_DATE,
     ChatTemplate,
     check_markers,
+    check_parses,
     family_fix,
     family_of,
     pick,
@@ -79,7 +80,6 @@ def choose(
 ) -> ChatTemplate:
     """The run's template with its mode decided on a probe conversation; refuses what cannot work."""
     tpl = pick(spec, choice)
-    check_markers(spec, tpl)
     family = family_of(tpl.source)
     uses_date = "strftime_now" in tpl.source
     tpl = replace(tpl, family=family, date=(date or DEFAULT_DATE) if uses_date else None)
@@ -130,6 +130,8 @@ def _read_verdict(path) -> dict | None:
 
 def _probed(spec, tpl: ChatTemplate, mode: str, train_on: str, family) -> ChatTemplate:
     """The template in the mode that works on PROBE, its end-of-turn token found; else a refusal."""
+    check_parses(tpl)
+    check_markers(spec, tpl)
     got = probe(spec, replace(tpl, mode=mode), train_on)
     if got.error and mode == "prefix":
         last = probe(spec, replace(got.template, mode="last"), train_on)

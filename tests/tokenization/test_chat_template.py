@@ -136,6 +136,19 @@ def test_a_probed_verdict_is_kept_and_a_warm_choice_renders_nothing(spec, tmp_pa
         choose(tiny, "chatml-train")
 
 
+def test_a_template_that_does_not_parse_is_refused_before_reading(spec, tmp_path):
+    with pytest.raises(UsageError, match="does not parse"):
+        _tpl(tmp_path, "broken.jinja", "{% for m in messages %}{{ m.content }}", spec)
+
+
+@pytest.mark.parametrize("folder", [None, GPTOSS, LLAMA3])
+def test_control_tokens_are_the_special_added_tokens_of_the_tokenizer_json(spec, folder):
+    s = spec if folder is None else load_spec(str(folder))
+    added = json.loads(s.backend_json)["added_tokens"]
+    assert ct.special_tokens(s) == {a["content"]: a["id"] for a in added if a.get("special")}
+    assert TokenizerSpec.from_json(json.loads(json.dumps(s.to_json()))) == s
+
+
 def test_unknown_choice_and_trl_name(spec):
     with pytest.raises(UsageError, match="neither a file nor one of auto"):
         ct.pick(spec, "nope")

@@ -1,0 +1,65 @@
+"""Resolving a tokenizer: the class its folder names, the spec AutoTokenizer gives, no torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from paths import SHARED_TOKENIZERS, needs_shared
+
+from packtool.tokenization.loading import TokenizerSpec, builtin_tokenizer_dir, load_tokenizer
+
+FOLDERS = [None, SHARED_TOKENIZERS / "gptoss", SHARED_TOKENIZERS / "llama3"]
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=["builtin", "gptoss", "llama3"])
+def test_a_folder_resolves_to_the_spec_autotokenizer_gives(folder):
+    from transformers import AutoTokenizer
+
+    if folder is not None and not folder.is_dir():
+        pytest.skip(f"{folder} is not here")
+    loaded = load_tokenizer(None if folder is None else str(folder))
+    auto = AutoTokenizer.from_pretrained(str(folder or builtin_tokenizer_dir()))
+    assert TokenizerSpec.from_loaded(loaded) == TokenizerSpec.from_tokenizer(
+        auto, loaded.name, loaded.folder, loaded.files_hash, loaded.builtin
+    )
+
+
+@pytest.mark.parametrize(
+    "config", ["{not json", '{"model_max_length": 8}', '{"tokenizer_class": "NoSuch"}']
+)
+def test_a_folder_that_names_no_known_class_goes_through_autotokenizer(
+    tmp_path, monkeypatch, config
+):
+    import shutil
+
+    import transformers
+
+    for f in builtin_tokenizer_dir().iterdir():
+        if f.is_file():
+            shutil.copy(f, tmp_path / f.name)
+    (tmp_path / "tokenizer_config.json").write_text(config)
+    asked = []
+    monkeypatch.setattr(
+        transformers.AutoTokenizer, "from_pretrained", classmethod(lambda cls, p: asked.append(p))
+    )
+    load_tokenizer(str(tmp_path))
+    assert asked == [str(tmp_path)]
+
+
+@needs_shared("tokenizers", "llama3")
+def test_resolving_a_tokenizer_folder_never_imports_torch(tmp_path):
+    code = (
+        "import sys; from packtool.tokenization.loading import load_spec; "
+        f"load_spec({str(SHARED_TOKENIZERS / 'llama3')!r}, cache=False); load_spec(None, cache=False); "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PACKTOOL_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    assert out.stdout.strip() == "False", out.stderr
