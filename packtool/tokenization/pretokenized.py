@@ -73,8 +73,8 @@ def msg_extra(column: str) -> str:
     )
 
 
-def msg_no_source(source: str, keys: Iterable[str]) -> str:
-    return f"no {source} although the first record has them (keys: {_keys(keys)})"
+def msg_no_source(label_source: str, keys: Iterable[str]) -> str:
+    return f"no {label_source} although the first record has them (keys: {_keys(keys)})"
 
 
 def msg_count(name: str, got: int, want: int) -> str:
@@ -120,7 +120,7 @@ def _ints(value, name: str) -> np.ndarray:
     return a.astype(np.int64)
 
 
-def record_arrays(record: dict, source: str) -> tuple[np.ndarray, np.ndarray, int]:
+def record_arrays(record: dict, label_source: str) -> tuple[np.ndarray, np.ndarray, int]:
     """Checked (input_ids, labels) as int32 arrays, and the number of padding positions removed."""
     if "input_ids" not in record or record["input_ids"] is None:
         raise RecordError(msg_no_ids(record))
@@ -128,18 +128,18 @@ def record_arrays(record: dict, source: str) -> tuple[np.ndarray, np.ndarray, in
     if ids.size and (ids.min() < 0 or ids.max() > INT32_MAX):
         bad = int(np.flatnonzero((ids < 0) | (ids > INT32_MAX))[0])
         raise RecordError(msg_not_token(bad, int(ids[bad])))
-    if source == "all":
+    if label_source == "all":
         extra = [c for c in LABEL_COLUMNS if record.get(c) is not None]
         if extra:
             raise RecordError(msg_extra(extra[0]))
         labels = ids.copy()
     else:
-        if record.get(source) is None:
-            raise RecordError(msg_no_source(source, record))
-        col = _ints(record[source], source)
+        if record.get(label_source) is None:
+            raise RecordError(msg_no_source(label_source, record))
+        col = _ints(record[label_source], label_source)
         if col.size != ids.size:
-            raise RecordError(msg_count(source, col.size, ids.size))
-        if source == "labels":
+            raise RecordError(msg_count(label_source, col.size, ids.size))
+        if label_source == "labels":
             wrong = (col != IGNORE_INDEX) & (col != ids)
             if wrong.any():
                 j = int(np.flatnonzero(wrong)[0])
@@ -219,13 +219,13 @@ def out_table(lengths: np.ndarray, ids, labels=None, label_values=None) -> pa.Re
     return pa.record_batch(columns, names=list(OUT_COLUMNS))
 
 
-def records_validated(records: list[dict], source: str) -> Validated:
+def records_validated(records: list[dict], label_source: str) -> Validated:
     """The reference path: record_arrays on every record."""
     ids_l, lab_l, keep, rejects = [], [], [], []
     removed = 0
     for i, rec in enumerate(records):
         try:
-            ids, labels, cut = record_arrays(rec, source)
+            ids, labels, cut = record_arrays(rec, label_source)
         except RecordError as e:
             rejects.append((i, str(e)))
             continue

@@ -220,8 +220,8 @@ def _align(x: _Col, ids: _Col, rows: np.ndarray) -> np.ndarray:
 class _Batch:
     """The state of one validation: which rows are still good, and the messages of the others."""
 
-    def __init__(self, batch: pa.RecordBatch, source: str, records: list[dict] | None):
-        self.batch, self.source, self.records = batch, source, records
+    def __init__(self, batch: pa.RecordBatch, label_source: str, records: list[dict] | None):
+        self.batch, self.label_source, self.records = batch, label_source, records
         self.n = batch.num_rows
         self.names = batch.schema.names
         self.ok = np.ones(self.n, dtype=bool)
@@ -289,7 +289,7 @@ def _python_rows(state: _Batch, rows: np.ndarray) -> None:
         if not state.ok[i]:
             continue
         try:
-            ids, _, _ = record_arrays(rec, state.source)
+            ids, _, _ = record_arrays(rec, state.label_source)
         except RecordError as e:
             state.msgs[i] = str(e)
         else:
@@ -328,13 +328,13 @@ def _validated(state: _Batch, table, keep, removed: int) -> Validated:
     return Validated(table, keep, rejects, removed)
 
 
-def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) -> Validated:
+def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | None) -> Validated:
 
-    st = _Batch(batch, source, records)
+    st = _Batch(batch, label_source, records)
     n = st.n
     if n == 0:
         return _validated(st, empty_table(), np.zeros(0, dtype=np.int64), 0)
-    relevant = ["input_ids", *([source] if source != "all" else []), "attention_mask"]
+    relevant = ["input_ids", *([label_source] if label_source != "all" else []), "attention_mask"]
     views: dict[str, _Col | None] = {}
     python = np.zeros(n, dtype=bool)
     for name in relevant:
@@ -358,27 +358,27 @@ def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) ->
 
     # labels
     lab = None
-    if source == "all":
+    if label_source == "all":
         for c in LABEL_COLUMNS:
             arr = st.column(c)
             if arr is not None:
                 st.fail_where(_row_validity(arr), lambda k, i, c=c: msg_extra(c))
     else:
-        lab = views[source]
+        lab = views[label_source]
         if lab is None:
-            st.fail(np.flatnonzero(st.ok), lambda k, i: msg_no_source(source, st.keys(i)))
+            st.fail(np.flatnonzero(st.ok), lambda k, i: msg_no_source(label_source, st.keys(i)))
         else:
-            st.fail_where(~lab.valid, lambda k, i: msg_no_source(source, st.keys(i)))
+            st.fail_where(~lab.valid, lambda k, i: msg_no_source(label_source, st.keys(i)))
             st.check_ints(lab)
             llens, ilens = lab.lens, ids.lens
             st.fail_where(
-                llens != ilens, lambda k, i: msg_count(source, int(llens[i]), int(ilens[i]))
+                llens != ilens, lambda k, i: msg_count(label_source, int(llens[i]), int(ilens[i]))
             )
             aligned = _align(lab, ids, st.ok)
             if aligned is not lab.vals:
                 lab.child = None
             lab.vals = aligned
-            if source == "labels":
+            if label_source == "labels":
                 wrong = lab.vals != ids.vals
                 wrong &= lab.vals != IGNORE_INDEX
                 rows, pos = _first_per_row(wrong, ids, st.ok)
@@ -437,12 +437,12 @@ def _validate(batch: pa.RecordBatch, source: str, records: list[dict] | None) ->
         ids_np = _take(ids.vals, how, total, np.int32)
         ids_values = ids_np
     lab_np = lab_values = None
-    if source == "labels":
+    if label_source == "labels":
         if how is None and lab.child is not None:  # zero-copy: the input's int32 buffer
             lab_np, lab_values = lab.vals, lab.child
         else:
             lab_np = _take(lab.vals, how, total, np.int32)
-    elif source != "all":
+    elif label_source != "all":
         m = _take(lab.vals, how, total, lab.vals.dtype)
         lab_np = np.where(m != 0, ids_np, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
     table = out_table(lengths, ids_values, lab_np, lab_values)
@@ -479,10 +479,10 @@ def _check_range(st: _Batch, ids: _Col) -> None:
     st.fail(rows, lambda k, i: msg_not_token(int(pos[k] - ids.off[i]), _int(v[pos[k]])))
 
 
-def validate_batch(batch: pa.RecordBatch | pa.Table, source: str) -> Validated:
+def validate_batch(batch: pa.RecordBatch | pa.Table, label_source: str) -> Validated:
     """Check one batch of pre-tokenized rows, vectorized; the good rows as int32 lists, the bad ones' reasons.
 
-    source is `label_source_of(first schema or first record)`: required of every row. The batch must hold fewer than 2^31 good tokens (int32 offsets). A Table is combined into
+    `label_source` is `label_source_of(first schema or first record)`: required of every row. The batch must hold fewer than 2^31 good tokens (int32 offsets). A Table is combined into
     one batch first (a copy when it has several chunks): to stream, pass RecordBatches.
     """
     import pyarrow as pa
@@ -490,17 +490,19 @@ def validate_batch(batch: pa.RecordBatch | pa.Table, source: str) -> Validated:
     if isinstance(batch, pa.Table):
         batches = batch.combine_chunks().to_batches()
         batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=batch.schema)
-    return _validate_or_records(batch, source, None)
+    return _validate_or_records(batch, label_source, None)
 
 
-def _validate_or_records(batch, source: str, records: list[dict] | None) -> Validated:
+def _validate_or_records(batch, label_source: str, records: list[dict] | None) -> Validated:
     try:
-        return _validate(batch, source, records)
+        return _validate(batch, label_source, records)
     except _Unhandled:
-        return records_validated(records if records is not None else batch.to_pylist(), source)
+        return records_validated(
+            records if records is not None else batch.to_pylist(), label_source
+        )
 
 
-def records_batch(records: list[dict], source: str) -> Validated:
+def records_batch(records: list[dict], label_source: str) -> Validated:
     """validate_batch for dict records (JSON/JSONL): the same rows and messages as record_arrays."""
     import pyarrow as pa
 
@@ -513,7 +515,7 @@ def records_batch(records: list[dict], source: str) -> Validated:
         try:
             col = pa.array([rec.get(name) for rec in records])
         except (pa.ArrowException, OverflowError, TypeError, ValueError):
-            return records_validated(records, source)
+            return records_validated(records, label_source)
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
         columns.append(col)
@@ -521,4 +523,4 @@ def records_batch(records: list[dict], source: str) -> Validated:
         batch = pa.RecordBatch.from_pydict({"_": pa.nulls(len(records))})
     else:
         batch = pa.RecordBatch.from_arrays(columns, names=names)
-    return _validate_or_records(batch, source, records)
+    return _validate_or_records(batch, label_source, records)
