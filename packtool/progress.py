@@ -55,17 +55,6 @@ class Reporter(Protocol):
         `spinner`: a stage without a known count (a spinner on a terminal, not a bar)."""
 
 
-class _NoStage:
-    def advance(self, count: int = 0, tokens: int = 0) -> None:
-        pass
-
-    def update(self, done: int, total: int | None = None) -> None:
-        pass
-
-    def step(self, text: str) -> None:
-        pass
-
-
 class Silent:
     """Reports nothing (`progress=False`, `--json -`, quiet)."""
 
@@ -79,7 +68,7 @@ class Silent:
         detail: str | None = None,
         spinner: bool = False,
     ):
-        yield _NoStage()
+        yield Counter(what)
 
 
 SILENT = Silent()
@@ -99,7 +88,8 @@ def label(what: str, detail: str | None = None) -> str:
 
 
 class Counter:
-    """A stage's counts and clock; `line()` is its one summary line."""
+    """A stage's counts and clock; `line()` is its one summary line. As a Stage it draws nothing:
+    Silent's, and Terminal's when stderr is not a terminal (one line when it ends)."""
 
     def __init__(self, what: str, unit: str = "examples", total: int | None = None):
         self.what, self.unit, self.total = what, unit, total
@@ -121,10 +111,6 @@ class Counter:
 
     def line(self) -> str:
         return f"{self.what}: {self.status()}"
-
-
-class _LineStage(Counter):
-    """Not a terminal: nothing while it runs, one line when it ends (and counted something)."""
 
     def advance(self, count: int = 0, tokens: int = 0) -> None:
         self.count += count
@@ -167,19 +153,17 @@ class _BarStage(Counter):
         self.task = self.bar.add_task(what, total=total, status="")
 
     def _draw(self) -> None:
-        self.bar.update(self.task, completed=self.count, status=self.status(live=True))
+        self.bar.update(
+            self.task, completed=self.count, total=self.total, status=self.status(live=True)
+        )
 
     def advance(self, count: int = 0, tokens: int = 0) -> None:
-        self.count += count
-        self.tokens += tokens
+        super().advance(count, tokens)
         if not self.spinner:
             self._draw()
 
     def update(self, done: int, total: int | None = None) -> None:
-        self.count = done
-        if total is not None and total != self.total:
-            self.total = total
-            self.bar.update(self.task, total=total)
+        super().update(done, total)
         self._draw()
 
     def step(self, text: str) -> None:
@@ -216,7 +200,7 @@ class Terminal:
     ):
         name = label(what, detail)
         if not self._on_terminal():
-            stage = _LineStage(name, unit, total)
+            stage = Counter(name, unit, total)
             yield stage
             if stage.count:  # only after a stage that ended well: an exception skips this line
                 sys.stderr.write(stage.line() + "\n")

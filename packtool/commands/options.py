@@ -18,15 +18,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
 
-from packtool.config import EngineConfig, TokenizeConfig
-
-ENGINE_OPTION_NAMES = ("engine", "ray_address")
+from packtool.config import EngineConfig, ReadConfig, TokenizeConfig
 
 Data = Annotated[
     str,
@@ -198,12 +197,34 @@ class TokenizeArgs:
         """The TokenizeConfig of these values (`fixed` replaces some, e.g. inspect's num_proc=1); it
         validates itself. --allow-download sets PACKTOOL_ALLOW_DOWNLOAD=1 (read by the tokenizer
         loading, in this process and its workers)."""
-        from packtool.commands.common import tokenize_config
+        from packtool.commands.common import name_pairs
 
-        values = {**dataclasses.asdict(self), **fixed}
-        for name in ENGINE_OPTION_NAMES:
-            values.pop(name)
-        return tokenize_config(**values)
+        v = dataclasses.replace(self, **fixed)
+        read = ReadConfig(
+            format=v.fmt,
+            split=v.split,
+            columns=name_pairs(v.column, "--column"),
+            roles=name_pairs(v.role, "--role"),
+            on_error=v.on_error,  # type: ignore[arg-type]
+            limit=v.limit,
+        )
+        cfg = TokenizeConfig(
+            tokenizer=v.tokenizer,
+            chat_template=v.chat_template,
+            train_on=v.train_on,  # type: ignore[arg-type]
+            num_proc=v.num_proc,
+            cache=not v.no_cache,
+            tokenizer_backend=v.tokenizer_backend,
+            template_date=v.template_date,
+            special_in_content=v.special_in_content,
+            strict_labels=v.strict_labels,
+            read=read,
+        )
+        if (
+            v.allow_download
+        ):  # read by packtool.tokenization.loading, in this process and its workers
+            os.environ["PACKTOOL_ALLOW_DOWNLOAD"] = "1"
+        return cfg
 
     def engine_config(self) -> EngineConfig:
         """--engine, --ray-address and, for Ray, --num-proc as its workers (validated)."""

@@ -107,8 +107,5 @@ class Output:
         spinner: bool = False,
     ) -> AbstractContextManager[Stage]:
         """packtool.progress.Reporter: the library's stages and the command's own."""
-        if not self.show_progress:
-            return SILENT.stage(what, unit=unit, total=total, detail=detail, spinner=spinner)
-        return Terminal(self.console, tty=self._tty).stage(
-            what, unit=unit, total=total, detail=detail, spinner=spinner
-        )
+        shown = Terminal(self.console, tty=self._tty) if self.show_progress else SILENT
+        return shown.stage(what, unit=unit, total=total, detail=detail, spinner=spinner)

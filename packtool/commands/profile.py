@@ -194,37 +194,25 @@ def profile(
             td = api.load_tokenized(given, tcfg, progress=out, seed=seed, engine=engine)
     with out.stage("profiling", spinner=True) as stage:
         if td is not None:
-            result = api.profile_lens(
-                td,
-                cfg,
-                lens,
-                source={"data": data[0], "pack_args": tok.pack_args()}
+            lengths = td
+            source = (
+                {"data": data[0], "pack_args": tok.pack_args()}
                 if inputs is None
                 else {  # the recommended pack command names every input (pack_args after DATA)
                     "data": data[0],
                     "pack_args": [*data[1:], *tok.pack_args()],
                     "inputs": td.input_shares(),
-                },
-                on_stage=stage.step,
+                }
             )
         elif synthetic is not None:
             stage.step("drawing lengths")
-            result = api.profile_lens(
-                api.synthetic_lengths(synthetic),
-                cfg,
-                lens,
-                source={"kind": "synthetic", "spec": synthetic},
-                on_stage=stage.step,
-            )
+            lengths = api.synthetic_lengths(synthetic)
+            source = {"kind": "synthetic", "spec": synthetic}
         else:
             stage.step("reading lengths")
-            result = api.profile_lens(
-                api.read_lengths(lengths_file),
-                cfg,
-                lens,
-                source={"kind": "lengths", "path": lengths_file},
-                on_stage=stage.step,
-            )
+            lengths = api.read_lengths(lengths_file)
+            source = {"kind": "lengths", "path": lengths_file}
+        result = api.profile_lens(lengths, cfg, lens, source=source, on_stage=stage.step)
         if unsafe:  # the recommendation below holds only once documents stay apart
             result.notes.append(
                 "packing is recommended below only for a setup that keeps this model's packed "

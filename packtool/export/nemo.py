@@ -52,8 +52,8 @@ from packtool.export.publish import (
     check_export_target,
     export_output,
 )
-from packtool.export.publish import check_space as check_out_space
 from packtool.export.reader import DocBatch, PackReader
+from packtool.io.shards import check_space as check_out_space
 from packtool.schema.notices import Notice
 
 FORMAT = "nemo"

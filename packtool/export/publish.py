@@ -78,11 +78,6 @@ def check_export_target(out: Path, force: bool) -> None:
         )
 
 
-def check_space(out: Path, need_bytes: int) -> None:
-    """io.shards.check_space: --out's folder writable, with about `need_bytes` free."""
-    shards.check_space(Path(out), need_bytes)
-
-
 @contextmanager
 def export_output(out: Path, force: bool) -> Iterator[Path]:
     """Yield a temporary folder beside `out`; on success it becomes `out`, on any error it vanishes

@@ -86,21 +86,13 @@ def iter_batches(
     if cfg.limit is not None and cfg.limit < 1:
         raise UsageError(f"--limit {cfg.limit} must be >= 1")
     if located.kind == "files":
-        streams = ((f, _file_batches(f, cfg, batch_records)) for f in located.files)
+        streams = (_file_batches(f, cfg, batch_records) for f in located.files)
     else:
-        streams = iter(
-            [
-                (
-                    located.label,
-                    _dataset_batches(
-                        located.dataset, located.label, max(batch_records, ARROW_BATCH_RECORDS)
-                    ),
-                )
-            ]
-        )
+        arrow_records = max(batch_records, ARROW_BATCH_RECORDS)
+        streams = iter([_dataset_batches(located.dataset, located.label, arrow_records)])
     index = 0
     check = ColumnCheck(cfg) if cfg.columns else None
-    for _file, batches in streams:
+    for batches in streams:
         offset = 0  # records of this file before the batch
         for b in batches:
             n = len(b)

@@ -163,39 +163,30 @@ def write_shards(
                         pad_id,
                         schema.IGNORE_INDEX,
                     )
-                    if gather is not None:
-                        local, local_len, chunk, ids_base, lab_base = gather.stage(pcs, piece_len)
-                        num_loss, first = kernels.copy_rows(
-                            seq_off,
-                            local,
-                            dest_col,
-                            local_len,
+                    if gather is not None:  # the pieces staged into chunks of their own
+                        pieces, lens, chunk, ids_base, lab_base = gather.stage(pcs, piece_len)
+                        tokens = (
                             chunk,
                             ids_base,
                             chunk,
                             lab_base,
                             gather.ids_list,
                             gather.lab_list,
-                            input_ids,
-                            labels,
-                            schema.IGNORE_INDEX,
                         )
                     else:
-                        num_loss, first = kernels.copy_rows(
-                            seq_off,
-                            pcs,
-                            dest_col,
-                            piece_len,
-                            loc.ids_chunk,
-                            loc.ids_base,
-                            loc.lab_chunk,
-                            loc.lab_base,
-                            loc.ids.values,
-                            loc.lab.values,
-                            input_ids,
-                            labels,
-                            schema.IGNORE_INDEX,
-                        )
+                        pieces, lens = pcs, piece_len
+                        tokens = (loc.ids_chunk, loc.ids_base, loc.lab_chunk, loc.lab_base)
+                        tokens += (loc.ids.values, loc.lab.values)
+                    num_loss, first = kernels.copy_rows(
+                        seq_off,
+                        pieces,
+                        dest_col,
+                        lens,
+                        *tokens,
+                        input_ids,
+                        labels,
+                        schema.IGNORE_INDEX,
+                    )
                     lists = row_lists(
                         seq_off, slot_len[pcs], piece_len[pcs], loc.source[pcs], layout.fixed_docs
                     )

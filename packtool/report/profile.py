@@ -84,10 +84,7 @@ def _strategy_json(s: stats.StrategyResult, cost: dict[str, Any]) -> dict[str, A
         "attention_waste": s.attention_waste,
         "docs_per_row": s.docs_per_row,
     }
-    for k in STRATEGY_KEYS:
-        if k not in d:
-            d[k] = cost.get(k)
-    return {k: d[k] for k in STRATEGY_KEYS}
+    return {k: d[k] if k in d else cost.get(k) for k in STRATEGY_KEYS}
 
 
 def to_json(r: ProfileResult) -> dict[str, Any]:
@@ -495,15 +492,11 @@ def render_recommendation(rec: advice.Recommendation, console) -> None:
     t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
     t.add_column(style="dim", no_wrap=True)
     t.add_column()
-    for label, text in rec.lines():
-        if label in ("next", "to pack"):
-            continue
-        t.add_row(label, Text(text))
+    *rows, (label, command) = rec.lines()  # the last: "next" (or "to pack") and the command
+    for row_label, text in rows:
+        t.add_row(row_label, Text(text))
     console.print(t)
-    label = "next" if rec.strategy == advice.PACKED else "to pack"
-    console.print(
-        Text.assemble((f"{label}: ", "bold"), (rec.command, "bold green")), soft_wrap=True
-    )
+    console.print(Text.assemble((f"{label}: ", "bold"), (command, "bold green")), soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -103,8 +103,8 @@ def title_lines(r: ProfileResult) -> list[str]:
     from packtool.stats import advice
 
     rec = advice.recommend(r)
-    label = "next" if rec.strategy == advice.PACKED else "to pack"
-    return [f"packtool profile · {_source_name(r)}", rec.summary(), f"{label}: {rec.command}"]
+    label, command = rec.lines()[-1]  # "next" (or "to pack") and the command
+    return [f"packtool profile · {_source_name(r)}", rec.summary(), f"{label}: {command}"]
 
 
 def histogram_title(r: ProfileResult) -> str:
@@ -175,23 +175,12 @@ def write_png(r: ProfileResult, path: str) -> None:
         linewidth=0.3,
     )
     ymax = max(h.counts.max(), 1)
-    for k, (label, v, style) in enumerate(
-        (
-            ("p50", r.lengths["median"], ":"),
-            ("p90", r.lengths["p90"], "--"),
-            ("p99", r.lengths["p99"], "-."),
-        )
-    ):
-        ax_h.axvline(v, color="#333333", linestyle=style, linewidth=1)
-        ax_h.text(
-            v,
-            ymax * (1.17 - 0.08 * k),
-            f" {label} {v:,.0f}",
-            va="center",
-            ha="left",
-            fontsize=8,
-            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
-        )
+    percentiles = (("p50", "median", ":"), ("p90", "p90", "--"), ("p99", "p99", "-."))
+    _marks(
+        ax_h,
+        [(r.lengths[k], f" {label} {r.lengths[k]:,.0f}", s) for label, k, s in percentiles],
+        ymax,
+    )
     if cfg.pack_len <= right:
         ax_h.axvline(cfg.pack_len, color="#c44e52", linewidth=1.8)
         ax_h.axvspan(cfg.pack_len, right, color="#c44e52", alpha=0.08)
@@ -321,17 +310,11 @@ def write_png(r: ProfileResult, path: str) -> None:
     summ = w["summary"]
     if summ.get("batches"):
         top = max(wcounts.max(), 1)
-        for k, (label, key, style) in enumerate((("median", "median", "--"), ("p90", "p90", ":"))):
-            ax_w.axvline(summ[key], color="#333333", linestyle=style, linewidth=1)
-            ax_w.text(
-                summ[key],
-                top * (1.17 - 0.08 * k),
-                f" {label} ×{summ[key]:.2f}",
-                va="center",
-                ha="left",
-                fontsize=8,
-                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
-            )
+        _marks(
+            ax_w,
+            [(summ[k], f" {k} ×{summ[k]:.2f}", s) for k, s in (("median", "--"), ("p90", ":"))],
+            top,
+        )
         ax_w.set_ylim(0, top * 1.25)
         overall = r.strategies["random_padded"].attention_waste
         ax_w.text(
@@ -359,6 +342,22 @@ def write_png(r: ProfileResult, path: str) -> None:
     plt.close(fig)
 
 
+def _marks(ax, marks: list[tuple[float, str, str]], top: float) -> None:
+    """(x, label, line style) per mark: a vertical line, its label in a box near the top, each
+    label below the one before."""
+    for k, (x, text, style) in enumerate(marks):
+        ax.axvline(x, color="#333333", linestyle=style, linewidth=1)
+        ax.text(
+            x,
+            top * (1.17 - 0.08 * k),
+            text,
+            va="center",
+            ha="left",
+            fontsize=8,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+        )
+
+
 def _draw_sweep(ax, series: dict[str, list], r: ProfileResult) -> None:
     """Panel (e): fill of pack's rows and length-grouped occupancy (left axis, %), tokens cut by
     --overflow (bars, right axis, %), against --len on a log2 axis; the recommended --len marked."""
@@ -367,8 +366,8 @@ def _draw_sweep(ax, series: dict[str, list], r: ProfileResult) -> None:
     from packtool.stats import advice
 
     lens = np.asarray(series["lens"], dtype=float)
-    fill = np.array([np.nan if v is None else v for v in series["fill"]], dtype=float)
-    grouped = np.array([np.nan if v is None else v for v in series["grouped"]], dtype=float)
+    fill = np.array(series["fill"], dtype=float)  # None: nan
+    grouped = np.array(series["grouped"], dtype=float)
     cut = np.asarray(series["cut"], dtype=float)
     ax.set_xscale("log", base=2)
     right = ax.twinx()
@@ -391,11 +390,8 @@ def _draw_sweep(ax, series: dict[str, list], r: ProfileResult) -> None:
                 ha="center",
                 fontsize=8,
             )
-    low = (
-        np.nanmin(np.concatenate([fill, grouped]))
-        if np.isfinite(np.concatenate([fill, grouped])).any()
-        else 0
-    )
+    both = np.concatenate([fill, grouped])
+    low = np.nanmin(both) if np.isfinite(both).any() else 0
     ax.set_ylim(max(0.0, min(low - 5, 90.0)), 101.5)
     ax.set_zorder(right.get_zorder() + 1)
     ax.patch.set_visible(False)
