@@ -139,7 +139,7 @@ def reference_template(tok: Tok) -> str:
     if not tok.dated:
         return source
     from packtool.tokenization.chat_template import DEFAULT_DATE, make_template
-    from packtool.tokenization.render import dated_source
+    from packtool.tokenization.render import dated_text
 
     t = make_template(source, "reference", "bench")
-    return dated_source(replace(t, date=DEFAULT_DATE))
+    return dated_text(replace(t, date=DEFAULT_DATE))

@@ -18,7 +18,7 @@ the family table and its fixes; the marker check. Light: reads template files on
 mode on a probe conversation (`choose`); the modes are drawn in packtool.tokenization.render.
 
 Every `<|name|>`-style marker a template writes must be one token of the tokenizer (`check_markers`,
-on the template source); that each trained run ends in an end-of-turn token is checked on the probe.
+on the template's text); that each trained run ends in an end-of-turn token is checked on the probe.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ FAMILIES = {
 
 @dataclass(frozen=True)
 class ChatTemplate:
-    source: str  # text of the template
+    text: str  # the template itself (Jinja)
     name: str  # "chatml-train", "trl:llama3_training", a file path, or "tokenizer"
     hash: str
     has_generation: bool  # True when the template marks assistant text with {% generation %}
@@ -84,13 +84,13 @@ def check_parses(template: ChatTemplate) -> None:
     Built-in and TRL templates are known to parse (tested): no transformers import for them."""
     if template.origin not in ("file", "tokenizer"):
         return
-    source, name = template.source, template.name
+    text, name = template.text, template.name
     try:
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:  # private helper moved: rendering will report the error per example
         return
     try:
-        _compile_jinja_template(source)
+        _compile_jinja_template(text)
     except Exception as e:
         msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError(
@@ -99,11 +99,9 @@ def check_parses(template: ChatTemplate) -> None:
         ) from e
 
 
-def make_template(source: str, name: str, origin: str = "file") -> ChatTemplate:
-    has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", source) is not None
-    return ChatTemplate(
-        source, name, hashlib.sha256(source.encode()).hexdigest()[:16], has_gen, origin
-    )
+def make_template(text: str, name: str, origin: str = "file") -> ChatTemplate:
+    has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", text) is not None
+    return ChatTemplate(text, name, hashlib.sha256(text.encode()).hexdigest()[:16], has_gen, origin)
 
 
 # --------------------------------------------------------------------------- TRL's templates
@@ -142,11 +140,11 @@ def _officials(folder: Path) -> list[tuple[str, str]]:
     return out
 
 
-def trl_training_name(source: str) -> str | None:
-    """`X_training` when `source` is TRL's official template X.jinja and TRL ships X_training.jinja."""
+def trl_training_name(text: str) -> str | None:
+    """`X_training` when `text` is TRL's official template X.jinja and TRL ships X_training.jinja."""
     folder = trl_dir()
-    for training, text in _officials(folder) if folder is not None else ():
-        if text.strip() == source.strip():
+    for training, official in _officials(folder) if folder is not None else ():
+        if official.strip() == text.strip():
             return training
     return None
 
@@ -155,29 +153,29 @@ NEAR = 0.85  # blocks alike (difflib ratio) for a near miss of an official templ
 _BLOCK = re.compile(r"(?=\{[{%#])|(?<=[}%#]\})")  # between Jinja tags: one-line templates too
 
 
-def _blocks(source: str) -> list[str]:
-    return [b for b in (x.strip() for x in _BLOCK.split(source)) if b]
+def _blocks(text: str) -> list[str]:
+    return [b for b in (x.strip() for x in _BLOCK.split(text)) if b]
 
 
-def trl_near_miss(source: str) -> tuple[str, float, int, int] | None:
+def trl_near_miss(text: str) -> tuple[str, float, int, int] | None:
     """(X_training, ratio alike, blocks that differ, blocks) for the official template X.jinja that
-    TRL ships a training version of and that `source` is nearest to, when at least NEAR alike
+    TRL ships a training version of and that `text` is nearest to, when at least NEAR alike
     (an older revision of the same model's template: Qwen3's, DeepSeek-V3's); compared block by
     block (text between Jinja tags), so one-line templates compare as well as multi-line ones."""
     folder = trl_dir()
-    return None if folder is None else _near_miss(source, folder)
+    return None if folder is None else _near_miss(text, folder)
 
 
 @functools.lru_cache(maxsize=8)
-def _near_miss(source: str, folder: Path) -> tuple[str, float, int, int] | None:
+def _near_miss(text: str, folder: Path) -> tuple[str, float, int, int] | None:
     """trl_near_miss against one TRL templates folder (cached per folder: the folder found can change
     within a process, e.g. another TRL on the path)."""
     import difflib
 
-    mine = _blocks(source)
+    mine = _blocks(text)
     best = None
-    for training, text in _officials(folder):
-        theirs = _blocks(text)
+    for training, official in _officials(folder):
+        theirs = _blocks(official)
         sm = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
         if sm.real_quick_ratio() < NEAR or sm.quick_ratio() < NEAR:
             continue
@@ -238,7 +236,7 @@ def check_markers(spec, template: ChatTemplate) -> None:
     """Every control marker the template writes (`<|name|>`, `<｜name｜>`, `<start_of_turn>`: role
     headers, end of turn) must be one token of the tokenizer; otherwise the markers are tokenized
     as text and the model trained on a format it never sees. UsageError naming marker, tokenizer, fix."""
-    markers = sorted(set(_MARKER.findall(_COMMENT.sub("", template.source))))
+    markers = sorted(set(_MARKER.findall(_COMMENT.sub("", template.text))))
     if not markers:
         return
     known = _one_token(spec.backend_json)
@@ -258,9 +256,9 @@ def check_markers(spec, template: ChatTemplate) -> None:
     )
 
 
-def family_of(source: str) -> str | None:
+def family_of(text: str) -> str | None:
     for family, (marker, _) in FAMILIES.items():
-        if marker in source:
+        if marker in text:
             return family
     return None
 

@@ -48,15 +48,15 @@ def first_line(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
 
 
-def dated_source(template: ChatTemplate) -> str:
+def dated_text(template: ChatTemplate) -> str:
     """The template with strftime_now() fixed to `template.date` (a macro shadowing the global), so a
     template that writes today's date (gpt-oss) renders the same text on every day."""
     if not template.date:
-        return template.source
+        return template.text
     import datetime
 
     day = datetime.date.fromisoformat(template.date)
-    formats = sorted(set(re.findall(r"strftime_now\(\s*[\"']([^\"']*)[\"']\s*\)", template.source)))
+    formats = sorted(set(re.findall(r"strftime_now\(\s*[\"']([^\"']*)[\"']\s*\)", template.text)))
     table = json.dumps({f: day.strftime(f) for f in formats})
     return (
         "{%- macro strftime_now(fmt) -%}{{ "
@@ -66,7 +66,7 @@ def dated_source(template: ChatTemplate) -> str:
         + " else "
         + json.dumps(template.date)
         + " }}{%- endmacro %}"
-        + template.source
+        + template.text
     )
 
 
@@ -151,7 +151,7 @@ class Renderer:
         self._heads: list[str] | None = None  # the generation prompt, its heads ending in a special
         mode = template.mode or ("markers" if template.has_generation else "prefix")
         self.mode = mode
-        self._source = dated_source(template)
+        self._text = dated_text(template)
 
     def conversation(self, messages: list[dict], tools) -> tuple[str, list[tuple[int, int]]]:
         """(text, trained char spans) in the template's mode; ExampleError saying what failed."""
@@ -196,7 +196,7 @@ class Renderer:
         texts, spans = render_jinja_template(
             conversations=[messages],
             tools=tools,
-            chat_template=self._source,
+            chat_template=self._text,
             return_assistant_tokens_mask=marks,
             add_generation_prompt=gen_prompt,
             **self._kwargs,
@@ -252,7 +252,7 @@ class Renderer:
         return full, spans
 
     def _fix(self) -> str:
-        family = self.template.family or family_of(self.template.source)
+        family = self.template.family or family_of(self.template.text)
         return family_fix(family, self.train_on, self.template.near)
 
     def _turn_end(self, upto: str) -> int:
@@ -326,7 +326,7 @@ class Renderer:
         tool definitions) and the template never mentions them (Gemma 3: its refusal only says that
         roles must alternate); else ''."""
         used = tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
-        if not used or re.search(r"\btools?\b|tool_calls", self.template.source):
+        if not used or re.search(r"\btools?\b|tool_calls", self.template.text):
             return ""
         return (
             f" (the template{f' of {self.template.family}' if self.template.family else ''} has no "

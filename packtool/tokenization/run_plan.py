@@ -191,7 +191,7 @@ def renderer_of(template) -> str:
     """ "native" for the built-in chatml-train template (byte for byte), else "jinja"."""
     from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
 
-    return "native" if template.source == BUILTIN_TEMPLATES["chatml-train"].read_text() else "jinja"
+    return "native" if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text() else "jinja"
 
 
 def fast_refused(spec, requested: str) -> str | None:

@@ -80,8 +80,8 @@ def choose(
 ) -> ChatTemplate:
     """The run's template with its mode decided on a probe conversation; refuses what cannot work."""
     tpl = pick(spec, choice)
-    family = family_of(tpl.source)
-    uses_date = "strftime_now" in tpl.source
+    family = family_of(tpl.text)
+    uses_date = "strftime_now" in tpl.text
     tpl = replace(tpl, family=family, date=(date or DEFAULT_DATE) if uses_date else None)
     if train_on == "all":
         mode = "all"
@@ -114,7 +114,7 @@ def _verdict_path(spec, tpl: ChatTemplate, mode: str, train_on: str):
     from packtool.tokenization import cache
     from packtool.tokenization.loading import library_versions
 
-    parts = [tpl.source, tpl.date, mode, train_on, spec.name, spec.files_hash]
+    parts = [tpl.text, tpl.date, mode, train_on, spec.name, spec.files_hash]
     parts += [library_versions(), packtool.__version__]
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
     return cache.cache_root() / "templates" / f"{digest}.json"

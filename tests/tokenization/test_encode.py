@@ -82,7 +82,7 @@ def test_identical_to_apply_chat_template(qwen, chatml, k, backend):
     ref = qwen.tokenizer.apply_chat_template(
         msgs,
         tools=tools,
-        chat_template=chatml.source,
+        chat_template=chatml.text,
         tokenize=True,
         return_dict=True,
         return_assistant_tokens_mask=True,
@@ -133,7 +133,7 @@ def test_no_assistant_turn_has_zero_loss(qwen, chatml):
 
 def test_prefix_diff_fallback_matches_markers(qwen, chatml):
     """The same template without markers gives the same trained tokens through the prefix diff."""
-    plain = re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", chatml.source)
+    plain = re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", chatml.text)
     fallback = _template(plain, "chatml-plain")
     assert not fallback.has_generation
     for k, msgs in enumerate(CONVERSATIONS):
@@ -209,9 +209,7 @@ def test_builtin_templates_listed():
 
 
 def test_prefix_diff_assistant_first_turn_does_not_train_its_header(qwen, chatml):
-    plain = _template(
-        re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", chatml.source), "chatml-plain"
-    )
+    plain = _template(re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", chatml.text), "chatml-plain")
     msgs = [
         {"role": "assistant", "content": "Hi there"},
         {"role": "user", "content": "q"},
@@ -327,7 +325,7 @@ def test_native_chatml_renderer_equals_jinja(chatml):
             want_text, want_spans = render_jinja_template(
                 conversations=[msgs],
                 tools=tools,
-                chat_template=chatml.source,
+                chat_template=chatml.text,
                 return_assistant_tokens_mask=True,
             )
             want = (want_text[0], [tuple(s) for s in want_spans[0]])
@@ -344,7 +342,7 @@ def test_native_chatml_renderer_equals_jinja(chatml):
     assert checked > 300 and handed_back >= 2
     prompt = [{"role": "user", "content": "x"}]
     plain, prompted = (
-        render_jinja_template(conversations=[prompt], chat_template=chatml.source, **k)[0][0]
+        render_jinja_template(conversations=[prompt], chat_template=chatml.text, **k)[0][0]
         for k in ({}, {"add_generation_prompt": True})
     )
     assert prompted == plain + native.GENERATION_PROMPT
