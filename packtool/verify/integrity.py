@@ -210,15 +210,8 @@ def _row_checks(
     for name in row_checks(layout.padded, bool(layout.fixed_docs)):
         f = walk.fails[name]
         if f.count:
-            more = f" (+{f.count - 1} more rows)" if f.count > 1 else ""
-            out.append(
-                Check(
-                    name,
-                    False,
-                    f.examples[0]["message"] + more,
-                    {**ev_common, "rows_failed": f.count, "first": f.examples},
-                )
-            )
+            ev = {**ev_common, "rows_failed": f.count, "first": f.examples}
+            out.append(Check(name, False, f.message(), ev))
         else:
             out.append(Check(name, True, scan.passed_text(name, pad_id), dict(ev_common)))
     return out
