@@ -29,7 +29,8 @@ from packtool.verify.scan import Failures, Totals
 LISTS = ("skipped", "dropped", "truncated", "split")
 
 
-def _listed(m: dict | None, key: str) -> list[dict]:
+def listed(m: dict | None, key: str) -> list[dict]:
+    """The objects of the manifest's list `key` (none where it is no list)."""
     v = (m or {}).get(key)
     return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
@@ -49,7 +50,7 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
     src = tot.all_sources()
     uniq, counts = np.unique(src, return_counts=True)
     split = {
-        int(x.get("source_index", -1)): int(x.get("parts", 0)) for x in _listed(manifest, "split")
+        int(x.get("source_index", -1)): int(x.get("parts", 0)) for x in listed(manifest, "split")
     }
     ev = {"documents": int(src.size), "unique": int(uniq.size), "split_documents": len(split)}
     want = np.ones(uniq.size, np.int64)
@@ -93,7 +94,7 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
             },
         )
     drop_idx = np.array(
-        [d.get("source_index", -1) for d in _listed(manifest, "dropped")], dtype=np.int64
+        [d.get("source_index", -1) for d in listed(manifest, "dropped")], dtype=np.int64
     )
     both = np.intersect1d(drop_idx, uniq)
     if both.size:
@@ -163,11 +164,11 @@ def _missing_sources(m: dict, tot: Totals, limit: int = 3) -> str:
         or not isinstance(m.get("dropped"), list)
     ):
         return ""
-    listed = [x.get("source_index") for key in ("skipped", "dropped") for x in _listed(m, key)]
-    listed = [i for i in listed if is_int(i)]
+    accounted = [x.get("source_index") for key in ("skipped", "dropped") for x in listed(m, key)]
+    accounted = [i for i in accounted if is_int(i)]
     missing = np.setdiff1d(
         np.arange(n, dtype=np.int64),
-        np.concatenate([tot.all_sources(), np.asarray(listed, np.int64)]),
+        np.concatenate([tot.all_sources(), np.asarray(accounted, np.int64)]),
     )
     if not missing.size:
         return ""

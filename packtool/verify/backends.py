@@ -153,14 +153,10 @@ def require_torch():
     return torch
 
 
-def cuda_available() -> bool:
-    return bool(require_torch().cuda.is_available())
-
-
 def resolve_device(device: str) -> str:
     if device not in DEVICES:
         raise UsageError(f"--device {device!r} is not one of {'|'.join(DEVICES)}")
-    has_cuda = cuda_available()
+    has_cuda = bool(require_torch().cuda.is_available())
     if device == "cuda" and not has_cuda:
         raise UsageError(
             "--device cuda: torch sees no CUDA device here; use --device cpu (or auto)"

@@ -70,6 +70,12 @@ class Compare:
         if len(self.stray) < MAX_EXAMPLES:
             self.stray.append(message)
 
+    def strays(self, n: int, messages: list[str]) -> None:
+        """`n` strays: the messages of the first few (at most MAX_EXAMPLES), the rest counted."""
+        for message in messages:
+            self.stray_doc(message)
+        self.stray_count += n - len(messages)
+
 
 def piece_note(exp: Expected, p: int) -> str:
     """What piece `p` is of its record, for messages: ', part 2 of 3: record tokens 512..1023',

@@ -103,18 +103,18 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
             )
         )
         bad_rows = np.flatnonzero(~ok_row)
-        for r in bad_rows[:MAX_EXAMPLES].tolist():
-            cmp.stray_doc(
+        cmp.strays(
+            bad_rows.size,
+            [
                 f"{shard} row {row0 + r}: seq_lengths {seq[seq_off[r] : seq_off[r + 1]].tolist()} with "
                 f"source_index {src[src_off[r] : src_off[r + 1]].tolist()} cannot be matched (see the integrity "
                 "checks): its documents are not compared"
-            )
-        cmp.stray_count += max(0, bad_rows.size - MAX_EXAMPLES)
+                for r in bad_rows[:MAX_EXAMPLES].tolist()
+            ],
+        )
         keep = np.repeat(ok_row, nd)
         row = np.repeat(np.arange(R), nd)[keep]
-        lens = np.clip(real, 0, seq)[
-            keep
-        ]  # the document's own tokens (its padding is not compared)
+        lens = np.clip(real, 0, seq)[keep]  # the document's own tokens (not its padding)
         col = (cs[:-1] - np.repeat(cs[seq_off[:-1]], nd))[keep]
         k = (np.arange(seq.size) - np.repeat(seq_off[:-1], nd))[keep]
         s = src.astype(np.int64)[np.repeat(ok_row, ns)]
@@ -131,22 +131,26 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         pieces = np.full(s.size, -1, np.int64)
         one = (rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] == 1)
         pieces[one] = exp.first_piece[rec[one]]
-        for j in np.flatnonzero(rec < 0)[:MAX_EXAMPLES].tolist():
-            cmp.stray_doc(
+        unknown = np.flatnonzero(rec < 0)
+        cmp.strays(
+            unknown.size,
+            [
                 f"{shard} row {row0 + int(row[j])} document {int(k[j])}: source_index {int(s[j])} is no "
                 "record of the sources tokenized again (skipped, or beyond the input)"
-            )
-        cmp.stray_count += max(0, int((rec < 0).sum()) - MAX_EXAMPLES)
+                for j in unknown[:MAX_EXAMPLES].tolist()
+            ],
+        )
         dropped = np.flatnonzero((rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] == 0))
         cmp.where.resolve(s[dropped[:MAX_EXAMPLES]])
-        for j in dropped[:MAX_EXAMPLES].tolist():
-            r = int(rec[j])
-            cmp.stray_doc(
-                f"{cmp.where(int(s[j]))} (source_index {int(s[j])}, {int(exp.lengths[r])} tokens) is dropped "
-                f"by --overflow {exp.overflow} at --len {L}, but {shard} row {row0 + int(row[j])} document "
-                f"{int(k[j])} holds it"
-            )
-        cmp.stray_count += max(0, dropped.size - MAX_EXAMPLES)
+        cmp.strays(
+            dropped.size,
+            [
+                f"{cmp.where(int(s[j]))} (source_index {int(s[j])}, {int(exp.lengths[rec[j]])} tokens) is "
+                f"dropped by --overflow {exp.overflow} at --len {L}, but {shard} row {row0 + int(row[j])} "
+                f"document {int(k[j])} holds it"
+                for j in dropped[:MAX_EXAMPLES].tolist()
+            ],
+        )
         claimed: set[int] = set()  # parts matched in this batch (seen counts them after it)
         for j in np.flatnonzero((rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] > 1)).tolist():
             pieces[j] = _match_part(
@@ -259,17 +263,20 @@ def missing_pieces(cmp: Compare, wanted_records: np.ndarray | None) -> None:
     cmp.where.resolve(
         exp.src[exp.piece_row[np.concatenate([lost[:MAX_EXAMPLES], twice[:MAX_EXAMPLES]])]]
     )
-    for p in lost[:MAX_EXAMPLES].tolist():
-        r = int(exp.piece_row[p])
-        cmp.stray_doc(
-            f"{cmp.where(int(exp.src[r]))} (source_index {int(exp.src[r])}{piece_note(exp, p)}, "
-            f"{int(exp.piece_len[p])} tokens) is in no row and not dropped: lost, or merged into another "
-            "document"
-        )
-    for p in twice[:MAX_EXAMPLES].tolist():
-        r = int(exp.piece_row[p])
-        cmp.stray_doc(
-            f"{cmp.where(int(exp.src[r]))} (source_index {int(exp.src[r])}{piece_note(exp, p)}) is packed "
-            f"{int(cmp.seen[p])} times"
-        )
-    cmp.stray_count += max(0, lost.size - MAX_EXAMPLES) + max(0, twice.size - MAX_EXAMPLES)
+
+    def piece(p: int) -> str:
+        s = int(exp.src[exp.piece_row[p]])
+        return f"{cmp.where(s)} (source_index {s}{piece_note(exp, p)}"
+
+    cmp.strays(
+        lost.size,
+        [
+            f"{piece(p)}, {int(exp.piece_len[p])} tokens) is in no row and not dropped: lost, or "
+            "merged into another document"
+            for p in lost[:MAX_EXAMPLES].tolist()
+        ],
+    )
+    cmp.strays(
+        twice.size,
+        [f"{piece(p)}) is packed {int(cmp.seen[p])} times" for p in twice[:MAX_EXAMPLES].tolist()],
+    )
