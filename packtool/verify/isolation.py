@@ -1,12 +1,7 @@
 """Isolation layer: tiny random-weight decoders prove that packed documents cannot see each other.
 
-For sampled rows holding >= 2 documents (token ids taken modulo the tiny vocabulary):
-
-    packed   [A A A A B B B pad pad]   one forward, as a trainer runs it (no mask, use_cache=False)
-    alone    [A A A A]  [B B B]        each document on its own, positions 0..n-1
-    swapped  [X X X X B B B pad pad]   document A's tokens replaced
-    last     [A A A a B B b pad pad]   each document's last token replaced
-    control  [A A A A B B B pad pad]   positions 0..L-1, one segment: plain causal over the row
+For sampled rows holding >= 2 documents, the runs forwards.py draws (packed, alone, swapped,
+last, control) compared:
 
     logits     packed[B] == alone[B] for every document (tolerance per dtype)
     loss       per-document loss sums packed == alone (the shift across A|B must be ignored)
@@ -17,13 +12,8 @@ For sampled rows holding >= 2 documents (token ids taken modulo the tiny vocabul
 
 packed/alone/swap run the backend against itself, so a kernel that is wrong the same way in both
 runs (e.g. non-causal: attends to later tokens of the same document) passes them; the causal probe
-and the comparison with the reference are what catch it (docs/ARCHITECTURE.md, "Verify").
-
-    tiny_models.py   the two decoders (Llama: RoPE; GPT-2: learned absolute positions), seeded, no download
-    sampling.py      Sample: a row to test (chosen by the integrity scan, or synthesized)
-    forwards.py      the runs above and the differences they measure
-    tolerances.py    what counts as equal per dtype (measure.py: the tool that sets them on a GPU)
-    isolation.py     run_isolation: per (model, backend) the runs, then one Check per comparison
+and the comparison with the reference are what catch it (docs/ARCHITECTURE.md, "Verify"). The
+modules it draws on are listed in verify/__init__.py.
 """
 
 from __future__ import annotations

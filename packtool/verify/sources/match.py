@@ -153,20 +153,9 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         )
         claimed: set[int] = set()  # parts matched in this batch (seen counts them after it)
         for j in np.flatnonzero((rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] > 1)).tolist():
-            pieces[j] = _match_part(
-                cmp,
-                claimed,
-                int(rec[j]),
-                ids,
-                lab,
-                int(start[j]),
-                int(lens[j]),
-                shard,
-                row0 + int(row[j]),
-                int(k[j]),
-                int(col[j]),
-                int(s[j]),
-            )
+            doc = (shard, row0 + int(row[j]), int(k[j]), int(col[j]), int(s[j]))
+            a, b = int(start[j]), int(start[j]) + int(lens[j])
+            pieces[j] = _match_part(cmp, claimed, int(rec[j]), ids[a:b], lab[a:b], doc)
         use = np.flatnonzero(pieces >= 0)
         np.add.at(cmp.seen, pieces[use], 1)
         docs = Doc(row[use], k[use], col[use], lens[use], s[use])
@@ -174,47 +163,19 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         row0 += R
 
 
-def _match_part(
-    cmp: Compare,
-    claimed: set[int],
-    record: int,
-    ids,
-    lab,
-    start: int,
-    length: int,
-    shard: str,
-    row: int,
-    k: int,
-    col: int,
-    src: int,
-) -> int:
-    """The part of split record `record` that this shard document is: the unused part with the same
-    hash, else -1 (deferred: matched to a leftover part after the scan). Parts with equal tokens
-    and labels (a long run of one token) are interchangeable: each is taken once."""
+def _match_part(cmp: Compare, claimed: set[int], record: int, ids, lab, doc: tuple) -> int:
+    """The part of split record `record` that this shard document (its `ids` and `lab`; `doc`:
+    shard, row, k, col, src) is: the unused part with the same hash, else -1 (deferred: matched to a
+    leftover part after the scan). Parts with equal tokens and labels (a long run of one token) are
+    interchangeable: each is taken once."""
     exp = cmp.exp
-    h = hashes(
-        ids[start : start + length],
-        lab[start : start + length],
-        np.array([0, length]),
-        exp.pack_len,
-    )[0]
+    h = hashes(ids, lab, np.array([0, ids.size]), exp.pack_len)[0]
     p0 = int(exp.first_piece[record])
     for i in np.flatnonzero(exp.part_hashes(record) == h).tolist():
-        if cmp.seen[p0 + i] == 0 and p0 + i not in claimed and exp.piece_len[p0 + i] == length:
+        if cmp.seen[p0 + i] == 0 and p0 + i not in claimed and exp.piece_len[p0 + i] == ids.size:
             claimed.add(p0 + i)
             return p0 + i
-    cmp.deferred.append(
-        (
-            record,
-            ids[start : start + length].copy(),
-            lab[start : start + length].copy(),
-            shard,
-            row,
-            k,
-            col,
-            src,
-        )
-    )
+    cmp.deferred.append((record, ids.copy(), lab.copy(), *doc))
     return -1
 
 
