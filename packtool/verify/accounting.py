@@ -22,18 +22,15 @@ import numpy as np
 from packtool import schema
 from packtool.schema.manifest import CONSERVED_COUNTS
 from packtool.verify import Check
-from packtool.verify.audit import value
+from packtool.verify.audit import is_int, value
 from packtool.verify.names import CONSERVE, COUNTS, SRC
 from packtool.verify.scan import Failures, Totals
 
 LISTS = ("skipped", "dropped", "truncated", "split")
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _listed(m: dict | None, key: str) -> list[dict]:
+def listed(m: dict | None, key: str) -> list[dict]:
+    """The objects of the manifest's list `key` (none where it is no list)."""
     v = (m or {}).get(key)
     return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
@@ -48,16 +45,12 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
     source_index entries do not match their documents (the scan's per-row check)."""
     if fail.count:
         return Check(
-            SRC,
-            False,
-            fail.examples[0]["message"]
-            + (f" (+{fail.count - 1} more rows)" if fail.count > 1 else ""),
-            {"rows_failed": fail.count, "first": fail.examples},
+            SRC, False, fail.message(), {"rows_failed": fail.count, "first": fail.examples}
         )
     src = tot.all_sources()
     uniq, counts = np.unique(src, return_counts=True)
     split = {
-        int(x.get("source_index", -1)): int(x.get("parts", 0)) for x in _listed(manifest, "split")
+        int(x.get("source_index", -1)): int(x.get("parts", 0)) for x in listed(manifest, "split")
     }
     ev = {"documents": int(src.size), "unique": int(uniq.size), "split_documents": len(split)}
     want = np.ones(uniq.size, np.int64)
@@ -101,7 +94,7 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
             },
         )
     drop_idx = np.array(
-        [d.get("source_index", -1) for d in _listed(manifest, "dropped")], dtype=np.int64
+        [d.get("source_index", -1) for d in listed(manifest, "dropped")], dtype=np.int64
     )
     both = np.intersect1d(drop_idx, uniq)
     if both.size:
@@ -165,17 +158,17 @@ def _missing_sources(m: dict, tot: Totals, limit: int = 3) -> str:
     c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
     n = c.get("examples_read")
     if (
-        not _is_int(n)
+        not is_int(n)
         or n < 0
         or not isinstance(m.get("skipped"), list)
         or not isinstance(m.get("dropped"), list)
     ):
         return ""
-    listed = [x.get("source_index") for key in ("skipped", "dropped") for x in _listed(m, key)]
-    listed = [i for i in listed if _is_int(i)]
+    accounted = [x.get("source_index") for key in ("skipped", "dropped") for x in listed(m, key)]
+    accounted = [i for i in accounted if is_int(i)]
     missing = np.setdiff1d(
         np.arange(n, dtype=np.int64),
-        np.concatenate([tot.all_sources(), np.asarray(listed, np.int64)]),
+        np.concatenate([tot.all_sources(), np.asarray(accounted, np.int64)]),
     )
     if not missing.size:
         return ""
@@ -240,7 +233,7 @@ def conservation_check(m: dict, tot: Totals) -> Check:
     c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
     tokens = m.get("tokens") if isinstance(m.get("tokens"), dict) else {}
     for k in ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut"):
-        if tokens.get(k) is not None and not _is_int(tokens[k]):
+        if tokens.get(k) is not None and not is_int(tokens[k]):
             raise TypeError(f"tokens.{k} is {tokens[k]!r}, not an integer")
     problems = schema.conservation_problems(
         c, tokens, {k: m[k] for k in LISTS if isinstance(m.get(k), list)}, inputs=m.get("inputs")
@@ -248,7 +241,7 @@ def conservation_check(m: dict, tot: Totals) -> Check:
     if m.get("inputs") and not problems:
         problems += input_rows_problems(m["inputs"], tot.all_sources())
     v = {k: c.get(k) for k in CONSERVED_COUNTS}
-    if all(_is_int(x) for x in v.values()):  # the rows against the counts
+    if all(is_int(x) for x in v.values()):  # the rows against the counts
         docs = v["packed"] + v["truncated"] + v["split_parts"]
         whole = v["packed"] + v["truncated"] + v["split"]
         uniq = int(np.unique(tot.all_sources()).size)

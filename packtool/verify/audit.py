@@ -22,7 +22,8 @@ from packtool.verify import Check
 from packtool.verify.names import MANIFEST_CHECK, SHARDS
 
 
-def _is_int(v) -> bool:
+def is_int(v) -> bool:
+    """An int that is not a bool (JSON true is no count)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -57,7 +58,7 @@ def value(m: dict | None, dotted: str):
 def manifest_pack_len(m: dict | None) -> int | None:
     """The manifest's pack_len when it is a positive integer (else the shards say)."""
     v = value(m, "pack_len")
-    return v if _is_int(v) and v >= 1 else None
+    return v if is_int(v) and v >= 1 else None
 
 
 def _raw_pad_id(m: dict | None):
@@ -67,7 +68,7 @@ def _raw_pad_id(m: dict | None):
 def manifest_pad_id(m: dict | None) -> int | None:
     """The pad id the pad tail must hold, when the manifest records it as an integer."""
     v = _raw_pad_id(m)
-    return v if _is_int(v) else None
+    return v if is_int(v) else None
 
 
 def manifest_check(path: str, m: dict | None, why: str | None) -> Check:
@@ -99,13 +100,13 @@ def layout_problems(m: dict) -> list[str]:
     """The recorded layout (pad_to_multiple, fixed_docs) is one the writer can have written."""
     problems = []
     n, fixed, k = m.get("pad_to_multiple", 1), m.get("fixed_docs", False), m.get("max_docs", 0)
-    if not _is_int(n) or n < 1:
+    if not is_int(n) or n < 1:
         problems.append(f"pad_to_multiple {n!r} is not an integer >= 1")
-    elif _is_int(m.get("pack_len")) and m["pack_len"] % n:
+    elif is_int(m.get("pack_len")) and m["pack_len"] % n:
         problems.append(f"pack_len {m['pack_len']} is not a multiple of pad_to_multiple {n}")
     if not isinstance(fixed, bool):
         problems.append(f"fixed_docs {fixed!r} is not true or false")
-    elif fixed and (not _is_int(k) or k < 1):
+    elif fixed and (not is_int(k) or k < 1):
         problems.append(f"fixed_docs is true but max_docs is {k!r} (needs K >= 1)")
     return problems
 
@@ -204,7 +205,7 @@ def shards_check(
                 f"{f} could not be read: the manifest's {want!r} rows are not on disk in a readable shard"
             )
         elif want != have:
-            if _is_int(want) and have < want:
+            if is_int(want) and have < want:
                 problems.append(
                     f"{f} has {have} rows, the manifest says {want}: rows {have}..{want - 1} are missing"
                 )

@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import inspect
+import itertools
 from dataclasses import dataclass
 
 from packtool.config import DEVICES  # noqa: F401  (one definition, in config)
@@ -54,13 +55,10 @@ TORCH_VARLEN = "packtool_torch_varlen"
 # no "flash" in the name: transformers takes any implementation named *flash* for a FlashAttention
 # request (its own mask, its flash glue, a hub-kernel lookup) and fails on ours
 FLASH_VARLEN = "packtool_fa_varlen"
-KERNEL_DEVICES = (
-    "cuda",
-)  # where the FlashAttention kernels can run (the CPU tests add "cpu" with stand-ins)
-MIN_CAPABILITY = (
-    8,
-    0,
-)  # FlashAttention 2 (flash-attn, and the copy bundled in torch): Ampere sm80 or newer
+# where the FlashAttention kernels can run (the CPU tests add "cpu" with stand-ins)
+KERNEL_DEVICES = ("cuda",)
+# FlashAttention 2 (flash-attn, and the copy bundled in torch): Ampere sm80 or newer
+MIN_CAPABILITY = (8, 0)
 # trial call: unit-normal q/k/v rounded to bf16, fp32 reference on the same rounded values, so only the
 # kernel's own bf16 steps differ (P cast to bf16 before P·V, the output rounded): |o| <= ~2, 2^-8
 # relative -> ~0.01. A non-causal or segment-ignoring kernel is off by 0.3-1 on these inputs.
@@ -85,9 +83,7 @@ class Backend:
 class KernelCalls:
     """What computed attention while `counting()` was active (evidence, not inference)."""
 
-    varlen_calls: int = (
-        0  # calls through call_varlen or the reference loop (one per attention layer)
-    )
+    varlen_calls: int = 0  # calls through call_varlen or the reference loop (one per layer)
     varlen_tokens: int = 0  # query tokens those calls received
     dense_calls: int = 0  # torch scaled_dot_product_attention calls made outside a varlen call
     forwards: int = 0  # model forwards (isolation counts them)
@@ -157,14 +153,10 @@ def require_torch():
     return torch
 
 
-def cuda_available() -> bool:
-    return bool(require_torch().cuda.is_available())
-
-
 def resolve_device(device: str) -> str:
     if device not in DEVICES:
         raise UsageError(f"--device {device!r} is not one of {'|'.join(DEVICES)}")
-    has_cuda = cuda_available()
+    has_cuda = bool(require_torch().cuda.is_available())
     if device == "cuda" and not has_cuda:
         raise UsageError(
             "--device cuda: torch sees no CUDA device here; use --device cpu (or auto)"
@@ -237,7 +229,7 @@ def _unavailable(name: str, device: str) -> tuple[str, str] | None:
             "upgrade torch or use --backend sdpa",
         )
     cap = _capability(device)
-    if tuple(cap) < MIN_CAPABILITY:
+    if cap < MIN_CAPABILITY:
         return (
             f"compute capability {cap[0]}.{cap[1]} < {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]}: FlashAttention's "
             f"varlen kernels need Ampere (sm80) or newer",
@@ -283,9 +275,8 @@ def resolve(backend: str, device: str) -> list[Backend]:
     dev = resolve_device(device)
     if backend != "auto":
         b = make(backend, dev)
-        if (
-            b.name in VARLEN
-        ):  # asked for by name: the trial is evidence; the isolation checks judge the kernel
+        # asked for by name: the trial is evidence; the isolation checks judge the kernel
+        if b.name in VARLEN:
             b = dataclasses.replace(b, trial=trial(b)[1])
         return [b]
     if dev not in KERNEL_DEVICES:
@@ -320,9 +311,7 @@ def trial(
     q = torch.randn(total, heads, head_dim, generator=g).to(backend.device, dt)
     k = torch.randn(total, kv_heads, head_dim, generator=g).to(backend.device, dt)
     v = torch.randn(total, kv_heads, head_dim, generator=g).to(backend.device, dt)
-    bounds = [0]
-    for n in lens:
-        bounds.append(bounds[-1] + n)
+    bounds = [0, *itertools.accumulate(lens)]
     cu = torch.tensor(bounds, dtype=torch.int32, device=backend.device)
     what = f"trial call ({total} tokens, {len(lens)} segments, {heads}/{kv_heads} heads, {backend.dtype})"
     try:
@@ -436,11 +425,10 @@ def _segments(kwargs, total: int) -> list[int]:
 
 def _flatten(query, key, value):
     """[B, H, S, D] (transformers' layout) -> contiguous [B*S, H, D] (the varlen layout)."""
-    B, H, S, D = query.shape
-    q = query.transpose(1, 2).reshape(B * S, H, D).contiguous()
-    k = key.transpose(1, 2).reshape(B * S, key.shape[1], D).contiguous()
-    v = value.transpose(1, 2).reshape(B * S, value.shape[1], D).contiguous()
-    return q, k, v
+    B, _, S, D = query.shape
+    return tuple(
+        t.transpose(1, 2).reshape(B * S, t.shape[1], D).contiguous() for t in (query, key, value)
+    )
 
 
 def reference_attention(

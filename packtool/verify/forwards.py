@@ -118,6 +118,16 @@ def _finite(x: float) -> float:
     return math.inf if math.isnan(x) else x
 
 
+def track_worst(best: float, where: dict, x, ref, at: dict) -> tuple[float, dict]:
+    """The largest max |x - ref| so far (NaN counts as inf) and where it is: `at` with the slot of
+    that largest difference added to at["position"] (the first slot of the span x covers)."""
+    gap_t = (x - ref).abs().amax(-1).nan_to_num(nan=math.inf)
+    diff = gap_t.max().item()
+    if diff > best or not where:
+        return max(best, diff), {**at, "position": at["position"] + int(gap_t.argmax().item())}
+    return best, where
+
+
 def run_alone(model, backend: Backend, samples: list[Sample]) -> dict:
     """Every document run on its own (positions 0..n-1): {(sample, doc): (logits, token losses)}."""
     import torch
@@ -172,20 +182,11 @@ def compare(
                 if control and j == 0:
                     continue
                 al_logits, al_loss = alone[b0 + i, j]
-                gap_t = (packed[i, a:e] - al_logits).abs().amax(-1).nan_to_num(nan=math.inf)
-                diff = gap_t.max().item()
-                if diff > d.logits or not d.worst:
-                    d.logits = max(d.logits, diff)
-                    d.worst = {
-                        "shard": s.shard,
-                        "row": s.row,
-                        "document": j,
-                        "position": a + int(gap_t.argmax().item()),
-                    }
+                at = {"shard": s.shard, "row": s.row, "document": j, "position": a}
+                d.logits, d.worst = track_worst(d.logits, d.worst, packed[i, a:e], al_logits, at)
                 n_loss = int((lab[i, a + 1 : e] != schema.IGNORE_INDEX).sum().item())
-                sum_packed = (
-                    pl[i, a:e].double().sum().item()
-                )  # includes label position a (must be IGNORE_INDEX)
+                # includes label position a (must be IGNORE_INDEX)
+                sum_packed = pl[i, a:e].double().sum().item()
                 gap = _finite(abs(sum_packed - al_loss.double().sum().item()))
                 d.loss_sum_abs = max(d.loss_sum_abs, gap)
                 d.loss_sum = max(d.loss_sum, gap / (loss_tol * math.sqrt(n_loss + 1)))
@@ -194,22 +195,13 @@ def compare(
                         d.swap, _finite((swapped[i, a:e] - packed[i, a:e]).abs().max().item())
                     )
                 if last is not None and e - a >= 2:
-                    before = (
-                        (last[i, a : e - 1] - packed[i, a : e - 1])
-                        .abs()
-                        .amax(-1)
-                        .nan_to_num(nan=math.inf)
+                    d.causal, d.causal_worst = track_worst(
+                        d.causal,
+                        d.causal_worst,
+                        last[i, a : e - 1],
+                        packed[i, a : e - 1],
+                        {**at, "changed": e - 1},
                     )
-                    gap = before.max().item()
-                    if gap > d.causal or not d.causal_worst:
-                        d.causal = max(d.causal, gap)
-                        d.causal_worst = {
-                            "shard": s.shard,
-                            "row": s.row,
-                            "document": j,
-                            "position": a + int(before.argmax().item()),
-                            "changed": e - 1,
-                        }
                     own = _finite((last[i, e - 1] - packed[i, e - 1]).abs().max().item())
                     d.causal_power = min(d.causal_power, math.inf if math.isinf(own) else own)
                     d.causal_docs += 1

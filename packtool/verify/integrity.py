@@ -81,9 +81,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     one document, in case no row holds two)."""
     manifest, why = audit.load_manifest(path)
     shards = audit.list_shards(path)
-    pool = ThreadPoolExecutor(
-        max_workers=1
-    )  # hashing overlaps with decoding (hashlib drops the GIL)
+    pool = ThreadPoolExecutor(max_workers=1)  # hashing overlaps decoding (hashlib drops the GIL)
     hashes = {s: pool.submit(sha256_file, os.path.join(path, s)) for s in shards}
     # only an int from the manifest is used; else the first shard that opens says (the manifest
     # check fails either way)
@@ -210,15 +208,8 @@ def _row_checks(
     for name in row_checks(layout.padded, bool(layout.fixed_docs)):
         f = walk.fails[name]
         if f.count:
-            more = f" (+{f.count - 1} more rows)" if f.count > 1 else ""
-            out.append(
-                Check(
-                    name,
-                    False,
-                    f.examples[0]["message"] + more,
-                    {**ev_common, "rows_failed": f.count, "first": f.examples},
-                )
-            )
+            ev = {**ev_common, "rows_failed": f.count, "first": f.examples}
+            out.append(Check(name, False, f.message(), ev))
         else:
             out.append(Check(name, True, scan.passed_text(name, pad_id), dict(ev_common)))
     return out

@@ -1,12 +1,7 @@
 """Isolation layer: tiny random-weight decoders prove that packed documents cannot see each other.
 
-For sampled rows holding >= 2 documents (token ids taken modulo the tiny vocabulary):
-
-    packed   [A A A A B B B pad pad]   one forward, as a trainer runs it (no mask, use_cache=False)
-    alone    [A A A A]  [B B B]        each document on its own, positions 0..n-1
-    swapped  [X X X X B B B pad pad]   document A's tokens replaced
-    last     [A A A a B B b pad pad]   each document's last token replaced
-    control  [A A A A B B B pad pad]   positions 0..L-1, one segment: plain causal over the row
+For sampled rows holding >= 2 documents, the runs forwards.py draws (packed, alone, swapped,
+last, control) compared:
 
     logits     packed[B] == alone[B] for every document (tolerance per dtype)
     loss       per-document loss sums packed == alone (the shift across A|B must be ignored)
@@ -17,13 +12,8 @@ For sampled rows holding >= 2 documents (token ids taken modulo the tiny vocabul
 
 packed/alone/swap run the backend against itself, so a kernel that is wrong the same way in both
 runs (e.g. non-causal: attends to later tokens of the same document) passes them; the causal probe
-and the comparison with the reference are what catch it (docs/ARCHITECTURE.md, "Verify").
-
-    tiny_models.py   the two decoders (Llama: RoPE; GPT-2: learned absolute positions), seeded, no download
-    sampling.py      Sample: a row to test (chosen by the integrity scan, or synthesized)
-    forwards.py      the runs above and the differences they measure
-    tolerances.py    what counts as equal per dtype (measure.py: the tool that sets them on a GPU)
-    isolation.py     run_isolation: per (model, backend) the runs, then one Check per comparison
+and the comparison with the reference are what catch it (docs/ARCHITECTURE.md, "Verify"). The
+modules it draws on are listed in verify/__init__.py.
 """
 
 from __future__ import annotations
@@ -34,7 +24,7 @@ import time
 from packtool.verify import Check
 from packtool.verify import backends as bk
 from packtool.verify.backends import Backend
-from packtool.verify.forwards import Diffs, compare, run_alone
+from packtool.verify.forwards import Diffs, compare, run_alone, track_worst
 from packtool.verify.sampling import Sample
 from packtool.verify.tiny_models import (
     LAYERS,
@@ -148,6 +138,13 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
         if samples[0].synthetic
         else "rows of the pack"
     )
+    run = {
+        "kernel": backend.kernel,
+        "backend": backend.name,
+        "model_type": kind,
+        "device": backend.device,
+        "dtype": backend.dtype,
+    }
     t0 = time.perf_counter()
     with bk.counting() as calls:
         try:
@@ -155,25 +152,18 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
             # the reference's own alone run, when another backend already made it (same seed: same weights)
             alone = ref_alone.get(backend.device) if is_ref else None
             alone = alone if alone is not None else run_alone(model, backend, samples)
-            good = compare(
-                model,
-                backend,
-                samples,
-                alone,
-                control=False,
-                loss_tol=loss_tol,
-                batch_rows=batch_rows,
-                swap_seed=seed + 1,
-            )
-            ctrl = compare(
-                model,
-                backend,
-                samples,
-                alone,
-                control=True,
-                loss_tol=loss_tol,
-                batch_rows=batch_rows,
-                swap_seed=seed + 1,
+            good, ctrl = (
+                compare(
+                    model,
+                    backend,
+                    samples,
+                    alone,
+                    control=control,
+                    loss_tol=loss_tol,
+                    batch_rows=batch_rows,
+                    swap_seed=seed + 1,
+                )
+                for control in (False, True)
             )
         except Exception as e:  # a kernel that raises fails its checks, with the reason
             return [
@@ -181,24 +171,13 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
                     label,
                     False,
                     f"the {backend.name} kernel raised {bk.one_line(e)}",
-                    {
-                        "kernel": backend.kernel,
-                        "backend": backend.name,
-                        "model_type": kind,
-                        "device": backend.device,
-                        "dtype": backend.dtype,
-                        "kernel_calls": calls.to_dict(),
-                    },
+                    {**run, "kernel_calls": calls.to_dict()},
                 )
             ]
     if is_ref:
         ref_alone[backend.device] = alone
     ev = {
-        "kernel": backend.kernel,
-        "backend": backend.name,
-        "model_type": kind,
-        "device": backend.device,
-        "dtype": backend.dtype,
+        **run,
         "model": model_desc(kind),
         "rows_tested": len(samples),
         "rows_from": source,
@@ -295,18 +274,10 @@ def _causal_check(label: str, good: Diffs, ev: dict) -> Check:
 
 def _reference_check(label: str, alone: dict, ref: dict, tol: float, samples, ev: dict) -> Check:
     worst, where = 0.0, {}
-    for key, (logits, _) in alone.items():
-        gap_t = (logits - ref[key][0]).abs().amax(-1).nan_to_num(nan=math.inf)
-        diff = gap_t.max().item()
-        if diff > worst or not where:
-            worst = max(worst, diff)
-            s = samples[key[0]]
-            where = {
-                "shard": s.shard,
-                "row": s.row,
-                "document": key[1],
-                "position": s.bounds[key[1]][0] + int(gap_t.argmax().item()),
-            }
+    for (i, j), (logits, _) in alone.items():
+        s = samples[i]
+        at = {"shard": s.shard, "row": s.row, "document": j, "position": s.bounds[j][0]}
+        worst, where = track_worst(worst, where, logits, ref[i, j][0], at)
     ok = worst <= tol
     msg = f"alone == fp32 reference alone: max|Δ| {worst:.3g} {'≤' if ok else '>'} tol {tol:g}"
     if not ok:

@@ -59,22 +59,15 @@ def flash_check(backends, calls: dict) -> Check:
             f"{total['dense_calls']} dense attention calls, {total['forwards']} forwards"
         )
         if total["varlen_calls"] == 0:
-            return Check(
-                NAME,
-                False,
-                f"{b.name} was selected but made no varlen call ({counted}): "
-                f"the models did not run the kernel",
-                ev,
-            )
-        if total["dense_calls"] or total["varlen_calls"] != expected:
-            return Check(
-                NAME,
-                False,
+            why = f"{b.name} was selected but made no varlen call ({counted}): the models did not run the kernel"
+        elif total["dense_calls"] or total["varlen_calls"] != expected:
+            why = (
                 f"{b.name}: {counted}; expected {expected} varlen calls (one per attention layer and "
-                f"forward) and 0 dense: some layers did not run the varlen kernel",
-                ev,
+                f"forward) and 0 dense: some layers did not run the varlen kernel"
             )
-        return Check(NAME, True, f"exercised: {b.kernel} ({b.dtype}): {counted}", ev)
+        else:
+            return Check(NAME, True, f"exercised: {b.kernel} ({b.dtype}): {counted}", ev)
+        return Check(NAME, False, why, ev)
     ev = {"fallback": list(backends[0].notes)} if backends and backends[0].notes else {}
     if flash:
         why = "isolation did not run it"

@@ -74,12 +74,9 @@ def measure_tolerances(
         + f" {'control Δ':>10}"
     )
     for g in table:
-        cells = []
-        for c in cols:
-            v = g.get(c)
-            cells.append(
-                f"{'-':>22}" if v is None else f"{_num(v[0]) + ' (' + _num(v[1]) + ')':>22}"
-            )
+        cells = [
+            f"{'-' if g.get(c) is None else f'{_num(g[c][0])} ({_num(g[c][1])})':>22}" for c in cols
+        ]
         echo(
             f"{g['pack_len']:>5} {g['model']:<6} {g['backend']:<13} {g['dtype'] or '?':<9} "
             + " ".join(cells)

@@ -13,12 +13,15 @@ error, the minimum set that keeps documents apart here, and per layer kind where
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from packtool import schema
 from packtool.errors import PacktoolError
 from packtool.verify import Check
 from packtool.verify.sampling import Sample
+from packtool.verify.tiny_models import quiet_transformers, tf_version
 
 TOKENS = {"cpu": 1024, "cuda": 8192}  # row prefix run per sample (CPU attention is L^2 per row)
 TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # relative logits difference that still counts as equal
@@ -45,16 +48,12 @@ def fit(sample: Sample, tokens: int) -> Sample | None:
         used += take
     if len(keep) < 2:
         return None
-    ids = np.concatenate([sample.input_ids[a:b] for a, b in pieces]).astype(np.int32)
-    lab = np.concatenate([sample.labels[a:b] for a, b in pieces]).astype(np.int32)
-    return Sample(
-        shard=sample.shard,
-        row=sample.row,
-        input_ids=ids,
-        labels=lab,
+    return dataclasses.replace(
+        sample,
+        input_ids=np.concatenate([sample.input_ids[a:b] for a, b in pieces]).astype(np.int32),
+        labels=np.concatenate([sample.labels[a:b] for a, b in pieces]).astype(np.int32),
         position_ids=schema.position_ids(keep, used).astype(np.int32),
         seq_lengths=np.array(keep),
-        synthetic=sample.synthetic,
     )
 
 
@@ -66,16 +65,13 @@ def pad(sample: Sample, length: int) -> Sample:
     if n >= length:
         return sample
     tail = length - n
-    return Sample(
-        shard=sample.shard,
-        row=sample.row,
+    ignored = np.full(tail, schema.IGNORE_INDEX, np.int32)
+    return dataclasses.replace(
+        sample,
         input_ids=np.concatenate([sample.input_ids, np.zeros(tail, np.int32)]).astype(np.int32),
-        labels=np.concatenate([sample.labels, np.full(tail, schema.IGNORE_INDEX, np.int32)]).astype(
-            np.int32
-        ),
+        labels=np.concatenate([sample.labels, ignored]).astype(np.int32),
         position_ids=schema.position_ids(list(sample.seq_lengths), length).astype(np.int32),
         seq_lengths=np.asarray(sample.seq_lengths),
-        synthetic=sample.synthetic,
     )
 
 
@@ -99,7 +95,7 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
         full = AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception as e:
         raise PacktoolError(
-            f"transformers {_tf()} cannot read a {mt!r} config ({type(e).__name__}: "
+            f"transformers {tf_version()} cannot read a {mt!r} config ({type(e).__name__}: "
             f"{_line(e)}); verify never runs remote code: upgrade transformers if it is new"
         ) from e
     docs = [int(n) for s in samples for n in s.seq_lengths if n > 1]
@@ -144,12 +140,6 @@ def _line(e) -> str:
     return " ".join(str(e).split())[:300]
 
 
-def _tf() -> str:
-    import transformers
-
-    return transformers.__version__
-
-
 def run(cfg_dict: dict, path: str, where: str, samples: list[Sample], device: str, seed: int):
     """([Check, Check], the report dict) for the sampled rows through the tiny model of the
     config at `path` (read as `cfg_dict`; `where` is how the user named it)."""
@@ -159,7 +149,6 @@ def run(cfg_dict: dict, path: str, where: str, samples: list[Sample], device: st
     from packtool.arch import layers
     from packtool.arch.tiny import VOCAB
     from packtool.verify import model_forwards as mf
-    from packtool.verify.tiny_models import quiet_transformers
 
     quiet_transformers()
     rows = [r for r in (fit(s, TOKENS[device]) for s in samples) if r is not None]
@@ -211,7 +200,7 @@ def run(cfg_dict: dict, path: str, where: str, samples: list[Sample], device: st
         "collator": given,
         "leaks": by_kind,
         "missing_kernels": arch.missing_kernels(cfg_dict),
-        "transformers": _tf(),
+        "transformers": tf_version(),
     }
     return [_isolation_check(report, sets, fam), _control_check(report)], report
 

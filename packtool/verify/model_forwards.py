@@ -157,16 +157,24 @@ def _batch(collator, items, device):
     return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
 
 
-def _doc_diff(logits, samples, alone, first_row: int) -> float:
+def _rel_diff(x, ref) -> float:
+    """max |x - ref| over the largest |ref| (1 where ref is all zeros), in float32."""
+    ref = ref.float()
+    return float((x.float() - ref).abs().max()) / (float(ref.abs().max()) or 1.0)
+
+
+def _doc_diff(logits, samples, alone, first_row: int, first_doc: int = 0) -> float:
+    """The largest relative difference of a batch's documents (from each row's `first_doc`-th)
+    from their alone runs."""
     worst = 0.0
     for r in range(logits.shape[0]):
-        for (a, b), (ref, _) in zip(samples[r].bounds, alone[first_row + r], strict=True):
-            scale = float(ref.abs().max()) or 1.0
-            worst = max(worst, float((logits[r, a:b] - ref).abs().max()) / scale)
+        docs = list(zip(samples[r].bounds, alone[first_row + r], strict=True))[first_doc:]
+        for (a, b), (ref, _) in docs:
+            worst = max(worst, _rel_diff(logits[r, a:b], ref))
     return worst
 
 
-def _clean_inputs(recorder, samples, alone, first_row: int, model_in: dict) -> dict:
+def _clean_inputs(samples, alone, first_row: int, model_in: dict) -> dict:
     """Per tracked module: the packed run's own input with every document's span replaced by
     that document's alone input (the pad tail keeps the packed values)."""
     clean = {}
@@ -194,11 +202,8 @@ def _module_diffs(recorder, samples, alone, first_row: int) -> dict[int, float]:
         worst = 0.0
         for r, s in enumerate(samples):
             for (a, b), (_, mods) in zip(s.bounds, alone[first_row + r], strict=True):
-                if k not in mods:
-                    continue
-                ref = mods[k][1].float()
-                scale = float(ref.abs().max()) or 1.0
-                worst = max(worst, float((y[r, a:b].float() - ref).abs().max()) / scale)
+                if k in mods:
+                    worst = max(worst, _rel_diff(y[r, a:b], mods[k][1]))
         diffs[k] = worst
     return diffs
 
@@ -236,7 +241,7 @@ def run_set(
         res.logits = max(res.logits, diff)
         if tol is None or diff <= tol:
             continue
-        recorder.clean = _clean_inputs(recorder, rows, alone, start, dict(recorder.inputs))
+        recorder.clean = _clean_inputs(rows, alone, start, dict(recorder.inputs))
         recorder.outputs = {}
         with torch.no_grad():
             model(**batch)
@@ -260,9 +265,5 @@ def run_control(model, samples, alone, vocab: int, device, batch_rows: int) -> f
         pos = torch.arange(ids.shape[1], device=device)[None].expand_as(ids)
         with torch.no_grad():
             logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits.float()
-        for r, s in enumerate(rows):
-            docs = list(zip(s.bounds, alone[start + r], strict=True))[1:]
-            for (a, b), (ref, _) in docs:
-                scale = float(ref.abs().max()) or 1.0
-                power = max(power, float((logits[r, a:b] - ref).abs().max()) / scale)
+        power = max(power, _doc_diff(logits, rows, alone, start, first_doc=1))
     return power

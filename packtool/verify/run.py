@@ -100,9 +100,8 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     if cfg.model:
         return _verify_model(cfg)
     backends = []
-    if (
-        cfg.rows != 0
-    ):  # resolve first: a backend that cannot run here (or no torch) is a usage error
+    # resolve first: a backend that cannot run here (or no torch) is a usage error
+    if cfg.rows != 0:
         from packtool.verify import backends as bk
 
         backends = bk.resolve(cfg.backend, cfg.device)
@@ -147,14 +146,11 @@ def _integrity(cfg: VerifyConfig, res: VerifyResult, rows: int) -> dict:
 
 def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Check]:
     from packtool.verify.isolation import run_isolation
-    from packtool.verify.sampling import Sample, synthesize
 
     pack_len = summary.get("pack_len")
     if not isinstance(pack_len, int) or pack_len < 2:
         return [Check("isolation", False, f"not run: pack_len {pack_len!r} unknown or < 2")]
-    samples = [Sample(**d) for d in summary.get("samples", [])]
-    if not samples:
-        samples = synthesize(summary.get("singles", []), pack_len, rows)
+    samples = _samples(summary, pack_len, rows)
     if not samples:
         why = (
             "every valid row holds one document and no two-document row can be built from them (a "
@@ -163,9 +159,7 @@ def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Ch
             else "no row of the pack is valid enough to sample (see the integrity failures above)"
         )
         return [Check("isolation", False, f"not run: {why}")]
-    batch = cfg.batch_rows or (
-        2 if pack_len <= 8192 else 1
-    )  # batch > 1: cu_seqlens over a flattened batch
+    batch = cfg.batch_rows or (2 if pack_len <= 8192 else 1)  # > 1: cu_seqlens over a flat batch
     return run_isolation(samples, backends, pack_len=pack_len, seed=cfg.seed, batch_rows=batch)
 
 
@@ -187,11 +181,7 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     if rows == 0:
         res.checks.append(Check("model isolation", False, "not run (--rows 0)", skipped=True))
         return res
-    from packtool.verify.sampling import Sample, synthesize
-
-    samples = [Sample(**d) for d in summary.get("samples", [])] or synthesize(
-        summary.get("singles", []), summary.get("pack_len") or 2, rows
-    )
+    samples = _samples(summary, summary.get("pack_len") or 2, rows)
     if not samples:
         res.checks.append(
             Check("model isolation", False, "not run: no row of the pack can be sampled")
@@ -210,6 +200,15 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
         f"({m['device']}, {m['dtype']}), {_n(m['rows'], 'row')} of <= {m['tokens_per_row']} tokens"
     ]
     return res
+
+
+def _samples(summary: dict, pack_len: int, rows: int) -> list:
+    """The integrity scan's sampled rows, or (none holds two documents) rows of two built from its
+    one-document rows."""
+    from packtool.verify.sampling import Sample, synthesize
+
+    samples = [Sample(**d) for d in summary.get("samples", [])]
+    return samples or synthesize(summary.get("singles", []), pack_len, rows)
 
 
 def _n(count: int, word: str) -> str:

@@ -105,10 +105,8 @@ def synthesize(singles: list[dict], pack_len: int, rows: int):
         (d["input_ids"][: int(d["seq_lengths"][0])], d["labels"][: int(d["seq_lengths"][0])], d)
         for d in singles
     ]
-    pairs = []
-    if len(docs) >= 2:
-        pairs = [(a, b) for a, b in zip(docs[0::2], docs[1::2], strict=False)]
-    elif len(docs) == 1 and len(docs[0][0]) >= 2:
+    pairs = list(zip(docs[0::2], docs[1::2], strict=False))
+    if len(docs) == 1 and len(docs[0][0]) >= 2:
         ids, lab, d = docs[0]
         h = len(ids) // 2
         pairs = [((ids[:h], lab[:h], d), (ids[h:], lab[h:], d))]

@@ -72,6 +72,11 @@ class Failures:
         if room > 0:
             self.examples.extend(examples[:room])
 
+    def message(self) -> str:
+        """The first failure's message, and how many more rows failed."""
+        more = f" (+{self.count - 1} more rows)" if self.count > 1 else ""
+        return self.examples[0]["message"] + more
+
 
 @dataclass
 class Totals:
@@ -187,12 +192,7 @@ def scan_rows(
     """
     layout = layout or schema.Layout()
     K, N = layout.fixed_docs, layout.pad_to_multiple
-    ids, lab, pos, doc = (
-        cols["input_ids"],
-        cols["labels"],
-        cols["position_ids"],
-        cols["document_id"],
-    )
+    ids, lab, pos, doc = (cols[c] for c in ("input_ids", "labels", "position_ids", "document_id"))
     R, L = ids.shape
     n = R * L
     seq_off, lens = cols["seq_off"], cols["seq_val"].astype(np.int64)
@@ -213,15 +213,11 @@ def scan_rows(
         after_empty = nonzero & (local >= nreal[row_of_doc])  # a document after an empty entry
         src_ok = src_n == ndocs
         src_val = np.asarray(cols["src_val"], np.int64)
-        src_bad = np.zeros(lens.size, bool)
-        if src_ok.all():
-            src_bad = (~nonzero & (src_val != -1)) | (nonzero & (src_val < 0))
-        else:
-            ok_entries = src_ok[row_of_doc]
-            sv = np.full(lens.size, 0, np.int64)
-            pos_in_src = cols["src_off"][row_of_doc[ok_entries]] + local[ok_entries]
-            sv[ok_entries] = src_val[pos_in_src]
-            src_bad = ok_entries & ((~nonzero & (sv != -1)) | (nonzero & (sv < 0)))
+        # each entry's source_index, in the rows where the two lists pair up (0 elsewhere)
+        ok_entries = src_ok[row_of_doc]
+        sv = np.zeros(lens.size, np.int64)
+        sv[ok_entries] = src_val[cols["src_off"][row_of_doc[ok_entries]] + local[ok_entries]]
+        src_bad = ok_entries & ((~nonzero & (sv != -1)) | (nonzero & (sv < 0)))
         first_after = _first_per_row(after_empty, row_of_doc, R)
         first_src = _first_per_row(src_bad, row_of_doc, R)
         kind = np.where(
@@ -231,20 +227,9 @@ def scan_rows(
         if fixed_bad.any():
             r = np.flatnonzero(fixed_bad)
             k = kind[r]
-            e = np.where(k == 1, first_after[r], first_src[r])
-            got = np.where(k == 0, ndocs[r], np.where(k == 1, lens[np.maximum(e, 0)], -2))
-            if (k == 2).any():
-                sv_all = np.zeros(lens.size, np.int64)
-                okr = src_ok[row_of_doc]
-                sv_all[okr] = src_val[cols["src_off"][row_of_doc[okr]] + local[okr]]
-                got = np.where(k == 2, sv_all[np.maximum(e, 0)], got)
-            out[FIXED] = _row_fail(
-                r,
-                got,
-                np.full(r.size, K),
-                np.where(k == 0, -1, local[np.maximum(e, 0)]),
-                k,
-            )
+            e = np.maximum(np.where(k == 1, first_after[r], first_src[r]), 0)
+            got = np.where(k == 0, ndocs[r], np.where(k == 1, lens[e], sv[e]))
+            out[FIXED] = _row_fail(r, got, np.full(r.size, K), np.where(k == 0, -1, local[e]), k)
         src_keep = src_val >= 0
 
     # rows whose seq_lengths cannot describe a row: reported once, left out of the slot checks
@@ -313,9 +298,8 @@ def scan_rows(
     else:
         docpad = np.zeros((R, L), bool)
 
-    masked = ~cov | (
-        exp_pos == 0
-    )  # label must be IGNORE_INDEX here: pad, or a document's first token
+    # the label must be IGNORE_INDEX here: pad, or a document's first token
+    masked = ~cov | (exp_pos == 0)
     has_loss = lab != schema.IGNORE_INDEX
 
     def report(name: str, bad: np.ndarray, got: np.ndarray, expected: np.ndarray | int) -> None:
@@ -351,13 +335,11 @@ def scan_rows(
     for name, got, exp in (
         (NTOK, cols["num_tokens"], exp_nt),
         (NLOSS, cols["num_loss_tokens"], loss),
+        (SRC, src_n, ndocs),
     ):
         r = np.flatnonzero(got != exp)
         if r.size:
             out[name] = _row_fail(r, got[r], exp[r])
-    r = np.flatnonzero(src_n != ndocs)
-    if r.size:
-        out[SRC] = _row_fail(r, src_n[r], ndocs[r])
     out["_totals"] = {
         "valid": valid,
         "ndocs": nreal,

@@ -191,14 +191,13 @@ def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
     import pyarrow.parquet as pq
 
     ev: dict = {"writer": writer, "documents_written": n_docs}
+
+    def failed(why: str) -> Check:
+        return Check("self-test pack", False, f"built with {writer}, but {why}", ev)
+
     m = schema.read_pack_manifest(out)
     if m is None:
-        return Check(
-            "self-test pack",
-            False,
-            f"built with {writer}, but {out} has no readable packtool manifest",
-            ev,
-        )
+        return failed(f"{out} has no readable packtool manifest")
     counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
     rows = docs = 0
     try:
@@ -209,12 +208,7 @@ def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
             rows += len(col)
             docs += sum(len(chunk.flatten()) for chunk in col.chunks)
     except Exception as e:  # any failure to read back is the check failing
-        return Check(
-            "self-test pack",
-            False,
-            f"built with {writer}, but its shards do not read back ({type(e).__name__}: {e})",
-            ev,
-        )
+        return failed(f"its shards do not read back ({type(e).__name__}: {e})")
     ev.update(rows=rows, documents=docs)
     problems = []
     if counts.get("examples_read") != n_docs or counts.get("documents") != n_docs:
@@ -227,9 +221,7 @@ def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
     if docs != n_docs:
         problems.append(f"the rows hold {docs} documents, {n_docs} were written")
     if problems:
-        return Check(
-            "self-test pack", False, f"built with {writer}, but " + "; ".join(problems), ev
-        )
+        return failed("; ".join(problems))
     return Check(
         "self-test pack",
         True,

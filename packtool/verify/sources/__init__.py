@@ -30,16 +30,9 @@ recorded files, each tokenized with its recorded read options, then weighted wit
 (tokenization.mixture, the path pack took), so the global source indices are the packer's; a
 difference names the input, record and copy ("input 2 (alpaca.json) record 17, copy 1: ...").
 
-check_sources below runs the stages in this order, one module each:
-
-    names.py       the check names in report order; Stop, a failure that leaves nothing to compare
-                   (the later checks are reported as not run)
-    options.py     the recorded options -> a TokenizeConfig
-    load.py        the recorded files, tokenizer and template still match; tokenize again
-    pieces.py      the documents the packer cut from each record (pack.overflow's own cut)
-    match.py       each shard's documents matched to the expected pieces
-    compare.py     token-by-token comparison and the text naming a mismatch
-    accounting.py  every expected piece found once; the manifest's counts and lists
+check_sources below runs the stages in this order, one module each (the map in verify/__init__.py);
+a Stop (names.py) is a failure that leaves nothing to compare: the later checks are reported as
+not run.
 
 Cost: the tokenization (as `pack`), one more sha256 of the sources, and a few whole-array passes
 over the shards' tokens (~0.1 s per million tokens); `--sample N` compares N records only.

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.verify import Check
+from packtool.verify.accounting import listed
 from packtool.verify.sources.compare import Compare
 from packtool.verify.sources.load import Provenance
 from packtool.verify.sources.names import ACCOUNT
@@ -58,20 +59,12 @@ def account_check(
         if key in tokens and tokens[key] != v:
             problems.append(f"tokens.{key} is {tokens[key]} in the manifest, {v} from the sources")
 
-    def listed(key):
-        v = manifest.get(key)
-        return (
-            {int(x.get("source_index", -1)): x for x in v if isinstance(x, dict)}
-            if isinstance(v, list)
-            else None
-        )
-
     src, lengths = exp.src, exp.lengths
     rec_rows = {"dropped": pieces.dropped, "truncated": pieces.truncated, "split": pieces.split}
     for key, rows in rec_rows.items():
-        lst = listed(key)
-        if lst is None:
+        if not isinstance(manifest.get(key), list):
             continue
+        lst = {int(x.get("source_index", -1)): x for x in listed(manifest, key)}
         now = {int(src[r]): int(lengths[r]) for r in rows.tolist()}
         extra, absent = sorted(set(lst) - set(now)), sorted(set(now) - set(lst))
         where.resolve(extra[:1] + absent[:1])
@@ -108,7 +101,6 @@ def account_check(
                 f"skipped records differ: the manifest lists source indices {rec[:5]}, the sources give "
                 f"{now[:5]}"
             )
-    ev = {k: v for k, v in have.items()}
     return Check(
         ACCOUNT,
         not problems,
@@ -117,5 +109,5 @@ def account_check(
             f"{have['tokenized']} records tokenized again: counts, dropped, truncated, split and skipped agree with "
             "the manifest"
         ),
-        ev,
+        dict(have),
     )

@@ -70,6 +70,12 @@ class Compare:
         if len(self.stray) < MAX_EXAMPLES:
             self.stray.append(message)
 
+    def strays(self, n: int, messages: list[str]) -> None:
+        """`n` strays: the messages of the first few (at most MAX_EXAMPLES), the rest counted."""
+        for message in messages:
+            self.stray_doc(message)
+        self.stray_count += n - len(messages)
+
 
 def piece_note(exp: Expected, p: int) -> str:
     """What piece `p` is of its record, for messages: ', part 2 of 3: record tokens 512..1023',
@@ -106,9 +112,8 @@ def compare_docs(
     elen = exp.piece_len[pieces]
     e_ids, e_lab, e_off = exp.gather(exp.piece_row[pieces], exp.piece_start[pieces], elen)
     cmp.first_token_loss += int(np.count_nonzero(e_lab[e_off[:-1]] != schema.IGNORE_INDEX))
-    e_lab[e_off[:-1]] = (
-        schema.IGNORE_INDEX
-    )  # as kernels.copy_rows stores it: no document's first token is trained
+    # as kernels.copy_rows stores it: no document's first token is trained
+    e_lab[e_off[:-1]] = schema.IGNORE_INDEX
     m = np.minimum(docs.length, elen)
     seg, intra = segments(m)
     gi = got_start[seg] + intra
@@ -139,22 +144,13 @@ def compare_docs(
         gl, el = int(docs.length[j]), int(elen[j])
         g_ids, g_lab = got_ids[g0 : g0 + gl], got_lab[g0 : g0 + gl]
         x_ids, x_lab = e_ids[e0 : e0 + el], e_lab[e0 : e0 + el]
+        at = {"shard": shard, "row": row, "document": k, "position": c + t, "source_index": s}
         if t >= min(gl, el):
             what = (
                 f"document {k} holds {gl} tokens, the record gives {el} when tokenized again "
                 f"({'documents merged or tokens added' if gl > el else 'tokens lost'})"
             )
-            msg = f"{head} document {k}: {what}"
-            cmp.fail(
-                msg,
-                shard=shard,
-                row=row,
-                document=k,
-                position=c + t,
-                source_index=s,
-                got_length=gl,
-                expected_length=el,
-            )
+            cmp.fail(f"{head} document {k}: {what}", **at, got_length=gl, expected_length=el)
             continue
         parts = []
         if g_ids[t] != x_ids[t]:
@@ -176,11 +172,7 @@ def compare_docs(
         )
         cmp.fail(
             msg,
-            shard=shard,
-            row=row,
-            document=k,
-            position=c + t,
-            source_index=s,
+            **at,
             got={"input_id": int(g_ids[t]), "label": int(g_lab[t])},
             expected={"input_id": int(x_ids[t]), "label": int(x_lab[t])},
         )

@@ -103,18 +103,18 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
             )
         )
         bad_rows = np.flatnonzero(~ok_row)
-        for r in bad_rows[:MAX_EXAMPLES].tolist():
-            cmp.stray_doc(
+        cmp.strays(
+            bad_rows.size,
+            [
                 f"{shard} row {row0 + r}: seq_lengths {seq[seq_off[r] : seq_off[r + 1]].tolist()} with "
                 f"source_index {src[src_off[r] : src_off[r + 1]].tolist()} cannot be matched (see the integrity "
                 "checks): its documents are not compared"
-            )
-        cmp.stray_count += max(0, bad_rows.size - MAX_EXAMPLES)
+                for r in bad_rows[:MAX_EXAMPLES].tolist()
+            ],
+        )
         keep = np.repeat(ok_row, nd)
         row = np.repeat(np.arange(R), nd)[keep]
-        lens = np.clip(real, 0, seq)[
-            keep
-        ]  # the document's own tokens (its padding is not compared)
+        lens = np.clip(real, 0, seq)[keep]  # the document's own tokens (not its padding)
         col = (cs[:-1] - np.repeat(cs[seq_off[:-1]], nd))[keep]
         k = (np.arange(seq.size) - np.repeat(seq_off[:-1], nd))[keep]
         s = src.astype(np.int64)[np.repeat(ok_row, ns)]
@@ -131,38 +131,31 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         pieces = np.full(s.size, -1, np.int64)
         one = (rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] == 1)
         pieces[one] = exp.first_piece[rec[one]]
-        for j in np.flatnonzero(rec < 0)[:MAX_EXAMPLES].tolist():
-            cmp.stray_doc(
+        unknown = np.flatnonzero(rec < 0)
+        cmp.strays(
+            unknown.size,
+            [
                 f"{shard} row {row0 + int(row[j])} document {int(k[j])}: source_index {int(s[j])} is no "
                 "record of the sources tokenized again (skipped, or beyond the input)"
-            )
-        cmp.stray_count += max(0, int((rec < 0).sum()) - MAX_EXAMPLES)
+                for j in unknown[:MAX_EXAMPLES].tolist()
+            ],
+        )
         dropped = np.flatnonzero((rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] == 0))
         cmp.where.resolve(s[dropped[:MAX_EXAMPLES]])
-        for j in dropped[:MAX_EXAMPLES].tolist():
-            r = int(rec[j])
-            cmp.stray_doc(
-                f"{cmp.where(int(s[j]))} (source_index {int(s[j])}, {int(exp.lengths[r])} tokens) is dropped "
-                f"by --overflow {exp.overflow} at --len {L}, but {shard} row {row0 + int(row[j])} document "
-                f"{int(k[j])} holds it"
-            )
-        cmp.stray_count += max(0, dropped.size - MAX_EXAMPLES)
+        cmp.strays(
+            dropped.size,
+            [
+                f"{cmp.where(int(s[j]))} (source_index {int(s[j])}, {int(exp.lengths[rec[j]])} tokens) is "
+                f"dropped by --overflow {exp.overflow} at --len {L}, but {shard} row {row0 + int(row[j])} "
+                f"document {int(k[j])} holds it"
+                for j in dropped[:MAX_EXAMPLES].tolist()
+            ],
+        )
         claimed: set[int] = set()  # parts matched in this batch (seen counts them after it)
         for j in np.flatnonzero((rec >= 0) & (exp.num_pieces[np.maximum(rec, 0)] > 1)).tolist():
-            pieces[j] = _match_part(
-                cmp,
-                claimed,
-                int(rec[j]),
-                ids,
-                lab,
-                int(start[j]),
-                int(lens[j]),
-                shard,
-                row0 + int(row[j]),
-                int(k[j]),
-                int(col[j]),
-                int(s[j]),
-            )
+            doc = (shard, row0 + int(row[j]), int(k[j]), int(col[j]), int(s[j]))
+            a, b = int(start[j]), int(start[j]) + int(lens[j])
+            pieces[j] = _match_part(cmp, claimed, int(rec[j]), ids[a:b], lab[a:b], doc)
         use = np.flatnonzero(pieces >= 0)
         np.add.at(cmp.seen, pieces[use], 1)
         docs = Doc(row[use], k[use], col[use], lens[use], s[use])
@@ -170,47 +163,19 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         row0 += R
 
 
-def _match_part(
-    cmp: Compare,
-    claimed: set[int],
-    record: int,
-    ids,
-    lab,
-    start: int,
-    length: int,
-    shard: str,
-    row: int,
-    k: int,
-    col: int,
-    src: int,
-) -> int:
-    """The part of split record `record` that this shard document is: the unused part with the same
-    hash, else -1 (deferred: matched to a leftover part after the scan). Parts with equal tokens
-    and labels (a long run of one token) are interchangeable: each is taken once."""
+def _match_part(cmp: Compare, claimed: set[int], record: int, ids, lab, doc: tuple) -> int:
+    """The part of split record `record` that this shard document (its `ids` and `lab`; `doc`:
+    shard, row, k, col, src) is: the unused part with the same hash, else -1 (deferred: matched to a
+    leftover part after the scan). Parts with equal tokens and labels (a long run of one token) are
+    interchangeable: each is taken once."""
     exp = cmp.exp
-    h = hashes(
-        ids[start : start + length],
-        lab[start : start + length],
-        np.array([0, length]),
-        exp.pack_len,
-    )[0]
+    h = hashes(ids, lab, np.array([0, ids.size]), exp.pack_len)[0]
     p0 = int(exp.first_piece[record])
     for i in np.flatnonzero(exp.part_hashes(record) == h).tolist():
-        if cmp.seen[p0 + i] == 0 and p0 + i not in claimed and exp.piece_len[p0 + i] == length:
+        if cmp.seen[p0 + i] == 0 and p0 + i not in claimed and exp.piece_len[p0 + i] == ids.size:
             claimed.add(p0 + i)
             return p0 + i
-    cmp.deferred.append(
-        (
-            record,
-            ids[start : start + length].copy(),
-            lab[start : start + length].copy(),
-            shard,
-            row,
-            k,
-            col,
-            src,
-        )
-    )
+    cmp.deferred.append((record, ids.copy(), lab.copy(), *doc))
     return -1
 
 
@@ -259,17 +224,20 @@ def missing_pieces(cmp: Compare, wanted_records: np.ndarray | None) -> None:
     cmp.where.resolve(
         exp.src[exp.piece_row[np.concatenate([lost[:MAX_EXAMPLES], twice[:MAX_EXAMPLES]])]]
     )
-    for p in lost[:MAX_EXAMPLES].tolist():
-        r = int(exp.piece_row[p])
-        cmp.stray_doc(
-            f"{cmp.where(int(exp.src[r]))} (source_index {int(exp.src[r])}{piece_note(exp, p)}, "
-            f"{int(exp.piece_len[p])} tokens) is in no row and not dropped: lost, or merged into another "
-            "document"
-        )
-    for p in twice[:MAX_EXAMPLES].tolist():
-        r = int(exp.piece_row[p])
-        cmp.stray_doc(
-            f"{cmp.where(int(exp.src[r]))} (source_index {int(exp.src[r])}{piece_note(exp, p)}) is packed "
-            f"{int(cmp.seen[p])} times"
-        )
-    cmp.stray_count += max(0, lost.size - MAX_EXAMPLES) + max(0, twice.size - MAX_EXAMPLES)
+
+    def piece(p: int) -> str:
+        s = int(exp.src[exp.piece_row[p]])
+        return f"{cmp.where(s)} (source_index {s}{piece_note(exp, p)}"
+
+    cmp.strays(
+        lost.size,
+        [
+            f"{piece(p)}, {int(exp.piece_len[p])} tokens) is in no row and not dropped: lost, or "
+            "merged into another document"
+            for p in lost[:MAX_EXAMPLES].tolist()
+        ],
+    )
+    cmp.strays(
+        twice.size,
+        [f"{piece(p)}) is packed {int(cmp.seen[p])} times" for p in twice[:MAX_EXAMPLES].tolist()],
+    )

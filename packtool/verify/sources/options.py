@@ -58,9 +58,7 @@ def _build(cls, d: dict, where: str, missing: list[str]):
             missing.append(f"{where}.{name}")
             continue
         v = d[name]
-        if (
-            v is None and default is not None
-        ):  # recorded as "not applicable" (e.g. train_on of pre-tokenized input)
+        if v is None and default is not None:  # "not applicable" (train_on of pre-tokenized input)
             continue
         if dataclasses.is_dataclass(default) and isinstance(v, dict):
             v = _build(type(default), v, f"{where}.{name}", missing)
@@ -84,9 +82,7 @@ def tokenize_config_from(manifest: dict):
         )
     d = {k: v for k, v in options.items() if k not in EXTRA_OPTIONS}
     missing: list[str] = []
-    if (
-        "tokenizer" not in d
-    ):  # packed before the options were recorded: the tokenizer's recorded name
+    if "tokenizer" not in d:  # packed before the options were recorded: the tokenizer's name
         name = (manifest.get("tokenizer") or {}).get("name")
         d["tokenizer"] = None if name is None or "built-in" in str(name) else name
     cfg = _build(TokenizeConfig, d, "options", missing)

@@ -51,20 +51,14 @@ class Expected:
     pack_len: int
     overflow: str
     pieces: object = None  # the packer's Pieces (dropped, truncated, split lists)
-    hashes: dict[int, np.ndarray] = field(
-        default_factory=dict
-    )  # record -> uint64 hash of each part
+    hashes: dict[int, np.ndarray] = field(default_factory=dict)  # record -> its parts' hashes
 
     def record_of(self, source_index: np.ndarray) -> np.ndarray:
         """Record (row of the tokenized table) of each source index, -1 if it is not one."""
-        pos = np.searchsorted(self.src, source_index)
-        pos = np.minimum(pos, max(self.src.size - 1, 0))
-        ok = (
-            (self.src.size > 0) & (self.src[pos] == source_index)
-            if self.src.size
-            else np.zeros(source_index.shape, bool)
-        )
-        return np.where(ok, pos, -1)
+        if not self.src.size:
+            return np.full(source_index.shape, -1)
+        pos = np.minimum(np.searchsorted(self.src, source_index), self.src.size - 1)
+        return np.where(self.src[pos] == source_index, pos, -1)
 
     def gather(self, records: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
         """(ids, labels, offsets): the pieces [start, start + length) of `records`, back to back."""
@@ -75,7 +69,7 @@ class Expected:
         uniq, inv = np.unique(records, return_inverse=True)
         take = pa.array(uniq.astype(np.int64))
         off_i, ids = flat_list(self.ids_col.take(take).combine_chunks())
-        off_l, lab = flat_list(self.lab_col.take(take).combine_chunks())
+        _, lab = flat_list(self.lab_col.take(take).combine_chunks())
         base = off_i[:-1][inv] + starts
         seg, intra = segments(lengths)
         at = base[seg] + intra
@@ -134,10 +128,8 @@ def expected_pieces(tokenized, manifest: dict) -> Expected:
     records are not in source order or the packer's cut refuses them."""
     from packtool.pack.overflow import apply_overflow
 
-    table = tokenized.table
-    table = getattr(
-        getattr(table, "data", None), "table", table
-    )  # a datasets.Dataset: its Arrow table
+    # a datasets.Dataset: its Arrow table
+    table = getattr(getattr(tokenized.table, "data", None), "table", tokenized.table)
     L, overflow = int(manifest["pack_len"]), str(manifest.get("overflow", "drop"))
     lengths = np.ascontiguousarray(tokenized.lengths, dtype=np.int64)
     src = np.ascontiguousarray(tokenized.source_index, dtype=np.int64)
