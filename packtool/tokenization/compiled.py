@@ -92,7 +92,7 @@ def exact_float(v: float) -> bool:
         return True
     if not 1e-4 <= abs(v) < 1e15:
         return False
-    return len(repr(v).replace("-", "").replace(".", "").lstrip("0")) <= 15
+    return len(repr(abs(v)).replace(".", "").strip("0")) <= 15
 
 
 def plain(v) -> bool:
