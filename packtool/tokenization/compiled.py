@@ -120,30 +120,18 @@ def aliased(messages: list[dict]) -> list[dict]:
 
 def spans_of(marked: str) -> tuple[str, list[tuple[int, int]]]:
     """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it."""
-    if OPEN not in marked:
-        return marked, []
-    pieces, spans, at, length, start = [], [], 0, 0, None
-    n = len(marked)
-    while at < n:
-        i, j = marked.find(OPEN, at), marked.find(CLOSE, at)
-        k = min(x for x in (i, j, n) if x >= 0)
-        pieces.append(marked[at:k])
-        length += k - at
-        if k == n:
-            break
-        if k == i:
-            if start is not None:
-                raise NotCompiled("nested generation blocks")
-            start = length
-        else:
-            if start is None:
-                raise NotCompiled("a generation block closed twice")
-            spans.append((start, length))
-            start = None
-        at = k + 1
-    if start is not None:
-        raise NotCompiled("an unclosed generation block")
-    return "".join(pieces), spans
+    spans, at, taken = [], 0, 0
+    while (i := marked.find(OPEN, at)) >= 0:
+        j = marked.find(CLOSE, i)
+        if j < 0:
+            raise NotCompiled("an unclosed generation block")
+        spans.append((i - taken, j - taken - 1))
+        taken += 2
+        at = j + 1
+    text = marked.replace(OPEN, "").replace(CLOSE, "") if taken else marked
+    if len(text) != len(marked) - taken or (not taken and CLOSE in marked):
+        raise NotCompiled("nested generation blocks")  # or a block closed twice
+    return text, spans
 
 
 class Compiled:

@@ -240,3 +240,12 @@ def test_a_renderer_difference_keeps_fastokens(tmp_path, monkeypatch):
         )
         assert td.table.to_pydict() == ok.table.to_pydict()
     assert [w for w in td.warnings if w.startswith("tokenizer backend")] == []  # (forced)
+
+
+def test_spans_of_marked_text():
+    o, c = compiled.OPEN, compiled.CLOSE
+    assert compiled.spans_of(f"ab{o}cd{c}e{o}{c}") == ("abcde", [(2, 4), (5, 5)])
+    assert compiled.spans_of("plain") == ("plain", [])
+    for bad in (f"a{o}b", f"a{c}b", f"{o}a{o}b{c}{c}", f"{o}a{c}{c}"):
+        with pytest.raises(NotCompiled):
+            compiled.spans_of(bad)
