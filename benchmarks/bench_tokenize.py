@@ -9,10 +9,11 @@ training version of the folder's own template X, see families.folder_tok) for a 
 
   ours fast      Encoder(backend="fastokens", renderer=<the run's>): the default path of a run whose
                  start-up check passed — built-in: native chatml-train render with generation spans;
-                 any other template: transformers' jinja renderer; then fastokens batch encode,
-                 spans → tokens through per-token byte lengths
-  ours fast/j2   built-in only: the same with transformers' jinja renderer (what any other
-                 template gets)
+                 any other template: the compiled renderer (MiniJinja, packtool.tokenization.compiled);
+                 then fastokens batch encode, spans → tokens through per-token byte lengths
+  ours fast/mj   built-in only: the same with the compiled renderer (what any other template gets)
+  ours fast/j2   the same with transformers' jinja renderer (a template MiniJinja cannot compile,
+                 or after a renderer's difference on the start-up check)
   ours hf        Encoder(backend="hf", renderer="jinja"): the reference path (tokenizers, offsets)
   ceiling        tokenizers.Tokenizer.encode_batch(texts) on texts rendered beforehand: tokenization
                  alone, no rendering, no labels (the Rust tokenizer transformers uses, same JSON)
@@ -64,6 +65,7 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
 
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import TokenizerSpec, load_tokenizer
+    from packtool.tokenization.run_plan import renderer_of
     from packtool.tokenization.template_probe import choose
 
     if not tk.tools:  # Llama 3's template renders no tools: both paths get the records without
@@ -82,13 +84,15 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
         for c in convs
     ]
     raw = tokenizers.Tokenizer.from_str(spec.backend_json)
-    native = tpl.name == "chatml-train"
-    fast = f"ours fast (fastokens, {'native' if native else 'jinja'} render)"
+    renderer = renderer_of(tpl)[0]  # the run's: native (chatml-train), compiled, or jinja
+    fast = f"ours fast (fastokens, {renderer} render)"
     hf = "ours hf (tokenizers, jinja render)"
-    encoders = {
-        fast: Encoder(spec, tpl, backend="fastokens", renderer="native" if native else "jinja")
-    }
-    if native:
+    encoders = {fast: Encoder(spec, tpl, backend="fastokens", renderer=renderer)}
+    if renderer == "native":
+        encoders["ours fast/mj (fastokens, compiled render)"] = Encoder(
+            spec, tpl, backend="fastokens", renderer="compiled"
+        )
+    if renderer != "jinja":
         encoders["ours fast/j2 (fastokens, jinja render)"] = Encoder(
             spec, tpl, backend="fastokens", renderer="jinja"
         )
@@ -162,8 +166,10 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
         )
     )
     t_fast = results[fast][0]
+    j2 = results.get("ours fast/j2 (fastokens, jinja render)")
     print(
         f"  ours fast / ceiling = {t_ceil / t_fast:.2f}x, per-example / ours fast = {t_pe / t_fast:.2f}x"
+        + (f", ours fast / fast with jinja = {j2[0] / t_fast:.2f}x" if j2 else "")
     )
     return {"tokenizer": tk.name, "tokens": n_ceil, "fast_s": t_fast, "per_example_s": t_pe}
 

@@ -11,7 +11,7 @@ cluster. Ray is an optional extra (`pip install -e '.[ray]'` in packtool's check
                                               (tasks; a worker keeps its tokenizer) ──▶ object store
     ◀── (part, index, length, loss) + one meta row per part (records, lines, rejects, ...)
     FastCheck.probes ─────────────────────▶  fast vs reference on each file's head (tasks)
-    FastCheck.conclude; a difference: the parts again on plan.on_reference
+    FastCheck.conclude; a difference: the parts again on plan.on_difference
     global source indices, skipped records, warnings, the TokenizedData (no tokens)
     overflow + plan (pack/, the numba planner), row order, shard of every piece
     assignment per part, sub-plan per shard ─▶ map_batches: (shard, index, tokens) rows    write.py

@@ -16,7 +16,7 @@
 The driver decides nothing itself: each file's FileDecision comes from its task (cluster.files,
 tokenization.decide), the RunPlan from tokenization.run_plan.plan_run, and the fast path is checked
 by tokenization.fast_check.FastCheck on the heads of the files, as the local pool checks it: a
-difference encodes the parts again on `plan.on_reference`. The run's meta is
+difference encodes the parts again on `plan.on_difference` (one step down, its probes too). The run's meta is
 tokenization.run_meta's. With --on-error error a part stops at its first refused record and the driver
 raises the first in reading order, with its file and line.
 """
@@ -271,19 +271,27 @@ def load_tokenized(
         if check is not None:
             if probing is None:  # --limit: the heads of the files it reaches, as far as it reaches
                 probing = _probes(session, cfg, check, plan, decisions, fmts, counted.first_len)
-            try:
-                results = probing()
-            except Exception as e:  # noqa: BLE001
-                raise session.failure(e) from None
-            try:
-                for n, where in results:
-                    check.conclude(n, where)
-                backend = check.report or backend
-            except UseReference as e:
-                plan = plan.on_reference(str(e))
-                backend = plan.backend
-                encoded, got = _encode(session, plan, cfg, parts, fmts)
-                counted = _count(got, parts, cfg.read.limit, decisions)
+            while True:  # a difference: again one step down (fastokens + jinja is probed too)
+                try:
+                    results = probing()
+                except Exception as e:  # noqa: BLE001
+                    raise session.failure(e) from None
+                try:
+                    for n, where in results:
+                        check.conclude(n, where)
+                    backend = check.report or backend
+                    break
+                except UseReference as e:
+                    plan = plan.on_difference(str(e))
+                    backend = plan.backend
+                    check = FastCheck.of(plan)
+                    if check is not None:
+                        first_len = counted.first_len
+                        probing = _probes(session, cfg, check, plan, decisions, fmts, first_len)
+                    encoded, got = _encode(session, plan, cfg, parts, fmts)
+                    counted = _count(got, parts, cfg.read.limit, decisions)
+                    if check is None:
+                        break
         data_out = _assemble(data, cfg, source, plan, decisions, backend, got, counted, parts)
         bar.advance(len(data_out), int(data_out.lengths.sum()))
     data_out.rows = ClusterRows(

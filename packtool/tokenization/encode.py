@@ -88,7 +88,8 @@ class Encoder:
         special_in_content: str = "keep",
     ):
         self.spec = spec
-        self.renderer = renderer  # "jinja" (transformers' renderer) | "native" (chatml.render: built-in template)
+        # "jinja" (transformers' renderer) | "compiled" (MiniJinja) | "native" (chatml.render: built-in)
+        self.renderer = renderer
         self.template = template
         self.train_on = train_on
         self.backend_name = backend

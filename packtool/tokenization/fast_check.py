@@ -1,4 +1,4 @@
-"""The fast path's check: fastokens (and the native renderer) against tokenizers + jinja.
+"""The fast path's check: fastokens (and the compiled or native renderer) against tokenizers + jinja.
 
 `--tokenizer-backend auto` runs the fast path only where it gives ids, labels and refusals identical
 to the reference path's on the probes:
@@ -8,11 +8,13 @@ to the reference path's on the probes:
                                        CHECK_FILES files; after them, only of a file whose format
                                        was not probed yet)
 
-    FastCheck(renderer, requested)      FastCheck.of(plan): None when the plan does not try it
+    FastCheck(renderer, requested, note)  FastCheck.of(plan): None when the plan does not try it;
+                                        note: why the renderer is jinja (the report's reason)
         .take(file, fmt, n)   examples to compare from this file's first batch of n (0: none)
         .probes(files)        take of each (file, fmt, n) in reading order: [(file, fmt, examples)]
         .conclude(n, where)   after one probe of n examples compared: identical (`where` None), or
-                              raises UseReference (--tokenizer-backend fastokens: PacktoolError)
+                              raises UseReference (the run goes one step down, RunPlan.on_difference;
+                              --tokenizer-backend fastokens with the jinja renderer: PacktoolError)
         .report               the BackendReport after the probes concluded so far
 
     compare(fast result, reference result, probe batch) -> None | where they first differ
@@ -37,8 +39,8 @@ class UseReference(Exception):
 
 
 class FastCheck:
-    def __init__(self, renderer: str, requested: str):
-        self.renderer, self.requested = renderer, requested
+    def __init__(self, renderer: str, requested: str, note: str | None = None):
+        self.renderer, self.requested, self.note = renderer, requested, note
         self.files: list[str] = []  # files with a probe, in reading order
         self.formats: set[str] = set()
         self.examples = 0  # examples compared so far
@@ -47,7 +49,9 @@ class FastCheck:
     @classmethod
     def of(cls, plan: RunPlan) -> FastCheck | None:
         """The check of a plan that tries the fast path (None when it does not)."""
-        return cls(plan.step.renderer, plan.requested) if plan.reference is not None else None
+        if plan.reference is None:
+            return None
+        return cls(plan.step.renderer, plan.requested, plan.backend.reason)
 
     def take(self, file: str, fmt: str | None, n: int) -> int:
         if not n or file in self.files:
@@ -69,11 +73,17 @@ class FastCheck:
         if len(self.files) > 1:  # (one file: the report as it always was)
             check["files"] = len(self.files)
         if same:
-            self.report = BackendReport("fastokens", self.requested, self.renderer, check)
+            self.report = BackendReport(
+                "fastokens", self.requested, self.renderer, check, self.note
+            )
             return
-        why = f"fastokens differs from tokenizers on {where}"
-        if self.renderer != "jinja":
+        if self.renderer != "jinja":  # fastokens + jinja is checked next
             why = f"the fast path (fastokens, {self.renderer} renderer) differs from tokenizers + jinja on {where}"
+            self.report = BackendReport("fastokens", self.requested, self.renderer, check, why)
+            raise UseReference(why)
+        why = f"fastokens differs from tokenizers on {where}"
+        if self.note:
+            why = f"{self.note}; {why}"
         if self.requested == "fastokens":
             raise PacktoolError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend hf")
         self.report = BackendReport("hf", self.requested, "jinja", check, why)

@@ -9,8 +9,9 @@
 
 Read in this order: decide.py (input kind, each file's format), run_plan.py (tokenizer, template,
 steps, backend), fast_check.py (the fast path's probes), execute.py (the worker pool), run_meta.py
-(the finished run's meta). A difference on a probe (UseReference) starts the run again on the
-reference path (RunPlan.on_reference), before anything is committed.
+(the finished run's meta). A difference on a probe (UseReference) starts the run again one step
+down (RunPlan.on_difference: fastokens + jinja after the compiled or native renderer, else the
+reference path), before anything is committed.
 
 The cache key hashes the source files' bytes, the tokenizer files, the chat template, the options
 that shape labels and the library versions: the same input tokenized again is loaded from the cache
@@ -113,13 +114,14 @@ def load_tokenized(
     first = next(batches, None)  # its file decided: the plan's reference format
     plan = plan_run(cfg, decisions, preload=kind == "chat")
     batches = _chain([first] if first is not None else [], batches)
-    try:
-        td = _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches)
-    except UseReference as e:
-        source = RecordSource(data, cfg.read)
-        _, _, decisions, batches = decided_stream(source.batches(), cfg.read)
-        plan = plan.on_reference(str(e))
-        td = _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches)
+    while True:  # a difference: again one step down (ends: the reference path is not checked)
+        try:
+            td = _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches)
+            break
+        except UseReference as e:
+            source = RecordSource(data, cfg.read)
+            _, _, decisions, batches = decided_stream(source.batches(), cfg.read)
+            plan = plan.on_difference(str(e))
     return check_strict_labels(td, cfg)
 
 

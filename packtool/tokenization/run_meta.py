@@ -106,7 +106,8 @@ def run_meta(
     if said:
         warnings.insert(0, said)
     if backend.reason and backend.requested == "auto" and kind == "chat":
-        warnings.append(f"tokenizer backend hf: {backend.reason}")
+        which = "hf" if backend.name == "hf" else f"{backend.name}, {backend.renderer} renderer"
+        warnings.append(f"tokenizer backend {which}: {backend.reason}")
     options = cfg.fingerprint_dict()  # everything that shapes ids and labels (verify --sources)
     if kind == "pretokenized":
         options.update(labels_from=plan.label_source, train_on=None, chat_template=None)

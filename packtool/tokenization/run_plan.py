@@ -11,9 +11,14 @@
         label_source, pretokenized (format, why)             of pre-tokenized input
 
 The reference path is tokenizers + transformers' jinja renderer. The fast path (fastokens, and the
-native renderer for the built-in chatml-train template) is tried when `--tokenizer-backend auto`
-allows it and fastokens supports the tokenizer; it is checked on probes (fast_check.FastCheck) and,
-after a difference, the run starts again on `plan.on_reference(why)`. The local process pool and the
+compiled renderer, MiniJinja, or the native one for the built-in chatml-train template) is tried
+when `--tokenizer-backend auto` allows it and fastokens supports the tokenizer; it is checked on
+probes (fast_check.FastCheck) and, after a difference, the run starts again on
+`plan.on_difference(why)`, one step down:
+
+    fastokens + compiled | native  ──differs──▶  fastokens + jinja  ──differs──▶  tokenizers + jinja
+
+(a difference that the renderer makes costs only the renderer; one that fastokens makes, both). The local process pool and the
 Ray engine execute the same plan; neither decides anything of it.
 """
 
@@ -62,6 +67,21 @@ class RunPlan:
     pretokenized: tuple[str, str] | None = None
     requested: str = "auto"
     built: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def on_difference(self, why: str) -> RunPlan:
+        """This plan one step down after the fast path differed on a probe (`why`): fastokens with
+        jinja when the renderer was compiled or native (the check runs again), else the reference."""
+        if self.reference is not None and self.step.renderer != "jinja":
+            step = self.step.with_backend(self.step.backend, "jinja", self.built)
+            backend = BackendReport(
+                self.backend.name,
+                self.requested,
+                "jinja",
+                {"examples": 0},
+                f"{why}: jinja renders it",
+            )
+            return dataclasses.replace(self, step=step, backend=backend)
+        return self.on_reference(why)
 
     def on_reference(self, why: str) -> RunPlan:
         """This plan on the reference path, after the fast path differed on a probe (`why`)."""
@@ -125,8 +145,9 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     )
     if why is not None:
         return plan
-    step = reference.with_backend("fastokens", renderer_of(template), built)
-    backend = BackendReport("fastokens", cfg.tokenizer_backend, step.renderer, {"examples": 0})
+    renderer, note = renderer_of(template)
+    step = reference.with_backend("fastokens", renderer, built)
+    backend = BackendReport("fastokens", cfg.tokenizer_backend, renderer, {"examples": 0}, note)
     return dataclasses.replace(plan, step=step, reference=reference, backend=backend, built=built)
 
 
@@ -187,11 +208,19 @@ def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
     )
 
 
-def renderer_of(template) -> str:
-    """ "native" for the built-in chatml-train template (byte for byte), else "jinja"."""
+def renderer_of(template) -> tuple[str, str | None]:
+    """The fast path's renderer and, when it is jinja, why: "native" for the built-in chatml-train
+    template (byte for byte), else "compiled" (MiniJinja) where it compiles the template."""
     from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
+    from packtool.tokenization.compiled import compile_template
+    from packtool.tokenization.render import dated_text
 
-    return "native" if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text() else "jinja"
+    if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text():
+        return "native", None
+    _, why = compile_template(dated_text(template), {})
+    if why is not None:
+        return "jinja", f"chat template '{template.name}': {why}; jinja renders it"
+    return "compiled", None
 
 
 def fast_refused(spec, requested: str) -> str | None:

@@ -6,7 +6,8 @@ import re
 
 import numpy as np
 import pytest
-from paths import SHARED_DATA, SHARED_TOKENIZERS
+from chat_examples import CONVERSATIONS, TOOLS, chat, chat_examples
+from paths import SHARED_TOKENIZERS
 
 from packtool.tokenization.backends import spans_to_mask
 from packtool.tokenization.chat_template import BUILTIN_TEMPLATES, ChatTemplate, pick
@@ -23,48 +24,6 @@ def resolve_template(loaded, name):
 
 def spec_of(loaded):
     return TokenizerSpec.from_loaded(loaded)
-
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather by city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
-CONVERSATIONS = [
-    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"}],
-    [
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "2+2?"},
-        {"role": "assistant", "content": "4"},
-        {"role": "user", "content": "And 3+3? Explain ünïcödé 🙂 too."},
-        {"role": "assistant", "content": "6 — ünïcödé 🙂", "reasoning_content": "3+3 is six."},
-    ],
-    [
-        {"role": "user", "content": "Weather in Paris?"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
-                }
-            ],
-        },
-        {"role": "tool", "content": '{"temp": 21}'},
-        {"role": "tool", "content": '{"wind": 3}'},
-        {"role": "assistant", "content": "21 degrees and calm."},
-    ],
-]
-
-
-def chat(messages, tools=None):
-    return {"kind": "chat", "messages": messages, "tools": tools}
 
 
 @pytest.fixture(scope="module")
@@ -245,73 +204,6 @@ def test_prefix_diff_refuses_to_guess_when_a_prefix_cannot_render(qwen):
 # the native chatml-train renderer against transformers' jinja renderer
 
 
-def _chat_examples():
-    from packtool.config import ReadConfig
-    from packtool.demo_data import make_record
-    from packtool.formats import FormatError
-    from packtool.formats.detect import detect_format
-    from packtool.formats.normalize import normalize
-    from packtool.io.readers import iter_records
-
-    rng = np.random.default_rng(7)
-    out = [chat(m, TOOLS if k == 2 else None) for k, m in enumerate(CONVERSATIONS)]
-    for _ in range(300):
-        r = make_record(rng)
-        out.append(chat(r["messages"], r.get("tools")))
-    odd = [  # shapes the renderer must get right or hand to jinja
-        [
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {"function": {"name": "f", "arguments": "{}"}},
-                    {"name": "g", "arguments": {"a": [1, "é"]}},
-                ],
-            }
-        ],
-        [
-            {"role": "system", "content": "s"},
-            {"role": "system", "content": "again"},
-            {"role": "user", "content": "u"},
-            {"role": "assistant", "content": "a", "thinking": "\nhmm\n"},
-        ],
-        [
-            {"role": "tool", "content": "t1"},
-            {"role": "tool", "content": "t2"},
-            {"role": "assistant", "content": "x"},
-        ],
-        [
-            {"role": "user", "content": "u"},
-            {"role": "assistant", "content": "a", "reasoning_content": "", "reasoning": "r"},
-        ],
-        [
-            {"role": "user", "content": ["not", "a", "string"]},
-            {"role": "assistant", "content": "x"},
-        ],
-        [
-            {
-                "role": "assistant",
-                "content": "x",
-                "tool_calls": [{"function": {"name": None, "arguments": "{}"}}],
-            }
-        ],
-    ]
-    out += [chat(m, TOOLS if k == 0 else None) for k, m in enumerate(odd)]
-    if SHARED_DATA.is_dir():
-        cfg = ReadConfig()
-        for f in sorted(SHARED_DATA.glob("*.json*")):
-            fmt = None
-            for rec in iter_records(str(f), cfg):
-                try:
-                    fmt = fmt or detect_format(rec.record, cfg)[0]
-                    ex = normalize(rec.record, fmt, cfg)
-                except FormatError:
-                    continue
-                if ex["kind"] == "chat" and ex["messages"]:
-                    out.append(ex)
-    return out
-
-
 def test_native_chatml_renderer_equals_jinja(chatml):
     from transformers.utils.chat_template_utils import render_jinja_template
 
@@ -319,7 +211,7 @@ def test_native_chatml_renderer_equals_jinja(chatml):
     from packtool.tokenization import chatml as native
 
     checked = handed_back = 0
-    for ex in _chat_examples():
+    for ex in chat_examples():
         msgs, tools = template_messages(ex), ex.get("tools") or None
         try:
             want_text, want_spans = render_jinja_template(
@@ -350,7 +242,7 @@ def test_native_chatml_renderer_equals_jinja(chatml):
 
 def test_fast_path_equals_reference_on_real_chats(qwen, chatml):
     """fastokens + native renderer against tokenizers + jinja: identical ids, labels and errors."""
-    examples = _chat_examples()
+    examples = chat_examples()
     fast = Encoder(spec_of(qwen), chatml, backend="fastokens", renderer="native").encode(examples)
     ref = Encoder(spec_of(qwen), chatml, backend="hf", renderer="jinja").encode(examples)
     assert fast.errors == ref.errors

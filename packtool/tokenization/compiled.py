@@ -1,0 +1,190 @@
+"""The compiled renderer: any chat template rendered with MiniJinja (Rust), the text and the
+generation spans transformers' jinja renderer gives, 2-6x faster.
+
+    Compiled(text, globals)              compiles the template; Unfit (why) when MiniJinja cannot
+        .render(messages, tools, marks, gen_prompt) -> (text, spans | None)
+                                         NotCompiled: hand this conversation to jinja
+
+The template is compiled with what transformers gives templates: trim_blocks, lstrip_blocks,
+loop controls (break/continue), `raise_exception`, `strftime_now`, `namespace`, `dict`, and
+`tojson` as transformers defines it (json.dumps, ensure_ascii=False: not jinja's HTML-escaping
+one). The tests whose MiniJinja meaning differs from jinja's are rewritten in the text:
+`X is iterable` (MiniJinja: none is iterable) and `X is sequence` (jinja: strings and dicts are).
+
+Generation blocks become spans through two reserved characters (Unicode noncharacters) that the
+template writes where a block opens and closes; each tag is replaced by an `if true` block, so its
+whitespace control (`{%-`, `-%}`, trim_blocks, lstrip_blocks) is the tag's own:
+
+    template  {%- generation -%}{{ content }}{%- endgeneration -%}
+    becomes   {%- if true %}{{ '\\ufdd0' }}{% endif -%}{{ content }}{%- if true %}{{ '\\ufdd1' }}{% endif -%}
+    renders   <|im_start|>assistant\\n\\ufdd0Hello!<|im_end|>\\ufdd1\\n
+    text      <|im_start|>assistant\\nHello!<|im_end|>\\n      the characters taken out
+    spans                              [(22, 38)]           where they stood, in the text
+
+transformers records a block as (characters rendered before it, + its length): the same span.
+What the two engines would render differently is never rendered here (NotCompiled: the caller
+renders it with jinja): a float that MiniJinja prints otherwise (an exponent, or 16-17 significant
+digits, which it rounds differently), a reserved character in the data, and anything MiniJinja refuses (an error
+is re-rendered by jinja, so a refused example gives jinja's own message). Every run checks the
+rest: the fast path's probe compares it with the jinja reference on the run's first examples
+(packtool.tokenization.fast_check), and tests/tokenization/test_compiled.py renders every TRL
+template and the shared tokenizers' templates with both engines.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+
+OPEN, CLOSE = "\ufdd0", "\ufdd1"  # noncharacters: reserved for a program's internal use
+_TAG = re.compile(r"\{%([-+]?)\s*(end)?generation\s*([-+]?)%\}")
+_OPERAND = r"(?<![\w.|\])'\"])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\[\]()]*\]|\([^()]*\))*)"
+_IS = re.compile(_OPERAND + r"\s+is\s+(not\s+)?(iterable|sequence)\b")
+_REASONING = ("reasoning_content", "thinking", "reasoning")
+
+
+class Unfit(Exception):
+    """MiniJinja cannot compile this template (the run renders it with jinja)."""
+
+
+class NotCompiled(Exception):
+    """This conversation is rendered by jinja."""
+
+
+def raise_exception(message):
+    raise NotCompiled(message)  # jinja renders it again: its error, with its message
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def strftime_now(fmt):
+    return datetime.datetime.now().strftime(fmt)
+
+
+def translate(text: str, marks: bool) -> str:
+    """The template with its generation tags as `if true` blocks (writing OPEN / CLOSE when
+    `marks`) and the tests MiniJinja reads differently spelled out."""
+
+    def tag(m: re.Match) -> str:
+        out = f"{{{{ '{CLOSE if m.group(2) else OPEN}' }}}}" if marks else ""
+        return "{%" + m.group(1) + " if true %}" + out + "{% endif " + m.group(3) + "%}"
+
+    def test(m: re.Match) -> str:
+        x, neg, name = m.group(1), m.group(2), m.group(3)
+        if name == "iterable":  # jinja: none is not iterable (an undefined is, in both)
+            expr = f"({x} is not none and {x} is iterable)"
+        else:  # jinja: anything with a length and items (strings, dicts, lists, undefined)
+            expr = f"({x} is string or {x} is mapping or {x} is sequence)"
+        return f"(not {expr})" if neg else expr
+
+    return _IS.sub(test, _TAG.sub(tag, text))
+
+
+def exact_float(v: float) -> bool:
+    """MiniJinja prints `v` as Python does: zero, or 1e-4 <= |v| < 1e15 (no exponent) with at most
+    15 significant digits (one shortest form; with 16-17 digits the two round differently)."""
+    if v == 0:
+        return True
+    if not 1e-4 <= abs(v) < 1e15:
+        return False
+    return len(repr(abs(v)).replace(".", "").strip("0")) <= 15
+
+
+def plain(v) -> bool:
+    """`v` holds nothing the engines would print differently: no float MiniJinja writes otherwise,
+    no reserved character."""
+    t = type(v)
+    if t is str:
+        return OPEN not in v and CLOSE not in v
+    if t is dict:
+        return all(plain(k) and plain(x) for k, x in v.items())
+    if t is list or t is tuple:
+        return all(plain(x) for x in v)
+    return t is not float or exact_float(v)
+
+
+def aliased(messages: list[dict]) -> list[dict]:
+    """Reasoning under each name templates read it by, as transformers passes it (its
+    `_alias_reasoning_fields`: `thinking` first, `reasoning_content` last)."""
+    out = []
+    for m in messages:
+        r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+        out.append(m if r is None else {"thinking": r, **m, "reasoning_content": r})
+    return out
+
+
+def spans_of(marked: str) -> tuple[str, list[tuple[int, int]]]:
+    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it."""
+    spans, at, taken = [], 0, 0
+    while (i := marked.find(OPEN, at)) >= 0:
+        j = marked.find(CLOSE, i)
+        if j < 0:
+            raise NotCompiled("an unclosed generation block")
+        spans.append((i - taken, j - taken - 1))
+        taken += 2
+        at = j + 1
+    text = marked.replace(OPEN, "").replace(CLOSE, "") if taken else marked
+    if len(text) != len(marked) - taken or (not taken and CLOSE in marked):
+        raise NotCompiled("nested generation blocks")  # or a block closed twice
+    return text, spans
+
+
+class Compiled:
+    """One template compiled twice: with span marks (mode markers) and without."""
+
+    def __init__(self, text: str, special_tokens: dict):
+        try:
+            import minijinja
+        except ImportError as e:  # pragma: no cover - a dependency
+            raise Unfit(f"minijinja is not installed ({e})") from None
+        env = minijinja.Environment(
+            trim_blocks=True,
+            lstrip_blocks=True,
+            undefined_behavior="lenient",
+            debug=False,
+        )
+        env.add_filter("tojson", tojson)
+        env.add_global("raise_exception", raise_exception)
+        env.add_global("strftime_now", strftime_now)
+        env.add_global("documents", None)
+        for k, v in special_tokens.items():
+            env.add_global(k, v)
+        try:
+            env.add_template("marked", translate(text, True))
+            env.add_template("plain", translate(text, False))
+        except minijinja.TemplateError as e:
+            raise Unfit(_first_line(str(e))) from None
+        self.env = env
+
+    def render(self, messages, tools, *, marks: bool, gen_prompt: bool = False):
+        if not (plain(messages) and (tools is None or plain(tools))):
+            raise NotCompiled("a float or a reserved character in the data")
+        try:
+            text = self.env.render_template(
+                "marked" if marks else "plain",
+                messages=aliased(messages),
+                tools=tools,
+                add_generation_prompt=gen_prompt,
+            )
+        except Exception as e:  # raise_exception(), or what MiniJinja refuses: jinja says
+            raise NotCompiled(_first_line(str(e))) from e
+        if not marks:
+            return text, None
+        return spans_of(text)
+
+
+def compile_template(text: str, special_tokens: dict) -> tuple[Compiled | None, str | None]:
+    """(the compiled template, None), or (None, why it renders with jinja)."""
+    try:
+        return Compiled(text, special_tokens), None
+    except Unfit as e:
+        return None, f"MiniJinja cannot compile it ({e})"
+
+
+def _first_line(s: str) -> str:
+    return s.strip().splitlines()[0] if s.strip() else "error"
