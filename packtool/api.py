@@ -260,12 +260,16 @@ def check_cache(need_bytes: int = 0) -> None:
     cache.check_usable(need_bytes)
 
 
-def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None):
-    """Pack tokenized data into `out` (a PackResult). `progress(rows written, rows total)`."""
+def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None, num_proc=None):
+    """Pack tokenized data into `out` (a PackResult). `progress(rows written, rows total)`;
+    `num_proc`: writer processes allowed (None: all cores; a large pack uses one per 2 cores)."""
+    import os
+
     from packtool.pack import pack_tokenized
 
     rows = getattr(data, "rows", None)  # on a Ray cluster (--engine ray): written there
-    result = pack_tokenized(data, cfg, out, progress=progress, writer=rows and rows.write)
+    procs = num_proc or os.cpu_count() or 1
+    result = pack_tokenized(data, cfg, out, progress, writer=rows and rows.write, procs=procs)
     if rows is not None:
         result.engine = rows.report()
     return result

@@ -138,7 +138,8 @@ class TokenizeArgs:
         None,
         "--num-proc",
         help="Tokenizer processes; N is used as given. Default: all cores, or one for inputs "
-        "under 4 MiB. Pre-tokenized input is always read in one process.",
+        "under 4 MiB. Pre-tokenized input is always read in one process. pack writes the shards of a "
+        "large pack (2^26 token slots or more) in up to N processes, one per 2 cores.",
         whole_input=True,
     )
     no_cache: bool = _option(

@@ -129,5 +129,5 @@ def _pack(source, tcfg, cfg, out, seed, output, engine) -> None:
     if output.human:
         announce(tokenized, output.console, warnings=False)  # render_pack lists the warnings
     with output.stage("writing", unit="rows") as stage:
-        result = api.pack(tokenized, cfg, out, progress=stage.update)
+        result = api.pack(tokenized, cfg, out, stage.update, num_proc=tcfg.num_proc)
     output.report(lambda: pack_json(result), lambda console: render_pack(result, console))

@@ -217,22 +217,32 @@ def write_shards(
 
 
 # token slots from which writer processes may pay for their start-up (~0.1 s: 20k documents, 13M
-# tokens, took 0.9 s with 2 processes against 0.8 s in one).  Only when asked (procs > 1): on the
-# 2-core box one process's threads already use both cores and 2 processes were 0.79x as fast
-# (benchmarks/README.md, "Shards written in processes").
+# tokens, took 0.9 s with 2 processes against 0.8 s in one).
 PROCESS_MIN_TOKENS = 1 << 26
+# cores one writing process keeps busy (its gather in the main thread, encoding in writer threads):
+# on 2 cores, 2 processes were 0.79x as fast as one (benchmarks/README.md, "Shards written in
+# processes"), so a process is started per 2 cores the run may use, never more than --num-proc.
+CORES_PER_PROCESS = 2
 _JOB: tuple | None = None  # write_in_processes' arguments, inherited by its forked processes
 
 
 def processes(procs: int, num_shards: int, slots: int) -> int:
     """Writer processes for a pack of `num_shards` shards and `slots` token slots: 1 (this
     process) unless `procs` > 1, there are several shards, the pack has PROCESS_MIN_TOKENS slots
-    or more and the platform can fork."""
+    or more and the platform can fork; at most one per CORES_PER_PROCESS usable cores."""
     import multiprocessing
 
     if slots < PROCESS_MIN_TOKENS or "fork" not in multiprocessing.get_all_start_methods():
         return 1
-    return max(1, min(procs, num_shards))
+    return max(1, min(procs, num_shards, usable_cores() // CORES_PER_PROCESS))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the platform says it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
 
 
 def write_in_processes(

@@ -36,8 +36,10 @@ def _bytes(folder: Path) -> dict[str, str]:
 
 @pytest.fixture
 def always(monkeypatch):
-    """Processes for any pack, however small (the threshold is for speed, not correctness)."""
+    """Processes for any pack, however small, on any machine (the thresholds are for speed, not
+    correctness)."""
     monkeypatch.setattr(pack_write, "PROCESS_MIN_TOKENS", 0)
+    monkeypatch.setattr(pack_write, "usable_cores", lambda: 64)
 
 
 @pytest.mark.parametrize(
@@ -58,11 +60,41 @@ def test_processes_write_the_bytes_of_one_process(tmp_path, always, kw):
 
 
 def test_small_packs_stay_in_this_process(monkeypatch):
+    monkeypatch.setattr(pack_write, "usable_cores", lambda: 64)
     assert pack_write.processes(4, 10, pack_write.PROCESS_MIN_TOKENS - 1) == 1
     monkeypatch.setattr(pack_write, "PROCESS_MIN_TOKENS", 0)
     assert pack_write.processes(4, 10, 1) == 4
     assert pack_write.processes(4, 2, 1) == 2
     assert pack_write.processes(1, 10, 1) == 1
+
+
+@pytest.mark.parametrize("cores, want", [(1, 1), (2, 1), (3, 1), (4, 2), (16, 8)])
+def test_one_writing_process_per_two_cores(monkeypatch, cores, want):
+    """One process keeps 2 cores busy: on 2 cores a second one made the pack slower (0.79x)."""
+    monkeypatch.setattr(pack_write, "PROCESS_MIN_TOKENS", 0)
+    monkeypatch.setattr(pack_write, "usable_cores", lambda: cores)
+    assert pack_write.processes(16, 100, 1) == want
+
+
+def test_the_cli_passes_num_proc_to_the_writers(tmp_path, monkeypatch):
+    """`packtool pack --num-proc N` lets the shard writers use N processes (the same bytes)."""
+    from packtool.pack import run as pack_run
+
+    seen = []
+    real = pack_run.processes
+    monkeypatch.setattr(pack_run, "processes", lambda p, *a: seen.append(p) or real(p, *a))
+    src = tmp_path / "d.jsonl"
+    src.write_text("\n".join(f'{{"input_ids": [{i}, 2, 3]}}' for i in range(1, 40)) + "\n")
+    from typer.testing import CliRunner
+
+    from packtool.cli import app
+
+    for n in (1, 3):
+        args = ["pack", str(src), "--len", "16", "--out", str(tmp_path / f"o{n}"), "--no-cache"]
+        r = CliRunner().invoke(app, [*args, "--num-proc", str(n)])
+        assert r.exit_code == 0, r.output
+    assert seen == [1, 3]
+    assert _bytes(tmp_path / "o1") == _bytes(tmp_path / "o3")
 
 
 def test_a_writer_process_error_is_the_error_of_one_process(tmp_path, always, monkeypatch):
