@@ -350,8 +350,8 @@ def layout_rows(
 @njit(cache=True, nogil=True)
 def copy_rows(
     seq_offsets,
-    pieces,
     dest_col,
+    pieces,
     piece_len,
     ids_chunk,
     ids_base,

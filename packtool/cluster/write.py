@@ -171,6 +171,7 @@ def write_group(group, shard_refs, settings):
 
     from packtool.pack.gather import locate_rows
     from packtool.pack.overflow import Pieces
+    from packtool.pack.write import WriteJob
     from packtool.pack.write import write_shards as write_rows
     from packtool.plan import PackPlan
 
@@ -206,20 +207,17 @@ def write_group(group, shard_refs, settings):
         doc_order=np.arange(sub["source"].shape[0]),
         pack_len=settings["pack_len"],
     )
-    written = write_rows(
-        Path(settings["tmp"]),
+    job = WriteJob(
         plan,
         np.arange(k, dtype=np.int64),
-        sub["length"],
-        loc,
+        pieces,
+        sub["slots"],
+        settings["layout"],
         settings["pad_id"],
         settings["shard_rows"],
-        None,
-        None,
-        slot_len=sub["slots"],
-        layout=settings["layout"],
-        first_shard=s,
-        total_shards=settings["total_shards"],
+    )
+    written = write_rows(
+        Path(settings["tmp"]), job, loc, first_shard=s, total_shards=settings["total_shards"]
     )
     row = {
         "shard": [s],

@@ -66,8 +66,10 @@ def rows_table(
     source_index,
     num_tokens,
     num_loss_tokens,
+    unpadded=None,
 ):
-    """Wrap [k, L] int32 arrays and CSR lists as a schema-v1 table without copying token data."""
+    """Wrap [k, L] int32 arrays and CSR lists as a schema-v1 table without copying token data;
+    `unpadded` (a pack with --pad-to-multiple N > 1): the seq_lengths_unpadded lists."""
     import pyarrow as pa
 
     k, pack_len = input_ids.shape
@@ -75,18 +77,24 @@ def rows_table(
     def fixed(a):
         return pa.FixedSizeListArray.from_arrays(_int_array(a.reshape(-1), pa.int32()), pack_len)
 
+    def int32_list(a):
+        return pa.ListArray.from_arrays(offsets, _int_array(a.astype(np.int32), pa.int32()))
+
     offsets = _int_array(seq_offsets.astype(np.int32), pa.int32())
     arrays = [
         fixed(input_ids),
         fixed(labels),
         fixed(position_ids),
         fixed(document_id),
-        pa.ListArray.from_arrays(offsets, _int_array(seq_lengths.astype(np.int32), pa.int32())),
+        int32_list(seq_lengths),
         pa.ListArray.from_arrays(offsets, _int_array(source_index.astype(np.int64), pa.int64())),
         _int_array(num_tokens.astype(np.int32), pa.int32()),
         _int_array(num_loss_tokens.astype(np.int32), pa.int32()),
     ]
-    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(pack_len))
+    if unpadded is not None:
+        arrays.append(int32_list(unpadded))
+    padded = unpadded is not None
+    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(pack_len, padded))
 
 
 class ShardWriter:

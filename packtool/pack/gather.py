@@ -113,6 +113,11 @@ class Located:
     source: np.ndarray  # source_index per piece
     loss_cut_tails: int  # loss tokens in the cut-off tails of truncated examples
 
+    def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
+        """copy_rows' token arguments for pieces `pcs`: the pieces where they are."""
+        ids, lab = (self.ids_chunk, self.ids_base), (self.lab_chunk, self.lab_base)
+        return pcs, piece_len, *ids, *lab, self.ids.values, self.lab.values
+
 
 class FileGather:
     """Reads a block's pieces from the tokenization cache file with pread, into staging buffers.
@@ -143,7 +148,8 @@ class FileGather:
             os.close(fd)
 
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
-        """(local pieces, local lengths, chunk, ids base, lab base) for copy_rows over the staging."""
+        """copy_rows' token arguments for pieces `pcs`, read into the staging buffers (Located.stage's
+        shape: local pieces and lengths, one chunk, the same base in both columns)."""
         loc = self.loc
         n = piece_len[pcs].astype(np.int64)
         start = np.zeros(len(pcs) + 1, dtype=np.int64)
@@ -169,8 +175,9 @@ class FileGather:
                 raise PacktoolError(
                     "the tokenization cache file was truncated while packing; run again"
                 )
-        zero = np.zeros(len(pcs), dtype=np.int64)
-        return np.arange(len(pcs), dtype=np.int64), n, zero, start[:-1], start[:-1]
+        chunk, base = np.zeros(len(pcs), dtype=np.int64), start[:-1]
+        local = np.arange(len(pcs), dtype=np.int64)
+        return local, n, chunk, base, chunk, base, self.ids_list, self.lab_list
 
 
 def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather | None:
@@ -182,12 +189,6 @@ def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather 
     if data.release_pages is not None:
         data.release_pages()  # pages mapped while locating: from here on the map is not read
     return FileGather([m[0] for m in mapped], loc, capacity)
-
-
-def locate(
-    data: TokenizedData, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int
-) -> Located:
-    return locate_rows(data.table, lengths, src, pieces, L)
 
 
 def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> Located:

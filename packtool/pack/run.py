@@ -34,9 +34,16 @@ from packtool.config import PackConfig
 from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.io import shards
-from packtool.pack.gather import file_gather, locate
+from packtool.pack.gather import file_gather, locate_rows
 from packtool.pack.overflow import Pieces, apply_overflow, overflow_loss
-from packtool.pack.write import Progress, Written, processes, write_in_processes, write_shards
+from packtool.pack.write import (
+    Progress,
+    WriteJob,
+    Written,
+    processes,
+    write_in_processes,
+    write_shards,
+)
 from packtool.plan import lower_bound_rows, plan_packs
 from packtool.schema import notices
 
@@ -229,21 +236,6 @@ def pack_tokenized(
     )
 
 
-@dataclass(frozen=True)
-class WriteJob:
-    """What a writer writes: the plan, the output order of its rows, the pieces and their slots."""
-
-    plan: Any  # plan.PackPlan
-    row_order: np.ndarray  # output row j is plan row row_order[j]
-    pieces: Pieces
-    slots: np.ndarray  # slots of each piece (its length, or padded: schema.Layout)
-    layout: schema.Layout
-    pad_id: int
-    shard_rows: int
-    progress: Progress | None = None
-    procs: int = 1  # writer processes allowed (write_local; 1 = this process's threads only)
-
-
 Writer = Callable[[Path, TokenizedData, WriteJob], Written]
 
 
@@ -259,19 +251,14 @@ def write_local(tmp: Path, data: TokenizedData, job: WriteJob) -> Written:
     lengths = np.ascontiguousarray(data.lengths, dtype=np.int64)
     src = np.ascontiguousarray(data.source_index, dtype=np.int64)
     L = job.plan.pack_len
-    loc = locate(data, lengths, src, job.pieces, L)
+    loc = locate_rows(data.table, lengths, src, job.pieces, L)
     gather = file_gather(data, loc, shards.row_group_rows(L, job.shard_rows) * L)
     procs = processes(job.procs, -(-job.plan.num_rows // job.shard_rows), int(job.slots.sum()))
-    args = (tmp, job.plan, job.row_order, job.pieces.length, loc, job.pad_id, job.shard_rows)
     try:
         if procs > 1:
-            written = write_in_processes(
-                procs, *args, job.progress, gather, slot_len=job.slots, layout=job.layout
-            )
+            written = write_in_processes(procs, tmp, job, loc, gather)
         else:
-            written = write_shards(
-                *args, job.progress, gather, slot_len=job.slots, layout=job.layout
-            )
+            written = write_shards(tmp, job, loc, gather)
     finally:
         if gather is not None:
             gather.close()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from packtool import kernels, schema
 from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import FileGather, Located
+from packtool.pack.overflow import Pieces
 
 MAX_WRITERS = 4  # shards encoded in parallel (each: 2 x 4 x row-group buffers, <= 2 x 64 MiB)
 
@@ -49,6 +50,23 @@ class Written:
     loss_first_token: int = 0
     doc_pad: int = 0  # pad slots inside documents (--pad-to-multiple)
     loss_cut_tails: int = 0  # loss tokens in the cut-off tails of truncated examples
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    """What a writer writes: the plan, the output order of its rows, the pieces and their slots."""
+
+    plan: Any  # plan.PackPlan
+    row_order: np.ndarray  # output row j is plan row row_order[j]
+    pieces: Pieces
+    slots: np.ndarray  # slots of each piece (its length, or padded: schema.Layout)
+    layout: schema.Layout
+    pad_id: int
+    shard_rows: int
+    progress: Progress | None = None
+    procs: int = (
+        1  # writer processes allowed (pack.run.write_local; 1 = this process's threads only)
+    )
 
 
 def row_lists(seq_off, slots, real, source, fixed: int):
@@ -71,38 +89,16 @@ def row_lists(seq_off, slots, real, source, fixed: int):
     return (np.arange(k + 1, dtype=np.int64) * fixed, *out)
 
 
-def layout_table(input_ids, labels, positions, doc_ids, lists, num_tokens, num_loss, padded: bool):
-    """The shard table of one block (io.shards.rows_table), plus seq_lengths_unpadded when padded."""
-    offsets, slots, real, source = lists
-    table = shards.rows_table(
-        input_ids, labels, positions, doc_ids, offsets, slots, source, num_tokens, num_loss
-    )
-    if not padded:
-        return table
-    import pyarrow as pa
-
-    col = pa.ListArray.from_arrays(
-        pa.array(offsets.astype(np.int32)), pa.array(real.astype(np.int32))
-    )
-    return table.append_column(pa.field(schema.UNPADDED_COLUMN, col.type, nullable=False), col)
-
-
 def write_shards(
     tmp: Path,
-    plan,
-    row_order: np.ndarray,
-    piece_len: np.ndarray,
+    job: WriteJob,
     loc: Located,
-    pad_id: int,
-    shard_rows: int,
-    progress: Progress | None,
     gather: FileGather | None = None,
-    slot_len: np.ndarray | None = None,
-    layout: schema.Layout = schema.Layout(),
     first_shard: int = 0,
     total_shards: int | None = None,
 ) -> Written:
-    """Gather rows block by block (one Parquet row group each) and write the shards.
+    """Gather rows block by block (one Parquet row group each) and write the shards; the tokens
+    come from `loc` in place, or staged by `gather` (pread from the cache file).
 
     `first_shard`, `total_shards`: the rows are shards first_shard, first_shard + 1, ... of a pack
     of total_shards (a Ray worker or a writer process writes one shard of a pack; the names and
@@ -112,9 +108,11 @@ def write_shards(
     order: the bytes do not depend on timing).  Each writer has two buffer sets: the main thread
     gathers a writer's next block while that writer encodes the previous one.
     """
+    plan, row_order, shard_rows, layout = job.plan, job.row_order, job.shard_rows, job.layout
+    piece_len, slot_len = job.pieces.length, job.slots
+    tokens = loc if gather is None else gather
     L = plan.pack_len
     R = row_order.shape[0]
-    slot_len = piece_len if slot_len is None else slot_len
     group_rows = shards.row_group_rows(L, shard_rows)
     num_shards = -(-R // shard_rows)
     writers = max(1, min(MAX_WRITERS, os.cpu_count() or 1, num_shards))
@@ -160,55 +158,41 @@ def write_shards(
                         labels,
                         positions,
                         doc_ids,
-                        pad_id,
+                        job.pad_id,
                         schema.IGNORE_INDEX,
                     )
-                    if gather is not None:  # the pieces staged into chunks of their own
-                        pieces, lens, chunk, ids_base, lab_base = gather.stage(pcs, piece_len)
-                        tokens = (
-                            chunk,
-                            ids_base,
-                            chunk,
-                            lab_base,
-                            gather.ids_list,
-                            gather.lab_list,
-                        )
-                    else:
-                        pieces, lens = pcs, piece_len
-                        tokens = (loc.ids_chunk, loc.ids_base, loc.lab_chunk, loc.lab_base)
-                        tokens += (loc.ids.values, loc.lab.values)
                     num_loss, first = kernels.copy_rows(
                         seq_off,
-                        pieces,
                         dest_col,
-                        lens,
-                        *tokens,
+                        *tokens.stage(pcs, piece_len),
                         input_ids,
                         labels,
                         schema.IGNORE_INDEX,
                     )
-                    lists = row_lists(
+                    offsets, slots, real, source = row_lists(
                         seq_off, slot_len[pcs], piece_len[pcs], loc.source[pcs], layout.fixed_docs
                     )
-                    table = layout_table(
+                    table = shards.rows_table(
                         input_ids,
                         labels,
                         positions,
                         doc_ids,
-                        lists,
+                        offsets,
+                        slots,
+                        source,
                         num_tokens,
                         num_loss,
-                        layout.padded,
+                        real if layout.padded else None,
                     )
-                    out.doc_pad += int((slot_len[pcs] - piece_len[pcs]).sum())
                     pool.submit(w, open_writers[w].write, table)
+                    out.doc_pad += int((slot_len[pcs] - piece_len[pcs]).sum())
                     out.tokens += int(num_tokens.sum())
                     out.loss += int(num_loss.sum())
                     out.loss_first_token += int(first)
                     out.documents += int(pcs.shape[0])
                     out.rows += k
-                    if progress is not None:
-                        progress(out.rows, R)
+                    if job.progress is not None:
+                        job.progress(out.rows, R)
             for w, s in enumerate(members):
                 closed[s] = pool.submit(w, open_writers[w].close)
         pool.wait_all()
@@ -246,18 +230,7 @@ def usable_cores() -> int:
 
 
 def write_in_processes(
-    procs: int,
-    tmp: Path,
-    plan,
-    row_order: np.ndarray,
-    piece_len: np.ndarray,
-    loc: Located,
-    pad_id: int,
-    shard_rows: int,
-    progress: Progress | None,
-    gather: FileGather | None = None,
-    slot_len: np.ndarray | None = None,
-    layout: schema.Layout = schema.Layout(),
+    procs: int, tmp: Path, job: WriteJob, loc: Located, gather: FileGather | None
 ) -> Written:
     """write_shards with each shard written by one of `procs` forked processes (shard s: rows
     row_order[s * shard_rows : (s + 1) * shard_rows], written by write_shards(first_shard=s)).
@@ -277,10 +250,9 @@ def write_in_processes(
     from multiprocessing import get_context
 
     global _JOB
-    R = row_order.shape[0]
-    num_shards = -(-R // shard_rows)
-    rest = (piece_len, loc, pad_id, shard_rows, None, gather, slot_len, layout)
-    _JOB = (tmp, plan, row_order, rest)
+    R = job.row_order.shape[0]
+    num_shards = -(-R // job.shard_rows)
+    _JOB = (tmp, job, loc, gather)
     pool = ProcessPoolExecutor(
         max_workers=min(procs, num_shards),
         mp_context=get_context("fork"),
@@ -295,8 +267,8 @@ def write_in_processes(
             out.shards += one.shards
             for f in fields(Written)[1:]:
                 setattr(out, f.name, getattr(out, f.name) + getattr(one, f.name))
-            if progress is not None:
-                progress(out.rows, R)
+            if job.progress is not None:
+                job.progress(out.rows, R)
     except BrokenProcessPool:
         raise PacktoolError(
             "a shard writer process died (killed, out of memory?); run again with fewer processes"
@@ -313,9 +285,10 @@ def write_in_processes(
 
 def _write_one(s: int, num_shards: int) -> Written:
     """Shard s of the write_in_processes job (in a forked process)."""
-    tmp, plan, row_order, rest = _JOB  # rest: write_shards' arguments after row_order
-    rows = row_order[s * rest[3] : (s + 1) * rest[3]]  # rest[3]: shard_rows
-    return write_shards(tmp, plan, rows, *rest, first_shard=s, total_shards=num_shards)
+    tmp, job, loc, gather = _JOB
+    rows = job.row_order[s * job.shard_rows : (s + 1) * job.shard_rows]
+    one = replace(job, row_order=rows, progress=None)
+    return write_shards(tmp, one, loc, gather, first_shard=s, total_shards=num_shards)
 
 
 class WriterPool:

@@ -9,7 +9,7 @@ import pytest
 
 from packtool.config import InputSpec, PackConfig, TokenizeConfig
 from packtool.demo_data import write_sample
-from packtool.pack.gather import file_gather, locate
+from packtool.pack.gather import file_gather, locate_rows
 from packtool.pack.overflow import apply_overflow
 from packtool.pack.run import pack_tokenized
 from packtool.tokenization.mixture import load_mixture
@@ -29,7 +29,7 @@ def mixture(tmp_path, monkeypatch):
 def test_a_mixture_is_gathered_from_both_cache_files(mixture):
     assert mixture.cache_hit and len(mixture.mapped_files) == 2
     lengths, src = mixture.lengths.astype("int64"), mixture.source_index.astype("int64")
-    loc = locate(mixture, lengths, src, apply_overflow(lengths, src, 512, "split"), 512)
+    loc = locate_rows(mixture.table, lengths, src, apply_overflow(lengths, src, 512, "split"), 512)
     gather = file_gather(mixture, loc, 4096)
     assert gather is not None and len(gather.fds) == 2
     assert set(loc.ids.file_of.tolist()) == {0, 1}
