@@ -8,7 +8,7 @@ Bin packing (documents of integer length into rows of capacity L):
     BFD/BF   tightest row with room: rows bucketed by remaining capacity,      O(n log_64 L)
              a 4-level 64-ary bitset finds the smallest non-empty bucket >= x
 
-Deterministic tie-breaks, mirrored by the brute-force oracle in tests/test_kernels.py:
+Deterministic tie-breaks, mirrored by the brute-force oracle in tests/test_plan.py:
     first fit: the lowest row index that fits.
     best fit:  the smallest remaining capacity that fits; among rows with that capacity, the one that
                was touched (opened or given a document) most recently.  A row that reaches capacity 0
@@ -257,19 +257,6 @@ def group_by_row(seq, row, num_rows):
         doc_order[fill[r]] = seq[t]
         fill[r] += 1
     return row_offsets, doc_order
-
-
-@njit(cache=True)
-def row_sums(values, doc_order, row_offsets):
-    """Per-row sum of values[doc] over the plan (tokens or loss tokens per row), int64[R]."""
-    num_rows = row_offsets.shape[0] - 1
-    out = np.zeros(num_rows, dtype=np.int64)
-    for r in range(num_rows):
-        s = 0
-        for j in range(row_offsets[r], row_offsets[r + 1]):
-            s += values[doc_order[j]]
-        out[r] = s
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

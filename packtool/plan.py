@@ -27,23 +27,14 @@ from packtool.config import ORDERS, STRATEGIES  # noqa: F401  (one definition, i
 
 @dataclass(frozen=True)
 class PackPlan:
-    row_offsets: (
-        np.ndarray
-    )  # int64[R+1]; row r holds documents doc_order[row_offsets[r]:row_offsets[r+1]]
-    doc_order: (
-        np.ndarray
-    )  # int64[n]; indices into `lengths`, in row order (each index exactly once)
+    # int64[R+1]; row r holds documents doc_order[row_offsets[r]:row_offsets[r+1]]
+    row_offsets: np.ndarray
+    doc_order: np.ndarray  # int64[n]; indices into `lengths`, in row order (each exactly once)
     pack_len: int
 
     @property
     def num_rows(self) -> int:
         return int(self.row_offsets.shape[0] - 1)
-
-    def row_lengths(self, lengths) -> np.ndarray:
-        """Tokens used per row, int64[R]."""
-        return kernels.row_sums(
-            np.asarray(lengths, dtype=np.int64), self.doc_order, self.row_offsets
-        )
 
     def docs_per_row(self) -> np.ndarray:
         """Documents per row, int64[R]."""
@@ -53,17 +44,6 @@ class PackPlan:
 def lower_bound_rows(total_tokens: int, pack_len: int) -> int:
     """ceil(total / pack_len): no packing can use fewer rows."""
     return -(-int(total_tokens) // int(pack_len))
-
-
-def processing_order(lengths: np.ndarray, pack_len: int, order: str, seed: int):
-    """The order documents are offered to the fit: longest first, or shuffled with `seed`.
-
-    Returns (seq, sizes): document indices and their lengths, both int64[n].
-    """
-    if order == "sorted":
-        return kernels.decreasing_order(lengths, pack_len)
-    seq = np.random.default_rng(seed).permutation(lengths.shape[0]).astype(np.int64)
-    return seq, lengths[seq]
 
 
 def plan_packs(
@@ -111,7 +91,11 @@ def plan_packs(
             f"document {i} has length {int(arr[i])}, outside 1..{pack_len} "
             f"({bad.size} such); apply the overflow policy before planning"
         )
-    seq, sizes = processing_order(arr, pack_len, order, seed)
+    if order == "sorted":
+        seq, sizes = kernels.decreasing_order(arr, pack_len)
+    else:
+        seq = np.random.default_rng(seed).permutation(n).astype(np.int64)
+        sizes = arr[seq]
     if strategy == "bfd":
         row, num_rows = kernels.best_fit(sizes, pack_len, max_docs)
     else:

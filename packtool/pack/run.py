@@ -35,7 +35,7 @@ from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate_rows
-from packtool.pack.overflow import Pieces, apply_overflow, overflow_loss
+from packtool.pack.overflow import apply_overflow, overflow_loss
 from packtool.pack.write import (
     Progress,
     WriteJob,
@@ -53,12 +53,9 @@ class PackResult:
     out: str
     manifest: dict[str, Any]
     seconds: dict[str, float]  # timings: kept out of the manifest so that it stays byte-identical
-    warnings: list[schema.Notice] = field(
-        default_factory=list
-    )  # input's warnings, then truncated/dropped
-    engine: dict[str, Any] = field(
-        default_factory=dict
-    )  # where it ran, when not here (--engine ray)
+    # the input's warnings, then truncated / dropped
+    warnings: list[schema.Notice] = field(default_factory=list)
+    engine: dict[str, Any] = field(default_factory=dict)  # where it ran, when not here (ray)
 
 
 def pad_id_of(tokenizer: dict) -> tuple[int, str]:
@@ -152,7 +149,7 @@ def pack_tokenized(
             tokens["doc_pad"] = written.doc_pad
         # a mixture's inputs with their counts ([]: one input, not written)
         inputs = data.inputs_manifest(src[pieces.dropped], src[pieces.truncated], src[pieces.split])
-        _check_conservation(counts, tokens, inputs, pieces, n, plan, written.shards, slots, written)
+        _check_conservation(counts, tokens, inputs, job, written)
         docs = plan.docs_per_row()
         manifest = schema.Manifest(
             schema_version=schema.SCHEMA_VERSION,
@@ -267,38 +264,30 @@ def write_local(tmp: Path, data: TokenizedData, job: WriteJob) -> Written:
 
 
 def _check_conservation(
-    counts: dict,
-    tokens: dict,
-    inputs: list,
-    pieces: Pieces,
-    n: int,
-    plan,
-    shard_entries,
-    slots,
-    written,
+    counts: dict, tokens: dict, inputs: list, job: WriteJob, written: Written
 ) -> None:
     """The contract's conservation rules (schema.conservation_problems, per input too for a
     mixture) plus what only the writer can check: every example is a piece or dropped, the rows
     written are the rows planned, and the padding written inside documents is the padding the
     layout plans."""
     problems = schema.conservation_problems(counts, tokens, inputs=inputs)
-    planned_pad = int((slots - pieces.length).sum())
+    pieces, n, R = job.pieces, counts["tokenized"], job.plan.num_rows
+    planned_pad = int((job.slots - pieces.length).sum())
     if written.doc_pad != planned_pad or tokens.get("doc_pad", 0) != planned_pad:
         problems.append(
             f"wrote {written.doc_pad} pad slots inside documents; the layout plans {planned_pad}"
         )
-    covered = np.zeros(n, dtype=np.int64)
-    np.add.at(covered, pieces.row, 1)
+    covered = np.bincount(pieces.row, minlength=n)
     if (
         np.any(covered[pieces.dropped] != 0)
         or int(np.count_nonzero(covered)) + pieces.dropped.size != n
     ):
         problems.append("an example is neither packed nor listed as dropped")
-    m, R = pieces.row.shape[0], plan.num_rows
+    m = pieces.row.shape[0]
     if (
         counts["documents"] != m
         or counts["rows"] != R
-        or sum(e["rows"] for e in shard_entries) != R
+        or sum(e["rows"] for e in written.shards) != R
     ):
         problems.append(
             f"wrote {counts['documents']} documents in {counts['rows']} rows; planned {m} in {R}"
