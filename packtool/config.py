@@ -35,12 +35,10 @@ ORDERS = ("sorted", "random")
 OVERFLOWS = ("drop", "truncate", "split", "error")
 VERIFY_BACKENDS = ("auto", "flash-attn", "torch-varlen", "sdpa", "eager", "flex", "reference")
 DEVICES = ("auto", "cpu", "cuda")
-SHARD_BYTES = (
-    512 << 20
-)  # raw token bytes (4 int32 columns) per shard when --shard-rows is not given
-MAX_PACK_LEN = (
-    64**4 - 1
-)  # the planner's 4-level bitset holds 64**4 free-space values (kernels.MAX_BITSET_SIZE)
+# raw token bytes (4 int32 columns) per shard when --shard-rows is not given
+SHARD_BYTES = 512 << 20
+# the planner's 4-level bitset holds 64**4 free-space values (kernels.MAX_BITSET_SIZE)
+MAX_PACK_LEN = 64**4 - 1
 MAX_WEIGHT = 1000  # an input taken more than 1000 times over is a typo, not a mixture
 
 
@@ -71,9 +69,8 @@ class ReadConfig:
 
     format: str | None = None  # force a format (see formats.FORMATS); None = detect
     split: str = "train"  # for hub ids and save_to_disk DatasetDicts
-    columns: tuple[
-        tuple[str, str], ...
-    ] = ()  # (our name, their column), e.g. ("messages", "dialog")
+    # (our name, their column), e.g. ("messages", "dialog")
+    columns: tuple[tuple[str, str], ...] = ()
     roles: tuple[tuple[str, str], ...] = ()  # (their role, our role), e.g. ("bot", "assistant")
     on_error: OnError = "error"  # bad records: stop with a one-line error, or skip and count them
     limit: int | None = None  # read at most this many records
@@ -114,13 +111,11 @@ class TokenizeConfig:
     """How to turn normalized examples into input_ids and labels."""
 
     tokenizer: str | None = None  # local folder or hub id (cache only); None = built-in Qwen3
-    chat_template: str | None = (
-        None  # None/"auto", "tokenizer", a built-in, "trl:NAME" or a file (chat_template.py)
-    )
+    # None/"auto", "tokenizer", a built-in, "trl:NAME" or a file (chat_template.py)
+    chat_template: str | None = None
     train_on: TrainOn = "assistant"
-    template_date: str | None = (
-        None  # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
-    )
+    # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
+    template_date: str | None = None
     special_in_content: str = "keep"  # control tokens in message text: keep | split | error
     strict_labels: bool = False  # refuse a run that trains what the data lacks (AUDIT_KINDS)
     num_proc: int | None = None  # None = all cores (one process for small inputs)
@@ -162,9 +157,8 @@ class ProfileConfig:
     mfu: float = 0.4
     bins: int = 24  # terminal histogram
     plot_bins: int = 80  # PNG histogram
-    overflow: str = (
-        "drop"  # what happens to examples longer than --len: as in PackConfig (pack's default)
-    )
+    # what happens to examples longer than --len: as in PackConfig (pack's default)
+    overflow: str = "drop"
     pad_to_multiple: int = 1  # as PackConfig: each document padded to a multiple of N slots
 
     def __post_init__(self) -> None:
@@ -239,13 +233,11 @@ class VerifyConfig:
     path: str | None = None
     backend: str = "auto"  # see VERIFY_BACKENDS and packtool.verify.backends
     device: str = "auto"  # auto|cpu|cuda
-    rows: int | None = (
-        None  # rows tested for isolation; None = DEFAULT_ROWS[device]; 0 = integrity only
-    )
+    # rows tested for isolation; None = DEFAULT_ROWS[device]; 0 = integrity only
+    rows: int | None = None
     seed: int = 0
-    batch_rows: int | None = (
-        None  # rows per forward; None = 2 (1 above 8192 tokens: the CPU masks are L^2)
-    )
+    # rows per forward; None = 2 (1 above 8192 tokens: the CPU masks are L^2)
+    batch_rows: int | None = None
     model: str | None = None  # --model: isolation through this architecture (packtool.arch)
     allow_download: bool = False  # --model may fetch config.json from the hub
 

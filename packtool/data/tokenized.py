@@ -37,37 +37,28 @@ class TokenizedData:
     source_index: np.ndarray  # int64[n]
     num_read: int  # records read, skipped ones included
     skipped: list[SkippedRecord] = field(default_factory=list)
-    format: str = (
-        ""  # detected or forced input format; "mixed: ..." (formats_summary) when files differ
-    )
+    # detected or forced input format; "mixed: ..." (formats_summary) when files differ
+    format: str = ""
     format_reason: str = ""
-    formats: dict[str, FileFormat] = field(
-        default_factory=dict
-    )  # per file read: its format, why, records
-    tokenizer: dict[str, Any] = field(
-        default_factory=dict
-    )  # name, vocab_size, pad_id, eos_id, files_hash, template
+    # per file read: its format, why, records
+    formats: dict[str, FileFormat] = field(default_factory=dict)
+    # name, vocab_size, pad_id, eos_id, files_hash, template
+    tokenizer: dict[str, Any] = field(default_factory=dict)
     sources: list[SourceFile] = field(default_factory=list)
-    options: dict[str, Any] = field(
-        default_factory=dict
-    )  # tokenization options that shaped the labels
+    # tokenization options that shaped the labels
+    options: dict[str, Any] = field(default_factory=dict)
     cache_hit: bool = False
-    warnings: list[str] = field(
-        default_factory=list
-    )  # said once each, e.g. "12 examples have no loss token"
-    backend: dict[str, Any] = field(
-        default_factory=dict
-    )  # tokenizer backend that ran, and its start-up check
+    # said once each, e.g. "12 examples have no loss token"
+    warnings: list[str] = field(default_factory=list)
+    # the tokenizer backend that ran, and its start-up check
+    backend: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # timings of the stages that ran
-    release_pages: Any = (
-        None  # callable dropping the memory-mapped pages this process touched, or None
-    )
-    mapped_files: list[tuple[str, int, int]] = field(
-        default_factory=list
-    )  # (path, base address, size) of each file `table` is memory-mapped from (a mixture: several)
-    inputs: list[InputBlock] = field(
-        default_factory=list
-    )  # a mixture's inputs and their source-index blocks; empty for one input
+    # callable dropping the memory-mapped pages this process touched, or None
+    release_pages: Any = None
+    # (path, base address, size) of each file `table` is memory-mapped from (a mixture: several)
+    mapped_files: list[tuple[str, int, int]] = field(default_factory=list)
+    # a mixture's inputs and their source-index blocks; empty for one input
+    inputs: list[InputBlock] = field(default_factory=list)
     rows: Any = None  # where the token rows are when `table` is None: the Ray engine's
     # packtool.cluster.tokenize.ClusterRows (held in its object store), whose `write` packs them
 

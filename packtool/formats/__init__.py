@@ -89,9 +89,8 @@ from __future__ import annotations
 from packtool.errors import PacktoolError
 
 FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt", "firefly", "preference")
-AUTO = (
-    "auto"  # normalize(): detect each record's own format (a file none of whose records fits one)
-)
+# normalize(): detect each record's own format (a file none of whose records fits one)
+AUTO = "auto"
 # What is done with prompt/completion strings (tokenization/encode.py); report/tokenized.py reads
 # "no chat template" in a format reason to leave out the template line.
 PLAIN_PROMPT_COMPLETION = (

@@ -63,9 +63,8 @@ class ListColumn:
         self.base = np.concatenate(bases) if bases else np.zeros(0, np.int64)
         self.length = np.concatenate(lens) if lens else np.zeros(0, np.int64)
         self.chunk = np.concatenate(chunk_of) if chunk_of else np.zeros(0, np.int64)
-        self.file_offsets: np.ndarray | None = (
-            None  # byte offset of each chunk's values in its file
-        )
+        # byte offset of each chunk's values in its file
+        self.file_offsets: np.ndarray | None = None
         self.file_of: np.ndarray | None = None  # which mapped file holds each chunk
 
     def map_to_files(self, files: list[tuple[str, int, int]]) -> bool:

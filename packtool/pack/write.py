@@ -64,9 +64,7 @@ class WriteJob:
     pad_id: int
     shard_rows: int
     progress: Progress | None = None
-    procs: int = (
-        1  # writer processes allowed (pack.run.write_local; 1 = this process's threads only)
-    )
+    procs: int = 1  # writer processes allowed (pack.run.write_local; 1: this process's threads)
 
 
 def row_lists(seq_off, slots, real, source, fixed: int):

@@ -136,9 +136,8 @@ class Manifest:
     shards: list[dict[str, Any]]
     pad_to_multiple: int = 1  # the layout (schema/layout.py); written only when not the default
     fixed_docs: bool = False
-    extra: dict[str, Any] = field(
-        default_factory=dict
-    )  # keys a later writer added: kept as they are
+    # keys a later writer added: kept as they are
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label_audit(self) -> dict[str, dict[str, Any]]:
