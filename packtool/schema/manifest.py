@@ -93,13 +93,7 @@ class Tokens:
 
 _TOKEN_KEYS = ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut", "pad")
 _LAYOUT_DEFAULTS = {"pad_to_multiple": 1, "fixed_docs": False}
-_TYPES = {
-    int: "an integer",
-    str: "a string",
-    bool: "true or false",
-    dict: "an object",
-    list: "a list",
-}
+_TYPES = {int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
 
 
 @dataclass
@@ -194,19 +188,15 @@ class Manifest:
             ("dropped", list),
             ("truncated", list),
             ("split", list),
+            ("pad_to_multiple", int),  # these two only when recorded
+            ("fixed_docs", bool),
         ):
-            if not isinstance(kw[name], typ) or (typ is int and isinstance(kw[name], bool)):
+            if name in kw and not (_int(kw[name]) if typ is int else isinstance(kw[name], typ)):
                 raise ManifestError(f"{where}: {name} is not {_TYPES[typ]}")
         for name, keys in (("counts", [f.name for f in fields(Counts)]), ("tokens", _TOKEN_KEYS)):
             for k in keys:
-                v = kw[name].get(k)
-                if not isinstance(v, int) or isinstance(v, bool):
+                if not _int(kw[name].get(k)):
                     raise ManifestError(f"{where}: {name}.{k} is not recorded as an integer")
-        for name, typ in (("pad_to_multiple", int), ("fixed_docs", bool)):
-            if name in kw and (
-                not isinstance(kw[name], typ) or (typ is int and isinstance(kw[name], bool))
-            ):
-                raise ManifestError(f"{where}: {name} is not {_TYPES[typ]}")
         kw["counts"] = Counts(**{f.name: kw["counts"][f.name] for f in fields(Counts)})
         kw["tokens"] = Tokens.from_json(kw["tokens"])
         known = {f.name for f in fields(cls)}
