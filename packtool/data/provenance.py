@@ -4,6 +4,7 @@ the records that were not tokenized (SkippedRecord).
     SourceFile     path, size, sha256                       the manifest's `sources`
     FileFormat     format, reason, records                  per file read; NO_FORMAT: none fits
     SkippedRecord  source_index, file, line | record, reason    --on-error skip
+    where          a record named within its own file: 'data.jsonl:12', 'data.json record 3'
     short_names    paths → names relative to their shared folder (for messages)
     formats_summary   {path: FileFormat} → ("mixed: alpaca (a.json 91), ...", why) or None
 """
@@ -49,12 +50,13 @@ class SkippedRecord:
 
     @property
     def where(self) -> str:
-        """'data.jsonl:12' or 'data.json record 3', both within the record's own file."""
-        return (
-            f"{self.file}:{self.line}"
-            if self.line is not None
-            else f"{self.file} record {self.position}"
-        )
+        return where(self.file, self.line, self.position)
+
+
+def where(file: str, line: int | None, position: int) -> str:
+    """'data.jsonl:12' (its line) or 'data.json record 3' (its 0-based position), both within the
+    record's own file: how every message names a record."""
+    return f"{file}:{line}" if line is not None else f"{file} record {position}"
 
 
 @dataclass(frozen=True)

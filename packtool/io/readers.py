@@ -45,6 +45,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from packtool.config import ReadConfig
+from packtool.data.provenance import where
 from packtool.errors import PacktoolError, UsageError
 from packtool.formats.columns import ColumnCheck
 from packtool.io.sources import COMPRESSED, Located, data_kind, locate
@@ -66,10 +67,7 @@ class RawRecord:
 
     @property
     def where(self) -> str:
-        """'data.jsonl:12' or 'data.parquet record 3' (within its own file), for messages."""
-        if self.line is not None:
-            return f"{self.file}:{self.line}"
-        return f"{self.file} record {self.index if self.position is None else self.position}"
+        return where(self.file, self.line, self.index if self.position is None else self.position)
 
 
 # --------------------------------------------------------------------------- public API
@@ -83,8 +81,6 @@ def iter_batches(
     batches of ARROW_BATCH_RECORDS rows), each from one file.
     JSON Lines stay unparsed bytes (the encode step parses them, in parallel); parquet and Arrow
     datasets come as Arrow record batches."""
-    if cfg.limit is not None and cfg.limit < 1:
-        raise UsageError(f"--limit {cfg.limit} must be >= 1")
     if located.kind == "files":
         streams = (_file_batches(f, cfg, batch_records) for f in located.files)
     else:
@@ -157,8 +153,6 @@ def _nested_names(schema) -> set[str]:
 def iter_records(source: str, cfg: ReadConfig) -> Iterator[RawRecord]:
     """Every record behind `source`, one at a time (inspect, tests). The source is located now (a
     missing path or split raises here); records are read lazily."""
-    if cfg.limit is not None and cfg.limit < 1:
-        raise UsageError(f"--limit {cfg.limit} must be >= 1")
     located = locate(source, cfg.split)
 
     def gen():
@@ -231,11 +225,8 @@ class RawBatch:
         return self.offset + i
 
     def where(self, i: int) -> str:
-        """'data.jsonl:12' or 'data.parquet record 3' (within its own file), for messages."""
-        line = self.line_of(i)
-        return (
-            f"{self.file}:{line}" if line is not None else f"{self.file} record {self.offset + i}"
-        )
+        """Record i of the batch named within its file (data.provenance.where), for messages."""
+        return where(self.file, self.line_of(i), self.offset + i)
 
     def parsed(self) -> tuple[list[dict | None], list[str | None]]:
         """(record or None, why not) per record; JSON lines are parsed here."""
@@ -382,17 +373,12 @@ def _jsonl_range_batches(path: str, a: int, b: int, batch_records: int) -> Itera
 
 def _open(path: str) -> BinaryIO:
     low = path.lower()
-    if low.endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
     if low.endswith(".zst"):
         import zstandard
 
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb")))  # type: ignore[arg-type]
-    if low.endswith(".bz2"):
-        return bz2.open(path, "rb")  # type: ignore[return-value]
-    if low.endswith(".xz"):
-        return lzma.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(os.path.splitext(low)[1])
+    return (opener or open)(path, "rb")  # type: ignore[return-value]
 
 
 def _json_type(obj: Any) -> str:
