@@ -81,7 +81,7 @@ detects once per file, on that file's first record whose format is found (tokeni
 `decide_file`), and normalizes every record of the file with that format, so a folder or glob may
 mix formats, one per file; `--format` forces one format on every file. A file none of whose records fits a format is
 normalized with AUTO: each record is refused with what `detect_format` says of it. An Example
-without an assistant turn is valid here (it carries 0 loss tokens; `has_assistant` tells).
+without an assistant turn is valid here (it carries 0 loss tokens).
 """
 
 from __future__ import annotations

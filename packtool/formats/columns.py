@@ -137,10 +137,7 @@ class ColumnCheck:
         if not isinstance(record, dict):
             return
         self._keys_of(record)
-        for pair in list(self.pending):
-            ours, theirs = pair
-            if theirs in record if ours not in TURN_FIELDS else _has_turn_key(record, theirs):
-                self.pending.discard(pair)
+        self._matched(lambda ours, theirs: _has_column(record, ours, theirs))
 
     def feed_raw(self, raw: bytes) -> None:
         self.records += 1
@@ -151,17 +148,15 @@ class ColumnCheck:
                     self._keys_of(rec)
             except ValueError:
                 pass
-        for pair in list(self.pending):
-            if self._needles[pair] in raw:
-                self.pending.discard(pair)
+        self._matched(lambda *pair: self._needles[pair] in raw)
 
     def feed_names(self, top: list[str], nested: set[str], rows: int) -> None:
         self.records += rows
         self._keys_of(top)
-        for pair in list(self.pending):
-            ours, theirs = pair
-            if theirs in (nested if ours in TURN_FIELDS else top):
-                self.pending.discard(pair)
+        self._matched(lambda ours, theirs: theirs in (nested if ours in TURN_FIELDS else top))
+
+    def _matched(self, match) -> None:
+        self.pending = {pair for pair in self.pending if not match(*pair)}
 
     def problem(self, what: str) -> str | None:
         if not self.pending:
@@ -182,7 +177,11 @@ class ColumnCheck:
         return msg + (f" ({more} more --column mapping(s) match nothing)" if more else "")
 
 
-def _has_turn_key(record: dict, key: str) -> bool:
+def _has_column(record: dict, ours: str, key: str) -> bool:
+    """Whether the --column ours=key mapping matches `record`: a top-level key, or for role /
+    content a key of one of its first 64 turns."""
+    if ours not in TURN_FIELDS:
+        return key in record
     for value in record.values():
         if isinstance(value, list):
             for turn in value[:64]:

@@ -33,14 +33,6 @@ def normalize(record: dict, fmt: str, cfg: ReadConfig) -> dict:
     return fn(record, plan)
 
 
-def has_assistant(example: dict) -> bool:
-    """Whether the example has something to train on besides plain text: an assistant turn or a
-    completion. Examples without one are valid; the tokenizer counts them (0 loss tokens)."""
-    if example["kind"] == "chat":
-        return any(m["role"] == "assistant" for m in example["messages"])
-    return True
-
-
 def template_messages(example: dict) -> list[dict]:
     """The messages as a chat template expects them: keys whose value is None dropped, `weight`
     dropped (it is ours, not the template's); reasoning also as `thinking` (gpt-oss templates read that)."""
