@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from packtool import schema
+from packtool.data.arrow import arrow_array
 from packtool.errors import Interrupt, UsageError
 from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
@@ -49,13 +50,6 @@ def writer_options() -> dict[str, Any]:
     }
 
 
-def _int_array(values: np.ndarray, pa_type):
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values)
-    return pa.Array.from_buffers(pa_type, values.shape[0], [None, pa.py_buffer(values)])
-
-
 def rows_table(
     input_ids,
     labels,
@@ -72,27 +66,27 @@ def rows_table(
     `unpadded` (a pack with --pad-to-multiple N > 1): the seq_lengths_unpadded lists."""
     import pyarrow as pa
 
-    k, pack_len = input_ids.shape
+    pack_len = input_ids.shape[1]
 
-    def fixed(a):
-        return pa.FixedSizeListArray.from_arrays(_int_array(a.reshape(-1), pa.int32()), pack_len)
+    def fixed(a):  # [k, L] int32: zero-copy
+        return pa.FixedSizeListArray.from_arrays(arrow_array(a.reshape(-1)), pack_len)
 
-    def int32_list(a):
-        return pa.ListArray.from_arrays(offsets, _int_array(a.astype(np.int32), pa.int32()))
+    def listed(a, dtype=np.int32):
+        return pa.ListArray.from_arrays(offsets, arrow_array(a.astype(dtype)))
 
-    offsets = _int_array(seq_offsets.astype(np.int32), pa.int32())
+    offsets = arrow_array(seq_offsets.astype(np.int32))
     arrays = [
         fixed(input_ids),
         fixed(labels),
         fixed(position_ids),
         fixed(document_id),
-        int32_list(seq_lengths),
-        pa.ListArray.from_arrays(offsets, _int_array(source_index.astype(np.int64), pa.int64())),
-        _int_array(num_tokens.astype(np.int32), pa.int32()),
-        _int_array(num_loss_tokens.astype(np.int32), pa.int32()),
+        listed(seq_lengths),
+        listed(source_index, np.int64),
+        arrow_array(num_tokens.astype(np.int32)),
+        arrow_array(num_loss_tokens.astype(np.int32)),
     ]
     if unpadded is not None:
-        arrays.append(int32_list(unpadded))
+        arrays.append(listed(unpadded))
     padded = unpadded is not None
     return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(pack_len, padded))
 
