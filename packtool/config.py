@@ -258,8 +258,7 @@ class EngineConfig:
     workers: int | None = None  # None: every CPU of the cluster
 
     def __post_init__(self):
-        if self.name not in ENGINES:
-            raise UsageError(f"--engine {self.name!r} is not one of {'|'.join(ENGINES)}")
+        choice("--engine", self.name, ENGINES)
         if self.address is not None and self.name != "ray":
             raise UsageError("--ray-address joins a Ray cluster: it needs --engine ray")
         at_least("--num-proc", self.workers, 1)

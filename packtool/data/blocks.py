@@ -26,7 +26,7 @@ class InputBlock:
 
     number: int  # 1-based, as in messages: "input 2 (alpaca.json)"
     spec: str  # as given on the command line
-    data: str
+    data: str  # the input as given, before its ::options ('alpaca.json' in messages)
     read: dict[str, Any]  # its ReadConfig as JSON (format, split, columns, roles, on_error, limit)
     weight: float
     offset: int
@@ -43,15 +43,9 @@ class InputBlock:
     def end(self) -> int:
         return self.offset + self.copies * self.records
 
-    @property
-    def name(self) -> str:
-        """'alpaca.json' for messages: the input as given, before its options."""
-        return self.data
-
     def locate(self, source_index: int) -> tuple[int, int]:
         """(copy, record) of a global source index inside this block."""
-        c, r = divmod(int(source_index) - self.offset, self.records)
-        return c, r
+        return divmod(int(source_index) - self.offset, self.records)
 
 
 def input_of(source_index: int, inputs) -> InputBlock | None:
@@ -69,7 +63,7 @@ def describe_source(source_index: int, inputs) -> str:
     if b is None:
         return f"record {int(source_index)}"
     c, r = b.locate(source_index)
-    return f"input {b.number} ({b.name}) record {r}" + (f", copy {c}" if b.copies > 1 else "")
+    return f"input {b.number} ({b.data}) record {r}" + (f", copy {c}" if b.copies > 1 else "")
 
 
 def input_counts(block: InputBlock, dropped, truncated, split) -> dict[str, int]:

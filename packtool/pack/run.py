@@ -66,11 +66,6 @@ def pad_id_of(tokenizer: dict) -> tuple[int, str]:
     return 0, "default 0 (tokenizer has neither pad_id nor eos_id)"
 
 
-def _histogram(values: np.ndarray) -> dict[str, int]:
-    counts = np.bincount(values) if values.size else np.zeros(0, np.int64)
-    return {str(k): int(v) for k, v in enumerate(counts) if v}
-
-
 def pack_tokenized(
     data: TokenizedData,
     cfg: PackConfig,
@@ -191,7 +186,7 @@ def pack_tokenized(
                 "min": int(docs.min()),
                 "mean": round(float(docs.mean()), 4),
                 "max": int(docs.max()),
-                "histogram": _histogram(docs),
+                "histogram": {str(k): int(v) for k, v in enumerate(np.bincount(docs)) if v},
             },
             shards=written.shards,
             pad_to_multiple=cfg.pad_to_multiple,

@@ -72,9 +72,8 @@ def _cause(reason: str) -> tuple[str, tuple[str, ...]]:
     """(reason with quoted values as '…', bare repeats of them as …, numbers as N; the quoted values)."""
     values = tuple(_QUOTED.findall(reason))
     key = _QUOTED.sub("'…'", reason)
-    for v in sorted({v for v in values if len(v) > 1 and re.fullmatch(r"[\w.-]+", v)}, key=len)[
-        ::-1
-    ]:
+    words = {v for v in values if len(v) > 1 and re.fullmatch(r"[\w.-]+", v)}
+    for v in sorted(words, key=len, reverse=True):
         key = re.sub(rf"(?<![\w.-]){re.escape(v)}(?![\w.-])", "…", key)
     return _NUMBER.sub("N", key), values
 
