@@ -133,10 +133,7 @@ def _norm_prompt_completion(record: dict, plan: ReadPlan) -> dict:
 def _norm_preference(record: dict, plan: ReadPlan) -> dict:
     """SFT on the chosen answer: prompt turns (no loss) + chosen turns; `rejected` is not read."""
     chosen = _require(record, "chosen", "preference")
-    prompt = next(
-        (record[k] for k in ("conversations", "messages", "prompt") if record.get(k) is not None),
-        None,
-    )
+    prompt = first_of(record, ("conversations", "messages", "prompt"))
     if isinstance(chosen, str):
         chosen = [{"role": "assistant", "content": chosen}]
     elif isinstance(chosen, dict):

@@ -106,9 +106,7 @@ def _turn(turn: Any, i: int, plan: ReadPlan) -> dict:
                 "expected a string or a list of typed parts"
             )
 
-    weight = turn.get("weight")
-    if weight is None:
-        weight = turn.get("loss_weight")
+    weight = first_of(turn, ("weight", "loss_weight"))
     if weight is not None:
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight not in (0, 1):
             raise FormatError(
@@ -190,9 +188,7 @@ def _tool_call(call: Any, i: int) -> dict:
     name = fn.get("name")
     if not isinstance(name, str) or not name:
         raise FormatError(f"message {i} tool call has no 'name'; it has keys {keys_text(fn)}")
-    args = fn.get("arguments")
-    if args is None:
-        args = fn.get("parameters")
+    args = first_of(fn, ("arguments", "parameters"))
     if args is None or args == "":
         args = {}
     elif isinstance(args, str):
