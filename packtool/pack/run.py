@@ -195,25 +195,17 @@ def pack_tokenized(
         shards.write_manifest(tmp, manifest)
     t_end = time.perf_counter()
     warnings = [schema.Notice(notices.INPUT, str(w)) for w in getattr(data, "warnings", []) or []]
-    if counts["truncated"]:
-        warnings.append(
-            schema.Notice(
-                notices.TRUNCATED,
-                f"truncated {counts['truncated']} example(s) to --len {L}: {truncated_cut} tokens cut "
-                "(listed under 'truncated' in the manifest); --overflow split keeps them",
-                counts["truncated"],
-                [x["source_index"] for x in manifest["truncated"]],
-            )
-        )
-    if counts["dropped"]:
-        warnings.append(
-            schema.Notice(
-                notices.DROPPED,
-                f"dropped {counts['dropped']} example(s) (listed under 'dropped' in the manifest)",
-                counts["dropped"],
-                [x["source_index"] for x in manifest["dropped"]],
-            )
-        )
+    said = {
+        notices.TRUNCATED: f"truncated {counts['truncated']} example(s) to --len {L}: "
+        f"{truncated_cut} tokens cut (listed under 'truncated' in the manifest); --overflow split "
+        "keeps them",
+        notices.DROPPED: f"dropped {counts['dropped']} example(s) (listed under 'dropped' in the "
+        "manifest)",
+    }
+    for what, message in said.items():  # the notice codes are the manifest's keys
+        if counts[what]:
+            listed = [x["source_index"] for x in manifest[what]]
+            warnings.append(schema.Notice(what, message, counts[what], listed))
     loss = overflow_loss(lengths, pieces, L, cfg.overflow)
     if loss is not None:
         lost = pieces.dropped if cfg.overflow == "drop" else pieces.truncated
