@@ -351,24 +351,22 @@ def _jsonl_range_batches(path: str, a: int, b: int, batch_records: int) -> Itera
     """The lines of a plain JSON Lines file that start in [a, b), numbered from 1 at the first of
     them; the last batch (always yielded, maybe empty) says in `lines_read` how many lines (blank
     ones too) the range holds."""
-    read = [0]
     with open(path, "rb") as f:
         if a > 0:
             f.seek(a - 1)
             if f.read(1) != b"\n":
                 f.readline()  # the line that starts before a belongs to the part before
 
-        def numbered():
+        def lines():
             pos = f.tell()
             while pos < b:
                 text = f.readline()
                 if not text:
                     return
                 pos += len(text)
-                read[0] += 1
-                yield read[0], text
+                yield text
 
-        yield from _line_batches(path, numbered(), batch_records, lines_read=read)
+        yield from _line_batches(path, enumerate(lines(), 1), batch_records, part=True)
 
 
 def _open(path: str) -> BinaryIO:
@@ -392,14 +390,12 @@ def _jsonl_batches(path: str, batch_records: int) -> Iterator[RawBatch]:
         yield from _line_batches(path, enumerate(f, 1), batch_records)
 
 
-def _line_batches(
-    path: str, numbered, batch_records: int, lines_read: list[int] | None = None
-) -> Iterator[RawBatch]:
-    """(line number, bytes) pairs → batches of the non-blank lines; with `lines_read` (a counter
-    the pairs advance) the last batch is always yielded and carries its final count."""
+def _line_batches(path: str, numbered, batch_records: int, part=False) -> Iterator[RawBatch]:
+    """(line number, bytes) pairs → batches of the non-blank lines; for a `part` of a file the last
+    batch is always yielded and carries the lines read (the last line number) in `lines_read`."""
     lines: list[int] = []
     raw: list[bytes] = []
-    size = 0
+    size = lineno = 0
     for lineno, text in numbered:
         if not text.strip():
             continue
@@ -409,8 +405,8 @@ def _line_batches(
         if len(raw) >= batch_records or size >= BATCH_BYTES:
             yield RawBatch(path, lines=lines, raw=raw)
             lines, raw, size = [], [], 0
-    if lines_read is not None:
-        yield RawBatch(path, lines=lines, raw=raw, lines_read=lines_read[0])
+    if part:
+        yield RawBatch(path, lines=lines, raw=raw, lines_read=lineno)
     elif raw:
         yield RawBatch(path, lines=lines, raw=raw)
 

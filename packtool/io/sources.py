@@ -29,9 +29,7 @@ from packtool.data.provenance import SourceFile
 from packtool.errors import PacktoolError
 from packtool.io.files import sha256_file
 
-_JSONL = (".jsonl", ".ndjson")
-_JSON = (".json",)
-_PARQUET = (".parquet",)
+_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
 COMPRESSED = (".gz", ".zst", ".bz2", ".xz")
 _SUPPORTED_TEXT = (
     ".jsonl, .ndjson, .json (each also .gz/.zst/.bz2/.xz), .parquet, a folder or glob of those, "
@@ -59,19 +57,11 @@ class Located:
 def data_kind(name: str) -> str | None:
     """'jsonl' | 'json' | 'parquet' | None, from the file name."""
     low = name.lower()
-    for ext in COMPRESSED:
-        if low.endswith(ext):
-            low = low[: -len(ext)]
-            if low.endswith(_PARQUET):
-                return None  # parquet compresses inside; x.parquet.gz is not read
-            break
-    if low.endswith(_JSONL):
-        return "jsonl"
-    if low.endswith(_JSON):
-        return "json"
-    if low.endswith(_PARQUET):
-        return "parquet"
-    return None
+    plain = next((low[: -len(z)] for z in COMPRESSED if low.endswith(z)), low)
+    kind = next((k for ext, k in _KINDS.items() if plain.endswith(ext)), None)
+    if kind == "parquet" and plain != low:
+        return None  # parquet compresses inside; x.parquet.gz is not read
+    return kind
 
 
 def _is_saved_dataset(path: Path) -> bool:
