@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from packtool.errors import UsageError
-
-TrainOn = Literal["assistant", "last", "all"]
-OnError = Literal["error", "skip"]
 
 TRAIN_ON = ("assistant", "last", "all")
 ON_ERROR = ("error", "skip")
@@ -43,8 +40,9 @@ MAX_WEIGHT = 1000  # an input taken more than 1000 times over is a typo, not a m
 
 
 def multiple_of(pack_len: int, n: int) -> None:
-    """UsageError unless --len is a multiple of --pad-to-multiple (every padded document then fits a
-    row exactly when the real one does); the message gives the nearest valid --len values."""
+    """UsageError unless --pad-to-multiple is >= 1 and --len a multiple of it (every padded document
+    then fits a row exactly when the real one does); the message gives the nearest valid --len."""
+    at_least("--pad-to-multiple", n, 1, " (1 = no padding)")
     if n > 1 and pack_len % n:
         low, high = pack_len // n * n, (pack_len // n + 1) * n
         near = f"--len {low} or --len {high}" if low >= 2 else f"--len {high}"
@@ -72,7 +70,7 @@ class ReadConfig:
     # (our name, their column), e.g. ("messages", "dialog")
     columns: tuple[tuple[str, str], ...] = ()
     roles: tuple[tuple[str, str], ...] = ()  # (their role, our role), e.g. ("bot", "assistant")
-    on_error: OnError = "error"  # bad records: stop with a one-line error, or skip and count them
+    on_error: str = "error"  # bad records: stop with a one-line error, or skip and count them
     limit: int | None = None  # read at most this many records
 
     def __post_init__(self) -> None:
@@ -113,7 +111,7 @@ class TokenizeConfig:
     tokenizer: str | None = None  # local folder or hub id (cache only); None = built-in Qwen3
     # None/"auto", "tokenizer", a built-in, "trl:NAME" or a file (chat_template.py)
     chat_template: str | None = None
-    train_on: TrainOn = "assistant"
+    train_on: str = "assistant"  # see TRAIN_ON
     # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
     template_date: str | None = None
     special_in_content: str = "keep"  # control tokens in message text: keep | split | error
@@ -165,7 +163,6 @@ class ProfileConfig:
         choice("--overflow", self.overflow, OVERFLOWS)
         if not 1 <= self.pack_len <= MAX_PACK_LEN:
             raise UsageError(f"--len {self.pack_len} must be in 1..{MAX_PACK_LEN}, e.g. --len 4096")
-        at_least("--pad-to-multiple", self.pad_to_multiple, 1, " (1 = no padding)")
         multiple_of(self.pack_len, self.pad_to_multiple)
         at_least("--batch-size", self.batch_size, 1)
         if self.group_window < self.batch_size:
@@ -213,7 +210,6 @@ class PackConfig:
         at_least("--seed", self.seed, 0)
         if self.shard_rows < 0:
             raise UsageError(f"--shard-rows {self.shard_rows} must be >= 1 (or 0 = automatic)")
-        at_least("--pad-to-multiple", self.pad_to_multiple, 1, " (1 = no padding)")
         multiple_of(self.pack_len, self.pad_to_multiple)
         if self.fixed_docs and self.max_docs < 1:
             raise UsageError(
