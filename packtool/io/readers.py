@@ -39,7 +39,7 @@ import lzma
 import os
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 import orjson
@@ -205,17 +205,9 @@ class RawBatch:
         return self.arrow.num_rows
 
     def head(self, n: int) -> RawBatch:
-        return RawBatch(
-            self.file,
-            self.lines[:n] if self.lines is not None else None,
-            self.raw[:n] if self.raw is not None else None,
-            self.records[:n] if self.records is not None else None,
-            self.errors[:n] if self.errors is not None else None,
-            self.arrow.slice(0, n) if self.arrow is not None else None,
-            self.start,
-            self.offset,
-            self.fmt,
-        )
+        """The first n records (without lines_read: a part's count)."""
+        cut = {k: getattr(self, k) for k in ("lines", "raw", "records", "errors", "arrow")}
+        return replace(self, lines_read=None, **{k: v[:n] for k, v in cut.items() if v is not None})
 
     def line_of(self, i: int) -> int | None:
         return self.lines[i] if self.lines is not None else None
