@@ -296,11 +296,8 @@ def layout_rows(
     """
     k = rows.shape[0]
     pack_len = input_ids.shape[1]
-    seq_offsets = np.empty(k + 1, dtype=np.int64)
-    seq_offsets[0] = 0
-    for j in range(k):
-        r = rows[j]
-        seq_offsets[j + 1] = seq_offsets[j] + row_offsets[r + 1] - row_offsets[r]
+    seq_offsets = np.zeros(k + 1, dtype=np.int64)
+    seq_offsets[1:] = np.cumsum(row_offsets[rows + 1] - row_offsets[rows])
     m = seq_offsets[k]
     pieces = np.empty(m, dtype=np.int64)
     dest_col = np.empty(m, dtype=np.int64)

@@ -76,12 +76,8 @@ def cu_seqlens_unpadded(
 
 def position_ids(seq_lengths: Sequence[int], pack_len: int) -> np.ndarray:
     """int32 [pack_len]: 0, 1, ... restarting at every segment (the pad tail included)."""
-    segs = row_segments(seq_lengths, pack_len)
-    return (
-        np.concatenate([np.arange(n, dtype=np.int32) for n in segs])
-        if segs
-        else np.zeros(0, np.int32)
-    )
+    runs = [np.arange(n, dtype=np.int32) for n in row_segments(seq_lengths, pack_len)]
+    return np.concatenate(runs or [np.zeros(0, np.int32)])
 
 
 def document_ids(seq_lengths: Sequence[int], pack_len: int) -> np.ndarray:
