@@ -24,6 +24,7 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -133,14 +134,12 @@ def write_shards(
                 for s in members
             ]
             blocks = [
-                list(range(s * shard_rows, min(R, (s + 1) * shard_rows), group_rows))
-                for s in members
+                range(s * shard_rows, min(R, (s + 1) * shard_rows), group_rows) for s in members
             ]
-            for i in range(max(len(b) for b in blocks)):
-                for w, s in enumerate(members):
-                    if i >= len(blocks[w]):
+            for step in zip_longest(*blocks):  # block i of every shard of the wave, in turn
+                for w, (s, b0) in enumerate(zip(members, step, strict=True)):
+                    if b0 is None:
                         continue
-                    b0 = blocks[w][i]
                     rows = row_order[b0 : min(b0 + group_rows, (s + 1) * shard_rows, R)]
                     k = rows.shape[0]
                     pool.wait(w, keep=1)  # the write that used this buffer set has finished
