@@ -35,40 +35,20 @@ MAX_BITSET_SIZE = 64**BITSET_LEVELS
 
 _ONE = np.uint64(1)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-_M32 = np.uint64(0xFFFFFFFF)
-_M16 = np.uint64(0xFFFF)
-_M8 = np.uint64(0xFF)
-_M4 = np.uint64(0xF)
-_M2 = np.uint64(0x3)
-_S32 = np.uint64(32)
-_S16 = np.uint64(16)
-_S8 = np.uint64(8)
-_S4 = np.uint64(4)
-_S2 = np.uint64(2)
+_LOW = np.array(
+    [0xFFFFFFFF, 0xFFFF, 0xFF, 0xF, 0x3, 0x1], dtype=np.uint64
+)  # the low 32, 16, ... bits
 
 
 @njit(cache=True, inline="always")
 def _ctz(word):
-    """Index of the lowest set bit of a non-zero uint64 (branchy binary search: no overflowing
-    multiply, so it runs the same under NUMBA_DISABLE_JIT=1)."""
+    """Index of the lowest set bit of a non-zero uint64, by halving the width searched (no
+    overflowing multiply, so it runs the same under NUMBA_DISABLE_JIT=1)."""
     n = 0
-    if (word & _M32) == 0:
-        n += 32
-        word >>= _S32
-    if (word & _M16) == 0:
-        n += 16
-        word >>= _S16
-    if (word & _M8) == 0:
-        n += 8
-        word >>= _S8
-    if (word & _M4) == 0:
-        n += 4
-        word >>= _S4
-    if (word & _M2) == 0:
-        n += 2
-        word >>= _S2
-    if (word & _ONE) == 0:
-        n += 1
+    for k in range(6):
+        if (word & _LOW[k]) == 0:
+            n += 32 >> k
+            word >>= np.uint64(32 >> k)
     return n
 
 
