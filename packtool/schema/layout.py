@@ -31,10 +31,6 @@ class Layout:
         """Whether the shards carry seq_lengths_unpadded (N > 1)."""
         return self.pad_to_multiple > 1
 
-    @property
-    def default(self) -> bool:
-        return not self.padded and not self.fixed_docs
-
     def slots(self, lengths) -> np.ndarray:
         """int64 slots each document takes: ceil(n/N)*N (0 stays 0)."""
         n = np.asarray(lengths, dtype=np.int64)

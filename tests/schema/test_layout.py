@@ -21,9 +21,9 @@ def _v1() -> dict:
 def test_slots_round_each_document_up_to_the_multiple():
     lay = schema.Layout(pad_to_multiple=8)
     assert lay.slots([1, 7, 8, 9, 16, 0]).tolist() == [8, 8, 8, 16, 16, 0]
-    assert lay.padded and not lay.default
+    assert lay.padded and lay != schema.Layout()
     assert schema.Layout().slots(np.array([3, 5])).tolist() == [3, 5]
-    assert schema.Layout().default and not schema.Layout().padded
+    assert not schema.Layout().padded and not schema.Layout().fixed_docs
 
 
 def test_layout_from_manifest():
