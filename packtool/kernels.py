@@ -119,14 +119,8 @@ def decreasing_order(lengths, pack_len):
     Returns (seq int64[n] document indices, sizes int64[n] = lengths[seq]).
     """
     n = lengths.shape[0]
-    start = np.zeros(pack_len + 2, dtype=np.int64)
-    for i in range(n):
-        start[lengths[i]] += 1
-    acc = 0
-    for length in range(pack_len, -1, -1):
-        c = start[length]
-        start[length] = acc
-        acc += c
+    count = np.bincount(lengths, minlength=pack_len + 1)
+    start = np.cumsum(count[::-1])[::-1] - count  # documents longer than each length
     seq = np.empty(n, dtype=np.int64)
     sizes = np.empty(n, dtype=np.int64)
     for i in range(n):
@@ -226,10 +220,7 @@ def group_by_row(seq, row, num_rows):
     """CSR layout: row_offsets int64[R+1], doc_order int64[n] (documents seq[t], placement order)."""
     n = seq.shape[0]
     row_offsets = np.zeros(num_rows + 1, dtype=np.int64)
-    for t in range(n):
-        row_offsets[row[t] + 1] += 1
-    for r in range(num_rows):
-        row_offsets[r + 1] += row_offsets[r]
+    row_offsets[1:] = np.cumsum(np.bincount(row, minlength=num_rows))
     fill = row_offsets[:-1].copy()
     doc_order = np.empty(n, dtype=np.int64)
     for t in range(n):
