@@ -109,6 +109,5 @@ def formats_summary(formats: dict[str, FileFormat]) -> tuple[str, str] | None:
             parts.append(f"{fmt} ({', '.join(f'{n} {k}' for n, k in files)})")
         else:
             parts.append(f"{fmt} ({len(files)} files, {sum(k for _, k in files)} records)")
-    return "mixed: " + ", ".join(
-        parts
-    ), f"each file's format detected from its own records ({len(formats)} files)"
+    why = f"each file's format detected from its own records ({len(formats)} files)"
+    return "mixed: " + ", ".join(parts), why

@@ -90,13 +90,9 @@ def _table_rows(table) -> tuple[Any, np.ndarray | None]:
 
     if isinstance(table, pa.Table):
         return table, None
-    dataset = table
-    table = getattr(dataset.data, "table", dataset.data)
-    indices = getattr(dataset, "_indices", None)
-    mapping = None
-    if indices is not None:
-        mapping = np.asarray(indices.column(0).to_numpy(), dtype=np.int64)
-    return table, mapping
+    indices = getattr(table, "_indices", None)
+    mapping = None if indices is None else np.asarray(indices.column(0).to_numpy(), np.int64)
+    return getattr(table.data, "table", table.data), mapping
 
 
 @dataclass
@@ -134,9 +130,7 @@ class FileGather:
     def __init__(self, paths: list[str], loc: Located, capacity: int):
         from numba.typed import List
 
-        self.fds: list[int] = []
-        for path in paths:
-            self.fds.append(os.open(path, os.O_RDONLY))
+        self.fds = [os.open(path, os.O_RDONLY) for path in paths]
         self.loc = loc
         self.ids = np.empty(capacity, dtype=np.int32)
         self.lab = np.empty(capacity, dtype=np.int32)
