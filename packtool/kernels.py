@@ -352,10 +352,5 @@ def count_not_equal(chunk, start, stop, values, ignore_index):
     """Per i: how many of values[chunk[i]][start[i]:stop[i]] differ from ignore_index."""
     out = np.zeros(chunk.shape[0], dtype=np.int64)
     for i in range(chunk.shape[0]):
-        src = values[chunk[i]]
-        s = 0
-        for t in range(start[i], stop[i]):
-            if src[t] != ignore_index:
-                s += 1
-        out[i] = s
+        out[i] = np.count_nonzero(values[chunk[i]][start[i] : stop[i]] != ignore_index)
     return out

@@ -139,9 +139,7 @@ class TokenizedData:
         import pyarrow as pa
 
         n = len(input_ids)
-        lengths = np.array([len(x) for x in input_ids], dtype=np.int64)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = np.cumsum([0] + [len(x) for x in input_ids], dtype=np.int64)
         flat = lambda rows: np.array([v for r in rows for v in r], dtype=np.int32)  # noqa: E731
         src = np.asarray(kw.pop("source_index", np.arange(n)), dtype=np.int64)
         batch = token_batch(flat(input_ids), flat(labels), offsets, src)

@@ -101,11 +101,10 @@ def iter_batches(
             yield b
             index += n
             offset += n
-            if index == cfg.limit:  # stop before reading one more record (or opening a file)
+            if index == cfg.limit:
                 break
-        else:
-            continue
-        break
+        if index == cfg.limit:  # stop before reading one more record (or opening a file)
+            break
     if check is not None:  # every --column matched in some record read, or a usage error
         problem = check.problem(_input_name(located))
         if problem is not None:
