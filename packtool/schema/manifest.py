@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from packtool.schema.columns import MANIFEST, SCHEMA_VERSION
@@ -82,13 +82,8 @@ class Tokens:
 
     @classmethod
     def from_json(cls, d: dict) -> Tokens:
-        return cls(
-            **{
-                ("in_" if k == "in" else k): v
-                for k, v in d.items()
-                if k in _TOKEN_KEYS or k == "doc_pad"
-            }
-        )
+        known = {k: v for k, v in d.items() if k in (*_TOKEN_KEYS, "doc_pad")}
+        return cls(in_=known.pop("in"), **known)
 
 
 _TOKEN_KEYS = ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut", "pad")
@@ -150,11 +145,9 @@ class Manifest:
                 continue  # one input: no `inputs` key, the bytes of earlier packs
             if f.name in _LAYOUT_DEFAULTS and v == _LAYOUT_DEFAULTS[f.name]:
                 continue  # default layout: the manifest's bytes are those of earlier packs
-            out[f.name] = (
-                v.to_json()
-                if isinstance(v, Tokens)
-                else (vars(v).copy() if isinstance(v, Counts) else v)
-            )
+            if isinstance(v, Counts):
+                v = asdict(v)
+            out[f.name] = v.to_json() if isinstance(v, Tokens) else v
         out.update(self.extra)
         return out
 
