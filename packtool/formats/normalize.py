@@ -64,18 +64,24 @@ def _norm_messages(record: dict, plan: ReadPlan) -> dict:
 def _norm_sharegpt(record: dict, plan: ReadPlan) -> dict:
     turns = _require(record, "conversations", "sharegpt")
     messages = read_turns(turns, plan, "conversations")
-    system = record.get("system")
-    if system is not None and system != "":
-        if not isinstance(system, str):
-            raise FormatError(f"'system' is a {type(system).__name__}, expected a string")
-        if messages[0]["role"] == "system":
-            if messages[0]["content"] != system:
-                raise FormatError(
-                    "record has both a 'system' column and a different system turn; keep one"
-                )
-        else:
-            messages.insert(0, make_message("system", system))
+    system = _system(record.get("system"))
+    if system and messages[0]["role"] == "system":
+        if messages[0]["content"] != system[0]["content"]:
+            raise FormatError(
+                "record has both a 'system' column and a different system turn; keep one"
+            )
+    else:
+        messages = system + messages
     return make_example("chat", messages, read_tools(record.get("tools")))
+
+
+def _system(value: Any) -> list[dict]:
+    """The `system` column as [system message]; [] when absent or empty."""
+    if value is None or value == "":
+        return []
+    if not isinstance(value, str):
+        raise FormatError(f"'system' is a {type(value).__name__}, expected a string")
+    return [make_message("system", value)]
 
 
 def _norm_firefly(record: dict, plan: ReadPlan) -> dict:
@@ -87,12 +93,7 @@ def _norm_firefly(record: dict, plan: ReadPlan) -> dict:
         )
     if not pairs:
         raise FormatError("empty conversation: 'conversation' has no turns")
-    messages = []
-    system = record.get("system")
-    if system is not None and system != "":
-        if not isinstance(system, str):
-            raise FormatError(f"'system' is a {type(system).__name__}, expected a string")
-        messages.append(make_message("system", system))
+    messages = _system(record.get("system"))
     for i, pair in enumerate(pairs):
         if not isinstance(pair, dict):
             raise FormatError(
@@ -119,11 +120,7 @@ def _norm_prompt_completion(record: dict, plan: ReadPlan) -> dict:
     if isinstance(prompt, list) and isinstance(completion, list):
         if not completion:
             raise FormatError("'completion' is an empty list of messages")
-        head = read_turns(prompt, plan, "prompt", allow_empty=True)
-        for m in head:
-            m["weight"] = 0.0  # the prompt never carries loss
-        tail = read_turns(completion, plan, "completion", offset=len(head))
-        return make_example("chat", head + tail, read_tools(record.get("tools")))
+        return _prompt_then(record, plan, prompt, completion, "completion")
     raise FormatError(
         f"'prompt' is a {type(prompt).__name__} and 'completion' a {type(completion).__name__}; "
         "both must be strings or both lists of messages"
@@ -147,17 +144,19 @@ def _norm_preference(record: dict, plan: ReadPlan) -> dict:
     whole = isinstance(opener, str) and ROLE_TAGS.get(
         plan.roles.get(opener, opener).lower(), ("",)
     )[0] in ("system", "user")
-    if (
-        prompt is None or whole
-    ):  # implicit prompt: chosen is the whole conversation (TRL, UltraFeedback)
-        messages = read_turns(chosen, plan, "chosen")
-        return make_example("chat", messages, read_tools(record.get("tools")))
-    if isinstance(prompt, str):
+    if prompt is None or whole:
+        prompt = []  # implicit prompt: chosen is the whole conversation (TRL, UltraFeedback)
+    elif isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
+    return _prompt_then(record, plan, prompt, chosen, "chosen")
+
+
+def _prompt_then(record: dict, plan: ReadPlan, prompt: list, answer: list, key: str) -> dict:
+    """Chat: the prompt turns (no loss) then the `key` turns (`answer`), with the record's tools."""
     head = read_turns(prompt, plan, "prompt", allow_empty=True)
     for m in head:
         m["weight"] = 0.0  # the prompt never carries loss
-    tail = read_turns(chosen, plan, "chosen", offset=len(head))
+    tail = read_turns(answer, plan, key, offset=len(head))
     return make_example("chat", head + tail, read_tools(record.get("tools")))
 
 
@@ -168,12 +167,7 @@ def _norm_alpaca(record: dict, plan: ReadPlan) -> dict:
     for key, value in (("instruction", instruction), ("output", output), ("input", extra)):
         if value is not None and not isinstance(value, str):
             raise FormatError(f"'{key}' is a {type(value).__name__}, expected a string")
-    messages = []
-    system = record.get("system")
-    if system:
-        if not isinstance(system, str):
-            raise FormatError(f"'system' is a {type(system).__name__}, expected a string")
-        messages.append(make_message("system", system))
+    messages = _system(record.get("system") or None)
     history = record.get("history")
     if history:
         if not isinstance(history, list):
