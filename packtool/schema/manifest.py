@@ -220,6 +220,16 @@ def _int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+_OUTCOMES = ("packed", "truncated", "split", "dropped")  # what becomes of each example
+
+
+def _sum_rule(c: dict, total: str, parts: tuple[str, ...], prefix: str = "") -> list[str]:
+    """[] when c[total] is the sum of c[parts], else ['total T != part P + ...']."""
+    if c[total] == sum(c[k] for k in parts):
+        return []
+    return [prefix + f"{total} {c[total]} != " + " + ".join(f"{k} {c[k]}" for k in parts)]
+
+
 def conservation_problems(
     counts: dict, tokens: dict, listed: dict[str, list] | None = None, inputs: Any = None
 ) -> list[str]:
@@ -241,15 +251,8 @@ def conservation_problems(
     if missing:
         problems.append(f"counts.{', counts.'.join(missing)} not recorded")
     else:
-        if v["examples_read"] != v["tokenized"] + v["skipped"]:
-            problems.append(
-                f"examples_read {v['examples_read']} != tokenized {v['tokenized']} + skipped {v['skipped']}"
-            )
-        if v["tokenized"] != v["packed"] + v["truncated"] + v["split"] + v["dropped"]:
-            problems.append(
-                f"tokenized {v['tokenized']} != packed {v['packed']} + truncated {v['truncated']} + "
-                f"split {v['split']} + dropped {v['dropped']}"
-            )
+        problems += _sum_rule(v, "examples_read", ("tokenized", "skipped"))
+        problems += _sum_rule(v, "tokenized", _OUTCOMES)
         for key, lst in (listed or {}).items():
             if isinstance(lst, list) and len(lst) != v[key]:
                 problems.append(f"counts.{key} is {v[key]} but {len(lst)} entries are listed")
@@ -329,20 +332,13 @@ def input_problems(inputs: Any, counts: dict | None = None) -> list[str]:
         ):
             problems.append(f"{name}: block offset/records/copies not recorded")
             continue
-        if c["read"] != c["tokenized"] + c["skipped"]:
-            problems.append(
-                f"{name}: read {c['read']} != tokenized {c['tokenized']} + skipped {c['skipped']}"
-            )
+        problems += _sum_rule(c, "read", ("tokenized", "skipped"), f"{name}: ")
         if c["tokenized"] * blk["copies"] != c["examples"] + c["not_selected"]:
             problems.append(
                 f"{name}: tokenized {c['tokenized']} x copies {blk['copies']} != examples "
                 f"{c['examples']} + not selected by weight {c['not_selected']}"
             )
-        if c["examples"] != c["packed"] + c["truncated"] + c["split"] + c["dropped"]:
-            problems.append(
-                f"{name}: examples {c['examples']} != packed {c['packed']} + truncated "
-                f"{c['truncated']} + split {c['split']} + dropped {c['dropped']}"
-            )
+        problems += _sum_rule(c, "examples", _OUTCOMES, f"{name}: ")
         if blk["records"] != c["read"] or blk["offset"] != offset:
             problems.append(
                 f"{name}: block at offset {blk['offset']} of {blk['records']} records, expected "

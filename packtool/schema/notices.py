@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 TRUNCATED = "truncated"
@@ -31,12 +31,7 @@ class Notice:
         return self.message
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "message": self.message,
-            "count": self.count,
-            "items": list(self.items),
-        }
+        return {**asdict(self), "items": list(self.items)}
 
 
 _QUOTED = re.compile(r"'([^']*)'")
