@@ -135,11 +135,10 @@ class TokenizeConfig:
                 ) from None
 
     def fingerprint_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("num_proc")
-        d.pop("cache")
-        d.pop("strict_labels")  # refuses a run, never changes its ids or labels
-        return d
+        # strict_labels refuses a run, never changes its ids or labels
+        return {
+            k: v for k, v in asdict(self).items() if k not in ("num_proc", "cache", "strict_labels")
+        }
 
 
 @dataclass(frozen=True)

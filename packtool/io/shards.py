@@ -87,8 +87,7 @@ def rows_table(
     ]
     if unpadded is not None:
         arrays.append(listed(unpadded))
-    padded = unpadded is not None
-    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(pack_len, padded))
+    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(pack_len, unpadded is not None))
 
 
 class ShardWriter:

@@ -8,16 +8,13 @@
 The planner is packtool.plan, the numba kernels packtool.kernels, the file layout packtool.io.shards.
 """
 
-from packtool.config import MAX_PACK_LEN, OVERFLOWS, PackConfig
-from packtool.pack.overflow import Pieces, apply_overflow, overflow_loss
+from packtool.config import PackConfig
+from packtool.pack.overflow import apply_overflow, overflow_loss
 from packtool.pack.run import PackResult, pack_tokenized, pad_id_of
 
 __all__ = [
-    "MAX_PACK_LEN",
-    "OVERFLOWS",
     "PackConfig",
     "PackResult",
-    "Pieces",
     "apply_overflow",
     "overflow_loss",
     "pack_tokenized",

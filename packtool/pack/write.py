@@ -192,7 +192,8 @@ def write_shards(
                         job.progress(out.rows, R)
             for w, s in enumerate(members):
                 closed[s] = pool.submit(w, open_writers[w].close)
-        pool.wait_all()
+        for w in range(writers):
+            pool.wait(w, 0)
     out.shards = [closed[s].result() for s in range(num_shards)]
     return out
 
@@ -328,10 +329,6 @@ class WriterPool:
     def wait(self, i: int, keep: int) -> None:
         while len(self.pending[i]) > keep:
             self.pending[i].popleft().result()
-
-    def wait_all(self) -> None:
-        for i in range(len(self.threads)):
-            self.wait(i, 0)
 
     def __enter__(self):
         return self
