@@ -147,27 +147,18 @@ class FileGather:
         n = piece_len[pcs].astype(np.int64)
         start = np.zeros(len(pcs) + 1, dtype=np.int64)
         np.cumsum(n, out=start[1:])
-        ids_off = loc.ids.file_offsets[loc.ids_chunk[pcs]] + 4 * loc.ids_base[pcs]
-        lab_off = loc.lab.file_offsets[loc.lab_chunk[pcs]] + 4 * loc.lab_base[pcs]
-        ids_fd = [self.fds[f] for f in loc.ids.file_of[loc.ids_chunk[pcs]].tolist()]
-        lab_fd = [self.fds[f] for f in loc.lab.file_of[loc.lab_chunk[pcs]].tolist()]
-        ids_view, lab_view = memoryview(self.ids).cast("B"), memoryview(self.lab).cast("B")
-        for a, b, io, lo, fi, fl in zip(
-            (4 * start[:-1]).tolist(),
-            (4 * start[1:]).tolist(),
-            ids_off.tolist(),
-            lab_off.tolist(),
-            ids_fd,
-            lab_fd,
-            strict=True,
+        at = (4 * start).tolist()  # piece q: bytes at[q]:at[q + 1] of the staging buffer
+        for col, chunk, base, buf in (
+            (loc.ids, loc.ids_chunk[pcs], loc.ids_base[pcs], self.ids),
+            (loc.lab, loc.lab_chunk[pcs], loc.lab_base[pcs], self.lab),
         ):
-            if (
-                os.preadv(fi, [ids_view[a:b]], io) != b - a
-                or os.preadv(fl, [lab_view[a:b]], lo) != b - a
-            ):
-                raise PacktoolError(
-                    "the tokenization cache file was truncated while packing; run again"
-                )
+            view = memoryview(buf).cast("B")
+            offsets = (col.file_offsets[chunk] + 4 * base).tolist()
+            for q, (f, off) in enumerate(zip(col.file_of[chunk].tolist(), offsets, strict=True)):
+                if os.preadv(self.fds[f], [view[at[q] : at[q + 1]]], off) != at[q + 1] - at[q]:
+                    raise PacktoolError(
+                        "the tokenization cache file was truncated while packing; run again"
+                    )
         chunk, base = np.zeros(len(pcs), dtype=np.int64), start[:-1]
         local = np.arange(len(pcs), dtype=np.int64)
         return local, n, chunk, base, chunk, base, self.ids_list, self.lab_list

@@ -87,7 +87,8 @@ class Tokens:
 
 
 _TOKEN_KEYS = ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut", "pad")
-_LAYOUT_DEFAULTS = {"pad_to_multiple": 1, "fixed_docs": False}
+# written only when not these (one input; the default layout): other packs keep their bytes
+_OPTIONAL = {"inputs": [], "pad_to_multiple": 1, "fixed_docs": False}
 _TYPES = {int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
 
 
@@ -141,10 +142,8 @@ class Manifest:
             if f.name == "extra":
                 continue
             v = getattr(self, f.name)
-            if f.name == "inputs" and not v:
-                continue  # one input: no `inputs` key, the bytes of earlier packs
-            if f.name in _LAYOUT_DEFAULTS and v == _LAYOUT_DEFAULTS[f.name]:
-                continue  # default layout: the manifest's bytes are those of earlier packs
+            if f.name in _OPTIONAL and v == _OPTIONAL[f.name]:
+                continue
             if isinstance(v, Counts):
                 v = asdict(v)
             out[f.name] = v.to_json() if isinstance(v, Tokens) else v
@@ -167,7 +166,7 @@ class Manifest:
             )
         kw: dict[str, Any] = {}
         for f in fields(cls):
-            if f.name == "extra" or (f.name in (*_LAYOUT_DEFAULTS, "inputs") and f.name not in d):
+            if f.name == "extra" or (f.name in _OPTIONAL and f.name not in d):
                 continue
             if f.name not in d:
                 raise ManifestError(f"{where}: {f.name} is not recorded")
