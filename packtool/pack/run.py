@@ -264,18 +264,11 @@ def _check_conservation(
         problems.append(
             f"wrote {written.doc_pad} pad slots inside documents; the layout plans {planned_pad}"
         )
-    covered = np.bincount(pieces.row, minlength=n)
-    if (
-        np.any(covered[pieces.dropped] != 0)
-        or int(np.count_nonzero(covered)) + pieces.dropped.size != n
-    ):
+    unpacked = np.flatnonzero(np.bincount(pieces.row, minlength=n) == 0)
+    if not np.array_equal(unpacked, pieces.dropped):  # dropped: sorted, each example once
         problems.append("an example is neither packed nor listed as dropped")
     m = pieces.row.shape[0]
-    if (
-        counts["documents"] != m
-        or counts["rows"] != R
-        or sum(e["rows"] for e in written.shards) != R
-    ):
+    if (counts["documents"], counts["rows"], sum(e["rows"] for e in written.shards)) != (m, R, R):
         problems.append(
             f"wrote {counts['documents']} documents in {counts['rows']} rows; planned {m} in {R}"
         )

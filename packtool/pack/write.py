@@ -101,11 +101,7 @@ def write_shards(
 
     `first_shard`, `total_shards`: the rows are shards first_shard, first_shard + 1, ... of a pack
     of total_shards (a Ray worker or a writer process writes one shard of a pack; the names and
-    bytes are the same).
-
-    Shards are written `writers` at a time, each by its own thread (one file, one thread, blocks in
-    order: the bytes do not depend on timing).  Each writer has two buffer sets: the main thread
-    gathers a writer's next block while that writer encodes the previous one.
+    bytes are the same). Threads and buffers: the module docstring.
     """
     plan, row_order, shard_rows, layout = job.plan, job.row_order, job.shard_rows, job.layout
     piece_len, slot_len = job.pieces.length, job.slots
