@@ -56,22 +56,12 @@ def arrow_schema(pack_len: int, padded: bool = False):
     with --pad-to-multiple N > 1) adds the list<int32> column seq_lengths_unpadded at the end."""
     import pyarrow as pa
 
-    fixed = pa.list_(pa.int32(), pack_len)
-    extra = [pa.field(UNPADDED_COLUMN, pa.list_(pa.int32()), nullable=False)] if padded else []
-    return pa.schema(
-        [
-            pa.field("input_ids", fixed, nullable=False),
-            pa.field("labels", fixed, nullable=False),
-            pa.field("position_ids", fixed, nullable=False),
-            pa.field("document_id", fixed, nullable=False),
-            pa.field("seq_lengths", pa.list_(pa.int32()), nullable=False),
-            pa.field("source_index", pa.list_(pa.int64()), nullable=False),
-            pa.field("num_tokens", pa.int32(), nullable=False),
-            pa.field("num_loss_tokens", pa.int32(), nullable=False),
-            *extra,
-        ],
-        metadata={b"packtool_schema_version": str(SCHEMA_VERSION).encode()},
-    )
+    fixed, ints = pa.list_(pa.int32(), pack_len), pa.list_(pa.int32())
+    types = [fixed] * 4 + [ints, pa.list_(pa.int64())] + [pa.int32()] * 2  # in COLUMNS' order
+    fields = [pa.field(n, t, nullable=False) for n, t in zip(COLUMNS, types, strict=True)]
+    if padded:
+        fields.append(pa.field(UNPADDED_COLUMN, ints, nullable=False))
+    return pa.schema(fields, metadata={b"packtool_schema_version": str(SCHEMA_VERSION).encode()})
 
 
 def pack_len_of(got) -> int | None:
