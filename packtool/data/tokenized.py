@@ -119,9 +119,8 @@ class TokenizedData:
         """The table as a `datasets.Dataset` (no copy), for code that wants that API."""
         import datasets
 
-        return (
-            self.table if isinstance(self.table, datasets.Dataset) else datasets.Dataset(self.table)
-        )
+        table = self.table
+        return table if isinstance(table, datasets.Dataset) else datasets.Dataset(table)
 
     @classmethod
     def from_table(cls, table, **kw) -> TokenizedData:

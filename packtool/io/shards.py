@@ -75,16 +75,9 @@ def rows_table(
         return pa.ListArray.from_arrays(offsets, arrow_array(a.astype(dtype)))
 
     offsets = arrow_array(seq_offsets.astype(np.int32))
-    arrays = [
-        fixed(input_ids),
-        fixed(labels),
-        fixed(position_ids),
-        fixed(document_id),
-        listed(seq_lengths),
-        listed(source_index, np.int64),
-        arrow_array(num_tokens.astype(np.int32)),
-        arrow_array(num_loss_tokens.astype(np.int32)),
-    ]
+    arrays = [fixed(a) for a in (input_ids, labels, position_ids, document_id)]
+    arrays += [listed(seq_lengths), listed(source_index, np.int64)]
+    arrays += [arrow_array(a.astype(np.int32)) for a in (num_tokens, num_loss_tokens)]
     if unpadded is not None:
         arrays.append(listed(unpadded))
     return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(pack_len, unpadded is not None))

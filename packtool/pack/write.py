@@ -35,6 +35,7 @@ from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import FileGather, Located
 from packtool.pack.overflow import Pieces
+from packtool.schema import IGNORE_INDEX
 
 MAX_WRITERS = 4  # shards encoded in parallel (each: 2 x 4 x row-group buffers, <= 2 x 64 MiB)
 
@@ -139,7 +140,8 @@ def write_shards(
                     rows = row_order[b0 : min(b0 + group_rows, (s + 1) * shard_rows, R)]
                     k = rows.shape[0]
                     pool.wait(w, keep=1)  # the write that used this buffer set has finished
-                    input_ids, labels, positions, doc_ids = (b[:k] for b in bufsets[w][used[w] % 2])
+                    # the block's input_ids, labels, position_ids, document_id: [k, L] int32
+                    block = [b[:k] for b in bufsets[w][used[w] % 2]]
                     used[w] += 1
                     seq_off, pcs, dest_col, num_tokens = kernels.layout_rows(
                         rows,
@@ -147,35 +149,19 @@ def write_shards(
                         plan.doc_order,
                         piece_len,
                         slot_len,
-                        input_ids,
-                        labels,
-                        positions,
-                        doc_ids,
+                        *block,
                         job.pad_id,
-                        schema.IGNORE_INDEX,
+                        IGNORE_INDEX,
                     )
                     num_loss, first = kernels.copy_rows(
-                        seq_off,
-                        dest_col,
-                        *tokens.stage(pcs, piece_len),
-                        input_ids,
-                        labels,
-                        schema.IGNORE_INDEX,
+                        seq_off, dest_col, *tokens.stage(pcs, piece_len), *block[:2], IGNORE_INDEX
                     )
                     offsets, slots, real, source = row_lists(
                         seq_off, slot_len[pcs], piece_len[pcs], loc.source[pcs], layout.fixed_docs
                     )
+                    unpadded = real if layout.padded else None
                     table = shards.rows_table(
-                        input_ids,
-                        labels,
-                        positions,
-                        doc_ids,
-                        offsets,
-                        slots,
-                        source,
-                        num_tokens,
-                        num_loss,
-                        real if layout.padded else None,
+                        *block, offsets, slots, source, num_tokens, num_loss, unpadded
                     )
                     pool.submit(w, open_writers[w].write, table)
                     out.doc_pad += int((slot_len[pcs] - piece_len[pcs]).sum())
