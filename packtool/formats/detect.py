@@ -40,13 +40,9 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
     refusal = sft_refusal(record, None)
     if refusal is not None:
         raise UsageError(refusal)
-    if "messages" in record:
-        return "messages", f"has {named('messages')}{_turn_shape(record['messages'], plan)}"
-    if "conversations" in record:
-        return (
-            "sharegpt",
-            f"has {named('conversations')}{_turn_shape(record['conversations'], plan)}",
-        )
+    for key, fmt in (("messages", "messages"), ("conversations", "sharegpt")):
+        if key in record:
+            return fmt, f"has {named(key)}{_turn_shape(record[key], plan)}"
     if "conversation" in record:
         return "firefly", f"has {named('conversation')}{_pair_shape(record['conversation'])}"
     if "prompt" in record and "completion" in record:

@@ -55,10 +55,8 @@ def _require(record: dict, key: str, fmt: str) -> Any:
 
 
 def _norm_messages(record: dict, plan: ReadPlan) -> dict:
-    turns = _require(record, "messages", "messages")
-    return make_example(
-        "chat", read_turns(turns, plan, "messages"), read_tools(record.get("tools"))
-    )
+    messages = read_turns(_require(record, "messages", "messages"), plan, "messages")
+    return make_example("chat", messages, read_tools(record.get("tools")))
 
 
 def _norm_sharegpt(record: dict, plan: ReadPlan) -> dict:

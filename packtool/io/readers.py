@@ -259,9 +259,8 @@ def parse_json_record(raw: bytes) -> tuple[dict | None, str | None]:
             return None, "malformed JSON: nested too deeply"
         except ValueError as e2:  # e.g. an integer of more than 4300 digits
             return None, f"malformed JSON: {str(e2).split(';')[0]}"
-    if not isinstance(obj, dict):
-        return None, f"record is a JSON {_json_type(obj)}, expected an object"
-    return obj, None
+    why = _not_an_object(obj)
+    return (None, why) if why else (obj, None)
 
 
 # --------------------------------------------------------------------------- per-file readers
@@ -376,6 +375,13 @@ def _json_type(obj: Any) -> str:
     )
 
 
+def _not_an_object(obj: Any) -> str | None:
+    """Why a parsed JSON value is not a record, or None (a dict)."""
+    return (
+        None if isinstance(obj, dict) else f"record is a JSON {_json_type(obj)}, expected an object"
+    )
+
+
 def _jsonl_batches(path: str, batch_records: int) -> Iterator[RawBatch]:
     with _open(path) as f:
         yield from _line_batches(path, enumerate(f, 1), batch_records)
@@ -433,16 +439,9 @@ def _json_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[Ra
         )
     for a in range(0, len(obj), batch_records):
         items = obj[a : a + batch_records]
-        yield RawBatch(
-            path,
-            records=[x if isinstance(x, dict) else None for x in items],
-            errors=[
-                None
-                if isinstance(x, dict)
-                else f"record is a JSON {_json_type(x)}, expected an object"
-                for x in items
-            ],
-        )
+        errors = [_not_an_object(x) for x in items]
+        records = [None if e else x for x, e in zip(items, errors, strict=True)]
+        yield RawBatch(path, records=records, errors=errors)
 
 
 def _unwrap(obj: dict, cfg: ReadConfig) -> dict | list:
