@@ -9,19 +9,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-CHUNK = 8 << 20
 _TEMP_CACHE: Path | None = None  # set by use_temporary_cache() when the cache folder is unusable
 
 
 def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes, streamed in 8 MiB blocks."""
-    h = hashlib.sha256()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+    """Hex sha256 of a file's bytes, streamed (hashlib.file_digest)."""
     with open(path, "rb") as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def cache_root() -> Path:
