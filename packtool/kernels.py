@@ -118,17 +118,13 @@ def decreasing_order(lengths, pack_len):
 
     Returns (seq int64[n] document indices, sizes int64[n] = lengths[seq]).
     """
-    n = lengths.shape[0]
     count = np.bincount(lengths, minlength=pack_len + 1)
     start = np.cumsum(count[::-1])[::-1] - count  # documents longer than each length
-    seq = np.empty(n, dtype=np.int64)
-    sizes = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        length = lengths[i]
-        seq[start[length]] = i
-        sizes[start[length]] = length
-        start[length] += 1
-    return seq, sizes
+    seq = np.empty(lengths.shape[0], dtype=np.int64)
+    for i in range(lengths.shape[0]):
+        seq[start[lengths[i]]] = i
+        start[lengths[i]] += 1
+    return seq, np.repeat(np.arange(pack_len, -1, -1), count[::-1])  # sizes: the lengths sorted
 
 
 @njit(cache=True)
