@@ -98,8 +98,7 @@ def formats_summary(formats: dict[str, FileFormat]) -> tuple[str, str] | None:
     if len(groups) < 2:
         return None
     parts = []
-    for fmt in sorted(groups):
-        files = groups[fmt]
+    for fmt, files in sorted(groups.items()):
         if len(files) <= NAMED_PER_FORMAT:
             parts.append(f"{fmt} ({', '.join(f'{n} {k}' for n, k in files)})")
         else:

@@ -118,12 +118,8 @@ class ShardWriter:
 
 
 def _jsonable(v):
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.floating):
-        return float(v)
-    if isinstance(v, np.ndarray):
-        return v.tolist()
+    if isinstance(v, np.integer | np.floating | np.ndarray):
+        return v.tolist()  # Python ints and floats
     if isinstance(v, Path):
         return str(v)
     raise TypeError(f"not JSON serializable: {type(v).__name__}")
