@@ -53,11 +53,14 @@ class ReasonGroup:
 
     def text(self, listed: int = 3) -> str:
         """The cause and, when it has variants, the first `listed` with counts: "... ('bot' 2, 'agent' 1)"."""
+        return self.cause + self.variants_text(listed)
+
+    def variants_text(self, listed: int = 3) -> str:
         if not self.variants:
-            return self.cause
+            return ""
         shown = ", ".join(f"{v} {k:,}" for v, k in self.variants[:listed])
         more = len(self.variants) - listed
-        return f"{self.cause} ({shown}{f', … {more} more' if more > 0 else ''})"
+        return f" ({shown}{f', … {more} more' if more > 0 else ''})"
 
 
 def _cause(reason: str) -> tuple[str, tuple[str, ...]]:
