@@ -68,12 +68,7 @@ def describe_source(source_index: int, inputs) -> str:
 
 def input_counts(block: InputBlock, dropped, truncated, split) -> dict[str, int]:
     """The counts of one input in a pack, from the global source indices the packer dropped,
-    truncated and split (numpy arrays). Conservation per input (schema.input_problems):
-
-        read        = tokenized + skipped
-        tokenized * copies = examples + not_selected
-        examples    = packed + truncated + split + dropped
-    """
+    truncated and split (numpy arrays); schema.input_problems states the rules they obey."""
 
     def inside(a) -> int:
         a = np.asarray(a, dtype=np.int64)

@@ -79,11 +79,7 @@ def row_lists(seq_off, slots, real, source, fixed: int):
     at = np.arange(slots.shape[0], dtype=np.int64) + np.repeat(
         np.arange(k, dtype=np.int64) * fixed - seq_off[:-1], nd
     )
-    out = [
-        np.zeros(k * fixed, np.int64),
-        np.zeros(k * fixed, np.int64),
-        np.full(k * fixed, -1, np.int64),
-    ]
+    out = [np.full(k * fixed, empty, np.int64) for empty in (0, 0, -1)]  # empty entries
     for dst, src in zip(out, (slots, real, source), strict=True):
         dst[at] = src
     return (np.arange(k + 1, dtype=np.int64) * fixed, *out)
