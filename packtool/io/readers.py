@@ -4,7 +4,7 @@ Dataset), as a stream of raw records, batch by batch.
     file                                read with                       RawRecord.file / .line
     x.jsonl, x.ndjson (+ .gz .zst .bz2 .xz)   line by line, json.loads  the path / 1-based line
     x.json (+ .gz .zst .bz2 .xz)        whole file, json.loads          the path / None
-    x.parquet                           pyarrow, 1024-row batches       the path / None
+    x.parquet                           pyarrow, 8192-row batches       the path / None
     a save_to_disk folder or hub id     its Arrow dataset               the folder or id
 
 Records come in batches (`RawBatch`, one file each) exactly as stored: no column mapping, no

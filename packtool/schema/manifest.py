@@ -171,18 +171,10 @@ class Manifest:
             if f.name not in d:
                 raise ManifestError(f"{where}: {f.name} is not recorded")
             kw[f.name] = d[f.name]
-        for name, typ in (
-            ("pack_len", int),
-            ("counts", dict),
-            ("tokens", dict),
-            ("shards", list),
-            ("skipped", list),
-            ("dropped", list),
-            ("truncated", list),
-            ("split", list),
-            ("pad_to_multiple", int),  # these two only when recorded
-            ("fixed_docs", bool),
-        ):
+        lists = ("shards", "skipped", "dropped", "truncated", "split")
+        types = {"pack_len": int, "counts": dict, "tokens": dict, **dict.fromkeys(lists, list)}
+        types |= {"pad_to_multiple": int, "fixed_docs": bool}  # these two only when recorded
+        for name, typ in types.items():
             if name in kw and not (_int(kw[name]) if typ is int else isinstance(kw[name], typ)):
                 raise ManifestError(f"{where}: {name} is not {_TYPES[typ]}")
         for name, keys in (("counts", [f.name for f in fields(Counts)]), ("tokens", _TOKEN_KEYS)):
