@@ -7,7 +7,7 @@ TokenizedData too, on first use.
 
     engine            engine (local, or a Ray cluster: packtool.cluster)
     read + tokenize   load_tokenized, inspect_example
-    profile           profile, profile_lengths, synthetic_lengths, read_lengths, model_from_config,
+    profile           profile, parse_lens, synthetic_lengths, read_lengths, model_from_config,
                       model_from_params, gpu_spec
     pack              check_output, check_cache, input_bytes, pack
     verify            verify, self_test, check_sources
@@ -49,8 +49,6 @@ __all__ = [
     "load_tokenized",
     "inspect_example",
     "profile",
-    "profile_lengths",
-    "profile_lens",
     "parse_lens",
     "synthetic_lengths",
     "read_lengths",
@@ -152,18 +150,17 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict:
 # profile
 
 
-def profile(data: TokenizedData, cfg: ProfileConfig, source: dict | None = None, on_stage=None):
-    """Length statistics, strategy table and FLOP projection of tokenized data (a ProfileResult)."""
-    from packtool.profiler import profile_data
+def profile(
+    data_or_lengths, cfg: ProfileConfig, lens=None, source: dict | None = None, on_stage=None
+):
+    """Length statistics, strategy table and FLOP projection (a ProfileResult) of TokenizedData or
+    of bare example lengths (a numpy array, e.g. from `synthetic_lengths`), at cfg.pack_len or at
+    each of `lens` (a list or a --len text): then the full profile at the --len the advice picks,
+    with the per-len table attached."""
+    from packtool.profiler import profile_lens
 
-    return profile_data(data, cfg, source=source, on_stage=on_stage)
-
-
-def profile_lengths(lengths, cfg: ProfileConfig, source: dict | None = None, on_stage=None):
-    """`profile` of bare example lengths (a numpy array), e.g. from `synthetic_lengths`."""
-    from packtool.profiler import profile_lengths as _profile_lengths
-
-    return _profile_lengths(lengths, cfg, source=source, on_stage=on_stage)
+    lens = [cfg.pack_len] if lens is None else lens
+    return profile_lens(data_or_lengths, cfg, lens, source=source, on_stage=on_stage)
 
 
 def parse_lens(text: str) -> list[int]:
@@ -173,30 +170,18 @@ def parse_lens(text: str) -> list[int]:
     return _parse(text)
 
 
-def profile_lens(
-    data_or_lengths, cfg: ProfileConfig, lens, source: dict | None = None, on_stage=None
-):
-    """A profile at one --len, or a sweep: the full profile at the --len the advice picks, with the
-    per-len table attached. `data_or_lengths` is TokenizedData or a numpy array of lengths."""
-    from packtool.profiler import profile_lens as _profile_lens
-
-    return _profile_lens(data_or_lengths, cfg, lens, source=source, on_stage=on_stage)
-
-
-def _synthetic():
-    from packtool.stats import synthetic
-
-    return synthetic
-
-
 def synthetic_lengths(spec: str):
     """Lengths drawn from a `--synthetic` spec, e.g. `lognormal:median=450,n=20000`."""
-    return _synthetic().synthetic_lengths(spec)
+    from packtool.stats import synthetic
+
+    return synthetic.synthetic_lengths(spec)
 
 
 def read_lengths(path: str):
     """Lengths from a file: .txt (one per line) or .npy (`--lengths`)."""
-    return _synthetic().read_lengths(path)
+    from packtool.stats import synthetic
+
+    return synthetic.read_lengths(path)
 
 
 def model_from_config(config: dict, name: str = "config.json"):

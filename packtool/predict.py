@@ -82,10 +82,6 @@ class Examples:
     source_index: np.ndarray  # int64[n]: what an --overflow error names
     loss_counts: np.ndarray | None  # int64[n] or None (bare lengths)
     data: Any = None  # TokenizedData: its labels give truncation's loss cut
-    loss_tokens_cut: int | None = (
-        None  # the caller's truncation loss cut at `given_len` (profile_lengths)
-    )
-    given_len: int | None = None
 
     @property
     def nonempty(self) -> np.ndarray:
@@ -119,7 +115,8 @@ def examples_of(lengths, loss_counts=None, source_index=None, data=None) -> Exam
 
 @dataclass
 class AtLen:
-    """One --len: the pack prediction, the overflow summary, strategies and costs."""
+    """One --len: the pack prediction, the overflow summary, strategies and costs (no strategies
+    and no costs when --overflow leaves nothing to pack: pack stops there with an error)."""
 
     pack: dict[str, Any]
     truncation: dict[str, Any]
@@ -149,17 +146,6 @@ def costs_of(
                     out[base]["flops"] - c["flops"], cfg.gpu, cfg.mfu
                 )
     return out
-
-
-def _truncated_loss_cut(inp: Examples, pack_len: int, truncated: np.ndarray) -> int | None:
-    """Loss tokens in the cut-off tails of the truncated examples (pack's loss_cut_tails)."""
-    if truncated.size == 0:
-        return 0
-    if inp.data is not None:
-        return loss_tokens_cut(inp.data, pack_len)
-    if inp.loss_tokens_cut is not None and inp.given_len == pack_len:
-        return int(inp.loss_tokens_cut)
-    return None
 
 
 def loss_tokens_cut(data, pack_len: int) -> int | None:
@@ -211,22 +197,8 @@ def nothing_to_pack(inp: Examples, cfg: ProfileConfig) -> PacktoolError:
     )
 
 
-def _pack_options(cfg: ProfileConfig) -> dict[str, Any]:
-    """The options pack runs with at cfg's --len and --overflow (planner defaults: PACK_KEYS)."""
-    return {
-        "len": cfg.pack_len,
-        "overflow": cfg.overflow,
-        "strategy": "bfd",
-        "order": stats.PACK_ORDER,
-        "max_docs": stats.PACK_MAX_DOCS,
-        "seed": stats.PACK_SEED,
-        "pad_to_multiple": cfg.pad_to_multiple,
-    }
-
-
-def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> AtLen | None:
-    """Pack's overflow, then every strategy on its pieces, at cfg.pack_len. None when --overflow
-    leaves nothing to pack (pack stops there with an error)."""
+def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> AtLen:
+    """Pack's overflow, then every strategy on its pieces, at cfg.pack_len."""
     t0 = time.perf_counter()
     L, lengths = cfg.pack_len, inp.lengths
     pieces = apply_overflow(
@@ -242,7 +214,9 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         dropped_loss = int(inp.loss_counts[pieces.dropped].sum())
     elif not np.any(lengths[pieces.dropped] > 0):
         dropped_loss = 0  # only empty examples dropped: no loss token among them
-    tails = _truncated_loss_cut(inp, L, pieces.truncated)
+    tails = 0  # loss tokens in the cut-off tails of the truncated examples (pack's loss_cut_tails)
+    if pieces.truncated.size:
+        tails = None if inp.data is None else loss_tokens_cut(inp.data, L)
     loss_cut = None if dropped_loss is None or tails is None else dropped_loss + tails
     loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
     truncation = {
@@ -251,87 +225,58 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         "examples_over": over,
         "examples_over_share": over / nonempty if nonempty else 0.0,
         "tokens_cut": tokens_in - tokens_out,
-        "tokens_cut_share": share(tokens_in - tokens_out, tokens_in) or 0.0,
+        "tokens_cut_share": share(tokens_in - tokens_out, tokens_in),
         "loss_tokens_cut": loss_cut,
         "examples_dropped": int(pieces.dropped.size),
         "examples_truncated": int(pieces.truncated.size),
         "examples_split": int(pieces.split.size),
         "split_parts": int(pieces.split_parts.sum()),
     }
-    m = int(pieces.length.size)
-    if m == 0:
-        return None
     slots = schema.Layout(cfg.pad_to_multiple).slots(pieces.length)  # pack plans these
     doc_pad = int(slots.sum()) - tokens_out
-    strategies = stats.simulate(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
-    rows = strategies["packed_bfd_varlen"].rows
-    pack = {
-        **_pack_options(cfg),
+    strategies = (
+        stats.simulate(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
+        if pieces.length.size
+        else {}
+    )
+    rows = strategies["packed_bfd_varlen"].rows if strategies else 0
+    pack = {  # the options pack runs with (planner defaults: PACK_KEYS), then its counts
+        "len": L,
+        "overflow": cfg.overflow,
+        "strategy": "bfd",
+        "order": stats.PACK_ORDER,
+        "max_docs": stats.PACK_MAX_DOCS,
+        "seed": stats.PACK_SEED,
+        "pad_to_multiple": cfg.pad_to_multiple,
         "examples": n_all,
         "examples_packed": n_all
         - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
-        "examples_dropped": int(pieces.dropped.size),
         "examples_dropped_empty": n_all - nonempty,
-        "examples_truncated": int(pieces.truncated.size),
-        "examples_split": int(pieces.split.size),
-        "split_parts": int(pieces.split_parts.sum()),
-        "documents": m,
+        "documents": int(pieces.length.size),
         "rows": rows,
         "lower_bound_rows": -(-(tokens_out + doc_pad) // L),
         "tokens_in": tokens_in,
         "tokens_out": tokens_out,
-        "tokens_cut": tokens_in - tokens_out,
-        "tokens_cut_share": share(tokens_in - tokens_out, tokens_in),
         "loss_tokens_in": loss_in,
-        "loss_tokens_cut": loss_cut,
         "loss_tokens_cut_share": share(loss_cut, loss_in),
         "pad_slots": rows * L - tokens_out,
         "doc_pad": doc_pad,
         "doc_pad_share": doc_pad / (rows * L) if rows else None,
         "fill": tokens_out / (rows * L) if rows else None,
+        **truncation,  # the counts it shares with the overflow summary (not policy, examples_over*)
     }
     return AtLen(
         pack={k: pack[k] for k in PACK_KEYS},
         truncation=truncation,
         strategies=strategies,
-        costs=costs_of(strategies, cfg, model),
+        costs=costs_of(strategies, cfg, model) if strategies else {},
         seconds=time.perf_counter() - t0,
         loss=overflow_loss(lengths, pieces, L, cfg.overflow),
     )
 
 
-def sweep_point(at: AtLen | None, inp: Examples, cfg: ProfileConfig) -> SweepPoint:
-    """The sweep summary of one --len (`at` None: --overflow left nothing to pack)."""
-    if at is None:
-        lengths = inp.lengths
-        tokens_in = int(lengths.sum())
-        loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
-        pack = dict.fromkeys(PACK_KEYS)
-        pack.update(
-            {
-                **_pack_options(cfg),
-                "examples": int(lengths.size),
-                "examples_packed": 0,
-                "examples_dropped": int(lengths.size),
-                "examples_dropped_empty": int(lengths.size - np.count_nonzero(lengths)),
-                "examples_truncated": 0,
-                "examples_split": 0,
-                "split_parts": 0,
-                "documents": 0,
-                "rows": 0,
-                "lower_bound_rows": 0,
-                "tokens_in": tokens_in,
-                "tokens_out": 0,
-                "tokens_cut": tokens_in,
-                "tokens_cut_share": 1.0 if tokens_in else 0.0,
-                "loss_tokens_in": loss_in,
-                "loss_tokens_cut": loss_in,
-                "loss_tokens_cut_share": 1.0 if loss_in else 0.0,
-                "pad_slots": 0,
-                "doc_pad": 0,
-            }
-        )
-        return SweepPoint(pack=pack, strategies={})
+def sweep_point(at: AtLen) -> SweepPoint:
+    """The sweep summary of one --len (no strategies: --overflow left nothing to pack)."""
     summary = {}
     for name, s in at.strategies.items():
         c = at.costs[name]

@@ -348,6 +348,15 @@ def test_sweep_on_tokenized_data_and_an_empty_len():
         points[0].rows == 0 and points[0].fill is None and points[0].strategies == {}
     )  # every example dropped
     assert points[0].pack["tokens_cut"] == 20 and points[0].pack["examples_dropped"] == 4
+    assert points[0].pack["loss_tokens_cut_share"] == 1.0  # every loss token with them
+    bare = sweep(np.array([5, 7]), ProfileConfig(overflow="drop"), [4, 8])
+    assert bare[0].rows == 0 and bare[0].pack == {
+        **bare[0].pack,
+        "loss_tokens_in": None,
+        "loss_tokens_cut": None,
+        "loss_tokens_cut_share": None,  # bare lengths: unknown, as at every other --len
+    }
+    assert bare[1].pack["loss_tokens_cut_share"] is None
     with pytest.raises(UsageError, match="--len 0 must be in"):
         sweep(td, ProfileConfig(), [0, 4])
     with pytest.raises(UsageError, match="--len '1-'"):
