@@ -49,18 +49,14 @@ class ProfileResult:
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     pack: dict[str, Any] = field(default_factory=dict)  # what pack would write (PACK_KEYS)
-    cuts: dict[int, dict[str, Any]] = field(
-        default_factory=dict
-    )  # choice.cuts_by_len at candidate lengths
+    cuts: dict[int, dict[str, Any]] = field(default_factory=dict)  # choice.cuts_by_len
     sweep: list[SweepPoint] | None = None  # profile_lens with several --len values
-    advice_point: SweepPoint | None = (
-        None  # at the advice's (--len, --overflow) when that is not this profile's
-    )
+    # at the advice's (--len, --overflow) when that is not this profile's
+    advice_point: SweepPoint | None = None
 
 
 def _batch_waste(ratios: np.ndarray) -> dict[str, Any]:
-    if ratios.size == 0:
-        return {"summary": stats.describe(ratios), "edges": [1.0, 2.0], "counts": [0]}
+    """Random padded batches' waste (one ratio a batch, at least one): summary, log-spaced histogram."""
     hi = max(float(ratios.max()), 1.0 + 1e-9)
     edges = np.geomspace(1.0, hi * (1 + 1e-9), 41)
     counts, _ = np.histogram(np.clip(ratios, 1.0, None), bins=edges)
@@ -146,7 +142,7 @@ def _profile(
     timings["strategies"] = at.seconds
     if at.loss is not None:
         notes.append(f"pack {at.loss}")
-    waste = _batch_waste(at.strategies["random_padded"].extra.get("batch_waste", np.zeros(0)))
+    waste = _batch_waste(at.strategies["random_padded"].extra["batch_waste"])
     extra = _advice_point(inp, cfg, model, picked, cuts, points, say) if advise else None
     if extra is not None:
         timings["advice"] = extra.seconds

@@ -43,17 +43,11 @@ from packtool.stats.choice import (
     share,
     totals_of,
 )
+from packtool.stats.strategies import STRATEGY_LABELS
 
 OUT = "packed/"
-LABELS = {
-    "packed_bfd_varlen": "packed BFD + varlen",
-    "packed_bfd_dense": "packed BFD + dense mask",
-    "packed_ffd_dense": "packed FFD + dense mask",
-    "length_grouped": "length-grouped batches",
-    "random_padded": "random padded batches",
-    "pad_to_len": "pad to --len",
-    "padding_free": "padding-free",
-}
+# the recommendation's names of the strategies (STRATEGY_LABELS but for random padded batches)
+LABELS = {**STRATEGY_LABELS, "random_padded": "random padded batches"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,16 +265,14 @@ class Recommendation:
     overflow: str
     overflow_reason: str
     rule: str
-    cut: dict[
-        str, Any
-    ]  # tokens, tokens_share, examples_dropped, examples_split, split_parts, loss_tokens, loss_tokens_share
+    # tokens, tokens_share, examples_dropped, examples_split, split_parts, loss_tokens, loss_tokens_share
+    cut: dict[str, Any]
     rows: int | None  # rows pack writes at (pack_len, overflow), when that was simulated
     evidence_len: int  # the --len the FLOP figures come from
     evidence_overflow: str
     command: str
-    gpu: dict[str, Any] | None = (
-        None  # {"name", "hours", "vs_random_padded", "vs_pad_to_len"} with --gpu
-    )
+    # {"name", "hours", "vs_random_padded", "vs_pad_to_len"} with --gpu
+    gpu: dict[str, Any] | None = None
     hints: list[str] = field(default_factory=list)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # cuts_by_len, for the JSON
     skipped: dict[str, int] | None = None  # {"records", "read"} when --on-error skip skipped some
