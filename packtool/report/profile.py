@@ -30,7 +30,7 @@ from typing import Any
 
 from packtool import stats
 from packtool.profiler import ProfileResult
-from packtool.report.format import count, hours, num, pct, pct_small, si
+from packtool.report.format import count, num, pct, pct_small, si
 from packtool.report.profile_png import write_png  # noqa: F401  (re-exported: report.profile.write_png)
 from packtool.stats import advice
 
@@ -137,8 +137,8 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
 def _saved(h: float, share: float) -> str:
     """GPU-hours saved, or what it costs more: never a negative saving."""
     if h >= 0:
-        return f"{hours(h)} ({share:.0%})"
-    return f"{hours(-h)} more"
+        return f"{advice.gpu_time(h)} ({share:.0%})"
+    return f"{advice.gpu_time(-h)} more"
 
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -316,7 +316,7 @@ def render(r: ProfileResult, console) -> None:
             g.add_row(
                 SHORT_LABELS.get(name, name),
                 si(cost["flops"]),
-                hours(cost["gpu_hours"]),
+                advice.gpu_time(cost["gpu_hours"]),
                 "–"
                 if name == "pad_to_len"
                 else _saved(cost["gpu_hours_saved_vs_pad_to_len"], cost["saving_vs_pad_to_len"]),
@@ -473,7 +473,7 @@ def sweep_table(r: ProfileResult, console=None):
         row += ["–" if v is None else f"{v:.2f}×" for v in rel.values()]
         if cfg.gpu is not None:
             h = (p.strategies.get("packed_bfd_varlen") or {}).get("gpu_hours")
-            row.append("–" if h is None else hours(h))
+            row.append("–" if h is None else advice.gpu_time(h))
         style = "bold green" if p.pack_len == rec.pack_len else None
         t.add_row(*row, style=style)
     if console is not None and t.__rich_measure__(console, console.options).maximum > console.width:
