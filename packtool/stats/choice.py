@@ -31,7 +31,6 @@ The rules (constants below; docs/ARCHITECTURE.md, "Semantics", Overflow, for wha
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,10 +65,7 @@ def candidate_lens(longest: int, given: list[int] | tuple[int, ...]) -> list[int
         longest 11,540, given [4096]   →  [4096, 8192, 16384]
     """
     out = {int(g) for g in given}
-    lo = min(out)
-    p = 1
-    while p <= lo:
-        p <<= 1
+    p = 1 << min(out).bit_length()  # the smallest power of two above the shortest
     while p <= MAX_POW2:
         out.add(p)
         if p >= longest:
@@ -292,4 +288,4 @@ def pick_strategy(ev: dict[str, dict[str, Any]]) -> StrategyPick:
 
 def pow2_below(x: int) -> int:
     """The largest power of two <= x (1 for x < 2)."""
-    return 1 << max(0, int(math.floor(math.log2(max(1, x)))))
+    return 1 << (max(1, x).bit_length() - 1)

@@ -48,9 +48,7 @@ def _fail(text: str, why: str) -> UsageError:
 
 def _powers_between(lo: int, hi: int) -> list[int]:
     """lo, every power of two strictly between, hi."""
-    out, p = [lo], 1
-    while p <= lo:
-        p <<= 1
+    out, p = [lo], 1 << lo.bit_length()  # the smallest power of two above lo
     while p < hi:
         out.append(p)
         p <<= 1
