@@ -282,11 +282,9 @@ def render(r: ProfileResult, console) -> None:
         f"strategies · --len {cfg.pack_len:,} · --overflow {cfg.overflow} · --batch-size {cfg.batch_size} · "
         f"--group-window {cfg.group_window} · --seed {cfg.seed}"
     )
-    s = Table(
-        box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, padding=(0, 1)
+    s = _table(
+        title, ("strategy", "rows", "steps", "occupancy", "padding", "attn\nwaste", "rel.\nFLOPs")
     )
-    for col in ("strategy", "rows", "steps", "occupancy", "padding", "attn\nwaste", "rel.\nFLOPs"):
-        s.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     best = best_strategy(r)
     for name, st in r.strategies.items():
         cost = r.costs[name]
@@ -302,15 +300,10 @@ def render(r: ProfileResult, console) -> None:
         )
     console.print(s)
     if gpu:
-        g = Table(
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-            title_justify="left",
-            padding=(0, 1),
-            title=f"one epoch on {gpu.name} ({gpu.peak_tflops:g} dense bf16 TFLOP/s) at MFU {cfg.mfu:g}",
+        g = _table(
+            f"one epoch on {gpu.name} ({gpu.peak_tflops:g} dense bf16 TFLOP/s) at MFU {cfg.mfu:g}",
+            ("strategy", "FLOPs", "GPU time", "saved vs pad", "saved vs random"),
         )
-        for col in ("strategy", "FLOPs", "GPU time", "saved vs pad", "saved vs random"):
-            g.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
         for name in r.strategies:
             cost = r.costs[name]
             g.add_row(
@@ -422,18 +415,8 @@ def overflow_lines(r: ProfileResult) -> list[str]:
 
 def sweep_table(r: ProfileResult, console=None):
     """One row per swept --len: pack's rows and fill, what --overflow takes, FLOPs ÷ padding-free."""
-    from rich import box
-    from rich.table import Table
-
     cfg = r.config
     rec = advice.recommend(r)
-    t = Table(
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 1),
-        title_justify="left",
-        title=f"--len sweep · --overflow {cfg.overflow} · pack's rows (BFD) and FLOPs ÷ padding-free at each --len",
-    )
     points = list(r.sweep or [])
     # the count columns that are 0 at every --len say nothing: left out (the policy's own stays),
     # so that the table fits 80 columns instead of cropping every cell to `1…`
@@ -455,8 +438,10 @@ def sweep_table(r: ProfileResult, console=None):
     cols += ["packed\nvarlen", "packed\ndense", "length-\ngrouped", "random"]
     if cfg.gpu is not None:
         cols.append("GPU time\npacked")
-    for col in cols:
-        t.add_column(col, justify="right", no_wrap=True)
+    t = _table(
+        f"--len sweep · --overflow {cfg.overflow} · pack's rows (BFD) and FLOPs ÷ padding-free at each --len",
+        cols,
+    )
     for p in points:
         pk = p.pack
         rel = {
@@ -478,6 +463,20 @@ def sweep_table(r: ProfileResult, console=None):
         t.add_row(*row, style=style)
     if console is not None and t.__rich_measure__(console, console.options).maximum > console.width:
         t.padding = (0, 0)  # narrow terminal: one space between columns rather than cropped cells
+    return t
+
+
+def _table(title: str, columns):
+    """A table of the strategies or the sweep: the title on the left, columns right-aligned but
+    the strategy names."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(
+        box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, padding=(0, 1)
+    )
+    for col in columns:
+        t.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     return t
 
 
