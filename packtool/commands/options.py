@@ -33,15 +33,17 @@ Data = Annotated[
         help="File, folder, glob, save_to_disk folder or cached hub id.", metavar="DATA"
     ),
 ]
-Inputs = Annotated[
-    list[str],
-    typer.Argument(
-        help="File, folder, glob, save_to_disk folder or cached hub id; several make a mixture, "
-        "each with optional ::options, e.g. 'b.json::format=alpaca,weight=0.5' (README: Mixtures).",
-        metavar="DATA",
-        show_default=False,
-    ),
-]
+INPUTS_HELP = (
+    "File, folder, glob, save_to_disk folder or cached hub id; several make a mixture, each with "
+    "optional ::options, e.g. 'b.json::format=alpaca,weight=0.5' (README: Mixtures)."
+)
+Inputs = Annotated[list[str], typer.Argument(help=INPUTS_HELP, metavar="DATA", show_default=False)]
+# a pack folder (export, verify)
+PACK_ARG = typer.Argument(
+    metavar="PACK",
+    help="Pack folder written by `packtool pack` (manifest.json + data/).",
+    show_default=False,
+)
 ModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -221,9 +223,7 @@ class TokenizeArgs:
             strict_labels=v.strict_labels,
             read=read,
         )
-        if (
-            v.allow_download
-        ):  # read by packtool.tokenization.loading, in this process and its workers
+        if v.allow_download:  # read by tokenization.loading, in this process and its workers
             os.environ["PACKTOOL_ALLOW_DOWNLOAD"] = "1"
         return cfg
 

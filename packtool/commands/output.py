@@ -49,10 +49,6 @@ class Output:
         return not self.json_to_stdout
 
     @property
-    def show_progress(self) -> bool:
-        return self.human and not self.quiet
-
-    @property
     def console(self):
         """The rich Console on stderr."""
         if self._console is None:
@@ -101,5 +97,5 @@ class Output:
         spinner: bool = False,
     ) -> AbstractContextManager[Stage]:
         """packtool.progress.Reporter: the library's stages and the command's own."""
-        shown = Terminal(self.console, tty=self._tty) if self.show_progress else SILENT
+        shown = Terminal(self.console, tty=self._tty) if self.human and not self.quiet else SILENT
         return shown.stage(what, unit=unit, total=total, detail=detail, spinner=spinner)

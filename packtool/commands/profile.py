@@ -10,7 +10,13 @@ import typer
 
 from packtool import api
 from packtool.commands.common import parse_inputs, warn_model
-from packtool.commands.options import JsonOpt, ModelOpt, TokenizeArgs, tokenize_options
+from packtool.commands.options import (
+    INPUTS_HELP,
+    JsonOpt,
+    ModelOpt,
+    TokenizeArgs,
+    tokenize_options,
+)
 from packtool.commands.output import Output
 from packtool.config import ProfileConfig
 from packtool.errors import PacktoolError, UsageError
@@ -19,9 +25,7 @@ OptData = Annotated[
     list[str] | None,
     typer.Argument(
         metavar="DATA",
-        help="File, folder, glob, save_to_disk folder or cached hub id; several make a mixture, "
-        "each with optional ::options, e.g. 'b.json::format=alpaca,weight=0.5' (README: Mixtures). "
-        "Omit it with --synthetic or --lengths.",
+        help=INPUTS_HELP + " Omit it with --synthetic or --lengths.",
         show_default=False,
     ),
 ]

@@ -7,21 +7,14 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.options import AllowDownloadOpt, JsonOpt
+from packtool.commands.options import PACK_ARG, AllowDownloadOpt, JsonOpt
 from packtool.commands.output import Output
 from packtool.config import VerifyConfig
 from packtool.errors import UsageError
 
 
 def verify(
-    path: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="PACK",
-            help="Pack folder written by `packtool pack` (manifest.json + data/).",
-            show_default=False,
-        ),
-    ] = None,
+    path: Annotated[str | None, PACK_ARG] = None,
     data: Annotated[
         str | None,
         typer.Argument(
