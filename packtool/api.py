@@ -114,29 +114,27 @@ def load_tokenized(
     The result's `options` are what the manifest records (`verify --sources` tokenizes the sources
     again from them): the tokenize options, the input as given (a mixture: every InputSpec's spec),
     and the keys the tokenizer recorded (train_on, chat_template, labels_from) with their values."""
-    td = _load_tokenized(data, cfg, progress, seed, engine)
-    given = data if isinstance(data, str) else [s.spec for s in data]
-    td.options = {**cfg.fingerprint_dict(), "input": given, **(td.options or {})}
-    return td
-
-
-def _load_tokenized(data, cfg: TokenizeConfig, progress, seed: int, engine) -> TokenizedData:
+    one = isinstance(data, str)
     if engine is not None:
-        if not isinstance(data, str):
+        if not one:
             raise UsageError(
                 "--engine ray packs one input (a file, folder or glob); a mixture runs with "
                 "--engine local"
             )
         from packtool.cluster.tokenize import load_tokenized as _load_on_ray
 
-        return _load_on_ray(data, cfg, engine, progress=progress)
-    if not isinstance(data, str):
+        td = _load_on_ray(data, cfg, engine, progress=progress)
+    elif not one:
         from packtool.tokenization.mixture import load_mixture
 
-        return load_mixture(list(data), cfg, seed=seed, progress=progress)
-    from packtool.tokenization.pipeline import load_tokenized as _load
+        td = load_mixture(list(data), cfg, seed=seed, progress=progress)
+    else:
+        from packtool.tokenization.pipeline import load_tokenized as _load
 
-    return _load(data, cfg, progress=progress)
+        td = _load(data, cfg, progress=progress)
+    given = data if one else [s.spec for s in data]
+    td.options = {**cfg.fingerprint_dict(), "input": given, **(td.options or {})}
+    return td
 
 
 def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict:
@@ -216,14 +214,10 @@ def input_bytes(data: str | list[InputSpec]) -> int:
         return sum(input_bytes(s.data) for s in data if s.read.limit is None)
     if os.path.isfile(data):
         return os.path.getsize(data)
-    total = 0
-    for folder, _, names in os.walk(data):  # nothing for a path that is not a folder
-        total += sum(
-            os.path.getsize(os.path.join(folder, n))
-            for n in names
-            if os.path.isfile(os.path.join(folder, n))
-        )
-    return total
+    paths = (
+        os.path.join(d, n) for d, _, names in os.walk(data) for n in names
+    )  # not a folder: none
+    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
 
 def check_output(out: str, force: bool, need_bytes: int = 0) -> None:
@@ -248,8 +242,6 @@ def check_cache(need_bytes: int = 0) -> None:
 def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None, num_proc=None):
     """Pack tokenized data into `out` (a PackResult). `progress(rows written, rows total)`;
     `num_proc`: writer processes allowed (None: all cores; a large pack uses one per 2 cores)."""
-    import os
-
     from packtool.pack import pack_tokenized
 
     rows = getattr(data, "rows", None)  # on a Ray cluster (--engine ray): written there
