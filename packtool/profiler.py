@@ -5,8 +5,8 @@ FLOP projection, one --len or a sweep of several.
                                   ├──▶ ProfileResult ─────┤
     lengths (synthetic / file) ───┘ profile_lengths  │    └──▶ packtool.report.profile_png (PNG)
                                                      └──▶ stats.advice.recommend ─▶ Recommendation
-    either, several --len ──sweep──▶ [SweepPoint]   (profile_lens: the sweep + a full profile at
-                                                     the --len the advice picks, sweep attached)
+    either, several --len ──profile_lens──▶ a SweepPoint per --len, then the full profile at the
+                                            --len the advice picks, the sweep attached
 
 One --len (what pack would write, strategies, costs) is packtool.predict's `at_len`.
 
@@ -275,15 +275,6 @@ def _lens(lens) -> list[int]:
     if not lens:
         raise UsageError("--len: no length given; e.g. --len 4096")
     return lens
-
-
-def sweep(data_or_lengths, cfg: ProfileConfig, lens, *, on_stage=None) -> list[SweepPoint]:
-    """One SweepPoint per --len of `lens` (a list, or a --len text for parse_lens), in increasing
-    order, each computed exactly as a full profile at that --len computes it (pack prediction,
-    strategies, FLOPs). cfg.pack_len is ignored. A --len at which --overflow leaves nothing to pack
-    gives a point with 0 rows and no strategies; --overflow error raises as pack would."""
-    lens = _lens(lens)
-    return _sweep(_input(data_or_lengths, None)[0], cfg, lens, on_stage)[0]
 
 
 def profile_lens(

@@ -23,7 +23,6 @@ from packtool.profiler import (
     profile_data,
     profile_lengths,
     profile_lens,
-    sweep,
 )
 from packtool.stats import advice
 
@@ -320,6 +319,11 @@ def test_the_glaive_issue(tmp_path):
 
 
 LOGNORMAL = "lognormal:median=900,sigma=0.8,n=3000,seed=5"
+
+
+def sweep(data_or_lengths, cfg, lens):
+    """The points of a sweep over several --len values."""
+    return profile_lens(data_or_lengths, cfg, lens).sweep
 
 
 def test_sweep_points_equal_full_profiles():
