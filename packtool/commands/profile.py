@@ -199,15 +199,10 @@ def profile(
     with out.stage("profiling", spinner=True) as stage:
         if td is not None:
             lengths = td
-            source = (
-                {"data": data[0], "pack_args": tok.pack_args()}
-                if inputs is None
-                else {  # the recommended pack command names every input (pack_args after DATA)
-                    "data": data[0],
-                    "pack_args": [*data[1:], *tok.pack_args()],
-                    "inputs": td.input_shares(),
-                }
-            )
+            # the recommended pack command names every input (the others after DATA)
+            source = {"data": data[0], "pack_args": [*data[1:], *tok.pack_args()]}
+            if inputs is not None:
+                source["inputs"] = td.input_shares()
         elif synthetic is not None:
             stage.step("drawing lengths")
             lengths = api.synthetic_lengths(synthetic)

@@ -26,6 +26,7 @@ manifest (predict.PACK_KEYS: rows, documents, tokens cut, examples dropped / tru
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from packtool import stats
@@ -164,12 +165,9 @@ def histogram_lines(r: ProfileResult, width: int = 40) -> list[tuple[str, str, s
         (f"--len {r.config.pack_len:,}", r.config.pack_len),
     ]
     for label, v in marks:
-        if v is None:
-            continue
-        for i in range(len(counts)):
-            if edges[i] <= v < edges[i + 1]:
-                marks_at.setdefault(i, []).append(label)
-                break
+        i = -1 if v is None else bisect.bisect_right(edges, v) - 1  # edges[i] <= v < edges[i + 1]
+        if 0 <= i < len(counts):
+            marks_at.setdefault(i, []).append(label)
     top = max(counts) if counts else 0
     lw = len(f"{edges[-1]:,}")
     rows = []
@@ -241,17 +239,12 @@ def render(r: ProfileResult, console) -> None:
     # distribution --------------------------------------------------------------------------
     d = Table(box=box.SIMPLE_HEAD, title="tokens per example", title_justify="left")
     d.add_column("")
-    for k in ("min", "mean", "median", "p90", "p95", "p99", "max"):
+    keys = ("min", "mean", "median", "p90", "p95", "p99", "max")
+    for k in keys:
         d.add_column(k, justify="right")
     for label, dist in (("all tokens", r.lengths), ("loss tokens", r.loss_lengths)):
         if dist and dist["count"]:
-            d.add_row(
-                label,
-                *(
-                    num(dist[k], 1 if k == "mean" else 0)
-                    for k in ("min", "mean", "median", "p90", "p95", "p99", "max")
-                ),
-            )
+            d.add_row(label, *(num(dist[k], 1 if k == "mean" else 0) for k in keys))
     console.print(d)
     for line in overflow_lines(r):
         console.print(line)
