@@ -14,7 +14,7 @@ Per --len L (`at_len`; docs/ARCHITECTURE.md, "Semantics", Overflow):
 and pack["doc_pad"] (= manifest tokens.doc_pad) with its share of the slots is the cost of the
 padding inside documents; tokens_out stays the real tokens.
 
-    Examples ──at_len──▶ AtLen: pack (PACK_KEYS, as the manifest counts them), truncation,
+    Examples ──at_len──▶ AtLen: pack (as the manifest counts it), truncation,
                          strategies, costs (FLOPs, ÷ padding-free, savings, GPU-hours)
              ──sweep_point──▶ SweepPoint (one --len of a sweep)
 """
@@ -35,43 +35,6 @@ from packtool.stats.choice import share
 from packtool.stats.sweep import SweepPoint
 
 BASELINES = ("pad_to_len", "random_padded")
-
-# ProfileResult.pack / JSON "pack" / SweepPoint.pack: what `packtool pack --len L --overflow X`
-# (strategy bfd, order sorted, max_docs 0, seed 0) writes in its manifest:
-#   rows = counts.rows, documents = counts.documents, examples_* = counts.{packed,dropped,truncated,split},
-#   split_parts = counts.split_parts, tokens_in/out/cut = tokens.in/out/cut, loss_tokens_in = tokens.loss_in,
-#   loss_tokens_cut = tokens.loss_cut (None when labels are unknown), pad_slots = tokens.pad, fill,
-#   pad_to_multiple, doc_pad = tokens.doc_pad (0 when not padded), lower_bound_rows
-PACK_KEYS = (
-    "len",
-    "overflow",
-    "strategy",
-    "order",
-    "max_docs",
-    "seed",
-    "pad_to_multiple",
-    "examples",
-    "examples_packed",
-    "examples_dropped",
-    "examples_dropped_empty",
-    "examples_truncated",
-    "examples_split",
-    "split_parts",
-    "documents",
-    "rows",
-    "lower_bound_rows",
-    "tokens_in",
-    "tokens_out",
-    "tokens_cut",
-    "tokens_cut_share",
-    "loss_tokens_in",
-    "loss_tokens_cut",
-    "loss_tokens_cut_share",
-    "pad_slots",
-    "doc_pad",
-    "doc_pad_share",
-    "fill",
-)
 
 
 @dataclass
@@ -156,14 +119,9 @@ def loss_tokens_cut(data, pack_len: int) -> int | None:
     if idx.size == 0:
         return 0
     table = getattr(data, "table", None)
-    if (
-        table is not None
-        and not hasattr(table, "column")
-        and getattr(table, "_indices", None) is None
-    ):
-        table = getattr(
-            getattr(table, "data", None), "table", None
-        )  # a datasets.Dataset without a mapping
+    if not hasattr(table, "column") and getattr(table, "_indices", None) is None:
+        # a datasets.Dataset without an indices mapping: its Arrow table (None stays None)
+        table = getattr(getattr(table, "data", None), "table", None)
     if table is None or not hasattr(table, "column") or "labels" not in table.column_names:
         return None
     from packtool.data.arrow import arrow_numpy
@@ -219,19 +177,6 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         tails = None if inp.data is None else loss_tokens_cut(inp.data, L)
     loss_cut = None if dropped_loss is None or tails is None else dropped_loss + tails
     loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
-    truncation = {
-        "len": L,
-        "policy": cfg.overflow,
-        "examples_over": over,
-        "examples_over_share": over / nonempty if nonempty else 0.0,
-        "tokens_cut": tokens_in - tokens_out,
-        "tokens_cut_share": share(tokens_in - tokens_out, tokens_in),
-        "loss_tokens_cut": loss_cut,
-        "examples_dropped": int(pieces.dropped.size),
-        "examples_truncated": int(pieces.truncated.size),
-        "examples_split": int(pieces.split.size),
-        "split_parts": int(pieces.split_parts.sum()),
-    }
     slots = schema.Layout(cfg.pad_to_multiple).slots(pieces.length)  # pack plans these
     doc_pad = int(slots.sum()) - tokens_out
     strategies = (
@@ -240,7 +185,13 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         else {}
     )
     rows = strategies["packed_bfd_varlen"].rows if strategies else 0
-    pack = {  # the options pack runs with (planner defaults: PACK_KEYS), then its counts
+    # ProfileResult.pack / JSON "pack" / SweepPoint.pack: what `packtool pack --len L --overflow X`
+    # (strategy bfd, order sorted, max_docs 0, seed 0) writes in its manifest:
+    #   rows = counts.rows, documents = counts.documents, examples_* = counts.{packed,dropped,truncated,split},
+    #   split_parts = counts.split_parts, tokens_in/out/cut = tokens.in/out/cut, loss_tokens_in = tokens.loss_in,
+    #   loss_tokens_cut = tokens.loss_cut (None when labels are unknown), pad_slots = tokens.pad, fill,
+    #   pad_to_multiple, doc_pad = tokens.doc_pad (0 when not padded), lower_bound_rows
+    pack = {
         "len": L,
         "overflow": cfg.overflow,
         "strategy": "bfd",
@@ -251,22 +202,41 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         "examples": n_all,
         "examples_packed": n_all
         - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
+        "examples_dropped": int(pieces.dropped.size),
         "examples_dropped_empty": n_all - nonempty,
+        "examples_truncated": int(pieces.truncated.size),
+        "examples_split": int(pieces.split.size),
+        "split_parts": int(pieces.split_parts.sum()),
         "documents": int(pieces.length.size),
         "rows": rows,
         "lower_bound_rows": -(-(tokens_out + doc_pad) // L),
         "tokens_in": tokens_in,
         "tokens_out": tokens_out,
+        "tokens_cut": tokens_in - tokens_out,
+        "tokens_cut_share": share(tokens_in - tokens_out, tokens_in),
         "loss_tokens_in": loss_in,
+        "loss_tokens_cut": loss_cut,
         "loss_tokens_cut_share": share(loss_cut, loss_in),
         "pad_slots": rows * L - tokens_out,
         "doc_pad": doc_pad,
         "doc_pad_share": doc_pad / (rows * L) if rows else None,
         "fill": tokens_out / (rows * L) if rows else None,
-        **truncation,  # the counts it shares with the overflow summary (not policy, examples_over*)
+    }
+    truncation = {  # what --overflow takes from the examples over --len (the v1 name)
+        "len": L,
+        "policy": cfg.overflow,
+        "examples_over": over,
+        "examples_over_share": over / nonempty if nonempty else 0.0,
+        "tokens_cut": pack["tokens_cut"],
+        "tokens_cut_share": pack["tokens_cut_share"],
+        "loss_tokens_cut": loss_cut,
+        "examples_dropped": pack["examples_dropped"],
+        "examples_truncated": pack["examples_truncated"],
+        "examples_split": pack["examples_split"],
+        "split_parts": pack["split_parts"],
     }
     return AtLen(
-        pack={k: pack[k] for k in PACK_KEYS},
+        pack=pack,
         truncation=truncation,
         strategies=strategies,
         costs=costs_of(strategies, cfg, model) if strategies else {},

@@ -48,7 +48,7 @@ class ProfileResult:
     batch_waste: dict[str, Any]  # random padded batches: describe + log-spaced histogram
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-    pack: dict[str, Any] = field(default_factory=dict)  # what pack would write (PACK_KEYS)
+    pack: dict[str, Any] = field(default_factory=dict)  # what pack would write (predict.at_len)
     cuts: dict[int, dict[str, Any]] = field(default_factory=dict)  # choice.cuts_by_len
     sweep: list[SweepPoint] | None = None  # profile_lens with several --len values
     # at the advice's (--len, --overflow) when that is not this profile's

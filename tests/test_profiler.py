@@ -17,7 +17,6 @@ from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow
 from packtool.plan import plan_packs
-from packtool.predict import PACK_KEYS
 from packtool.profiler import (
     ProfileConfig,
     profile_data,
@@ -26,6 +25,37 @@ from packtool.profiler import (
 )
 from packtool.stats import advice
 
+# the keys of a pack prediction, in order (ProfileResult.pack, JSON "pack", SweepPoint.pack)
+PACK_KEYS = [
+    "len",
+    "overflow",
+    "strategy",
+    "order",
+    "max_docs",
+    "seed",
+    "pad_to_multiple",
+    "examples",
+    "examples_packed",
+    "examples_dropped",
+    "examples_dropped_empty",
+    "examples_truncated",
+    "examples_split",
+    "split_parts",
+    "documents",
+    "rows",
+    "lower_bound_rows",
+    "tokens_in",
+    "tokens_out",
+    "tokens_cut",
+    "tokens_cut_share",
+    "loss_tokens_in",
+    "loss_tokens_cut",
+    "loss_tokens_cut_share",
+    "pad_slots",
+    "doc_pad",
+    "doc_pad_share",
+    "fill",
+]
 BY_HAND = np.array([3, 9, 0, 5, 2])  # --len 4: 9 and 5 are over, one example is empty
 
 
@@ -40,7 +70,7 @@ def cfg(pack_len=4, overflow="drop", **kw) -> ProfileConfig:
 def test_drop_leaves_over_length_and_empty_examples_out():
     r = profile_lengths(BY_HAND, cfg(overflow="drop"))
     p = r.pack
-    assert list(p) == list(PACK_KEYS)
+    assert list(p) == PACK_KEYS
     assert (p["documents"], p["examples_dropped"], p["examples_dropped_empty"]) == (
         2,
         3,

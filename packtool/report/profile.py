@@ -8,7 +8,7 @@ JSON top-level keys (schema "packtool.profile/v1"; keys are only ever added):
     notes, timings
 `truncation` (the v1 name) is what --overflow (options.overflow) takes from the examples longer
 than --len; `pack` is what `packtool pack` with the same --len and --overflow writes in its
-manifest (predict.PACK_KEYS: rows, documents, tokens cut, examples dropped / truncated / split, ...).
+manifest (predict.at_len: rows, documents, tokens cut, examples dropped / truncated / split, ...).
 `strategies` maps a fixed id (stats.STRATEGY_LABELS order) to the same keys for every strategy
 (STRATEGY_KEYS; null where a key does not apply), all simulated on the pieces pack would pack:
 
