@@ -239,15 +239,13 @@ def profile_data(
     *,
     source: dict[str, Any] | None = None,
     on_stage=None,
-    advise: bool = True,
 ) -> ProfileResult:
     """Profile a `TokenizedData` (lengths and loss counts from the tokenization cache; labels for
-    the loss tokens --overflow truncate cuts) under cfg.overflow, as pack would pack it.
-    `advise` as in profile_lengths."""
+    the loss tokens --overflow truncate cuts) under cfg.overflow, as pack would pack it."""
     if on_stage:
         on_stage("what --overflow takes")
     inp, args = _input(data, source)
-    return _profile(inp, cfg, **args, on_stage=on_stage, advise=advise)
+    return _profile(inp, cfg, **args, on_stage=on_stage)
 
 
 # --------------------------------------------------------------------------------------------

@@ -102,7 +102,9 @@ def title_lines(r: ProfileResult) -> list[str]:
     """The figure title: source, the recommendation in one line, its command."""
     rec = advice.recommend(r)
     label, command = rec.lines()[-1]  # "next" (or "to pack") and the command
-    return [f"packtool profile · {_source_name(r)}", rec.summary(), f"{label}: {command}"]
+    src = r.source
+    name = src.get("data") or src.get("spec") or src.get("path") or src.get("kind", "")
+    return [f"packtool profile · {name}", rec.summary(), f"{label}: {command}"]
 
 
 def histogram_title(r: ProfileResult) -> str:
@@ -114,11 +116,6 @@ def histogram_title(r: ProfileResult) -> str:
         else ""
     )
     return f"Length distribution · {c['examples']:,} examples, {c['tokens']:,} tokens{skipped}"
-
-
-def _source_name(r: ProfileResult) -> str:
-    src = r.source
-    return str(src.get("data") or src.get("spec") or src.get("path") or src.get("kind", ""))
 
 
 def write_png(r: ProfileResult, path: str) -> None:

@@ -403,15 +403,13 @@ def _strategy(s: StrategyPick, ev: dict[str, dict[str, Any]], gpu: Any) -> dict[
 
 def recommend(r) -> Recommendation:
     """The recommendation for a ProfileResult `r` (with its sweep, when it has one)."""
-    cfg = r.config
-    sweep = getattr(r, "sweep", None) or []
+    cfg, cuts, sweep = r.config, r.cuts, r.sweep or []
     given = [p.pack_len for p in sweep] if sweep else [cfg.pack_len]
     points = {p.pack_len: p for p in sweep} if sweep else None
     t = totals_of(r)
-    cuts = r.cuts if getattr(r, "cuts", None) else None
-    if not cuts or any(L not in cuts for L in given):
+    if any(L not in cuts for L in given):
         raise ValueError("the ProfileResult has no cuts_by_len for its --len values")
-    choice = choose_len(cuts, t, given, points, getattr(r.config, "pad_to_multiple", 1))
+    choice = choose_len(cuts, t, given, points, cfg.pad_to_multiple)
     L, ov = choice.pack_len, choice.overflow
     over = cuts[L]["examples_over"]
     cut = cut_at(cuts[L], t, ov)
@@ -454,14 +452,11 @@ def recommend(r) -> Recommendation:
     if not data:
         hints.append("profiled from lengths, not a dataset: put your dataset in place of DATA")
     extra = list((r.source or {}).get("pack_args") or ())
-    n = getattr(r.config, "pad_to_multiple", 1)
-    if n > 1 and "--pad-to-multiple" not in extra:
-        extra += ["--pad-to-multiple", str(n)]  # the layout the prediction was made with
+    if cfg.pad_to_multiple > 1 and "--pad-to-multiple" not in extra:
+        extra += ["--pad-to-multiple", str(cfg.pad_to_multiple)]  # the prediction's layout
     command = pack_command(data, L, ov, extra)
-    read, n_skipped = (
-        int(r.counts.get("examples_read") or 0),
-        int(r.counts.get("examples_skipped") or 0),
-    )
+    read = int(r.counts.get("examples_read") or 0)
+    n_skipped = int(r.counts.get("examples_skipped") or 0)
     if n_skipped:
         skipped_share = share(n_skipped, read)
         keeps = "--on-error" in extra

@@ -254,7 +254,7 @@ def evidence(r, pack_len: int, overflow: str, nothing_over: bool):
     pk = r.pack or {}
     own = (r.config.pack_len, r.config.overflow, int(pk.get("rows") or 0))
     own += ({n: dict(c) for n, c in r.costs.items()}, pk.get("fill"))
-    points = [getattr(r, "advice_point", None), *(getattr(r, "sweep", None) or [])]
+    points = [r.advice_point, *(r.sweep or [])]
     for L, ov, rows, costs, fill in [own] + [
         (p.pack_len, p.overflow, p.rows, p.strategies, p.fill) for p in points if p and p.rows
     ]:
