@@ -214,9 +214,8 @@ def input_bytes(data: str | list[InputSpec]) -> int:
         return sum(input_bytes(s.data) for s in data if s.read.limit is None)
     if os.path.isfile(data):
         return os.path.getsize(data)
-    paths = (
-        os.path.join(d, n) for d, _, names in os.walk(data) for n in names
-    )  # not a folder: none
+    # (a path that is not a folder walks no files)
+    paths = (os.path.join(d, n) for d, _, names in os.walk(data) for n in names)
     return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
 

@@ -159,9 +159,8 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
     """Pack's overflow, then every strategy on its pieces, at cfg.pack_len."""
     t0 = time.perf_counter()
     L, lengths = cfg.pack_len, inp.lengths
-    pieces = apply_overflow(
-        lengths, inp.source_index, L, cfg.overflow
-    )  # error: PacktoolError, as pack
+    # --overflow error: PacktoolError, as pack
+    pieces = apply_overflow(lengths, inp.source_index, L, cfg.overflow)
     n_all = int(lengths.size)
     nonempty = int(np.count_nonzero(lengths))
     over = int(np.count_nonzero(lengths > L))

@@ -138,9 +138,8 @@ def verify(
         allow_download=allow_download,
     )
     out = Output(json_out, quiet=quiet)
-    with out.stage(
-        "verifying", spinner=True
-    ):  # a spinner on a terminal; no line in logs (nothing counted)
+    # a spinner on a terminal; no line in logs (nothing counted)
+    with out.stage("verifying", spinner=True):
         result = api.self_test(cfg) if self_test else api.verify(cfg)
     if sources:
         import time
