@@ -135,8 +135,9 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
 # terminal
 
 
-def _saved(h: float, share: float) -> str:
-    """GPU-hours saved, or what it costs more: never a negative saving."""
+def _saved(cost: dict[str, Any], base: str) -> str:
+    """GPU-hours saved against `base`, or what it costs more: never a negative saving."""
+    h, share = cost[f"gpu_hours_saved_vs_{base}"], cost[f"saving_vs_{base}"]
     if h >= 0:
         return f"{advice.gpu_time(h)} ({share:.0%})"
     return f"{advice.gpu_time(-h)} more"
@@ -303,14 +304,7 @@ def render(r: ProfileResult, console) -> None:
                 SHORT_LABELS.get(name, name),
                 si(cost["flops"]),
                 advice.gpu_time(cost["gpu_hours"]),
-                "–"
-                if name == "pad_to_len"
-                else _saved(cost["gpu_hours_saved_vs_pad_to_len"], cost["saving_vs_pad_to_len"]),
-                "–"
-                if name == "random_padded"
-                else _saved(
-                    cost["gpu_hours_saved_vs_random_padded"], cost["saving_vs_random_padded"]
-                ),
+                *("–" if name == b else _saved(cost, b) for b in ("pad_to_len", "random_padded")),
                 style="bold green" if name == best else None,
             )
         console.print(g)
