@@ -368,35 +368,34 @@ def overflow_lines(r: ProfileResult) -> list[str]:
             )
     else:
         out.append(f"[green]every example fits in --len {cfg.pack_len:,}[/]")
-    if pk:
-        did = []
-        if pk["examples_dropped"]:
-            empty = pk["examples_dropped_empty"]
-            over = pk["examples_dropped"] - empty
-            if over:
-                did.append(f"drops {over:,} example{'s' if over != 1 else ''}")
-            if empty:
-                did.append(f"drops {empty:,} empty")
-        if pk["examples_truncated"]:
-            did.append(f"truncates {pk['examples_truncated']:,}")
-        if pk["examples_split"]:
-            did.append(f"splits {pk['examples_split']:,} into {pk['split_parts']:,} documents")
-        cut = f"{pk['tokens_cut']:,} tokens cut" + (
-            "" if pk["loss_tokens_cut"] is None else f" ({pk['loss_tokens_cut']:,} loss tokens)"
-        )
-        n = cfg.pad_to_multiple
-        layout = f" --pad-to-multiple {n}" if n > 1 else ""
+    did = []
+    if pk["examples_dropped"]:
+        empty = pk["examples_dropped_empty"]
+        over = pk["examples_dropped"] - empty
+        if over:
+            did.append(f"drops {over:,} example{'s' if over != 1 else ''}")
+        if empty:
+            did.append(f"drops {empty:,} empty")
+    if pk["examples_truncated"]:
+        did.append(f"truncates {pk['examples_truncated']:,}")
+    if pk["examples_split"]:
+        did.append(f"splits {pk['examples_split']:,} into {pk['split_parts']:,} documents")
+    cut = f"{pk['tokens_cut']:,} tokens cut" + (
+        "" if pk["loss_tokens_cut"] is None else f" ({pk['loss_tokens_cut']:,} loss tokens)"
+    )
+    n = cfg.pad_to_multiple
+    layout = f" --pad-to-multiple {n}" if n > 1 else ""
+    out.append(
+        f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}{layout}[/] would write "
+        f"{pk['rows']:,} rows of {pk['documents']:,} documents, {pct(pk['fill'])} full; "
+        + ", ".join(did + [cut])
+    )
+    if n > 1:
         out.append(
-            f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}{layout}[/] would write "
-            f"{pk['rows']:,} rows of {pk['documents']:,} documents, {pct(pk['fill'])} full; "
-            + ", ".join(did + [cut])
+            f"[yellow]cost of --pad-to-multiple {n}[/]: {pk['doc_pad']:,} pad slots inside "
+            f"documents, {pct_small(pk['doc_pad_share'] or 0.0)} of the rows' slots (computed, never trained); "
+            "the strategies below run on the padded lengths"
         )
-        if n > 1:
-            out.append(
-                f"[yellow]cost of --pad-to-multiple {n}[/]: {pk['doc_pad']:,} pad slots inside "
-                f"documents, {pct_small(pk['doc_pad_share'] or 0.0)} of the rows' slots (computed, never trained); "
-                "the strategies below run on the padded lengths"
-            )
     return out
 
 

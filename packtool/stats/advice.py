@@ -377,12 +377,10 @@ def _strategy(s: StrategyPick, ev: dict[str, dict[str, Any]], gpu: Any) -> dict[
             "length (e.g. group_by_length) or lower --len"
         )
     dense_text = ""
-    if DENSE in f:
+    if DENSE in f and f[PACKED]:
         dense_text = (
             f"without a varlen kernel, packed rows with a dense mask cost {rel[DENSE]:.2f}× padding-free's "
             f"FLOPs ({f[DENSE] / f[PACKED]:.2f}× the varlen rows')"
-            if f[PACKED]
-            else ""
         )
     no_varlen = s.without_varlen
     if dense_text and no_varlen != DENSE:

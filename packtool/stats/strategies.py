@@ -228,11 +228,9 @@ def packed(
     from packtool.plan import plan_packs
 
     n = int(e.size)
-    if n == 0:
-        num_rows = 0
-    else:
-        plan = plan_packs(e, pack_len, algo, PACK_ORDER, PACK_MAX_DOCS, seed)
-        num_rows = int(plan.num_rows)
+    num_rows = (
+        int(plan_packs(e, pack_len, algo, PACK_ORDER, PACK_MAX_DOCS, seed).num_rows) if n else 0
+    )
     tokens = _total(e)
     common = dict(
         rows=num_rows,
