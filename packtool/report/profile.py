@@ -503,7 +503,7 @@ _PREFERENCE = (
 def best_strategy(r: ProfileResult) -> str:
     """The strategy with the fewest training FLOPs; ties go to the simpler-to-adopt one."""
     order = [n for n in _PREFERENCE if n in r.costs] + [n for n in r.costs if n not in _PREFERENCE]
-    return min(order, key=lambda n: (r.costs[n]["flops"], order.index(n)))
+    return min(order, key=lambda n: r.costs[n]["flops"])  # the first of equal ones
 
 
 def headline(r: ProfileResult) -> str:

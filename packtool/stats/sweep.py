@@ -62,9 +62,7 @@ def _item(item: str, text: str) -> list[int]:
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo > hi:
             raise _fail(text, f"the range {item.strip()!r} runs backwards; write it low-high")
-        if lo < 1:
-            raise _fail(text, "a length must be >= 1")
-        values = _powers_between(lo, hi)
+        values = _powers_between(lo, hi)  # (lo < 1: refused below, as for every form)
     elif m := _STEP.match(item):
         lo, hi, step = (int(g) for g in m.groups())
         if step < 1:
