@@ -327,26 +327,19 @@ class Recommendation:
         ]
         if self.evidence_note:
             rows.append(("", self.evidence_note))
-        rows.append(("--len", f"{self.pack_len:,}: {self.len_reason}"))
-        rows.append(("overflow", self.overflow_reason))
-        rows.append(
-            (
-                "cut",
-                self.cut_text()
-                + ("" if self.rows is None else f"; {_plural(self.rows, 'row')}")
-                + (f"; {self.skipped_text()} before profiling" if self.skipped else ""),
-            )
-        )
+        cut = self.cut_text() + ("" if self.rows is None else f"; {_plural(self.rows, 'row')}")
+        if self.skipped:
+            cut += f"; {self.skipped_text()} before profiling"
+        rows += [
+            ("--len", f"{self.pack_len:,}: {self.len_reason}"),
+            ("overflow", self.overflow_reason),
+            ("cut", cut),
+        ]
         if self.gpu:
-            rows.append(
-                (
-                    "GPU time",
-                    f"{gpu_time(self.gpu['hours'])} on {self.gpu['name'].upper()} (one epoch): "
-                    f"{self.gpu['vs_random_padded']}",
-                )
-            )
-        for h in self.hints:
-            rows.append(("note", h))
+            g = self.gpu
+            on = f"on {g['name'].upper()} (one epoch)"
+            rows.append(("GPU time", f"{gpu_time(g['hours'])} {on}: {g['vs_random_padded']}"))
+        rows += [("note", h) for h in self.hints]
         rows.append(("next" if self.strategy == PACKED else "to pack", self.command))
         return rows
 
