@@ -7,7 +7,7 @@ TokenizedData too, on first use.
 
     engine            engine (local, or a Ray cluster: packtool.cluster)
     read + tokenize   load_tokenized, inspect_example
-    profile           profile, profile_lengths, synthetic_lengths, read_lengths, model_from_config,
+    profile           profile, parse_lens, synthetic_lengths, read_lengths, model_from_config,
                       model_from_params, gpu_spec
     pack              check_output, check_cache, input_bytes, pack
     verify            verify, self_test, check_sources
@@ -49,8 +49,6 @@ __all__ = [
     "load_tokenized",
     "inspect_example",
     "profile",
-    "profile_lengths",
-    "profile_lens",
     "parse_lens",
     "synthetic_lengths",
     "read_lengths",
@@ -116,29 +114,27 @@ def load_tokenized(
     The result's `options` are what the manifest records (`verify --sources` tokenizes the sources
     again from them): the tokenize options, the input as given (a mixture: every InputSpec's spec),
     and the keys the tokenizer recorded (train_on, chat_template, labels_from) with their values."""
-    td = _load_tokenized(data, cfg, progress, seed, engine)
-    given = data if isinstance(data, str) else [s.spec for s in data]
-    td.options = {**cfg.fingerprint_dict(), "input": given, **(td.options or {})}
-    return td
-
-
-def _load_tokenized(data, cfg: TokenizeConfig, progress, seed: int, engine) -> TokenizedData:
+    one = isinstance(data, str)
     if engine is not None:
-        if not isinstance(data, str):
+        if not one:
             raise UsageError(
                 "--engine ray packs one input (a file, folder or glob); a mixture runs with "
                 "--engine local"
             )
         from packtool.cluster.tokenize import load_tokenized as _load_on_ray
 
-        return _load_on_ray(data, cfg, engine, progress=progress)
-    if not isinstance(data, str):
+        td = _load_on_ray(data, cfg, engine, progress=progress)
+    elif not one:
         from packtool.tokenization.mixture import load_mixture
 
-        return load_mixture(list(data), cfg, seed=seed, progress=progress)
-    from packtool.tokenization.pipeline import load_tokenized as _load
+        td = load_mixture(list(data), cfg, seed=seed, progress=progress)
+    else:
+        from packtool.tokenization.pipeline import load_tokenized as _load
 
-    return _load(data, cfg, progress=progress)
+        td = _load(data, cfg, progress=progress)
+    given = data if one else [s.spec for s in data]
+    td.options = {**cfg.fingerprint_dict(), "input": given, **(td.options or {})}
+    return td
 
 
 def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict:
@@ -152,18 +148,17 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict:
 # profile
 
 
-def profile(data: TokenizedData, cfg: ProfileConfig, source: dict | None = None, on_stage=None):
-    """Length statistics, strategy table and FLOP projection of tokenized data (a ProfileResult)."""
-    from packtool.profiler import profile_data
+def profile(
+    data_or_lengths, cfg: ProfileConfig, lens=None, source: dict | None = None, on_stage=None
+):
+    """Length statistics, strategy table and FLOP projection (a ProfileResult) of TokenizedData or
+    of bare example lengths (a numpy array, e.g. from `synthetic_lengths`), at cfg.pack_len or at
+    each of `lens` (a list or a --len text): then the full profile at the --len the advice picks,
+    with the per-len table attached."""
+    from packtool.profiler import profile_lens
 
-    return profile_data(data, cfg, source=source, on_stage=on_stage)
-
-
-def profile_lengths(lengths, cfg: ProfileConfig, source: dict | None = None, on_stage=None):
-    """`profile` of bare example lengths (a numpy array), e.g. from `synthetic_lengths`."""
-    from packtool.profiler import profile_lengths as _profile_lengths
-
-    return _profile_lengths(lengths, cfg, source=source, on_stage=on_stage)
+    lens = [cfg.pack_len] if lens is None else lens
+    return profile_lens(data_or_lengths, cfg, lens, source=source, on_stage=on_stage)
 
 
 def parse_lens(text: str) -> list[int]:
@@ -173,30 +168,18 @@ def parse_lens(text: str) -> list[int]:
     return _parse(text)
 
 
-def profile_lens(
-    data_or_lengths, cfg: ProfileConfig, lens, source: dict | None = None, on_stage=None
-):
-    """A profile at one --len, or a sweep: the full profile at the --len the advice picks, with the
-    per-len table attached. `data_or_lengths` is TokenizedData or a numpy array of lengths."""
-    from packtool.profiler import profile_lens as _profile_lens
-
-    return _profile_lens(data_or_lengths, cfg, lens, source=source, on_stage=on_stage)
-
-
-def _synthetic():
-    from packtool.stats import synthetic
-
-    return synthetic
-
-
 def synthetic_lengths(spec: str):
     """Lengths drawn from a `--synthetic` spec, e.g. `lognormal:median=450,n=20000`."""
-    return _synthetic().synthetic_lengths(spec)
+    from packtool.stats import synthetic
+
+    return synthetic.synthetic_lengths(spec)
 
 
 def read_lengths(path: str):
     """Lengths from a file: .txt (one per line) or .npy (`--lengths`)."""
-    return _synthetic().read_lengths(path)
+    from packtool.stats import synthetic
+
+    return synthetic.read_lengths(path)
 
 
 def model_from_config(config: dict, name: str = "config.json"):
@@ -231,14 +214,9 @@ def input_bytes(data: str | list[InputSpec]) -> int:
         return sum(input_bytes(s.data) for s in data if s.read.limit is None)
     if os.path.isfile(data):
         return os.path.getsize(data)
-    total = 0
-    for folder, _, names in os.walk(data):  # nothing for a path that is not a folder
-        total += sum(
-            os.path.getsize(os.path.join(folder, n))
-            for n in names
-            if os.path.isfile(os.path.join(folder, n))
-        )
-    return total
+    # (a path that is not a folder walks no files)
+    paths = (os.path.join(d, n) for d, _, names in os.walk(data) for n in names)
+    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
 
 def check_output(out: str, force: bool, need_bytes: int = 0) -> None:
@@ -263,8 +241,6 @@ def check_cache(need_bytes: int = 0) -> None:
 def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None, num_proc=None):
     """Pack tokenized data into `out` (a PackResult). `progress(rows written, rows total)`;
     `num_proc`: writer processes allowed (None: all cores; a large pack uses one per 2 cores)."""
-    import os
-
     from packtool.pack import pack_tokenized
 
     rows = getattr(data, "rows", None)  # on a Ray cluster (--engine ray): written there

@@ -272,14 +272,8 @@ def _quiet_stdout() -> None:
 def _register() -> None:
     from packtool.commands import export, inspect, pack, profile, sample, verify
 
-    for name, module in (
-        ("inspect", inspect),
-        ("profile", profile),
-        ("pack", pack),
-        ("verify", verify),
-        ("export", export),
-        ("sample", sample),
-    ):
+    for module in (inspect, profile, pack, verify, export, sample):  # each defines its command
+        name = module.__name__.rpartition(".")[2]
         app.command(name, cls=Command)(guard(getattr(module, name)))
 
 

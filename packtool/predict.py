@@ -14,7 +14,7 @@ Per --len L (`at_len`; docs/ARCHITECTURE.md, "Semantics", Overflow):
 and pack["doc_pad"] (= manifest tokens.doc_pad) with its share of the slots is the cost of the
 padding inside documents; tokens_out stays the real tokens.
 
-    Examples ──at_len──▶ AtLen: pack (PACK_KEYS, as the manifest counts them), truncation,
+    Examples ──at_len──▶ AtLen: pack (as the manifest counts it), truncation,
                          strategies, costs (FLOPs, ÷ padding-free, savings, GPU-hours)
              ──sweep_point──▶ SweepPoint (one --len of a sweep)
 """
@@ -36,43 +36,6 @@ from packtool.stats.sweep import SweepPoint
 
 BASELINES = ("pad_to_len", "random_padded")
 
-# ProfileResult.pack / JSON "pack" / SweepPoint.pack: what `packtool pack --len L --overflow X`
-# (strategy bfd, order sorted, max_docs 0, seed 0) writes in its manifest:
-#   rows = counts.rows, documents = counts.documents, examples_* = counts.{packed,dropped,truncated,split},
-#   split_parts = counts.split_parts, tokens_in/out/cut = tokens.in/out/cut, loss_tokens_in = tokens.loss_in,
-#   loss_tokens_cut = tokens.loss_cut (None when labels are unknown), pad_slots = tokens.pad, fill,
-#   pad_to_multiple, doc_pad = tokens.doc_pad (0 when not padded), lower_bound_rows
-PACK_KEYS = (
-    "len",
-    "overflow",
-    "strategy",
-    "order",
-    "max_docs",
-    "seed",
-    "pad_to_multiple",
-    "examples",
-    "examples_packed",
-    "examples_dropped",
-    "examples_dropped_empty",
-    "examples_truncated",
-    "examples_split",
-    "split_parts",
-    "documents",
-    "rows",
-    "lower_bound_rows",
-    "tokens_in",
-    "tokens_out",
-    "tokens_cut",
-    "tokens_cut_share",
-    "loss_tokens_in",
-    "loss_tokens_cut",
-    "loss_tokens_cut_share",
-    "pad_slots",
-    "doc_pad",
-    "doc_pad_share",
-    "fill",
-)
-
 
 @dataclass
 class Examples:
@@ -82,10 +45,6 @@ class Examples:
     source_index: np.ndarray  # int64[n]: what an --overflow error names
     loss_counts: np.ndarray | None  # int64[n] or None (bare lengths)
     data: Any = None  # TokenizedData: its labels give truncation's loss cut
-    loss_tokens_cut: int | None = (
-        None  # the caller's truncation loss cut at `given_len` (profile_lengths)
-    )
-    given_len: int | None = None
 
     @property
     def nonempty(self) -> np.ndarray:
@@ -119,7 +78,8 @@ def examples_of(lengths, loss_counts=None, source_index=None, data=None) -> Exam
 
 @dataclass
 class AtLen:
-    """One --len: the pack prediction, the overflow summary, strategies and costs."""
+    """One --len: the pack prediction, the overflow summary, strategies and costs (no strategies
+    and no costs when --overflow leaves nothing to pack: pack stops there with an error)."""
 
     pack: dict[str, Any]
     truncation: dict[str, Any]
@@ -151,17 +111,6 @@ def costs_of(
     return out
 
 
-def _truncated_loss_cut(inp: Examples, pack_len: int, truncated: np.ndarray) -> int | None:
-    """Loss tokens in the cut-off tails of the truncated examples (pack's loss_cut_tails)."""
-    if truncated.size == 0:
-        return 0
-    if inp.data is not None:
-        return loss_tokens_cut(inp.data, pack_len)
-    if inp.loss_tokens_cut is not None and inp.given_len == pack_len:
-        return int(inp.loss_tokens_cut)
-    return None
-
-
 def loss_tokens_cut(data, pack_len: int) -> int | None:
     """Loss tokens beyond position `pack_len` in the over-length examples (what truncation would
     take from training; pack's tokens.loss_cut for --overflow truncate). Reads only those
@@ -170,14 +119,9 @@ def loss_tokens_cut(data, pack_len: int) -> int | None:
     if idx.size == 0:
         return 0
     table = getattr(data, "table", None)
-    if (
-        table is not None
-        and not hasattr(table, "column")
-        and getattr(table, "_indices", None) is None
-    ):
-        table = getattr(
-            getattr(table, "data", None), "table", None
-        )  # a datasets.Dataset without a mapping
+    if not hasattr(table, "column") and getattr(table, "_indices", None) is None:
+        # a datasets.Dataset without an indices mapping: its Arrow table (None stays None)
+        table = getattr(getattr(table, "data", None), "table", None)
     if table is None or not hasattr(table, "column") or "labels" not in table.column_names:
         return None
     from packtool.data.arrow import arrow_numpy
@@ -211,27 +155,12 @@ def nothing_to_pack(inp: Examples, cfg: ProfileConfig) -> PacktoolError:
     )
 
 
-def _pack_options(cfg: ProfileConfig) -> dict[str, Any]:
-    """The options pack runs with at cfg's --len and --overflow (planner defaults: PACK_KEYS)."""
-    return {
-        "len": cfg.pack_len,
-        "overflow": cfg.overflow,
-        "strategy": "bfd",
-        "order": stats.PACK_ORDER,
-        "max_docs": stats.PACK_MAX_DOCS,
-        "seed": stats.PACK_SEED,
-        "pad_to_multiple": cfg.pad_to_multiple,
-    }
-
-
-def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> AtLen | None:
-    """Pack's overflow, then every strategy on its pieces, at cfg.pack_len. None when --overflow
-    leaves nothing to pack (pack stops there with an error)."""
+def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> AtLen:
+    """Pack's overflow, then every strategy on its pieces, at cfg.pack_len."""
     t0 = time.perf_counter()
     L, lengths = cfg.pack_len, inp.lengths
-    pieces = apply_overflow(
-        lengths, inp.source_index, L, cfg.overflow
-    )  # error: PacktoolError, as pack
+    # --overflow error: PacktoolError, as pack
+    pieces = apply_overflow(lengths, inp.source_index, L, cfg.overflow)
     n_all = int(lengths.size)
     nonempty = int(np.count_nonzero(lengths))
     over = int(np.count_nonzero(lengths > L))
@@ -242,31 +171,33 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         dropped_loss = int(inp.loss_counts[pieces.dropped].sum())
     elif not np.any(lengths[pieces.dropped] > 0):
         dropped_loss = 0  # only empty examples dropped: no loss token among them
-    tails = _truncated_loss_cut(inp, L, pieces.truncated)
+    tails = 0  # loss tokens in the cut-off tails of the truncated examples (pack's loss_cut_tails)
+    if pieces.truncated.size:
+        tails = None if inp.data is None else loss_tokens_cut(inp.data, L)
     loss_cut = None if dropped_loss is None or tails is None else dropped_loss + tails
     loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
-    truncation = {
-        "len": L,
-        "policy": cfg.overflow,
-        "examples_over": over,
-        "examples_over_share": over / nonempty if nonempty else 0.0,
-        "tokens_cut": tokens_in - tokens_out,
-        "tokens_cut_share": share(tokens_in - tokens_out, tokens_in) or 0.0,
-        "loss_tokens_cut": loss_cut,
-        "examples_dropped": int(pieces.dropped.size),
-        "examples_truncated": int(pieces.truncated.size),
-        "examples_split": int(pieces.split.size),
-        "split_parts": int(pieces.split_parts.sum()),
-    }
-    m = int(pieces.length.size)
-    if m == 0:
-        return None
     slots = schema.Layout(cfg.pad_to_multiple).slots(pieces.length)  # pack plans these
     doc_pad = int(slots.sum()) - tokens_out
-    strategies = stats.simulate(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
-    rows = strategies["packed_bfd_varlen"].rows
+    strategies = (
+        stats.simulate(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
+        if pieces.length.size
+        else {}
+    )
+    rows = strategies["packed_bfd_varlen"].rows if strategies else 0
+    # ProfileResult.pack / JSON "pack" / SweepPoint.pack: what `packtool pack --len L --overflow X`
+    # (strategy bfd, order sorted, max_docs 0, seed 0) writes in its manifest:
+    #   rows = counts.rows, documents = counts.documents, examples_* = counts.{packed,dropped,truncated,split},
+    #   split_parts = counts.split_parts, tokens_in/out/cut = tokens.in/out/cut, loss_tokens_in = tokens.loss_in,
+    #   loss_tokens_cut = tokens.loss_cut (None when labels are unknown), pad_slots = tokens.pad, fill,
+    #   pad_to_multiple, doc_pad = tokens.doc_pad (0 when not padded), lower_bound_rows
     pack = {
-        **_pack_options(cfg),
+        "len": L,
+        "overflow": cfg.overflow,
+        "strategy": "bfd",
+        "order": stats.PACK_ORDER,
+        "max_docs": stats.PACK_MAX_DOCS,
+        "seed": stats.PACK_SEED,
+        "pad_to_multiple": cfg.pad_to_multiple,
         "examples": n_all,
         "examples_packed": n_all
         - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
@@ -275,7 +206,7 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         "examples_truncated": int(pieces.truncated.size),
         "examples_split": int(pieces.split.size),
         "split_parts": int(pieces.split_parts.sum()),
-        "documents": m,
+        "documents": int(pieces.length.size),
         "rows": rows,
         "lower_bound_rows": -(-(tokens_out + doc_pad) // L),
         "tokens_in": tokens_in,
@@ -290,48 +221,31 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         "doc_pad_share": doc_pad / (rows * L) if rows else None,
         "fill": tokens_out / (rows * L) if rows else None,
     }
+    truncation = {  # what --overflow takes from the examples over --len (the v1 name)
+        "len": L,
+        "policy": cfg.overflow,
+        "examples_over": over,
+        "examples_over_share": over / nonempty if nonempty else 0.0,
+        "tokens_cut": pack["tokens_cut"],
+        "tokens_cut_share": pack["tokens_cut_share"],
+        "loss_tokens_cut": loss_cut,
+        "examples_dropped": pack["examples_dropped"],
+        "examples_truncated": pack["examples_truncated"],
+        "examples_split": pack["examples_split"],
+        "split_parts": pack["split_parts"],
+    }
     return AtLen(
-        pack={k: pack[k] for k in PACK_KEYS},
+        pack=pack,
         truncation=truncation,
         strategies=strategies,
-        costs=costs_of(strategies, cfg, model),
+        costs=costs_of(strategies, cfg, model) if strategies else {},
         seconds=time.perf_counter() - t0,
         loss=overflow_loss(lengths, pieces, L, cfg.overflow),
     )
 
 
-def sweep_point(at: AtLen | None, inp: Examples, cfg: ProfileConfig) -> SweepPoint:
-    """The sweep summary of one --len (`at` None: --overflow left nothing to pack)."""
-    if at is None:
-        lengths = inp.lengths
-        tokens_in = int(lengths.sum())
-        loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
-        pack = dict.fromkeys(PACK_KEYS)
-        pack.update(
-            {
-                **_pack_options(cfg),
-                "examples": int(lengths.size),
-                "examples_packed": 0,
-                "examples_dropped": int(lengths.size),
-                "examples_dropped_empty": int(lengths.size - np.count_nonzero(lengths)),
-                "examples_truncated": 0,
-                "examples_split": 0,
-                "split_parts": 0,
-                "documents": 0,
-                "rows": 0,
-                "lower_bound_rows": 0,
-                "tokens_in": tokens_in,
-                "tokens_out": 0,
-                "tokens_cut": tokens_in,
-                "tokens_cut_share": 1.0 if tokens_in else 0.0,
-                "loss_tokens_in": loss_in,
-                "loss_tokens_cut": loss_in,
-                "loss_tokens_cut_share": 1.0 if loss_in else 0.0,
-                "pad_slots": 0,
-                "doc_pad": 0,
-            }
-        )
-        return SweepPoint(pack=pack, strategies={})
+def sweep_point(at: AtLen) -> SweepPoint:
+    """The sweep summary of one --len (no strategies: --overflow left nothing to pack)."""
     summary = {}
     for name, s in at.strategies.items():
         c = at.costs[name]

@@ -5,8 +5,8 @@ FLOP projection, one --len or a sweep of several.
                                   ├──▶ ProfileResult ─────┤
     lengths (synthetic / file) ───┘ profile_lengths  │    └──▶ packtool.report.profile_png (PNG)
                                                      └──▶ stats.advice.recommend ─▶ Recommendation
-    either, several --len ──sweep──▶ [SweepPoint]   (profile_lens: the sweep + a full profile at
-                                                     the --len the advice picks, sweep attached)
+    either, several --len ──profile_lens──▶ a SweepPoint per --len, then the full profile at the
+                                            --len the advice picks, the sweep attached
 
 One --len (what pack would write, strategies, costs) is packtool.predict's `at_len`.
 
@@ -48,19 +48,15 @@ class ProfileResult:
     batch_waste: dict[str, Any]  # random padded batches: describe + log-spaced histogram
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-    pack: dict[str, Any] = field(default_factory=dict)  # what pack would write (PACK_KEYS)
-    cuts: dict[int, dict[str, Any]] = field(
-        default_factory=dict
-    )  # choice.cuts_by_len at candidate lengths
+    pack: dict[str, Any] = field(default_factory=dict)  # what pack would write (predict.at_len)
+    cuts: dict[int, dict[str, Any]] = field(default_factory=dict)  # choice.cuts_by_len
     sweep: list[SweepPoint] | None = None  # profile_lens with several --len values
-    advice_point: SweepPoint | None = (
-        None  # at the advice's (--len, --overflow) when that is not this profile's
-    )
+    # at the advice's (--len, --overflow) when that is not this profile's
+    advice_point: SweepPoint | None = None
 
 
 def _batch_waste(ratios: np.ndarray) -> dict[str, Any]:
-    if ratios.size == 0:
-        return {"summary": stats.describe(ratios), "edges": [1.0, 2.0], "counts": [0]}
+    """Random padded batches' waste (one ratio a batch, at least one): summary, log-spaced histogram."""
     hi = max(float(ratios.max()), 1.0 + 1e-9)
     edges = np.geomspace(1.0, hi * (1 + 1e-9), 41)
     counts, _ = np.histogram(np.clip(ratios, 1.0, None), bins=edges)
@@ -81,18 +77,19 @@ def _profile(
     cfg: ProfileConfig,
     *,
     source: dict[str, Any],
-    num_read: int | None,
-    skipped,
-    notes: list[str],
-    on_stage,
-    at: AtLen | None = None,
-    given: list[int] | None = None,
-    points: list[SweepPoint] | None = None,
+    num_read: int | None = None,
+    skipped=(),
+    notes=(),
+    on_stage=None,
+    swept: tuple[list[SweepPoint], dict[int, AtLen]] | None = None,
     advise: bool = True,
 ) -> ProfileResult:
+    """The profile of `inp` at cfg.pack_len or, with `swept` (its points and the AtLen of each
+    --len that packs something), at the --len choice.pick_len picks among them (the longest that
+    packs something when --overflow leaves nothing there), the sweep attached."""
     say = on_stage or (lambda _s: None)
     timings: dict[str, float] = {}
-    notes = list(notes or [])
+    notes = list(notes)
     t0 = time.perf_counter()
     lengths = inp.lengths
     keep = inp.nonempty
@@ -123,27 +120,32 @@ def _profile(
         "loss_share": None if loss_dist is None or not tokens else loss_dist["sum"] / tokens,
         "examples_without_loss": None if kept_loss is None else int((kept_loss == 0).sum()),
     }
-    cuts = choice.cuts_by_len(
-        kept, kept_loss, choice.candidate_lens(dist["max"], given or [cfg.pack_len])
-    )
+    points, done = swept or (None, {})
+    given = [p.pack_len for p in points] if points else [cfg.pack_len]
+    cuts = choice.cuts_by_len(kept, kept_loss, choice.candidate_lens(dist["max"], given))
+    totals = choice.Totals(n, tokens, counts["loss_tokens"], int(dist["max"]), empty)
+    by_len = {p.pack_len: p for p in points} if points else None
+    picked = choice.pick_len(cuts, totals, given, by_len, cfg.pad_to_multiple)
+    if points:
+        if not done:
+            raise nothing_to_pack(inp, dataclasses.replace(cfg, pack_len=given[-1]))
+        main = picked.pack_len if picked.pack_len in done else max(done)
+        cfg = dataclasses.replace(cfg, pack_len=main)
     hist = stats.length_histogram(kept, cfg.pack_len, cfg.bins, p99=dist["p99"])
     plot_hist = stats.length_histogram(kept, cfg.pack_len, cfg.plot_bins, p99=dist["p99"])
     timings["statistics"] = time.perf_counter() - t0
 
     model = cfg.model or stats.reference_model()
-    if at is None:
-        at = at_len(inp, cfg, model, say)
-        if at is None:
-            raise nothing_to_pack(inp, cfg)
+    at = done[cfg.pack_len] if points else at_len(inp, cfg, model, say)
+    if not at.strategies:
+        raise nothing_to_pack(inp, cfg)
     timings["strategies"] = at.seconds
     if at.loss is not None:
         notes.append(f"pack {at.loss}")
-    waste = _batch_waste(at.strategies["random_padded"].extra.get("batch_waste", np.zeros(0)))
-    extra = (
-        _advice_point(inp, cfg, model, cuts, counts, dist, given, points, say) if advise else None
-    )
+    waste = _batch_waste(at.strategies["random_padded"].extra["batch_waste"])
+    extra = _advice_point(inp, cfg, model, picked, cuts, points, say) if advise else None
     if extra is not None:
-        timings["advice"] = extra[1]
+        timings["advice"] = extra.seconds
     timings["total"] = time.perf_counter() - t0
     return ProfileResult(
         source=source,
@@ -163,29 +165,14 @@ def _profile(
         pack=at.pack,
         cuts=cuts,
         sweep=points,
-        advice_point=None if extra is None else extra[0],
+        advice_point=None if extra is None else sweep_point(extra),
     )
 
 
-def _advice_point(inp: Examples, cfg: ProfileConfig, model, cuts, counts, dist, given, points, say):
-    """(SweepPoint, seconds) at the (--len, --overflow) stats.choice.pick_len picks, when pack
-    would pack other pieces there than this profile did (so that the recommendation's FLOPs are
-    its own); None when it is this profile's case or a sweep point's."""
-    totals = choice.Totals(
-        examples=counts["examples"],
-        tokens=counts["tokens"],
-        loss_tokens=counts["loss_tokens"],
-        longest=int(dist["max"]),
-        empty=counts["examples_empty"],
-    )
-    lens = given or [cfg.pack_len]
-    picked = choice.pick_len(
-        cuts,
-        totals,
-        lens,
-        {p.pack_len: p for p in points} if points else None,
-        cfg.pad_to_multiple,
-    )
+def _advice_point(inp: Examples, cfg: ProfileConfig, model, picked, cuts, points, say):
+    """The AtLen at the (--len, --overflow) stats.choice.pick_len picked, when pack would pack
+    other pieces there than this profile did (so that the recommendation's FLOPs are its own);
+    None when it is this profile's case or a sweep point's, or when nothing is left to pack."""
     L, ov = picked.pack_len, picked.overflow
     nothing_over = cuts[L]["examples_over"] == 0
 
@@ -198,7 +185,32 @@ def _advice_point(inp: Examples, cfg: ProfileConfig, model, cuts, counts, dist, 
         return None
     c = dataclasses.replace(cfg, pack_len=L, overflow=ov)
     at = at_len(inp, c, model, lambda s: say(f"recommended --len {L:,}: {s}"))
-    return (None if at is None else sweep_point(at, inp, c)), (0.0 if at is None else at.seconds)
+    return at if at.strategies else None
+
+
+def _is_data(x) -> bool:
+    return hasattr(x, "lengths") and hasattr(x, "table")
+
+
+def _input(data_or_lengths, source: dict[str, Any] | None) -> tuple[Examples, dict[str, Any]]:
+    """The Examples of a TokenizedData or of bare lengths, and _profile's source, num_read,
+    skipped and notes for it."""
+    x = data_or_lengths
+    if not _is_data(x):
+        return examples_of(x), {"source": source or {"kind": "lengths"}}
+    return examples_of(x.lengths, x.loss_counts, getattr(x, "source_index", None), data=x), {
+        "source": {
+            "kind": "data",
+            "format": getattr(x, "format", ""),
+            "tokenizer": dict(getattr(x, "tokenizer", {}) or {}),
+            "cache_hit": bool(getattr(x, "cache_hit", False)),
+            "tokenizer_backend": dict(getattr(x, "backend", {}) or {}),
+            **(source or {}),
+        },
+        "num_read": x.num_read,
+        "skipped": list(x.skipped),
+        "notes": list(getattr(x, "warnings", []) or []),
+    }
 
 
 def profile_lengths(
@@ -206,57 +218,18 @@ def profile_lengths(
     cfg: ProfileConfig,
     *,
     source: dict[str, Any] | None = None,
-    loss_counts: np.ndarray | None = None,
-    num_read: int | None = None,
-    skipped: list | tuple = (),
-    loss_tokens_cut: int | None = None,
-    notes: list[str] | None = None,
     on_stage=None,
     source_index: np.ndarray | None = None,
     advise: bool = True,
 ) -> ProfileResult:
-    """Profile `lengths` (tokens per example, int >= 0) under cfg.overflow, as pack would pack them.
-    `loss_counts` (loss tokens per example) is optional: without it the loss rows are None.
-    `loss_tokens_cut`: the loss tokens truncation at cfg.pack_len cuts, when the caller knows it
-    (--overflow truncate; without it and without labels that figure is None). `source_index`
-    names the examples in an --overflow error (default: their position). Lengths of 0 are
-    counted and left out (pack drops them). `advise`: when stats.choice picks another --len or
-    --overflow, simulate that case too (advice_point), so that the recommendation's FLOPs are its
-    own; False skips that second simulation (benchmarks)."""
-    inp = examples_of(lengths, loss_counts, source_index)
-    inp.loss_tokens_cut, inp.given_len = loss_tokens_cut, cfg.pack_len
+    """Profile `lengths` (tokens per example, int >= 0) under cfg.overflow, as pack would pack them;
+    the loss rows are None (no labels). `source_index` names the examples in an --overflow error
+    (default: their position). Lengths of 0 are counted and left out (pack drops them). `advise`:
+    when stats.choice picks another --len or --overflow, simulate that case too (advice_point), so
+    that the recommendation's FLOPs are its own; False skips that second simulation."""
+    inp = examples_of(lengths, source_index=source_index)
     return _profile(
-        inp,
-        cfg,
-        source=source or {"kind": "lengths"},
-        num_read=num_read,
-        skipped=skipped,
-        notes=notes or [],
-        on_stage=on_stage,
-        advise=advise,
-    )
-
-
-def _data_args(data, source: dict[str, Any] | None) -> dict[str, Any]:
-    """_profile's source, num_read, skipped and notes for a TokenizedData."""
-    return {
-        "source": {
-            "kind": "data",
-            "format": getattr(data, "format", ""),
-            "tokenizer": dict(getattr(data, "tokenizer", {}) or {}),
-            "cache_hit": bool(getattr(data, "cache_hit", False)),
-            "tokenizer_backend": dict(getattr(data, "backend", {}) or {}),
-            **(source or {}),
-        },
-        "num_read": data.num_read,
-        "skipped": list(data.skipped),
-        "notes": list(getattr(data, "warnings", []) or []),
-    }
-
-
-def _data_input(data) -> Examples:
-    return examples_of(
-        data.lengths, data.loss_counts, getattr(data, "source_index", None), data=data
+        inp, cfg, source=source or {"kind": "lengths"}, on_stage=on_stage, advise=advise
     )
 
 
@@ -266,24 +239,17 @@ def profile_data(
     *,
     source: dict[str, Any] | None = None,
     on_stage=None,
-    advise: bool = True,
 ) -> ProfileResult:
     """Profile a `TokenizedData` (lengths and loss counts from the tokenization cache; labels for
-    the loss tokens --overflow truncate cuts) under cfg.overflow, as pack would pack it.
-    `advise` as in profile_lengths."""
+    the loss tokens --overflow truncate cuts) under cfg.overflow, as pack would pack it."""
     if on_stage:
         on_stage("what --overflow takes")
-    return _profile(
-        _data_input(data), cfg, **_data_args(data, source), on_stage=on_stage, advise=advise
-    )
+    inp, args = _input(data, source)
+    return _profile(inp, cfg, **args, on_stage=on_stage)
 
 
 # --------------------------------------------------------------------------------------------
 # several --len values
-
-
-def _is_data(x) -> bool:
-    return hasattr(x, "lengths") and hasattr(x, "table")
 
 
 def _sweep(
@@ -295,8 +261,8 @@ def _sweep(
     for L in lens:
         c = dataclasses.replace(cfg, pack_len=int(L))  # validates --len
         at = at_len(inp, c, model, lambda s, L=L: say(f"--len {L:,}: {s}"))
-        points.append(sweep_point(at, inp, c))
-        if at is not None:
+        points.append(sweep_point(at))
+        if at.strategies:
             done[int(L)] = at
     return points, done
 
@@ -307,18 +273,6 @@ def _lens(lens) -> list[int]:
     if not lens:
         raise UsageError("--len: no length given; e.g. --len 4096")
     return lens
-
-
-def sweep(data_or_lengths, cfg: ProfileConfig, lens, *, on_stage=None) -> list[SweepPoint]:
-    """One SweepPoint per --len of `lens` (a list, or a --len text for parse_lens), in increasing
-    order, each computed exactly as a full profile at that --len computes it (pack prediction,
-    strategies, FLOPs). cfg.pack_len is ignored. A --len at which --overflow leaves nothing to pack
-    gives a point with 0 rows and no strategies; --overflow error raises as pack would."""
-    lens = _lens(lens)
-    inp = (
-        _data_input(data_or_lengths) if _is_data(data_or_lengths) else examples_of(data_or_lengths)
-    )
-    return _sweep(inp, cfg, lens, on_stage)[0]
 
 
 def profile_lens(
@@ -333,45 +287,13 @@ def profile_lens(
     several profile each (sweep), then give the full profile at the --len stats.choice picks
     among them (choice.pick_len), with `sweep` attached. `lens` is a list or a --len text."""
     lens = _lens(lens)
-    is_data = _is_data(data_or_lengths)
     if len(lens) == 1:
         one = dataclasses.replace(cfg, pack_len=lens[0])
-        if is_data:
+        if _is_data(data_or_lengths):
             return profile_data(data_or_lengths, one, source=source, on_stage=on_stage)
         return profile_lengths(data_or_lengths, one, source=source, on_stage=on_stage)
     t0 = time.perf_counter()
-    if is_data:
-        inp, args = _data_input(data_or_lengths), _data_args(data_or_lengths, source)
-    else:
-        inp = examples_of(data_or_lengths)
-        args = {
-            "source": source or {"kind": "lengths"},
-            "num_read": None,
-            "skipped": [],
-            "notes": [],
-        }
-    points, done = _sweep(inp, cfg, lens, on_stage)
-    kept = inp.lengths[inp.nonempty]
-    if kept.size == 0:
-        raise PacktoolError(
-            f"nothing to profile: none of the {inp.lengths.size:,} examples read has a token"
-        )
-    kept_loss = None if inp.loss_counts is None else inp.loss_counts[inp.nonempty]
-    cuts = choice.cuts_by_len(kept, kept_loss, lens)
-    totals = choice.Totals(
-        examples=int(kept.size),
-        tokens=int(kept.sum()),
-        loss_tokens=None if kept_loss is None else int(kept_loss.sum()),
-        longest=int(kept.max()),
-    )
-    pick = choice.pick_len(cuts, totals, lens, {p.pack_len: p for p in points}).pack_len
-    if (
-        pick not in done
-    ):  # --overflow leaves nothing at the pick: the longest --len that packs something
-        if not done:
-            raise nothing_to_pack(inp, dataclasses.replace(cfg, pack_len=lens[-1]))
-        pick = max(done)
-    main = dataclasses.replace(cfg, pack_len=pick)
-    r = _profile(inp, main, **args, on_stage=on_stage, at=done[pick], given=lens, points=points)
+    inp, args = _input(data_or_lengths, source)
+    r = _profile(inp, cfg, **args, on_stage=on_stage, swept=_sweep(inp, cfg, lens, on_stage))
     r.timings["sweep"] = time.perf_counter() - t0
     return r

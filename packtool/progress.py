@@ -82,11 +82,6 @@ def _num(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def label(what: str, detail: str | None = None) -> str:
-    """`tokenizing (2 processes)`: the stage's name, its detail said once."""
-    return f"{what} ({detail})" if detail else what
-
-
 class Counter:
     """A stage's counts and clock; `line()` is its one summary line. As a Stage it draws nothing:
     Silent's, and Terminal's when stderr is not a terminal (one line when it ends)."""
@@ -133,23 +128,11 @@ class _BarStage(Counter):
         from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as Bar
 
-        columns = (
-            (
-                SpinnerColumn("dots"),
-                TextColumn("[bold]{task.description}"),
-                TextColumn("{task.fields[status]}"),
-                TimeElapsedColumn(),
-            )
-            if spinner
-            else (
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                TextColumn("{task.fields[status]}"),
-                TimeElapsedColumn(),
-            )
-        )
+        name = TextColumn("[bold]{task.description}")
+        head = (SpinnerColumn("dots"), name) if spinner else (name, BarColumn())
+        tail = (TextColumn("{task.fields[status]}"), TimeElapsedColumn())
         self.spinner = spinner
-        self.bar = Bar(*columns, console=console, transient=True)
+        self.bar = Bar(*head, *tail, console=console, transient=True)
         self.task = self.bar.add_task(what, total=total, status="")
 
     def _draw(self) -> None:
@@ -198,7 +181,7 @@ class Terminal:
         detail: str | None = None,
         spinner: bool = False,
     ):
-        name = label(what, detail)
+        name = f"{what} ({detail})" if detail else what  # `tokenizing (2 processes)`
         if not self._on_terminal():
             stage = Counter(name, unit, total)
             yield stage

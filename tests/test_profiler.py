@@ -17,16 +17,45 @@ from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow
 from packtool.plan import plan_packs
-from packtool.predict import PACK_KEYS
 from packtool.profiler import (
     ProfileConfig,
     profile_data,
     profile_lengths,
     profile_lens,
-    sweep,
 )
 from packtool.stats import advice
 
+# the keys of a pack prediction, in order (ProfileResult.pack, JSON "pack", SweepPoint.pack)
+PACK_KEYS = [
+    "len",
+    "overflow",
+    "strategy",
+    "order",
+    "max_docs",
+    "seed",
+    "pad_to_multiple",
+    "examples",
+    "examples_packed",
+    "examples_dropped",
+    "examples_dropped_empty",
+    "examples_truncated",
+    "examples_split",
+    "split_parts",
+    "documents",
+    "rows",
+    "lower_bound_rows",
+    "tokens_in",
+    "tokens_out",
+    "tokens_cut",
+    "tokens_cut_share",
+    "loss_tokens_in",
+    "loss_tokens_cut",
+    "loss_tokens_cut_share",
+    "pad_slots",
+    "doc_pad",
+    "doc_pad_share",
+    "fill",
+]
 BY_HAND = np.array([3, 9, 0, 5, 2])  # --len 4: 9 and 5 are over, one example is empty
 
 
@@ -41,7 +70,7 @@ def cfg(pack_len=4, overflow="drop", **kw) -> ProfileConfig:
 def test_drop_leaves_over_length_and_empty_examples_out():
     r = profile_lengths(BY_HAND, cfg(overflow="drop"))
     p = r.pack
-    assert list(p) == list(PACK_KEYS)
+    assert list(p) == PACK_KEYS
     assert (p["documents"], p["examples_dropped"], p["examples_dropped_empty"]) == (
         2,
         3,
@@ -322,6 +351,11 @@ def test_the_glaive_issue(tmp_path):
 LOGNORMAL = "lognormal:median=900,sigma=0.8,n=3000,seed=5"
 
 
+def sweep(data_or_lengths, cfg, lens):
+    """The points of a sweep over several --len values."""
+    return profile_lens(data_or_lengths, cfg, lens).sweep
+
+
 def test_sweep_points_equal_full_profiles():
     from packtool.stats.synthetic import synthetic_lengths
 
@@ -348,6 +382,15 @@ def test_sweep_on_tokenized_data_and_an_empty_len():
         points[0].rows == 0 and points[0].fill is None and points[0].strategies == {}
     )  # every example dropped
     assert points[0].pack["tokens_cut"] == 20 and points[0].pack["examples_dropped"] == 4
+    assert points[0].pack["loss_tokens_cut_share"] == 1.0  # every loss token with them
+    bare = sweep(np.array([5, 7]), ProfileConfig(overflow="drop"), [4, 8])
+    assert bare[0].rows == 0 and bare[0].pack == {
+        **bare[0].pack,
+        "loss_tokens_in": None,
+        "loss_tokens_cut": None,
+        "loss_tokens_cut_share": None,  # bare lengths: unknown, as at every other --len
+    }
+    assert bare[1].pack["loss_tokens_cut_share"] is None
     with pytest.raises(UsageError, match="--len 0 must be in"):
         sweep(td, ProfileConfig(), [0, 4])
     with pytest.raises(UsageError, match="--len '1-'"):

@@ -78,11 +78,7 @@ def parse_inputs(data: list[str], read: ReadConfig):
             if key not in ("column", "role") and key in own:
                 raise UsageError(f"input {spec!r}: {key} is given twice; give it once")
             own.setdefault(key, []).append(value.strip())
-        kw: dict = {}
-        if "format" in own:
-            kw["format"] = own["format"][0]
-        if "split" in own:
-            kw["split"] = own["split"][0]
+        kw: dict = {k: own[k][0] for k in ("format", "split") if k in own}
         for key, name, example in (
             ("column", "columns", "column=messages=dialog"),
             ("role", "roles", "role=bot=assistant"),

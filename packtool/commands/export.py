@@ -7,19 +7,12 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.options import JsonOpt
+from packtool.commands.options import PACK_ARG, JsonOpt
 from packtool.commands.output import Output
 
 
 def export(
-    pack: Annotated[
-        str,
-        typer.Argument(
-            metavar="PACK",
-            help="Pack folder written by `packtool pack` (manifest.json + data/).",
-            show_default=False,
-        ),
-    ],
+    pack: Annotated[str, PACK_ARG],
     to: Annotated[
         str,
         typer.Option(

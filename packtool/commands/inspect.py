@@ -26,8 +26,7 @@ def inspect(
 
     out = Output(json_out)
     warn_model(out, model, tok.tokenizer)
-    cfg = tok.config(
-        on_error="error", num_proc=1, no_cache=True
-    )  # one record: no workers, no cache
+    # one record: no workers, no cache
+    cfg = tok.config(on_error="error", num_proc=1, no_cache=True)
     result = api.inspect_example(data, cfg, index)
     out.report(result, lambda console: render_inspect(result, console))

@@ -33,15 +33,17 @@ Data = Annotated[
         help="File, folder, glob, save_to_disk folder or cached hub id.", metavar="DATA"
     ),
 ]
-Inputs = Annotated[
-    list[str],
-    typer.Argument(
-        help="File, folder, glob, save_to_disk folder or cached hub id; several make a mixture, "
-        "each with optional ::options, e.g. 'b.json::format=alpaca,weight=0.5' (README: Mixtures).",
-        metavar="DATA",
-        show_default=False,
-    ),
-]
+INPUTS_HELP = (
+    "File, folder, glob, save_to_disk folder or cached hub id; several make a mixture, each with "
+    "optional ::options, e.g. 'b.json::format=alpaca,weight=0.5' (README: Mixtures)."
+)
+Inputs = Annotated[list[str], typer.Argument(help=INPUTS_HELP, metavar="DATA", show_default=False)]
+# a pack folder (export, verify)
+PACK_ARG = typer.Argument(
+    metavar="PACK",
+    help="Pack folder written by `packtool pack` (manifest.json + data/).",
+    show_default=False,
+)
 ModelOpt = Annotated[
     str | None,
     typer.Option(
@@ -221,9 +223,7 @@ class TokenizeArgs:
             strict_labels=v.strict_labels,
             read=read,
         )
-        if (
-            v.allow_download
-        ):  # read by packtool.tokenization.loading, in this process and its workers
+        if v.allow_download:  # read by tokenization.loading, in this process and its workers
             os.environ["PACKTOOL_ALLOW_DOWNLOAD"] = "1"
         return cfg
 
@@ -264,35 +264,30 @@ TOKENIZE_OPTION_NAMES = tuple(_FIELDS)
 WHOLE_INPUT_OPTION_NAMES = tuple(n for n, f in _FIELDS.items() if f.metadata["whole_input"])
 
 
-def _parameters(whole_input: bool) -> list[inspect.Parameter]:
-    return [
-        inspect.Parameter(
-            name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=f.default,
-            annotation=Annotated[_HINTS[name], f.metadata["option"]],
-        )
-        for name, f in _FIELDS.items()
-        if whole_input or not f.metadata["whole_input"]
-    ]
-
-
-def tokenize_options(whole_input: bool = True, into: str = "tok"):
+def tokenize_options(whole_input: bool = True):
     """Add the TokenizeArgs options to a command (after its own) and pass them as one TokenizeArgs
-    in its keyword argument `into`. `whole_input=False` (inspect) leaves out the options that only
+    in its keyword argument `tok`. `whole_input=False` (inspect) leaves out the options that only
     apply to tokenizing a whole input (--on-error, --num-proc, --no-cache, --limit)."""
 
     def decorate(fn):
         own = [
-            p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != into
+            p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "tok"
         ]
-        bundle = _parameters(whole_input)
-        names = [p.name for p in bundle]
+        bundle = [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=f.default,
+                annotation=Annotated[_HINTS[name], f.metadata["option"]],
+            )
+            for name, f in _FIELDS.items()
+            if whole_input or not f.metadata["whole_input"]
+        ]
 
         @functools.wraps(fn)
         def command(*args, **kwargs):
-            values = {n: kwargs.pop(n) for n in names if n in kwargs}
-            return fn(*args, **kwargs, **{into: TokenizeArgs(**values)})
+            values = {p.name: kwargs.pop(p.name) for p in bundle if p.name in kwargs}
+            return fn(*args, **kwargs, tok=TokenizeArgs(**values))
 
         params = own + bundle
         command.__signature__ = inspect.Signature(params, return_annotation=None)

@@ -49,10 +49,6 @@ class Output:
         return not self.json_to_stdout
 
     @property
-    def show_progress(self) -> bool:
-        return self.human and not self.quiet
-
-    @property
     def console(self):
         """The rich Console on stderr."""
         if self._console is None:
@@ -72,26 +68,20 @@ class Output:
         """A dim line that is said even under `--json -` (on stderr), e.g. `wrote profile.png`."""
         self.console.print(f"[dim]{text}[/]")
 
-    def write_json(self, doc: dict) -> None:
-        """The JSON report to --json's PATH or, for `-`, to stdout; nothing without --json."""
-        if not self.json_out:
-            return
-        import json
-
-        text = json.dumps(doc, indent=2, sort_keys=False, default=str)
-        if self.json_to_stdout:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
-        else:
-            os.makedirs(os.path.dirname(os.path.abspath(self.json_out)), exist_ok=True)
-            with open(self.json_out, "w") as f:
-                f.write(text + "\n")
-
     def report(self, doc: dict | Callable[[], dict], render: Callable[[Any], None]) -> None:
         """The command's result: the JSON (`doc`, or a function making it only when --json asks)
-        where --json says, then `render(console)` unless `--json -`."""
+        to --json's PATH or, for `-`, to stdout, then `render(console)` unless `--json -`."""
         if self.json_out:
-            self.write_json(doc() if callable(doc) else doc)
+            import json
+
+            text = json.dumps(doc() if callable(doc) else doc, indent=2, default=str) + "\n"
+            if self.json_to_stdout:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            else:
+                os.makedirs(os.path.dirname(os.path.abspath(self.json_out)), exist_ok=True)
+                with open(self.json_out, "w") as f:
+                    f.write(text)
         if self.human:
             render(self.console)
 
@@ -107,5 +97,5 @@ class Output:
         spinner: bool = False,
     ) -> AbstractContextManager[Stage]:
         """packtool.progress.Reporter: the library's stages and the command's own."""
-        shown = Terminal(self.console, tty=self._tty) if self.show_progress else SILENT
+        shown = Terminal(self.console, tty=self._tty) if self.human and not self.quiet else SILENT
         return shown.stage(what, unit=unit, total=total, detail=detail, spinner=spinner)

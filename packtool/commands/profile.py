@@ -10,7 +10,13 @@ import typer
 
 from packtool import api
 from packtool.commands.common import parse_inputs, warn_model
-from packtool.commands.options import JsonOpt, ModelOpt, TokenizeArgs, tokenize_options
+from packtool.commands.options import (
+    INPUTS_HELP,
+    JsonOpt,
+    ModelOpt,
+    TokenizeArgs,
+    tokenize_options,
+)
 from packtool.commands.output import Output
 from packtool.config import ProfileConfig
 from packtool.errors import PacktoolError, UsageError
@@ -19,9 +25,7 @@ OptData = Annotated[
     list[str] | None,
     typer.Argument(
         metavar="DATA",
-        help="File, folder, glob, save_to_disk folder or cached hub id; several make a mixture, "
-        "each with optional ::options, e.g. 'b.json::format=alpaca,weight=0.5' (README: Mixtures). "
-        "Omit it with --synthetic or --lengths.",
+        help=INPUTS_HELP + " Omit it with --synthetic or --lengths.",
         show_default=False,
     ),
 ]
@@ -195,15 +199,10 @@ def profile(
     with out.stage("profiling", spinner=True) as stage:
         if td is not None:
             lengths = td
-            source = (
-                {"data": data[0], "pack_args": tok.pack_args()}
-                if inputs is None
-                else {  # the recommended pack command names every input (pack_args after DATA)
-                    "data": data[0],
-                    "pack_args": [*data[1:], *tok.pack_args()],
-                    "inputs": td.input_shares(),
-                }
-            )
+            # the recommended pack command names every input (the others after DATA)
+            source = {"data": data[0], "pack_args": [*data[1:], *tok.pack_args()]}
+            if inputs is not None:
+                source["inputs"] = td.input_shares()
         elif synthetic is not None:
             stage.step("drawing lengths")
             lengths = api.synthetic_lengths(synthetic)
@@ -212,7 +211,7 @@ def profile(
             stage.step("reading lengths")
             lengths = api.read_lengths(lengths_file)
             source = {"kind": "lengths", "path": lengths_file}
-        result = api.profile_lens(lengths, cfg, lens, source=source, on_stage=stage.step)
+        result = api.profile(lengths, cfg, lens, source=source, on_stage=stage.step)
         if unsafe:  # the recommendation below holds only once documents stay apart
             result.notes.append(
                 "packing is recommended below only for a setup that keeps this model's packed "

@@ -7,21 +7,14 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.options import AllowDownloadOpt, JsonOpt
+from packtool.commands.options import PACK_ARG, AllowDownloadOpt, JsonOpt
 from packtool.commands.output import Output
 from packtool.config import VerifyConfig
 from packtool.errors import UsageError
 
 
 def verify(
-    path: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="PACK",
-            help="Pack folder written by `packtool pack` (manifest.json + data/).",
-            show_default=False,
-        ),
-    ] = None,
+    path: Annotated[str | None, PACK_ARG] = None,
     data: Annotated[
         str | None,
         typer.Argument(
@@ -145,9 +138,8 @@ def verify(
         allow_download=allow_download,
     )
     out = Output(json_out, quiet=quiet)
-    with out.stage(
-        "verifying", spinner=True
-    ):  # a spinner on a terminal; no line in logs (nothing counted)
+    # a spinner on a terminal; no line in logs (nothing counted)
+    with out.stage("verifying", spinner=True):
         result = api.self_test(cfg) if self_test else api.verify(cfg)
     if sources:
         import time

@@ -1,10 +1,11 @@
-"""The small text formatters the report modules share: numbers, shares, durations, bytes.
+"""The small text formatters the report modules share: numbers, shares, plurals, bytes.
 
     num(1234) "1,234"    num(2.5, 1) "2.5"    count(1_620_000) "1.62M"    si(2.0e9) "2G"
     pct(0.9997) "99.97%" (never "100.0%" below 1)    pct_small(0.0003) "0.03%" (never "0.0%")
-    hours(0.0683) "4.1 min"    plural(3, "row") "3 rows"    size(3_500_000) "3.3 MiB"
+    plural(3, "row") "3 rows"    size(3_500_000) "3.3 MiB"
 
-Stdlib only at import (hours reads stats.advice on use): report/pack.py and report/export.py stay light.
+GPU time is stats.advice.gpu_time ("4.1 min"). Stdlib only: report/pack.py and report/export.py
+stay light.
 """
 
 from __future__ import annotations
@@ -47,13 +48,6 @@ def pct(x: float) -> str:
 def pct_small(x: float) -> str:
     """Padding: two decimals below 1 % so that 0.03 % does not print as 0.0 %."""
     return f"{x:.2%}" if 0 < x < 0.01 else f"{x:.1%}"
-
-
-def hours(h: float) -> str:
-    """GPU time with its unit: '1,234 h', '12.3 h', '4.1 min', '8.4 s' (advice.gpu_time)."""
-    from packtool.stats.advice import gpu_time
-
-    return gpu_time(h)
 
 
 def plural(k: int, noun: str) -> str:

@@ -67,9 +67,8 @@ def render_inspect(result: dict[str, Any], console) -> None:
                 f"tools: {', '.join(t.get('function', t).get('name', '?') for t in ex['tools'])}"
             )
     text = Text()
-    plain = (
-        not console.is_terminal or console.no_color
-    )  # a CI log or a pipe: colour is lost, brackets are not
+    # a CI log or a pipe: colour is lost, brackets are not
+    plain = not console.is_terminal or console.no_color
     for run in result["runs"]:
         if plain:
             text.append(f"[[{run['text']}]]" if run["loss"] else run["text"])

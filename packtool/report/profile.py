@@ -8,7 +8,7 @@ JSON top-level keys (schema "packtool.profile/v1"; keys are only ever added):
     notes, timings
 `truncation` (the v1 name) is what --overflow (options.overflow) takes from the examples longer
 than --len; `pack` is what `packtool pack` with the same --len and --overflow writes in its
-manifest (predict.PACK_KEYS: rows, documents, tokens cut, examples dropped / truncated / split, ...).
+manifest (predict.at_len: rows, documents, tokens cut, examples dropped / truncated / split, ...).
 `strategies` maps a fixed id (stats.STRATEGY_LABELS order) to the same keys for every strategy
 (STRATEGY_KEYS; null where a key does not apply), all simulated on the pieces pack would pack:
 
@@ -26,11 +26,12 @@ manifest (predict.PACK_KEYS: rows, documents, tokens cut, examples dropped / tru
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from packtool import stats
 from packtool.profiler import ProfileResult
-from packtool.report.format import count, hours, num, pct, pct_small, si
+from packtool.report.format import count, num, pct, pct_small, si
 from packtool.report.profile_png import write_png  # noqa: F401  (re-exported: report.profile.write_png)
 from packtool.stats import advice
 
@@ -134,11 +135,12 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
 # terminal
 
 
-def _saved(h: float, share: float) -> str:
-    """GPU-hours saved, or what it costs more: never a negative saving."""
+def _saved(cost: dict[str, Any], base: str) -> str:
+    """GPU-hours saved against `base`, or what it costs more: never a negative saving."""
+    h, share = cost[f"gpu_hours_saved_vs_{base}"], cost[f"saving_vs_{base}"]
     if h >= 0:
-        return f"{hours(h)} ({share:.0%})"
-    return f"{hours(-h)} more"
+        return f"{advice.gpu_time(h)} ({share:.0%})"
+    return f"{advice.gpu_time(-h)} more"
 
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -164,12 +166,9 @@ def histogram_lines(r: ProfileResult, width: int = 40) -> list[tuple[str, str, s
         (f"--len {r.config.pack_len:,}", r.config.pack_len),
     ]
     for label, v in marks:
-        if v is None:
-            continue
-        for i in range(len(counts)):
-            if edges[i] <= v < edges[i + 1]:
-                marks_at.setdefault(i, []).append(label)
-                break
+        i = -1 if v is None else bisect.bisect_right(edges, v) - 1  # edges[i] <= v < edges[i + 1]
+        if 0 <= i < len(counts):
+            marks_at.setdefault(i, []).append(label)
     top = max(counts) if counts else 0
     lw = len(f"{edges[-1]:,}")
     rows = []
@@ -241,17 +240,12 @@ def render(r: ProfileResult, console) -> None:
     # distribution --------------------------------------------------------------------------
     d = Table(box=box.SIMPLE_HEAD, title="tokens per example", title_justify="left")
     d.add_column("")
-    for k in ("min", "mean", "median", "p90", "p95", "p99", "max"):
+    keys = ("min", "mean", "median", "p90", "p95", "p99", "max")
+    for k in keys:
         d.add_column(k, justify="right")
     for label, dist in (("all tokens", r.lengths), ("loss tokens", r.loss_lengths)):
         if dist and dist["count"]:
-            d.add_row(
-                label,
-                *(
-                    num(dist[k], 1 if k == "mean" else 0)
-                    for k in ("min", "mean", "median", "p90", "p95", "p99", "max")
-                ),
-            )
+            d.add_row(label, *(num(dist[k], 1 if k == "mean" else 0) for k in keys))
     console.print(d)
     for line in overflow_lines(r):
         console.print(line)
@@ -282,11 +276,9 @@ def render(r: ProfileResult, console) -> None:
         f"strategies · --len {cfg.pack_len:,} · --overflow {cfg.overflow} · --batch-size {cfg.batch_size} · "
         f"--group-window {cfg.group_window} · --seed {cfg.seed}"
     )
-    s = Table(
-        box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, padding=(0, 1)
+    s = _table(
+        title, ("strategy", "rows", "steps", "occupancy", "padding", "attn\nwaste", "rel.\nFLOPs")
     )
-    for col in ("strategy", "rows", "steps", "occupancy", "padding", "attn\nwaste", "rel.\nFLOPs"):
-        s.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     best = best_strategy(r)
     for name, st in r.strategies.items():
         cost = r.costs[name]
@@ -302,29 +294,17 @@ def render(r: ProfileResult, console) -> None:
         )
     console.print(s)
     if gpu:
-        g = Table(
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-            title_justify="left",
-            padding=(0, 1),
-            title=f"one epoch on {gpu.name} ({gpu.peak_tflops:g} dense bf16 TFLOP/s) at MFU {cfg.mfu:g}",
+        g = _table(
+            f"one epoch on {gpu.name} ({gpu.peak_tflops:g} dense bf16 TFLOP/s) at MFU {cfg.mfu:g}",
+            ("strategy", "FLOPs", "GPU time", "saved vs pad", "saved vs random"),
         )
-        for col in ("strategy", "FLOPs", "GPU time", "saved vs pad", "saved vs random"):
-            g.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
         for name in r.strategies:
             cost = r.costs[name]
             g.add_row(
                 SHORT_LABELS.get(name, name),
                 si(cost["flops"]),
-                hours(cost["gpu_hours"]),
-                "–"
-                if name == "pad_to_len"
-                else _saved(cost["gpu_hours_saved_vs_pad_to_len"], cost["saving_vs_pad_to_len"]),
-                "–"
-                if name == "random_padded"
-                else _saved(
-                    cost["gpu_hours_saved_vs_random_padded"], cost["saving_vs_random_padded"]
-                ),
+                advice.gpu_time(cost["gpu_hours"]),
+                *("–" if name == b else _saved(cost, b) for b in ("pad_to_len", "random_padded")),
                 style="bold green" if name == best else None,
             )
         console.print(g)
@@ -388,52 +368,41 @@ def overflow_lines(r: ProfileResult) -> list[str]:
             )
     else:
         out.append(f"[green]every example fits in --len {cfg.pack_len:,}[/]")
-    if pk:
-        did = []
-        if pk["examples_dropped"]:
-            empty = pk["examples_dropped_empty"]
-            over = pk["examples_dropped"] - empty
-            if over:
-                did.append(f"drops {over:,} example{'s' if over != 1 else ''}")
-            if empty:
-                did.append(f"drops {empty:,} empty")
-        if pk["examples_truncated"]:
-            did.append(f"truncates {pk['examples_truncated']:,}")
-        if pk["examples_split"]:
-            did.append(f"splits {pk['examples_split']:,} into {pk['split_parts']:,} documents")
-        cut = f"{pk['tokens_cut']:,} tokens cut" + (
-            "" if pk["loss_tokens_cut"] is None else f" ({pk['loss_tokens_cut']:,} loss tokens)"
-        )
-        n = cfg.pad_to_multiple
-        layout = f" --pad-to-multiple {n}" if n > 1 else ""
+    did = []
+    if pk["examples_dropped"]:
+        empty = pk["examples_dropped_empty"]
+        over = pk["examples_dropped"] - empty
+        if over:
+            did.append(f"drops {over:,} example{'s' if over != 1 else ''}")
+        if empty:
+            did.append(f"drops {empty:,} empty")
+    if pk["examples_truncated"]:
+        did.append(f"truncates {pk['examples_truncated']:,}")
+    if pk["examples_split"]:
+        did.append(f"splits {pk['examples_split']:,} into {pk['split_parts']:,} documents")
+    cut = f"{pk['tokens_cut']:,} tokens cut" + (
+        "" if pk["loss_tokens_cut"] is None else f" ({pk['loss_tokens_cut']:,} loss tokens)"
+    )
+    n = cfg.pad_to_multiple
+    layout = f" --pad-to-multiple {n}" if n > 1 else ""
+    out.append(
+        f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}{layout}[/] would write "
+        f"{pk['rows']:,} rows of {pk['documents']:,} documents, {pct(pk['fill'])} full; "
+        + ", ".join(did + [cut])
+    )
+    if n > 1:
         out.append(
-            f"[bold]pack --len {cfg.pack_len:,} --overflow {cfg.overflow}{layout}[/] would write "
-            f"{pk['rows']:,} rows of {pk['documents']:,} documents, {pct(pk['fill'])} full; "
-            + ", ".join(did + [cut])
+            f"[yellow]cost of --pad-to-multiple {n}[/]: {pk['doc_pad']:,} pad slots inside "
+            f"documents, {pct_small(pk['doc_pad_share'] or 0.0)} of the rows' slots (computed, never trained); "
+            "the strategies below run on the padded lengths"
         )
-        if n > 1:
-            out.append(
-                f"[yellow]cost of --pad-to-multiple {n}[/]: {pk['doc_pad']:,} pad slots inside "
-                f"documents, {pct_small(pk['doc_pad_share'] or 0.0)} of the rows' slots (computed, never trained); "
-                "the strategies below run on the padded lengths"
-            )
     return out
 
 
 def sweep_table(r: ProfileResult, console=None):
     """One row per swept --len: pack's rows and fill, what --overflow takes, FLOPs ÷ padding-free."""
-    from rich import box
-    from rich.table import Table
-
     cfg = r.config
     rec = advice.recommend(r)
-    t = Table(
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 1),
-        title_justify="left",
-        title=f"--len sweep · --overflow {cfg.overflow} · pack's rows (BFD) and FLOPs ÷ padding-free at each --len",
-    )
     points = list(r.sweep or [])
     # the count columns that are 0 at every --len say nothing: left out (the policy's own stays),
     # so that the table fits 80 columns instead of cropping every cell to `1…`
@@ -455,8 +424,10 @@ def sweep_table(r: ProfileResult, console=None):
     cols += ["packed\nvarlen", "packed\ndense", "length-\ngrouped", "random"]
     if cfg.gpu is not None:
         cols.append("GPU time\npacked")
-    for col in cols:
-        t.add_column(col, justify="right", no_wrap=True)
+    t = _table(
+        f"--len sweep · --overflow {cfg.overflow} · pack's rows (BFD) and FLOPs ÷ padding-free at each --len",
+        cols,
+    )
     for p in points:
         pk = p.pack
         rel = {
@@ -473,11 +444,25 @@ def sweep_table(r: ProfileResult, console=None):
         row += ["–" if v is None else f"{v:.2f}×" for v in rel.values()]
         if cfg.gpu is not None:
             h = (p.strategies.get("packed_bfd_varlen") or {}).get("gpu_hours")
-            row.append("–" if h is None else hours(h))
+            row.append("–" if h is None else advice.gpu_time(h))
         style = "bold green" if p.pack_len == rec.pack_len else None
         t.add_row(*row, style=style)
     if console is not None and t.__rich_measure__(console, console.options).maximum > console.width:
         t.padding = (0, 0)  # narrow terminal: one space between columns rather than cropped cells
+    return t
+
+
+def _table(title: str, columns):
+    """A table of the strategies or the sweep: the title on the left, columns right-aligned but
+    the strategy names."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(
+        box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, padding=(0, 1)
+    )
+    for col in columns:
+        t.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
     return t
 
 
@@ -518,7 +503,7 @@ _PREFERENCE = (
 def best_strategy(r: ProfileResult) -> str:
     """The strategy with the fewest training FLOPs; ties go to the simpler-to-adopt one."""
     order = [n for n in _PREFERENCE if n in r.costs] + [n for n in r.costs if n not in _PREFERENCE]
-    return min(order, key=lambda n: (r.costs[n]["flops"], order.index(n)))
+    return min(order, key=lambda n: r.costs[n]["flops"])  # the first of equal ones
 
 
 def headline(r: ProfileResult) -> str:

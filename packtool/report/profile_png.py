@@ -32,8 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.profiler import ProfileResult
-from packtool.report.format import hours, pct
-from packtool.stats import Histogram
+from packtool.report.format import pct
+from packtool.stats import Histogram, advice
 
 _COLOR = {
     "pad_to_len": "#c44e52",
@@ -100,11 +100,11 @@ def sweep_series(r: ProfileResult) -> dict[str, list]:
 
 def title_lines(r: ProfileResult) -> list[str]:
     """The figure title: source, the recommendation in one line, its command."""
-    from packtool.stats import advice
-
     rec = advice.recommend(r)
     label, command = rec.lines()[-1]  # "next" (or "to pack") and the command
-    return [f"packtool profile · {_source_name(r)}", rec.summary(), f"{label}: {command}"]
+    src = r.source
+    name = src.get("data") or src.get("spec") or src.get("path") or src.get("kind", "")
+    return [f"packtool profile · {name}", rec.summary(), f"{label}: {command}"]
 
 
 def histogram_title(r: ProfileResult) -> str:
@@ -116,11 +116,6 @@ def histogram_title(r: ProfileResult) -> str:
         else ""
     )
     return f"Length distribution · {c['examples']:,} examples, {c['tokens']:,} tokens{skipped}"
-
-
-def _source_name(r: ProfileResult) -> str:
-    src = r.source
-    return str(src.get("data") or src.get("spec") or src.get("path") or src.get("kind", ""))
 
 
 def write_png(r: ProfileResult, path: str) -> None:
@@ -259,7 +254,7 @@ def write_png(r: ProfileResult, path: str) -> None:
         cost = r.costs[n]
         txt = f"{total:.2f}×"
         if cfg.gpu is not None:
-            txt += f"  {hours(cost['gpu_hours'])} on {cfg.gpu.name.upper()}"
+            txt += f"  {advice.gpu_time(cost['gpu_hours'])} on {cfg.gpu.name.upper()}"
         if total > cap:
             ax_f.text(
                 cap * 0.98,
@@ -362,8 +357,6 @@ def _draw_sweep(ax, series: dict[str, list], r: ProfileResult) -> None:
     """Panel (e): fill of pack's rows and length-grouped occupancy (left axis, %), tokens cut by
     --overflow (bars, right axis, %), against --len on a log2 axis; the recommended --len marked."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
-    from packtool.stats import advice
 
     lens = np.asarray(series["lens"], dtype=float)
     fill = np.array(series["fill"], dtype=float)  # None: nan

@@ -20,6 +20,8 @@ inputs_table: what each input of a mixture contributes (profile's terminal summa
 
 from __future__ import annotations
 
+from collections import Counter
+
 
 def template_line(tok: dict) -> str:
     """`chat template: NAME (ORIGIN) — why; labels: mode; end of turn: ...; date: ...` in one line."""
@@ -60,9 +62,7 @@ def format_lines(td) -> list[str]:
         for p, f in items[:MAX_FILES]
     ]
     if len(items) > MAX_FILES:
-        rest: dict[str, int] = {}
-        for _, f in items[MAX_FILES:]:
-            rest[f.format] = rest.get(f.format, 0) + 1
+        rest = Counter(f.format for _, f in items[MAX_FILES:])
         lines.append(
             f"… and {len(items) - MAX_FILES} more files: "
             + ", ".join(f"{k} {fmt}" for fmt, k in sorted(rest.items()))

@@ -10,6 +10,7 @@ the totals, the expected call count, the trial call and any `auto` fallback note
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 SCHEMA = "packtool.verify/v1"
@@ -73,15 +74,13 @@ def render_verify(result, console, verbosity: int = 1) -> None:
             table.add_row(STATUS[c.status], c.name, c.message, evidence_text(c.evidence))
         console.print(table)
     elif verbosity == 1:
-        groups: dict[str, int] = {}
-        for c in result.checks:
-            if not c.skipped:
-                key = (
-                    c.name.split(" ")[0]
-                    if c.name.startswith(("isolation", "sources", "model"))
-                    else "integrity"
-                )
-                groups[key] = groups.get(key, 0) + 1
+        groups = Counter(
+            c.name.split(" ")[0]
+            if c.name.startswith(("isolation", "sources", "model"))
+            else "integrity"
+            for c in result.checks
+            if not c.skipped
+        )
         console.print(
             "checks passed: "
             + ", ".join(f"{k} {n}" for k, n in groups.items())

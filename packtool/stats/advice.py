@@ -43,17 +43,11 @@ from packtool.stats.choice import (
     share,
     totals_of,
 )
+from packtool.stats.strategies import STRATEGY_LABELS
 
 OUT = "packed/"
-LABELS = {
-    "packed_bfd_varlen": "packed BFD + varlen",
-    "packed_bfd_dense": "packed BFD + dense mask",
-    "packed_ffd_dense": "packed FFD + dense mask",
-    "length_grouped": "length-grouped batches",
-    "random_padded": "random padded batches",
-    "pad_to_len": "pad to --len",
-    "padding_free": "padding-free",
-}
+# the recommendation's names of the strategies (STRATEGY_LABELS but for random padded batches)
+LABELS = {**STRATEGY_LABELS, "random_padded": "random padded batches"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,16 +265,14 @@ class Recommendation:
     overflow: str
     overflow_reason: str
     rule: str
-    cut: dict[
-        str, Any
-    ]  # tokens, tokens_share, examples_dropped, examples_split, split_parts, loss_tokens, loss_tokens_share
+    # tokens, tokens_share, examples_dropped, examples_split, split_parts, loss_tokens, loss_tokens_share
+    cut: dict[str, Any]
     rows: int | None  # rows pack writes at (pack_len, overflow), when that was simulated
     evidence_len: int  # the --len the FLOP figures come from
     evidence_overflow: str
     command: str
-    gpu: dict[str, Any] | None = (
-        None  # {"name", "hours", "vs_random_padded", "vs_pad_to_len"} with --gpu
-    )
+    # {"name", "hours", "vs_random_padded", "vs_pad_to_len"} with --gpu
+    gpu: dict[str, Any] | None = None
     hints: list[str] = field(default_factory=list)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # cuts_by_len, for the JSON
     skipped: dict[str, int] | None = None  # {"records", "read"} when --on-error skip skipped some
@@ -335,26 +327,19 @@ class Recommendation:
         ]
         if self.evidence_note:
             rows.append(("", self.evidence_note))
-        rows.append(("--len", f"{self.pack_len:,}: {self.len_reason}"))
-        rows.append(("overflow", self.overflow_reason))
-        rows.append(
-            (
-                "cut",
-                self.cut_text()
-                + ("" if self.rows is None else f"; {_plural(self.rows, 'row')}")
-                + (f"; {self.skipped_text()} before profiling" if self.skipped else ""),
-            )
-        )
+        cut = self.cut_text() + ("" if self.rows is None else f"; {_plural(self.rows, 'row')}")
+        if self.skipped:
+            cut += f"; {self.skipped_text()} before profiling"
+        rows += [
+            ("--len", f"{self.pack_len:,}: {self.len_reason}"),
+            ("overflow", self.overflow_reason),
+            ("cut", cut),
+        ]
         if self.gpu:
-            rows.append(
-                (
-                    "GPU time",
-                    f"{gpu_time(self.gpu['hours'])} on {self.gpu['name'].upper()} (one epoch): "
-                    f"{self.gpu['vs_random_padded']}",
-                )
-            )
-        for h in self.hints:
-            rows.append(("note", h))
+            g = self.gpu
+            on = f"on {g['name'].upper()} (one epoch)"
+            rows.append(("GPU time", f"{gpu_time(g['hours'])} {on}: {g['vs_random_padded']}"))
+        rows += [("note", h) for h in self.hints]
         rows.append(("next" if self.strategy == PACKED else "to pack", self.command))
         return rows
 
@@ -385,12 +370,10 @@ def _strategy(s: StrategyPick, ev: dict[str, dict[str, Any]], gpu: Any) -> dict[
             "length (e.g. group_by_length) or lower --len"
         )
     dense_text = ""
-    if DENSE in f:
+    if DENSE in f and f[PACKED]:
         dense_text = (
             f"without a varlen kernel, packed rows with a dense mask cost {rel[DENSE]:.2f}× padding-free's "
             f"FLOPs ({f[DENSE] / f[PACKED]:.2f}× the varlen rows')"
-            if f[PACKED]
-            else ""
         )
     no_varlen = s.without_varlen
     if dense_text and no_varlen != DENSE:
@@ -411,15 +394,13 @@ def _strategy(s: StrategyPick, ev: dict[str, dict[str, Any]], gpu: Any) -> dict[
 
 def recommend(r) -> Recommendation:
     """The recommendation for a ProfileResult `r` (with its sweep, when it has one)."""
-    cfg = r.config
-    sweep = getattr(r, "sweep", None) or []
+    cfg, cuts, sweep = r.config, r.cuts, r.sweep or []
     given = [p.pack_len for p in sweep] if sweep else [cfg.pack_len]
     points = {p.pack_len: p for p in sweep} if sweep else None
     t = totals_of(r)
-    cuts = r.cuts if getattr(r, "cuts", None) else None
-    if not cuts or any(L not in cuts for L in given):
+    if any(L not in cuts for L in given):
         raise ValueError("the ProfileResult has no cuts_by_len for its --len values")
-    choice = choose_len(cuts, t, given, points, getattr(r.config, "pad_to_multiple", 1))
+    choice = choose_len(cuts, t, given, points, cfg.pad_to_multiple)
     L, ov = choice.pack_len, choice.overflow
     over = cuts[L]["examples_over"]
     cut = cut_at(cuts[L], t, ov)
@@ -462,14 +443,11 @@ def recommend(r) -> Recommendation:
     if not data:
         hints.append("profiled from lengths, not a dataset: put your dataset in place of DATA")
     extra = list((r.source or {}).get("pack_args") or ())
-    n = getattr(r.config, "pad_to_multiple", 1)
-    if n > 1 and "--pad-to-multiple" not in extra:
-        extra += ["--pad-to-multiple", str(n)]  # the layout the prediction was made with
+    if cfg.pad_to_multiple > 1 and "--pad-to-multiple" not in extra:
+        extra += ["--pad-to-multiple", str(cfg.pad_to_multiple)]  # the prediction's layout
     command = pack_command(data, L, ov, extra)
-    read, n_skipped = (
-        int(r.counts.get("examples_read") or 0),
-        int(r.counts.get("examples_skipped") or 0),
-    )
+    read = int(r.counts.get("examples_read") or 0)
+    n_skipped = int(r.counts.get("examples_skipped") or 0)
     if n_skipped:
         skipped_share = share(n_skipped, read)
         keeps = "--on-error" in extra

@@ -31,7 +31,6 @@ The rules (constants below; docs/ARCHITECTURE.md, "Semantics", Overflow, for wha
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,10 +65,7 @@ def candidate_lens(longest: int, given: list[int] | tuple[int, ...]) -> list[int
         longest 11,540, given [4096]   →  [4096, 8192, 16384]
     """
     out = {int(g) for g in given}
-    lo = min(out)
-    p = 1
-    while p <= lo:
-        p <<= 1
+    p = 1 << min(out).bit_length()  # the smallest power of two above the shortest
     while p <= MAX_POW2:
         out.add(p)
         if p >= longest:
@@ -251,36 +247,20 @@ def totals_of(r) -> Totals:
     )
 
 
-def _cases(r) -> list[tuple[int, str, int, dict[str, dict[str, Any]], float | None]]:
-    """Every simulated (len, overflow, rows, per-strategy costs, packed fill) of `r`: the profile
-    itself, its advice point, its sweep points."""
-    cfg = r.config
-    out = [
-        (
-            cfg.pack_len,
-            cfg.overflow,
-            int((r.pack or {}).get("rows") or 0),
-            {n: dict(c) for n, c in r.costs.items()},
-            (r.pack or {}).get("fill"),
-        )
-    ]
-    extra = [getattr(r, "advice_point", None)] + list(getattr(r, "sweep", None) or [])
-    out += [
-        (p.pack_len, p.overflow, p.rows, p.strategies, p.fill)
-        for p in extra
-        if p is not None and p.rows
-    ]
-    return out
-
-
 def evidence(r, pack_len: int, overflow: str, nothing_over: bool):
-    """The case the FLOP figures come from: the one simulated at (pack_len, overflow), else the
-    profile itself. Returns (len, overflow, rows or None, costs, fill)."""
-    for L, ov, rows, costs, fill in _cases(r):
+    """The case the FLOP figures come from: of every simulated case of `r` (the profile itself,
+    its advice point, its sweep points), the first at (pack_len, overflow), else the profile
+    itself. Returns (len, overflow, rows or None, per-strategy costs, packed fill)."""
+    pk = r.pack or {}
+    own = (r.config.pack_len, r.config.overflow, int(pk.get("rows") or 0))
+    own += ({n: dict(c) for n, c in r.costs.items()}, pk.get("fill"))
+    points = [r.advice_point, *(r.sweep or [])]
+    for L, ov, rows, costs, fill in [own] + [
+        (p.pack_len, p.overflow, p.rows, p.strategies, p.fill) for p in points if p and p.rows
+    ]:
         if L == pack_len and (ov == overflow or nothing_over):
             return L, ov, rows, costs, fill
-    L, ov, _, costs, fill = _cases(r)[0]
-    return L, ov, None, costs, fill
+    return own[0], own[1], None, own[3], own[4]
 
 
 @dataclass(frozen=True)
@@ -308,4 +288,4 @@ def pick_strategy(ev: dict[str, dict[str, Any]]) -> StrategyPick:
 
 def pow2_below(x: int) -> int:
     """The largest power of two <= x (1 for x < 2)."""
-    return 1 << max(0, int(math.floor(math.log2(max(1, x)))))
+    return 1 << (max(1, x).bit_length() - 1)

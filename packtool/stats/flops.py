@@ -22,6 +22,7 @@ packtool.stats.strategies (docs/ARCHITECTURE.md, "Semantics").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -177,15 +178,10 @@ REFERENCE_CONFIG = {
 
 
 def reference_model() -> ModelSpec:
-    m = model_from_config(REFERENCE_CONFIG)
-    return ModelSpec(
-        m.name,
-        m.matmul_params,
-        m.layers,
-        m.d_attn,
-        m.total_params,
-        "reference",
-        ("no --model/--params given: FLOPs use the reference 7B shape",),
+    return dataclasses.replace(
+        model_from_config(REFERENCE_CONFIG),
+        source="reference",
+        notes=("no --model/--params given: FLOPs use the reference 7B shape",),
     )
 
 

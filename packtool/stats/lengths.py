@@ -32,13 +32,7 @@ def describe(values: np.ndarray) -> dict:
         return {
             "count": 0,
             "sum": 0,
-            "min": None,
-            "mean": None,
-            "median": None,
-            "p90": None,
-            "p95": None,
-            "p99": None,
-            "max": None,
+            **dict.fromkeys(("min", "mean", "median", "p90", "p95", "p99", "max")),
         }
     p50, p90, p95, p99 = (float(x) for x in np.percentile(v, PERCENTILES))
     return {

@@ -113,11 +113,6 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _sq_sum(e: np.ndarray) -> int:
-    e = e.astype(np.int64, copy=False)
-    return int((e * e).sum())
-
-
 def pad_to_len(e: np.ndarray, pack_len: int, batch_size: int, own_work: int) -> StrategyResult:
     n = int(e.size)
     return StrategyResult(
@@ -233,11 +228,9 @@ def packed(
     from packtool.plan import plan_packs
 
     n = int(e.size)
-    if n == 0:
-        num_rows = 0
-    else:
-        plan = plan_packs(e, pack_len, algo, PACK_ORDER, PACK_MAX_DOCS, seed)
-        num_rows = int(plan.num_rows)
+    num_rows = (
+        int(plan_packs(e, pack_len, algo, PACK_ORDER, PACK_MAX_DOCS, seed).num_rows) if n else 0
+    )
     tokens = _total(e)
     common = dict(
         rows=num_rows,
@@ -268,8 +261,8 @@ def simulate(
     first). Random and length-grouped batching share one shuffle seeded with `seed` (profile's
     --seed); the packed rows use pack's planner defaults (PACK_ORDER, PACK_MAX_DOCS, PACK_SEED)."""
     say = on_stage or (lambda _s: None)
-    e, _, _ = truncate(lengths, pack_len)
-    own = _sq_sum(e)
+    e, _, _ = truncate(lengths, pack_len)  # int64
+    own = int((e * e).sum())
     e = e.astype(np.int32)  # <= --len < 2**24: half the memory traffic; products are taken in int64
     out: dict[str, StrategyResult] = {}
     out["pad_to_len"] = pad_to_len(e, pack_len, batch_size, own)

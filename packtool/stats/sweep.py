@@ -15,8 +15,8 @@
 A bad value is one UsageError line naming --len, the value and an example (parse_lens). Each value
 is checked against config.MAX_PACK_LEN when the profiler builds its ProfileConfig.
 
-One SweepPoint per value (built by packtool.profiler.sweep from the same per---len computation as
-a full profile):
+One SweepPoint per value (built by packtool.profiler.profile_lens from the same per---len
+computation as a full profile):
 
     SweepPoint
       pack        {"len", "overflow", "rows", "documents", "tokens_cut", "tokens_cut_share",
@@ -48,9 +48,7 @@ def _fail(text: str, why: str) -> UsageError:
 
 def _powers_between(lo: int, hi: int) -> list[int]:
     """lo, every power of two strictly between, hi."""
-    out, p = [lo], 1
-    while p <= lo:
-        p <<= 1
+    out, p = [lo], 1 << lo.bit_length()  # the smallest power of two above lo
     while p < hi:
         out.append(p)
         p <<= 1
@@ -64,9 +62,7 @@ def _item(item: str, text: str) -> list[int]:
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo > hi:
             raise _fail(text, f"the range {item.strip()!r} runs backwards; write it low-high")
-        if lo < 1:
-            raise _fail(text, "a length must be >= 1")
-        values = _powers_between(lo, hi)
+        values = _powers_between(lo, hi)  # (lo < 1: refused below, as for every form)
     elif m := _STEP.match(item):
         lo, hi, step = (int(g) for g in m.groups())
         if step < 1:

@@ -360,8 +360,12 @@ def test_core_modules_stay_light():
 def test_gpu_table_never_prints_a_negative_saving():
     from packtool.report.profile import _saved
 
-    assert _saved(0.5, 0.25) == "30 min (25%)"
-    assert _saved(-0.0683, -49.9) == "4.1 min more" and "-" not in _saved(-0.0683, -49.9)
+    def saved(hours, share):
+        cost = {"gpu_hours_saved_vs_random_padded": hours, "saving_vs_random_padded": share}
+        return _saved(cost, "random_padded")
+
+    assert saved(0.5, 0.25) == "30 min (25%)"
+    assert saved(-0.0683, -49.9) == "4.1 min more" and "-" not in saved(-0.0683, -49.9)
     res = run(
         "--synthetic", SPEC, "--params", "7B", "--layers", "32", "--hidden", "4096", "--gpu", "h100"
     )

@@ -90,7 +90,8 @@ def test_gpu_time_is_readable():
         "8.4 s",
     ]
     assert advice.hours_versus(0.01, 0.0381, "X") == "saves 1.7 GPU-minutes against X"
-    assert report._saved(0.0281, 0.5) == "1.7 min (50%)"
+    cost = {"gpu_hours_saved_vs_pad_to_len": 0.0281, "saving_vs_pad_to_len": 0.5}
+    assert report._saved(cost, "pad_to_len") == "1.7 min (50%)"
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,6 @@ def test_number_formats():
     )
     assert (fmt.count(999_999), fmt.count(1_620_000)) == ("999,999", "1.62M")
     assert (fmt.si(1.5e18), fmt.si(2.0e9), fmt.si(999)) == ("1.5E", "2G", "999")
-    assert (fmt.hours(1234.5), fmt.hours(12.34), fmt.hours(0.0683)) == (
-        "1,234 h",
-        "12.3 h",
-        "4.1 min",
-    )
 
 
 def test_percent_formats_never_round_to_a_lie():
