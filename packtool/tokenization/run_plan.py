@@ -47,11 +47,7 @@ class BackendReport:
     reason: str | None = None
 
     def to_dict(self) -> dict:
-        out = {"name": self.name}
-        for key in ("requested", "renderer", "check", "reason"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        return out
+        return {k: v for k, v in dataclasses.asdict(self).items() if k == "name" or v is not None}
 
 
 @dataclass(frozen=True)
@@ -65,31 +61,27 @@ class RunPlan:
     warnings: tuple[str, ...] = ()
     label_source: str | None = None
     pretokenized: tuple[str, str] | None = None
-    requested: str = "auto"
     built: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def on_difference(self, why: str) -> RunPlan:
         """This plan one step down after the fast path differed on a probe (`why`): fastokens with
         jinja when the renderer was compiled or native (the check runs again), else the reference."""
         if self.reference is not None and self.step.renderer != "jinja":
-            step = self.step.with_backend(self.step.backend, "jinja", self.built)
-            backend = BackendReport(
-                self.backend.name,
-                self.requested,
-                "jinja",
-                {"examples": 0},
-                f"{why}: jinja renders it",
+            return dataclasses.replace(
+                self,
+                step=self.step.with_backend(self.step.backend, "jinja", self.built),
+                backend=dataclasses.replace(
+                    self.backend,
+                    renderer="jinja",
+                    check={"examples": 0},
+                    reason=f"{why}: jinja renders it",
+                ),
             )
-            return dataclasses.replace(self, step=step, backend=backend)
-        return self.on_reference(why)
-
-    def on_reference(self, why: str) -> RunPlan:
-        """This plan on the reference path, after the fast path differed on a probe (`why`)."""
         return dataclasses.replace(
             self,
             step=self.reference,
             reference=None,
-            backend=BackendReport("hf", self.requested, "jinja", reason=why),
+            backend=BackendReport("hf", self.backend.requested, "jinja", reason=why),
             built=None,
         )
 
@@ -115,6 +107,7 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     if kind == "pretokenized":
         return _pretokenized_plan(cfg, label_source)
     from packtool.tokenization.loading import load_spec
+    from packtool.tokenization.template_probe import choose
 
     spec = load_spec(cfg.tokenizer)
     why = fast_refused(spec, cfg.tokenizer_backend)
@@ -125,49 +118,35 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
         built = FastBackend(spec.backend_json)
         built.preload()
     try:
-        template = template_of(cfg, spec)
+        template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
     except BaseException:
         if built is not None:
             built.wait()
         raise
     first = next((d for d in decisions if d.first_len), None)
-    fmt = first.fmt if first is not None else cfg.read.format or "messages"
-    reference = reference_step(cfg, spec, template, fmt)
-    plan = RunPlan(
-        "chat",
-        reference,
-        None,
-        {**spec.info(), **template.info()},
-        template,
-        BackendReport("hf", cfg.tokenizer_backend, "jinja", reason=why),
-        tuple(template_warnings(template)),
-        requested=cfg.tokenizer_backend,
-    )
-    if why is not None:
-        return plan
-    renderer, note = renderer_of(template)
-    step = reference.with_backend("fastokens", renderer, built)
-    backend = BackendReport("fastokens", cfg.tokenizer_backend, renderer, {"examples": 0}, note)
-    return dataclasses.replace(plan, step=step, reference=reference, backend=backend, built=built)
-
-
-def template_of(cfg: TokenizeConfig, spec):
-    """The run's chat template, its mode decided (chat_template.choose)."""
-    from packtool.tokenization.template_probe import choose
-
-    return choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
-
-
-def reference_step(cfg: TokenizeConfig, spec, template, fmt: str) -> EncodeStep:
-    """The reference path's step of chat input: tokenizers + jinja (`fmt`: of a batch with none)."""
-    return EncodeStep(
+    reference = EncodeStep(  # the reference path: tokenizers + jinja (fmt: of a batch with none)
         "chat",
         cfg.read,
-        fmt=fmt,
+        fmt=first.fmt if first is not None else cfg.read.format or "messages",
         spec=spec,
         template=template,
         train_on=cfg.train_on,
         special_in_content=cfg.special_in_content,
+    )
+    step, backend = reference, BackendReport("hf", cfg.tokenizer_backend, "jinja", reason=why)
+    if why is None:
+        renderer, note = renderer_of(template)
+        step = reference.with_backend("fastokens", renderer, built)
+        backend = BackendReport("fastokens", cfg.tokenizer_backend, renderer, {"examples": 0}, note)
+    return RunPlan(
+        "chat",
+        step,
+        reference if why is None else None,
+        {**spec.info(), **template.info()},
+        template,
+        backend,
+        tuple(template_warnings(template)),
+        built=built,
     )
 
 
@@ -204,7 +183,6 @@ def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
         tuple(warnings),
         label_source=label_source,
         pretokenized=("pretokenized", f"records carry input_ids; labels from {labels_from}"),
-        requested=cfg.tokenizer_backend,
     )
 
 
