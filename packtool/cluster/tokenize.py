@@ -40,9 +40,6 @@ from packtool.io import readers
 from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
 
-TOKEN_COLUMNS = ["input_ids", "labels", "length", "num_loss_tokens", "source_index"]
-
-
 _SETUPS: dict[str, tuple] = {}  # per worker process: the runs' setups, by object id
 
 
@@ -56,55 +53,38 @@ def encode_parts(batch, setup: list):
 
         _SETUPS.clear()  # one run at a time
         _SETUPS[key] = ray.get(setup[0])
-    encoder = _Parts(*_SETUPS[key])
     for k in batch.column("part").to_pylist():
-        yield from encoder.encode_part(int(k))
+        yield from _encode_part(int(k), *_SETUPS[key])
 
 
-class _Parts:
-    def __init__(self, step, read, parts, fmts, stop: bool):
-        self.step, self.read, self.parts, self.fmts, self.stop = step, read, parts, fmts, stop
+def _encode_part(k: int, step, read, parts, fmts, stop: bool):
+    """Part k read and encoded: its rows, then its meta row (module docstring)."""
+    import pyarrow as pa
 
-    def encode_part(self, k: int):
-        import pyarrow as pa
-
-        path, part = self.parts[k]
-        records = removed = 0
-        lines = None
-        rejects: list = []
-        special: list[int] = []
-        notes: list = []
-        for b in readers.part_batches(path, self.read, part):
-            if b.lines_read is not None:
-                lines = b.lines_read
-            if not len(b):
-                continue
-            b.fmt = self.fmts[path]
-            result = self.step(b)
-            records += len(b)
-            rejects += [
-                [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
-            ]
-            special += result.special
-            notes += [[i, x] for i, x in result.notes]
-            removed += result.removed_padding
-            t = pa.Table.from_batches([result.table])
-            n = t.num_rows
-            yield t.append_column("part", pa.array(np.full(n, k, np.int32))).append_column(
-                "meta", pa.nulls(n, pa.string())
-            )
-            if rejects and self.stop:
-                break
-        meta = {
-            "records": records,
-            "lines": lines,
-            "rejects": rejects,
-            "special": special,
-            "notes": notes,
-            "removed": removed,
-            "memory": memory(),
-        }
-        yield _meta_row(k, json.dumps(meta))
+    path, part = parts[k]
+    meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
+    for b in readers.part_batches(path, read, part):
+        if b.lines_read is not None:
+            meta["lines"] = b.lines_read
+        if not len(b):
+            continue
+        b.fmt = fmts[path]
+        result = step(b)
+        meta["records"] += len(b)
+        meta["rejects"] += [
+            [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
+        ]
+        meta["special"] += result.special
+        meta["notes"] += result.notes  # (index, note) pairs: JSON lists
+        meta["removed"] += result.removed_padding
+        t = pa.Table.from_batches([result.table])
+        n = t.num_rows
+        yield t.append_column("part", pa.array(np.full(n, k, np.int32))).append_column(
+            "meta", pa.nulls(n, pa.string())
+        )
+        if meta["rejects"] and stop:
+            break
+    yield _meta_row(k, json.dumps({**meta, "memory": memory()}))
 
 
 def _meta_row(k: int, meta: str):
@@ -163,6 +143,7 @@ class _Collected:
 def _encode(session: Session, plan, cfg: TokenizeConfig, parts, fmts):
     """The executor: the plan's step over every part (Ray Data tasks), the rows left in the object
     store, (part, index, length, loss) and each part's meta row collected; it decides nothing."""
+    import pyarrow.compute as pc
     import ray
     import ray.data
 
@@ -188,17 +169,12 @@ def _encode(session: Session, plan, cfg: TokenizeConfig, parts, fmts):
         }
         metas: dict[int, dict] = {}
         for batch in small.iter_batches(batch_format="pyarrow", batch_size=None):
-            meta = batch.column("meta")
-            is_meta = np.asarray(meta.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            if is_meta.any():
-                for k, m in zip(
-                    np.asarray(batch.column("part"))[is_meta].tolist(),
-                    np.asarray(meta.to_pylist(), dtype=object)[is_meta].tolist(),
-                    strict=True,
-                ):
-                    metas[int(k)] = json.loads(m)
+            is_meta = batch.column("meta").is_valid()
+            meta = batch.filter(is_meta).to_pydict()
+            metas.update(zip(meta["part"], map(json.loads, meta["meta"]), strict=True))
+            rows = batch.filter(pc.invert(is_meta))
             for c in cols:
-                cols[c].append(np.asarray(batch.column(c))[~is_meta])
+                cols[c].append(np.asarray(rows.column(c)))
     except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
         raise session.failure(e) from None
     got = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
@@ -261,37 +237,29 @@ def load_tokenized(
         plan = plan_run(cfg, decisions)
         fmts = {d.file: d.fmt for d in decisions}
         parts = [(i.path, p) for i in infos for p in i.parts]
-        check = FastCheck.of(plan)
-        probing = None
-        if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
-            probing = _probes(session, cfg, check, plan, decisions, fmts, lambda d: d.first_len)
-        encoded, got = _encode(session, plan, cfg, parts, fmts)
-        counted = _count(got, parts, cfg.read.limit, decisions)
-        backend = plan.backend
-        if check is not None:
+        while True:  # a difference: again one step down (fastokens + jinja is probed too)
+            check, probing = FastCheck.of(plan), None
+            if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
+                probing = _probes(session, cfg, check, plan, decisions, fmts, lambda d: d.first_len)
+            encoded, got = _encode(session, plan, cfg, parts, fmts)
+            counted = _count(got, parts, cfg.read.limit)
+            if check is None:
+                backend = plan.backend
+                break
             if probing is None:  # --limit: the heads of the files it reaches, as far as it reaches
                 probing = _probes(session, cfg, check, plan, decisions, fmts, counted.first_len)
-            while True:  # a difference: again one step down (fastokens + jinja is probed too)
-                try:
-                    results = probing()
-                except Exception as e:  # noqa: BLE001
-                    raise session.failure(e) from None
-                try:
-                    for n, where in results:
-                        check.conclude(n, where)
-                    backend = check.report or backend
-                    break
-                except UseReference as e:
-                    plan = plan.on_difference(str(e))
-                    backend = plan.backend
-                    check = FastCheck.of(plan)
-                    if check is not None:
-                        first_len = counted.first_len
-                        probing = _probes(session, cfg, check, plan, decisions, fmts, first_len)
-                    encoded, got = _encode(session, plan, cfg, parts, fmts)
-                    counted = _count(got, parts, cfg.read.limit, decisions)
-                    if check is None:
-                        break
+            try:
+                results = probing()
+            except Exception as e:  # noqa: BLE001
+                raise session.failure(e) from None
+            try:
+                for n, where in results:
+                    check.conclude(n, where)
+            except UseReference as e:
+                plan = plan.on_difference(str(e))
+                continue
+            backend = check.report or plan.backend
+            break
         data_out = _assemble(data, cfg, source, plan, decisions, backend, got, counted, parts)
         bar.advance(len(data_out), int(data_out.lengths.sum()))
     data_out.rows = ClusterRows(
@@ -331,42 +299,31 @@ def _probes(session, cfg, check, plan, decisions, fmts, first_len):
 class _Counted:
     """Where each part's records lie in the input, and which of them a --limit keeps."""
 
-    part_start: np.ndarray  # int64[P]
-    records: np.ndarray  # int64[P]: records of each part
-    kept: np.ndarray  # int64[P]: of them, those under --limit
+    part_start: np.ndarray  # int64[P]: the source index of each part's first record
     line_offset: list[int]  # lines of the file's earlier parts
     position_offset: list[int]  # records of the file's earlier parts
-    file_start: dict[str, int]  # source index of each file's first record
-    file_first: dict[str, int]  # records of each file's first batch, cut by --limit
+    per_file: dict[str, int]  # records of each file under --limit, in reading order
 
     def first_len(self, decision) -> int:
-        return self.file_first.get(decision.file, 0)
+        """Records of the file's first batch, cut by --limit."""
+        return min(decision.first_len, self.per_file.get(decision.file, 0))
 
 
-def _count(got: _Collected, parts, limit: int | None, decisions) -> _Counted:
-    P = len(parts)
-    records = np.array([got.metas[k]["records"] for k in range(P)], dtype=np.int64)
-    part_start = np.zeros(P, np.int64)
-    if P:
-        part_start[1:] = np.cumsum(records)[:-1]
+def _count(got: _Collected, parts, limit: int | None) -> _Counted:
+    records = np.array([got.metas[k]["records"] for k in range(len(parts))], dtype=np.int64)
+    part_start = np.cumsum(records) - records
     kept = records if limit is None else np.clip(limit - part_start, 0, records)
     line_offset, position_offset = [], []
-    file_start: dict[str, int] = {}
-    lines_before: dict[str, int] = {}
-    records_before: dict[str, int] = {}
+    lines: dict[str, int] = {}
+    before: dict[str, int] = {}
+    per_file: dict[str, int] = {}
     for k, (path, _) in enumerate(parts):
-        file_start.setdefault(path, int(part_start[k]))
-        line_offset.append(lines_before.get(path, 0))
-        position_offset.append(records_before.get(path, 0))
-        lines_before[path] = lines_before.get(path, 0) + int(got.metas[k]["lines"] or 0)
-        records_before[path] = records_before.get(path, 0) + int(records[k])
-    kept_in: dict[str, int] = {}
-    for k, (path, _) in enumerate(parts):
-        kept_in[path] = kept_in.get(path, 0) + int(kept[k])
-    file_first = {
-        d.file: min(d.first_len, kept_in[d.file]) for d in decisions if kept_in.get(d.file)
-    }
-    return _Counted(part_start, records, kept, line_offset, position_offset, file_start, file_first)
+        line_offset.append(lines.get(path, 0))
+        position_offset.append(before.get(path, 0))
+        lines[path] = line_offset[-1] + int(got.metas[k]["lines"] or 0)
+        before[path] = position_offset[-1] + int(records[k])
+        per_file[path] = per_file.get(path, 0) + int(kept[k])
+    return _Counted(part_start, line_offset, position_offset, per_file)
 
 
 def _assemble(
@@ -388,9 +345,7 @@ def _assemble(
     if limit is not None:
         keep = gidx < limit
         gidx, lengths, loss = gidx[keep], lengths[keep], loss[keep]
-    per_file: dict[str, int] = {}
-    for k, (path, _) in enumerate(parts):
-        per_file[path] = per_file.get(path, 0) + int(counted.kept[k])
+    per_file = counted.per_file
     read = [d for d in decisions if per_file.get(d.file, 0)]  # the files a local run reads
     for d in read:
         source.count(d.file, per_file[d.file])

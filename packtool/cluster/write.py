@@ -17,6 +17,7 @@ filesystem every worker writes to: a local cluster's disk, or shared storage for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,6 +26,8 @@ import numpy as np
 from packtool.cluster.session import memory
 from packtool.errors import PacktoolError
 from packtool.pack.write import Written
+
+_TOTALS = [f.name for f in dataclasses.fields(Written) if f.name != "shards"]  # summed over shards
 
 
 def _pieces_in_output_order(plan, row_order: np.ndarray):
@@ -119,13 +122,8 @@ def _written(results: list[dict], S: int, R: int, progress, rows) -> Written:
     for s in range(S):
         r = by_shard[s]
         out.shards.append(json.loads(r["entry"]))
-        out.rows += int(r["rows"])
-        out.documents += int(r["documents"])
-        out.tokens += int(r["tokens"])
-        out.loss += int(r["loss"])
-        out.loss_first_token += int(r["loss_first_token"])
-        out.doc_pad += int(r["doc_pad"])
-        out.loss_cut_tails += int(r["loss_cut_tails"])
+        for name in _TOTALS:
+            setattr(out, name, getattr(out, name) + int(r[name]))
         rows.memory.append(json.loads(r["memory"]))
     if progress is not None:
         progress(out.rows, R)
@@ -221,16 +219,7 @@ def write_group(group, shard_refs, settings):
         first_shard=s,
         total_shards=settings["total_shards"],
     )
-    row = {
-        "shard": [s],
-        "entry": [json.dumps(written.shards[0])],
-        "rows": [written.rows],
-        "documents": [written.documents],
-        "tokens": [written.tokens],
-        "loss": [written.loss],
-        "loss_first_token": [written.loss_first_token],
-        "doc_pad": [written.doc_pad],
-        "loss_cut_tails": [loc.loss_cut_tails],
-        "memory": [json.dumps(memory())],
-    }
+    written.loss_cut_tails = loc.loss_cut_tails  # as pack.run sets it
+    row = {name: [getattr(written, name)] for name in _TOTALS}
+    row.update(shard=[s], entry=[json.dumps(written.shards[0])], memory=[json.dumps(memory())])
     return pa.table(row)
