@@ -106,17 +106,12 @@ def _ints(value, name: str) -> np.ndarray:
         raise RecordError(f"{name} is not a flat list of integers ({e})") from None
     if a.ndim != 1:
         raise RecordError(f"{name} is not a flat list of integers (it has {a.ndim} dimensions)")
-    if a.size == 0:
-        return a.astype(np.int64)
-    if a.dtype.kind == "b":
-        return a.astype(np.int64)
-    if a.dtype.kind == "f":
-        if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-            bad = int(np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))[0])
-            raise RecordError(msg_not_whole(name, bad, a[bad].item()))
-        return a.astype(np.int64)
-    if a.dtype.kind not in "iu":
+    if a.size and a.dtype.kind not in "biuf":
         raise RecordError(msg_holds(name, a.dtype))
+    if a.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
+        if bad.size:
+            raise RecordError(msg_not_whole(name, int(bad[0]), a[bad[0]].item()))
     return a.astype(np.int64)
 
 
@@ -196,17 +191,17 @@ def check_total(total: int) -> None:
 def out_table(lengths: np.ndarray, ids, labels=None, label_values=None) -> pa.RecordBatch:
     """The checked rows, `lengths` tokens each (>= 1): `ids` flat int32 (numpy, or an Arrow array to
     reuse); `labels` flat int32 numpy, None for the ids themselves (every token trained), with
-    `label_values` the Arrow array to reuse for them."""
+    `label_values` the Arrow array to reuse for them (None: labels)."""
     import pyarrow as pa
 
     off = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=off[1:])
     offsets = pa.array(off)
-    ids_out = pa.ListArray.from_arrays(offsets, ids if isinstance(ids, pa.Array) else pa.array(ids))
+    ids_out = pa.ListArray.from_arrays(offsets, ids)
     if labels is None:
         labels_out, loss = ids_out, lengths
     else:
-        values = pa.array(labels) if label_values is None else label_values
+        values = labels if label_values is None else label_values
         labels_out = pa.ListArray.from_arrays(offsets, values)
         ignored = (labels == IGNORE_INDEX).view(np.uint8)
         loss = lengths - np.add.reduceat(ignored, off[:-1], dtype=np.int32)
