@@ -21,6 +21,7 @@ up for the run's meta.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from dataclasses import dataclass
@@ -148,13 +149,11 @@ def decide_file(
         if kind is not None and (hit is not None or error is not None or kind == "pretokenized"):
             break
     looks = None
-    if read.format is not None and held:
-        try:
-            free = dataclasses.replace(read, format=None)
-            found = next((h for h in (_detect(b, free) for b in held) if h is not None), None)
-            looks = found[0] if found is not None else None
-        except PacktoolError:  # preference data, say: what --format was given for
-            looks = None
+    if read.format is not None:
+        free = dataclasses.replace(read, format=None)
+        # a PacktoolError (preference data, say): what --format was given for
+        with contextlib.suppress(PacktoolError):
+            looks = next((h[0] for b in held if (h := _detect(b, free)) is not None), None)
     fmt, why = hit if hit is not None else (None, None)
     first_len = len(held[0]) if held else 0
     return FileDecision(file, kind, label, fmt, why, looks, error, tuple(held), first_len)

@@ -23,6 +23,7 @@ The finished table is memory-mapped, not loaded.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import time
 
@@ -113,7 +114,7 @@ def load_tokenized(
     kind, _, decisions, batches = decided_stream(source.batches(), cfg.read)
     first = next(batches, None)  # its file decided: the plan's reference format
     plan = plan_run(cfg, decisions, preload=kind == "chat")
-    batches = _chain([first] if first is not None else [], batches)
+    batches = itertools.chain([first] if first is not None else [], batches)
     while True:  # a difference: again one step down (ends: the reference path is not checked)
         try:
             td = _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches)
@@ -171,11 +172,6 @@ def _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches) ->
         cache_hit=False,
         seconds={"read_tokenize": time.perf_counter() - t_enc, "total": time.perf_counter() - t0},
     )
-
-
-def _chain(seen, it):
-    yield from seen
-    yield from it
 
 
 def _finish(entry: cache.MappedEntry, cache_hit: bool, seconds: dict) -> TokenizedData:
