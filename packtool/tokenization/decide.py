@@ -57,9 +57,7 @@ class FileDecision:
     @property
     def found(self) -> tuple[str, str]:
         """(format, why) as the run's meta reads it."""
-        from packtool.formats import AUTO
-
-        return (self.format, self.why) if self.format is not None else (AUTO, NO_FIT)
+        return self.fmt, self.why if self.format is not None else NO_FIT
 
 
 def _records_of(b):

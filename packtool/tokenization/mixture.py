@@ -213,12 +213,9 @@ def _tokenizer(inputs, parts) -> dict:
     merged: dict[str, dict] = {}  # the inputs' label audits summed per kind (the first's `first`)
     for _, t in chat:
         for kind, a in (t.get("label_audit") or {}).items():
-            if kind not in merged:
-                merged[kind] = dict(a)
-            else:
-                for k, v in a.items():
-                    if k != "first":
-                        merged[kind][k] = merged[kind].get(k, 0) + v
+            m = merged.setdefault(kind, {})
+            for k, v in a.items():
+                m[k] = m.setdefault(k, v) if k == "first" else m.get(k, 0) + v
     if merged:
         from packtool.tokenization.label_audit import AUDIT_KINDS
 

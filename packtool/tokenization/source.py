@@ -79,8 +79,7 @@ class RecordSource:
 
     def batches(self, batch_records: int = readers.BATCH_RECORDS) -> Iterator[readers.RawBatch]:
         for b in readers.iter_batches(self.located, self.read, batch_records):
-            self.num_read += len(b)
-            self.per_file[b.file] = self.per_file.get(b.file, 0) + len(b)
+            self.count(b.file, len(b))
             yield b
 
     def reject_at(

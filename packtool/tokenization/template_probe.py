@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from packtool.errors import UsageError
 from packtool.formats.turns import make_example, make_message
 from packtool.schema import IGNORE_INDEX
+from packtool.tokenization import cache
 from packtool.tokenization.chat_template import (
     CHOICES,
     DEFAULT_DATE,
@@ -83,20 +84,13 @@ def choose(
     family = family_of(tpl.text)
     uses_date = "strftime_now" in tpl.text
     tpl = replace(tpl, family=family, date=(date or DEFAULT_DATE) if uses_date else None)
-    if train_on == "all":
-        mode = "all"
-    elif tpl.has_generation:
-        mode = "markers"
-    else:
-        mode = "prefix"
+    mode = "all" if train_on == "all" else "markers" if tpl.has_generation else "prefix"
     path = _verdict_path(spec, tpl, mode, train_on)
-    stored = _read_verdict(path)
-    if stored is not None:
+    stored = cache.read_json(path) if path is not None else None
+    if isinstance(stored, dict) and set(stored) == {"mode", "end_of_turn"}:
         return replace(tpl, **stored)
     tpl = _probed(spec, tpl, mode, train_on, family)
     if path is not None:
-        from packtool.tokenization import cache
-
         cache.write_json(path, {"mode": tpl.mode, "end_of_turn": tpl.end_of_turn})
     return tpl
 
@@ -111,21 +105,12 @@ def _verdict_path(spec, tpl: ChatTemplate, mode: str, train_on: str):
     import json
 
     import packtool
-    from packtool.tokenization import cache
     from packtool.tokenization.loading import library_versions
 
     parts = [tpl.text, tpl.date, mode, train_on, spec.name, spec.files_hash]
     parts += [library_versions(), packtool.__version__]
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
     return cache.cache_root() / "templates" / f"{digest}.json"
-
-
-def _read_verdict(path) -> dict | None:
-    from packtool.tokenization import cache
-
-    stored = cache.read_json(path) if path is not None else None
-    ok = isinstance(stored, dict) and set(stored) == {"mode", "end_of_turn"}
-    return stored if ok else None
 
 
 def _probed(spec, tpl: ChatTemplate, mode: str, train_on: str, family) -> ChatTemplate:
