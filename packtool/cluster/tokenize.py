@@ -133,10 +133,13 @@ class ClusterRows:
 
 @dataclass
 class _Collected:
+    """Per example: its part, source_index within the part, length, num_loss_tokens; per part: its
+    meta (module docstring)."""
+
     part: np.ndarray
-    index: np.ndarray
+    source_index: np.ndarray
     length: np.ndarray
-    loss: np.ndarray
+    num_loss_tokens: np.ndarray
     metas: dict[int, dict]
 
 
@@ -161,13 +164,11 @@ def _encode(session: Session, plan, cfg: TokenizeConfig, parts, fmts):
     )
     try:
         encoded = ds.materialize()
-        small = encoded.select_columns(
-            ["part", "source_index", "length", "num_loss_tokens", "meta"]
-        )
         cols: dict[str, list] = {
             c: [] for c in ("part", "source_index", "length", "num_loss_tokens")
         }
         metas: dict[int, dict] = {}
+        small = encoded.select_columns([*cols, "meta"])
         for batch in small.iter_batches(batch_format="pyarrow", batch_size=None):
             is_meta = batch.column("meta").is_valid()
             meta = batch.filter(is_meta).to_pydict()
@@ -177,20 +178,13 @@ def _encode(session: Session, plan, cfg: TokenizeConfig, parts, fmts):
                 cols[c].append(np.asarray(rows.column(c)))
     except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
         raise session.failure(e) from None
-    got = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
     missing = sorted(set(range(len(parts))) - set(metas))
     if missing:
         raise PacktoolError(
             f"the Ray engine lost part {missing[0]} of {parts[missing[0]][0]}; run again"
         )
-    collected = _Collected(
-        got["part"].astype(np.int64),
-        got["source_index"].astype(np.int64),
-        got["length"].astype(np.int32),
-        got["num_loss_tokens"].astype(np.int32),
-        metas,
-    )
-    return encoded, collected
+    got = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
+    return encoded, _Collected(metas=metas, **got)
 
 
 def load_tokenized(
@@ -228,7 +222,7 @@ def load_tokenized(
             (SourceFile(path=i.path, size=i.size, sha256=i.sha256) for i in infos),
             key=lambda s: s.path,
         )
-        source = RecordSource.of_files(data, cfg.read, located, sources)
+        source = RecordSource(data, cfg.read, located, sources)
         decisions = [i.decision for i in infos]
         if input_kind(decisions)[0] == "chat":
             for d in decisions:
@@ -339,9 +333,9 @@ def _assemble(
     )
 
     limit = cfg.read.limit
-    gidx = counted.part_start[got.part] + got.index
+    gidx = counted.part_start[got.part] + got.source_index
     order = np.argsort(gidx, kind="stable")
-    gidx, lengths, loss = gidx[order], got.length[order], got.loss[order]
+    gidx, lengths, loss = gidx[order], got.length[order], got.num_loss_tokens[order]
     if limit is not None:
         keep = gidx < limit
         gidx, lengths, loss = gidx[keep], lengths[keep], loss[keep]

@@ -138,7 +138,8 @@ def assign_rows(batch, part_refs, part_start):
     length = np.asarray(batch.column("length"))
     parts = np.asarray(batch.column("part")).astype(np.int64)
     local = np.asarray(batch.column("source_index")).astype(np.int64)
-    take, shards, source = [], [], []
+    empty = np.zeros(0, np.int64)
+    take, shards, source = [empty], [empty], [empty]
     for k in np.unique(parts[length >= 0]).tolist():
         if part_refs[k] is None:
             continue
@@ -151,14 +152,9 @@ def assign_rows(batch, part_refs, part_start):
         take.append(np.repeat(mine, n))
         shards.append(a["shard"][at])
         source.append(part_start[k] + local[np.repeat(mine, n)])
-    idx = np.concatenate(take) if take else np.zeros(0, np.int64)
-    out = batch.select(["input_ids", "labels"]).take(pa.array(idx))
-    out = out.append_column(
-        "shard", pa.array(np.concatenate(shards) if shards else np.zeros(0, np.int64))
-    )
-    return out.append_column(
-        "source", pa.array(np.concatenate(source) if source else np.zeros(0, np.int64))
-    )
+    out = batch.select(["input_ids", "labels"]).take(pa.array(np.concatenate(take)))
+    out = out.append_column("shard", pa.array(np.concatenate(shards)))
+    return out.append_column("source", pa.array(np.concatenate(source)))
 
 
 def write_group(group, shard_refs, settings):

@@ -257,7 +257,6 @@ class EntryWriter:
         import pyarrow as pa
 
         EntryWriter._count += 1
-        self.key = key
         self.final = entry_path(key)
         self.work = cache_root() / f"work-{key}-{os.getpid()}-{EntryWriter._count}"
         shutil.rmtree(self.work, ignore_errors=True)

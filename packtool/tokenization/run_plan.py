@@ -153,20 +153,13 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
 def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
     step = EncodeStep("pretokenized", cfg.read, label_source=label_source)
     labels_from = label_source if label_source != "all" else "every token"
-    ignored = [
-        opt
-        for opt, given in (
-            ("--chat-template", cfg.chat_template is not None),
-            ("--train-on", cfg.train_on != "assistant"),
-        )
-        if given
-    ]
-    warnings = []
-    if ignored:
-        warnings.append(
-            f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
-            f"{labels_from}"
-        )
+    ignored = ["--chat-template"] if cfg.chat_template is not None else []
+    if cfg.train_on != "assistant":
+        ignored.append("--train-on")
+    warning = (
+        f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
+        f"{labels_from}"
+    )
     if cfg.tokenizer is None:  # ids come as they are; a tokenizer only names the pad/eos ids
         tokenizer = {"name": None, "pad_id": None, "eos_id": None, "vocab_size": None}
     else:
@@ -180,7 +173,7 @@ def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
         tokenizer,
         None,
         BackendReport(None, reason="pre-tokenized input is not tokenized"),
-        tuple(warnings),
+        (warning,) if ignored else (),
         label_source=label_source,
         pretokenized=("pretokenized", f"records carry input_ids; labels from {labels_from}"),
     )

@@ -38,35 +38,27 @@ REASON_CHARS = 100  # a reason quoted in the warning is cut at a word boundary b
 
 
 class RecordSource:
-    def __init__(self, data: str, read: ReadConfig):
+    def __init__(
+        self, data: str, read: ReadConfig, located=None, files: list[SourceFile] | None = None
+    ):
+        """`located` and `files`: located and hashed elsewhere (the Ray engine hashes them in its
+        workers; it reads the records there too, and counts them in with `count`)."""
         self.data, self.read = data, read
-        not_a_pack(data)
-        self.located = locate(data, read.split)
-        if self.located.kind == "files":
-            paths = list(self.located.files)
-        else:
-            paths = [f["filename"] for f in self.located.dataset.cache_files]
-        self.files = [
-            SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p))
-            for p in sorted(paths)
-        ]
-        self._start()
-
-    def _start(self) -> None:
         self.skipped: list[SkippedRecord] = []
         self.num_read = 0
         self.per_file: dict[str, int] = {}
-
-    @classmethod
-    def of_files(
-        cls, data: str, read: ReadConfig, located, files: list[SourceFile]
-    ) -> RecordSource:
-        """A source whose files were located and hashed elsewhere (the Ray engine hashes them in
-        its workers); its records are read there too, and counted in with `count`."""
-        self = cls.__new__(cls)
-        self.data, self.read, self.located, self.files = data, read, located, files
-        self._start()
-        return self
+        if located is None:
+            not_a_pack(data)
+            located = locate(data, read.split)
+            if located.kind == "files":
+                paths = list(located.files)
+            else:
+                paths = [f["filename"] for f in located.dataset.cache_files]
+            files = [
+                SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p))
+                for p in sorted(paths)
+            ]
+        self.located, self.files = located, files
 
     def count(self, file: str, records: int) -> None:
         """`records` more records read from `file` (in reading order)."""
