@@ -332,13 +332,11 @@ def _assemble(
         run_meta,
     )
 
-    limit = cfg.read.limit
+    end = cfg.read.limit if cfg.read.limit is not None else np.iinfo(np.int64).max  # --limit
     gidx = counted.part_start[got.part] + got.source_index
     order = np.argsort(gidx, kind="stable")
+    order = order[gidx[order] < end]
     gidx, lengths, loss = gidx[order], got.length[order], got.num_loss_tokens[order]
-    if limit is not None:
-        keep = gidx < limit
-        gidx, lengths, loss = gidx[keep], lengths[keep], loss[keep]
     per_file = counted.per_file
     read = [d for d in decisions if per_file.get(d.file, 0)]  # the files a local run reads
     for d in read:
@@ -347,20 +345,17 @@ def _assemble(
     for k, (path, _) in enumerate(parts):
         meta, start = got.metas[k], int(counted.part_start[k])
         for index, line, position, why in meta["rejects"]:
-            g = start + index
-            if limit is not None and g >= limit:
+            if start + index >= end:
                 break
             source.reject_at(
-                g,
+                start + index,
                 path,
                 None if line is None else counted.line_offset[k] + line,
                 why,
                 counted.position_offset[k] + position,
             )
-        tally.special += [start + i for i in meta["special"] if limit is None or start + i < limit]
-        tally.notes += [
-            (start + i, x) for i, x in meta.get("notes", ()) if limit is None or start + i < limit
-        ]
+        tally.special += [start + i for i in meta["special"] if start + i < end]
+        tally.notes += [(start + i, x) for i, x in meta["notes"] if start + i < end]
         tally.removed += meta["removed"]
     if not lengths.shape[0]:
         raise no_examples(data, source)

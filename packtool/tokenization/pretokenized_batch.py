@@ -237,8 +237,6 @@ class _Batch:
 
     def fail(self, rows: np.ndarray, message: Callable[[int, int], str]) -> None:
         """Rows (all still ok) fail; message(k, row) for the k-th of them."""
-        if len(rows) == 0:
-            return
         for k, i in enumerate(rows.tolist()):
             self.msgs[i] = message(k, i)
         self.ok[rows] = False

@@ -7,7 +7,7 @@
         .reject(batch, i, reason) / .reject_at(index, file, line, reason, record)
                     --on-error error: PacktoolError "data.jsonl:12: <reason>; fix the record, or ..."
                     --on-error skip:  counted and listed in .skipped (file, line or record, reason)
-        .skip_warning(formats, forced)
+        .skip_warning(formats, forced, looks)
                     the one line that says what was skipped: where (small counts), or the share, the
                     files skipped whole, the top reasons and what to do (more than SKIP_SHARE of the
                     records read, or a whole file)
@@ -96,10 +96,7 @@ class RecordSource:
         self.reject_at(batch.start + i, batch.file, batch.line_of(i), reason, batch.position(i))
 
     def skip_warning(
-        self,
-        formats: dict[str, FileFormat] | None = None,
-        forced: str | None = None,
-        looks: dict[str, str] | None = None,
+        self, formats: dict[str, FileFormat], forced: str | None, looks: dict[str, str]
     ) -> str | None:
         """What was skipped, in one line (None when nothing was). A few records: where they are. More
         than SKIP_SHARE of the records read, or every record of a file: the share, those files, the
@@ -127,14 +124,8 @@ class RecordSource:
         if len(groups) > TOP_REASONS:
             top += f" and {len(groups) - TOP_REASONS} more cause(s)"
         first = self.skipped[0]
-        advice = _advice(
-            whole or [f for f, _ in by_file.most_common(1)],
-            names,
-            formats or {},
-            forced,
-            looks or {},
-            self.skipped,
-        )
+        worst = whole or [f for f, _ in by_file.most_common(1)]
+        advice = _advice(worst, names, formats, forced, looks, self.skipped)
         return (
             f"{share}; top reasons: {top}; first at {names.get(first.file, first.file)}"
             f"{first.where[len(first.file) :]}. {advice}"

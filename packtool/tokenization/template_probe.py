@@ -164,10 +164,8 @@ def end_of_turn(spec, tpl: ChatTemplate, enc: Encoded) -> str:
             f"stop; use a template whose assistant turns end in EOS or an end-of-turn token "
             f"(--chat-template {CHOICES})"
         )
-    names = []
-    for e in dict.fromkeys(ends):
-        text = specials.get(e) or spec.eos_token
-        names.append(
-            f"{text} ({'EOS' if e == spec.eos_id else 'end-of-turn token; EOS is ' + str(spec.eos_token)})"
-        )
-    return ", ".join(names)
+    return ", ".join(
+        f"{specials.get(e) or spec.eos_token} "
+        f"({'EOS' if e == spec.eos_id else f'end-of-turn token; EOS is {spec.eos_token}'})"
+        for e in dict.fromkeys(ends)
+    )
