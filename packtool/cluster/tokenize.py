@@ -6,19 +6,18 @@
     blocks  input_ids  labels  length  num_loss_tokens  source_index  part   meta
             list<i32>  list<i32>  i32      i32           i64 (in part) i32   null
             ...one row per example; then per part one row: length -1, meta = JSON
-            {records, lines, rejects [[index, line, position, reason]], special, removed, memory}
+            {records, lines, rejects [[index, line, position, reason]], special, notes, removed,
+            memory}
        │ materialized in the object store (ClusterRows): the writer reads it again
        ▼
     driver  part_start = cumsum(records)  →  source_index = part_start[part] + index
             line = lines of the file's earlier parts + line;  position likewise
             --limit: source indices >= limit are not read (as a local run stops there)
 
-The driver decides nothing itself: each file's FileDecision comes from its task (cluster.files,
-tokenization.decide), the RunPlan from tokenization.run_plan.plan_run, and the fast path is checked
-by tokenization.fast_check.FastCheck on the heads of the files, as the local pool checks it: a
-difference encodes the parts again on `plan.on_difference` (one step down, its probes too). The run's meta is
-tokenization.run_meta's. With --on-error error a part stops at its first refused record and the driver
-raises the first in reading order, with its file and line.
+The driver decides nothing itself (packtool.cluster draws where each decision comes from); a
+difference on a probe encodes the parts again on `plan.on_difference`, its probes too. With
+--on-error error a part stops at its first refused record and the driver raises the first in
+reading order, with its file and line.
 """
 
 from __future__ import annotations

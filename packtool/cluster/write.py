@@ -59,18 +59,15 @@ def write_shards(rows, tmp: Path, data, job) -> Written:
     for s in range(S):
         j0, j1 = s * shard_rows, min(R, (s + 1) * shard_rows)
         p = seq[offsets[j0] : offsets[j1]]
-        shard_refs.append(
-            ray.put(
-                {
-                    "rows_off": offsets[j0 : j1 + 1] - offsets[j0],
-                    "source": src[pieces.row[p]],
-                    "start": pieces.start[p],
-                    "length": pieces.length[p],
-                    "slots": job.slots[p],
-                    "truncated": truncated[pieces.row[p]],
-                }
-            )
-        )
+        sub = {
+            "rows_off": offsets[j0 : j1 + 1] - offsets[j0],
+            "source": src[pieces.row[p]],
+            "start": pieces.start[p],
+            "length": pieces.length[p],
+            "slots": job.slots[p],
+            "truncated": truncated[pieces.row[p]],
+        }
+        shard_refs.append(ray.put(sub))
     key = np.unique(pieces.row * S + piece_shard)  # (example, shard) pairs, in example order
     example, shard = key // S, key % S
     g = src[example]

@@ -7,11 +7,9 @@
         Arrow batch ──▶ EntryWriter (data.arrow, hashed as written) ──commit(run_meta)──▶ tok-<key>/
         ──mmap──▶ TokenizedData
 
-Read in this order: decide.py (input kind, each file's format), run_plan.py (tokenizer, template,
-steps, backend), fast_check.py (the fast path's probes), execute.py (the worker pool), run_meta.py
-(the finished run's meta). A difference on a probe (UseReference) starts the run again one step
-down (RunPlan.on_difference: fastokens + jinja after the compiled or native renderer, else the
-reference path), before anything is committed.
+The modules in reading order: packtool/tokenization/__init__.py. A difference on a probe
+(UseReference) starts the run again one step down (run_plan.py draws the steps), before anything is
+committed.
 
 The cache key hashes the source files' bytes, the tokenizer files, the chat template, the options
 that shape labels and the library versions: the same input tokenized again is loaded from the cache

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from packtool.schema import IGNORE_INDEX
 from packtool.tokenization.pretokenized import (
@@ -51,9 +52,6 @@ from packtool.tokenization.pretokenized import (
     record_arrays,
     records_validated,
 )
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 _MAX_RUNS = 64  # good rows in at most this many runs: copy slices; more: one boolean compress
 _CHUNK = 1 << 22  # values per np.flatnonzero when looking for the first bad value of each row
@@ -87,8 +85,6 @@ def _row_validity(arr: pa.Array) -> np.ndarray:
 
 def _flat_numpy(child: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     """Values (a zero-copy view where the type allows) and the null positions of a numeric array."""
-    import pyarrow as pa
-
     t = child.type
     nulls = child.is_null().to_numpy(zero_copy_only=False) if child.null_count else None
     if pa.types.is_null(t):
@@ -104,8 +100,6 @@ def _flat_numpy(child: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
 
 def _column_view(arr: pa.Array, name: str) -> _Col | None:
     """A list column of numbers as a _Col; None for any other type (no row of it can be good)."""
-    import pyarrow as pa
-
     if isinstance(arr.type, pa.ExtensionType):
         arr = arr.storage
     t = arr.type
@@ -224,8 +218,6 @@ class _Batch:
         self.msgs: dict[int, str] = {}
 
     def column(self, name: str) -> pa.Array | None:
-        import pyarrow as pa
-
         idx = [i for i, nm in enumerate(self.names) if nm == name]
         if not idx:
             return None
@@ -273,8 +265,6 @@ def _python_rows(state: _Batch, rows: np.ndarray) -> None:
     """Rows with a value of a type the batch path does not read: record_arrays says what is wrong."""
     records = state.records
     if records is None:
-        import pyarrow as pa
-
         dicts = state.batch.take(pa.array(rows)).to_pylist()
     else:
         dicts = [records[i] for i in rows.tolist()]
@@ -303,9 +293,6 @@ def _take(vals: np.ndarray, how, total: int, dtype) -> np.ndarray:
     if how is None:
         return vals.astype(dtype, copy=False)
     if isinstance(how, np.ndarray):  # Arrow's filter: several times faster than vals[how] here
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         out = pc.filter(pa.array(vals), pa.array(how)).to_numpy(zero_copy_only=True)
         return out.astype(dtype, copy=False)
     out = np.empty(total, dtype=dtype)
@@ -465,8 +452,6 @@ def validate_batch(batch: pa.RecordBatch | pa.Table, label_source: str) -> Valid
     `label_source` is `label_source_of(first schema or first record)`: required of every row. The batch must hold fewer than 2^31 good tokens (int32 offsets). A Table is combined into
     one batch first (a copy when it has several chunks): to stream, pass RecordBatches.
     """
-    import pyarrow as pa
-
     if isinstance(batch, pa.Table):
         batches = batch.combine_chunks().to_batches()
         batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=batch.schema)
@@ -484,8 +469,6 @@ def _validate_or_records(batch, label_source: str, records: list[dict] | None) -
 
 def records_batch(records: list[dict], label_source: str) -> Validated:
     """validate_batch for dict records (JSON/JSONL): the same rows and messages as record_arrays."""
-    import pyarrow as pa
-
     present = set().union(*records)
     names = [c for c in ("input_ids", *LABEL_COLUMNS, "attention_mask") if c in present]
     columns = []
