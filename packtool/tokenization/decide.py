@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from packtool.config import ReadConfig
 from packtool.data.provenance import NO_FORMAT, FileFormat, formats_summary
 from packtool.errors import PacktoolError, UsageError
+from packtool.formats import AUTO, FormatError
+from packtool.formats.detect import detect_format
 
 NO_FIT = "no record fits a known format"
 
@@ -50,8 +52,6 @@ class FileDecision:
     @property
     def fmt(self) -> str:
         """The format its records are normalized with (formats.AUTO when none fits)."""
-        from packtool.formats import AUTO
-
         return self.format if self.format is not None else AUTO
 
     @property
@@ -85,9 +85,6 @@ def record_format(rec, read: ReadConfig) -> tuple[str, str] | None:
     """(format, why) of one parsed record, or None where it fits no format (the step refuses it
     with its own message): a file's format is that of its first record whose format is found, for
     the pipelines and `inspect`. Preference and KTO data raise UsageError."""
-    from packtool.formats import FormatError
-    from packtool.formats.detect import detect_format
-
     try:
         return detect_format(rec, read)
     except FormatError:
@@ -200,8 +197,6 @@ def _released(d: FileDecision, rest, kind: str):
 
 def formats_table(decisions, per_file: dict[str, int]) -> dict[str, FileFormat]:
     """{file: FileFormat} of every file read, in reading order, from the chat input's decisions."""
-    from packtool.formats import AUTO
-
     by_file = {d.file: d for d in decisions}
     out = {}
     for f, n in per_file.items():

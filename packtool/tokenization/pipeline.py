@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import json
 import time
+from pathlib import Path
 
 import packtool
 from packtool.config import TokenizeConfig
@@ -36,7 +37,7 @@ from packtool.tokenization import cache
 from packtool.tokenization.decide import decided_stream
 from packtool.tokenization.execute import run_local, workers
 from packtool.tokenization.fast_check import FastCheck, UseReference
-from packtool.tokenization.loading import load_spec, tokenizer_key
+from packtool.tokenization.loading import library_versions, load_spec, tokenizer_key
 from packtool.tokenization.run_meta import (
     Tally,
     check_strict_labels,
@@ -51,8 +52,6 @@ from packtool.tokenization.source import RecordSource
 def _template_key(choice: str | None) -> str:
     """The chosen template's bytes where they are not covered by the tokenizer's files and the
     library versions (TRL's included): a file, a built-in, a TRL template (edits never hit old entries)."""
-    from pathlib import Path
-
     from packtool.tokenization.chat_template import BUILTIN_TEMPLATES, trl_dir
 
     choice = choice or "auto"
@@ -73,8 +72,6 @@ def _template_key(choice: str | None) -> str:
 
 def cache_key(sources: list[SourceFile], cfg: TokenizeConfig, tokenizer: str | None = None) -> str:
     """`tokenizer`: tokenizer_key(cfg.tokenizer) when the caller has it (it hashes the tokenizer's files)."""
-    from packtool.tokenization.loading import library_versions
-
     parts = {
         "packtool": packtool.__version__,
         "encoder": 4,  # 4: label notes (label_audit); 3: each file of a folder or glob in its own format

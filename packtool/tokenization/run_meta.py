@@ -22,6 +22,7 @@ from packtool.data.provenance import FileFormat, SkippedRecord, SourceFile
 from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.tokenization.decide import formats_table, input_format
+from packtool.tokenization.label_audit import audit_warnings, label_audit, strict_problem
 from packtool.tokenization.run_plan import BackendReport, RunPlan
 
 MAX_LISTED = 20  # source indices quoted in a warning
@@ -56,8 +57,6 @@ def run_meta(
 ) -> dict:
     """The meta of a finished run (module docstring): the warnings about examples without loss and
     control tokens in text, the tokenizer with its label audit and special_in_content count."""
-    from packtool.tokenization.label_audit import audit_warnings, label_audit
-
     per_file, kind = source.per_file, plan.kind
     tokenizer = plan.tokenizer
     warnings = list(plan.warnings)
@@ -143,8 +142,6 @@ def meta_fields(meta: dict) -> dict:
 
 def check_strict_labels(td: TokenizedData, cfg: TokenizeConfig) -> TokenizedData:
     """--strict-labels: a run whose audit (tokenizer.label_audit) found anything is refused."""
-    from packtool.tokenization.label_audit import strict_problem
-
     problem = strict_problem((td.tokenizer or {}).get("label_audit")) if cfg.strict_labels else None
     if problem:
         raise PacktoolError(problem)

@@ -25,11 +25,11 @@ from collections.abc import Iterator
 
 from packtool.config import ReadConfig
 from packtool.data.provenance import NO_FORMAT, FileFormat, SkippedRecord, SourceFile, short_names
-from packtool.errors import PacktoolError
+from packtool.errors import PacktoolError, UsageError
 from packtool.io import readers
 from packtool.io.files import sha256_file
 from packtool.io.sources import locate
-from packtool.schema import notices
+from packtool.schema import notices, read_pack_manifest
 
 SKIP_SHARE = 0.01  # above this share of the records read, a skip run says so loudly
 MAX_LISTED = 20  # record positions quoted
@@ -199,10 +199,7 @@ def _advice(
 
 def not_a_pack(data: str) -> None:
     """A pack folder given where training data is expected: say what it is and what to run."""
-    from packtool import schema
-    from packtool.errors import UsageError
-
-    m = schema.read_pack_manifest(data)
+    m = read_pack_manifest(data)
     if m is not None:
         sources = ", ".join(
             str(x.get("path")) for x in m.get("sources") or [] if isinstance(x, dict)

@@ -14,9 +14,12 @@ The verdict is a `Probe` (encoded, error, prefix_preserving): the mode is chosen
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, replace
 
+import packtool
 from packtool.errors import UsageError
 from packtool.formats.turns import make_example, make_message
 from packtool.schema import IGNORE_INDEX
@@ -33,6 +36,7 @@ from packtool.tokenization.chat_template import (
     special_tokens,
 )
 from packtool.tokenization.encode import Encoded, Encoder
+from packtool.tokenization.loading import library_versions
 from packtool.tokenization.render import ExampleError, NotPrefixPreserving
 
 PROBE = [
@@ -101,12 +105,6 @@ def _verdict_path(spec, tpl: ChatTemplate, mode: str, train_on: str):
     warm start renders nothing. None for a tokenizer without files (built in-process)."""
     if not spec.files_hash:
         return None
-    import hashlib
-    import json
-
-    import packtool
-    from packtool.tokenization.loading import library_versions
-
     parts = [tpl.text, tpl.date, mode, train_on, spec.name, spec.files_hash]
     parts += [library_versions(), packtool.__version__]
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
