@@ -29,8 +29,12 @@ from dataclasses import dataclass
 
 from packtool.config import TokenizeConfig
 from packtool.errors import UsageError
+from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
+from packtool.tokenization.compiled import compile_template
 from packtool.tokenization.decide import input_kind
 from packtool.tokenization.encode import EncodeStep
+from packtool.tokenization.loading import load_spec
+from packtool.tokenization.render import dated_text
 
 BACKENDS = ("auto", "fastokens", "hf")
 
@@ -106,8 +110,7 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     kind, label_source = input_kind(decisions)
     if kind == "pretokenized":
         return _pretokenized_plan(cfg, label_source)
-    from packtool.tokenization.loading import load_spec
-    from packtool.tokenization.template_probe import choose
+    from packtool.tokenization.template_probe import choose  # (not on a cache hit's imports)
 
     spec = load_spec(cfg.tokenizer)
     why = fast_refused(spec, cfg.tokenizer_backend)
@@ -163,8 +166,6 @@ def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
     if cfg.tokenizer is None:  # ids come as they are; a tokenizer only names the pad/eos ids
         tokenizer = {"name": None, "pad_id": None, "eos_id": None, "vocab_size": None}
     else:
-        from packtool.tokenization.loading import load_spec
-
         tokenizer = load_spec(cfg.tokenizer).info()
     return RunPlan(
         "pretokenized",
@@ -182,10 +183,6 @@ def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
 def renderer_of(template) -> tuple[str, str | None]:
     """The fast path's renderer and, when it is jinja, why: "native" for the built-in chatml-train
     template (byte for byte), else "compiled" (MiniJinja) where it compiles the template."""
-    from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
-    from packtool.tokenization.compiled import compile_template
-    from packtool.tokenization.render import dated_text
-
     if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text():
         return "native", None
     _, why = compile_template(dated_text(template), {})
