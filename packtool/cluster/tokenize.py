@@ -217,10 +217,9 @@ def load_tokenized(
             raise
         except Exception as e:  # noqa: BLE001
             raise session.failure(e) from None
-        sources = sorted(
-            (SourceFile(path=i.path, size=i.size, sha256=i.sha256) for i in infos),
-            key=lambda s: s.path,
-        )
+        sources = [
+            SourceFile(i.path, i.size, i.sha256) for i in sorted(infos, key=lambda i: i.path)
+        ]
         source = RecordSource(data, cfg.read, located, sources)
         decisions = [i.decision for i in infos]
         if input_kind(decisions)[0] == "chat":
@@ -258,10 +257,8 @@ def load_tokenized(
     data_out.rows = ClusterRows(
         encoded, parts, counted.part_start, session, [m["memory"] for m in got.metas.values()]
     )
-    data_out.seconds = {
-        "read_tokenize": time.perf_counter() - t0,
-        "total": time.perf_counter() - t0,
-    }
+    seconds = time.perf_counter() - t0
+    data_out.seconds = {"read_tokenize": seconds, "total": seconds}
     return data_out
 
 

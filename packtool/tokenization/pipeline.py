@@ -56,10 +56,8 @@ def _template_key(choice: str | None) -> str:
 
     choice = choice or "auto"
     if choice in ("auto", "tokenizer"):  # auto may pick the built-in chatml-train: its bytes count
-        return (
-            f"{choice}:"
-            + hashlib.sha256(BUILTIN_TEMPLATES["chatml-train"].read_bytes()).hexdigest()
-        )
+        builtin = BUILTIN_TEMPLATES["chatml-train"].read_bytes()
+        return f"{choice}:{hashlib.sha256(builtin).hexdigest()}"
     if choice.startswith("trl:"):
         folder = trl_dir()
         path = folder / f"{choice[4:]}.jinja" if folder else None
