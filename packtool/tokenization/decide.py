@@ -66,8 +66,7 @@ def _records_of(b):
     from packtool.io.readers import parse_json_record
 
     if b.raw is not None:
-        for raw in b.raw:
-            yield parse_json_record(raw)[0]
+        yield from (parse_json_record(raw)[0] for raw in b.raw)
     elif b.records is not None:
         yield from b.records
     else:

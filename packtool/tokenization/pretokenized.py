@@ -47,12 +47,8 @@ class RecordError(ValueError):
 # messages: one text per kind, shared by the record path and the batch path
 
 
-def _keys(keys: Iterable[str]) -> str:
-    return ", ".join(sorted(keys))
-
-
 def msg_no_ids(keys: Iterable[str]) -> str:
-    return f"no input_ids (keys: {_keys(keys)})"
+    return f"no input_ids (keys: {', '.join(sorted(keys))})"
 
 
 def msg_holds(name: str, dtype) -> str:
@@ -74,7 +70,8 @@ def msg_extra(column: str) -> str:
 
 
 def msg_no_source(label_source: str, keys: Iterable[str]) -> str:
-    return f"no {label_source} although the first record has them (keys: {_keys(keys)})"
+    keys = ", ".join(sorted(keys))
+    return f"no {label_source} although the first record has them (keys: {keys})"
 
 
 def msg_count(name: str, got: int, want: int) -> str:
@@ -173,12 +170,7 @@ class Validated:
 
 
 def empty_table():
-    import pyarrow as pa
-
-    lst = pa.array([], pa.list_(pa.int32()))
-    return pa.record_batch(
-        [lst, lst, pa.array([], pa.int32()), pa.array([], pa.int32())], names=list(OUT_COLUMNS)
-    )
+    return out_table(np.zeros(0, np.int32), np.zeros(0, np.int32))
 
 
 def check_total(total: int) -> None:
