@@ -55,14 +55,10 @@ def file_infos(paths: list[str], read: ReadConfig, part_bytes: int) -> list[File
     task = ray.remote(num_cpus=1)(file_info)
     infos = ray.get([task.remote(p, read, part_bytes) for p in paths])
     for info in infos:
-        raise_error(info)
+        if info.error is not None:
+            kind, message = info.error
+            raise (UsageError if kind == "UsageError" else PacktoolError)(message)
     return infos
-
-
-def raise_error(info: FileInfo) -> None:
-    if info.error is not None:
-        kind, message = info.error
-        raise (UsageError if kind == "UsageError" else PacktoolError)(message)
 
 
 def probe(path: str, read: ReadConfig, fmt: str, n: int, fast, reference) -> str | None:

@@ -84,9 +84,7 @@ class Session:
             if isinstance(x, PacktoolError):
                 # Ray's wrapper class is a subclass; Ray Data appends lines about its retries
                 message = str(x.args[0]).split("\n")[0] if x.args else str(x)
-                for kind in (UsageError, PacktoolError):
-                    if isinstance(x, kind):
-                        return kind(message)
+                return (UsageError if isinstance(x, UsageError) else PacktoolError)(message)
             if not type(x).__module__.startswith("ray"):
                 root = x  # the deepest exception that is not one of Ray's wrappers
             todo += [getattr(x, "cause", None), x.__cause__, x.__context__]

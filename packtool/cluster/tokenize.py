@@ -6,19 +6,18 @@
     blocks  input_ids  labels  length  num_loss_tokens  source_index  part   meta
             list<i32>  list<i32>  i32      i32           i64 (in part) i32   null
             ...one row per example; then per part one row: length -1, meta = JSON
-            {records, lines, rejects [[index, line, position, reason]], special, removed, memory}
+            {records, lines, rejects [[index, line, position, reason]], special, notes, removed,
+            memory}
        │ materialized in the object store (ClusterRows): the writer reads it again
        ▼
     driver  part_start = cumsum(records)  →  source_index = part_start[part] + index
             line = lines of the file's earlier parts + line;  position likewise
             --limit: source indices >= limit are not read (as a local run stops there)
 
-The driver decides nothing itself: each file's FileDecision comes from its task (cluster.files,
-tokenization.decide), the RunPlan from tokenization.run_plan.plan_run, and the fast path is checked
-by tokenization.fast_check.FastCheck on the heads of the files, as the local pool checks it: a
-difference encodes the parts again on `plan.on_difference` (one step down, its probes too). The run's meta is
-tokenization.run_meta's. With --on-error error a part stops at its first refused record and the driver
-raises the first in reading order, with its file and line.
+The driver decides nothing itself (packtool.cluster draws where each decision comes from); a
+difference on a probe encodes the parts again on `plan.on_difference`, its probes too. With
+--on-error error a part stops at its first refused record and the driver raises the first in
+reading order, with its file and line.
 """
 
 from __future__ import annotations
@@ -40,9 +39,6 @@ from packtool.io import readers
 from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
 
-TOKEN_COLUMNS = ["input_ids", "labels", "length", "num_loss_tokens", "source_index"]
-
-
 _SETUPS: dict[str, tuple] = {}  # per worker process: the runs' setups, by object id
 
 
@@ -56,55 +52,38 @@ def encode_parts(batch, setup: list):
 
         _SETUPS.clear()  # one run at a time
         _SETUPS[key] = ray.get(setup[0])
-    encoder = _Parts(*_SETUPS[key])
     for k in batch.column("part").to_pylist():
-        yield from encoder.encode_part(int(k))
+        yield from _encode_part(int(k), *_SETUPS[key])
 
 
-class _Parts:
-    def __init__(self, step, read, parts, fmts, stop: bool):
-        self.step, self.read, self.parts, self.fmts, self.stop = step, read, parts, fmts, stop
+def _encode_part(k: int, step, read, parts, fmts, stop: bool):
+    """Part k read and encoded: its rows, then its meta row (module docstring)."""
+    import pyarrow as pa
 
-    def encode_part(self, k: int):
-        import pyarrow as pa
-
-        path, part = self.parts[k]
-        records = removed = 0
-        lines = None
-        rejects: list = []
-        special: list[int] = []
-        notes: list = []
-        for b in readers.part_batches(path, self.read, part):
-            if b.lines_read is not None:
-                lines = b.lines_read
-            if not len(b):
-                continue
-            b.fmt = self.fmts[path]
-            result = self.step(b)
-            records += len(b)
-            rejects += [
-                [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
-            ]
-            special += result.special
-            notes += [[i, x] for i, x in result.notes]
-            removed += result.removed_padding
-            t = pa.Table.from_batches([result.table])
-            n = t.num_rows
-            yield t.append_column("part", pa.array(np.full(n, k, np.int32))).append_column(
-                "meta", pa.nulls(n, pa.string())
-            )
-            if rejects and self.stop:
-                break
-        meta = {
-            "records": records,
-            "lines": lines,
-            "rejects": rejects,
-            "special": special,
-            "notes": notes,
-            "removed": removed,
-            "memory": memory(),
-        }
-        yield _meta_row(k, json.dumps(meta))
+    path, part = parts[k]
+    meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
+    for b in readers.part_batches(path, read, part):
+        if b.lines_read is not None:
+            meta["lines"] = b.lines_read
+        if not len(b):
+            continue
+        b.fmt = fmts[path]
+        result = step(b)
+        meta["records"] += len(b)
+        meta["rejects"] += [
+            [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
+        ]
+        meta["special"] += result.special
+        meta["notes"] += result.notes  # (index, note) pairs: JSON lists
+        meta["removed"] += result.removed_padding
+        t = pa.Table.from_batches([result.table])
+        n = t.num_rows
+        yield t.append_column("part", pa.array(np.full(n, k, np.int32))).append_column(
+            "meta", pa.nulls(n, pa.string())
+        )
+        if meta["rejects"] and stop:
+            break
+    yield _meta_row(k, json.dumps({**meta, "memory": memory()}))
 
 
 def _meta_row(k: int, meta: str):
@@ -153,16 +132,20 @@ class ClusterRows:
 
 @dataclass
 class _Collected:
+    """Per example: its part, source_index within the part, length, num_loss_tokens; per part: its
+    meta (module docstring)."""
+
     part: np.ndarray
-    index: np.ndarray
+    source_index: np.ndarray
     length: np.ndarray
-    loss: np.ndarray
+    num_loss_tokens: np.ndarray
     metas: dict[int, dict]
 
 
 def _encode(session: Session, plan, cfg: TokenizeConfig, parts, fmts):
     """The executor: the plan's step over every part (Ray Data tasks), the rows left in the object
     store, (part, index, length, loss) and each part's meta row collected; it decides nothing."""
+    import pyarrow.compute as pc
     import ray
     import ray.data
 
@@ -180,41 +163,27 @@ def _encode(session: Session, plan, cfg: TokenizeConfig, parts, fmts):
     )
     try:
         encoded = ds.materialize()
-        small = encoded.select_columns(
-            ["part", "source_index", "length", "num_loss_tokens", "meta"]
-        )
         cols: dict[str, list] = {
             c: [] for c in ("part", "source_index", "length", "num_loss_tokens")
         }
         metas: dict[int, dict] = {}
+        small = encoded.select_columns([*cols, "meta"])
         for batch in small.iter_batches(batch_format="pyarrow", batch_size=None):
-            meta = batch.column("meta")
-            is_meta = np.asarray(meta.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            if is_meta.any():
-                for k, m in zip(
-                    np.asarray(batch.column("part"))[is_meta].tolist(),
-                    np.asarray(meta.to_pylist(), dtype=object)[is_meta].tolist(),
-                    strict=True,
-                ):
-                    metas[int(k)] = json.loads(m)
+            is_meta = batch.column("meta").is_valid()
+            meta = batch.filter(is_meta).to_pydict()
+            metas.update(zip(meta["part"], map(json.loads, meta["meta"]), strict=True))
+            rows = batch.filter(pc.invert(is_meta))
             for c in cols:
-                cols[c].append(np.asarray(batch.column(c))[~is_meta])
+                cols[c].append(np.asarray(rows.column(c)))
     except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
         raise session.failure(e) from None
-    got = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
     missing = sorted(set(range(len(parts))) - set(metas))
     if missing:
         raise PacktoolError(
             f"the Ray engine lost part {missing[0]} of {parts[missing[0]][0]}; run again"
         )
-    collected = _Collected(
-        got["part"].astype(np.int64),
-        got["source_index"].astype(np.int64),
-        got["length"].astype(np.int32),
-        got["num_loss_tokens"].astype(np.int32),
-        metas,
-    )
-    return encoded, collected
+    got = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
+    return encoded, _Collected(metas=metas, **got)
 
 
 def load_tokenized(
@@ -248,11 +217,10 @@ def load_tokenized(
             raise
         except Exception as e:  # noqa: BLE001
             raise session.failure(e) from None
-        sources = sorted(
-            (SourceFile(path=i.path, size=i.size, sha256=i.sha256) for i in infos),
-            key=lambda s: s.path,
-        )
-        source = RecordSource.of_files(data, cfg.read, located, sources)
+        sources = [
+            SourceFile(i.path, i.size, i.sha256) for i in sorted(infos, key=lambda i: i.path)
+        ]
+        source = RecordSource(data, cfg.read, located, sources)
         decisions = [i.decision for i in infos]
         if input_kind(decisions)[0] == "chat":
             for d in decisions:
@@ -261,46 +229,36 @@ def load_tokenized(
         plan = plan_run(cfg, decisions)
         fmts = {d.file: d.fmt for d in decisions}
         parts = [(i.path, p) for i in infos for p in i.parts]
-        check = FastCheck.of(plan)
-        probing = None
-        if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
-            probing = _probes(session, cfg, check, plan, decisions, fmts, lambda d: d.first_len)
-        encoded, got = _encode(session, plan, cfg, parts, fmts)
-        counted = _count(got, parts, cfg.read.limit, decisions)
-        backend = plan.backend
-        if check is not None:
+        while True:  # a difference: again one step down (fastokens + jinja is probed too)
+            check, probing = FastCheck.of(plan), None
+            if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
+                probing = _probes(session, cfg, check, plan, decisions, fmts, lambda d: d.first_len)
+            encoded, got = _encode(session, plan, cfg, parts, fmts)
+            counted = _count(got, parts, cfg.read.limit)
+            if check is None:
+                backend = plan.backend
+                break
             if probing is None:  # --limit: the heads of the files it reaches, as far as it reaches
                 probing = _probes(session, cfg, check, plan, decisions, fmts, counted.first_len)
-            while True:  # a difference: again one step down (fastokens + jinja is probed too)
-                try:
-                    results = probing()
-                except Exception as e:  # noqa: BLE001
-                    raise session.failure(e) from None
-                try:
-                    for n, where in results:
-                        check.conclude(n, where)
-                    backend = check.report or backend
-                    break
-                except UseReference as e:
-                    plan = plan.on_difference(str(e))
-                    backend = plan.backend
-                    check = FastCheck.of(plan)
-                    if check is not None:
-                        first_len = counted.first_len
-                        probing = _probes(session, cfg, check, plan, decisions, fmts, first_len)
-                    encoded, got = _encode(session, plan, cfg, parts, fmts)
-                    counted = _count(got, parts, cfg.read.limit, decisions)
-                    if check is None:
-                        break
+            try:
+                results = probing()
+            except Exception as e:  # noqa: BLE001
+                raise session.failure(e) from None
+            try:
+                for n, where in results:
+                    check.conclude(n, where)
+            except UseReference as e:
+                plan = plan.on_difference(str(e))
+                continue
+            backend = check.report or plan.backend
+            break
         data_out = _assemble(data, cfg, source, plan, decisions, backend, got, counted, parts)
         bar.advance(len(data_out), int(data_out.lengths.sum()))
     data_out.rows = ClusterRows(
         encoded, parts, counted.part_start, session, [m["memory"] for m in got.metas.values()]
     )
-    data_out.seconds = {
-        "read_tokenize": time.perf_counter() - t0,
-        "total": time.perf_counter() - t0,
-    }
+    seconds = time.perf_counter() - t0
+    data_out.seconds = {"read_tokenize": seconds, "total": seconds}
     return data_out
 
 
@@ -331,42 +289,31 @@ def _probes(session, cfg, check, plan, decisions, fmts, first_len):
 class _Counted:
     """Where each part's records lie in the input, and which of them a --limit keeps."""
 
-    part_start: np.ndarray  # int64[P]
-    records: np.ndarray  # int64[P]: records of each part
-    kept: np.ndarray  # int64[P]: of them, those under --limit
+    part_start: np.ndarray  # int64[P]: the source index of each part's first record
     line_offset: list[int]  # lines of the file's earlier parts
     position_offset: list[int]  # records of the file's earlier parts
-    file_start: dict[str, int]  # source index of each file's first record
-    file_first: dict[str, int]  # records of each file's first batch, cut by --limit
+    per_file: dict[str, int]  # records of each file under --limit, in reading order
 
     def first_len(self, decision) -> int:
-        return self.file_first.get(decision.file, 0)
+        """Records of the file's first batch, cut by --limit."""
+        return min(decision.first_len, self.per_file.get(decision.file, 0))
 
 
-def _count(got: _Collected, parts, limit: int | None, decisions) -> _Counted:
-    P = len(parts)
-    records = np.array([got.metas[k]["records"] for k in range(P)], dtype=np.int64)
-    part_start = np.zeros(P, np.int64)
-    if P:
-        part_start[1:] = np.cumsum(records)[:-1]
+def _count(got: _Collected, parts, limit: int | None) -> _Counted:
+    records = np.array([got.metas[k]["records"] for k in range(len(parts))], dtype=np.int64)
+    part_start = np.cumsum(records) - records
     kept = records if limit is None else np.clip(limit - part_start, 0, records)
     line_offset, position_offset = [], []
-    file_start: dict[str, int] = {}
-    lines_before: dict[str, int] = {}
-    records_before: dict[str, int] = {}
+    lines: dict[str, int] = {}
+    before: dict[str, int] = {}
+    per_file: dict[str, int] = {}
     for k, (path, _) in enumerate(parts):
-        file_start.setdefault(path, int(part_start[k]))
-        line_offset.append(lines_before.get(path, 0))
-        position_offset.append(records_before.get(path, 0))
-        lines_before[path] = lines_before.get(path, 0) + int(got.metas[k]["lines"] or 0)
-        records_before[path] = records_before.get(path, 0) + int(records[k])
-    kept_in: dict[str, int] = {}
-    for k, (path, _) in enumerate(parts):
-        kept_in[path] = kept_in.get(path, 0) + int(kept[k])
-    file_first = {
-        d.file: min(d.first_len, kept_in[d.file]) for d in decisions if kept_in.get(d.file)
-    }
-    return _Counted(part_start, records, kept, line_offset, position_offset, file_start, file_first)
+        line_offset.append(lines.get(path, 0))
+        position_offset.append(before.get(path, 0))
+        lines[path] = line_offset[-1] + int(got.metas[k]["lines"] or 0)
+        before[path] = position_offset[-1] + int(records[k])
+        per_file[path] = per_file.get(path, 0) + int(kept[k])
+    return _Counted(part_start, line_offset, position_offset, per_file)
 
 
 def _assemble(
@@ -381,16 +328,12 @@ def _assemble(
         run_meta,
     )
 
-    limit = cfg.read.limit
-    gidx = counted.part_start[got.part] + got.index
+    end = cfg.read.limit if cfg.read.limit is not None else np.iinfo(np.int64).max  # --limit
+    gidx = counted.part_start[got.part] + got.source_index
     order = np.argsort(gidx, kind="stable")
-    gidx, lengths, loss = gidx[order], got.length[order], got.loss[order]
-    if limit is not None:
-        keep = gidx < limit
-        gidx, lengths, loss = gidx[keep], lengths[keep], loss[keep]
-    per_file: dict[str, int] = {}
-    for k, (path, _) in enumerate(parts):
-        per_file[path] = per_file.get(path, 0) + int(counted.kept[k])
+    order = order[gidx[order] < end]
+    gidx, lengths, loss = gidx[order], got.length[order], got.num_loss_tokens[order]
+    per_file = counted.per_file
     read = [d for d in decisions if per_file.get(d.file, 0)]  # the files a local run reads
     for d in read:
         source.count(d.file, per_file[d.file])
@@ -398,20 +341,17 @@ def _assemble(
     for k, (path, _) in enumerate(parts):
         meta, start = got.metas[k], int(counted.part_start[k])
         for index, line, position, why in meta["rejects"]:
-            g = start + index
-            if limit is not None and g >= limit:
+            if start + index >= end:
                 break
             source.reject_at(
-                g,
+                start + index,
                 path,
                 None if line is None else counted.line_offset[k] + line,
                 why,
                 counted.position_offset[k] + position,
             )
-        tally.special += [start + i for i in meta["special"] if limit is None or start + i < limit]
-        tally.notes += [
-            (start + i, x) for i, x in meta.get("notes", ()) if limit is None or start + i < limit
-        ]
+        tally.special += [start + i for i in meta["special"] if start + i < end]
+        tally.notes += [(start + i, x) for i, x in meta["notes"] if start + i < end]
         tally.removed += meta["removed"]
     if not lengths.shape[0]:
         raise no_examples(data, source)

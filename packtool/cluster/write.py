@@ -17,6 +17,7 @@ filesystem every worker writes to: a local cluster's disk, or shared storage for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,6 +26,8 @@ import numpy as np
 from packtool.cluster.session import memory
 from packtool.errors import PacktoolError
 from packtool.pack.write import Written
+
+_TOTALS = [f.name for f in dataclasses.fields(Written) if f.name != "shards"]  # summed over shards
 
 
 def _pieces_in_output_order(plan, row_order: np.ndarray):
@@ -56,18 +59,15 @@ def write_shards(rows, tmp: Path, data, job) -> Written:
     for s in range(S):
         j0, j1 = s * shard_rows, min(R, (s + 1) * shard_rows)
         p = seq[offsets[j0] : offsets[j1]]
-        shard_refs.append(
-            ray.put(
-                {
-                    "rows_off": offsets[j0 : j1 + 1] - offsets[j0],
-                    "source": src[pieces.row[p]],
-                    "start": pieces.start[p],
-                    "length": pieces.length[p],
-                    "slots": job.slots[p],
-                    "truncated": truncated[pieces.row[p]],
-                }
-            )
-        )
+        sub = {
+            "rows_off": offsets[j0 : j1 + 1] - offsets[j0],
+            "source": src[pieces.row[p]],
+            "start": pieces.start[p],
+            "length": pieces.length[p],
+            "slots": job.slots[p],
+            "truncated": truncated[pieces.row[p]],
+        }
+        shard_refs.append(ray.put(sub))
     key = np.unique(pieces.row * S + piece_shard)  # (example, shard) pairs, in example order
     example, shard = key // S, key % S
     g = src[example]
@@ -119,13 +119,8 @@ def _written(results: list[dict], S: int, R: int, progress, rows) -> Written:
     for s in range(S):
         r = by_shard[s]
         out.shards.append(json.loads(r["entry"]))
-        out.rows += int(r["rows"])
-        out.documents += int(r["documents"])
-        out.tokens += int(r["tokens"])
-        out.loss += int(r["loss"])
-        out.loss_first_token += int(r["loss_first_token"])
-        out.doc_pad += int(r["doc_pad"])
-        out.loss_cut_tails += int(r["loss_cut_tails"])
+        for name in _TOTALS:
+            setattr(out, name, getattr(out, name) + int(r[name]))
         rows.memory.append(json.loads(r["memory"]))
     if progress is not None:
         progress(out.rows, R)
@@ -140,7 +135,8 @@ def assign_rows(batch, part_refs, part_start):
     length = np.asarray(batch.column("length"))
     parts = np.asarray(batch.column("part")).astype(np.int64)
     local = np.asarray(batch.column("source_index")).astype(np.int64)
-    take, shards, source = [], [], []
+    empty = np.zeros(0, np.int64)
+    take, shards, source = [empty], [empty], [empty]
     for k in np.unique(parts[length >= 0]).tolist():
         if part_refs[k] is None:
             continue
@@ -153,14 +149,9 @@ def assign_rows(batch, part_refs, part_start):
         take.append(np.repeat(mine, n))
         shards.append(a["shard"][at])
         source.append(part_start[k] + local[np.repeat(mine, n)])
-    idx = np.concatenate(take) if take else np.zeros(0, np.int64)
-    out = batch.select(["input_ids", "labels"]).take(pa.array(idx))
-    out = out.append_column(
-        "shard", pa.array(np.concatenate(shards) if shards else np.zeros(0, np.int64))
-    )
-    return out.append_column(
-        "source", pa.array(np.concatenate(source) if source else np.zeros(0, np.int64))
-    )
+    out = batch.select(["input_ids", "labels"]).take(pa.array(np.concatenate(take)))
+    out = out.append_column("shard", pa.array(np.concatenate(shards)))
+    return out.append_column("source", pa.array(np.concatenate(source)))
 
 
 def write_group(group, shard_refs, settings):
@@ -219,16 +210,7 @@ def write_group(group, shard_refs, settings):
     written = write_rows(
         Path(settings["tmp"]), job, loc, first_shard=s, total_shards=settings["total_shards"]
     )
-    row = {
-        "shard": [s],
-        "entry": [json.dumps(written.shards[0])],
-        "rows": [written.rows],
-        "documents": [written.documents],
-        "tokens": [written.tokens],
-        "loss": [written.loss],
-        "loss_first_token": [written.loss_first_token],
-        "doc_pad": [written.doc_pad],
-        "loss_cut_tails": [loc.loss_cut_tails],
-        "memory": [json.dumps(memory())],
-    }
+    written.loss_cut_tails = loc.loss_cut_tails  # as pack.run sets it
+    row = {name: [getattr(written, name)] for name in _TOTALS}
+    row.update(shard=[s], entry=[json.dumps(written.shards[0])], memory=[json.dumps(memory())])
     return pa.table(row)

@@ -130,20 +130,16 @@ class MappedEntry:
     path: Path
     table: Any  # pyarrow.Table, zero-copy over `_map`
     meta: dict[str, Any]
-    _map: mmap.mmap | None = None
-    base_address: int = 0  # where data.arrow starts in memory: buffer address - base = file offset
+    _map: mmap.mmap
+    base_address: int  # where data.arrow starts in memory: buffer address - base = file offset
 
     @property
     def mapped_file(self) -> tuple[str, int, int]:
-        return (
-            str(self.path / DATA),
-            self.base_address,
-            len(self._map) if self._map is not None else 0,
-        )
+        return str(self.path / DATA), self.base_address, len(self._map)
 
     def release(self) -> None:
         """Drop the pages this process touched (they stay in the page cache)."""
-        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
+        if hasattr(mmap, "MADV_DONTNEED"):
             self._map.madvise(mmap.MADV_DONTNEED)
 
 
@@ -163,10 +159,9 @@ def _map_table(path: Path):
     import pyarrow as pa
 
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
-    if mm is None:
-        raise ValueError("empty data file")
+        if os.fstat(f.fileno()).st_size == 0:
+            raise ValueError("empty data file")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     buf = pa.py_buffer(mm)
     reader = pa.ipc.open_file(pa.BufferReader(buf))
     return reader.read_all(), mm, buf.address
@@ -262,7 +257,6 @@ class EntryWriter:
         import pyarrow as pa
 
         EntryWriter._count += 1
-        self.key = key
         self.final = entry_path(key)
         self.work = cache_root() / f"work-{key}-{os.getpid()}-{EntryWriter._count}"
         shutil.rmtree(self.work, ignore_errors=True)

@@ -33,9 +33,8 @@ from packtool.errors import PacktoolError, UsageError
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
-DEFAULT_DATE = (
-    "2026-01-01"  # what strftime_now() returns in templates unless --template-date says otherwise
-)
+# what strftime_now() returns in templates unless --template-date says otherwise
+DEFAULT_DATE = "2026-01-01"
 CHOICES = "auto | tokenizer | chatml-train | trl:NAME | FILE"
 
 # family: (a marker its templates write, its fix when its own template cannot be used as it is)
@@ -84,17 +83,16 @@ def check_parses(template: ChatTemplate) -> None:
     Built-in and TRL templates are known to parse (tested): no transformers import for them."""
     if template.origin not in ("file", "tokenizer"):
         return
-    text, name = template.text, template.name
     try:
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:  # private helper moved: rendering will report the error per example
         return
     try:
-        _compile_jinja_template(text)
+        _compile_jinja_template(template.text)
     except Exception as e:
         msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError(
-            f"chat template {name} does not parse: {msg}; fix the Jinja or pass "
+            f"chat template {template.name} does not parse: {msg}; fix the Jinja or pass "
             f"--chat-template {CHOICES}"
         ) from e
 

@@ -21,6 +21,7 @@ up for the run's meta.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from packtool.config import ReadConfig
 from packtool.data.provenance import NO_FORMAT, FileFormat, formats_summary
 from packtool.errors import PacktoolError, UsageError
+from packtool.formats import AUTO, FormatError
+from packtool.formats.detect import detect_format
 
 NO_FIT = "no record fits a known format"
 
@@ -49,16 +52,12 @@ class FileDecision:
     @property
     def fmt(self) -> str:
         """The format its records are normalized with (formats.AUTO when none fits)."""
-        from packtool.formats import AUTO
-
         return self.format if self.format is not None else AUTO
 
     @property
     def found(self) -> tuple[str, str]:
         """(format, why) as the run's meta reads it."""
-        from packtool.formats import AUTO
-
-        return (self.format, self.why) if self.format is not None else (AUTO, NO_FIT)
+        return self.fmt, self.why if self.format is not None else NO_FIT
 
 
 def _records_of(b):
@@ -67,8 +66,7 @@ def _records_of(b):
     from packtool.io.readers import parse_json_record
 
     if b.raw is not None:
-        for raw in b.raw:
-            yield parse_json_record(raw)[0]
+        yield from (parse_json_record(raw)[0] for raw in b.raw)
     elif b.records is not None:
         yield from b.records
     else:
@@ -86,9 +84,6 @@ def record_format(rec, read: ReadConfig) -> tuple[str, str] | None:
     """(format, why) of one parsed record, or None where it fits no format (the step refuses it
     with its own message): a file's format is that of its first record whose format is found, for
     the pipelines and `inspect`. Preference and KTO data raise UsageError."""
-    from packtool.formats import FormatError
-    from packtool.formats.detect import detect_format
-
     try:
         return detect_format(rec, read)
     except FormatError:
@@ -148,13 +143,11 @@ def decide_file(
         if kind is not None and (hit is not None or error is not None or kind == "pretokenized"):
             break
     looks = None
-    if read.format is not None and held:
-        try:
-            free = dataclasses.replace(read, format=None)
-            found = next((h for h in (_detect(b, free) for b in held) if h is not None), None)
-            looks = found[0] if found is not None else None
-        except PacktoolError:  # preference data, say: what --format was given for
-            looks = None
+    if read.format is not None:
+        free = dataclasses.replace(read, format=None)
+        # a PacktoolError (preference data, say): what --format was given for
+        with contextlib.suppress(PacktoolError):
+            looks = next((h[0] for b in held if (h := _detect(b, free)) is not None), None)
     fmt, why = hit if hit is not None else (None, None)
     first_len = len(held[0]) if held else 0
     return FileDecision(file, kind, label, fmt, why, looks, error, tuple(held), first_len)
@@ -203,8 +196,6 @@ def _released(d: FileDecision, rest, kind: str):
 
 def formats_table(decisions, per_file: dict[str, int]) -> dict[str, FileFormat]:
     """{file: FileFormat} of every file read, in reading order, from the chat input's decisions."""
-    from packtool.formats import AUTO
-
     by_file = {d.file: d for d in decisions}
     out = {}
     for f, n in per_file.items():

@@ -8,8 +8,8 @@ to the reference path's on the probes:
                                        CHECK_FILES files; after them, only of a file whose format
                                        was not probed yet)
 
-    FastCheck(renderer, requested, note)  FastCheck.of(plan): None when the plan does not try it;
-                                        note: why the renderer is jinja (the report's reason)
+    FastCheck(backend)    FastCheck.of(plan): None when the plan does not try it; backend: the plan's
+                          BackendReport (fastokens, its renderer, why the renderer is jinja)
         .take(file, fmt, n)   examples to compare from this file's first batch of n (0: none)
         .probes(files)        take of each (file, fmt, n) in reading order: [(file, fmt, examples)]
         .conclude(n, where)   after one probe of n examples compared: identical (`where` None), or
@@ -25,6 +25,8 @@ its file decisions; both conclude them in reading order with this one object.
 
 from __future__ import annotations
 
+import dataclasses
+
 from packtool.errors import PacktoolError
 from packtool.tokenization.encode import StepResult
 from packtool.tokenization.run_plan import BackendReport, RunPlan
@@ -39,8 +41,8 @@ class UseReference(Exception):
 
 
 class FastCheck:
-    def __init__(self, renderer: str, requested: str, note: str | None = None):
-        self.renderer, self.requested, self.note = renderer, requested, note
+    def __init__(self, backend: BackendReport):
+        self.backend = backend  # the plan's, before any probe: fastokens, its renderer, its note
         self.files: list[str] = []  # files with a probe, in reading order
         self.formats: set[str] = set()
         self.examples = 0  # examples compared so far
@@ -49,9 +51,7 @@ class FastCheck:
     @classmethod
     def of(cls, plan: RunPlan) -> FastCheck | None:
         """The check of a plan that tries the fast path (None when it does not)."""
-        if plan.reference is None:
-            return None
-        return cls(plan.step.renderer, plan.requested, plan.backend.reason)
+        return cls(plan.backend) if plan.reference is not None else None
 
     def take(self, file: str, fmt: str | None, n: int) -> int:
         if not n or file in self.files:
@@ -68,25 +68,23 @@ class FastCheck:
 
     def conclude(self, n: int, where: str | None) -> None:
         self.examples += n
-        same = where is None
-        check = {"examples": self.examples, "identical": bool(same)}
+        check = {"examples": self.examples, "identical": where is None}
         if len(self.files) > 1:  # (one file: the report as it always was)
             check["files"] = len(self.files)
-        if same:
-            self.report = BackendReport(
-                "fastokens", self.requested, self.renderer, check, self.note
-            )
+        backend = self.backend
+        if where is None:
+            self.report = dataclasses.replace(backend, check=check)
             return
-        if self.renderer != "jinja":  # fastokens + jinja is checked next
-            why = f"the fast path (fastokens, {self.renderer} renderer) differs from tokenizers + jinja on {where}"
-            self.report = BackendReport("fastokens", self.requested, self.renderer, check, why)
-            raise UseReference(why)
+        if backend.renderer != "jinja":  # fastokens + jinja is checked next
+            raise UseReference(
+                f"the fast path (fastokens, {backend.renderer} renderer) differs from tokenizers + "
+                f"jinja on {where}"
+            )
         why = f"fastokens differs from tokenizers on {where}"
-        if self.note:
-            why = f"{self.note}; {why}"
-        if self.requested == "fastokens":
+        if backend.reason:
+            why = f"{backend.reason}; {why}"
+        if backend.requested == "fastokens":
             raise PacktoolError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend hf")
-        self.report = BackendReport("hf", self.requested, "jinja", check, why)
         raise UseReference(why)
 
 

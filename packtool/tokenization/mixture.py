@@ -44,12 +44,18 @@ def load_mixture(
     """Every input tokenized on its own (cfg with the input's ReadConfig), weighted with `seed`
     and concatenated; the result's `inputs` lists the blocks. UsageError for an input that does not
     exist (before anything is tokenized); other errors name the input."""
+    from packtool.io.sources import locate
     from packtool.tokenization.pipeline import load_tokenized
 
     if not inputs:
         raise UsageError("no input given; e.g. packtool pack a.jsonl 'b.json::weight=0.5'")
-    for k, spec in enumerate(inputs, 1):
-        _check_exists(k, spec)
+    for k, spec in enumerate(inputs, 1):  # every input found before any is tokenized
+        try:
+            locate(spec.data, spec.read.split)
+        except PacktoolError as e:
+            raise UsageError(
+                f"input {k} ({spec.spec}): {e}; fix the path (or drop the input)"
+            ) from None
     parts = []
     for k, spec in enumerate(inputs, 1):
         try:
@@ -60,17 +66,6 @@ def load_mixture(
             raise type(e)(f"input {k} ({spec.spec}): {e}") from None
         parts.append(td)
     return combine(inputs, parts, seed, cfg)
-
-
-def _check_exists(k: int, spec: InputSpec) -> None:
-    from packtool.io.sources import locate
-
-    try:
-        locate(spec.data, spec.read.split)
-    except PacktoolError as e:
-        raise UsageError(
-            f"input {k} ({spec.spec}): {e}; fix the path (or drop the input)"
-        ) from None
 
 
 def selection(n: int, weight: float, seed: int, k: int) -> tuple[int, np.ndarray]:
@@ -213,12 +208,9 @@ def _tokenizer(inputs, parts) -> dict:
     merged: dict[str, dict] = {}  # the inputs' label audits summed per kind (the first's `first`)
     for _, t in chat:
         for kind, a in (t.get("label_audit") or {}).items():
-            if kind not in merged:
-                merged[kind] = dict(a)
-            else:
-                for k, v in a.items():
-                    if k != "first":
-                        merged[kind][k] = merged[kind].get(k, 0) + v
+            m = merged.setdefault(kind, {})
+            for k, v in a.items():
+                m[k] = m.setdefault(k, v) if k == "first" else m.get(k, 0) + v
     if merged:
         from packtool.tokenization.label_audit import AUDIT_KINDS
 

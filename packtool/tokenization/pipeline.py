@@ -7,11 +7,9 @@
         Arrow batch ──▶ EntryWriter (data.arrow, hashed as written) ──commit(run_meta)──▶ tok-<key>/
         ──mmap──▶ TokenizedData
 
-Read in this order: decide.py (input kind, each file's format), run_plan.py (tokenizer, template,
-steps, backend), fast_check.py (the fast path's probes), execute.py (the worker pool), run_meta.py
-(the finished run's meta). A difference on a probe (UseReference) starts the run again one step
-down (RunPlan.on_difference: fastokens + jinja after the compiled or native renderer, else the
-reference path), before anything is committed.
+The modules in reading order: packtool/tokenization/__init__.py. A difference on a probe
+(UseReference) starts the run again one step down (run_plan.py draws the steps), before anything is
+committed.
 
 The cache key hashes the source files' bytes, the tokenizer files, the chat template, the options
 that shape labels and the library versions: the same input tokenized again is loaded from the cache
@@ -23,8 +21,10 @@ The finished table is memory-mapped, not loaded.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import time
+from pathlib import Path
 
 import packtool
 from packtool.config import TokenizeConfig
@@ -37,7 +37,7 @@ from packtool.tokenization import cache
 from packtool.tokenization.decide import decided_stream
 from packtool.tokenization.execute import run_local, workers
 from packtool.tokenization.fast_check import FastCheck, UseReference
-from packtool.tokenization.loading import load_spec, tokenizer_key
+from packtool.tokenization.loading import library_versions, load_spec, tokenizer_key
 from packtool.tokenization.run_meta import (
     Tally,
     check_strict_labels,
@@ -52,16 +52,12 @@ from packtool.tokenization.source import RecordSource
 def _template_key(choice: str | None) -> str:
     """The chosen template's bytes where they are not covered by the tokenizer's files and the
     library versions (TRL's included): a file, a built-in, a TRL template (edits never hit old entries)."""
-    from pathlib import Path
-
     from packtool.tokenization.chat_template import BUILTIN_TEMPLATES, trl_dir
 
     choice = choice or "auto"
     if choice in ("auto", "tokenizer"):  # auto may pick the built-in chatml-train: its bytes count
-        return (
-            f"{choice}:"
-            + hashlib.sha256(BUILTIN_TEMPLATES["chatml-train"].read_bytes()).hexdigest()
-        )
+        builtin = BUILTIN_TEMPLATES["chatml-train"].read_bytes()
+        return f"{choice}:{hashlib.sha256(builtin).hexdigest()}"
     if choice.startswith("trl:"):
         folder = trl_dir()
         path = folder / f"{choice[4:]}.jinja" if folder else None
@@ -74,8 +70,6 @@ def _template_key(choice: str | None) -> str:
 
 def cache_key(sources: list[SourceFile], cfg: TokenizeConfig, tokenizer: str | None = None) -> str:
     """`tokenizer`: tokenizer_key(cfg.tokenizer) when the caller has it (it hashes the tokenizer's files)."""
-    from packtool.tokenization.loading import library_versions
-
     parts = {
         "packtool": packtool.__version__,
         "encoder": 4,  # 4: label notes (label_audit); 3: each file of a folder or glob in its own format
@@ -113,7 +107,7 @@ def load_tokenized(
     kind, _, decisions, batches = decided_stream(source.batches(), cfg.read)
     first = next(batches, None)  # its file decided: the plan's reference format
     plan = plan_run(cfg, decisions, preload=kind == "chat")
-    batches = _chain([first] if first is not None else [], batches)
+    batches = itertools.chain([first] if first is not None else [], batches)
     while True:  # a difference: again one step down (ends: the reference path is not checked)
         try:
             td = _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches)
@@ -171,11 +165,6 @@ def _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches) ->
         cache_hit=False,
         seconds={"read_tokenize": time.perf_counter() - t_enc, "total": time.perf_counter() - t0},
     )
-
-
-def _chain(seen, it):
-    yield from seen
-    yield from it
 
 
 def _finish(entry: cache.MappedEntry, cache_hit: bool, seconds: dict) -> TokenizedData:

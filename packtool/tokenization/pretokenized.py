@@ -47,12 +47,8 @@ class RecordError(ValueError):
 # messages: one text per kind, shared by the record path and the batch path
 
 
-def _keys(keys: Iterable[str]) -> str:
-    return ", ".join(sorted(keys))
-
-
 def msg_no_ids(keys: Iterable[str]) -> str:
-    return f"no input_ids (keys: {_keys(keys)})"
+    return f"no input_ids (keys: {', '.join(sorted(keys))})"
 
 
 def msg_holds(name: str, dtype) -> str:
@@ -74,7 +70,8 @@ def msg_extra(column: str) -> str:
 
 
 def msg_no_source(label_source: str, keys: Iterable[str]) -> str:
-    return f"no {label_source} although the first record has them (keys: {_keys(keys)})"
+    keys = ", ".join(sorted(keys))
+    return f"no {label_source} although the first record has them (keys: {keys})"
 
 
 def msg_count(name: str, got: int, want: int) -> str:
@@ -106,17 +103,12 @@ def _ints(value, name: str) -> np.ndarray:
         raise RecordError(f"{name} is not a flat list of integers ({e})") from None
     if a.ndim != 1:
         raise RecordError(f"{name} is not a flat list of integers (it has {a.ndim} dimensions)")
-    if a.size == 0:
-        return a.astype(np.int64)
-    if a.dtype.kind == "b":
-        return a.astype(np.int64)
-    if a.dtype.kind == "f":
-        if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-            bad = int(np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))[0])
-            raise RecordError(msg_not_whole(name, bad, a[bad].item()))
-        return a.astype(np.int64)
-    if a.dtype.kind not in "iu":
+    if a.size and a.dtype.kind not in "biuf":
         raise RecordError(msg_holds(name, a.dtype))
+    if a.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
+        if bad.size:
+            raise RecordError(msg_not_whole(name, int(bad[0]), a[bad[0]].item()))
     return a.astype(np.int64)
 
 
@@ -178,12 +170,7 @@ class Validated:
 
 
 def empty_table():
-    import pyarrow as pa
-
-    lst = pa.array([], pa.list_(pa.int32()))
-    return pa.record_batch(
-        [lst, lst, pa.array([], pa.int32()), pa.array([], pa.int32())], names=list(OUT_COLUMNS)
-    )
+    return out_table(np.zeros(0, np.int32), np.zeros(0, np.int32))
 
 
 def check_total(total: int) -> None:
@@ -196,17 +183,17 @@ def check_total(total: int) -> None:
 def out_table(lengths: np.ndarray, ids, labels=None, label_values=None) -> pa.RecordBatch:
     """The checked rows, `lengths` tokens each (>= 1): `ids` flat int32 (numpy, or an Arrow array to
     reuse); `labels` flat int32 numpy, None for the ids themselves (every token trained), with
-    `label_values` the Arrow array to reuse for them."""
+    `label_values` the Arrow array to reuse for them (None: labels)."""
     import pyarrow as pa
 
     off = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=off[1:])
     offsets = pa.array(off)
-    ids_out = pa.ListArray.from_arrays(offsets, ids if isinstance(ids, pa.Array) else pa.array(ids))
+    ids_out = pa.ListArray.from_arrays(offsets, ids)
     if labels is None:
         labels_out, loss = ids_out, lengths
     else:
-        values = pa.array(labels) if label_values is None else label_values
+        values = labels if label_values is None else label_values
         labels_out = pa.ListArray.from_arrays(offsets, values)
         ignored = (labels == IGNORE_INDEX).view(np.uint8)
         loss = lengths - np.add.reduceat(ignored, off[:-1], dtype=np.int32)

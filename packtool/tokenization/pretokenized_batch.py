@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from packtool.schema import IGNORE_INDEX
 from packtool.tokenization.pretokenized import (
@@ -52,9 +53,6 @@ from packtool.tokenization.pretokenized import (
     records_validated,
 )
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
 _MAX_RUNS = 64  # good rows in at most this many runs: copy slices; more: one boolean compress
 _CHUNK = 1 << 22  # values per np.flatnonzero when looking for the first bad value of each row
 
@@ -72,8 +70,7 @@ class _Col:
     off: np.ndarray  # int64, n + 1, off[0] == 0
     vals: np.ndarray  # native dtype, len off[-1]; after _check_ints: integers with int64 semantics
     nulls: np.ndarray | None  # bool per value, or None without null values
-    child: pa.Array | None  # the Arrow values behind vals (zero-copy reuse), None once converted
-    kind: str  # numpy kind of vals: i u f b
+    child: pa.Array | None  # the Arrow int32 values behind vals (zero-copy reuse), else None
 
     @property
     def lens(self) -> np.ndarray:
@@ -88,8 +85,6 @@ def _row_validity(arr: pa.Array) -> np.ndarray:
 
 def _flat_numpy(child: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     """Values (a zero-copy view where the type allows) and the null positions of a numeric array."""
-    import pyarrow as pa
-
     t = child.type
     nulls = child.is_null().to_numpy(zero_copy_only=False) if child.null_count else None
     if pa.types.is_null(t):
@@ -105,8 +100,6 @@ def _flat_numpy(child: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
 
 def _column_view(arr: pa.Array, name: str) -> _Col | None:
     """A list column of numbers as a _Col; None for any other type (no row of it can be good)."""
-    import pyarrow as pa
-
     if isinstance(arr.type, pa.ExtensionType):
         arr = arr.storage
     t = arr.type
@@ -146,7 +139,6 @@ def _column_view(arr: pa.Array, name: str) -> _Col | None:
         vals,
         nulls,
         child if ct == pa.int32() else None,
-        vals.dtype.kind,
     )
 
 
@@ -186,10 +178,8 @@ def _segment_counts(flat: np.ndarray, off: np.ndarray) -> np.ndarray:
     """Number of True values of flat in each row (rows laid out by off, off[-1] == flat.size)."""
     lens = np.diff(off)
     out = np.zeros(lens.size, dtype=np.int64)
-    nonempty = np.flatnonzero(lens)
-    if (
-        nonempty.size
-    ):  # empty rows hold no values: the next non-empty row starts where this one ends
+    nonempty = np.flatnonzero(lens)  # empty rows hold no values: their offset starts the next row
+    if nonempty.size:
         out[nonempty] = np.add.reduceat(flat.view(np.uint8), off[nonempty], dtype=np.int32)
     return out
 
@@ -228,8 +218,6 @@ class _Batch:
         self.msgs: dict[int, str] = {}
 
     def column(self, name: str) -> pa.Array | None:
-        import pyarrow as pa
-
         idx = [i for i, nm in enumerate(self.names) if nm == name]
         if not idx:
             return None
@@ -241,8 +229,6 @@ class _Batch:
 
     def fail(self, rows: np.ndarray, message: Callable[[int, int], str]) -> None:
         """Rows (all still ok) fail; message(k, row) for the k-th of them."""
-        if len(rows) == 0:
-            return
         for k, i in enumerate(rows.tolist()):
             self.msgs[i] = message(k, i)
         self.ok[rows] = False
@@ -256,7 +242,7 @@ class _Batch:
         if col.nulls is not None:
             rows, _ = _first_per_row(col.nulls, col, self.ok)
             self.fail(rows, lambda k, i: msg_holds(name, "object"))
-        if col.kind == "f":
+        if col.vals.dtype.kind == "f":
             with np.errstate(invalid="ignore"):
                 v = col.vals
                 bad = ~np.isfinite(v)
@@ -269,19 +255,16 @@ class _Batch:
                     ),
                 )
                 col.vals = v.astype(np.int64)
-            col.kind, col.child = "i", None
-        elif col.kind == "b":
-            col.vals, col.kind = col.vals.view(np.uint8), "u"
+        elif col.vals.dtype.kind == "b":
+            col.vals = col.vals.view(np.uint8)
         elif col.vals.dtype == np.uint64:  # as astype(np.int64) in the record path: wraps
-            col.vals, col.kind = col.vals.view(np.int64), "i"
+            col.vals = col.vals.view(np.int64)
 
 
 def _python_rows(state: _Batch, rows: np.ndarray) -> None:
     """Rows with a value of a type the batch path does not read: record_arrays says what is wrong."""
     records = state.records
     if records is None:
-        import pyarrow as pa
-
         dicts = state.batch.take(pa.array(rows)).to_pylist()
     else:
         dicts = [records[i] for i in rows.tolist()]
@@ -310,9 +293,6 @@ def _take(vals: np.ndarray, how, total: int, dtype) -> np.ndarray:
     if how is None:
         return vals.astype(dtype, copy=False)
     if isinstance(how, np.ndarray):  # Arrow's filter: several times faster than vals[how] here
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         out = pc.filter(pa.array(vals), pa.array(how)).to_numpy(zero_copy_only=True)
         return out.astype(dtype, copy=False)
     out = np.empty(total, dtype=dtype)
@@ -431,17 +411,16 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
     elif not all_rows:
         how = list(zip(ids.off[a].tolist(), ids.off[b].tolist(), strict=True))
 
-    if how is None and ids.child is not None:
-        ids_np, ids_values = ids.vals, ids.child  # zero-copy: the input's int32 buffer
-    else:
-        ids_np = _take(ids.vals, how, total, np.int32)
-        ids_values = ids_np
+    def out(col: _Col):  # (int32 values, their Arrow array: zero-copy the input's int32 buffer)
+        if how is None and col.child is not None:
+            return col.vals, col.child
+        values = _take(col.vals, how, total, np.int32)
+        return values, values
+
+    ids_np, ids_values = out(ids)
     lab_np = lab_values = None
     if label_source == "labels":
-        if how is None and lab.child is not None:  # zero-copy: the input's int32 buffer
-            lab_np, lab_values = lab.vals, lab.child
-        else:
-            lab_np = _take(lab.vals, how, total, np.int32)
+        lab_np, lab_values = out(lab)
     elif label_source != "all":
         m = _take(lab.vals, how, total, lab.vals.dtype)
         lab_np = np.where(m != 0, ids_np, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
@@ -454,29 +433,17 @@ def _int(v) -> int:
 
 
 def _check_range(st: _Batch, ids: _Col) -> None:
-    """Token ids in 0..2^31-1 (int64 semantics: the values are already integers here)."""
+    """Token ids in 0..2^31-1 (int64 semantics: the values are already integers here). One pass
+    when every id is good: only a bound the dtype can break is looked at, int64 as uint64 (where
+    negative ids are above INT32_MAX)."""
     v = ids.vals
-    if v.size == 0:
+    u = v.view(np.uint64) if v.dtype == np.int64 else v
+    info = np.iinfo(u.dtype)
+    if u.size == 0:
         return
-    dt = v.dtype
-    if dt.kind == "u":
-        if dt.itemsize < 4 or v.max() <= INT32_MAX:
-            return
-        bad = v > INT32_MAX
-    elif dt.itemsize < 4:
-        if v.min() >= 0:
-            return
-        bad = v < 0
-    elif dt.itemsize == 4:
-        if v.min() >= 0:
-            return
-        bad = v < 0
-    else:
-        if v.view(np.uint64).max() <= INT32_MAX:
-            return
-        bad = v.view(np.uint64) > INT32_MAX
-    rows, pos = _first_per_row(bad, ids, st.ok)
-    st.fail(rows, lambda k, i: msg_not_token(int(pos[k] - ids.off[i]), _int(v[pos[k]])))
+    if (info.min < 0 and u.min() < 0) or (info.max > INT32_MAX and u.max() > INT32_MAX):
+        rows, pos = _first_per_row((u < 0) | (u > INT32_MAX), ids, st.ok)
+        st.fail(rows, lambda k, i: msg_not_token(int(pos[k] - ids.off[i]), _int(v[pos[k]])))
 
 
 def validate_batch(batch: pa.RecordBatch | pa.Table, label_source: str) -> Validated:
@@ -485,8 +452,6 @@ def validate_batch(batch: pa.RecordBatch | pa.Table, label_source: str) -> Valid
     `label_source` is `label_source_of(first schema or first record)`: required of every row. The batch must hold fewer than 2^31 good tokens (int32 offsets). A Table is combined into
     one batch first (a copy when it has several chunks): to stream, pass RecordBatches.
     """
-    import pyarrow as pa
-
     if isinstance(batch, pa.Table):
         batches = batch.combine_chunks().to_batches()
         batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=batch.schema)
@@ -504,11 +469,7 @@ def _validate_or_records(batch, label_source: str, records: list[dict] | None) -
 
 def records_batch(records: list[dict], label_source: str) -> Validated:
     """validate_batch for dict records (JSON/JSONL): the same rows and messages as record_arrays."""
-    import pyarrow as pa
-
-    present = set()
-    for rec in records:
-        present.update(rec)
+    present = set().union(*records)
     names = [c for c in ("input_ids", *LABEL_COLUMNS, "attention_mask") if c in present]
     columns = []
     for name in names:

@@ -22,6 +22,7 @@ from packtool.data.provenance import FileFormat, SkippedRecord, SourceFile
 from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.tokenization.decide import formats_table, input_format
+from packtool.tokenization.label_audit import audit_warnings, label_audit, strict_problem
 from packtool.tokenization.run_plan import BackendReport, RunPlan
 
 MAX_LISTED = 20  # source indices quoted in a warning
@@ -56,12 +57,10 @@ def run_meta(
 ) -> dict:
     """The meta of a finished run (module docstring): the warnings about examples without loss and
     control tokens in text, the tokenizer with its label audit and special_in_content count."""
-    from packtool.tokenization.label_audit import audit_warnings, label_audit
-
     per_file, kind = source.per_file, plan.kind
     tokenizer = plan.tokenizer
     warnings = list(plan.warnings)
-    audit, idx = label_audit(tally.notes, tally.zero_loss, lambda i: _where(i, per_file))
+    audit, idx = label_audit(tally.notes, tally.zero_loss, lambda i: _where([i], per_file)[0])
     if audit:  # manifest tokenizer.label_audit, only when found: clean packs keep their bytes
         tokenizer = {**tokenizer, "label_audit": audit}
     warnings += audit_warnings(
@@ -143,42 +142,33 @@ def meta_fields(meta: dict) -> dict:
 
 def check_strict_labels(td: TokenizedData, cfg: TokenizeConfig) -> TokenizedData:
     """--strict-labels: a run whose audit (tokenizer.label_audit) found anything is refused."""
-    from packtool.tokenization.label_audit import strict_problem
-
     problem = strict_problem((td.tokenizer or {}).get("label_audit")) if cfg.strict_labels else None
     if problem:
         raise PacktoolError(problem)
     return td
 
 
-def _quote(indices, per_file: dict[str, int] | None = None) -> str:
+def _quote(indices, per_file: dict[str, int]) -> str:
     """'3, 7, 12, … (40 more)'; with two or more files read ({file: records} in reading order),
     each index also named within its own file: '3 (a.jsonl record 3), 7 (b.json record 1)'."""
     idx = list(indices)
-    where = _within_files(idx[:MAX_LISTED], per_file) if per_file and len(per_file) > 1 else None
-    shown = [
-        str(i) if where is None else f"{i} ({where[j]})" for j, i in enumerate(idx[:MAX_LISTED])
-    ]
-    head = ", ".join(shown)
-    return head + (f", … ({len(idx) - MAX_LISTED} more)" if len(idx) > MAX_LISTED else "")
-
-
-def _where(i: int, per_file: dict[str, int]) -> str:
-    """'b.json record 1' for source index i (the file named even when it is the only one)."""
-    from packtool.data.provenance import short_names
-
+    head = idx[:MAX_LISTED]
+    shown = map(str, head)
     if len(per_file) > 1:
-        return _within_files([i], per_file)[0]
-    name = next(iter(short_names(per_file).values()), "the input") if per_file else "the input"
-    return f"{name} record {i}"
+        shown = (f"{i} ({w})" for i, w in zip(head, _where(head, per_file), strict=True))
+    more = f", … ({len(idx) - MAX_LISTED} more)" if len(idx) > MAX_LISTED else ""
+    return ", ".join(shown) + more
 
 
-def _within_files(idx: list[int], per_file: dict[str, int]) -> list[str]:
-    """'b.json record 1' for each source index: the files' records lie end to end in reading order."""
+def _where(idx: list[int], per_file: dict[str, int]) -> list[str]:
+    """'b.json record 1' for each source index (the file named even when it is the only one): the
+    files' records lie end to end in reading order."""
     import numpy as np
 
     from packtool.data.provenance import short_names
 
+    if not per_file:
+        return [f"the input record {i}" for i in idx]
     names = short_names(per_file)
     files = list(per_file)
     ends = np.cumsum([per_file[f] for f in files])

@@ -29,8 +29,12 @@ from dataclasses import dataclass
 
 from packtool.config import TokenizeConfig
 from packtool.errors import UsageError
+from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
+from packtool.tokenization.compiled import compile_template
 from packtool.tokenization.decide import input_kind
 from packtool.tokenization.encode import EncodeStep
+from packtool.tokenization.loading import load_spec
+from packtool.tokenization.render import dated_text
 
 BACKENDS = ("auto", "fastokens", "hf")
 
@@ -47,11 +51,7 @@ class BackendReport:
     reason: str | None = None
 
     def to_dict(self) -> dict:
-        out = {"name": self.name}
-        for key in ("requested", "renderer", "check", "reason"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        return out
+        return {k: v for k, v in dataclasses.asdict(self).items() if k == "name" or v is not None}
 
 
 @dataclass(frozen=True)
@@ -65,31 +65,27 @@ class RunPlan:
     warnings: tuple[str, ...] = ()
     label_source: str | None = None
     pretokenized: tuple[str, str] | None = None
-    requested: str = "auto"
     built: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def on_difference(self, why: str) -> RunPlan:
         """This plan one step down after the fast path differed on a probe (`why`): fastokens with
         jinja when the renderer was compiled or native (the check runs again), else the reference."""
         if self.reference is not None and self.step.renderer != "jinja":
-            step = self.step.with_backend(self.step.backend, "jinja", self.built)
-            backend = BackendReport(
-                self.backend.name,
-                self.requested,
-                "jinja",
-                {"examples": 0},
-                f"{why}: jinja renders it",
+            return dataclasses.replace(
+                self,
+                step=self.step.with_backend(self.step.backend, "jinja", self.built),
+                backend=dataclasses.replace(
+                    self.backend,
+                    renderer="jinja",
+                    check={"examples": 0},
+                    reason=f"{why}: jinja renders it",
+                ),
             )
-            return dataclasses.replace(self, step=step, backend=backend)
-        return self.on_reference(why)
-
-    def on_reference(self, why: str) -> RunPlan:
-        """This plan on the reference path, after the fast path differed on a probe (`why`)."""
         return dataclasses.replace(
             self,
             step=self.reference,
             reference=None,
-            backend=BackendReport("hf", self.requested, "jinja", reason=why),
+            backend=BackendReport("hf", self.backend.requested, "jinja", reason=why),
             built=None,
         )
 
@@ -114,7 +110,7 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     kind, label_source = input_kind(decisions)
     if kind == "pretokenized":
         return _pretokenized_plan(cfg, label_source)
-    from packtool.tokenization.loading import load_spec
+    from packtool.tokenization.template_probe import choose  # (not on a cache hit's imports)
 
     spec = load_spec(cfg.tokenizer)
     why = fast_refused(spec, cfg.tokenizer_backend)
@@ -125,74 +121,51 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
         built = FastBackend(spec.backend_json)
         built.preload()
     try:
-        template = template_of(cfg, spec)
+        template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
     except BaseException:
         if built is not None:
             built.wait()
         raise
     first = next((d for d in decisions if d.first_len), None)
-    fmt = first.fmt if first is not None else cfg.read.format or "messages"
-    reference = reference_step(cfg, spec, template, fmt)
-    plan = RunPlan(
-        "chat",
-        reference,
-        None,
-        {**spec.info(), **template.info()},
-        template,
-        BackendReport("hf", cfg.tokenizer_backend, "jinja", reason=why),
-        tuple(template_warnings(template)),
-        requested=cfg.tokenizer_backend,
-    )
-    if why is not None:
-        return plan
-    renderer, note = renderer_of(template)
-    step = reference.with_backend("fastokens", renderer, built)
-    backend = BackendReport("fastokens", cfg.tokenizer_backend, renderer, {"examples": 0}, note)
-    return dataclasses.replace(plan, step=step, reference=reference, backend=backend, built=built)
-
-
-def template_of(cfg: TokenizeConfig, spec):
-    """The run's chat template, its mode decided (chat_template.choose)."""
-    from packtool.tokenization.template_probe import choose
-
-    return choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
-
-
-def reference_step(cfg: TokenizeConfig, spec, template, fmt: str) -> EncodeStep:
-    """The reference path's step of chat input: tokenizers + jinja (`fmt`: of a batch with none)."""
-    return EncodeStep(
+    reference = EncodeStep(  # the reference path: tokenizers + jinja (fmt: of a batch with none)
         "chat",
         cfg.read,
-        fmt=fmt,
+        fmt=first.fmt if first is not None else cfg.read.format or "messages",
         spec=spec,
         template=template,
         train_on=cfg.train_on,
         special_in_content=cfg.special_in_content,
+    )
+    step, backend = reference, BackendReport("hf", cfg.tokenizer_backend, "jinja", reason=why)
+    if why is None:
+        renderer, note = renderer_of(template)
+        step = reference.with_backend("fastokens", renderer, built)
+        backend = BackendReport("fastokens", cfg.tokenizer_backend, renderer, {"examples": 0}, note)
+    return RunPlan(
+        "chat",
+        step,
+        reference if why is None else None,
+        {**spec.info(), **template.info()},
+        template,
+        backend,
+        tuple(template_warnings(template)),
+        built=built,
     )
 
 
 def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
     step = EncodeStep("pretokenized", cfg.read, label_source=label_source)
     labels_from = label_source if label_source != "all" else "every token"
-    ignored = [
-        opt
-        for opt, given in (
-            ("--chat-template", cfg.chat_template is not None),
-            ("--train-on", cfg.train_on != "assistant"),
-        )
-        if given
-    ]
-    warnings = []
-    if ignored:
-        warnings.append(
-            f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
-            f"{labels_from}"
-        )
+    ignored = ["--chat-template"] if cfg.chat_template is not None else []
+    if cfg.train_on != "assistant":
+        ignored.append("--train-on")
+    warning = (
+        f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
+        f"{labels_from}"
+    )
     if cfg.tokenizer is None:  # ids come as they are; a tokenizer only names the pad/eos ids
         tokenizer = {"name": None, "pad_id": None, "eos_id": None, "vocab_size": None}
     else:
-        from packtool.tokenization.loading import load_spec
-
         tokenizer = load_spec(cfg.tokenizer).info()
     return RunPlan(
         "pretokenized",
@@ -201,20 +174,15 @@ def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
         tokenizer,
         None,
         BackendReport(None, reason="pre-tokenized input is not tokenized"),
-        tuple(warnings),
+        (warning,) if ignored else (),
         label_source=label_source,
         pretokenized=("pretokenized", f"records carry input_ids; labels from {labels_from}"),
-        requested=cfg.tokenizer_backend,
     )
 
 
 def renderer_of(template) -> tuple[str, str | None]:
     """The fast path's renderer and, when it is jinja, why: "native" for the built-in chatml-train
     template (byte for byte), else "compiled" (MiniJinja) where it compiles the template."""
-    from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
-    from packtool.tokenization.compiled import compile_template
-    from packtool.tokenization.render import dated_text
-
     if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text():
         return "native", None
     _, why = compile_template(dated_text(template), {})

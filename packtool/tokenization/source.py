@@ -7,7 +7,7 @@
         .reject(batch, i, reason) / .reject_at(index, file, line, reason, record)
                     --on-error error: PacktoolError "data.jsonl:12: <reason>; fix the record, or ..."
                     --on-error skip:  counted and listed in .skipped (file, line or record, reason)
-        .skip_warning(formats, forced)
+        .skip_warning(formats, forced, looks)
                     the one line that says what was skipped: where (small counts), or the share, the
                     files skipped whole, the top reasons and what to do (more than SKIP_SHARE of the
                     records read, or a whole file)
@@ -25,11 +25,11 @@ from collections.abc import Iterator
 
 from packtool.config import ReadConfig
 from packtool.data.provenance import NO_FORMAT, FileFormat, SkippedRecord, SourceFile, short_names
-from packtool.errors import PacktoolError
+from packtool.errors import PacktoolError, UsageError
 from packtool.io import readers
 from packtool.io.files import sha256_file
 from packtool.io.sources import locate
-from packtool.schema import notices
+from packtool.schema import notices, read_pack_manifest
 
 SKIP_SHARE = 0.01  # above this share of the records read, a skip run says so loudly
 MAX_LISTED = 20  # record positions quoted
@@ -38,35 +38,27 @@ REASON_CHARS = 100  # a reason quoted in the warning is cut at a word boundary b
 
 
 class RecordSource:
-    def __init__(self, data: str, read: ReadConfig):
+    def __init__(
+        self, data: str, read: ReadConfig, located=None, files: list[SourceFile] | None = None
+    ):
+        """`located` and `files`: located and hashed elsewhere (the Ray engine hashes them in its
+        workers; it reads the records there too, and counts them in with `count`)."""
         self.data, self.read = data, read
-        not_a_pack(data)
-        self.located = locate(data, read.split)
-        if self.located.kind == "files":
-            paths = list(self.located.files)
-        else:
-            paths = [f["filename"] for f in self.located.dataset.cache_files]
-        self.files = [
-            SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p))
-            for p in sorted(paths)
-        ]
-        self._start()
-
-    def _start(self) -> None:
         self.skipped: list[SkippedRecord] = []
         self.num_read = 0
         self.per_file: dict[str, int] = {}
-
-    @classmethod
-    def of_files(
-        cls, data: str, read: ReadConfig, located, files: list[SourceFile]
-    ) -> RecordSource:
-        """A source whose files were located and hashed elsewhere (the Ray engine hashes them in
-        its workers); its records are read there too, and counted in with `count`."""
-        self = cls.__new__(cls)
-        self.data, self.read, self.located, self.files = data, read, located, files
-        self._start()
-        return self
+        if located is None:
+            not_a_pack(data)
+            located = locate(data, read.split)
+            if located.kind == "files":
+                paths = list(located.files)
+            else:
+                paths = [f["filename"] for f in located.dataset.cache_files]
+            files = [
+                SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p))
+                for p in sorted(paths)
+            ]
+        self.located, self.files = located, files
 
     def count(self, file: str, records: int) -> None:
         """`records` more records read from `file` (in reading order)."""
@@ -79,8 +71,7 @@ class RecordSource:
 
     def batches(self, batch_records: int = readers.BATCH_RECORDS) -> Iterator[readers.RawBatch]:
         for b in readers.iter_batches(self.located, self.read, batch_records):
-            self.num_read += len(b)
-            self.per_file[b.file] = self.per_file.get(b.file, 0) + len(b)
+            self.count(b.file, len(b))
             yield b
 
     def reject_at(
@@ -105,10 +96,7 @@ class RecordSource:
         self.reject_at(batch.start + i, batch.file, batch.line_of(i), reason, batch.position(i))
 
     def skip_warning(
-        self,
-        formats: dict[str, FileFormat] | None = None,
-        forced: str | None = None,
-        looks: dict[str, str] | None = None,
+        self, formats: dict[str, FileFormat], forced: str | None, looks: dict[str, str]
     ) -> str | None:
         """What was skipped, in one line (None when nothing was). A few records: where they are. More
         than SKIP_SHARE of the records read, or every record of a file: the share, those files, the
@@ -136,14 +124,8 @@ class RecordSource:
         if len(groups) > TOP_REASONS:
             top += f" and {len(groups) - TOP_REASONS} more cause(s)"
         first = self.skipped[0]
-        advice = _advice(
-            whole or [f for f, _ in by_file.most_common(1)],
-            names,
-            formats or {},
-            forced,
-            looks or {},
-            self.skipped,
-        )
+        worst = whole or [f for f, _ in by_file.most_common(1)]
+        advice = _advice(worst, names, formats, forced, looks, self.skipped)
         return (
             f"{share}; top reasons: {top}; first at {names.get(first.file, first.file)}"
             f"{first.where[len(first.file) :]}. {advice}"
@@ -217,10 +199,7 @@ def _advice(
 
 def not_a_pack(data: str) -> None:
     """A pack folder given where training data is expected: say what it is and what to run."""
-    from packtool import schema
-    from packtool.errors import UsageError
-
-    m = schema.read_pack_manifest(data)
+    m = read_pack_manifest(data)
     if m is not None:
         sources = ", ".join(
             str(x.get("path")) for x in m.get("sources") or [] if isinstance(x, dict)

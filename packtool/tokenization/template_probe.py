@@ -14,12 +14,16 @@ The verdict is a `Probe` (encoded, error, prefix_preserving): the mode is chosen
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, replace
 
+import packtool
 from packtool.errors import UsageError
 from packtool.formats.turns import make_example, make_message
 from packtool.schema import IGNORE_INDEX
+from packtool.tokenization import cache
 from packtool.tokenization.chat_template import (
     CHOICES,
     DEFAULT_DATE,
@@ -32,6 +36,7 @@ from packtool.tokenization.chat_template import (
     special_tokens,
 )
 from packtool.tokenization.encode import Encoded, Encoder
+from packtool.tokenization.loading import library_versions
 from packtool.tokenization.render import ExampleError, NotPrefixPreserving
 
 PROBE = [
@@ -83,20 +88,13 @@ def choose(
     family = family_of(tpl.text)
     uses_date = "strftime_now" in tpl.text
     tpl = replace(tpl, family=family, date=(date or DEFAULT_DATE) if uses_date else None)
-    if train_on == "all":
-        mode = "all"
-    elif tpl.has_generation:
-        mode = "markers"
-    else:
-        mode = "prefix"
+    mode = "all" if train_on == "all" else "markers" if tpl.has_generation else "prefix"
     path = _verdict_path(spec, tpl, mode, train_on)
-    stored = _read_verdict(path)
-    if stored is not None:
+    stored = cache.read_json(path) if path is not None else None
+    if isinstance(stored, dict) and set(stored) == {"mode", "end_of_turn"}:
         return replace(tpl, **stored)
     tpl = _probed(spec, tpl, mode, train_on, family)
     if path is not None:
-        from packtool.tokenization import cache
-
         cache.write_json(path, {"mode": tpl.mode, "end_of_turn": tpl.end_of_turn})
     return tpl
 
@@ -107,25 +105,10 @@ def _verdict_path(spec, tpl: ChatTemplate, mode: str, train_on: str):
     warm start renders nothing. None for a tokenizer without files (built in-process)."""
     if not spec.files_hash:
         return None
-    import hashlib
-    import json
-
-    import packtool
-    from packtool.tokenization import cache
-    from packtool.tokenization.loading import library_versions
-
     parts = [tpl.text, tpl.date, mode, train_on, spec.name, spec.files_hash]
     parts += [library_versions(), packtool.__version__]
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
     return cache.cache_root() / "templates" / f"{digest}.json"
-
-
-def _read_verdict(path) -> dict | None:
-    from packtool.tokenization import cache
-
-    stored = cache.read_json(path) if path is not None else None
-    ok = isinstance(stored, dict) and set(stored) == {"mode", "end_of_turn"}
-    return stored if ok else None
 
 
 def _probed(spec, tpl: ChatTemplate, mode: str, train_on: str, family) -> ChatTemplate:
@@ -179,10 +162,8 @@ def end_of_turn(spec, tpl: ChatTemplate, enc: Encoded) -> str:
             f"stop; use a template whose assistant turns end in EOS or an end-of-turn token "
             f"(--chat-template {CHOICES})"
         )
-    names = []
-    for e in dict.fromkeys(ends):
-        text = specials.get(e) or spec.eos_token
-        names.append(
-            f"{text} ({'EOS' if e == spec.eos_id else 'end-of-turn token; EOS is ' + str(spec.eos_token)})"
-        )
-    return ", ".join(names)
+    return ", ".join(
+        f"{specials.get(e) or spec.eos_token} "
+        f"({'EOS' if e == spec.eos_id else f'end-of-turn token; EOS is {spec.eos_token}'})"
+        for e in dict.fromkeys(ends)
+    )

@@ -427,18 +427,22 @@ def test_fast_check_probes_and_reports():
 
     from packtool.errors import PacktoolError
     from packtool.tokenization import fast_check as fc
+    from packtool.tokenization.run_plan import BackendReport
+
+    def fast(renderer, requested):
+        return fc.FastCheck(BackendReport("fastokens", requested, renderer, {"examples": 0}))
 
     files = [(f"f{i}.jsonl", "messages", 1000) for i in range(70)]
     files[2] = ("f2.jsonl", "messages", 0)  # no records: not read, not probed
     files[66] = ("f66.json", "alpaca", 5)
-    probes = fc.FastCheck("native", "auto").probes(files)
+    probes = fast("native", "auto").probes(files)
     assert probes[0] == ("f0.jsonl", "messages", fc.CHECK_EXAMPLES)
     assert all(n == fc.CHECK_PER_FILE for _, _, n in probes[1 : fc.CHECK_FILES])
     assert [p[0] for p in probes[fc.CHECK_FILES :]] == ["f66.json"] and probes[-1][2] == 5
     assert "f2.jsonl" not in {p[0] for p in probes} and len(probes) == fc.CHECK_FILES + 1
 
     def concluded(renderer, requested, results):
-        check = fc.FastCheck(renderer, requested)
+        check = fast(renderer, requested)
         check.probes([(f"f{i}", "messages", n) for i, (n, _) in enumerate(results)])
         for n, where in results:
             check.conclude(n, where)
