@@ -160,10 +160,10 @@ def compare(
     import torch
 
     d = Diffs()
-    L = len(samples[0].input_ids)
     for b0 in range(0, len(samples), batch_rows):
         chunk = samples[b0 : b0 + batch_rows]
         ids, lab, pos = tensors(chunk, backend.device)
+        L = ids.shape[1]  # cropped rows (sampling.crop): the same within a batch
         sids, _, _ = tensors(chunk, backend.device, swap_seed=swap_seed + b0)
         if control:
             pos = torch.arange(L, device=backend.device).expand(len(chunk), L).contiguous()

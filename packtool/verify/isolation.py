@@ -25,7 +25,7 @@ from packtool.verify import Check
 from packtool.verify import backends as bk
 from packtool.verify.backends import Backend
 from packtool.verify.forwards import Diffs, compare, run_alone, track_worst
-from packtool.verify.sampling import Sample
+from packtool.verify.sampling import Sample, crop
 from packtool.verify.tiny_models import (
     LAYERS,
     MODELS,
@@ -52,16 +52,20 @@ def run_isolation(
     seed: int = 0,
     batch_rows: int = 2,
     models: tuple[str, ...] = MODELS,
+    row_tokens: int | None = None,
 ) -> list[Check]:
     """Isolation checks for each (model, backend): logits, loss sums, swap, causal probe, agreement
     with the fp32 reference, negative control. Every check's evidence carries `kernel_calls`: what
-    computed attention in that (model, backend) group, counted (see backends.counting)."""
+    computed attention in that (model, backend) group, counted (see backends.counting). With
+    `row_tokens`, each row runs as its first `row_tokens` slots or more (sampling.crop)."""
     import torch
 
     bk.register()
     quiet_transformers()
     if not samples:
         return [Check("isolation", False, "no row to test: the pack holds no valid row", {})]
+    if row_tokens:
+        samples = crop(samples, row_tokens, batch_rows)
     threads = torch.get_num_threads()
     if all(b.device == "cpu" for b in backends):
         # one thread: these tiny forwards are latency-bound, and on a shared 2-core box OpenMP
@@ -138,6 +142,10 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
         if samples[0].synthetic
         else "rows of the pack"
     )
+    slots = [len(s.input_ids) for s in samples]
+    if min(slots) < pack_len:
+        span = f"{min(slots):,}" + ("" if min(slots) == max(slots) else f"-{max(slots):,}")
+        source += f", each run as its first {span} slots (its first two documents whole)"
     run = {
         "kernel": backend.kernel,
         "backend": backend.name,
@@ -181,6 +189,7 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
         "model": model_desc(kind),
         "rows_tested": len(samples),
         "rows_from": source,
+        "row_slots": slots,
         "documents": good.docs,
         "tokens": good.tokens,
         "batch_rows": batch_rows,

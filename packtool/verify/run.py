@@ -23,7 +23,11 @@ from packtool.errors import PacktoolError, UsageError
 from packtool.verify import Check
 from packtool.verify.kernel_check import flash_check, kernel_calls
 
-DEFAULT_ROWS = {"cpu": 4, "cuda": 16}  # CPU: 4 rows x 4096 tokens, ~25 s on a shared 2-core box
+DEFAULT_ROWS = {"cpu": 4, "cuda": 16}
+# CPU: each row runs as its first 1024 slots or more, its first two documents whole (sampling.crop):
+# the sdpa path's packed mask is L^2, a forward of 2 rows costs 0.05 / 0.18 / 0.74 CPU-s at 1024 /
+# 2048 / 4096 slots (the demo's verify: ~7 CPU-s in all, ~20 with whole rows); CUDA: whole rows
+ROW_TOKENS = {"cpu": 1024, "cuda": None}
 MODEL_ROWS = 16  # --model: rows cut to model_check.TOKENS, so 16 of them fit the same time
 
 
@@ -160,7 +164,14 @@ def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Ch
         )
         return [Check("isolation", False, f"not run: {why}")]
     batch = cfg.batch_rows or (2 if pack_len <= 8192 else 1)  # > 1: cu_seqlens over a flat batch
-    return run_isolation(samples, backends, pack_len=pack_len, seed=cfg.seed, batch_rows=batch)
+    return run_isolation(
+        samples,
+        backends,
+        pack_len=pack_len,
+        seed=cfg.seed,
+        batch_rows=batch,
+        row_tokens=ROW_TOKENS[backends[0].device],
+    )
 
 
 def _verify_model(cfg: VerifyConfig) -> VerifyResult:

@@ -16,10 +16,19 @@ documents (the heads of two one-document rows, or the two halves of the only doc
 by the contract (docs/ARCHITECTURE.md, "Schema"); the report says the rows are synthetic.
 
     [A A A A | B B B | pad pad]      labels IGNORE_INDEX at 0 and at B's first token, and on the pad tail
+
+Cropping (`crop`, on CPU): a row is run as its first P slots, the pack's own bytes. Isolation is
+about a document seeing its neighbour, so what a row must keep is two whole adjacent documents;
+P is the same for the rows of one batch (they stack), at least the budget and the end of each
+row's second document:
+
+    row        [A A A A | B B B | C C C C C C | D D D D | pad]
+    P = 9      [A A A A | B B B | C C]          C cut: a document's prefix sees only itself
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,4 +139,28 @@ def synthesize(singles: list[dict], pack_len: int, rows: int):
                 synthetic=True,
             )
         )
+    return out
+
+
+def crop(samples: list[Sample], tokens: int, batch_rows: int) -> list[Sample]:
+    """Each row cut to its first P slots, the same P for the `batch_rows` rows of a batch: at
+    least `tokens` (or the whole row) and the end of every row's second document, so every row
+    keeps its first two documents whole; a document cut at P stays as its prefix."""
+    out = []
+    for b0 in range(0, len(samples), batch_rows):
+        chunk = samples[b0 : b0 + batch_rows]
+        p = max(min(len(s.input_ids), max(tokens, s.bounds[:2][-1][1])) for s in chunk)
+        for s in chunk:
+            ends = np.cumsum(s.seq_lengths)
+            starts = ends - s.seq_lengths
+            keep = starts < p
+            out.append(
+                dataclasses.replace(
+                    s,
+                    input_ids=s.input_ids[:p],
+                    labels=s.labels[:p],
+                    position_ids=s.position_ids[:p],
+                    seq_lengths=np.minimum(ends[keep], p) - starts[keep],
+                )
+            )
     return out

@@ -73,3 +73,34 @@ def test_synthesized_rows_follow_the_row_layout():
         h.position_ids, schema.position_ids([4, 5], L)
     )
     assert sampling.synthesize([_single(0, 1, L)], L, rows=4) == []
+
+
+def _row(row: int, lens: list[int], L: int) -> sampling.Sample:
+    """A packed row of documents `lens` (pad tail after them), laid out by the contract."""
+    n = sum(lens)
+    ids = np.arange(L, dtype=np.int32) + 1000 * row
+    lab = ids.copy()
+    lab[np.cumsum([0, *lens[:-1]])] = schema.IGNORE_INDEX
+    lab[n:] = schema.IGNORE_INDEX
+    pos = schema.position_ids(lens, L).astype(np.int32)
+    return sampling.Sample("data/s.parquet", row, ids, lab, pos, np.array(lens))
+
+
+def test_crop_keeps_the_first_two_documents_whole_as_the_packs_own_bytes():
+    """A batch's rows share one prefix length P: the budget, or more where a row's second document
+    ends later; every row keeps its first two documents whole, a document cut at P as its prefix."""
+    L = 32
+    rows = [_row(0, [20, 5, 4], L), _row(1, [3, 4, 10, 9], L), _row(2, [6, 6, 6, 6], L)]
+    a, b, c = sampling.crop(rows, tokens=8, batch_rows=2)
+    assert len(a.input_ids) == len(b.input_ids) == 25  # row 0's second document ends at 25
+    assert a.seq_lengths.tolist() == [20, 5] and b.seq_lengths.tolist() == [3, 4, 10, 8]
+    assert len(c.input_ids) == 12 and c.seq_lengths.tolist() == [6, 6]  # its own batch
+    for orig, cut in zip(rows, (a, b, c), strict=True):
+        n = len(cut.input_ids)
+        for col in ("input_ids", "labels", "position_ids"):
+            assert np.array_equal(getattr(cut, col), getattr(orig, col)[:n])
+        assert cut.bounds[:2] == orig.bounds[:2]
+    (whole,) = sampling.crop([rows[2]], tokens=100, batch_rows=2)  # budget above the row: all of it
+    assert len(whole.input_ids) == L and whole.seq_lengths.tolist() == [6, 6, 6, 6]
+    (tail,) = sampling.crop([_row(3, [4, 5], L)], tokens=12, batch_rows=1)  # P in the pad tail
+    assert tail.seq_lengths.tolist() == [4, 5] and len(tail.input_ids) == 12
