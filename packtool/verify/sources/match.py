@@ -29,7 +29,8 @@ import os
 import numpy as np
 
 from packtool import schema
-from packtool.verify.sources.compare import MAX_EXAMPLES, Compare, Doc, compare_docs, piece_note
+from packtool.verify.scan import MAX_EXAMPLES
+from packtool.verify.sources.compare import Compare, Doc, compare_docs, piece_note
 from packtool.verify.sources.pieces import hashes
 
 BATCH_TOKENS = 1 << 22
@@ -188,9 +189,12 @@ def settle_deferred(cmp: Compare) -> None:
         free = [p for p in range(p0, p0 + n) if cmp.seen[p] == 0]
         same = [p for p in free if exp.piece_len[p] == g_ids.size]
         if not free:
-            cmp.stray_doc(
-                f"{cmp.where(src)} (source_index {src}) is split into {n} parts, but {shard} row {row} "
-                f"document {k} is one more"
+            cmp.strays(
+                1,
+                [
+                    f"{cmp.where(src)} (source_index {src}) is split into {n} parts, but {shard} "
+                    f"row {row} document {k} is one more"
+                ],
             )
             continue
         p = (same or free)[0]
