@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import itertools
@@ -444,7 +445,11 @@ def reference_attention(
     return out.reshape(B, S, H, D), None
 
 
-def _varlen_attention(name, query, key, value, scaling, kwargs):
+def _varlen_attention(
+    name, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
+    """The varlen kernel `name` (registered per kernel with the name bound) over the flattened
+    batch, causal within cu_seqlens segments; attention_mask is ignored."""
     import torch
 
     B, H, S, D = query.shape
@@ -463,20 +468,6 @@ def _varlen_attention(name, query, key, value, scaling, kwargs):
     return out.reshape(B, S, H, D), None
 
 
-def flash_varlen_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
-):
-    """flash_attn_varlen_func over the flattened batch, causal within cu_seqlens segments."""
-    return _varlen_attention("flash-attn", query, key, value, scaling, kwargs)
-
-
-def torch_varlen_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
-):
-    """torch.nn.attention.varlen.varlen_attn over the flattened batch, causal within segments."""
-    return _varlen_attention("torch-varlen", query, key, value, scaling, kwargs)
-
-
 _registered = False
 
 
@@ -488,6 +479,6 @@ def register() -> None:
     from transformers import AttentionInterface
 
     AttentionInterface.register(REFERENCE, reference_attention)
-    AttentionInterface.register(TORCH_VARLEN, torch_varlen_attention)
-    AttentionInterface.register(FLASH_VARLEN, flash_varlen_attention)
+    AttentionInterface.register(TORCH_VARLEN, functools.partial(_varlen_attention, "torch-varlen"))
+    AttentionInterface.register(FLASH_VARLEN, functools.partial(_varlen_attention, "flash-attn"))
     _registered = True

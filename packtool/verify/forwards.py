@@ -86,15 +86,20 @@ def token_losses(logits, labels):
 
 
 def tensors(
-    samples: list[Sample], device, swap_seed: int | None = None, last_seed: int | None = None
+    samples: list[Sample],
+    device,
+    swap_seed: int | None = None,
+    last_seed: int | None = None,
+    vocab: int = VOCAB,
 ):
-    """ids, labels, positions as int64 tensors [B, L]; with swap_seed document A (the first) has
-    other tokens (labels alike), with last_seed every document's last token is another one."""
+    """ids, labels, positions as int64 tensors [B, L], ids and labels modulo `vocab`; with
+    swap_seed document A (the first) has other tokens (labels alike), with last_seed every
+    document's last token is another one."""
     import torch
 
-    ids = np.stack([s.input_ids for s in samples]).astype(np.int64) % VOCAB
+    ids = np.stack([s.input_ids for s in samples]).astype(np.int64) % vocab
     lab = np.stack([s.labels for s in samples]).astype(np.int64)
-    lab = np.where(lab == schema.IGNORE_INDEX, lab, lab % VOCAB)
+    lab = np.where(lab == schema.IGNORE_INDEX, lab, lab % vocab)
     pos = np.stack([s.position_ids for s in samples]).astype(np.int64)
     if swap_seed is not None:  # replace document A (the first) by different tokens, labels alike
         rng = np.random.default_rng(swap_seed)

@@ -274,7 +274,9 @@ def _causal_check(label: str, good: Diffs, ev: dict) -> Check:
             **ev,
             "max_abs_diff": good.causal,
             "tol": CAUSAL_TOL,
-            "changed_token_min_diff": _json_float(good.causal_power),
+            "changed_token_min_diff": good.causal_power
+            if math.isfinite(good.causal_power)
+            else None,
             "documents_probed": good.causal_docs,
             "worst": w,
         },
@@ -327,7 +329,3 @@ def _control_check(label: str, ctrl: Diffs, tol: float, ev: dict) -> Check:
             "power_over_tol": power,
         },
     )
-
-
-def _json_float(x: float):
-    return None if math.isinf(x) or math.isnan(x) else x
