@@ -75,6 +75,7 @@ _WIDTHS = {
 }
 _EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOPK = ("num_experts_per_tok", "moe_topk", "top_k")
+_ONE = ("n_shared_experts", "num_shared_experts", "n_group", "topk_group")  # shared experts, groups
 _LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")
 _DROPOUTS = re.compile(r".*(dropout|pdrop)$")
 
@@ -140,18 +141,13 @@ def _heads(cfg) -> None:
 
 
 def _experts(cfg) -> None:
-    for name in _EXPERT_COUNTS:
-        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 0:
-            setattr(cfg, name, EXPERTS)
-    for name in _TOPK:
-        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 0:
-            setattr(cfg, name, min(getattr(cfg, name), 2))
-    for name in ("n_shared_experts", "num_shared_experts"):
-        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 1:
-            setattr(cfg, name, 1)
-    for name in ("n_group", "topk_group"):
-        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 1:
-            setattr(cfg, name, 1)
+    """EXPERTS experts, top-2 routing; one shared expert and one routing group where more."""
+    for name in (*_EXPERT_COUNTS, *_TOPK, *_ONE):
+        v = _get(cfg, name)
+        if isinstance(v, int) and v > (1 if name in _ONE else 0):
+            setattr(
+                cfg, name, EXPERTS if name in _EXPERT_COUNTS else min(v, 2) if name in _TOPK else 1
+            )
 
 
 def _rope(cfg) -> None:
@@ -210,7 +206,6 @@ def widths(config, *, pack_len: int, window: int):
         v = _get(cfg, name)
         if isinstance(v, int) and v >= VOCAB:
             setattr(cfg, name, VOCAB - 1)
-    _set(cfg, "use_cache", False)
     cfg.use_cache = False
     return cfg
 
