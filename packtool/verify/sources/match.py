@@ -41,24 +41,17 @@ def _without_empty_entries(seq_off, seq, src_off, src, real):
     rows where seq_lengths and source_index pair up (the others stay as they are: strays)."""
     if not (seq == 0).any():
         return seq_off, seq, src_off, src, real
-    nd, ns = np.diff(seq_off), np.diff(src_off)
-    paired = nd == ns
-    local = np.arange(seq.size) - np.repeat(seq_off[:-1], nd)
-    at_src = np.repeat(src_off[:-1], nd) + local
-    drop = np.repeat(paired, nd) & (seq == 0)
-    drop &= src[np.where(drop, at_src, 0)] == -1 if src.size else np.zeros_like(drop)
+    nd = np.diff(seq_off)
+    at_src = np.repeat(src_off[:-1] - seq_off[:-1], nd) + np.arange(seq.size)  # the paired entry
+    drop = np.repeat(nd == np.diff(src_off), nd) & (seq == 0)
+    drop[drop] = src[at_src[drop]] == -1
     drop_src = np.zeros(src.size, bool)
     drop_src[at_src[drop]] = True
-    row_of = np.repeat(np.arange(nd.size), nd)
-    kept = np.bincount(row_of[~drop], minlength=nd.size)
-    new_seq_off = np.concatenate(([0], np.cumsum(kept)))
-    new_src_off = src_off - np.concatenate(
-        (
-            [0],
-            np.cumsum(np.bincount(np.repeat(np.arange(ns.size), ns)[drop_src], minlength=ns.size)),
-        )
+    # entries dropped before each row: the same in both lists (only paired rows lose any)
+    gone = np.concatenate(
+        ([0], np.cumsum(np.bincount(np.repeat(np.arange(nd.size), nd)[drop], minlength=nd.size)))
     )
-    return new_seq_off, seq[~drop], new_src_off, src[~drop_src], real[~drop]
+    return seq_off - gone, seq[~drop], src_off - gone, src[~drop_src], real[~drop]
 
 
 def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -> None:
