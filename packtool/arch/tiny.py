@@ -169,13 +169,6 @@ def _rope(cfg) -> None:
             holder["mrope_section"] = new
 
 
-def _windows(cfg, window: int) -> None:
-    for name in ("sliding_window", "attention_window_size", "attention_chunk_size"):
-        w = _get(cfg, name)
-        if isinstance(w, int) and w > 0:
-            setattr(cfg, name, min(w, window))
-
-
 def widths(config, *, pack_len: int, window: int):
     """The config at tiny width (full depth): see the module docstring."""
     cfg = copy.deepcopy(text_config(config))
@@ -189,7 +182,10 @@ def widths(config, *, pack_len: int, window: int):
     rotary = _get(cfg, "rotary_dim")  # codegen, gpt-j: RoPE on the first rotary_dim
     if isinstance(rotary, int) and rotary > (_get(cfg, "head_dim") or HIDDEN // HEADS):
         cfg.rotary_dim = (_get(cfg, "head_dim") or HIDDEN // HEADS) // 2
-    _windows(cfg, window)
+    for name in ("sliding_window", "attention_window_size", "attention_chunk_size"):
+        w = _get(cfg, name)
+        if isinstance(w, int) and w > 0:
+            setattr(cfg, name, min(w, window))
     per_layer = _get(cfg, "per_layer_config")  # gemma 4: {layer: {"head_dim": ...}}
     if isinstance(per_layer, dict):
         for layer in per_layer.values():

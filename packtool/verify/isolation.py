@@ -199,14 +199,7 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
         "seconds": round(time.perf_counter() - t0, 2),
     }
     out = []
-    at = (
-        (
-            f"; worst: {good.worst['shard']} row {good.worst['row']} document {good.worst['document']} "
-            f"position {good.worst['position']}"
-        )
-        if good.worst
-        else ""
-    )
+    at = f"; worst: {_where(good.worst)}" if good.worst else ""
     ok = good.logits <= tol
     out.append(
         Check(
@@ -247,24 +240,29 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
     return out
 
 
+def _where(w: dict) -> str:
+    """Where a largest difference is: 'data/x.parquet row 3 document 1 position 40'."""
+    return f"{w['shard']} row {w['row']} document {w['document']} position {w['position']}"
+
+
 def _causal_check(label: str, good: Diffs, ev: dict) -> Check:
     w = good.causal_worst
-    ok = good.causal <= CAUSAL_TOL and good.causal_power > 0 and good.causal_docs > 0
+    power = good.causal_power
+    ok = good.causal <= CAUSAL_TOL and power > 0 and good.causal_docs > 0
     if not good.causal_docs:
         msg = "no document of 2 or more tokens: nothing to probe"
     elif good.causal > CAUSAL_TOL:
         msg = (
             f"each document's last token changed: earlier logits moved by max|Δ| {good.causal:.3g} "
-            f"(must be bit-identical); worst: {w['shard']} row {w['row']} document {w['document']} position "
-            f"{w['position']} moved when position {w['changed']} changed: the kernel is not causal, tokens "
-            f"read later tokens"
+            f"(must be bit-identical); worst: {_where(w)} moved when position {w['changed']} "
+            f"changed: the kernel is not causal, tokens read later tokens"
         )
-    elif not good.causal_power > 0:
+    elif not power > 0:
         msg = "probe has no power: changing a document's last token did not change its own logits"
     else:
         msg = (
             f"each document's last token changed: earlier logits bit-identical over {good.causal_docs} "
-            f"documents (the changed token's own logits moved ≥ {good.causal_power:.3g})"
+            f"documents (the changed token's own logits moved ≥ {power:.3g})"
         )
     return Check(
         f"{label} causal",
@@ -274,9 +272,7 @@ def _causal_check(label: str, good: Diffs, ev: dict) -> Check:
             **ev,
             "max_abs_diff": good.causal,
             "tol": CAUSAL_TOL,
-            "changed_token_min_diff": good.causal_power
-            if math.isfinite(good.causal_power)
-            else None,
+            "changed_token_min_diff": power if math.isfinite(power) else None,
             "documents_probed": good.causal_docs,
             "worst": w,
         },
@@ -293,9 +289,8 @@ def _reference_check(label: str, alone: dict, ref: dict, tol: float, samples, ev
     msg = f"alone == fp32 reference alone: max|Δ| {worst:.3g} {'≤' if ok else '>'} tol {tol:g}"
     if not ok:
         msg += (
-            f"; worst: {where['shard']} row {where['row']} document {where['document']} position "
-            f"{where['position']}: the kernel computes something else than causal attention (non-causal, "
-            f"wrong scale or heads)"
+            f"; worst: {_where(where)}: the kernel computes something else than causal attention "
+            f"(non-causal, wrong scale or heads)"
         )
     return Check(
         f"{label} vs reference", ok, msg, {**ev, "max_abs_diff": worst, "tol": tol, "worst": where}

@@ -14,6 +14,7 @@ error, the minimum set that keeps documents apart here, and per layer kind where
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 import numpy as np
 
@@ -75,14 +76,6 @@ def pad(sample: Sample, length: int) -> Sample:
     )
 
 
-def _attn_choices(device: str) -> list[str]:
-    import importlib.util
-
-    if device == "cuda" and importlib.util.find_spec("flash_attn") is not None:
-        return ["flash_attention_2", "sdpa", "eager"]
-    return ["sdpa", "eager"]
-
-
 def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: int):
     """(model, tiny config, attention implementation, kinds per layer) or PacktoolError."""
     import torch
@@ -121,7 +114,8 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
         )
     dtype = torch.float32
     last = None
-    for attn in _attn_choices(device):
+    flash = device == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    for attn in ("flash_attention_2",) * flash + ("sdpa", "eager"):
         try:
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)

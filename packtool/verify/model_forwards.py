@@ -146,11 +146,6 @@ def run_alone(model, recorder, sample, vocab: int, device):
     return out
 
 
-def _batch(collator, items, device):
-    batch = collator(items)
-    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
-
-
 def _rel_diff(x, ref) -> float:
     """max |x - ref| over the largest |ref| (1 where ref is all zeros), in float32."""
     ref = ref.float()
@@ -223,7 +218,8 @@ def run_set(
     res = SetResult(name)
     for start in range(0, len(samples), batch_rows):
         rows = samples[start : start + batch_rows]
-        batch = _batch(collator, [_item(s, vocab) for s in rows], device)
+        batch = collator([_item(s, vocab) for s in rows])
+        batch = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
         recorder.inputs, recorder.outputs, recorder.clean = {}, {}, None
         try:
             with torch.no_grad():
