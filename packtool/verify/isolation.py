@@ -72,68 +72,38 @@ def run_isolation(
         # spinning made a 100-token forward take 260 ms with 2 threads against 1.5 ms with one
         torch.set_num_threads(1)
     try:
-        return _run(
-            samples, backends, pack_len=pack_len, seed=seed, batch_rows=batch_rows, models=models
-        )
+        checks: list[Check] = []
+        for kind in models:
+            ref_alone: dict = {}  # per device: the fp32 reference run of every document alone
+            for backend in backends:
+                checks += _group(kind, backend, samples, ref_alone, pack_len, seed, batch_rows)
+        return checks
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(samples, backends, *, pack_len, seed, batch_rows, models) -> list[Check]:
-    checks: list[Check] = []
-    for kind in models:
-        ref_alone = {}  # per device: the fp32 reference run of every document alone, shared by the backends
-        for backend in backends:
-            label = f"isolation {kind}/{backend.name}"
-            if kind == "gpt2" and not backend.gpt2:
-                checks.append(
-                    Check(
-                        label,
-                        False,
-                        f"transformers {tf_version()} has no {backend.attn_implementation} "
-                        f"for GPT-2: the absolute-position model does not run on this backend",
-                        {"kernel": backend.kernel, "backend": backend.name, "model_type": kind},
-                        skipped=True,
-                    )
-                )
-                continue
-            is_ref = backend.attn_implementation == bk.REFERENCE and backend.dtype == "float32"
-            try:
-                if not is_ref and backend.device not in ref_alone:
-                    ref = bk.make("reference", backend.device)
-                    ref_alone[backend.device] = run_alone(
-                        build_model(kind, ref, pack_len, seed), ref, samples
-                    )
-            except Exception as e:  # the reference failing is a failed check, not a traceback
-                checks.append(
-                    Check(
-                        label,
-                        False,
-                        f"the fp32 reference run failed: {bk.one_line(e)}",
-                        {"backend": backend.name, "model_type": kind},
-                    )
-                )
-                continue
-            checks.extend(
-                _group(
-                    kind,
-                    backend,
-                    samples,
-                    ref_alone,
-                    is_ref,
-                    pack_len=pack_len,
-                    seed=seed,
-                    batch_rows=batch_rows,
-                )
-            )
-    return checks
-
-
-def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_rows) -> list[Check]:
-    """The checks of one (model, backend): every forward runs under one kernel-call counter."""
+def _group(kind, backend, samples, ref_alone, pack_len, seed, batch_rows) -> list[Check]:
+    """The checks of one (model, backend): every forward runs under one kernel-call counter. The
+    fp32 reference's alone runs (`ref_alone`, per device) are shared by the backends of a model."""
     import torch
 
     label = f"isolation {kind}/{backend.name}"
+    if kind == "gpt2" and not backend.gpt2:
+        why = (
+            f"transformers {tf_version()} has no {backend.attn_implementation} for GPT-2: the "
+            "absolute-position model does not run on this backend"
+        )
+        ev = {"kernel": backend.kernel, "backend": backend.name, "model_type": kind}
+        return [Check(label, False, why, ev, skipped=True)]
+    is_ref = backend.attn_implementation == bk.REFERENCE and backend.dtype == "float32"
+    try:
+        if not is_ref and backend.device not in ref_alone:
+            ref = bk.make("reference", backend.device)
+            model = build_model(kind, ref, pack_len, seed)
+            ref_alone[backend.device] = run_alone(model, ref, samples)
+    except Exception as e:  # the reference failing is a failed check, not a traceback
+        why = f"the fp32 reference run failed: {bk.one_line(e)}"
+        return [Check(label, False, why, {"backend": backend.name, "model_type": kind})]
     tol, loss_tol = LOGIT_TOL[backend.dtype], LOSS_TOL[backend.dtype]
     swap_tol = 0.0 if backend.deterministic else SWAP_TOL[backend.dtype]
     ref_tol = REFERENCE_TOL[backend.dtype]
