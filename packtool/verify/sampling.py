@@ -123,23 +123,22 @@ def synthesize(singles: list[dict], pack_len: int, rows: int):
     for (ia, la_, da), (ib, lb_, db) in pairs[:rows]:
         na = min(len(ia), pack_len // 2)
         nb = min(len(ib), pack_len - na)
-        pad = pack_len - na - nb
-        ids = np.concatenate((ia[:na], ib[:nb], np.zeros(pad, np.int32)))
-        lab = np.concatenate((la_[:na], lb_[:nb], np.full(pad, schema.IGNORE_INDEX)))
-        lab[[0, na]] = schema.IGNORE_INDEX
-        pos = schema.position_ids([na, nb], pack_len)
-        out.append(
-            Sample(
-                shard=f"synthetic from {da['shard']} row {da['row']}",
-                row=int(db["row"]),
-                input_ids=ids.astype(np.int32),
-                labels=lab.astype(np.int32),
-                position_ids=pos.astype(np.int32),
-                seq_lengths=np.array([na, nb]),
-                synthetic=True,
-            )
-        )
+        shard = f"synthetic from {da['shard']} row {da['row']}"
+        docs = [(ia[:na], la_[:na]), (ib[:nb], lb_[:nb])]
+        out.append(packed(shard, int(db["row"]), docs, pack_len, synthetic=True))
     return out
+
+
+def packed(shard: str, row: int, docs, length: int, synthetic: bool = False) -> Sample:
+    """A row laid out by the contract: the documents (ids, labels) back to back, each first label
+    IGNORE_INDEX, then a pad tail up to `length` (id 0, label IGNORE_INDEX, positions restarting)."""
+    lens = [len(ids) for ids, _ in docs]
+    tail = length - sum(lens)
+    ids = np.concatenate([*(d[0] for d in docs), np.zeros(tail)]).astype(np.int32)
+    lab = np.concatenate([*(d[1] for d in docs), np.full(tail, schema.IGNORE_INDEX)])
+    lab[np.cumsum([0, *lens[:-1]])] = schema.IGNORE_INDEX
+    pos = schema.position_ids(lens, length).astype(np.int32)
+    return Sample(shard, row, ids, lab.astype(np.int32), pos, np.array(lens), synthetic)
 
 
 def crop(samples: list[Sample], tokens: int, batch_rows: int) -> list[Sample]:

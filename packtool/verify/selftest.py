@@ -97,24 +97,18 @@ def sample_rows(pack_len: int, rows: int, *, seed: int = 0, max_len: int | None 
     IGNORE_INDEX on each first label, positions by schema.position_ids), without writing a
     pack: what `measure.measure_tolerances` runs on. Documents are 8..max_len tokens
     (default pack_len // 3), so every row holds >= 2 of them."""
-    from packtool.verify.sampling import Sample
+    from packtool.verify.sampling import packed
 
     max_len = max_len or max(8, pack_len // 3)
     docs = iter(make_documents(rows * (pack_len // 8 + 2), seed=seed, min_len=8, max_len=max_len))
     out, doc = [], next(docs)
     for r in range(rows):
-        ids = np.full(pack_len, SELF_TEST_PAD_ID, np.int32)
-        lab = np.full(pack_len, schema.IGNORE_INDEX, np.int32)
-        lens, at = [], 0
-        while at + len(doc[0]) <= pack_len:
-            n = len(doc[0])
-            ids[at : at + n], lab[at : at + n] = doc[0], doc[1]
-            lab[at] = schema.IGNORE_INDEX
-            lens.append(n)
-            at += n
+        row, used = [], 0
+        while used + len(doc[0]) <= pack_len:
+            row.append(doc)
+            used += len(doc[0])
             doc = next(docs)
-        pos = schema.position_ids(lens, pack_len)
-        out.append(Sample(f"synthetic (seed {seed})", r, ids, lab, pos, np.asarray(lens, np.int32)))
+        out.append(packed(f"synthetic (seed {seed})", r, row, pack_len))
     return out
 
 
