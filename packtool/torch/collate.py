@@ -182,9 +182,8 @@ class PackedCollator:
             lengths = self._lengths(features, "seq_lengths")
             if all(schema.UNPADDED_COLUMN in f for f in features):
                 unpadded = self._lengths(features, schema.UNPADDED_COLUMN)
-            if (
-                self.drop_padding
-            ):  # the pad tails are gone: the documents, end to end, fill the stream
+            # the pad tails are gone: the documents, end to end, fill the stream
+            if self.drop_padding:
                 lengths = [[n for lens in lengths for n in lens]]
                 unpadded = unpadded and [[n for lens in unpadded for n in lens]]
                 pack_len = flat_pos.numel()

@@ -26,11 +26,8 @@ registered with transformers' AttentionInterface and get the collator's varlen k
 
 Every varlen call goes through `call_varlen`, which counts it (`counting()`): calls, query tokens,
 and dense `scaled_dot_product_attention` calls made outside a varlen call (0 on a varlen path). The
-report states the counts instead of inferring from names that a kernel ran.
-
-`auto` on CUDA takes flash-attn, else torch-varlen, each only where the device has compute
-capability >= 8.0 and a trial call on tiny tensors succeeds and matches the fp32 reference;
-otherwise the next one, and finally sdpa, with a note saying why.
+report states the counts instead of inferring from names that a kernel ran. What `auto` takes:
+`resolve`.
 """
 
 from __future__ import annotations
@@ -267,10 +264,10 @@ def make(name: str, device: str) -> Backend:
 
 
 def resolve(backend: str, device: str) -> list[Backend]:
-    """`auto`: on CUDA the first FlashAttention varlen kernel that runs here and passes its trial
-    call (flash-attn, else torch's), else sdpa with notes saying why, plus the reference; on CPU
-    transformers' sdpa path plus the reference. A varlen backend named explicitly is used as asked
-    (UsageError where it cannot run), its trial call only reported."""
+    """`auto`: on CUDA the first FlashAttention varlen kernel that runs here (sm80+) and whose trial
+    call matches the fp32 reference (flash-attn, else torch's), else sdpa with notes saying why,
+    plus the reference; on CPU transformers' sdpa path plus the reference. A varlen backend named
+    explicitly is used as asked (UsageError where it cannot run), its trial call only reported."""
     if backend not in BACKENDS:
         raise UsageError(f"--backend {backend!r} is not one of {'|'.join(BACKENDS)}")
     dev = resolve_device(device)

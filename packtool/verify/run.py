@@ -111,10 +111,7 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
         backends = bk.resolve(cfg.backend, cfg.device)
     device = backends[0].device if backends else "cpu"
     rows = DEFAULT_ROWS[device] if cfg.rows is None else cfg.rows
-    res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
-
-    summary = _integrity(cfg, res, rows)
-
+    res, summary = _integrity(cfg, rows, device)
     if rows == 0:
         res.checks.append(
             Check("isolation", False, "not run (--rows 0): integrity only", skipped=True)
@@ -134,18 +131,19 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     return res
 
 
-def _integrity(cfg: VerifyConfig, res: VerifyResult, rows: int) -> dict:
-    """The integrity layer over every row (its checks and timings into `res`), sampling `rows`
-    rows for isolation; returns the scan's summary."""
+def _integrity(cfg: VerifyConfig, rows: int, device: str) -> tuple[VerifyResult, dict]:
+    """A VerifyResult holding the integrity layer over every row (its checks and timings), and the
+    scan's summary, with `rows` rows sampled for isolation."""
     from packtool.verify import integrity
 
+    res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
     t0 = time.perf_counter()
     checks, summary = integrity.check_integrity(cfg.path, sample_rows=rows, seed=cfg.seed)
     res.timings["integrity"] = time.perf_counter() - t0
     res.checks.extend(checks)
     tokens = summary.get("rows", 0) * (summary.get("pack_len") or 0)
     res.timings["integrity_tokens_per_s"] = tokens / max(res.timings["integrity"], 1e-9)
-    return summary
+    return res, summary
 
 
 def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Check]:
@@ -181,14 +179,12 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     from packtool.verify import backends as bk
     from packtool.verify import model_check
 
-    cfg_dict, config_file = read_config(
-        cfg.model, cfg.allow_download
-    )  # a bad --model: before any scan
+    # a bad --model: before any scan
+    cfg_dict, config_file = read_config(cfg.model, cfg.allow_download)
     bk.require_torch()
     device = bk.resolve_device(cfg.device)
     rows = MODEL_ROWS if cfg.rows is None else cfg.rows
-    res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
-    summary = _integrity(cfg, res, rows)
+    res, summary = _integrity(cfg, rows, device)
     if rows == 0:
         res.checks.append(Check("model isolation", False, "not run (--rows 0)", skipped=True))
         return res

@@ -54,13 +54,6 @@ class Sample:
         return [(int(a), int(b)) for a, b in zip(cs[:-1], cs[1:], strict=True)]
 
 
-def _documents(seq_lengths) -> np.ndarray:
-    """A row's documents' slots: seq_lengths less the empty entries of fixed docs (a padded
-    document runs alone as its slots, its padding included)."""
-    lens = np.asarray(seq_lengths, np.int64)
-    return lens[lens > 0]
-
-
 def mix(x: np.ndarray) -> np.ndarray:
     """splitmix64: a seeded pseudo-random key per global row, independent of batch boundaries."""
     z = x + np.uint64(0x9E3779B97F4A7C15)
@@ -91,14 +84,13 @@ class Sampler:
             key = int(keys[i])
             if len(self.kept) >= self.n and key >= self.kept[-1][0]:
                 break
-            a, b = int(cols["seq_off"][r]), int(cols["seq_off"][r + 1])
-            row = {
-                "shard": shard,
-                "row": row0 + r,
-                "seq_lengths": _documents(cols["seq_val"][a:b]),
-            }
-            for c in ("input_ids", "labels", "position_ids"):
-                row[c] = cols[c][r].copy()
+            # the documents' slots: seq_lengths less the empty entries of fixed docs (a padded
+            # document runs alone as its slots, its padding included)
+            lens = np.asarray(
+                cols["seq_val"][cols["seq_off"][r] : cols["seq_off"][r + 1]], np.int64
+            )
+            row = {"shard": shard, "row": row0 + r, "seq_lengths": lens[lens > 0]}
+            row.update({c: cols[c][r].copy() for c in ("input_ids", "labels", "position_ids")})
             self.kept.append((key, row))
             self.kept.sort(key=lambda kv: kv[0])
             del self.kept[self.n :]
