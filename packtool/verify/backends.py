@@ -295,13 +295,12 @@ def resolve(backend: str, device: str) -> list[Backend]:
     return [dataclasses.replace(make("sdpa", dev), notes=tuple(notes)), make("reference", dev)]
 
 
-def trial(
-    backend: Backend, *, heads: int = 4, kv_heads: int = 2, head_dim: int = 16
-) -> tuple[bool, str]:
+def trial(backend: Backend) -> tuple[bool, str]:
     """One varlen call on tiny tensors (4 segments, one of a single token; GQA heads) through the
     same code path as the isolation models, compared with the fp32 per-segment reference.
-    Returns (ok, what happened). Defaults are the tiny Llama's head layout."""
+    Returns (ok, what happened)."""
     torch = require_torch()
+    heads, kv_heads, head_dim = 4, 2, 16  # the tiny Llama's head layout
     lens = [5, 1, 11, 3]
     total = sum(lens)
     g = torch.Generator().manual_seed(0)

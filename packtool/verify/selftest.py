@@ -83,11 +83,7 @@ def build_self_test_pack(
 ) -> str:
     """Write a pack of synthetic documents into `out`; returns which writer made it."""
     write_documents(
-        out,
-        make_documents(n_docs, seed=seed, min_len=8, max_len=pack_len // 3),
-        pack_len,
-        shard_rows=16,
-        seed=seed,
+        out, make_documents(n_docs, seed=seed, max_len=pack_len // 3), pack_len, seed=seed
     )
     return "packtool.pack (bfd)"
 

@@ -31,7 +31,7 @@ import numpy as np
 from packtool import schema
 from packtool.verify.scan import MAX_EXAMPLES
 from packtool.verify.sources.compare import Compare, Doc, compare_docs, piece_note
-from packtool.verify.sources.pieces import hashes
+from packtool.verify.sources.pieces import hashes, segments
 
 BATCH_TOKENS = 1 << 22
 
@@ -192,30 +192,18 @@ def settle_deferred(cmp: Compare) -> None:
             continue
         p = (same or free)[0]
         cmp.seen[p] += 1
-        docs = Doc(
-            np.zeros(1, np.int64),
-            np.array([k]),
-            np.array([col]),
-            np.array([g_ids.size]),
-            np.array([src]),
-        )
+        docs = Doc(*(np.array([x], np.int64) for x in (0, k, col, g_ids.size, src)))
         compare_docs(cmp, shard, row, docs, np.array([p]), g_ids, g_lab, np.zeros(1, np.int64))
 
 
 def missing_pieces(cmp: Compare, wanted_records: np.ndarray | None) -> None:
     """Pieces no shard document matched (merged away, lost), and pieces matched twice."""
     exp = cmp.exp
-    pieces = (
-        np.arange(exp.piece_row.size)
-        if wanted_records is None
-        else np.concatenate(
-            [
-                np.arange(exp.first_piece[r], exp.first_piece[r] + exp.num_pieces[r])
-                for r in wanted_records.tolist()
-            ]
-            or [np.zeros(0, np.int64)]
-        ).astype(np.int64)
-    )
+    if wanted_records is None:
+        pieces = np.arange(exp.piece_row.size)
+    else:  # the sampled records' pieces, record by record
+        seg, intra = segments(exp.num_pieces[wanted_records])
+        pieces = exp.first_piece[wanted_records][seg] + intra
     lost = pieces[cmp.seen[pieces] == 0]
     twice = pieces[cmp.seen[pieces] > 1]
     cmp.where.resolve(
