@@ -151,14 +151,11 @@ class PackedDataset(torch.utils.data.Dataset):
             self._views = self._open()
         s, r = self.locate(int(index))
         row = self._views[s].row(r)  # views into the memory map: copy what the item keeps
-        item: dict[str, Any] = {}
-        for name in ("input_ids", "labels", "position_ids"):
-            item[name] = torch.from_numpy(row[name].astype(np.int64))
-        item["document_id"] = torch.from_numpy(row["document_id"].copy())
-        for name in schema.LIST_COLUMNS + (
-            (schema.UNPADDED_COLUMN,) if schema.UNPADDED_COLUMN in row else ()
-        ):
-            item[name] = torch.from_numpy(row[name].copy())
-        for name in schema.SCALAR_COLUMNS:
-            item[name] = int(row[name])
+        item: dict[str, Any] = {
+            name: torch.from_numpy(row[name].astype(np.int64))
+            for name in ("input_ids", "labels", "position_ids")
+        }
+        copied = ("document_id", *schema.LIST_COLUMNS, schema.UNPADDED_COLUMN)
+        item.update({name: torch.from_numpy(row[name].copy()) for name in copied if name in row})
+        item.update({name: int(row[name]) for name in schema.SCALAR_COLUMNS})
         return item
