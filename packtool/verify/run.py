@@ -212,10 +212,9 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
 def _samples(summary: dict, pack_len: int, rows: int) -> list:
     """The integrity scan's sampled rows, or (none holds two documents) rows of two built from its
     one-document rows."""
-    from packtool.verify.sampling import Sample, synthesize
+    from packtool.verify.sampling import synthesize
 
-    samples = [Sample(**d) for d in summary.get("samples", [])]
-    return samples or synthesize(summary.get("singles", []), pack_len, rows)
+    return summary.get("samples") or synthesize(summary.get("singles", []), pack_len, rows)
 
 
 def _n(count: int, word: str) -> str:

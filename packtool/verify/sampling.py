@@ -7,7 +7,7 @@ so the choice does not depend on how the shards were cut into batches:
     global row     0    1    2    3    4    5   ...
     key            splitmix64(row ^ splitmix64(seed))
     candidates     rows with >= 2 documents (else, in a second sampler, rows with one)
-    kept           the n smallest keys, as copies {shard, row, seq_lengths, input_ids, labels, position_ids}
+    kept           the n smallest keys, as Samples (copies: shard, row, the token columns, seq_lengths)
                    (seq_lengths: the documents' slots, a padded document's padding included, the
                    empty entries of fixed docs left out)
 
@@ -68,7 +68,7 @@ class Sampler:
     def __init__(self, n: int, seed: int):
         self.n = n
         self.salt = mix(np.array([seed], dtype=np.uint64))[0]
-        self.kept: list[tuple[int, dict]] = []
+        self.kept: list[tuple[int, Sample]] = []
 
     def offer(self, cand: np.ndarray, gidx: np.ndarray, cols: dict, shard: str, row0: int) -> None:
         """Rows of a scanned batch: `cand` (R,) which may be kept, `gidx` (R,) uint64 their global
@@ -89,23 +89,19 @@ class Sampler:
             lens = np.asarray(
                 cols["seq_val"][cols["seq_off"][r] : cols["seq_off"][r + 1]], np.int64
             )
-            row = {"shard": shard, "row": row0 + r, "seq_lengths": lens[lens > 0]}
-            row.update({c: cols[c][r].copy() for c in ("input_ids", "labels", "position_ids")})
-            self.kept.append((key, row))
+            ids, lab, pos = (cols[c][r].copy() for c in ("input_ids", "labels", "position_ids"))
+            self.kept.append((key, Sample(shard, row0 + r, ids, lab, pos, lens[lens > 0])))
             self.kept.sort(key=lambda kv: kv[0])
             del self.kept[self.n :]
 
-    def rows(self) -> list[dict]:
-        return sorted((row for _, row in self.kept), key=lambda d: (d["shard"], d["row"]))
+    def rows(self) -> list[Sample]:
+        return sorted((s for _, s in self.kept), key=lambda s: (s.shard, s.row))
 
 
-def synthesize(singles: list[dict], pack_len: int, rows: int):
+def synthesize(singles: list[Sample], pack_len: int, rows: int):
     """No row holds two documents: up to `rows` isolation Samples of two documents built from the
-    one-document rows `singles` (Sampler.rows() dicts). Token slots keep the row's layout rules."""
-    docs = [
-        (d["input_ids"][: int(d["seq_lengths"][0])], d["labels"][: int(d["seq_lengths"][0])], d)
-        for d in singles
-    ]
+    one-document rows `singles` (Sampler.rows()). Token slots keep the row's layout rules."""
+    docs = [(s.input_ids[: s.bounds[0][1]], s.labels[: s.bounds[0][1]], s) for s in singles]
     pairs = list(zip(docs[0::2], docs[1::2], strict=False))
     if len(docs) == 1 and len(docs[0][0]) >= 2:
         ids, lab, d = docs[0]
@@ -115,9 +111,9 @@ def synthesize(singles: list[dict], pack_len: int, rows: int):
     for (ia, la_, da), (ib, lb_, db) in pairs[:rows]:
         na = min(len(ia), pack_len // 2)
         nb = min(len(ib), pack_len - na)
-        shard = f"synthetic from {da['shard']} row {da['row']}"
         docs = [(ia[:na], la_[:na]), (ib[:nb], lb_[:nb])]
-        out.append(packed(shard, int(db["row"]), docs, pack_len, synthetic=True))
+        shard = f"synthetic from {da.shard} row {da.row}"
+        out.append(packed(shard, db.row, docs, pack_len, synthetic=True))
     return out
 
 

@@ -14,10 +14,10 @@ def test_sampler_is_deterministic_and_prefers_multi_doc_rows(clean_pack):
     _, a = integ.check_integrity(str(clean_pack), sample_rows=3, seed=1)
     _, b = integ.check_integrity(str(clean_pack), sample_rows=3, seed=1)
     _, c = integ.check_integrity(str(clean_pack), sample_rows=3, seed=2)
-    key = lambda s: [(x["shard"], x["row"]) for x in s["samples"]]  # noqa: E731
+    key = lambda s: [(x.shard, x.row) for x in s["samples"]]  # noqa: E731
     assert key(a) == key(b) and len(key(a)) == 3
     assert key(a) != key(c)
-    assert all(len(x["seq_lengths"]) >= 2 for x in a["samples"])
+    assert all(len(x.seq_lengths) >= 2 for x in a["samples"])
 
 
 def test_sampler_choice_does_not_depend_on_batches():
@@ -34,24 +34,15 @@ def test_sampler_choice_does_not_depend_on_batches():
         one = {c: v[r : r + 1] for c, v in cols.items() if c not in ("seq_off", "seq_val")}
         one["seq_off"], one["seq_val"] = np.array([0, 1]), np.array([L])
         rows.offer(np.ones(1, bool), np.array([r], np.uint64), one, "s", r)
-    assert [d["row"] for d in whole.rows()] == [d["row"] for d in rows.rows()] and len(
-        whole.rows()
-    ) == 5
+    assert [s.row for s in whole.rows()] == [s.row for s in rows.rows()] and len(whole.rows()) == 5
 
 
-def _single(row: int, n: int, L: int, shard: str = "data/s.parquet") -> dict:
+def _single(row: int, n: int, L: int, shard: str = "data/s.parquet") -> sampling.Sample:
     ids = np.arange(1, L + 1, dtype=np.int32) + 100 * row
     lab = ids.copy()
     lab[0] = schema.IGNORE_INDEX
     lab[n:] = schema.IGNORE_INDEX
-    return {
-        "shard": shard,
-        "row": row,
-        "seq_lengths": np.array([n]),
-        "input_ids": ids,
-        "labels": lab,
-        "position_ids": schema.position_ids([n], L),
-    }
+    return sampling.Sample(shard, row, ids, lab, schema.position_ids([n], L), np.array([n]))
 
 
 def test_synthesized_rows_follow_the_row_layout():
