@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib.util
 import inspect
 import itertools
 from dataclasses import dataclass
@@ -165,13 +164,11 @@ def resolve_device(device: str) -> str:
 
 
 def _flash_attn_version() -> str | None:
-    if importlib.util.find_spec("flash_attn") is None:
-        return None
     try:
         import flash_attn
 
         return getattr(flash_attn, "__version__", "unknown")
-    except Exception:  # installed but broken (ABI mismatch): cannot run
+    except Exception:  # absent, or installed but broken (ABI mismatch): cannot run
         return None
 
 
