@@ -26,7 +26,7 @@ from packtool.verify.kernel_check import flash_check, kernel_calls
 DEFAULT_ROWS = {"cpu": 4, "cuda": 16}
 # CPU: each row runs as its first 1024 slots or more, its first two documents whole (sampling.crop):
 # the sdpa path's packed mask is L^2, a forward of 2 rows costs 0.05 / 0.18 / 0.74 CPU-s at 1024 /
-# 2048 / 4096 slots (the demo's verify: ~7 CPU-s in all, ~20 with whole rows); CUDA: whole rows
+# 2048 / 4096 slots (the demo's verify: 7-10 CPU-s in all, 21-25 with whole rows); CUDA: whole rows
 ROW_TOKENS = {"cpu": 1024, "cuda": None}
 MODEL_ROWS = 16  # --model: rows cut to model_check.TOKENS, so 16 of them fit the same time
 
