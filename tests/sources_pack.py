@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from packtool import schema
 from packtool.cli import app
-from packtool.verify import integrity as integ
+from packtool.verify import audit
 from packtool.verify import selftest as st
 
 runner = CliRunner()
@@ -93,7 +93,7 @@ def prompt_token(table, skip_first: bool = True):
 
 def shard_with_split_free_rows(pack, split_sources):
     """(rel, table) of a shard whose first prompt token belongs to a record that was not split."""
-    for i in range(len(integ.list_shards(str(pack)))):
+    for i in range(len(audit.list_shards(str(pack)))):
         rel, table = st.read_shard(str(pack), i)
         if prompt_token(table)[3] not in split_sources:
             return rel, table

@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 
 KINDS = ("full attention", "sliding attention", "linear attention", "mamba", "conv", "moe")
-MIXERS = ("full attention", "sliding attention", "linear attention", "mamba", "conv")
 
 _RULES = (  # the first rule whose pattern ends the class name wins
     ("linear attention", re.compile(r"(GatedDeltaNet|LinearAttention|DeltaNet)$")),

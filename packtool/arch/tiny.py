@@ -75,6 +75,7 @@ _WIDTHS = {
 }
 _EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOPK = ("num_experts_per_tok", "moe_topk", "top_k")
+_ONE = ("n_shared_experts", "num_shared_experts", "n_group", "topk_group")  # shared experts, groups
 _LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers")
 _DROPOUTS = re.compile(r".*(dropout|pdrop)$")
 
@@ -95,6 +96,11 @@ def _get(cfg, name: str):
         return getattr(cfg, name, None)
     except Exception:
         return None
+
+
+def _ints(cfg, names) -> list[tuple[str, int]]:
+    """(name, value) of each of `names` that the config holds as an int."""
+    return [(name, v) for name in names if isinstance(v := _get(cfg, name), int)]
 
 
 def _has(cfg, name: str) -> bool:
@@ -133,25 +139,17 @@ def _heads(cfg) -> None:
         cfg.num_heads = ssm_heads
         cfg.head_dim = SSM_HEAD_DIM
     _set(cfg, "mamba_d_ssm", ssm_heads * SSM_HEAD_DIM)
-    for name in ("n_groups", "mamba_n_groups"):
-        g = _get(cfg, name)
-        if isinstance(g, int):
-            setattr(cfg, name, 1 if g == 1 else 2)
+    for name, g in _ints(cfg, ("n_groups", "mamba_n_groups")):
+        setattr(cfg, name, 1 if g == 1 else 2)
 
 
 def _experts(cfg) -> None:
-    for name in _EXPERT_COUNTS:
-        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 0:
-            setattr(cfg, name, EXPERTS)
-    for name in _TOPK:
-        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 0:
-            setattr(cfg, name, min(getattr(cfg, name), 2))
-    for name in ("n_shared_experts", "num_shared_experts"):
-        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 1:
-            setattr(cfg, name, 1)
-    for name in ("n_group", "topk_group"):
-        if isinstance(_get(cfg, name), int) and getattr(cfg, name) > 1:
-            setattr(cfg, name, 1)
+    """EXPERTS experts, top-2 routing; one shared expert and one routing group where more."""
+    for name, v in _ints(cfg, (*_EXPERT_COUNTS, *_TOPK, *_ONE)):
+        if v > (1 if name in _ONE else 0):
+            setattr(
+                cfg, name, EXPERTS if name in _EXPERT_COUNTS else min(v, 2) if name in _TOPK else 1
+            )
 
 
 def _rope(cfg) -> None:
@@ -173,13 +171,6 @@ def _rope(cfg) -> None:
             holder["mrope_section"] = new
 
 
-def _windows(cfg, window: int) -> None:
-    for name in ("sliding_window", "attention_window_size", "attention_chunk_size"):
-        w = _get(cfg, name)
-        if isinstance(w, int) and w > 0:
-            setattr(cfg, name, min(w, window))
-
-
 def widths(config, *, pack_len: int, window: int):
     """The config at tiny width (full depth): see the module docstring."""
     cfg = copy.deepcopy(text_config(config))
@@ -193,7 +184,9 @@ def widths(config, *, pack_len: int, window: int):
     rotary = _get(cfg, "rotary_dim")  # codegen, gpt-j: RoPE on the first rotary_dim
     if isinstance(rotary, int) and rotary > (_get(cfg, "head_dim") or HIDDEN // HEADS):
         cfg.rotary_dim = (_get(cfg, "head_dim") or HIDDEN // HEADS) // 2
-    _windows(cfg, window)
+    for name, w in _ints(cfg, ("sliding_window", "attention_window_size", "attention_chunk_size")):
+        if w > 0:
+            setattr(cfg, name, min(w, window))
     per_layer = _get(cfg, "per_layer_config")  # gemma 4: {layer: {"head_dim": ...}}
     if isinstance(per_layer, dict):
         for layer in per_layer.values():
@@ -202,25 +195,17 @@ def widths(config, *, pack_len: int, window: int):
     for name in list(vars(cfg)):
         if _DROPOUTS.match(name) and isinstance(getattr(cfg, name), float):
             setattr(cfg, name, 0.0)
-    for name in ("max_position_embeddings", "n_positions"):
-        v = _get(cfg, name)
-        if isinstance(v, int):
-            setattr(cfg, name, max(v, pack_len))
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        v = _get(cfg, name)
-        if isinstance(v, int) and v >= VOCAB:
+    for name, v in _ints(cfg, ("max_position_embeddings", "n_positions")):
+        setattr(cfg, name, max(v, pack_len))
+    for name, v in _ints(cfg, ("bos_token_id", "eos_token_id", "pad_token_id")):
+        if v >= VOCAB:
             setattr(cfg, name, VOCAB - 1)
-    _set(cfg, "use_cache", False)
     cfg.use_cache = False
     return cfg
 
 
 def depth(cfg) -> int | None:
-    for name in _LAYER_COUNTS:
-        v = _get(cfg, name)
-        if isinstance(v, int) and v > 0:
-            return v
-    return None
+    return next((v for _, v in _ints(cfg, _LAYER_COUNTS) if v > 0), None)
 
 
 def cut(cfg, layers: int):
@@ -229,9 +214,8 @@ def cut(cfg, layers: int):
     cfg = copy.deepcopy(cfg)
     if full is None or layers >= full:
         return cfg
-    for name in _LAYER_COUNTS:
-        if isinstance(_get(cfg, name), int):
-            setattr(cfg, name, layers)
+    for name, _ in _ints(cfg, _LAYER_COUNTS):
+        setattr(cfg, name, layers)
     for name, v in list(vars(cfg).items()):
         per_layer = (isinstance(v, list) and all(isinstance(x, str) for x in v)) or (
             isinstance(v, str) and "pattern" in name

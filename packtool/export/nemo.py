@@ -129,8 +129,7 @@ class _Rows:
 
     def array(self) -> np.ndarray:
         arr = np.empty(len(self.rows), dtype=object)
-        for i, row in enumerate(self.rows):
-            arr[i] = row
+        arr[:] = self.rows
         return arr
 
 
@@ -201,12 +200,15 @@ def export_nemo(pack: str, out: str, force: bool = False, progress=None) -> Expo
 
 def _record(pack: str, reader: PackReader, totals, meta: dict, names: dict) -> dict:
     """export.json: deterministic (no times), enough to tell what was exported and how to load it."""
+    from packtool import __version__
+    from packtool.io.files import sha256_file
+
     m = reader.manifest
     return {
         RECORD_KEY: FORMAT,
-        "packtool_version": _version(),
+        "packtool_version": __version__,
         "pack": pack,
-        "pack_manifest_sha256": _manifest_hash(reader.path),
+        "pack_manifest_sha256": sha256_file(os.path.join(reader.path, schema.MANIFEST)),
         "pack_len": m.pack_len,
         "files": names,
         "rows": totals.rows - totals.rows_without_docs,  # the pack's rows with a document
@@ -237,15 +239,3 @@ def _record(pack: str, reader: PackReader, totals, meta: dict, names: dict) -> d
             "answer_only_loss": True,
         },
     }
-
-
-def _manifest_hash(path: str) -> str:
-    from packtool.io.files import sha256_file
-
-    return sha256_file(os.path.join(path, schema.MANIFEST))
-
-
-def _version() -> str:
-    from packtool import __version__
-
-    return __version__

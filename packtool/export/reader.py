@@ -46,14 +46,10 @@ READ_COLUMNS = ("input_ids", "labels", "seq_lengths")
 class DocBatch:
     """The non-empty documents of consecutive rows of one shard (see the module docstring)."""
 
-    shard: str
-    row0: int  # the first row's index in its shard
     tokens: np.ndarray  # int32 [T]
     labels: np.ndarray  # int32 [T]
     doc_len: np.ndarray  # int64 [D], every entry > 0
     row_docs: np.ndarray  # int64 [R]
-    empty_docs: int  # document slots of length 0 that were skipped
-    pad_slots: int  # slots of padded documents beyond their real tokens (dropped)
 
 
 @dataclass
@@ -207,25 +203,16 @@ class PackReader:
         del idx
         self._check_pads(ids, lab, base + real, slots - real, row_of_doc, shard, row0)
         self._check_labels(tokens, labels, real[keep], row_of_doc[keep], shard, row0)
-        b = DocBatch(
-            shard=shard,
-            row0=row0,
-            tokens=tokens,
-            labels=labels,
-            doc_len=real[keep],
-            row_docs=np.bincount(row_of_doc[keep], minlength=R).astype(np.int64),
-            empty_docs=int((~keep).sum()),
-            pad_slots=int((slots - real).sum()),
-        )
+        row_docs = np.bincount(row_of_doc[keep], minlength=R).astype(np.int64)
         t = self.totals
         t.rows += R
-        t.rows_without_docs += int((b.row_docs == 0).sum())
-        t.documents += int(b.doc_len.size)
-        t.empty_docs += b.empty_docs
+        t.rows_without_docs += int((row_docs == 0).sum())
+        t.documents += int(keep.sum())
+        t.empty_docs += int((~keep).sum())  # document slots of length 0, skipped
         t.tokens += int(tokens.size)
         t.loss_tokens += int((labels != schema.IGNORE_INDEX).sum())
-        t.pad_slots += b.pad_slots
-        return b
+        t.pad_slots += int((slots - real).sum())  # padded documents' slots past their real tokens
+        return DocBatch(tokens, labels, real[keep], row_docs)
 
     def _check_pads(self, ids, lab, at, n, row_of_doc, shard: str, row0: int) -> None:
         """The slots a padded document has beyond its real tokens must be pad_id with label -100."""

@@ -30,9 +30,8 @@ from packtool import schema
 from packtool.errors import PacktoolError
 from packtool.io.files import sha256_file
 
-_CONVERT_BATCH_ROWS = (
-    256  # rows per record batch when converting Parquet -> Arrow IPC (bounded RAM)
-)
+# rows per record batch when converting Parquet -> Arrow IPC (bounded RAM)
+_CONVERT_BATCH_ROWS = 256
 
 
 def cache_path(cache_dir: Path, shard: Path, sha256: str | None) -> Path:

@@ -182,9 +182,8 @@ class PackedCollator:
             lengths = self._lengths(features, "seq_lengths")
             if all(schema.UNPADDED_COLUMN in f for f in features):
                 unpadded = self._lengths(features, schema.UNPADDED_COLUMN)
-            if (
-                self.drop_padding
-            ):  # the pad tails are gone: the documents, end to end, fill the stream
+            # the pad tails are gone: the documents, end to end, fill the stream
+            if self.drop_padding:
                 lengths = [[n for lens in lengths for n in lens]]
                 unpadded = unpadded and [[n for lens in unpadded for n in lens]]
                 pack_len = flat_pos.numel()
@@ -232,30 +231,22 @@ class PackedCollator:
                 "document_id": document_id,
             }
 
+        keep = None  # the slots a batch keeps: all, or the documents' slots (drop_padding)
         if self.mode == "varlen" and self.drop_padding:
-            if "seq_lengths" in features[0]:  # the documents' slots (their padding included)
-                keep = (
-                    torch.arange(input_ids.shape[1])[None, :]
-                    < torch.tensor([int(sum(f["seq_lengths"])) for f in features])[:, None]
-                )
-            elif "num_tokens" in features[0]:
-                keep = (
-                    torch.arange(input_ids.shape[1])[None, :]
-                    < torch.tensor([int(f["num_tokens"]) for f in features])[:, None]
-                )
-            elif "document_id" in features[0]:
-                keep = (
-                    _stack(features, "document_id", torch.int32) >= 0
-                )  # pad tail: PAD_DOCUMENT_ID (-1)
+            first = features[0]
+            if "seq_lengths" in first or "num_tokens" in first:  # their padding included
+                n = [
+                    int(sum(f["seq_lengths"]) if "seq_lengths" in first else f["num_tokens"])
+                    for f in features
+                ]
+                keep = torch.arange(input_ids.shape[1])[None, :] < torch.tensor(n)[:, None]
+            elif "document_id" in first:  # the pad tail is PAD_DOCUMENT_ID (-1)
+                keep = _stack(features, "document_id", torch.int32) >= 0
             else:
                 raise _missing("num_tokens")
-            flat_ids, flat_labels, flat_pos = input_ids[keep], labels[keep], position_ids[keep]
-        else:
-            flat_ids, flat_labels, flat_pos = (
-                input_ids.reshape(-1),
-                labels.reshape(-1),
-                position_ids.reshape(-1),
-            )
+        flat_ids, flat_labels, flat_pos = (
+            t.reshape(-1) if keep is None else t[keep] for t in (input_ids, labels, position_ids)
+        )
 
         cu, cu_real = self._cu_seqlens(features, position_ids, flat_pos)
         max_len = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0

@@ -26,14 +26,11 @@ from packtool.torch.arrow_cache import MappedShard, cache_path, convert_shard
 class PackedDataset(torch.utils.data.Dataset):
     """Map-style dataset over a pack folder (`OUT/manifest.json` + `OUT/data/*.parquet`).
 
-    Parquet pages are compressed, so they cannot be memory-mapped as they are. On first use each
-    shard is converted, one record batch at a time (RAM stays bounded), into an uncompressed Arrow
-    IPC file under `cache_dir` (default `$PACKTOOL_CACHE/arrow`, else `~/.cache/packtool/arrow`),
-    named by the shard's sha256 from the manifest; later runs and other ranks reuse it. The IPC files
-    are memory-mapped: nothing is loaded into RAM up front, and `ds[i]` copies one row (4 token
-    columns of `pack_len` int32) out of the page cache. This is what `datasets` does with its Arrow
-    cache, without the fingerprinting. The cache takes ~16 bytes per token slot on disk (the Parquet
-    shards are ~3-4x smaller); delete `cache_dir` to reclaim it. (The converter: `arrow_cache`.)
+    On first use each shard is converted once into an uncompressed Arrow IPC file under `cache_dir`
+    (default `$PACKTOOL_CACHE/arrow`, else `~/.cache/packtool/arrow`), memory-mapped from then on
+    (`arrow_cache` draws it): nothing is loaded up front, and `ds[i]` copies one row (4 token
+    columns of `pack_len` int32) out of the page cache, as `datasets` does without fingerprints. The
+    cache takes ~16 bytes per token slot (3-4x the Parquet); delete `cache_dir` to reclaim it.
 
     Item: `input_ids`, `labels`, `position_ids` (int64 tensors of `pack_len`), `document_id` (int32),
     `seq_lengths` (int32 tensor), `source_index` (int64 tensor), `num_tokens`, `num_loss_tokens` (int);
@@ -154,14 +151,11 @@ class PackedDataset(torch.utils.data.Dataset):
             self._views = self._open()
         s, r = self.locate(int(index))
         row = self._views[s].row(r)  # views into the memory map: copy what the item keeps
-        item: dict[str, Any] = {}
-        for name in ("input_ids", "labels", "position_ids"):
-            item[name] = torch.from_numpy(row[name].astype(np.int64))
-        item["document_id"] = torch.from_numpy(row["document_id"].copy())
-        for name in schema.LIST_COLUMNS + (
-            (schema.UNPADDED_COLUMN,) if schema.UNPADDED_COLUMN in row else ()
-        ):
-            item[name] = torch.from_numpy(row[name].copy())
-        for name in schema.SCALAR_COLUMNS:
-            item[name] = int(row[name])
+        item: dict[str, Any] = {
+            name: torch.from_numpy(row[name].astype(np.int64))
+            for name in ("input_ids", "labels", "position_ids")
+        }
+        copied = ("document_id", *schema.LIST_COLUMNS, schema.UNPADDED_COLUMN)
+        item.update({name: torch.from_numpy(row[name].copy()) for name in copied if name in row})
+        item.update({name: int(row[name]) for name in schema.SCALAR_COLUMNS})
         return item

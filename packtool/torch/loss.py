@@ -3,11 +3,7 @@
 A token carries loss when its label is not `schema.IGNORE_INDEX` (-100). Labels are unshifted (the
 model shifts): with shift=True the count is over `labels[..., 1:]`, which for packtool rows equals
 the unshifted count (every document's first token is -100; docs/ARCHITECTURE.md, "Semantics").
-
-    for micro_batches in accumulation_groups(loader, grad_accum):     # one optimizer step
-        n = global_loss_tokens(micro_batches)                          # this step, all ranks
-        for mb in micro_batches:
-            loss = token_loss_sum(model(...).logits, mb["labels"]) / n
+`global_loss_tokens` shows the training step that uses all four.
 """
 
 from __future__ import annotations

@@ -63,12 +63,8 @@ class PackedSampler(torch.utils.data.Sampler[int]):
                 f"{self.num_rows} rows cannot give every one of {self.world_size} ranks a row; "
                 "pack more data or use drop_last=False"
             )
-        self.shuffle, self.seed, self.drop_last, self.shard_aware = (
-            shuffle,
-            int(seed),
-            drop_last,
-            shard_aware,
-        )
+        self.shuffle, self.seed = shuffle, int(seed)
+        self.drop_last, self.shard_aware = drop_last, shard_aware
         self._shard_start = np.concatenate([[0], np.cumsum(shard_rows)]).astype(np.int64)
         self.epoch = 0
         self._position = 0  # rows of this epoch handed out by this rank

@@ -6,7 +6,8 @@
       scan.py          the vectorized row scan of a batch, and the text naming a failing slot
       accounting.py    where every example and token went: the manifest's arithmetic and the rows
       names.py         the integrity checks' names, in report order
-    sampling.py      the rows isolation runs on: chosen during the scan, or built from single documents
+    sampling.py      the rows isolation runs on: chosen during the scan, or built from single documents;
+                     on CPU each cut to a prefix that keeps its first two documents whole (crop)
     isolation.py     the isolation layer: per (model, backend) the runs, then one Check per comparison
       tiny_models.py   the two tiny random-weight decoders (Llama: RoPE, GPT-2: absolute positions)
       forwards.py      packed / alone / swapped / last-token / control runs and their differences

@@ -56,12 +56,7 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
     want = np.ones(uniq.size, np.int64)
     if split:
         keys = np.fromiter(split.keys(), np.int64, len(split))
-        pos = np.searchsorted(uniq, keys)
-        ok = (
-            (pos < uniq.size) & (uniq[np.minimum(pos, max(uniq.size - 1, 0))] == keys)
-            if uniq.size
-            else np.zeros(keys.size, bool)
-        )
+        ok = np.isin(keys, uniq)
         if not ok.all():
             k = int(keys[~ok][0])
             return Check(
@@ -71,7 +66,7 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
                 f"is in the rows",
                 ev,
             )
-        want[pos] = np.fromiter(split.values(), np.int64, len(split))
+        want[np.searchsorted(uniq, keys)] = np.fromiter(split.values(), np.int64, len(split))
     bad = np.flatnonzero(counts != want)
     if bad.size:
         v = int(uniq[bad[0]])

@@ -26,18 +26,15 @@ registered with transformers' AttentionInterface and get the collator's varlen k
 
 Every varlen call goes through `call_varlen`, which counts it (`counting()`): calls, query tokens,
 and dense `scaled_dot_product_attention` calls made outside a varlen call (0 on a varlen path). The
-report states the counts instead of inferring from names that a kernel ran.
-
-`auto` on CUDA takes flash-attn, else torch-varlen, each only where the device has compute
-capability >= 8.0 and a trial call on tiny tensors succeeds and matches the fp32 reference;
-otherwise the next one, and finally sdpa, with a note saying why.
+report states the counts instead of inferring from names that a kernel ran. What `auto` takes:
+`resolve`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
+import functools
 import inspect
 import itertools
 from dataclasses import dataclass
@@ -167,13 +164,11 @@ def resolve_device(device: str) -> str:
 
 
 def _flash_attn_version() -> str | None:
-    if importlib.util.find_spec("flash_attn") is None:
-        return None
     try:
         import flash_attn
 
         return getattr(flash_attn, "__version__", "unknown")
-    except Exception:  # installed but broken (ABI mismatch): cannot run
+    except Exception:  # absent, or installed but broken (ABI mismatch): cannot run
         return None
 
 
@@ -266,10 +261,10 @@ def make(name: str, device: str) -> Backend:
 
 
 def resolve(backend: str, device: str) -> list[Backend]:
-    """`auto`: on CUDA the first FlashAttention varlen kernel that runs here and passes its trial
-    call (flash-attn, else torch's), else sdpa with notes saying why, plus the reference; on CPU
-    transformers' sdpa path plus the reference. A varlen backend named explicitly is used as asked
-    (UsageError where it cannot run), its trial call only reported."""
+    """`auto`: on CUDA the first FlashAttention varlen kernel that runs here (sm80+) and whose trial
+    call matches the fp32 reference (flash-attn, else torch's), else sdpa with notes saying why,
+    plus the reference; on CPU transformers' sdpa path plus the reference. A varlen backend named
+    explicitly is used as asked (UsageError where it cannot run), its trial call only reported."""
     if backend not in BACKENDS:
         raise UsageError(f"--backend {backend!r} is not one of {'|'.join(BACKENDS)}")
     dev = resolve_device(device)
@@ -297,13 +292,12 @@ def resolve(backend: str, device: str) -> list[Backend]:
     return [dataclasses.replace(make("sdpa", dev), notes=tuple(notes)), make("reference", dev)]
 
 
-def trial(
-    backend: Backend, *, heads: int = 4, kv_heads: int = 2, head_dim: int = 16
-) -> tuple[bool, str]:
+def trial(backend: Backend) -> tuple[bool, str]:
     """One varlen call on tiny tensors (4 segments, one of a single token; GQA heads) through the
     same code path as the isolation models, compared with the fp32 per-segment reference.
-    Returns (ok, what happened). Defaults are the tiny Llama's head layout."""
+    Returns (ok, what happened)."""
     torch = require_torch()
+    heads, kv_heads, head_dim = 4, 2, 16  # the tiny Llama's head layout
     lens = [5, 1, 11, 3]
     total = sum(lens)
     g = torch.Generator().manual_seed(0)
@@ -444,7 +438,11 @@ def reference_attention(
     return out.reshape(B, S, H, D), None
 
 
-def _varlen_attention(name, query, key, value, scaling, kwargs):
+def _varlen_attention(
+    name, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
+    """The varlen kernel `name` (registered per kernel with the name bound) over the flattened
+    batch, causal within cu_seqlens segments; attention_mask is ignored."""
     import torch
 
     B, H, S, D = query.shape
@@ -463,20 +461,6 @@ def _varlen_attention(name, query, key, value, scaling, kwargs):
     return out.reshape(B, S, H, D), None
 
 
-def flash_varlen_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
-):
-    """flash_attn_varlen_func over the flattened batch, causal within cu_seqlens segments."""
-    return _varlen_attention("flash-attn", query, key, value, scaling, kwargs)
-
-
-def torch_varlen_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
-):
-    """torch.nn.attention.varlen.varlen_attn over the flattened batch, causal within segments."""
-    return _varlen_attention("torch-varlen", query, key, value, scaling, kwargs)
-
-
 _registered = False
 
 
@@ -488,6 +472,6 @@ def register() -> None:
     from transformers import AttentionInterface
 
     AttentionInterface.register(REFERENCE, reference_attention)
-    AttentionInterface.register(TORCH_VARLEN, torch_varlen_attention)
-    AttentionInterface.register(FLASH_VARLEN, flash_varlen_attention)
+    AttentionInterface.register(TORCH_VARLEN, functools.partial(_varlen_attention, "torch-varlen"))
+    AttentionInterface.register(FLASH_VARLEN, functools.partial(_varlen_attention, "flash-attn"))
     _registered = True

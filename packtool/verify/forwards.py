@@ -86,15 +86,20 @@ def token_losses(logits, labels):
 
 
 def tensors(
-    samples: list[Sample], device, swap_seed: int | None = None, last_seed: int | None = None
+    samples: list[Sample],
+    device,
+    swap_seed: int | None = None,
+    last_seed: int | None = None,
+    vocab: int = VOCAB,
 ):
-    """ids, labels, positions as int64 tensors [B, L]; with swap_seed document A (the first) has
-    other tokens (labels alike), with last_seed every document's last token is another one."""
+    """ids, labels, positions as int64 tensors [B, L], ids and labels modulo `vocab`; with
+    swap_seed document A (the first) has other tokens (labels alike), with last_seed every
+    document's last token is another one."""
     import torch
 
-    ids = np.stack([s.input_ids for s in samples]).astype(np.int64) % VOCAB
+    ids = np.stack([s.input_ids for s in samples]).astype(np.int64) % vocab
     lab = np.stack([s.labels for s in samples]).astype(np.int64)
-    lab = np.where(lab == schema.IGNORE_INDEX, lab, lab % VOCAB)
+    lab = np.where(lab == schema.IGNORE_INDEX, lab, lab % vocab)
     pos = np.stack([s.position_ids for s in samples]).astype(np.int64)
     if swap_seed is not None:  # replace document A (the first) by different tokens, labels alike
         rng = np.random.default_rng(swap_seed)
@@ -160,10 +165,10 @@ def compare(
     import torch
 
     d = Diffs()
-    L = len(samples[0].input_ids)
     for b0 in range(0, len(samples), batch_rows):
         chunk = samples[b0 : b0 + batch_rows]
         ids, lab, pos = tensors(chunk, backend.device)
+        L = ids.shape[1]  # cropped rows (sampling.crop): the same within a batch
         sids, _, _ = tensors(chunk, backend.device, swap_seed=swap_seed + b0)
         if control:
             pos = torch.arange(L, device=backend.device).expand(len(chunk), L).contiguous()

@@ -14,8 +14,8 @@
                                                   accounting.counts_check, accounting.conservation_check
 
 Each failure names the check, the shard, the row and the position; the first few per check are kept
-as evidence, the rest are counted (see docs/ARCHITECTURE.md, "Verify"). The check names are
-re-exported here (names.py) for callers that match them.
+as evidence, the rest are counted (see docs/ARCHITECTURE.md, "Verify"); the check names are
+names.py's.
 """
 
 from __future__ import annotations
@@ -29,32 +29,19 @@ import numpy as np
 from packtool import schema
 from packtool.io.shards import sha256_file
 from packtool.verify import Check, accounting, audit, scan
-from packtool.verify.audit import list_shards  # noqa: F401  (re-exported: integrity.list_shards)
-from packtool.verify.names import (  # noqa: F401  (re-exported: integrity.POS, ...)
+from packtool.verify.names import (
     CONSERVE,
     COUNTS,
-    DOC,
-    DOC_PAD,
-    FIXED,
-    LAB_EQ,
-    LAB_MASK,
     LAYOUT_CHECKS,
-    MANIFEST_CHECK,
-    NLOSS,
     NO_MASK,
-    NTOK,
-    PAD,
-    POS,
     ROW_CHECKS,
     SCHEMA,
-    SEQ,
     SHARDS,
     SRC,
-    UNPAD,
     row_checks,
 )
 from packtool.verify.sampling import Sampler
-from packtool.verify.scan import MAX_EXAMPLES, Failures, Totals, scan_rows  # noqa: F401  (re-exported)
+from packtool.verify.scan import Failures, Totals, scan_rows
 
 BATCH_TOKENS = 1 << 22  # rows per decoded batch ~ 4M tokens: 4 int32 columns = 64 MB
 

@@ -25,7 +25,7 @@ from packtool.verify import Check
 from packtool.verify import backends as bk
 from packtool.verify.backends import Backend
 from packtool.verify.forwards import Diffs, compare, run_alone, track_worst
-from packtool.verify.sampling import Sample
+from packtool.verify.sampling import Sample, crop
 from packtool.verify.tiny_models import (
     LAYERS,
     MODELS,
@@ -52,84 +52,58 @@ def run_isolation(
     seed: int = 0,
     batch_rows: int = 2,
     models: tuple[str, ...] = MODELS,
+    row_tokens: int | None = None,
 ) -> list[Check]:
     """Isolation checks for each (model, backend): logits, loss sums, swap, causal probe, agreement
     with the fp32 reference, negative control. Every check's evidence carries `kernel_calls`: what
-    computed attention in that (model, backend) group, counted (see backends.counting)."""
+    computed attention in that (model, backend) group, counted (see backends.counting). With
+    `row_tokens`, each row runs as its first `row_tokens` slots or more (sampling.crop)."""
     import torch
 
     bk.register()
     quiet_transformers()
     if not samples:
         return [Check("isolation", False, "no row to test: the pack holds no valid row", {})]
+    if row_tokens:
+        samples = crop(samples, row_tokens, batch_rows)
     threads = torch.get_num_threads()
     if all(b.device == "cpu" for b in backends):
         # one thread: these tiny forwards are latency-bound, and on a shared 2-core box OpenMP
         # spinning made a 100-token forward take 260 ms with 2 threads against 1.5 ms with one
         torch.set_num_threads(1)
     try:
-        return _run(
-            samples, backends, pack_len=pack_len, seed=seed, batch_rows=batch_rows, models=models
-        )
+        checks: list[Check] = []
+        for kind in models:
+            ref_alone: dict = {}  # per device: the fp32 reference run of every document alone
+            for backend in backends:
+                checks += _group(kind, backend, samples, ref_alone, pack_len, seed, batch_rows)
+        return checks
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(samples, backends, *, pack_len, seed, batch_rows, models) -> list[Check]:
-    checks: list[Check] = []
-    for kind in models:
-        ref_alone = {}  # per device: the fp32 reference run of every document alone, shared by the backends
-        for backend in backends:
-            label = f"isolation {kind}/{backend.name}"
-            if kind == "gpt2" and not backend.gpt2:
-                checks.append(
-                    Check(
-                        label,
-                        False,
-                        f"transformers {tf_version()} has no {backend.attn_implementation} "
-                        f"for GPT-2: the absolute-position model does not run on this backend",
-                        {"kernel": backend.kernel, "backend": backend.name, "model_type": kind},
-                        skipped=True,
-                    )
-                )
-                continue
-            is_ref = backend.attn_implementation == bk.REFERENCE and backend.dtype == "float32"
-            try:
-                if not is_ref and backend.device not in ref_alone:
-                    ref = bk.make("reference", backend.device)
-                    ref_alone[backend.device] = run_alone(
-                        build_model(kind, ref, pack_len, seed), ref, samples
-                    )
-            except Exception as e:  # the reference failing is a failed check, not a traceback
-                checks.append(
-                    Check(
-                        label,
-                        False,
-                        f"the fp32 reference run failed: {bk.one_line(e)}",
-                        {"backend": backend.name, "model_type": kind},
-                    )
-                )
-                continue
-            checks.extend(
-                _group(
-                    kind,
-                    backend,
-                    samples,
-                    ref_alone,
-                    is_ref,
-                    pack_len=pack_len,
-                    seed=seed,
-                    batch_rows=batch_rows,
-                )
-            )
-    return checks
-
-
-def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_rows) -> list[Check]:
-    """The checks of one (model, backend): every forward runs under one kernel-call counter."""
+def _group(kind, backend, samples, ref_alone, pack_len, seed, batch_rows) -> list[Check]:
+    """The checks of one (model, backend): every forward runs under one kernel-call counter. The
+    fp32 reference's alone runs (`ref_alone`, per device) are shared by the backends of a model."""
     import torch
 
     label = f"isolation {kind}/{backend.name}"
+    if kind == "gpt2" and not backend.gpt2:
+        why = (
+            f"transformers {tf_version()} has no {backend.attn_implementation} for GPT-2: the "
+            "absolute-position model does not run on this backend"
+        )
+        ev = {"kernel": backend.kernel, "backend": backend.name, "model_type": kind}
+        return [Check(label, False, why, ev, skipped=True)]
+    is_ref = backend.attn_implementation == bk.REFERENCE and backend.dtype == "float32"
+    try:
+        if not is_ref and backend.device not in ref_alone:
+            ref = bk.make("reference", backend.device)
+            model = build_model(kind, ref, pack_len, seed)
+            ref_alone[backend.device] = run_alone(model, ref, samples)
+    except Exception as e:  # the reference failing is a failed check, not a traceback
+        why = f"the fp32 reference run failed: {bk.one_line(e)}"
+        return [Check(label, False, why, {"backend": backend.name, "model_type": kind})]
     tol, loss_tol = LOGIT_TOL[backend.dtype], LOSS_TOL[backend.dtype]
     swap_tol = 0.0 if backend.deterministic else SWAP_TOL[backend.dtype]
     ref_tol = REFERENCE_TOL[backend.dtype]
@@ -138,6 +112,10 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
         if samples[0].synthetic
         else "rows of the pack"
     )
+    slots = [len(s.input_ids) for s in samples]
+    if min(slots) < pack_len:
+        span = f"{min(slots):,}" + ("" if min(slots) == max(slots) else f"-{max(slots):,}")
+        source += f", each run as its first {span} slots (its first two documents whole)"
     run = {
         "kernel": backend.kernel,
         "backend": backend.name,
@@ -181,6 +159,7 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
         "model": model_desc(kind),
         "rows_tested": len(samples),
         "rows_from": source,
+        "row_slots": slots,
         "documents": good.docs,
         "tokens": good.tokens,
         "batch_rows": batch_rows,
@@ -190,14 +169,7 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
         "seconds": round(time.perf_counter() - t0, 2),
     }
     out = []
-    at = (
-        (
-            f"; worst: {good.worst['shard']} row {good.worst['row']} document {good.worst['document']} "
-            f"position {good.worst['position']}"
-        )
-        if good.worst
-        else ""
-    )
+    at = f"; worst: {_where(good.worst)}" if good.worst else ""
     ok = good.logits <= tol
     out.append(
         Check(
@@ -238,24 +210,29 @@ def _group(kind, backend, samples, ref_alone, is_ref, *, pack_len, seed, batch_r
     return out
 
 
+def _where(w: dict) -> str:
+    """Where a largest difference is: 'data/x.parquet row 3 document 1 position 40'."""
+    return f"{w['shard']} row {w['row']} document {w['document']} position {w['position']}"
+
+
 def _causal_check(label: str, good: Diffs, ev: dict) -> Check:
     w = good.causal_worst
-    ok = good.causal <= CAUSAL_TOL and good.causal_power > 0 and good.causal_docs > 0
+    power = good.causal_power
+    ok = good.causal <= CAUSAL_TOL and power > 0 and good.causal_docs > 0
     if not good.causal_docs:
         msg = "no document of 2 or more tokens: nothing to probe"
     elif good.causal > CAUSAL_TOL:
         msg = (
             f"each document's last token changed: earlier logits moved by max|Δ| {good.causal:.3g} "
-            f"(must be bit-identical); worst: {w['shard']} row {w['row']} document {w['document']} position "
-            f"{w['position']} moved when position {w['changed']} changed: the kernel is not causal, tokens "
-            f"read later tokens"
+            f"(must be bit-identical); worst: {_where(w)} moved when position {w['changed']} "
+            f"changed: the kernel is not causal, tokens read later tokens"
         )
-    elif not good.causal_power > 0:
+    elif not power > 0:
         msg = "probe has no power: changing a document's last token did not change its own logits"
     else:
         msg = (
             f"each document's last token changed: earlier logits bit-identical over {good.causal_docs} "
-            f"documents (the changed token's own logits moved ≥ {good.causal_power:.3g})"
+            f"documents (the changed token's own logits moved ≥ {power:.3g})"
         )
     return Check(
         f"{label} causal",
@@ -265,7 +242,7 @@ def _causal_check(label: str, good: Diffs, ev: dict) -> Check:
             **ev,
             "max_abs_diff": good.causal,
             "tol": CAUSAL_TOL,
-            "changed_token_min_diff": _json_float(good.causal_power),
+            "changed_token_min_diff": power if math.isfinite(power) else None,
             "documents_probed": good.causal_docs,
             "worst": w,
         },
@@ -282,9 +259,8 @@ def _reference_check(label: str, alone: dict, ref: dict, tol: float, samples, ev
     msg = f"alone == fp32 reference alone: max|Δ| {worst:.3g} {'≤' if ok else '>'} tol {tol:g}"
     if not ok:
         msg += (
-            f"; worst: {where['shard']} row {where['row']} document {where['document']} position "
-            f"{where['position']}: the kernel computes something else than causal attention (non-causal, "
-            f"wrong scale or heads)"
+            f"; worst: {_where(where)}: the kernel computes something else than causal attention "
+            f"(non-causal, wrong scale or heads)"
         )
     return Check(
         f"{label} vs reference", ok, msg, {**ev, "max_abs_diff": worst, "tol": tol, "worst": where}
@@ -318,7 +294,3 @@ def _control_check(label: str, ctrl: Diffs, tol: float, ev: dict) -> Check:
             "power_over_tol": power,
         },
     )
-
-
-def _json_float(x: float):
-    return None if math.isinf(x) or math.isnan(x) else x

@@ -102,6 +102,4 @@ def measure_tolerances(
 
 
 def _num(v) -> str:
-    if v is None:
-        return "-"
-    return "0" if v == 0 else f"{v:.3g}"
+    return "-" if v is None else "0" if v == 0 else f"{v:.3g}"

@@ -13,14 +13,13 @@ error, the minimum set that keeps documents apart here, and per layer kind where
 
 from __future__ import annotations
 
-import dataclasses
+import importlib.util
 
 import numpy as np
 
-from packtool import schema
 from packtool.errors import PacktoolError
 from packtool.verify import Check
-from packtool.verify.sampling import Sample
+from packtool.verify.sampling import Sample, packed
 from packtool.verify.tiny_models import quiet_transformers, tf_version
 
 TOKENS = {"cpu": 1024, "cuda": 8192}  # row prefix run per sample (CPU attention is L^2 per row)
@@ -48,39 +47,17 @@ def fit(sample: Sample, tokens: int) -> Sample | None:
         used += take
     if len(keep) < 2:
         return None
-    return dataclasses.replace(
-        sample,
-        input_ids=np.concatenate([sample.input_ids[a:b] for a, b in pieces]).astype(np.int32),
-        labels=np.concatenate([sample.labels[a:b] for a, b in pieces]).astype(np.int32),
-        position_ids=schema.position_ids(keep, used).astype(np.int32),
-        seq_lengths=np.array(keep),
-    )
+    docs = [(sample.input_ids[a:b], sample.labels[a:b]) for a, b in pieces]
+    return packed(sample.shard, sample.row, docs, used, sample.synthetic)
 
 
 def pad(sample: Sample, length: int) -> Sample:
-    """The row with a pad tail up to `length` slots (ids 0, labels ignored, positions restarting
-    as in a packed row's own pad tail), so that fitted rows of different lengths stack into one
-    batch; the documents and their bounds are unchanged."""
-    n = len(sample.input_ids)
-    if n >= length:
+    """The row with a pad tail up to `length` slots (sampling.packed), so that fitted rows of
+    different lengths stack into one batch; the documents and their bounds are unchanged."""
+    if len(sample.input_ids) >= length:
         return sample
-    tail = length - n
-    ignored = np.full(tail, schema.IGNORE_INDEX, np.int32)
-    return dataclasses.replace(
-        sample,
-        input_ids=np.concatenate([sample.input_ids, np.zeros(tail, np.int32)]).astype(np.int32),
-        labels=np.concatenate([sample.labels, ignored]).astype(np.int32),
-        position_ids=schema.position_ids(list(sample.seq_lengths), length).astype(np.int32),
-        seq_lengths=np.asarray(sample.seq_lengths),
-    )
-
-
-def _attn_choices(device: str) -> list[str]:
-    import importlib.util
-
-    if device == "cuda" and importlib.util.find_spec("flash_attn") is not None:
-        return ["flash_attention_2", "sdpa", "eager"]
-    return ["sdpa", "eager"]
+    docs = [(sample.input_ids[a:b], sample.labels[a:b]) for a, b in sample.bounds]
+    return packed(sample.shard, sample.row, docs, length, sample.synthetic)
 
 
 def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: int):
@@ -121,7 +98,8 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
         )
     dtype = torch.float32
     last = None
-    for attn in _attn_choices(device):
+    flash = device == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    for attn in ("flash_attention_2",) * flash + ("sdpa", "eager"):
         try:
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from packtool import schema
+from packtool.verify.forwards import tensors
 
 # input set name -> PackedCollator options ("hf" mode); each adds to the one before it
 INPUT_SETS = {
@@ -116,27 +116,21 @@ class Recorder:
         return hook
 
 
-def _ids(sample, vocab: int) -> dict:
+def _item(sample, vocab: int) -> dict:
     """A sampled row as a dataset item, token ids taken modulo the tiny vocabulary."""
-    ids = np.asarray(sample.input_ids, np.int64) % vocab
-    labels = np.asarray(sample.labels, np.int64)
-    labels = np.where(labels == schema.IGNORE_INDEX, labels, labels % vocab)
-    return {
-        "input_ids": ids,
-        "labels": labels,
-        "position_ids": np.asarray(sample.position_ids, np.int64),
-        "seq_lengths": np.asarray(sample.seq_lengths, np.int64),
-    }
+    ids, labels, pos = (t[0] for t in tensors([sample], "cpu", vocab=vocab))
+    seq_lengths = np.asarray(sample.seq_lengths, np.int64)
+    return {"input_ids": ids, "labels": labels, "position_ids": pos, "seq_lengths": seq_lengths}
 
 
 def run_alone(model, recorder, sample, vocab: int, device):
     """Each document of `sample` on its own: [(logits [n, V], {module: (input, output)})]."""
     import torch
 
-    item = _ids(sample, vocab)
+    row = tensors([sample], device, vocab=vocab)[0]
     out = []
     for a, b in sample.bounds:
-        ids = torch.as_tensor(item["input_ids"][a:b], device=device)[None]
+        ids = row[:, a:b]
         pos = torch.arange(b - a, device=device)[None]
         recorder.inputs, recorder.outputs = {}, {}
         with torch.no_grad():
@@ -150,11 +144,6 @@ def run_alone(model, recorder, sample, vocab: int, device):
         }
         out.append((logits, mods))
     return out
-
-
-def _batch(collator, items, device):
-    batch = collator(items)
-    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
 
 
 def _rel_diff(x, ref) -> float:
@@ -229,7 +218,8 @@ def run_set(
     res = SetResult(name)
     for start in range(0, len(samples), batch_rows):
         rows = samples[start : start + batch_rows]
-        batch = _batch(collator, [_ids(s, vocab) for s in rows], device)
+        batch = collator([_item(s, vocab) for s in rows])
+        batch = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
         recorder.inputs, recorder.outputs, recorder.clean = {}, {}, None
         try:
             with torch.no_grad():
@@ -261,7 +251,7 @@ def run_control(model, samples, alone, vocab: int, device, batch_rows: int) -> f
     power = 0.0
     for start in range(0, len(samples), batch_rows):
         rows = samples[start : start + batch_rows]
-        ids = torch.stack([torch.as_tensor(_ids(s, vocab)["input_ids"]) for s in rows]).to(device)
+        ids = tensors(rows, device, vocab=vocab)[0]
         pos = torch.arange(ids.shape[1], device=device)[None].expand_as(ids)
         with torch.no_grad():
             logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits.float()

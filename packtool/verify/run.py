@@ -23,7 +23,11 @@ from packtool.errors import PacktoolError, UsageError
 from packtool.verify import Check
 from packtool.verify.kernel_check import flash_check, kernel_calls
 
-DEFAULT_ROWS = {"cpu": 4, "cuda": 16}  # CPU: 4 rows x 4096 tokens, ~25 s on a shared 2-core box
+DEFAULT_ROWS = {"cpu": 4, "cuda": 16}
+# CPU: each row runs as its first 1024 slots or more, its first two documents whole (sampling.crop):
+# the sdpa path's packed mask is L^2, a forward of 2 rows costs 0.05 / 0.18 / 0.74 CPU-s at 1024 /
+# 2048 / 4096 slots (the demo's verify: 7-10 CPU-s in all, 21-25 with whole rows); CUDA: whole rows
+ROW_TOKENS = {"cpu": 1024, "cuda": None}
 MODEL_ROWS = 16  # --model: rows cut to model_check.TOKENS, so 16 of them fit the same time
 
 
@@ -107,10 +111,7 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
         backends = bk.resolve(cfg.backend, cfg.device)
     device = backends[0].device if backends else "cpu"
     rows = DEFAULT_ROWS[device] if cfg.rows is None else cfg.rows
-    res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
-
-    summary = _integrity(cfg, res, rows)
-
+    res, summary = _integrity(cfg, rows, device)
     if rows == 0:
         res.checks.append(
             Check("isolation", False, "not run (--rows 0): integrity only", skipped=True)
@@ -130,18 +131,19 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     return res
 
 
-def _integrity(cfg: VerifyConfig, res: VerifyResult, rows: int) -> dict:
-    """The integrity layer over every row (its checks and timings into `res`), sampling `rows`
-    rows for isolation; returns the scan's summary."""
+def _integrity(cfg: VerifyConfig, rows: int, device: str) -> tuple[VerifyResult, dict]:
+    """A VerifyResult holding the integrity layer over every row (its checks and timings), and the
+    scan's summary, with `rows` rows sampled for isolation."""
     from packtool.verify import integrity
 
+    res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
     t0 = time.perf_counter()
     checks, summary = integrity.check_integrity(cfg.path, sample_rows=rows, seed=cfg.seed)
     res.timings["integrity"] = time.perf_counter() - t0
     res.checks.extend(checks)
     tokens = summary.get("rows", 0) * (summary.get("pack_len") or 0)
     res.timings["integrity_tokens_per_s"] = tokens / max(res.timings["integrity"], 1e-9)
-    return summary
+    return res, summary
 
 
 def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Check]:
@@ -160,7 +162,14 @@ def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Ch
         )
         return [Check("isolation", False, f"not run: {why}")]
     batch = cfg.batch_rows or (2 if pack_len <= 8192 else 1)  # > 1: cu_seqlens over a flat batch
-    return run_isolation(samples, backends, pack_len=pack_len, seed=cfg.seed, batch_rows=batch)
+    return run_isolation(
+        samples,
+        backends,
+        pack_len=pack_len,
+        seed=cfg.seed,
+        batch_rows=batch,
+        row_tokens=ROW_TOKENS[backends[0].device],
+    )
 
 
 def _verify_model(cfg: VerifyConfig) -> VerifyResult:
@@ -170,14 +179,12 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     from packtool.verify import backends as bk
     from packtool.verify import model_check
 
-    cfg_dict, config_file = read_config(
-        cfg.model, cfg.allow_download
-    )  # a bad --model: before any scan
+    # a bad --model: before any scan
+    cfg_dict, config_file = read_config(cfg.model, cfg.allow_download)
     bk.require_torch()
     device = bk.resolve_device(cfg.device)
     rows = MODEL_ROWS if cfg.rows is None else cfg.rows
-    res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
-    summary = _integrity(cfg, res, rows)
+    res, summary = _integrity(cfg, rows, device)
     if rows == 0:
         res.checks.append(Check("model isolation", False, "not run (--rows 0)", skipped=True))
         return res
@@ -205,10 +212,9 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
 def _samples(summary: dict, pack_len: int, rows: int) -> list:
     """The integrity scan's sampled rows, or (none holds two documents) rows of two built from its
     one-document rows."""
-    from packtool.verify.sampling import Sample, synthesize
+    from packtool.verify.sampling import synthesize
 
-    samples = [Sample(**d) for d in summary.get("samples", [])]
-    return samples or synthesize(summary.get("singles", []), pack_len, rows)
+    return summary.get("samples") or synthesize(summary.get("singles", []), pack_len, rows)
 
 
 def _n(count: int, word: str) -> str:

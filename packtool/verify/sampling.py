@@ -7,7 +7,7 @@ so the choice does not depend on how the shards were cut into batches:
     global row     0    1    2    3    4    5   ...
     key            splitmix64(row ^ splitmix64(seed))
     candidates     rows with >= 2 documents (else, in a second sampler, rows with one)
-    kept           the n smallest keys, as copies {shard, row, seq_lengths, input_ids, labels, position_ids}
+    kept           the n smallest keys, as Samples (copies: shard, row, the token columns, seq_lengths)
                    (seq_lengths: the documents' slots, a padded document's padding included, the
                    empty entries of fixed docs left out)
 
@@ -16,10 +16,19 @@ documents (the heads of two one-document rows, or the two halves of the only doc
 by the contract (docs/ARCHITECTURE.md, "Schema"); the report says the rows are synthetic.
 
     [A A A A | B B B | pad pad]      labels IGNORE_INDEX at 0 and at B's first token, and on the pad tail
+
+Cropping (`crop`, on CPU): a row is run as its first P slots, the pack's own bytes. Isolation is
+about a document seeing its neighbour, so what a row must keep is two whole adjacent documents;
+P is the same for the rows of one batch (they stack), at least the budget and the end of each
+row's second document:
+
+    row        [A A A A | B B B | C C C C C C | D D D D | pad]
+    P = 9      [A A A A | B B B | C C]          C cut: a document's prefix sees only itself
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,13 +54,6 @@ class Sample:
         return [(int(a), int(b)) for a, b in zip(cs[:-1], cs[1:], strict=True)]
 
 
-def _documents(seq_lengths) -> np.ndarray:
-    """A row's documents' slots: seq_lengths less the empty entries of fixed docs (a padded
-    document runs alone as its slots, its padding included)."""
-    lens = np.asarray(seq_lengths, np.int64)
-    return lens[lens > 0]
-
-
 def mix(x: np.ndarray) -> np.ndarray:
     """splitmix64: a seeded pseudo-random key per global row, independent of batch boundaries."""
     z = x + np.uint64(0x9E3779B97F4A7C15)
@@ -66,7 +68,7 @@ class Sampler:
     def __init__(self, n: int, seed: int):
         self.n = n
         self.salt = mix(np.array([seed], dtype=np.uint64))[0]
-        self.kept: list[tuple[int, dict]] = []
+        self.kept: list[tuple[int, Sample]] = []
 
     def offer(self, cand: np.ndarray, gidx: np.ndarray, cols: dict, shard: str, row0: int) -> None:
         """Rows of a scanned batch: `cand` (R,) which may be kept, `gidx` (R,) uint64 their global
@@ -82,29 +84,24 @@ class Sampler:
             key = int(keys[i])
             if len(self.kept) >= self.n and key >= self.kept[-1][0]:
                 break
-            a, b = int(cols["seq_off"][r]), int(cols["seq_off"][r + 1])
-            row = {
-                "shard": shard,
-                "row": row0 + r,
-                "seq_lengths": _documents(cols["seq_val"][a:b]),
-            }
-            for c in ("input_ids", "labels", "position_ids"):
-                row[c] = cols[c][r].copy()
-            self.kept.append((key, row))
+            # the documents' slots: seq_lengths less the empty entries of fixed docs (a padded
+            # document runs alone as its slots, its padding included)
+            lens = np.asarray(
+                cols["seq_val"][cols["seq_off"][r] : cols["seq_off"][r + 1]], np.int64
+            )
+            ids, lab, pos = (cols[c][r].copy() for c in ("input_ids", "labels", "position_ids"))
+            self.kept.append((key, Sample(shard, row0 + r, ids, lab, pos, lens[lens > 0])))
             self.kept.sort(key=lambda kv: kv[0])
             del self.kept[self.n :]
 
-    def rows(self) -> list[dict]:
-        return sorted((row for _, row in self.kept), key=lambda d: (d["shard"], d["row"]))
+    def rows(self) -> list[Sample]:
+        return sorted((s for _, s in self.kept), key=lambda s: (s.shard, s.row))
 
 
-def synthesize(singles: list[dict], pack_len: int, rows: int):
+def synthesize(singles: list[Sample], pack_len: int, rows: int):
     """No row holds two documents: up to `rows` isolation Samples of two documents built from the
-    one-document rows `singles` (Sampler.rows() dicts). Token slots keep the row's layout rules."""
-    docs = [
-        (d["input_ids"][: int(d["seq_lengths"][0])], d["labels"][: int(d["seq_lengths"][0])], d)
-        for d in singles
-    ]
+    one-document rows `singles` (Sampler.rows()). Token slots keep the row's layout rules."""
+    docs = [(s.input_ids[: s.bounds[0][1]], s.labels[: s.bounds[0][1]], s) for s in singles]
     pairs = list(zip(docs[0::2], docs[1::2], strict=False))
     if len(docs) == 1 and len(docs[0][0]) >= 2:
         ids, lab, d = docs[0]
@@ -114,20 +111,43 @@ def synthesize(singles: list[dict], pack_len: int, rows: int):
     for (ia, la_, da), (ib, lb_, db) in pairs[:rows]:
         na = min(len(ia), pack_len // 2)
         nb = min(len(ib), pack_len - na)
-        pad = pack_len - na - nb
-        ids = np.concatenate((ia[:na], ib[:nb], np.zeros(pad, np.int32)))
-        lab = np.concatenate((la_[:na], lb_[:nb], np.full(pad, schema.IGNORE_INDEX)))
-        lab[[0, na]] = schema.IGNORE_INDEX
-        pos = schema.position_ids([na, nb], pack_len)
-        out.append(
-            Sample(
-                shard=f"synthetic from {da['shard']} row {da['row']}",
-                row=int(db["row"]),
-                input_ids=ids.astype(np.int32),
-                labels=lab.astype(np.int32),
-                position_ids=pos.astype(np.int32),
-                seq_lengths=np.array([na, nb]),
-                synthetic=True,
+        docs = [(ia[:na], la_[:na]), (ib[:nb], lb_[:nb])]
+        shard = f"synthetic from {da.shard} row {da.row}"
+        out.append(packed(shard, db.row, docs, pack_len, synthetic=True))
+    return out
+
+
+def packed(shard: str, row: int, docs, length: int, synthetic: bool = False) -> Sample:
+    """A row laid out by the contract: the documents (ids, labels) back to back, each first label
+    IGNORE_INDEX, then a pad tail up to `length` (id 0, label IGNORE_INDEX, positions restarting)."""
+    lens = [len(ids) for ids, _ in docs]
+    tail = length - sum(lens)
+    ids = np.concatenate([*(d[0] for d in docs), np.zeros(tail)]).astype(np.int32)
+    lab = np.concatenate([*(d[1] for d in docs), np.full(tail, schema.IGNORE_INDEX)])
+    lab[np.cumsum([0, *lens[:-1]])] = schema.IGNORE_INDEX
+    pos = schema.position_ids(lens, length).astype(np.int32)
+    return Sample(shard, row, ids, lab.astype(np.int32), pos, np.array(lens), synthetic)
+
+
+def crop(samples: list[Sample], tokens: int, batch_rows: int) -> list[Sample]:
+    """Each row cut to its first P slots, the same P for the `batch_rows` rows of a batch: at
+    least `tokens` (or the whole row) and the end of every row's second document, so every row
+    keeps its first two documents whole; a document cut at P stays as its prefix."""
+    out = []
+    for b0 in range(0, len(samples), batch_rows):
+        chunk = samples[b0 : b0 + batch_rows]
+        p = max(min(len(s.input_ids), max(tokens, s.bounds[:2][-1][1])) for s in chunk)
+        for s in chunk:
+            ends = np.cumsum(s.seq_lengths)
+            starts = ends - s.seq_lengths
+            keep = starts < p
+            out.append(
+                dataclasses.replace(
+                    s,
+                    input_ids=s.input_ids[:p],
+                    labels=s.labels[:p],
+                    position_ids=s.position_ids[:p],
+                    seq_lengths=np.minimum(ends[keep], p) - starts[keep],
+                )
             )
-        )
     return out

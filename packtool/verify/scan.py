@@ -124,9 +124,7 @@ class Totals:
 def flat_fixed(arr, rows: int, pack_len: int) -> np.ndarray:
     """(rows, pack_len) int32 view of a fixed_size_list<int32> chunk (zero copy when possible)."""
     flat = arr.flatten().to_numpy(zero_copy_only=False)
-    if flat.dtype != np.int32:
-        flat = flat.astype(np.int32)
-    return flat.reshape(rows, pack_len)
+    return flat.astype(np.int32, copy=False).reshape(rows, pack_len)
 
 
 def flat_list(arr) -> tuple[np.ndarray, np.ndarray]:
@@ -204,6 +202,15 @@ def scan_rows(
     nonzero = lens > 0
     nreal = np.bincount(row_of_doc[nonzero], minlength=R)  # documents per row
 
+    def paired(off_key: str, val_key: str):
+        """Another list's value per seq_lengths entry (0 in the rows where the two lists do not
+        pair up), which rows pair up, and which entries."""
+        off, same = cols[off_key], np.diff(cols[off_key]) == ndocs
+        ok = same[row_of_doc]
+        v = np.zeros(lens.size, np.int64)
+        v[ok] = np.asarray(cols[val_key], np.int64)[off[row_of_doc[ok]] + local[ok]]
+        return v, same, ok
+
     out: dict[str, dict] = {}
     # fixed docs: K entries, empty ones only at the end, source_index -1 on them
     fixed_bad = np.zeros(R, bool)
@@ -211,12 +218,7 @@ def scan_rows(
     src_keep = None
     if K:
         after_empty = nonzero & (local >= nreal[row_of_doc])  # a document after an empty entry
-        src_ok = src_n == ndocs
-        src_val = np.asarray(cols["src_val"], np.int64)
-        # each entry's source_index, in the rows where the two lists pair up (0 elsewhere)
-        ok_entries = src_ok[row_of_doc]
-        sv = np.zeros(lens.size, np.int64)
-        sv[ok_entries] = src_val[cols["src_off"][row_of_doc[ok_entries]] + local[ok_entries]]
+        sv, _, ok_entries = paired("src_off", "src_val")  # each entry's source_index
         src_bad = ok_entries & ((~nonzero & (sv != -1)) | (nonzero & (sv < 0)))
         first_after = _first_per_row(after_empty, row_of_doc, R)
         first_src = _first_per_row(src_bad, row_of_doc, R)
@@ -230,7 +232,7 @@ def scan_rows(
             e = np.maximum(np.where(k == 1, first_after[r], first_src[r]), 0)
             got = np.where(k == 0, ndocs[r], np.where(k == 1, lens[e], sv[e]))
             out[FIXED] = _row_fail(r, got, np.full(r.size, K), np.where(k == 0, -1, local[e]), k)
-        src_keep = src_val >= 0
+        src_keep = cols["src_val"] >= 0
 
     # rows whose seq_lengths cannot describe a row: reported once, left out of the slot checks
     nonpos = np.zeros(R, bool)
@@ -244,12 +246,8 @@ def scan_rows(
     # padded documents: real tokens per entry (u) and the check seq_lengths == ceil(u/N)*N
     real = lens.copy()
     if layout.padded and "unp_val" in cols:
-        unp_off, unp = cols["unp_off"], cols["unp_val"].astype(np.int64)
-        unp_n = np.diff(unp_off)
-        same = unp_n == ndocs
-        entry_ok = same[row_of_doc]
-        u = np.zeros(lens.size, np.int64)
-        u[entry_ok] = unp[unp_off[row_of_doc[entry_ok]] + local[entry_ok]]
+        u, same, entry_ok = paired("unp_off", "unp_val")
+        unp_n = np.diff(cols["unp_off"])
         wrong = entry_ok & ((u < 0) | (u > lens) | (-(-u // N) * N != lens) | (nonzero & (u < 1)))
         first = _first_per_row(wrong, row_of_doc, R)
         bad_rows = ~same | (first >= 0)

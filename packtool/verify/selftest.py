@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from packtool import schema
-from packtool.verify import Check
+from packtool.verify import Check, names
 
 SELF_TEST_PAD_ID = 0
 SELF_TEST_DOCS = 160  # documents of 8..pack_len // 3 tokens: all packed whole, several per row
@@ -83,11 +83,7 @@ def build_self_test_pack(
 ) -> str:
     """Write a pack of synthetic documents into `out`; returns which writer made it."""
     write_documents(
-        out,
-        make_documents(n_docs, seed=seed, min_len=8, max_len=pack_len // 3),
-        pack_len,
-        shard_rows=16,
-        seed=seed,
+        out, make_documents(n_docs, seed=seed, max_len=pack_len // 3), pack_len, seed=seed
     )
     return "packtool.pack (bfd)"
 
@@ -97,24 +93,18 @@ def sample_rows(pack_len: int, rows: int, *, seed: int = 0, max_len: int | None 
     IGNORE_INDEX on each first label, positions by schema.position_ids), without writing a
     pack: what `measure.measure_tolerances` runs on. Documents are 8..max_len tokens
     (default pack_len // 3), so every row holds >= 2 of them."""
-    from packtool.verify.sampling import Sample
+    from packtool.verify.sampling import packed
 
     max_len = max_len or max(8, pack_len // 3)
     docs = iter(make_documents(rows * (pack_len // 8 + 2), seed=seed, min_len=8, max_len=max_len))
     out, doc = [], next(docs)
     for r in range(rows):
-        ids = np.full(pack_len, SELF_TEST_PAD_ID, np.int32)
-        lab = np.full(pack_len, schema.IGNORE_INDEX, np.int32)
-        lens, at = [], 0
-        while at + len(doc[0]) <= pack_len:
-            n = len(doc[0])
-            ids[at : at + n], lab[at : at + n] = doc[0], doc[1]
-            lab[at] = schema.IGNORE_INDEX
-            lens.append(n)
-            at += n
+        row, used = [], 0
+        while used + len(doc[0]) <= pack_len:
+            row.append(doc)
+            used += len(doc[0])
             doc = next(docs)
-        pos = schema.position_ids(lens, pack_len)
-        out.append(Sample(f"synthetic (seed {seed})", r, ids, lab, pos, np.asarray(lens, np.int32)))
+        out.append(packed(f"synthetic (seed {seed})", r, row, pack_len))
     return out
 
 
@@ -275,7 +265,7 @@ def _layout_check(tmp: str, seed: int) -> Check:
     ids = token_column(table, "input_ids")
     lab[hit[0], hit[1]] = ids[hit[0], hit[1]]
     write_shard(broken, rel, replace_columns(table, labels=lab))
-    bad = next(c for c in integ.check_integrity(broken)[0] if c.name == integ.DOC_PAD)
+    bad = next(c for c in integ.check_integrity(broken)[0] if c.name == names.DOC_PAD)
     caught = not bad.passed and f" row {hit[0]} position {hit[1]} " in bad.message
     return Check(
         name,
@@ -283,7 +273,7 @@ def _layout_check(tmp: str, seed: int) -> Check:
         "passes integrity; a label on a document's padding is caught → " + bad.message
         if caught
         else "a label on a document's padding PASSED the document padding check",
-        {"check": integ.DOC_PAD},
+        {"check": names.DOC_PAD},
     )
 
 
@@ -307,7 +297,7 @@ def run_self_test(cfg):
         broken = os.path.join(tmp, "broken")
         _break_positions(out, broken)
         checks, _ = integ.check_integrity(broken)
-        pos = next(c for c in checks if c.name == integ.POS)
+        pos = next(c for c in checks if c.name == names.POS)
         caught = not pos.passed and " row 0 " in pos.message
         result.checks.append(_layout_check(tmp, cfg.seed))
         result.checks.insert(0, built)
@@ -319,7 +309,7 @@ def run_self_test(cfg):
                 if caught
                 else "a copy with positions not reset in row 0 PASSED the position check: "
                 "integrity has no power",
-                {"check": integ.POS},
+                {"check": names.POS},
             )
         )
     result.self_test = True

@@ -342,3 +342,40 @@ def test_padded_fixed_docs_rows_are_isolated(tmp_path, backend):
     res = verify(VerifyConfig(path=str(out), backend=backend, device="cpu", rows=2))
     assert res.passed, [f"{c.name}: {c.message}" for c in res.failed]
     assert any(c.name == "document padding" and c.passed for c in res.checks)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "reference"])
+def test_cropped_rows_keep_two_documents_and_the_control_its_power(samples, backend):
+    """row_tokens=1 cuts every row to the least it may keep: its first two documents whole. The
+    checks still compare documents after the first (the control would have no power with one
+    document a row) and pass; a row whose positions are not reset still fails on the cut rows."""
+    pick = dict(pack_len=L, models=("gpt2",), row_tokens=1)
+    checks = _by_name(iso.run_isolation(samples, [bk.make(backend, "cpu")], **pick))
+    bad = [f"{c.name}: {c.message}" for c in checks.values() if not c.passed]
+    assert not bad, bad
+    ev = checks[f"isolation gpt2/{backend} control"].evidence
+    ends = [int(s.seq_lengths[:2].sum()) for s in samples]
+    assert ev["row_slots"] == [max(ends)] * 2 and max(ends) < L and ev["documents"] >= 4
+    assert "its first two documents whole" in ev["rows_from"]
+    assert min(ev["power_over_tol"].values()) > 10
+    leak = _by_name(
+        iso.run_isolation(_positions_continue(samples), [bk.make(backend, "cpu")], **pick)
+    )
+    assert not leak[f"isolation gpt2/{backend} logits"].passed
+
+
+def test_verify_on_cpu_cuts_rows_to_row_tokens(tmp_path, monkeypatch):
+    """verify passes run.ROW_TOKENS of the device to the isolation layer: padded, fixed-docs rows
+    cut to their first two documents (the empty entries are none) still pass every check."""
+    from packtool.verify import run
+
+    monkeypatch.setitem(run.ROW_TOKENS, "cpu", 1)
+    out = tmp_path / "pack"
+    docs = st.make_documents(40, seed=2, min_len=3, max_len=60)
+    st.write_documents(
+        str(out), docs, 128, shard_rows=8, max_docs=4, pad_to_multiple=8, fixed_docs=True
+    )
+    res = run.verify(run.VerifyConfig(path=str(out), backend="reference", device="cpu", rows=2))
+    assert res.passed, [f"{c.name}: {c.message}" for c in res.failed]
+    ev = next(c for c in res.checks if c.name == "isolation llama/reference control").evidence
+    assert max(ev["row_slots"]) < 128 and ev["documents"] >= 4

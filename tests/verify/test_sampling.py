@@ -14,10 +14,10 @@ def test_sampler_is_deterministic_and_prefers_multi_doc_rows(clean_pack):
     _, a = integ.check_integrity(str(clean_pack), sample_rows=3, seed=1)
     _, b = integ.check_integrity(str(clean_pack), sample_rows=3, seed=1)
     _, c = integ.check_integrity(str(clean_pack), sample_rows=3, seed=2)
-    key = lambda s: [(x["shard"], x["row"]) for x in s["samples"]]  # noqa: E731
+    key = lambda s: [(x.shard, x.row) for x in s["samples"]]  # noqa: E731
     assert key(a) == key(b) and len(key(a)) == 3
     assert key(a) != key(c)
-    assert all(len(x["seq_lengths"]) >= 2 for x in a["samples"])
+    assert all(len(x.seq_lengths) >= 2 for x in a["samples"])
 
 
 def test_sampler_choice_does_not_depend_on_batches():
@@ -34,24 +34,15 @@ def test_sampler_choice_does_not_depend_on_batches():
         one = {c: v[r : r + 1] for c, v in cols.items() if c not in ("seq_off", "seq_val")}
         one["seq_off"], one["seq_val"] = np.array([0, 1]), np.array([L])
         rows.offer(np.ones(1, bool), np.array([r], np.uint64), one, "s", r)
-    assert [d["row"] for d in whole.rows()] == [d["row"] for d in rows.rows()] and len(
-        whole.rows()
-    ) == 5
+    assert [s.row for s in whole.rows()] == [s.row for s in rows.rows()] and len(whole.rows()) == 5
 
 
-def _single(row: int, n: int, L: int, shard: str = "data/s.parquet") -> dict:
+def _single(row: int, n: int, L: int, shard: str = "data/s.parquet") -> sampling.Sample:
     ids = np.arange(1, L + 1, dtype=np.int32) + 100 * row
     lab = ids.copy()
     lab[0] = schema.IGNORE_INDEX
     lab[n:] = schema.IGNORE_INDEX
-    return {
-        "shard": shard,
-        "row": row,
-        "seq_lengths": np.array([n]),
-        "input_ids": ids,
-        "labels": lab,
-        "position_ids": schema.position_ids([n], L),
-    }
+    return sampling.Sample(shard, row, ids, lab, schema.position_ids([n], L), np.array([n]))
 
 
 def test_synthesized_rows_follow_the_row_layout():
@@ -73,3 +64,34 @@ def test_synthesized_rows_follow_the_row_layout():
         h.position_ids, schema.position_ids([4, 5], L)
     )
     assert sampling.synthesize([_single(0, 1, L)], L, rows=4) == []
+
+
+def _row(row: int, lens: list[int], L: int) -> sampling.Sample:
+    """A packed row of documents `lens` (pad tail after them), laid out by the contract."""
+    n = sum(lens)
+    ids = np.arange(L, dtype=np.int32) + 1000 * row
+    lab = ids.copy()
+    lab[np.cumsum([0, *lens[:-1]])] = schema.IGNORE_INDEX
+    lab[n:] = schema.IGNORE_INDEX
+    pos = schema.position_ids(lens, L).astype(np.int32)
+    return sampling.Sample("data/s.parquet", row, ids, lab, pos, np.array(lens))
+
+
+def test_crop_keeps_the_first_two_documents_whole_as_the_packs_own_bytes():
+    """A batch's rows share one prefix length P: the budget, or more where a row's second document
+    ends later; every row keeps its first two documents whole, a document cut at P as its prefix."""
+    L = 32
+    rows = [_row(0, [20, 5, 4], L), _row(1, [3, 4, 10, 9], L), _row(2, [6, 6, 6, 6], L)]
+    a, b, c = sampling.crop(rows, tokens=8, batch_rows=2)
+    assert len(a.input_ids) == len(b.input_ids) == 25  # row 0's second document ends at 25
+    assert a.seq_lengths.tolist() == [20, 5] and b.seq_lengths.tolist() == [3, 4, 10, 8]
+    assert len(c.input_ids) == 12 and c.seq_lengths.tolist() == [6, 6]  # its own batch
+    for orig, cut in zip(rows, (a, b, c), strict=True):
+        n = len(cut.input_ids)
+        for col in ("input_ids", "labels", "position_ids"):
+            assert np.array_equal(getattr(cut, col), getattr(orig, col)[:n])
+        assert cut.bounds[:2] == orig.bounds[:2]
+    (whole,) = sampling.crop([rows[2]], tokens=100, batch_rows=2)  # budget above the row: all of it
+    assert len(whole.input_ids) == L and whole.seq_lengths.tolist() == [6, 6, 6, 6]
+    (tail,) = sampling.crop([_row(3, [4, 5], L)], tokens=12, batch_rows=1)  # P in the pad tail
+    assert tail.seq_lengths.tolist() == [4, 5] and len(tail.input_ids) == 12

@@ -125,7 +125,7 @@ def check_sources(
             except Stop:
                 raise
             except Exception as e:  # unreadable shard: the integrity layer says why
-                cmp.stray_doc(f"{shard}: not compared ({type(e).__name__}: {e})")
+                cmp.strays(1, [f"{shard}: not compared ({type(e).__name__}: {e})"])
         settle_deferred(cmp)
         missing_pieces(cmp, wanted_records)
         t_cmp = time.perf_counter() - t_cmp
@@ -171,8 +171,8 @@ def _tokens_check(
         "records_packed": int(candidates.size),
         "documents": cmp.docs_compared,
         "tokens_compared": cmp.tokens_compared,
-        "documents_failed": cmp.failed_docs + cmp.stray_count,
-        "first": cmp.examples + [{"message": m} for m in cmp.stray],
+        "documents_failed": cmp.failed.count + cmp.stray.count,
+        "first": cmp.failed.examples + cmp.stray.examples,
         "seconds_tokenize": round(t_tok, 3),
         "seconds_compare": round(t_cmp, 3),
         "sample": sample,
@@ -180,11 +180,10 @@ def _tokens_check(
     }
     if wanted is not None:
         ev["sampled_source_index"] = wanted.tolist()
-    problems = [e["message"] for e in cmp.examples] + cmp.stray
-    n_bad = cmp.failed_docs + cmp.stray_count
-    if problems:
+    if ev["first"]:
+        n_bad = ev["documents_failed"]
         more = f" (+{n_bad - 1} more)" if n_bad > 1 else ""
-        return Check(TOKENS, False, problems[0] + more, ev)
+        return Check(TOKENS, False, ev["first"][0]["message"] + more, ev)
     return Check(
         TOKENS,
         True,

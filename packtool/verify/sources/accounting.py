@@ -76,15 +76,10 @@ def account_check(
             )
         if extra:
             i = extra[0]
-            problems.append(
-                f"source_index {i} is listed under {key} in the manifest, but "
-                + (
-                    f"{where(i)} has {int(lengths[exp.record_of(np.array([i]))[0]])} tokens when "
-                    "tokenized again"
-                    if exp.record_of(np.array([i]))[0] >= 0
-                    else "is no tokenized record"
-                )
-            )
+            r = exp.record_of(np.array([i]))[0]
+            has = f"{where(i)} has {int(lengths[r])} tokens when tokenized again"
+            has = has if r >= 0 else "is no tokenized record"
+            problems.append(f"source_index {i} is listed under {key} in the manifest, but {has}")
         for i in sorted(set(lst) & set(now)):
             if lst[i].get("length") != now[i]:
                 problems.append(

@@ -16,7 +16,7 @@
         again (documents merged or tokens added)"
 
 `Compare` also gathers what match finds (strays: documents of no record, dropped, repeated,
-lost); the first MAX_EXAMPLES failures and strays are kept as evidence, the rest counted.
+lost); failures and strays are each a scan.Failures: the first few kept as evidence, the rest counted.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool import schema
+from packtool.verify.scan import MAX_EXAMPLES, Failures
 from packtool.verify.sources.load import Provenance
 from packtool.verify.sources.pieces import Expected, segments
 
-MAX_EXAMPLES = 5
 WINDOW = 3  # tokens shown on each side of a difference
 
 
@@ -51,30 +51,17 @@ class Compare:
     docs_compared: int = 0
     tokens_compared: int = 0
     first_token_loss: int = 0  # pieces whose first label carried loss before the packer masked it
-    failed_docs: int = 0
-    examples: list[dict] = field(default_factory=list)
+    failed: Failures = field(default_factory=Failures)  # documents that differ from their piece
+    stray: Failures = field(default_factory=Failures)  # of no record, dropped, repeated, lost
     seen: np.ndarray | None = None  # per piece: how many shard documents matched it
     deferred: list[tuple] = field(default_factory=list)  # split parts without a hash match
-    stray: list[str] = field(
-        default_factory=list
-    )  # documents whose source is no record / dropped / repeated
-    stray_count: int = 0
 
     def fail(self, message: str, **ev) -> None:
-        self.failed_docs += 1
-        if len(self.examples) < MAX_EXAMPLES:
-            self.examples.append({"message": message, **ev})
-
-    def stray_doc(self, message: str) -> None:
-        self.stray_count += 1
-        if len(self.stray) < MAX_EXAMPLES:
-            self.stray.append(message)
+        self.failed.add(1, [{"message": message, **ev}])
 
     def strays(self, n: int, messages: list[str]) -> None:
         """`n` strays: the messages of the first few (at most MAX_EXAMPLES), the rest counted."""
-        for message in messages:
-            self.stray_doc(message)
-        self.stray_count += n - len(messages)
+        self.stray.add(n, [{"message": m} for m in messages])
 
 
 def piece_note(exp: Expected, p: int) -> str:
@@ -133,8 +120,8 @@ def compare_docs(
         return
     cmp.where.resolve(docs.src[bad[:MAX_EXAMPLES]])
     for j in bad.tolist():
-        if len(cmp.examples) >= MAX_EXAMPLES:
-            cmp.failed_docs += 1
+        if len(cmp.failed.examples) >= MAX_EXAMPLES:
+            cmp.failed.count += 1
             continue
         p, t = int(pieces[j]), int(bad_at[j])
         row, k, c = row0 + int(docs.row[j]), int(docs.k[j]), int(docs.col[j])

@@ -29,8 +29,9 @@ import os
 import numpy as np
 
 from packtool import schema
-from packtool.verify.sources.compare import MAX_EXAMPLES, Compare, Doc, compare_docs, piece_note
-from packtool.verify.sources.pieces import hashes
+from packtool.verify.scan import MAX_EXAMPLES
+from packtool.verify.sources.compare import Compare, Doc, compare_docs, piece_note
+from packtool.verify.sources.pieces import hashes, segments
 
 BATCH_TOKENS = 1 << 22
 
@@ -40,24 +41,17 @@ def _without_empty_entries(seq_off, seq, src_off, src, real):
     rows where seq_lengths and source_index pair up (the others stay as they are: strays)."""
     if not (seq == 0).any():
         return seq_off, seq, src_off, src, real
-    nd, ns = np.diff(seq_off), np.diff(src_off)
-    paired = nd == ns
-    local = np.arange(seq.size) - np.repeat(seq_off[:-1], nd)
-    at_src = np.repeat(src_off[:-1], nd) + local
-    drop = np.repeat(paired, nd) & (seq == 0)
-    drop &= src[np.where(drop, at_src, 0)] == -1 if src.size else np.zeros_like(drop)
+    nd = np.diff(seq_off)
+    at_src = np.repeat(src_off[:-1] - seq_off[:-1], nd) + np.arange(seq.size)  # the paired entry
+    drop = np.repeat(nd == np.diff(src_off), nd) & (seq == 0)
+    drop[drop] = src[at_src[drop]] == -1
     drop_src = np.zeros(src.size, bool)
     drop_src[at_src[drop]] = True
-    row_of = np.repeat(np.arange(nd.size), nd)
-    kept = np.bincount(row_of[~drop], minlength=nd.size)
-    new_seq_off = np.concatenate(([0], np.cumsum(kept)))
-    new_src_off = src_off - np.concatenate(
-        (
-            [0],
-            np.cumsum(np.bincount(np.repeat(np.arange(ns.size), ns)[drop_src], minlength=ns.size)),
-        )
+    # entries dropped before each row: the same in both lists (only paired rows lose any)
+    gone = np.concatenate(
+        ([0], np.cumsum(np.bincount(np.repeat(np.arange(nd.size), nd)[drop], minlength=nd.size)))
     )
-    return new_seq_off, seq[~drop], new_src_off, src[~drop_src], real[~drop]
+    return seq_off - gone, seq[~drop], src_off - gone, src[~drop_src], real[~drop]
 
 
 def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -> None:
@@ -188,37 +182,28 @@ def settle_deferred(cmp: Compare) -> None:
         free = [p for p in range(p0, p0 + n) if cmp.seen[p] == 0]
         same = [p for p in free if exp.piece_len[p] == g_ids.size]
         if not free:
-            cmp.stray_doc(
-                f"{cmp.where(src)} (source_index {src}) is split into {n} parts, but {shard} row {row} "
-                f"document {k} is one more"
+            cmp.strays(
+                1,
+                [
+                    f"{cmp.where(src)} (source_index {src}) is split into {n} parts, but {shard} "
+                    f"row {row} document {k} is one more"
+                ],
             )
             continue
         p = (same or free)[0]
         cmp.seen[p] += 1
-        docs = Doc(
-            np.zeros(1, np.int64),
-            np.array([k]),
-            np.array([col]),
-            np.array([g_ids.size]),
-            np.array([src]),
-        )
+        docs = Doc(*(np.array([x], np.int64) for x in (0, k, col, g_ids.size, src)))
         compare_docs(cmp, shard, row, docs, np.array([p]), g_ids, g_lab, np.zeros(1, np.int64))
 
 
 def missing_pieces(cmp: Compare, wanted_records: np.ndarray | None) -> None:
     """Pieces no shard document matched (merged away, lost), and pieces matched twice."""
     exp = cmp.exp
-    pieces = (
-        np.arange(exp.piece_row.size)
-        if wanted_records is None
-        else np.concatenate(
-            [
-                np.arange(exp.first_piece[r], exp.first_piece[r] + exp.num_pieces[r])
-                for r in wanted_records.tolist()
-            ]
-            or [np.zeros(0, np.int64)]
-        ).astype(np.int64)
-    )
+    if wanted_records is None:
+        pieces = np.arange(exp.piece_row.size)
+    else:  # the sampled records' pieces, record by record
+        seg, intra = segments(exp.num_pieces[wanted_records])
+        pieces = exp.first_piece[wanted_records][seg] + intra
     lost = pieces[cmp.seen[pieces] == 0]
     twice = pieces[cmp.seen[pieces] > 1]
     cmp.where.resolve(

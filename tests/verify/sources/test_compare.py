@@ -67,13 +67,13 @@ def _compare(labels, got_ids, got_lab):
 
 def test_first_label_is_masked_as_the_packer_stores_it():
     cmp = _compare([10, IGNORE, 12, 13], [10, 11, 12, 13], [IGNORE, IGNORE, 12, 13])
-    assert cmp.failed_docs == 0 and cmp.docs_compared == 1 and cmp.tokens_compared == 4
+    assert cmp.failed.count == 0 and cmp.docs_compared == 1 and cmp.tokens_compared == 4
     assert cmp.first_token_loss == 1  # the record's first label carried loss: the packer masked it
 
 
 def test_a_trained_prompt_token_is_named_with_its_window():
     cmp = _compare([IGNORE, IGNORE, 12, 13], [10, 11, 12, 13], [IGNORE, 11, 12, 13])
-    (ex,) = cmp.examples
+    (ex,) = cmp.failed.examples
     assert ex["message"] == (
         "data.jsonl:1 (source_index 0) -> data/s.parquet row 0 position 1 (document 0, token 1): "
         f"label 11, expected {IGNORE} (a prompt token trained); row positions 0..3: input_ids "
@@ -88,7 +88,7 @@ def test_a_trained_prompt_token_is_named_with_its_window():
 
 def test_a_longer_document_is_named_by_its_lengths():
     cmp = _compare([IGNORE, 11, 12], [10, 11, 12, 99], [IGNORE, 11, 12, 99])
-    (ex,) = cmp.examples
+    (ex,) = cmp.failed.examples
     assert ex["message"].endswith(
         "row 0 document 0: document 0 holds 4 tokens, the record gives 3 when tokenized "
         "again (documents merged or tokens added)"

@@ -12,7 +12,7 @@ from sources_pack import cli, copy_pack, failed, manifest, verify
 
 from packtool import schema
 from packtool.demo_data import write_sample
-from packtool.verify import integrity as integ
+from packtool.verify import audit
 from packtool.verify import selftest as st
 from packtool.verify.sources import names as vs
 
@@ -51,7 +51,7 @@ def test_a_changed_token_is_named_by_input_record_and_copy(built, tmp_path):
     pack = copy_pack(pack, tmp_path)
     m = manifest(pack)
     lo = m["inputs"][1]["block"]["offset"]
-    for i in range(len(integ.list_shards(str(pack)))):
+    for i in range(len(audit.list_shards(str(pack)))):
         rel, table = st.read_shard(str(pack), i)
         lab = st.token_column(table, "labels")
         pos = st.token_column(table, "position_ids")

@@ -13,7 +13,7 @@ from sources_pack import cli, failed, manifest, verify  # noqa: E402
 
 from packtool import schema
 from packtool.pack.overflow import apply_overflow
-from packtool.verify import integrity as integ
+from packtool.verify import audit
 from packtool.verify import selftest as st
 from packtool.verify.sources import names as vs
 from packtool.verify.sources import pieces as sp
@@ -86,7 +86,7 @@ def test_truncated_and_dropped_records(built, tmp_path, overflow):
     if overflow == "drop":
         return
     cut = {t["source_index"]: t for t in m["truncated"]}
-    for i in range(len(integ.list_shards(str(pack)))):
+    for i in range(len(audit.list_shards(str(pack)))):
         rel, table = st.read_shard(str(pack), i)
         srcs = table.column("source_index").to_pylist()
         hit = [(r, k) for r, s in enumerate(srcs) for k, x in enumerate(s) if x in cut]
