@@ -97,15 +97,22 @@ def exact_float(v: float) -> bool:
 
 def plain(v) -> bool:
     """`v` holds nothing the engines would print differently: no float MiniJinja writes otherwise,
-    no reserved character."""
-    t = type(v)
-    if t is str:
-        return OPEN not in v and CLOSE not in v
-    if t is dict:
-        return all(plain(k) and plain(x) for k, x in v.items())
-    if t is list or t is tuple:
-        return all(plain(x) for x in v)
-    return t is not float or exact_float(v)
+    no reserved character (walked with a stack: a third of the time of a recursive walk)."""
+    stack = [v]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str:
+            if OPEN in v or CLOSE in v:
+                return False
+        elif t is dict:
+            stack += v.keys()
+            stack += v.values()
+        elif t is list or t is tuple:
+            stack += v
+        elif t is float and not exact_float(v):
+            return False
+    return True
 
 
 def aliased(messages: list[dict]) -> list[dict]:
@@ -119,19 +126,21 @@ def aliased(messages: list[dict]) -> list[dict]:
 
 
 def spans_of(marked: str) -> tuple[str, list[tuple[int, int]]]:
-    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it."""
-    spans, at, taken = [], 0, 0
+    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it (the
+    pieces between them joined: a third of the time of two str.replace on a 2,000-char text)."""
+    spans, pieces, at, taken = [], [], 0, 0
     while (i := marked.find(OPEN, at)) >= 0:
         j = marked.find(CLOSE, i)
         if j < 0:
             raise NotCompiled("an unclosed generation block")
+        pieces += (marked[at:i], marked[i + 1 : j])
         spans.append((i - taken, j - taken - 1))
         taken += 2
         at = j + 1
-    text = marked.replace(OPEN, "").replace(CLOSE, "") if taken else marked
-    if len(text) != len(marked) - taken or (not taken and CLOSE in marked):
+    if marked.count(OPEN) != len(spans) or marked.count(CLOSE) != len(spans):
         raise NotCompiled("nested generation blocks")  # or a block closed twice
-    return text, spans
+    pieces.append(marked[at:])
+    return "".join(pieces) if taken else marked, spans
 
 
 class Compiled:
@@ -162,7 +171,7 @@ class Compiled:
         self.env = env
 
     def render(self, messages, tools, *, marks: bool, gen_prompt: bool = False):
-        if not (plain(messages) and (tools is None or plain(tools))):
+        if not plain((messages, tools)):
             raise NotCompiled("a float or a reserved character in the data")
         try:
             text = self.env.render_template(

@@ -249,3 +249,27 @@ def test_spans_of_marked_text():
     for bad in (f"a{o}b", f"a{c}b", f"{o}a{o}b{c}{c}", f"{o}a{c}{c}"):
         with pytest.raises(NotCompiled):
             compiled.spans_of(bad)
+
+
+def test_plain_finds_what_the_engines_print_otherwise():
+    """plain() walks keys, values, lists and tuples at any depth: a reserved character or a float
+    MiniJinja prints otherwise anywhere makes the data not plain; everything else is."""
+    o, c = compiled.OPEN, compiled.CLOSE
+
+    class Text(str):  # a str subclass is written as its value, as a string is
+        pass
+
+    odd = [
+        f"a{o}",
+        {"k": [1, {"deep": (2, f"{c}")}]},
+        {f"key{o}": 1},
+        [{"args": {"x": 0.1 + 0.2}}],
+        ({"y": 1e-7},),
+        [float("nan")],
+        {"z": [float("inf")]},
+        1e16,
+    ]
+    alike = ["é", 0.5, 3, True, None, {"a": [1.75, "b", {"c": (0.0, -2.5)}]}, [], {}, Text("x")]
+    assert [compiled.plain(v) for v in odd] == [False] * len(odd)
+    assert [compiled.plain(v) for v in alike] == [True] * len(alike)
+    assert compiled.plain((PLAIN[0], None)) and not compiled.plain((ODD[0], None))
