@@ -130,8 +130,8 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     batch = RawBatch(target.file, records=[target.record], start=target.index, fmt=decision.fmt)
     reference = plan.reference or plan.step
     check = FastCheck.of(plan) if cfg.tokenizer_backend == "fastokens" else None
-    if check is None and plan.step.renderer == "native":  # exact by construction: no jinja import
-        reference = reference.with_backend("hf", "native")
+    if check is None and plan.step.renderer != "jinja":  # the run's renderer: jinja is imported
+        reference = reference.with_backend("hf", plan.step.renderer)  # only for what it hands on
     res = reference(batch)  # the record as a pack encodes it: a batch of one
     if res.rejects:
         raise PacktoolError(f"{target.where}: {res.rejects[0][1]}")

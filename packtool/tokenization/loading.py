@@ -255,6 +255,7 @@ class TokenizerSpec:
     control_tokens: dict[
         str, int
     ]  # the special added tokens, {text: id} (no JSON parse to find them)
+    fast_refusal: str | None  # backends.byte_rules_refusal (no JSON parse to decide the backend)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedTokenizer) -> TokenizerSpec:
@@ -267,13 +268,16 @@ class TokenizerSpec:
         cls, tok, name: str = "tokenizer", folder=None, files_hash: str = "", builtin: bool = False
     ) -> TokenizerSpec:
         """From a transformers fast tokenizer (tests build tiny ones in-process)."""
+        from packtool.tokenization.backends import byte_rules_refusal
+
+        backend_json = tok.backend_tokenizer.to_str()
         return cls(
             name=name,
             folder=str(folder) if folder else None,
             files_hash=files_hash,
             builtin=builtin,
             cls=type(tok).__name__,
-            backend_json=tok.backend_tokenizer.to_str(),
+            backend_json=backend_json,
             special_tokens=dict(tok.special_tokens_map),
             all_special_tokens=tuple(getattr(tok, "all_special_tokens", []) or []),
             vocab_size=len(tok),
@@ -287,6 +291,7 @@ class TokenizerSpec:
                 for i, t in sorted(tok.backend_tokenizer.get_added_tokens_decoder().items())
                 if t.special
             },
+            fast_refusal=byte_rules_refusal(backend_json),
         )
 
     def info(self) -> dict[str, Any]:
