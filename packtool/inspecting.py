@@ -26,7 +26,7 @@ class _Decoder:
     """Decodes with the Rust tokenizer of a TokenizerSpec (no transformers import)."""
 
     def __init__(self, spec):
-        from packtool.tokenization.loading import rust_tokenizer
+        from packtool.tokenization.backends import rust_tokenizer
 
         self._tok = rust_tokenizer(spec.backend_json)
 

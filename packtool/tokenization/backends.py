@@ -68,8 +68,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packtool.tokenization.loading import rust_tokenizer
-
 BACKENDS = ("fastokens", "hf")
 
 _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
@@ -86,6 +84,25 @@ def _byte_alphabet() -> frozenset[str]:
     ]
     extra = [b for b in range(256) if b not in bs]
     return frozenset(map(chr, bs + [256 + k for k in range(len(extra))]))
+
+
+@functools.lru_cache(maxsize=2)
+def rust_tokenizer(backend_json: str, engine: str = "tokenizers"):
+    """The Rust tokenizer (`tokenizers`, or `fastokens`) of a TokenizerSpec's backend JSON,
+    untruncated and unpadded as apply_chat_template encodes, built once per process: one for a 150k
+    vocabulary takes ~1 s to build (fastokens' ~1.7 s) and a run asks for it in several places.
+    Shared: callers never change its settings (one that must, builds its own)."""
+    if engine == "fastokens":
+        import fastokens
+
+        tok = fastokens.Tokenizer.from_json_str(backend_json)
+    else:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(backend_json)
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
 
 
 # -- the mask rule -------------------------------------------------------------------------------

@@ -120,7 +120,9 @@ def aliased(messages: list[dict]) -> list[dict]:
     `_alias_reasoning_fields`: `thinking` first, `reasoning_content` last)."""
     out = []
     for m in messages:
-        r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+        r = None
+        if not m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
+            r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
         out.append(m if r is None else {"thinking": r, **m, "reasoning_content": r})
     return out
 

@@ -4,7 +4,6 @@ Chat templates are chosen in packtool.tokenization.chat_template."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import json
@@ -118,25 +117,6 @@ def _looks_local(name: str) -> bool:
     """A path, not a hub id (`org/name`, optionally `@revision`, which may hold slashes)."""
     repo = name.partition("@")[0]
     return name.startswith(("/", "./", "../", "~", ".")) or repo.count("/") > 1
-
-
-@functools.lru_cache(maxsize=2)
-def rust_tokenizer(backend_json: str, engine: str = "tokenizers"):
-    """The Rust tokenizer (`tokenizers`, or `fastokens`) of a TokenizerSpec's backend JSON,
-    untruncated and unpadded as apply_chat_template encodes, built once per process: one for a 150k
-    vocabulary takes ~1 s to build (fastokens' ~1.7 s) and a run asks for it in several places.
-    Shared: callers never change its settings (one that must, builds its own)."""
-    if engine == "fastokens":
-        import fastokens
-
-        tok = fastokens.Tokenizer.from_json_str(backend_json)
-    else:
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_str(backend_json)
-    tok.no_truncation()
-    tok.no_padding()
-    return tok
 
 
 def _from_folder(folder: Path):

@@ -31,6 +31,7 @@ import json
 import re
 import sys
 
+from packtool.tokenization import chatml
 from packtool.tokenization.chat_template import (
     ChatTemplate,
     family_fix,
@@ -211,8 +212,6 @@ class Renderer:
 
     def _render(self, messages, tools, *, marks: bool, gen_prompt: bool = False):
         if self.renderer == "native" and marks and not gen_prompt:
-            from packtool.tokenization import chatml
-
             try:
                 return chatml.render(messages, tools)
             except chatml.NotNative:
@@ -315,9 +314,7 @@ class Renderer:
     def generation_prompt(self, tools=None) -> str:
         """What the template writes to open an assistant turn at inference (the generation prompt)."""
         if self._gen_prompt is None and self.renderer == "native":
-            from packtool.tokenization.chatml import GENERATION_PROMPT
-
-            self._gen_prompt = GENERATION_PROMPT  # (no jinja: transformers is not imported)
+            self._gen_prompt = chatml.GENERATION_PROMPT  # (no jinja: transformers is not imported)
         if self._gen_prompt is None:
             probe = [{"role": "user", "content": "x"}]
             plain, _ = self._render(probe, None, marks=False)
