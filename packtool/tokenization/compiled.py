@@ -11,21 +11,24 @@ loop controls (break/continue), `raise_exception`, `strftime_now`, `namespace`, 
 one). The tests whose MiniJinja meaning differs from jinja's are rewritten in the text:
 `X is iterable` (MiniJinja: none is iterable) and `X is sequence` (jinja: strings and dicts are).
 
-Generation blocks become spans through two reserved characters (Unicode noncharacters) that the
-template writes where a block opens and closes; each tag is replaced by an `if true` block, so its
-whitespace control (`{%-`, `-%}`, trim_blocks, lstrip_blocks) is the tag's own:
+Generation blocks become spans through two reserved characters (the control characters STX and
+ETX, "start" and "end of text": a text of ASCII and marks stays one byte a char, which MiniJinja's
+output and the slicing decode and copy fastest) that the template writes where a block opens and
+closes; each tag is replaced by an `if true` block, so its whitespace control (`{%-`, `-%}`,
+trim_blocks, lstrip_blocks) is the tag's own:
 
     template  {%- generation -%}{{ content }}{%- endgeneration -%}
-    becomes   {%- if true %}{{ '\\ufdd0' }}{% endif -%}{{ content }}{%- if true %}{{ '\\ufdd1' }}{% endif -%}
-    renders   <|im_start|>assistant\\n\\ufdd0Hello!<|im_end|>\\ufdd1\\n
+    becomes   {%- if true %}{{ '\\x02' }}{% endif -%}{{ content }}{%- if true %}{{ '\\x03' }}{% endif -%}
+    renders   <|im_start|>assistant\\n\\x02Hello!<|im_end|>\\x03\\n
     text      <|im_start|>assistant\\nHello!<|im_end|>\\n      the characters taken out
     spans                              [(22, 38)]           where they stood, in the text
 
 transformers records a block as (characters rendered before it, + its length): the same span.
 What the two engines would render differently is never rendered here (NotCompiled: the caller
 renders it with jinja): a float that MiniJinja prints otherwise (an exponent, or 16-17 significant
-digits, which it rounds differently), a reserved character in the data, and anything MiniJinja refuses (an error
-is re-rendered by jinja, so a refused example gives jinja's own message). Every run checks the
+digits, which it rounds differently), a reserved character in the data (a template or special
+token holding one is not compiled), and anything MiniJinja refuses (an error is re-rendered by
+jinja, so a refused example gives jinja's own message). Every run checks the
 rest: the fast path's probe compares it with the jinja reference on the run's first examples
 (packtool.tokenization.fast_check), and tests/tokenization/test_compiled.py renders every TRL
 template and the shared tokenizers' templates with both engines.
@@ -37,7 +40,7 @@ import datetime
 import json
 import re
 
-OPEN, CLOSE = "\ufdd0", "\ufdd1"  # noncharacters: reserved for a program's internal use
+OPEN, CLOSE = "\x02", "\x03"  # STX, ETX: reserved here (data holding them goes to jinja)
 _TAG = re.compile(r"\{%([-+]?)\s*(end)?generation\s*([-+]?)%\}")
 _OPERAND = r"(?<![\w.|\])'\"])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\[\]()]*\]|\([^()]*\))*)"
 _IS = re.compile(_OPERAND + r"\s+is\s+(not\s+)?(iterable|sequence)\b")
@@ -163,6 +166,8 @@ class Compiled:
         env.add_global("raise_exception", raise_exception)
         env.add_global("strftime_now", strftime_now)
         env.add_global("documents", None)
+        if any(OPEN in x or CLOSE in x for x in (text, *map(str, special_tokens.values()))):
+            raise Unfit("the template or a special token holds a reserved character (STX, ETX)")
         for k, v in special_tokens.items():
             env.add_global(k, v)
         try:

@@ -31,7 +31,10 @@ ODD = [  # data the engines would print differently, or that holds the reserved 
             ],
         },
     ],
-    [{"role": "user", "content": "a\ufdd0b"}, {"role": "assistant", "content": "c\ufdd1"}],
+    [
+        {"role": "user", "content": f"a{compiled.OPEN}b"},
+        {"role": "assistant", "content": f"c{compiled.CLOSE}"},
+    ],
 ]
 PLAIN = [  # what they print alike: bools, None, ints, short floats, nested arguments
     [
@@ -137,6 +140,12 @@ def test_odd_data_is_handed_to_jinja():
     for messages in ODD:
         with pytest.raises(NotCompiled):
             engine.render(messages, None, marks=True)
+    for text, tokens in [
+        (f"{{{{ x }}}}{compiled.OPEN}", {}),
+        ("{{ x }}", {"eos_token": compiled.CLOSE}),
+    ]:
+        with pytest.raises(compiled.Unfit, match="reserved character"):
+            Compiled(text, tokens)  # (a template or a special token holding a mark: jinja renders)
     assert compiled.exact_float(1.75) and compiled.exact_float(-0.0) and compiled.exact_float(1e14)
     assert not compiled.exact_float(0.1 + 0.2) and not compiled.exact_float(1e-5)
     assert not compiled.exact_float(1e15) and not compiled.exact_float(float("nan"))
