@@ -154,15 +154,17 @@ def _check_spans(texts: list[str], spans) -> tuple[np.ndarray, np.ndarray, np.nd
 def _covered(bounds: np.ndarray, spans: np.ndarray) -> np.ndarray:
     """Tokens t, tiling [bounds[t], bounds[t + 1]) (bounds non-decreasing), overlapping any span
     [s, e): the tokens overlapping one span are the run from the first that ends after s to the
-    last that starts before e, found by two searchsorted per span (not one per token), and the
-    runs are marked by a running count of runs opened less runs closed."""
+    last that starts before e (two searchsorted per span, not one per token), each run set by one
+    slice (a running count over the batch's tokens instead costs 4x as much)."""
     n = len(bounds) - 1
+    mask = np.zeros(max(n, 0), dtype=bool)
     if n <= 0 or not len(spans):
-        return np.zeros(max(n, 0), dtype=bool)
-    first = np.searchsorted(bounds[1:], spans[:, 0], side="right")
-    stop = np.maximum(np.searchsorted(bounds[:-1], spans[:, 1], side="left"), first)
-    opened = np.bincount(first, minlength=n + 1) - np.bincount(stop, minlength=n + 1)
-    return np.cumsum(opened[:n]) > 0
+        return mask
+    first = np.searchsorted(bounds[1:], spans[:, 0], side="right").tolist()
+    stop = np.searchsorted(bounds[:-1], spans[:, 1], side="left").tolist()
+    for a, b in zip(first, stop, strict=True):
+        mask[a:b] = True
+    return mask
 
 
 def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -542,7 +544,7 @@ class FastBackend:
         offsets = np.frombuffer(off_b, dtype="<u8").astype(np.int64)
 
         # byte range of every token in the batch: [cum[t], cum[t + 1])
-        lens = table[np.minimum(raw, len(table) - 1)]
+        lens = table.take(raw, mode="clip")  # (ids past the table: its last slot)
         unknown = lens < 0
         cum = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(np.where(unknown, 0, lens) if unknown.any() else lens, out=cum[1:])

@@ -132,20 +132,23 @@ def aliased(messages: list[dict]) -> list[dict]:
 
 def spans_of(marked: str) -> tuple[str, list[tuple[int, int]]]:
     """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it (the
-    pieces between them joined: a third of the time of two str.replace on a 2,000-char text)."""
-    spans, pieces, at, taken = [], [], 0, 0
+    pieces between them joined: one copy; every search a memchr, str.count is 8x slower)."""
+    spans, pieces, at = [], [], 0
     while (i := marked.find(OPEN, at)) >= 0:
         j = marked.find(CLOSE, i)
         if j < 0:
             raise NotCompiled("an unclosed generation block")
+        if marked.find(CLOSE, at, i) >= 0 or marked.find(OPEN, i + 1, j) >= 0:
+            raise NotCompiled("nested generation blocks")  # or a block closed twice
         pieces += (marked[at:i], marked[i + 1 : j])
-        spans.append((i - taken, j - taken - 1))
-        taken += 2
+        spans.append((i - 2 * len(spans), j - 2 * len(spans) - 1))
         at = j + 1
-    if marked.count(OPEN) != len(spans) or marked.count(CLOSE) != len(spans):
-        raise NotCompiled("nested generation blocks")  # or a block closed twice
+    if marked.find(CLOSE, at) >= 0:
+        raise NotCompiled("a generation block closed twice")
+    if not spans:
+        return marked, spans
     pieces.append(marked[at:])
-    return "".join(pieces) if taken else marked, spans
+    return "".join(pieces), spans
 
 
 class Compiled:

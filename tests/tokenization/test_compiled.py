@@ -260,6 +260,32 @@ def test_spans_of_marked_text():
             compiled.spans_of(bad)
 
 
+def test_spans_of_against_an_oracle():
+    """Every string of a, b and the marks up to length 7: the blocks of a well-formed text (marks
+    alternating, opening first), else NotCompiled."""
+    import itertools
+
+    o, c = compiled.OPEN, compiled.CLOSE
+    for size in range(8):
+        for chars in itertools.product(["a", "b", o, c], repeat=size):
+            marked = "".join(chars)
+            marks = [ch for ch in marked if ch in (o, c)]
+            if marks != [o, c] * (len(marks) // 2):
+                with pytest.raises(NotCompiled):
+                    compiled.spans_of(marked)
+                continue
+            text = marked.replace(o, "").replace(c, "")
+            at, spans = 0, []
+            for ch in marked:
+                if ch == o:
+                    spans.append([at])
+                elif ch == c:
+                    spans[-1].append(at)
+                else:
+                    at += 1
+            assert compiled.spans_of(marked) == (text, [tuple(x) for x in spans]), marked
+
+
 def test_plain_finds_what_the_engines_print_otherwise():
     """plain() walks keys, values, lists and tuples at any depth: a reserved character or a float
     MiniJinja prints otherwise anywhere makes the data not plain; everything else is."""
