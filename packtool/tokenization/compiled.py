@@ -105,12 +105,15 @@ def plain(v) -> bool:
     while stack:
         v = stack.pop()
         t = type(v)
-        if t is str:
+        if t is dict:  # (a message: its string keys and values checked in place)
+            for k, x in v.items():
+                if type(k) is not str or type(x) is not str:
+                    stack += (k, x)
+                elif OPEN in x or CLOSE in x or OPEN in k or CLOSE in k:
+                    return False
+        elif t is str:
             if OPEN in v or CLOSE in v:
                 return False
-        elif t is dict:
-            stack += v.keys()
-            stack += v.values()
         elif t is list or t is tuple:
             stack += v
         elif t is float and not exact_float(v):

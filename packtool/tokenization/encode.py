@@ -243,11 +243,9 @@ class Encoder:
         text, spans = self.render.conversation(messages, tools)
         if self.train_on == "all":
             return text, [(0, len(text))], literals, bool(found), self._notes(messages, text, None)
-        turns, keep = [], []  # the assistant turns, and whether each is trained (its weight)
-        for i, m in enumerate(ex["messages"]):
-            if m["role"] == "assistant":
-                turns.append(i)
-                keep.append(m.get("weight") is None or m["weight"] > 0)
+        given = ex["messages"]  # (their weights: template_messages leaves them out)
+        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        keep = [given[i].get("weight") is None or given[i]["weight"] > 0 for i in turns]
         if keep and (self.train_on == "last" or self.mode == "last"):
             keep = [False] * (len(keep) - 1) + [keep[-1]]
         paired = None
