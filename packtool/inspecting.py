@@ -3,9 +3,10 @@
 Reads up to record N (its file's format: tokenization.decide.record_format of the file's first
 record whose format is found, as the pipeline decides it; pre-tokenized by decide.is_pretokenized),
 normalizes it, runs the reference step that tokenization.run_plan builds for `profile`/`pack` on a
-batch of that one record (and, where fastokens supports the tokenizer, that step on fastokens,
-compared by fast_check.compare), and splits the token stream into runs of trained / untrained
-tokens for display:
+batch of that one record, with the renderer the plan's fast path uses (native or MiniJinja: no
+transformers import; jinja with --tokenizer-backend fastokens, whose step is then compared with it
+by fast_check.compare), and splits the token stream into runs of trained / untrained tokens for
+display:
 
     runs = [{"text": "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n", "loss": False, "tokens": 9},
             {"text": "Hello!<|im_end|>", "loss": True, "tokens": 3}, ...]
