@@ -1,7 +1,10 @@
 """Tokenization alone: ours (render + tokenize + labels) against the raw `tokenizers` ceiling and
 TRL's per-example apply_chat_template, for each tokenizer under test.
 
-Same conversations (`packtool sample`'s generator, seed 0), one process, one run, best of --repeat.
+Same conversations (`packtool sample`'s generator, seed 0), one process, one run, best of --repeat;
+the packtool of this tree (not the installed one). Wall time, and for ours the CPU time of the
+process beside it (one thread: on a shared box the CPU time is what the code costs, wall time
+also counts the waits for a core).
 Tokenizers: --tokenizer FOLDER (repeatable; "built-in" = the built-in Qwen3 one, the default) or
 --tokenizers all (the built-in one and every folder of ../shared/tokenizers). The template is the
 one `packtool pack` picks: chatml-train for the built-in tokenizer, `trl:X_training` (TRL's
@@ -38,7 +41,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 from families import (  # noqa: E402
     Tok,
     has_tools,
@@ -50,13 +53,15 @@ from families import (  # noqa: E402
 
 
 def best(fn, repeat):
-    times = []
+    """(best wall s, best CPU s of this process, the last result) of `repeat` runs."""
+    walls, cpus = [], []
     out = None
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    return min(walls), min(cpus), out
 
 
 def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
@@ -124,10 +129,10 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
         ]
 
     results = {name: best(run(enc), repeat) for name, enc in encoders.items()}
-    t_ceil, n_ceil = best(ceiling, repeat)
-    t_pe, pe = best(per_example, 1)
+    t_ceil, _, n_ceil = best(ceiling, repeat)
+    t_pe, _, pe = best(per_example, 1)
     n_pe = sum(len(o["input_ids"]) for o in pe)
-    outs = {name: r[1] for name, r in results.items()}
+    outs = {name: r[2] for name, r in results.items()}
     counts = {name: sum(len(e.ids) for e in out) for name, out in outs.items()}
     assert len(set(counts.values()) | {n_ceil, n_pe}) == 1, (counts, n_ceil, n_pe)
     for a, b in zip(outs[fast], outs[hf], strict=True):
@@ -143,17 +148,18 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
             same += 1
         elif np.array_equal(ids, rid) and np.array_equal(lab, less):
             same_less_prompt += 1
-    rows = [(name, t) for name, (t, _) in results.items()] + [
-        ("ceiling: tokenizers encode_batch, pre-rendered", t_ceil),
-        ("apply_chat_template per example (TRL)", t_pe),
+    rows = [(name, t, c) for name, (t, c, _) in results.items()] + [
+        ("ceiling: tokenizers encode_batch, pre-rendered", t_ceil, None),
+        ("apply_chat_template per example (TRL)", t_pe, None),
     ]
     print(
         f"\n{tk.name} tokenizer, template {tpl.name}: {len(convs)} conversations, {n_ceil:,} tokens"
     )
-    for name, t in rows:
+    for name, t, c in rows:
+        cpu = f"  (CPU {c:6.3f} s, {n_ceil / c / 1e6:6.2f} M/s)" if c else ""
         print(
             f"  {name:48s} {t:7.3f} s  {n_ceil / t / 1e6:6.2f} M tokens/s  {t_ceil / t:5.2f}x ceiling"
-            f"  {t_pe / t:6.2f}x per-example"
+            f"  {t_pe / t:6.2f}x per-example{cpu}"
         )
     date = " (date fixed to packtool's for both)" if tk.dated else ""
     print(
@@ -165,13 +171,19 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
             else ""
         )
     )
-    t_fast = results[fast][0]
+    t_fast, c_fast = results[fast][:2]
     j2 = results.get("ours fast/j2 (fastokens, jinja render)")
     print(
         f"  ours fast / ceiling = {t_ceil / t_fast:.2f}x, per-example / ours fast = {t_pe / t_fast:.2f}x"
         + (f", ours fast / fast with jinja = {j2[0] / t_fast:.2f}x" if j2 else "")
     )
-    return {"tokenizer": tk.name, "tokens": n_ceil, "fast_s": t_fast, "per_example_s": t_pe}
+    return {
+        "tokenizer": tk.name,
+        "tokens": n_ceil,
+        "fast_s": t_fast,
+        "fast_cpu_s": c_fast,
+        "per_example_s": t_pe,
+    }
 
 
 def main():
@@ -200,13 +212,16 @@ def main():
         for tk in tokenizers_under_test(args.tokenizer, args.tokenizers)
     ]
     print(
-        f"\n{'tokenizer':10s} {'tokens':>11s} {'ours fast M tok/s':>18s} {'TRL per-example M tok/s':>24s} {'ratio':>7s}"
+        f"\n{'tokenizer':10s} {'tokens':>11s} {'ours fast M tok/s':>18s} {'(CPU)':>7s} "
+        f"{'TRL per-example M tok/s':>24s} {'ratio':>7s}"
     )
     for d in done:
         print(
             f"{d['tokenizer']:10s} {d['tokens']:>11,} {d['tokens'] / d['fast_s'] / 1e6:18.2f} "
+            f"{d['tokens'] / d['fast_cpu_s'] / 1e6:7.2f} "
             f"{d['tokens'] / d['per_example_s'] / 1e6:24.2f} {d['per_example_s'] / d['fast_s']:6.2f}x"
         )
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

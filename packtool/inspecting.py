@@ -3,9 +3,10 @@
 Reads up to record N (its file's format: tokenization.decide.record_format of the file's first
 record whose format is found, as the pipeline decides it; pre-tokenized by decide.is_pretokenized),
 normalizes it, runs the reference step that tokenization.run_plan builds for `profile`/`pack` on a
-batch of that one record (and, where fastokens supports the tokenizer, that step on fastokens,
-compared by fast_check.compare), and splits the token stream into runs of trained / untrained
-tokens for display:
+batch of that one record, with the renderer the plan's fast path uses (native or MiniJinja: no
+transformers import; jinja with --tokenizer-backend fastokens, whose step is then compared with it
+by fast_check.compare), and splits the token stream into runs of trained / untrained tokens for
+display:
 
     runs = [{"text": "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n", "loss": False, "tokens": 9},
             {"text": "Hello!<|im_end|>", "loss": True, "tokens": 3}, ...]
@@ -26,7 +27,7 @@ class _Decoder:
     """Decodes with the Rust tokenizer of a TokenizerSpec (no transformers import)."""
 
     def __init__(self, spec):
-        from packtool.tokenization.loading import rust_tokenizer
+        from packtool.tokenization.backends import rust_tokenizer
 
         self._tok = rust_tokenizer(spec.backend_json)
 
@@ -114,7 +115,6 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
             "runs": _runs(tok, ids, labels),
         }
 
-    from packtool.data.arrow import arrow_numpy
     from packtool.io.readers import RawBatch
     from packtool.tokenization.decide import FileDecision
     from packtool.tokenization.fast_check import FastCheck, compare
@@ -130,8 +130,8 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     batch = RawBatch(target.file, records=[target.record], start=target.index, fmt=decision.fmt)
     reference = plan.reference or plan.step
     check = FastCheck.of(plan) if cfg.tokenizer_backend == "fastokens" else None
-    if check is None and plan.step.renderer == "native":  # exact by construction: no jinja import
-        reference = reference.with_backend("hf", "native")
+    if check is None and plan.step.renderer != "jinja":  # the run's renderer: jinja is imported
+        reference = reference.with_backend("hf", plan.step.renderer)  # only for what it hands on
     res = reference(batch)  # the record as a pack encodes it: a batch of one
     if res.rejects:
         raise PacktoolError(f"{target.where}: {res.rejects[0][1]}")
@@ -139,8 +139,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     if check is not None:  # --tokenizer-backend fastokens: compared on this example too
         check.conclude(1, compare(plan.step(batch), res, batch))
         backend = check.report
-    ids = arrow_numpy(res.table.column("input_ids").flatten())  # (Array.to_numpy: pandas, 0.3 s)
-    labels = arrow_numpy(res.table.column("labels").flatten())
+    ids, labels = (_values(res.table.column(c)) for c in ("input_ids", "labels"))
     audit, label_warnings = _label_audit(target, template, res.notes, labels, cfg)
     return {
         **where,
@@ -165,6 +164,15 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         "labels": labels.tolist(),
         "runs": _runs(_Decoder(spec), ids, labels),
     }
+
+
+def _values(column) -> np.ndarray:
+    """A list column's values as numpy (ListArray.flatten imports pyarrow.compute, 30-60 ms;
+    Array.to_numpy pandas, 0.3 s)."""
+    from packtool.data.arrow import arrow_numpy
+
+    offsets = arrow_numpy(column.offsets)
+    return arrow_numpy(column.values)[offsets[0] : offsets[-1]]
 
 
 def _label_audit(target, template, notes, labels, cfg) -> tuple[dict, list[str]]:

@@ -70,3 +70,32 @@ def test_cli_header_names_file_record_and_index(mixed):
     flat = " ".join(r.output.split())  # rich wraps long paths at the terminal width
     assert "b_inst.json record 1 (--index 4)" in flat
     assert "format: alpaca" in flat
+
+
+def test_a_compiled_template_is_inspected_without_jinja(tmp_path):
+    """inspect renders with the plan's renderer (MiniJinja for a TRL template): transformers' jinja
+    is not imported once the spec and the template verdict are cached, and ids and labels are
+    those of the jinja reference (--tokenizer-backend hf)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "c.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in CHAT))
+    ref = inspect_example(str(data), cfg_for("hf"), 1)
+    assert ref["tokenizer_backend"]["renderer"] == "jinja"
+    code = (
+        "import json, sys; from packtool.config import TokenizeConfig; "
+        "from packtool.inspecting import inspect_example; "
+        f"r = inspect_example({str(data)!r}, TokenizeConfig(num_proc=1, chat_template="
+        "'trl:qwen3_training'), 1); "
+        "print(json.dumps([r['input_ids'], r['labels'], r['tokenizer_backend']['renderer'], "
+        "'transformers.utils.chat_template_utils' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    ids, labels, renderer, jinja = json.loads(out.stdout.splitlines()[-1])
+    assert (ids, labels) == (ref["input_ids"], ref["labels"])
+    assert renderer == "compiled" and not jinja
+
+
+def cfg_for(backend):
+    return TokenizeConfig(num_proc=1, tokenizer_backend=backend, chat_template="trl:qwen3_training")

@@ -68,8 +68,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packtool.tokenization.loading import rust_tokenizer
-
 BACKENDS = ("fastokens", "hf")
 
 _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
@@ -86,6 +84,25 @@ def _byte_alphabet() -> frozenset[str]:
     ]
     extra = [b for b in range(256) if b not in bs]
     return frozenset(map(chr, bs + [256 + k for k in range(len(extra))]))
+
+
+@functools.lru_cache(maxsize=2)
+def rust_tokenizer(backend_json: str, engine: str = "tokenizers"):
+    """The Rust tokenizer (`tokenizers`, or `fastokens`) of a TokenizerSpec's backend JSON,
+    untruncated and unpadded as apply_chat_template encodes, built once per process: one for a 150k
+    vocabulary takes ~1 s to build (fastokens' ~1.7 s) and a run asks for it in several places.
+    Shared: callers never change its settings (one that must, builds its own)."""
+    if engine == "fastokens":
+        import fastokens
+
+        tok = fastokens.Tokenizer.from_json_str(backend_json)
+    else:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(backend_json)
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
 
 
 # -- the mask rule -------------------------------------------------------------------------------
@@ -111,17 +128,19 @@ def spans_to_mask(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
     return _overlap(offsets[:, 0], offsets[:, 1], np.asarray(spans, dtype=np.int64).reshape(-1, 2))
 
 
-def _check_spans(texts: list[str], spans) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """Spans as int64[k, 2] arrays, checked in one vectorized pass; also counts and all rows."""
+def _check_spans(texts: list[str], spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All spans as rows int64[k, 2], text i's rows[at[i]:at[i + 1]], and their counts, checked in
+    one vectorized pass (one conversion per batch: items are lists of (start, end) or arrays)."""
     if len(spans) != len(texts):
         raise ValueError(f"{len(texts)} texts but {len(spans)} span arrays")
-    arrs = [np.asarray(s, dtype=np.int64).reshape(-1, 2) for s in spans]
-    counts = np.fromiter((len(a) for a in arrs), dtype=np.int64, count=len(arrs))
-    if not counts.any():
-        return arrs, counts, np.zeros((0, 2), dtype=np.int64)
-    rows = np.concatenate(arrs)
-    owner = np.repeat(np.arange(len(arrs)), counts)
-    limit = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))[owner]
+    counts = np.fromiter(map(len, spans), dtype=np.int64, count=len(spans))
+    rows = np.array(list(itertools.chain.from_iterable(spans)), dtype=np.int64).reshape(-1, 2)
+    at = np.zeros(len(spans) + 1, dtype=np.int64)
+    np.cumsum(counts, out=at[1:])
+    if not len(rows):
+        return rows, at, counts
+    owner = np.repeat(np.arange(len(spans)), counts)
+    limit = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))[owner]
     bad = (rows[:, 0] < 0) | (rows[:, 1] < rows[:, 0]) | (rows[:, 1] > limit)
     bad[1:] |= (owner[1:] == owner[:-1]) & (rows[1:, 0] < rows[:-1, 1])
     if bad.any():
@@ -129,7 +148,23 @@ def _check_spans(texts: list[str], spans) -> tuple[list[np.ndarray], np.ndarray,
         raise ValueError(
             f"spans[{i}] must be sorted, non-overlapping [start, end) char ranges within texts[{i}]"
         )
-    return arrs, counts, rows
+    return rows, at, counts
+
+
+def _covered(bounds: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Tokens t, tiling [bounds[t], bounds[t + 1]) (bounds non-decreasing), overlapping any span
+    [s, e): the tokens overlapping one span are the run from the first that ends after s to the
+    last that starts before e (two searchsorted per span, not one per token), each run set by one
+    slice (a running count over the batch's tokens instead costs 4x as much)."""
+    n = len(bounds) - 1
+    mask = np.zeros(max(n, 0), dtype=bool)
+    if n <= 0 or not len(spans):
+        return mask
+    first = np.searchsorted(bounds[1:], spans[:, 0], side="right").tolist()
+    stop = np.searchsorted(bounds[:-1], spans[:, 1], side="left").tolist()
+    for a, b in zip(first, stop, strict=True):
+        mask[a:b] = True
+    return mask
 
 
 def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -174,16 +209,17 @@ class HFBackend:
     def encode_spans(self, texts: list[str], spans: list[np.ndarray]):
         """Flat int32 ids, int64 offsets[n + 1], flat bool mask (token overlaps a char span of its text)."""
         texts = list(texts)
-        arrs, counts, _ = _check_spans(texts, spans)
+        rows, row_at, counts = _check_spans(texts, spans)
         encs = self._tokenizer().encode_batch(texts, add_special_tokens=False)
         ids, offsets = _flat([e.ids for e in encs])
         mask = np.zeros(len(ids), dtype=bool)
         for i in np.flatnonzero(counts).tolist():
             base = int(offsets[i])
-            ranges = _token_ranges(encs[i], arrs[i])
+            mine = rows[row_at[i] : row_at[i + 1]]
+            ranges = _token_ranges(encs[i], mine)
             if ranges is None:
                 off = np.array(encs[i].offsets, dtype=np.int64).reshape(-1, 2)
-                mask[base : int(offsets[i + 1])] = spans_to_mask(off, arrs[i])
+                mask[base : int(offsets[i + 1])] = spans_to_mask(off, mine)
                 continue
             for a, b in ranges:
                 mask[base + a : base + b + 1] = True
@@ -349,8 +385,20 @@ def _first_line(e: BaseException) -> str:
     return s.splitlines()[0] if s else type(e).__name__
 
 
-def supports_fast(backend_json: str, load: bool = True) -> str | None:
-    """None when fastokens can serve this tokenizer, else a short reason.
+def byte_rules_refusal(backend_json: str) -> str | None:
+    """Why fastokens' spans cannot be mapped for this tokenizer JSON (the model, normalizer,
+    pre-tokenizer or post-processor; see the module docstring), None when they can. Parses the
+    JSON (~0.15 s for a 200k vocabulary): TokenizerSpec decides it once and caches it."""
+    try:
+        spec = _loads(backend_json)
+    except ValueError as e:
+        return f"the tokenizer JSON cannot be parsed ({_first_line(e)})"
+    return _byte_rules(spec)[1]
+
+
+def supports_fast(tokenizer, load: bool = True) -> str | None:
+    """None when fastokens can serve this tokenizer (its backend JSON, or a TokenizerSpec: its
+    cached byte_rules_refusal), else a short reason.
 
     fastokens must be importable, load the JSON, and the model / normalizer / pre-tokenizer must be
     one whose per-token byte lengths we can derive (see the module docstring). Loading takes about a
@@ -360,15 +408,12 @@ def supports_fast(backend_json: str, load: bool = True) -> str | None:
         import fastokens
     except ImportError:
         return "fastokens is not installed"
-    try:
-        spec = _loads(backend_json)
-    except ValueError as e:
-        return f"the tokenizer JSON cannot be parsed ({_first_line(e)})"
-    _, reason = _byte_rules(spec)
-    if reason is not None:
+    if isinstance(tokenizer, str):
+        backend_json, reason = tokenizer, byte_rules_refusal(tokenizer)
+    else:
+        backend_json, reason = tokenizer.backend_json, tokenizer.fast_refusal
+    if reason is not None or not load:  # (load=False: the caller builds it, FastBackend.preload)
         return reason
-    if not load:  # the caller builds it (FastBackend.preload) and handles a failure there
-        return None
     try:
         fastokens.Tokenizer.from_json_str(backend_json)
     except Exception as e:
@@ -491,7 +536,7 @@ class FastBackend:
     def encode_spans(self, texts: list[str], spans: list[np.ndarray]):
         """Flat int32 ids, int64 offsets[n + 1], flat bool mask (token overlaps a char span of its text)."""
         texts = list(texts)
-        arrs, counts, rows = _check_spans(texts, spans)
+        rows, row_at, counts = _check_spans(texts, spans)
         rules, table = self._table()
         ids_b, off_b = self._tokenizer().encode_batch_flat(texts, add_special_tokens=False)
         raw = np.frombuffer(ids_b, dtype="<u4")
@@ -499,15 +544,17 @@ class FastBackend:
         offsets = np.frombuffer(off_b, dtype="<u8").astype(np.int64)
 
         # byte range of every token in the batch: [cum[t], cum[t + 1])
-        lens = table[np.minimum(raw, len(table) - 1)]
+        lens = table.take(raw, mode="clip")  # (ids past the table: its last slot)
         unknown = lens < 0
         cum = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(np.where(unknown, 0, lens), out=cum[1:])
-        bad = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(unknown, out=bad[1:])
+        np.cumsum(np.where(unknown, 0, lens) if unknown.any() else lens, out=cum[1:])
         base = cum[offsets[:-1]]  # first byte of each text in the batch
         tok_bytes = cum[offsets[1:]] - base
-        ok = (counts > 0) & (bad[offsets[1:]] == bad[offsets[:-1]])
+        ok = counts > 0
+        if unknown.any():
+            bad = np.zeros(len(ids) + 1, dtype=np.int64)
+            np.cumsum(unknown, out=bad[1:])
+            ok &= bad[offsets[1:]] == bad[offsets[:-1]]
         suspects = self._suspects(texts)
         ok[suspects] = False
 
@@ -549,14 +596,15 @@ class FastBackend:
 
         keep = ok[owner]
         global_spans = byte_rows[keep] + base[owner[keep]][:, None]
-        mask = _overlap(cum[:-1], cum[1:], global_spans)
+        mask = _covered(cum, global_spans)
 
         redo = (counts > 0) & ~ok
         redo[suspects] = True
         redo = np.flatnonzero(redo).tolist()
         if redo:
             self.fallbacks += len(redo)
-            ref = self._reference().encode_spans([texts[i] for i in redo], [arrs[i] for i in redo])
+            mine = [rows[row_at[i] : row_at[i + 1]] for i in redo]
+            ref = self._reference().encode_spans([texts[i] for i in redo], mine)
             ids, offsets, mask = _splice(len(texts), redo, (ids, offsets, mask), ref)
         return ids, offsets, mask
 

@@ -11,21 +11,24 @@ loop controls (break/continue), `raise_exception`, `strftime_now`, `namespace`, 
 one). The tests whose MiniJinja meaning differs from jinja's are rewritten in the text:
 `X is iterable` (MiniJinja: none is iterable) and `X is sequence` (jinja: strings and dicts are).
 
-Generation blocks become spans through two reserved characters (Unicode noncharacters) that the
-template writes where a block opens and closes; each tag is replaced by an `if true` block, so its
-whitespace control (`{%-`, `-%}`, trim_blocks, lstrip_blocks) is the tag's own:
+Generation blocks become spans through two reserved characters (the control characters STX and
+ETX, "start" and "end of text": a text of ASCII and marks stays one byte a char, which MiniJinja's
+output and the slicing decode and copy fastest) that the template writes where a block opens and
+closes; each tag is replaced by an `if true` block, so its whitespace control (`{%-`, `-%}`,
+trim_blocks, lstrip_blocks) is the tag's own:
 
     template  {%- generation -%}{{ content }}{%- endgeneration -%}
-    becomes   {%- if true %}{{ '\\ufdd0' }}{% endif -%}{{ content }}{%- if true %}{{ '\\ufdd1' }}{% endif -%}
-    renders   <|im_start|>assistant\\n\\ufdd0Hello!<|im_end|>\\ufdd1\\n
+    becomes   {%- if true %}{{ '\\x02' }}{% endif -%}{{ content }}{%- if true %}{{ '\\x03' }}{% endif -%}
+    renders   <|im_start|>assistant\\n\\x02Hello!<|im_end|>\\x03\\n
     text      <|im_start|>assistant\\nHello!<|im_end|>\\n      the characters taken out
     spans                              [(22, 38)]           where they stood, in the text
 
 transformers records a block as (characters rendered before it, + its length): the same span.
 What the two engines would render differently is never rendered here (NotCompiled: the caller
 renders it with jinja): a float that MiniJinja prints otherwise (an exponent, or 16-17 significant
-digits, which it rounds differently), a reserved character in the data, and anything MiniJinja refuses (an error
-is re-rendered by jinja, so a refused example gives jinja's own message). Every run checks the
+digits, which it rounds differently), a reserved character in the data (a template or special
+token holding one is not compiled), and anything MiniJinja refuses (an error is re-rendered by
+jinja, so a refused example gives jinja's own message). Every run checks the
 rest: the fast path's probe compares it with the jinja reference on the run's first examples
 (packtool.tokenization.fast_check), and tests/tokenization/test_compiled.py renders every TRL
 template and the shared tokenizers' templates with both engines.
@@ -37,7 +40,7 @@ import datetime
 import json
 import re
 
-OPEN, CLOSE = "\ufdd0", "\ufdd1"  # noncharacters: reserved for a program's internal use
+OPEN, CLOSE = "\x02", "\x03"  # STX, ETX: reserved here (data holding them goes to jinja)
 _TAG = re.compile(r"\{%([-+]?)\s*(end)?generation\s*([-+]?)%\}")
 _OPERAND = r"(?<![\w.|\])'\"])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\[\]()]*\]|\([^()]*\))*)"
 _IS = re.compile(_OPERAND + r"\s+is\s+(not\s+)?(iterable|sequence)\b")
@@ -97,15 +100,25 @@ def exact_float(v: float) -> bool:
 
 def plain(v) -> bool:
     """`v` holds nothing the engines would print differently: no float MiniJinja writes otherwise,
-    no reserved character."""
-    t = type(v)
-    if t is str:
-        return OPEN not in v and CLOSE not in v
-    if t is dict:
-        return all(plain(k) and plain(x) for k, x in v.items())
-    if t is list or t is tuple:
-        return all(plain(x) for x in v)
-    return t is not float or exact_float(v)
+    no reserved character (walked with a stack: a third of the time of a recursive walk)."""
+    stack = [v]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is dict:  # (a message: its string keys and values checked in place)
+            for k, x in v.items():
+                if type(k) is not str or type(x) is not str:
+                    stack += (k, x)
+                elif OPEN in x or CLOSE in x or OPEN in k or CLOSE in k:
+                    return False
+        elif t is str:
+            if OPEN in v or CLOSE in v:
+                return False
+        elif t is list or t is tuple:
+            stack += v
+        elif t is float and not exact_float(v):
+            return False
+    return True
 
 
 def aliased(messages: list[dict]) -> list[dict]:
@@ -113,25 +126,32 @@ def aliased(messages: list[dict]) -> list[dict]:
     `_alias_reasoning_fields`: `thinking` first, `reasoning_content` last)."""
     out = []
     for m in messages:
-        r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+        r = None
+        if not m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
+            r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
         out.append(m if r is None else {"thinking": r, **m, "reasoning_content": r})
     return out
 
 
 def spans_of(marked: str) -> tuple[str, list[tuple[int, int]]]:
-    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it."""
-    spans, at, taken = [], 0, 0
+    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it (the
+    pieces between them joined: one copy; every search a memchr, str.count is 8x slower)."""
+    spans, pieces, at = [], [], 0
     while (i := marked.find(OPEN, at)) >= 0:
         j = marked.find(CLOSE, i)
         if j < 0:
             raise NotCompiled("an unclosed generation block")
-        spans.append((i - taken, j - taken - 1))
-        taken += 2
+        if marked.find(CLOSE, at, i) >= 0 or marked.find(OPEN, i + 1, j) >= 0:
+            raise NotCompiled("nested generation blocks")  # or a block closed twice
+        pieces += (marked[at:i], marked[i + 1 : j])
+        spans.append((i - 2 * len(spans), j - 2 * len(spans) - 1))
         at = j + 1
-    text = marked.replace(OPEN, "").replace(CLOSE, "") if taken else marked
-    if len(text) != len(marked) - taken or (not taken and CLOSE in marked):
-        raise NotCompiled("nested generation blocks")  # or a block closed twice
-    return text, spans
+    if marked.find(CLOSE, at) >= 0:
+        raise NotCompiled("a generation block closed twice")
+    if not spans:
+        return marked, spans
+    pieces.append(marked[at:])
+    return "".join(pieces), spans
 
 
 class Compiled:
@@ -152,6 +172,8 @@ class Compiled:
         env.add_global("raise_exception", raise_exception)
         env.add_global("strftime_now", strftime_now)
         env.add_global("documents", None)
+        if any(OPEN in x or CLOSE in x for x in (text, *map(str, special_tokens.values()))):
+            raise Unfit("the template or a special token holds a reserved character (STX, ETX)")
         for k, v in special_tokens.items():
             env.add_global(k, v)
         try:
@@ -162,7 +184,7 @@ class Compiled:
         self.env = env
 
     def render(self, messages, tools, *, marks: bool, gen_prompt: bool = False):
-        if not (plain(messages) and (tools is None or plain(tools))):
+        if not plain((messages, tools)):
             raise NotCompiled("a float or a reserved character in the data")
         try:
             text = self.env.render_template(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from packtool.tokenization.render import appears
+from packtool.tokenization.render import appears, locate
 
 TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, THINK_OMITTED = (
     "template_inserted",
@@ -61,19 +61,22 @@ def label_notes(
         if a >= b:
             continue  # nothing of this turn is trained
         m = messages[i]
-        body = text[a:b]
         content = m.get("content") if isinstance(m.get("content"), str) else ""
         reasoning = m.get("reasoning_content")
         if m.get("tool_calls") or (isinstance(reasoning, str) and reasoning.strip()):
             continue  # the template's framing of a call or of reasoning is the data's
         c = content.strip()
         if not c:
-            add(EMPTY_TURNS, count(body))
-        elif c not in body:
-            continue  # the template rewrote the text (escaped, split): nothing to compare
-        rest = body.replace(c, "", 1) if c else body
-        for block in _EMPTY_BLOCK.finditer(rest):
-            add(TEMPLATE_INSERTED, count(block.group(0)))
+            add(EMPTY_TURNS, count(text[a:b]))
+            rest = text[a:b]
+        else:  # the trained text less the turn's text (its first place in it)
+            at = locate(text, c, a, b)
+            if at < 0:
+                continue  # the template rewrote the text (escaped, split): nothing to compare
+            rest = text[a:at] + text[at + len(c) : b]
+        if "</" in rest:  # (an empty block closes)
+            for block in _EMPTY_BLOCK.finditer(rest):
+                add(TEMPLATE_INSERTED, count(block.group(0)))
         if omits_think and "<think>" not in content:
             add(THINK_OMITTED, 0)
     return notes

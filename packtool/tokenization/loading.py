@@ -4,7 +4,6 @@ Chat templates are chosen in packtool.tokenization.chat_template."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import json
@@ -118,25 +117,6 @@ def _looks_local(name: str) -> bool:
     """A path, not a hub id (`org/name`, optionally `@revision`, which may hold slashes)."""
     repo = name.partition("@")[0]
     return name.startswith(("/", "./", "../", "~", ".")) or repo.count("/") > 1
-
-
-@functools.lru_cache(maxsize=2)
-def rust_tokenizer(backend_json: str, engine: str = "tokenizers"):
-    """The Rust tokenizer (`tokenizers`, or `fastokens`) of a TokenizerSpec's backend JSON,
-    untruncated and unpadded as apply_chat_template encodes, built once per process: one for a 150k
-    vocabulary takes ~1 s to build (fastokens' ~1.7 s) and a run asks for it in several places.
-    Shared: callers never change its settings (one that must, builds its own)."""
-    if engine == "fastokens":
-        import fastokens
-
-        tok = fastokens.Tokenizer.from_json_str(backend_json)
-    else:
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_str(backend_json)
-    tok.no_truncation()
-    tok.no_padding()
-    return tok
 
 
 def _from_folder(folder: Path):
@@ -255,6 +235,7 @@ class TokenizerSpec:
     control_tokens: dict[
         str, int
     ]  # the special added tokens, {text: id} (no JSON parse to find them)
+    fast_refusal: str | None  # backends.byte_rules_refusal (no JSON parse to decide the backend)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedTokenizer) -> TokenizerSpec:
@@ -267,13 +248,16 @@ class TokenizerSpec:
         cls, tok, name: str = "tokenizer", folder=None, files_hash: str = "", builtin: bool = False
     ) -> TokenizerSpec:
         """From a transformers fast tokenizer (tests build tiny ones in-process)."""
+        from packtool.tokenization.backends import byte_rules_refusal
+
+        backend_json = tok.backend_tokenizer.to_str()
         return cls(
             name=name,
             folder=str(folder) if folder else None,
             files_hash=files_hash,
             builtin=builtin,
             cls=type(tok).__name__,
-            backend_json=tok.backend_tokenizer.to_str(),
+            backend_json=backend_json,
             special_tokens=dict(tok.special_tokens_map),
             all_special_tokens=tuple(getattr(tok, "all_special_tokens", []) or []),
             vocab_size=len(tok),
@@ -287,6 +271,7 @@ class TokenizerSpec:
                 for i, t in sorted(tok.backend_tokenizer.get_added_tokens_decoder().items())
                 if t.special
             },
+            fast_refusal=byte_rules_refusal(backend_json),
         )
 
     def info(self) -> dict[str, Any]:

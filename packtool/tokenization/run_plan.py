@@ -198,7 +198,7 @@ def fast_refused(spec, requested: str) -> str | None:
         return "--tokenizer-backend hf"
     from packtool.tokenization.backends import supports_fast
 
-    why = supports_fast(spec.backend_json, load=False)
+    why = supports_fast(spec, load=False)
     if why is not None and requested == "fastokens":
         raise UsageError(
             f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"

@@ -19,6 +19,7 @@ from packtool.tokenization.backends import (
     BACKENDS,
     FastBackend,
     HFBackend,
+    _covered,
     make_backend,
     spans_to_mask,
     supports_fast,
@@ -546,6 +547,24 @@ def test_spans_to_mask():
         False,
     ]
     assert spans_to_mask(off, np.zeros((0, 2))).tolist() == [False] * 5
+
+
+def test_covered_is_the_overlap_rule():
+    """The fast backend's mask (two searchsorted per span over the tokens' byte bounds) against the
+    rule itself, token by token, and spans_to_mask: tokens of zero bytes, empty spans, spans
+    touching, at the ends, none."""
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        bounds = np.concatenate([[0], np.cumsum(rng.integers(0, 4, rng.integers(0, 12)))])
+        cuts = np.sort(rng.integers(0, bounds[-1] + 1, 2 * rng.integers(0, 4)))
+        spans = cuts.reshape(-1, 2)
+        want = [
+            any(bounds[t] < e and bounds[t + 1] > s for s, e in spans)
+            for t in range(len(bounds) - 1)
+        ]
+        assert _covered(bounds, spans).tolist() == want, (bounds, spans)
+        offsets = np.stack([bounds[:-1], bounds[1:]], axis=1)
+        assert spans_to_mask(offsets, spans).tolist() == want
 
 
 def test_make_backend(sp_json):

@@ -31,7 +31,10 @@ ODD = [  # data the engines would print differently, or that holds the reserved 
             ],
         },
     ],
-    [{"role": "user", "content": "a\ufdd0b"}, {"role": "assistant", "content": "c\ufdd1"}],
+    [
+        {"role": "user", "content": f"a{compiled.OPEN}b"},
+        {"role": "assistant", "content": f"c{compiled.CLOSE}"},
+    ],
 ]
 PLAIN = [  # what they print alike: bools, None, ints, short floats, nested arguments
     [
@@ -137,6 +140,12 @@ def test_odd_data_is_handed_to_jinja():
     for messages in ODD:
         with pytest.raises(NotCompiled):
             engine.render(messages, None, marks=True)
+    for text, tokens in [
+        (f"{{{{ x }}}}{compiled.OPEN}", {}),
+        ("{{ x }}", {"eos_token": compiled.CLOSE}),
+    ]:
+        with pytest.raises(compiled.Unfit, match="reserved character"):
+            Compiled(text, tokens)  # (a template or a special token holding a mark: jinja renders)
     assert compiled.exact_float(1.75) and compiled.exact_float(-0.0) and compiled.exact_float(1e14)
     assert not compiled.exact_float(0.1 + 0.2) and not compiled.exact_float(1e-5)
     assert not compiled.exact_float(1e15) and not compiled.exact_float(float("nan"))
@@ -249,3 +258,53 @@ def test_spans_of_marked_text():
     for bad in (f"a{o}b", f"a{c}b", f"{o}a{o}b{c}{c}", f"{o}a{c}{c}"):
         with pytest.raises(NotCompiled):
             compiled.spans_of(bad)
+
+
+def test_spans_of_against_an_oracle():
+    """Every string of a, b and the marks up to length 7: the blocks of a well-formed text (marks
+    alternating, opening first), else NotCompiled."""
+    import itertools
+
+    o, c = compiled.OPEN, compiled.CLOSE
+    for size in range(8):
+        for chars in itertools.product(["a", "b", o, c], repeat=size):
+            marked = "".join(chars)
+            marks = [ch for ch in marked if ch in (o, c)]
+            if marks != [o, c] * (len(marks) // 2):
+                with pytest.raises(NotCompiled):
+                    compiled.spans_of(marked)
+                continue
+            text = marked.replace(o, "").replace(c, "")
+            at, spans = 0, []
+            for ch in marked:
+                if ch == o:
+                    spans.append([at])
+                elif ch == c:
+                    spans[-1].append(at)
+                else:
+                    at += 1
+            assert compiled.spans_of(marked) == (text, [tuple(x) for x in spans]), marked
+
+
+def test_plain_finds_what_the_engines_print_otherwise():
+    """plain() walks keys, values, lists and tuples at any depth: a reserved character or a float
+    MiniJinja prints otherwise anywhere makes the data not plain; everything else is."""
+    o, c = compiled.OPEN, compiled.CLOSE
+
+    class Text(str):  # a str subclass is written as its value, as a string is
+        pass
+
+    odd = [
+        f"a{o}",
+        {"k": [1, {"deep": (2, f"{c}")}]},
+        {f"key{o}": 1},
+        [{"args": {"x": 0.1 + 0.2}}],
+        ({"y": 1e-7},),
+        [float("nan")],
+        {"z": [float("inf")]},
+        1e16,
+    ]
+    alike = ["é", 0.5, 3, True, None, {"a": [1.75, "b", {"c": (0.0, -2.5)}]}, [], {}, Text("x")]
+    assert [compiled.plain(v) for v in odd] == [False] * len(odd)
+    assert [compiled.plain(v) for v in alike] == [True] * len(alike)
+    assert compiled.plain((PLAIN[0], None)) and not compiled.plain((ODD[0], None))

@@ -9,11 +9,13 @@ import pytest
 from chat_examples import CONVERSATIONS, TOOLS, chat, chat_examples
 from paths import SHARED_TOKENIZERS
 
+from packtool.formats.normalize import template_messages
 from packtool.tokenization.backends import spans_to_mask
 from packtool.tokenization.chat_template import BUILTIN_TEMPLATES, ChatTemplate, pick
 from packtool.tokenization.chat_template import make_template as _template
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec
+from packtool.tokenization.render import locate, lost_content
 
 
 def resolve_template(loaded, name):
@@ -295,3 +297,88 @@ def test_llama3_with_chatml_template_is_refused(tmp_path):
             ),
             progress=False,
         )
+
+
+def test_locate_is_str_find():
+    """render.locate (a short head, then a compare) gives str.find's answer on text full of near
+    misses, with and without bounds."""
+    rng = np.random.default_rng(0)
+    for _ in range(20000):
+        alphabet = ["a", "ab", "abc", "ab\u00e9"][rng.integers(4)]
+        text = "".join(rng.choice(list(alphabet), rng.integers(0, 120)))
+        if rng.random() < 0.5 and text:
+            i, j = sorted(rng.integers(0, len(text) + 1, 2))
+            value = text[i:j]
+        else:
+            value = "".join(rng.choice(list(alphabet), rng.integers(0, 60)))
+        start, end = sorted(rng.integers(0, len(text) + 3, 2))
+        assert locate(text, value, start, end) == text.find(value, start, end)
+        assert locate(text, value) == text.find(value)
+
+
+def test_lost_content_in_any_order():
+    """Texts are looked for after the last one found first, then anywhere: a template that writes
+    them in another order drops nothing; one that leaves one out is named."""
+    msgs = [
+        {"role": "system", "content": "Be brief and exact in every single answer you give."},
+        {"role": "user", "content": "What is the capital city of France, and why is it?"},
+        {"role": "assistant", "content": "Paris is the capital city of France since long ago."},
+    ]
+    text = "<a>" + "".join(f"[{m['content']}]" for m in reversed(msgs))
+    assert lost_content(msgs, None, text) is None
+    assert lost_content(msgs, None, text.replace(msgs[2]["content"], "")) == (
+        "the text of turn 2 (assistant)"
+    )
+
+
+@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+def test_mixed_batch_equals_one_by_one(qwen, chatml, backend):
+    """A batch of every kind, refused ones and control tokens among them: each item as it is alone
+    (ids, labels, error, control tokens, label notes), the chat texts in one backend call."""
+    fake = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"function": {"name": "f", "arguments": {"q": "<|im_start|>x"}}}],
+        },
+    ]
+    items = [
+        chat(CONVERSATIONS[0]),
+        {"kind": "prompt_completion", "prompt": "Q?", "completion": " A"},
+        chat([]),
+        chat(CONVERSATIONS[2], TOOLS),
+        {"kind": "text", "text": "plain text"},
+        {"kind": "weird"},
+        chat(fake),
+        chat([{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}]),
+        chat(CONVERSATIONS[1]),
+    ]
+    for mode in ("keep", "split"):
+        enc = Encoder(spec_of(qwen), chatml, backend=backend, special_in_content=mode)
+        batch = enc.encode(items)
+        assert batch.special.tolist() == [False] * 6 + [True, False, False]
+        for k, item in enumerate(items):
+            one = enc.encode([item])
+            assert batch.errors[k] == one.errors[0]
+            assert batch.notes[k] == one.notes[0] and batch.special[k] == one.special[0]
+            assert np.array_equal(batch.input_ids[k], one.input_ids[0])
+            assert np.array_equal(batch.labels[k], one.labels[0])
+
+
+def test_control_tokens_found_however_the_batch_is_searched(qwen, chatml, monkeypatch):
+    """The batch's one search of its messages as JSON flags exactly the conversations the walk over
+    each message does: a control token in a tool call's argument among 60 clean conversations,
+    with a message value JSON cannot hold (the walk then), with control tokens not written in
+    JSON as themselves (the walk then)."""
+    clean = [chat(m) for m in CONVERSATIONS] * 20
+    hit = chat([{"role": "user", "content": "q"}, {"role": "assistant", "content": "<|im_end|>"}])
+    odd = chat([{"role": "user", "content": "q", "meta": {1: "<|im_start|>"}}, *CONVERSATIONS[0]])
+    enc = Encoder(spec_of(qwen), chatml)
+    assert not enc._may_hold_specials(clean) and enc._may_hold_specials([*clean, hit])
+    assert enc._may_hold_specials([odd])  # (a dict key JSON cannot hold: walked)
+    batch = [*clean[:30], hit, *clean[30:], odd]
+    want = [bool(enc._content_specials(template_messages(x))) for x in batch]
+    assert sum(want) == 1 and enc.encode(batch).special.tolist() == want
+    monkeypatch.setattr(enc, "_json_safe", False)
+    assert enc._may_hold_specials(clean) and enc.encode(batch).special.tolist() == want
