@@ -244,6 +244,9 @@ class TokenizeArgs:
                 or value in (None, [])
             ):
                 continue
+            if value is True:  # a switch: `--strict-labels True` would read True as DATA
+                words.append(flag(name))
+                continue
             for v in value if isinstance(value, list) else [value]:
                 words += [flag(name), str(v)]
         return words

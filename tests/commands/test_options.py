@@ -189,3 +189,15 @@ def test_commands_reach_the_library_only_through_api(path):
             continue
         for name in names:
             assert name.startswith(ALLOWED), f"{path.name}:{node.lineno} imports {name}"
+
+
+def test_pack_args_read_back_as_the_same_options_of_pack():
+    """The recommended `packtool pack` line (profile's advice) parses as the options it came from:
+    a switch is a bare flag (`--strict-labels True` would read True as a second DATA)."""
+    args = options.TokenizeArgs(strict_labels=True, on_error="skip", column=["messages=dialog"])
+    words = args.pack_args()
+    assert words == ["--column", "messages=dialog", "--on-error", "skip", "--strict-labels"]
+    cmd = typer.main.get_command(app).commands["pack"]
+    ctx = cmd.make_context("pack", ["d.jsonl", "--len", "4096", "--out", "o", *words])
+    assert ctx.params["data"] == ["d.jsonl"]
+    assert (ctx.params["strict_labels"], ctx.params["on_error"]) == (True, "skip")
