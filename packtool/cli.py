@@ -245,6 +245,7 @@ def guard(fn):
             _interrupted = True  # e.g. numba's SystemError around a Ctrl-C: still an interrupt
         finally:
             sys.unraisablehook = hook
+            Interrupt.requested = False  # this command's Ctrl-C: not the next library call's
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         # raised here, not in the except blocks: the finished exception (its traceback holds the
