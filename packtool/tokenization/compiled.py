@@ -134,24 +134,23 @@ def aliased(messages: list[dict]) -> list[dict]:
 
 
 def spans_of(marked: str) -> tuple[str, list[tuple[int, int]]]:
-    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it (the
-    pieces between them joined: one copy; every search a memchr, str.count is 8x slower)."""
-    spans, pieces, at = [], [], 0
-    while (i := marked.find(OPEN, at)) >= 0:
-        j = marked.find(CLOSE, i)
-        if j < 0:
-            raise NotCompiled("an unclosed generation block")
-        if marked.find(CLOSE, at, i) >= 0 or marked.find(OPEN, i + 1, j) >= 0:
-            raise NotCompiled("nested generation blocks")  # or a block closed twice
-        pieces += (marked[at:i], marked[i + 1 : j])
-        spans.append((i - 2 * len(spans), j - 2 * len(spans) - 1))
-        at = j + 1
-    if marked.find(CLOSE, at) >= 0:
+    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it: split
+    at each OPEN, each piece after one at its CLOSE (the pieces joined once; str.replace twice
+    and str.count are slower on a 2,000-char text)."""
+    head, *blocks = marked.split(OPEN)
+    if CLOSE in head:
         raise NotCompiled("a generation block closed twice")
-    if not spans:
-        return marked, spans
-    pieces.append(marked[at:])
-    return "".join(pieces), spans
+    pieces, spans, at = [head], [], len(head)
+    for block in blocks:
+        inner, closed, rest = block.partition(CLOSE)
+        if not closed:
+            raise NotCompiled("an unclosed generation block")  # or nested blocks
+        if CLOSE in rest:
+            raise NotCompiled("a generation block closed twice")
+        spans.append((at, at + len(inner)))
+        at += len(inner) + len(rest)
+        pieces += (inner, rest)
+    return ("".join(pieces) if blocks else marked), spans
 
 
 class Compiled:
