@@ -8,6 +8,7 @@ One chat record → input_ids + labels, in four files (read in this order):
     render.py        Renderer.conversation: the example's messages → text + char spans to train,
                      by the template's mode (markers | prefix | last | all)
     backends.py      fastokens and tokenizers backends: text + spans → ids + trained-token mask
+    byte_rules.py    which tokenizers fastokens serves, and each token id's UTF-8 byte length
 
 A run, decided once and executed (locally here, on Ray by packtool.cluster with the same plan):
 

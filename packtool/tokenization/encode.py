@@ -36,6 +36,7 @@ separately so the boundary is exact. Plain text: every token + EOS carries loss.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -65,13 +66,11 @@ class Encoded:
 
     @property
     def input_ids(self) -> list[np.ndarray]:
-        return [self.ids[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)]
+        return [self.ids[a:b] for a, b in itertools.pairwise(self.offsets)]
 
     @property
     def labels(self) -> list[np.ndarray]:
-        return [
-            self.label_values[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:], strict=True)
-        ]
+        return [self.label_values[a:b] for a, b in itertools.pairwise(self.offsets)]
 
 
 _PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
@@ -103,9 +102,8 @@ class Encoder:
         self._plain = None  # a tokenizers.Tokenizer that reads control tokens as text (split mode)
         self._control = tuple(sorted(special_tokens(spec), key=len, reverse=True))
         firsts = {t[0] for t in self._control if t}
-        self._special_first = (
-            firsts.pop() if len(firsts) == 1 else None
-        )  # "<": a cheap test before the regex
+        # "<": a cheap test before the regex
+        self._special_first = firsts.pop() if len(firsts) == 1 else None
         # every control token written in JSON as itself (no quote, backslash or control char): a
         # search of the messages as JSON finds every one in their texts (_may_hold_specials)
         self._json_safe = all(_json(t)[1:-1] == t.encode() for t in self._control)
@@ -474,12 +472,10 @@ class StepResult:
     table: Any  # pyarrow.RecordBatch of packtool.data.arrow.token_schema()
     rejects: list[tuple[int, str]] = field(default_factory=list)
     removed_padding: int = 0
-    special: list[int] = field(
-        default_factory=list
-    )  # source indices whose message text holds control tokens
-    notes: list[tuple[int, dict]] = field(
-        default_factory=list
-    )  # (source index, Encoder.label_notes) of each encoded example that has some
+    # source indices whose message text holds control tokens
+    special: list[int] = field(default_factory=list)
+    # (source index, Encoder.label_notes) of each encoded example that has some
+    notes: list[tuple[int, dict]] = field(default_factory=list)
 
 
 @dataclass

@@ -235,7 +235,7 @@ class TokenizerSpec:
     control_tokens: dict[
         str, int
     ]  # the special added tokens, {text: id} (no JSON parse to find them)
-    fast_refusal: str | None  # backends.byte_rules_refusal (no JSON parse to decide the backend)
+    fast_refusal: str | None  # byte_rules.byte_rules_refusal (no JSON parse to decide the backend)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedTokenizer) -> TokenizerSpec:
@@ -248,7 +248,7 @@ class TokenizerSpec:
         cls, tok, name: str = "tokenizer", folder=None, files_hash: str = "", builtin: bool = False
     ) -> TokenizerSpec:
         """From a transformers fast tokenizer (tests build tiny ones in-process)."""
-        from packtool.tokenization.backends import byte_rules_refusal
+        from packtool.tokenization.byte_rules import byte_rules_refusal
 
         backend_json = tok.backend_tokenizer.to_str()
         return cls(
