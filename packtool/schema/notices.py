@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 TRUNCATED = "truncated"
@@ -31,7 +31,13 @@ class Notice:
         return self.message
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "items": list(self.items)}
+        # not dataclasses.asdict: it deep-copies `items` (every dropped example's index) first
+        return {
+            "code": self.code,
+            "message": self.message,
+            "count": self.count,
+            "items": list(self.items),
+        }
 
 
 _QUOTED = re.compile(r"'([^']*)'")
