@@ -149,7 +149,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict:
 
 
 def profile(
-    data_or_lengths, cfg: ProfileConfig, lens=None, source: dict | None = None, on_stage=None
+    data_or_lengths, cfg: ProfileConfig, *, lens=None, source: dict | None = None, on_stage=None
 ):
     """Length statistics, strategy table and FLOP projection (a ProfileResult) of TokenizedData or
     of bare example lengths (a numpy array, e.g. from `synthetic_lengths`), at cfg.pack_len or at

@@ -211,7 +211,7 @@ def profile(
             stage.step("reading lengths")
             lengths = api.read_lengths(lengths_file)
             source = {"kind": "lengths", "path": lengths_file}
-        result = api.profile(lengths, cfg, lens, source=source, on_stage=stage.step)
+        result = api.profile(lengths, cfg, lens=lens, source=source, on_stage=stage.step)
         if unsafe:  # the recommendation below holds only once documents stay apart
             result.notes.append(
                 "packing is recommended below only for a setup that keeps this model's packed "
