@@ -3,7 +3,7 @@
 A token carries loss when its label is not `schema.IGNORE_INDEX` (-100). Labels are unshifted (the
 model shifts): with shift=True the count is over `labels[..., 1:]`, which for packtool rows equals
 the unshifted count (every document's first token is -100; docs/ARCHITECTURE.md, "Semantics").
-`global_loss_tokens` shows the training step that uses all four.
+`global_loss_tokens` draws one training step with `accumulation_groups` and `token_loss_sum`.
 """
 
 from __future__ import annotations
