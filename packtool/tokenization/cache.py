@@ -4,7 +4,8 @@
         tok-<key>/                  one tokenized input (key: sources, tokenizer, template, options)
             data.arrow              Arrow IPC file, the tokenized table (packtool.data), written once
             meta.json               {"meta": {...}, "data": {"bytes", "xxh3_128"}, "checksum": ...}
-        tokenizers/<digest>.json    resolved TokenizerSpecs (same checksummed envelope)
+        tokenizers/<digest>.json    resolved TokenizerSpecs: a checksum line, then JSON (read_json)
+        templates/<digest>.json     template verdicts, the same layout
         work-<key>-<pid>-<n>/       an entry being written; renamed to tok-<key> when complete
 
 A cache folder that cannot be written (or is short of space) is not fatal: `check_usable` warns
@@ -88,16 +89,30 @@ def tokenizer_path(digest: str) -> Path:
     return cache_root() / "tokenizers" / f"{digest}.json"
 
 
+_JSON_MAGIC = b"packtool-json 1 "  # then the xxh3-128 hex of the body, a newline, the JSON body
+
+
 def read_json(path: Path) -> Any | None:
-    """The stored object, or None when absent; damaged files are removed with a warning."""
+    """The stored object, or None when absent; damaged files are removed with a warning.
+
+        packtool-json 1 <xxh3-128 of BODY, hex>\n
+        BODY: the object as JSON (a resolved tokenizer spec is ~10-22 MB, most of it one string)
+
+    The checksum covers the bytes, so a read is one hash at memory speed and one orjson parse."""
+    import orjson
+
     try:
-        envelope = json.loads(path.read_bytes())
-        if envelope.get("checksum") == _checksum(envelope.get("data")):
-            return envelope["data"]
+        raw = path.read_bytes()
+        head, _, body = raw.partition(b"\n")
+        if not head.startswith(_JSON_MAGIC):  # an older packtool's layout: not damage, just stale
+            path.unlink(missing_ok=True)
+            return None
+        if head[len(_JSON_MAGIC) :].decode() == _xxh(body).hexdigest():
+            return orjson.loads(body)
         why = "checksum mismatch"
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, AttributeError) as e:
+    except (OSError, ValueError, UnicodeDecodeError) as e:
         why = type(e).__name__
     _say(f"cache file {path} is damaged ({why}); recomputing it")
     path.unlink(missing_ok=True)
@@ -106,10 +121,13 @@ def read_json(path: Path) -> Any | None:
 
 def write_json(path: Path, obj: Any) -> None:
     """Atomically (temp file + rename); a cache that cannot be written is skipped, not fatal."""
+    import orjson
+
     try:
+        body = orjson.dumps(obj)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"data": obj, "checksum": _checksum(obj)}))
+        tmp.write_bytes(_JSON_MAGIC + _xxh(body).hexdigest().encode() + b"\n" + body)
         os.replace(tmp, path)
     except OSError as e:
         _say(f"cannot write cache file {path} ({e.strerror or e}); continuing without it")

@@ -358,15 +358,18 @@ def _resolve(name: str | None) -> TokenizerSpec:
 
 
 def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
-    """The TokenizerSpec of `name`, from $PACKTOOL_CACHE/tokenizers when its files and the library
-    versions are unchanged (checksummed like every cache entry), else resolved with transformers."""
+    """The TokenizerSpec of `name`, from $PACKTOOL_CACHE/tokenizers when its files, the library
+    versions and packtool's byte rules are unchanged (checksummed like every cache entry), else
+    resolved with transformers."""
     from packtool.tokenization import cache as entry_cache
 
     key = tokenizer_key(name)
     if key.endswith(":uncached"):  # not on disk: let load_tokenizer say so
         return interruptible(_resolve, name)
+    # the spec carries byte_rules' verdict (fast_refusal): a change to those rules is a new entry
+    rules = hashlib.sha256(Path(__file__).with_name("byte_rules.py").read_bytes()).hexdigest()
     digest = hashlib.sha256(
-        json.dumps([key, library_versions()], sort_keys=True).encode()
+        json.dumps([key, library_versions(), rules], sort_keys=True).encode()
     ).hexdigest()[:24]
     path = entry_cache.tokenizer_path(digest)
     if cache:
