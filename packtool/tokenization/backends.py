@@ -290,6 +290,11 @@ class FastBackend:
         """Block until preload() has finished (before forking: a fork must not copy a half-built state)."""
         self._wait()
 
+    def building(self) -> bool:
+        """preload()'s thread is still running."""
+        t = self._thread
+        return t is not None and t.is_alive()
+
     def _wait(self) -> None:
         t = self._thread
         if t is not None and t is not threading.current_thread():

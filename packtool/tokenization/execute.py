@@ -4,8 +4,10 @@
     run_local(plan, batches, num_proc, check) ──▶ (batch, StepResult), ...   in input order
 
 With a FastCheck, each batch that `check.take`s gives a probe (its head) that the fast step and
-the reference step both encode, in a worker while the others encode (in this process with one);
-every probe is concluded before any refused record is reported and at the end, so a difference
+the reference step both encode, in a worker while the others encode (in this process with one).
+The first probe's reference half is encoded in this process while the fast backend still builds on
+its thread (this process would only wait): what the reference imports and builds (transformers'
+renderer, `tokenizers`) is then inherited by the forked workers instead of paid in one. Every probe is concluded before any refused record is reported and at the end, so a difference
 (UseReference) is raised before the cache entry is committed.
 
 Memory: at most IN_FLIGHT_PER_WORKER batches per worker are in flight; the parent holds one
@@ -14,6 +16,7 @@ batch's result at a time. The executor decides nothing: the plan and the check a
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import os
 from collections import deque
@@ -75,6 +78,20 @@ def _probe(check: FastCheck | None, b):
     return b.head(n) if n else None
 
 
+class _FastOnly:
+    """A probe's pair of results whose reference half was encoded in this process: the async fast
+    half, and the reference result (ready() and get() as the AsyncResult of _worker_check)."""
+
+    def __init__(self, fast, reference_result):
+        self.fast, self.reference_result = fast, reference_result
+
+    def ready(self) -> bool:
+        return self.fast.ready()
+
+    def get(self):
+        return self.fast.get(), self.reference_result
+
+
 def run_local(plan: RunPlan, batches, num_proc: int, check: FastCheck | None = None):
     """Yields (batch, result) in input order; at most IN_FLIGHT_PER_WORKER batches per worker are
     read ahead, so memory does not grow with the input."""
@@ -87,7 +104,13 @@ def run_local(plan: RunPlan, batches, num_proc: int, check: FastCheck | None = N
                 check.conclude(len(probe), compare(step(probe), ref, probe))
             yield b, step(b)
         return
-    plan.wait()  # built before forking: workers inherit it
+    batches = iter(batches)
+    first = next(batches, None)
+    first_probe = _probe(check, first) if first is not None else None
+    early = None  # the first probe's reference result, encoded here while the backend builds
+    if first_probe is not None and plan.building():
+        early = reference(first_probe)
+    plan.wait()  # built before forking: workers inherit it (and what `early` imported and built)
     pool = _start_pool(step, num_proc)
     try:
         checking: deque = deque()  # (probe, its async pair of results), in submission order
@@ -99,10 +122,14 @@ def run_local(plan: RunPlan, batches, num_proc: int, check: FastCheck | None = N
                 check.conclude(len(probe), compare(*res.get(), probe))
 
         pending: deque = deque()
-        for b in batches:
-            probe = _probe(check, b)
+        for b in itertools.chain([first] if first is not None else [], batches):
+            probe = first_probe if b is first else _probe(check, b)
             if probe is not None:
-                checking.append((probe, pool.apply_async(_worker_check, (reference, probe))))
+                if b is first and early is not None:
+                    pair = _FastOnly(pool.apply_async(_worker_run, (probe,)), early)
+                else:
+                    pair = pool.apply_async(_worker_check, (reference, probe))
+                checking.append((probe, pair))
             pending.append((b, pool.apply_async(_worker_run, (b,))))
             if len(pending) >= num_proc * IN_FLIGHT_PER_WORKER:
                 done, res = pending.popleft()

@@ -95,6 +95,10 @@ class RunPlan:
         if self.built is not None:
             self.built.wait()
 
+    def building(self) -> bool:
+        """The fast backend is still being built on its thread (this process has time to spare)."""
+        return self.built is not None and self.built.building()
+
 
 def check_backend(cfg: TokenizeConfig) -> None:
     if cfg.tokenizer_backend not in BACKENDS:

@@ -377,6 +377,30 @@ def test_fast_path_that_differs_is_not_used(tmp_path, monkeypatch, num_proc):
         )
 
 
+@pytest.mark.parametrize("building", [True, False])
+def test_first_probe_reference_encoded_here_or_in_a_worker(tmp_path, monkeypatch, building):
+    """With workers, the first probe's reference half is encoded in this process while the fast
+    backend still builds (`building`), else in a worker: either way an honest run is checked on the
+    same examples and a fast path that differs on the first record is caught."""
+    from packtool.tokenization import backends
+    from packtool.tokenization.run_plan import RunPlan
+
+    monkeypatch.setattr(RunPlan, "building", lambda self: building)
+    path = str(write_sample(tmp_path / "m.jsonl", n=30, seed=6))
+    honest = load_tokenized(path, TokenizeConfig(num_proc=2, cache=False), progress=False)
+    assert honest.backend["check"] == {"examples": 30, "identical": True}
+    real = backends.FastBackend.encode_spans
+
+    def wrong(self, texts, spans):
+        ids, offsets, mask = real(self, texts, spans)
+        return ids + 1, offsets, mask
+
+    monkeypatch.setattr(backends.FastBackend, "encode_spans", wrong)
+    td = load_tokenized(path, TokenizeConfig(num_proc=2, cache=False), progress=False)
+    assert td.backend["name"] == "hf" and "m.jsonl:1" in td.backend["reason"]
+    assert td.table.to_pydict() == honest.table.to_pydict()
+
+
 # the check in a worker (num_proc 2) runs in make test in the test above
 @pytest.mark.parametrize("num_proc", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_fast_path_is_probed_on_every_file_of_a_folder(tmp_path, monkeypatch, num_proc):
