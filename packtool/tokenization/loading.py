@@ -180,12 +180,14 @@ def load_tokenizer(name: str | None) -> LoadedTokenizer:
                 else "or add --allow-download to fetch it from the Hub (or huggingface-cli download it first)"
             )
         )
-    from transformers import AutoTokenizer  # imports torch (its config classes): hub ids only
-
     try:
-        tok = AutoTokenizer.from_pretrained(
-            name, local_files_only=folder is not None and not downloads_allowed()
-        )
+        if folder is not None and not downloads_allowed():  # the cached snapshot, as a folder
+            tok = _from_folder(folder)
+        else:
+            from transformers import AutoTokenizer  # imports torch: only to download
+
+            repo, _, rev = name.partition("@")
+            tok = AutoTokenizer.from_pretrained(repo, revision=rev or None)
     except Exception as e:
         raise PacktoolError(
             f"cannot load tokenizer {name!r}: {_first_line(e)}; pass a local folder with "

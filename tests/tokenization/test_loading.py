@@ -63,3 +63,40 @@ def test_resolving_a_tokenizer_folder_never_imports_torch(tmp_path):
         check=True,
     )
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_cached_hub_tokenizer_resolves_as_its_snapshot_folder_without_torch(tmp_path):
+    """A hub id whose snapshot is in the Hugging Face cache resolves like that folder (the class
+    its tokenizer_config.json names), offline, without importing torch."""
+    import shutil
+
+    snapshot = tmp_path / "hub" / "models--someone--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    for f in builtin_tokenizer_dir().iterdir():
+        if f.is_file():
+            shutil.copy(f, snapshot / f.name)
+    (tmp_path / "hub" / "models--someone--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--someone--tiny" / "refs" / "main").write_text("abc123")
+    code = (
+        "import sys, json; from packtool.tokenization.loading import load_spec; "
+        "hub = load_spec('someone/tiny', cache=False); "
+        f"folder = load_spec({str(snapshot)!r}, cache=False); "
+        "print(json.dumps(['torch' in sys.modules, hub.name, hub.backend_json == folder.backend_json, "
+        "hub.files_hash == folder.files_hash, hub.cls]))"
+    )
+    env = {
+        "PACKTOOL_CACHE": str(tmp_path / "pc"),
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "HF_HUB_OFFLINE": "1",
+        "PATH": "/usr/bin:/bin",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    import json
+
+    torch, name, same_backend, same_files, cls = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (torch, name, same_backend, same_files) == (False, "someone/tiny", True, True), (
+        out.stderr
+    )
+    assert cls == TokenizerSpec.from_loaded(load_tokenizer(None)).cls
