@@ -509,3 +509,48 @@ def test_every_shared_file_normalizes():
         assert count > 0
         if path.name in expected:
             assert fmt == expected[path.name], path.name
+
+
+TURNS = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": ""},
+    {"role": "system", "content": "s"},
+    {"role": "tool", "content": "42"},
+    {"role": "human", "content": "sharegpt tag"},
+    {"role": "gpt", "content": "sharegpt tag"},
+    {"role": "observation", "content": "x"},
+    {"role": "User", "content": "capitalized"},
+    {"role": "function_call", "content": '{"name": "f", "arguments": {}}'},
+    {"role": "user", "content": ["a ", {"type": "text", "text": "b"}]},
+    {"role": "user", "content": None},
+    {"role": "user", "content": 3},
+    {"role": 3, "content": "x"},
+    {"role": "wizard", "content": "x"},
+    {"role": "assistant", "content": "x", "weight": 0},
+    {"role": "assistant", "content": "x", "name": "bob"},
+    {"from": "gpt", "value": "x"},
+    {"role": "user", "value": "x"},
+    {"content": "x", "value": "y"},
+]
+
+
+@pytest.mark.parametrize("turn", TURNS, ids=range(len(TURNS)))
+@pytest.mark.parametrize("roles", [(), (("user", "assistant"),)])
+def test_a_plain_turn_is_read_as_the_general_path_reads_it(turn, roles):
+    """_turn's shortcut for {"role", "content"} turns gives what _read_turn gives (or the same
+    error), with and without a --role map (which turns the shortcut off)."""
+    from packtool.config import ReadConfig
+    from packtool.formats import FormatError
+    from packtool.formats.columns import read_plan
+    from packtool.formats.turns import _read_turn, _turn
+
+    plan = read_plan(ReadConfig(roles=roles))
+    assert plan.plain == (not roles)
+
+    def outcome(fn):
+        try:
+            return fn(dict(turn), 3, plan)
+        except FormatError as e:
+            return str(e)
+
+    assert outcome(_turn) == outcome(_read_turn)

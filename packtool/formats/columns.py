@@ -39,6 +39,8 @@ RECORD_FIELDS = (
 
 
 TURN_FIELDS = ("role", "content")
+ROLE_KEYS = ("role", "from")  # where a turn's role and content are, unless --column says otherwise
+CONTENT_KEYS = ("content", "value")
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,16 @@ class ReadPlan:
     content_keys: tuple[str, ...]
     roles: dict[str, str]  # their role -> our role or tag
 
+    @property
+    def plain(self) -> bool:
+        """No --column role/content and no --role: a turn's role and content keys are the default ones."""
+        return not self.roles and self.role_keys == ROLE_KEYS and self.content_keys == CONTENT_KEYS
+
 
 @lru_cache(maxsize=32)
 def read_plan(cfg: ReadConfig) -> ReadPlan:
     renames: dict[str, str] = {}
-    role_keys: tuple[str, ...] = ("role", "from")
-    content_keys: tuple[str, ...] = ("content", "value")
+    role_keys, content_keys = ROLE_KEYS, CONTENT_KEYS
     for ours, theirs in cfg.columns:
         if ours == "role":
             role_keys = (theirs,)

@@ -55,7 +55,20 @@ def first_of(d: dict, keys: tuple[str, ...]) -> Any:
     return None
 
 
+_PLAIN_ROLES = {tag: role for tag, (role, call) in ROLE_TAGS.items() if not call}
+
+
 def _turn(turn: Any, i: int, plan: ReadPlan) -> dict:
+    """One turn → a Message. The common turn, {"role": a role name, "content": a string} under no
+    --column/--role, is made directly: `_read_turn` would give it the same Message."""
+    if type(turn) is dict and len(turn) == 2 and plan.plain:
+        role, content = turn.get("role"), turn.get("content")
+        if type(role) is str and type(content) is str and role in _PLAIN_ROLES:
+            return make_message(_PLAIN_ROLES[role], content)
+    return _read_turn(turn, i, plan)
+
+
+def _read_turn(turn: Any, i: int, plan: ReadPlan) -> dict:
     if not isinstance(turn, dict):
         raise FormatError(f"message {i} is a {type(turn).__name__}, expected an object with a role")
     raw = first_of(turn, plan.role_keys)
