@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from packtool import schema
 from packtool.config import VerifyConfig  # noqa: F401  (re-exported: verify.run.VerifyConfig)
-from packtool.errors import PacktoolError, UsageError
+from packtool.errors import UsageError
 from packtool.verify import Check
 from packtool.verify.kernel_check import flash_check, kernel_calls
 
@@ -90,17 +90,12 @@ def _is_pack_folder(path: str) -> None:
 
 def verify(cfg: VerifyConfig) -> VerifyResult:
     """Integrity of every row of the pack at cfg.path, then isolation on sampled rows."""
-    if cfg.path is not None:
-        _is_pack_folder(cfg.path)
     if not cfg.path:
         raise UsageError(
             "give the pack folder to verify (e.g. packtool verify out/), or --self-test"
         )
-    if not os.path.isdir(cfg.path):
-        raise PacktoolError(
-            f"{cfg.path} is not a folder; verify takes the OUT folder of `packtool pack` "
-            f"(holding {schema.MANIFEST} and {schema.DATA_DIR}/)"
-        )
+    _is_pack_folder(cfg.path)
+    cfg = replace(cfg, path=os.path.expanduser(cfg.path))  # (an API caller's "~/out")
     if cfg.model:
         return _verify_model(cfg)
     backends = []

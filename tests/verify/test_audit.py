@@ -172,3 +172,18 @@ def test_manifest_value_of_wrong_type_fails_its_check(pack, edit, check, match, 
     assert check in failed, sorted(failed)
     assert re.search(match, failed[check].message), failed[check].message
     assert names.PAD not in failed  # a string pad id is not compared with the int token ids
+
+
+def test_an_api_caller_can_give_the_pack_folder_with_a_tilde(pack, monkeypatch):
+    """verify(VerifyConfig(path="~/...")) reads the pack under the home folder (a shell expands a
+    typed ~; a Python caller's string is expanded here), and names what the caller gave."""
+    from packtool.config import VerifyConfig
+    from packtool.errors import UsageError
+    from packtool.verify.run import verify
+
+    monkeypatch.setenv("HOME", str(pack.parent))
+    with pytest.raises(UsageError, match=r"^~/nope: no such folder"):
+        verify(VerifyConfig(path="~/nope", rows=0))
+    result = verify(VerifyConfig(path=f"~/{pack.name}", rows=0))
+    assert result.checks and all(c.passed or c.skipped for c in result.checks)
+    assert result.checks[0].evidence["path"].startswith(str(pack))
