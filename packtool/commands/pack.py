@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -124,6 +125,8 @@ def pack(
 def _pack(source, tcfg, cfg, out, seed, output, engine) -> None:
     from packtool.report.pack import pack_json, render_pack
 
+    if engine is not None:  # Ray keeps the encoded parts beside the pack: storage its workers share
+        engine.scratch_parent = str(Path(out).resolve().parent)
     # its options are the manifest's (api.load_tokenized): the same as a pack built from Python
     tokenized = api.load_tokenized(source, tcfg, progress=output, seed=seed, engine=engine)
     if output.human:

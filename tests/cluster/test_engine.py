@@ -4,8 +4,8 @@ of several formats, pre-tokenized data); one clean error when a worker fails; ve
 
 Every test here runs on one local Ray cluster of 2 CPUs (conftest.py) in one xdist worker. A Ray
 run costs ~15-20 s on the 2-core box whatever its size, so `make test` runs two: a shared file
-byte for byte and verified (the engine end to end: file tasks, parts, planning, groupby, the
-writer) and the error wrapping (a task on the cluster already started); `make test-slow` the rest
+byte for byte and verified (the engine end to end: file tasks, part files, planning, the shard
+writers) and the error wrapping (a task on the cluster already started); `make test-slow` the rest
 (many parts with skipped records, whose parts and lines tests/io/test_readers_parts.py checks
 locally; a worker failing inside Ray Data, in a process of its own; every shared file, --on-error
 error, --limit, a fast-path difference (both engines again on the reference path), a folder
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from paths import SHARED_DATA, needs_shared
-from ray_packs import OPTION_SETS, assert_same_folders, cli, pack_both
+from ray_packs import OPTION_SETS, assert_no_scratch, assert_same_folders, cli, pack_both
 
 from packtool.demo_data import write_sample
 from packtool.io import readers
@@ -87,6 +87,7 @@ def test_on_error_error_stops_at_the_same_record(tmp_path, small_parts):
     assert a.exit_code == b.exit_code == 1
     assert "chats.jsonl:38" in a.output and a.output == b.output
     assert not (tmp_path / "b").exists()
+    assert_no_scratch(tmp_path)
 
 
 @pytest.mark.slow
@@ -168,6 +169,7 @@ def test_a_failing_worker_is_one_clean_error(tmp_path):
     assert "b.jsonl.gz" in b.output and "Traceback" not in b.output
     assert a.output == b.output and len(b.output.strip().splitlines()) == 1
     assert not (tmp_path / "b").exists()
+    assert_no_scratch(tmp_path)
 
 
 @pytest.mark.slow
@@ -194,6 +196,7 @@ def test_a_worker_failing_while_tokenizing_is_one_line_on_stderr(tmp_path):
     assert ray.stderr.strip().splitlines() == local.stderr.strip().splitlines()
     assert len(ray.stderr.strip().splitlines()) == 1 and "b.jsonl.gz" in ray.stderr
     assert not (tmp_path / "b").exists()
+    assert_no_scratch(tmp_path)
 
 
 @pytest.mark.slow
