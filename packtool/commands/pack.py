@@ -116,7 +116,7 @@ def pack(
     size = 0 if tok.limit else api.input_bytes(source)  # --limit reads a part of unknown size
     # before spending minutes on tokenization; packs measure ~0.4x chat JSONL, ~1x pre-tokenized Parquet
     api.check_output(out, force, size)
-    if engine_cfg.name == "local":  # (Ray keeps the tokens in its object store, not the cache)
+    if engine_cfg.name == "local":  # (Ray keeps the tokens in part files beside the pack)
         api.check_cache(2 * size)  # a cache entry measures ~1.5x chat JSONL
     with api.engine(engine_cfg) as engine:
         _pack(source, tcfg, cfg, out, seed, output, engine)

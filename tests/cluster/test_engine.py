@@ -7,7 +7,7 @@ run costs ~15-20 s on the 2-core box whatever its size, so `make test` runs two:
 byte for byte and verified (the engine end to end: file tasks, part files, planning, the shard
 writers) and the error wrapping (a task on the cluster already started); `make test-slow` the rest
 (many parts with skipped records, whose parts and lines tests/io/test_readers_parts.py checks
-locally; a worker failing inside Ray Data, in a process of its own; every shared file, --on-error
+locally; a worker failing in a tokenizing task, in a process of its own; every shared file, --on-error
 error, --limit, a fast-path difference (both engines again on the reference path), a folder
 of formats with Parquet parts, pre-tokenized input, profile, a failing
 file task, joining a cluster started with `ray start`)."""
@@ -174,7 +174,7 @@ def test_a_failing_worker_is_one_clean_error(tmp_path):
 
 @pytest.mark.slow
 def test_a_worker_failing_while_tokenizing_is_one_line_on_stderr(tmp_path):
-    """A gzip file whose head reads and whose end is cut: the file task passes, a Ray Data task
+    """A gzip file whose head reads and whose end is cut: the file task passes, a tokenizing task
     fails; the command (a real process: Ray's own output would show) says one line, exit 1."""
     import gzip
 
