@@ -161,6 +161,23 @@ def _line(e: BaseException) -> str:
     return lines[0][:300] if lines else type(e).__name__
 
 
+_FETCHED: dict[str, object] = {}  # per worker process: objects of the store, by object id
+
+
+def fetch_once(holder: list):
+    """The object of holder[0], an ObjectRef (in a list, so that Ray does not fetch and unpickle
+    it for every task), fetched once by this worker process and kept, with what it builds lazily
+    (a step's tokenizer), for the next tasks of the run; a later run's objects replace them."""
+    key = holder[0].hex()
+    if key not in _FETCHED:
+        import ray
+
+        if len(_FETCHED) >= 4:  # a run's setup and reference step; a second try's
+            _FETCHED.clear()
+        _FETCHED[key] = ray.get(holder[0])
+    return _FETCHED[key]
+
+
 def memory() -> dict[str, int]:
     """This process's peak resident memory (VmHWM) and anonymous resident memory (RssAnon), bytes."""
     out = {"vmhwm": 0, "rss_anon": 0}

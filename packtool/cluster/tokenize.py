@@ -32,7 +32,7 @@ import numpy as np
 from packtool.cluster import files as file_tasks
 from packtool.cluster.parts import PartWriter
 from packtool.cluster.parts import offsets as part_offsets
-from packtool.cluster.session import Session, memory
+from packtool.cluster.session import Session, fetch_once, memory
 from packtool.config import TokenizeConfig
 from packtool.data.provenance import SourceFile
 from packtool.data.tokenized import TokenizedData
@@ -41,21 +41,14 @@ from packtool.io import readers
 from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
 
-_SETUPS: dict[str, tuple] = {}  # per worker process: the runs' setups, by object id
-
 
 def encode_part(k: int, setup: list, folder: str):
     """The task that reads part k and encodes it, its tokens written to `folder` (cluster.parts).
     setup [ref]: (step, read config, parts, formats, stop at a refusal), one object in the store;
-    a worker process fetches it once and keeps it (and the tokenizer the step builds) for the next
-    parts it is given. Returns the part's rows (source_index in the part, length, loss) and meta."""
-    key = setup[0].hex()
-    if key not in _SETUPS:
-        import ray
-
-        _SETUPS.clear()  # one run at a time
-        _SETUPS[key] = ray.get(setup[0])
-    step, read, parts, fmts, stop = _SETUPS[key]
+    a worker process fetches it once and keeps it (and the tokenizer the step builds, which the
+    probes use too) for the next parts it is given (session.fetch_once). Returns the part's rows
+    (source_index in the part, length, loss) and meta."""
+    step, read, parts, fmts, stop = fetch_once(setup)
     path, part = parts[k]
     meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
     cols: dict[str, list] = {c: [] for c in ("source_index", "length", "num_loss_tokens")}
@@ -132,14 +125,11 @@ class _Collected:
     metas: dict[int, dict]
 
 
-def _encode(session: Session, plan, cfg: TokenizeConfig, parts, fmts, folder) -> _Collected:
+def _encode(session: Session, setup: list, parts, folder) -> _Collected:
     """The executor: the plan's step over every part (one task each, cluster.parts files), each
     part's rows and meta collected; it decides nothing."""
-    import ray
-
-    setup = ray.put((plan.step, cfg.read, parts, fmts, cfg.read.on_error == "error"))
     try:
-        done = session.run(encode_part, ((k, [setup], str(folder)) for k in range(len(parts))))
+        done = session.run(encode_part, ((k, setup, str(folder)) for k in range(len(parts))))
     except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
         raise session.failure(e) from None
     metas = {k: meta for k, (_, meta) in enumerate(done)}
@@ -202,15 +192,18 @@ def load_tokenized(
         folder = session.scratch()
         while True:  # a difference: again one step down (fastokens + jinja is probed too)
             check, probing = FastCheck.of(plan), None
+            setup = _setup(plan, cfg, parts, fmts)
             if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
-                probing = _probes(session, cfg, check, plan, decisions, fmts, lambda d: d.first_len)
-            got = _encode(session, plan, cfg, parts, fmts, folder)
+                probing = _probes(
+                    session, cfg, check, plan, setup, decisions, lambda d: d.first_len
+                )
+            got = _encode(session, setup, parts, folder)
             counted = _count(got, parts, cfg.read.limit)
             if check is None:
                 backend = plan.backend
                 break
             if probing is None:  # --limit: the heads of the files it reaches, as far as it reaches
-                probing = _probes(session, cfg, check, plan, decisions, fmts, counted.first_len)
+                probing = _probes(session, cfg, check, plan, setup, decisions, counted.first_len)
             try:
                 results = probing()
             except Exception as e:  # noqa: BLE001
@@ -256,10 +249,17 @@ def part_bytes(paths: list[str], workers: int) -> int:
     return min(readers.PART_BYTES, max(MIN_PART_BYTES, share))
 
 
-def _probes(session, cfg, check, plan, decisions, fmts, first_len):
-    probes = check.probes([(d.file, fmts[d.file], first_len(d)) for d in decisions])
+def _setup(plan, cfg: TokenizeConfig, parts, fmts) -> list:
+    """[ref] of what every encode task needs (encode_part), put in the object store once."""
+    import ray
+
+    return [ray.put((plan.step, cfg.read, parts, fmts, cfg.read.on_error == "error"))]
+
+
+def _probes(session, cfg, check, plan, setup, decisions, first_len):
+    probes = check.probes([(d.file, d.fmt, first_len(d)) for d in decisions])
     try:
-        return file_tasks.start_probes(probes, cfg.read, plan.step, plan.reference)
+        return file_tasks.start_probes(probes, cfg.read, setup, plan.reference)
     except Exception as e:  # noqa: BLE001
         raise session.failure(e) from None
 
