@@ -23,8 +23,8 @@ imported unless `--engine ray` is given.
 Only lengths, counts and small per-part and per-shard records go through Ray; the tokens are
 written once to the part files (cluster.parts) and read once by the shard writers. SCRATCH is a
 folder beside the pack (`packtool pack`: a filesystem every worker must reach anyway) or in the
-temporary folder (the Python API on a local cluster). A task holds one batch while tokenizing,
-and one row group's staging buffers while writing.
+temporary folder (the Python API on a local cluster); `profile` keeps none (Session.keep_tokens).
+A task holds one batch while tokenizing, and one row group's staging buffers while writing.
 
 The Ray engine decides nothing of its own: the input's kind and each file's format
 (tokenization.decide), the plan (tokenization.run_plan), the fast path's verdict

@@ -36,6 +36,12 @@ class PartWriter:
 
     def __init__(self, folder: str | Path, k: int):
         self.k = k
+        if not os.path.isdir(folder):
+            raise PacktoolError(
+                f"the Ray engine's part folder {folder} is not on this worker's filesystem: on "
+                "several machines it must be on storage every node mounts (packtool pack keeps it "
+                "beside --out; from Python set Session.scratch_parent)"
+            )
         self.files = [open(p, "wb") for p in part_paths(folder, k)]  # noqa: SIM115 - closed in close()
 
     def add(self, batch) -> None:
@@ -100,8 +106,8 @@ def open_parts(folder: str, parts: np.ndarray) -> tuple[list[str], PartColumn, P
         if not os.path.exists(name):
             raise PacktoolError(
                 f"the Ray engine's encoded part {name} is not on this worker's filesystem: on "
-                "several machines, the pack's output folder (where the parts are kept) must be on "
-                "storage every node mounts"
+                "several machines it must be on storage every node mounts (packtool pack keeps it "
+                "beside --out; from Python set Session.scratch_parent)"
             )
     _allow_files(len(names))
     zeros = np.zeros(m, np.int64)

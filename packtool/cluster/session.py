@@ -5,6 +5,7 @@
         ...                                           (ray://host:port) joins a running one
     s.run(fn, calls) -> [fn(*call) ...]               Ray tasks, at most s.workers at a time
     s.scratch() -> folder                             for the encoded parts; removed at the end
+    s.scratch_parent, s.keep_tokens                   where they go; whether they are kept at all
     s.failure(e) -> PacktoolError                     a worker's PacktoolError as it was raised,
                                                       anything else as one line naming it
 
@@ -33,6 +34,9 @@ class Session:
         # where scratch folders go: None, the system's temporary folder (a local cluster); the pack
         # command sets the pack's parent folder, a filesystem every worker writes to
         self.scratch_parent: str | None = None
+        self.keep_tokens = (
+            True  # False: tokenizing keeps lengths only (`profile`: nothing to write)
+        )
         self._scratch: list[Path] = []
 
     def __enter__(self) -> Session:
@@ -71,9 +75,8 @@ class Session:
             self.started = True
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, min(self.requested or cpus, cpus))
-        logging.getLogger("ray").setLevel(
-            logging.CRITICAL
-        )  # a failure is reported once, by packtool
+        # a worker's failure is reported once, by packtool
+        logging.getLogger("ray").setLevel(logging.CRITICAL)
         return self
 
     def __exit__(self, *exc) -> bool:

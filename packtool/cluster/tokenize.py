@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,9 @@ from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
 
 
-def encode_part(k: int, setup: list, folder: str):
-    """The task that reads part k and encodes it, its tokens written to `folder` (cluster.parts).
+def encode_part(k: int, setup: list, folder: str | None):
+    """The task that reads part k and encodes it, its tokens written to `folder` (cluster.parts;
+    None: not kept, `profile` needs the lengths only).
     setup [ref]: (step, read config, parts, formats, stop at a refusal), one object in the store;
     a worker process fetches it once and keeps it (and the tokenizer the step builds, which the
     probes use too) for the next parts it is given (session.fetch_once). Returns the part's rows
@@ -52,7 +54,7 @@ def encode_part(k: int, setup: list, folder: str):
     path, part = parts[k]
     meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
     cols: dict[str, list] = {c: [] for c in ("source_index", "length", "num_loss_tokens")}
-    with PartWriter(folder, k) as out:
+    with PartWriter(folder, k) if folder is not None else nullcontext() as out:
         for b in readers.part_batches(path, read, part):
             if b.lines_read is not None:
                 meta["lines"] = b.lines_read
@@ -67,7 +69,8 @@ def encode_part(k: int, setup: list, folder: str):
             meta["special"] += result.special
             meta["notes"] += result.notes  # (index, note) pairs: JSON lists
             meta["removed"] += result.removed_padding
-            out.add(result.table)
+            if out is not None:
+                out.add(result.table)
             for c, v in cols.items():
                 v.append(np.asarray(result.table.column(c)))
             if meta["rejects"] and stop:
@@ -80,7 +83,7 @@ def encode_part(k: int, setup: list, folder: str):
 class ClusterRows:
     """The encoded examples, in part files on the cluster's filesystem; `write` packs them."""
 
-    folder: Path  # the parts' files (cluster.parts), removed once written
+    folder: Path | None  # the parts' files (cluster.parts), removed once written; None: not kept
     part: np.ndarray  # int64[N]: per example of the TokenizedData, its part
     offset: np.ndarray  # int64[N]: its first token in the part's files
     parts: list[tuple[str, Any]]
@@ -92,6 +95,10 @@ class ClusterRows:
     def write(self, tmp, data, job):
         from packtool.cluster.write import write_shards
 
+        if self.folder is None:
+            raise PacktoolError(
+                "this Ray run kept no tokens (Session.keep_tokens is False): tokenize again to pack"
+            )
         try:
             written = write_shards(self, tmp, data, job)
         finally:
@@ -129,7 +136,8 @@ def _encode(session: Session, setup: list, parts, folder) -> _Collected:
     """The executor: the plan's step over every part (one task each, cluster.parts files), each
     part's rows and meta collected; it decides nothing."""
     try:
-        done = session.run(encode_part, ((k, setup, str(folder)) for k in range(len(parts))))
+        where = None if folder is None else str(folder)
+        done = session.run(encode_part, ((k, setup, where) for k in range(len(parts))))
     except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
         raise session.failure(e) from None
     metas = {k: meta for k, (_, meta) in enumerate(done)}
@@ -189,7 +197,7 @@ def load_tokenized(
         plan = plan_run(cfg, decisions)
         fmts = {d.file: d.fmt for d in decisions}
         parts = [(i.path, p) for i in infos for p in i.parts]
-        folder = session.scratch()
+        folder = session.scratch() if session.keep_tokens else None
         while True:  # a difference: again one step down (fastokens + jinja is probed too)
             check, probing = FastCheck.of(plan), None
             setup = _setup(plan, cfg, parts, fmts)

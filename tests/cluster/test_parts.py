@@ -77,6 +77,8 @@ def test_a_batch_whose_lists_disagree_with_its_lengths_is_refused(tmp_path):
         w.add(_batch([[1, 2, 3]], [[1, 2, 3]], lengths=[2]))
 
 
-def test_a_part_missing_on_this_node_is_one_clean_error(tmp_path):
+def test_a_part_or_folder_missing_on_this_node_is_one_clean_error(tmp_path):
     with pytest.raises(PacktoolError, match="storage every node mounts"):
         parts.open_parts(str(tmp_path), np.array([4]))
+    with pytest.raises(PacktoolError, match="storage every node mounts"):
+        parts.PartWriter(tmp_path / "elsewhere", 0)
