@@ -109,7 +109,7 @@ def load_tokenized(
     `data`: one input, or a mixture's InputSpecs (each tokenized on its own, weighted with `seed`:
     packtool.tokenization.mixture). `progress`: a packtool.progress.Reporter, True (bars on a
     terminal, a line otherwise) or False. `engine`: what `engine()` gave; on Ray the tokens stay in
-    the cluster's object store (`.rows`) and `.table` is None: `pack` writes them there.
+    part files on the cluster (`.rows`) and `.table` is None: `pack` writes them there.
 
     The result's `options` are what the manifest records (`verify --sources` tokenizes the sources
     again from them): the tokenize options, the input as given (a mixture: every InputSpec's spec),

@@ -37,7 +37,13 @@ def pack_both(data, tmp: Path, *options: str, workers: int = 2) -> tuple[Path, P
     assert a.exit_code == 0, a.output
     b = cli("pack", data, "--out", on_ray, "--engine", "ray", "--num-proc", workers, *options)
     assert b.exit_code == 0, b.output
+    assert_no_scratch(tmp)
     return local, on_ray
+
+
+def assert_no_scratch(folder: Path) -> None:
+    """The Ray engine left none of its part files (a folder beside the pack) behind."""
+    assert not list(folder.glob(".packtool-ray-parts-*"))
 
 
 def assert_same_folders(a: Path, b: Path) -> None:

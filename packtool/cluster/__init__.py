@@ -1,27 +1,30 @@
 """The Ray engine (`--engine ray`): the same pack, byte for byte, with the work spread over a Ray
 cluster. Ray is an optional extra (`pip install -e '.[ray]'` in packtool's checkout, or
-`pip install 'ray[data]>=2.40,<3'`); nothing here is imported unless `--engine ray` is given.
+`pip install 'ray[data]>=2.40,<3'`; the engine uses Ray Core's tasks only); nothing here is
+imported unless `--engine ray` is given.
 
-    driver                                    Ray workers
-    ──────                                    ───────────
+    driver                                    Ray tasks (Session.run: <= workers at a time)
+    ──────                                    ─────────
     locate the files (io.readers)
-    per file ─────────────────────────────▶  size, sha256, FileDecision, parts   files.py (tasks)
+    per file ─────────────────────────────▶  size, sha256, FileDecision, parts   files.py
     RunPlan = tokenization.run_plan.plan_run(cfg, decisions)   (the local pipeline's own)
-    parts ── ray.data.from_items ─────────▶  read a part, plan.step    map_batches  tokenize.py
-                                              (tasks; a worker keeps its tokenizer) ──▶ object store
-    ◀── (part, index, length, loss) + one meta row per part (records, lines, rejects, ...)
+    per part ─────────────────────────────▶  read a part, plan.step (a worker keeps its tokenizer)
+                                              tokens ──▶ SCRATCH/part-k.ids, .labels   tokenize.py
+    ◀── (index, length, loss) per example + one meta per part (records, lines, rejects, ...)
     FastCheck.probes ─────────────────────▶  fast vs reference on each file's head (tasks)
     FastCheck.conclude; a difference: the parts again on plan.on_difference
     global source indices, skipped records, warnings, the TokenizedData (no tokens)
     overflow + plan (pack/, the numba planner), row order, shard of every piece
-    assignment per part, sub-plan per shard ─▶ map_batches: (shard, index, tokens) rows    write.py
-                                               groupby(shard).map_groups: write one shard
+    per shard: its pieces (part, offset) ─▶  pread them from the part files (pack.gather's
+                                              FileGather), pack.write.write_shards  write.py
     ◀── each shard's entry and totals
-    manifest.json (pack/run.py), atomic rename
+    manifest.json (pack/run.py), atomic rename; SCRATCH removed
 
-Only lengths, counts and small per-part and per-shard records reach the driver; tokens stay in
-the object store (spilled to disk when it fills) between tokenizing and writing. A worker holds
-one part's batches while tokenizing and one shard's documents while writing.
+Only lengths, counts and small per-part and per-shard records go through Ray; the tokens are
+written once to the part files (cluster.parts) and read once by the shard writers. SCRATCH is a
+folder beside the pack (`packtool pack`: a filesystem every worker must reach anyway) or in the
+temporary folder (the Python API on a local cluster); `profile` keeps none (Session.keep_tokens).
+A task holds one batch while tokenizing, and one row group's staging buffers while writing.
 
 The Ray engine decides nothing of its own: the input's kind and each file's format
 (tokenization.decide), the plan (tokenization.run_plan), the fast path's verdict
@@ -42,6 +45,6 @@ def ray_missing() -> str | None:
     """Why the Ray engine cannot run here (None when it can)."""
     import importlib.util
 
-    if importlib.util.find_spec("ray") is None or importlib.util.find_spec("ray.data") is None:
-        return f"--engine ray needs Ray Data, which is not installed: {INSTALL_HINT}"
+    if importlib.util.find_spec("ray") is None:
+        return f"--engine ray needs Ray, which is not installed: {INSTALL_HINT}"
     return None

@@ -61,26 +61,29 @@ def file_infos(paths: list[str], read: ReadConfig, part_bytes: int) -> list[File
     return infos
 
 
-def probe(path: str, read: ReadConfig, fmt: str, n: int, fast, reference) -> str | None:
-    """The fast step and the reference step on the first `n` records of the file's first batch:
-    None when they agree, else where they first differ (tokenization.fast_check.compare)."""
+def probe(path: str, read: ReadConfig, fmt: str, n: int, setup: list, reference: list):
+    """The fast step (the encode tasks' setup[0], tokenize.encode_part: a worker builds its
+    tokenizer once for both) and the reference step on the first `n` records of the file's first
+    batch: None when they agree, else where they first differ (tokenization.fast_check.compare)."""
+    from packtool.cluster.session import fetch_once
     from packtool.io import readers
     from packtool.tokenization.fast_check import compare
 
+    fast, reference = fetch_once(setup)[0], fetch_once(reference)
     first = next(iter(readers.part_batches(path, read, None)))
     first.fmt = fmt
     head = first.head(n)
     return compare(fast(head), reference(head), head)
 
 
-def start_probes(probes: list[tuple[str, str, int]], read: ReadConfig, fast, reference):
+def start_probes(probes: list[tuple[str, str, int]], read: ReadConfig, setup: list, reference):
     """Start each (file, format, examples) probe as a task; the returned function waits for
     them: [(examples, where)] in order. (Started before the parts are encoded, they overlap.)"""
     import ray
 
     task = ray.remote(num_cpus=1)(probe)
-    fast_ref, reference_ref = ray.put(fast), ray.put(reference)
-    refs = [task.remote(f, read, fmt, n, fast_ref, reference_ref) for f, fmt, n in probes]
+    reference_ref = [ray.put(reference)]
+    refs = [task.remote(f, read, fmt, n, setup, reference_ref) for f, fmt, n in probes]
 
     def results() -> list[tuple[int, str | None]]:
         wheres = ray.get(refs)

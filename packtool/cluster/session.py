@@ -3,18 +3,25 @@
     with Session(address=None, workers=None) as s:   address None: a local cluster, started here
         s.workers                                     and stopped at the end; "auto" or host:port
         ...                                           (ray://host:port) joins a running one
+    s.run(fn, calls) -> [fn(*call) ...]               Ray tasks, at most s.workers at a time
+    s.scratch() -> folder                             for the encoded parts; removed at the end
+    s.scratch_parent, s.keep_tokens                   where they go; whether they are kept at all
     s.failure(e) -> PacktoolError                     a worker's PacktoolError as it was raised,
                                                       anything else as one line naming it
 
-Ray's own output is kept quiet (no dashboard, no progress bars, worker logs not echoed): what the
-run did is packtool's report. `memory()` is a worker's peak and anonymous resident memory, which
-each stage reports with its results.
+Ray's own output is kept quiet (no dashboard, worker logs not echoed): what the run did is
+packtool's report. `memory()` is a worker's peak and anonymous resident memory, which each stage
+reports with its results.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from packtool.errors import PacktoolError, UsageError
 
@@ -24,6 +31,13 @@ class Session:
         self.address, self.requested = address, workers
         self.started = False
         self.workers = 1
+        # where scratch folders go: None, the system's temporary folder (a local cluster); the pack
+        # command sets the pack's parent folder, a filesystem every worker writes to
+        self.scratch_parent: str | None = None
+        self.keep_tokens = (
+            True  # False: tokenizing keeps lengths only (`profile`: nothing to write)
+        )
+        self._scratch: list[Path] = []
 
     def __enter__(self) -> Session:
         from packtool.cluster import ray_missing
@@ -61,15 +75,62 @@ class Session:
             self.started = True
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, min(self.requested or cpus, cpus))
-        _quiet_data()
+        # a worker's failure is reported once, by packtool
+        logging.getLogger("ray").setLevel(logging.CRITICAL)
         return self
 
     def __exit__(self, *exc) -> bool:
+        for folder in self._scratch:
+            shutil.rmtree(folder, ignore_errors=True)
         if self.started:
             import ray
 
             ray.shutdown()
         return False
+
+    def scratch(self) -> Path:
+        """A new empty folder for a run's encoded parts (cluster.parts), removed by `drop` or at
+        the end of the session."""
+        parent = self.scratch_parent
+        if parent is not None:
+            Path(parent).mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=".packtool-ray-parts-", dir=parent))
+        self._scratch.append(folder)
+        return folder
+
+    def drop(self, folder: Path) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        if folder in self._scratch:
+            self._scratch.remove(folder)
+
+    def run(self, fn: Callable, calls: Iterable[tuple]) -> list:
+        """fn(*call) for every call, each a Ray task of one CPU, at most `workers` at a time (a
+        call's arguments are made when it starts: an iterator may build them lazily); the results
+        in the order of `calls`. On any error or Ctrl-C the tasks still running are cancelled
+        and the error raised as it came (`failure` makes it packtool's)."""
+        import ray
+
+        task = ray.remote(num_cpus=1)(fn)
+        todo = iter(enumerate(calls))
+        running: dict = {}  # ObjectRef -> call number
+        results: dict[int, object] = {}
+        try:
+            while True:
+                while len(running) < self.workers:
+                    nxt = next(todo, None)
+                    if nxt is None:
+                        break
+                    running[task.remote(*nxt[1])] = nxt[0]
+                if not running:
+                    break
+                done, _ = ray.wait(list(running), num_returns=1)
+                for ref in done:
+                    results[running.pop(ref)] = ray.get(ref)
+        except BaseException:
+            for ref in running:
+                ray.cancel(ref, force=True)
+            raise
+        return [results[i] for i in range(len(results))]
 
     @staticmethod
     def failure(e: BaseException) -> PacktoolError:
@@ -103,16 +164,21 @@ def _line(e: BaseException) -> str:
     return lines[0][:300] if lines else type(e).__name__
 
 
-def _quiet_data() -> None:
-    from ray.data import DataContext  # (configures Ray Data's loggers: quieted after it)
+_FETCHED: dict[str, object] = {}  # per worker process: objects of the store, by object id
 
-    for name in ("ray", "ray.data"):  # a worker's failure is reported once, by packtool
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    ctx = DataContext.get_current()
-    ctx.enable_progress_bars = False
-    for attr in ("print_on_execution_start", "enable_operator_progress_bars"):
-        if hasattr(ctx, attr):
-            setattr(ctx, attr, False)
+
+def fetch_once(holder: list):
+    """The object of holder[0], an ObjectRef (in a list, so that Ray does not fetch and unpickle
+    it for every task), fetched once by this worker process and kept, with what it builds lazily
+    (a step's tokenizer), for the next tasks of the run; a later run's objects replace them."""
+    key = holder[0].hex()
+    if key not in _FETCHED:
+        import ray
+
+        if len(_FETCHED) >= 4:  # a run's setup and reference step; a second try's
+            _FETCHED.clear()
+        _FETCHED[key] = ray.get(holder[0])
+    return _FETCHED[key]
 
 
 def memory() -> dict[str, int]:

@@ -1,36 +1,39 @@
-"""Tokenizing on Ray: the files' parts read and encoded by Ray Data workers, only lengths back.
+"""Tokenizing on Ray: the files' parts read and encoded by Ray tasks, their tokens written to
+part files, only lengths back.
 
     parts   [(file, part)]  reading order (io.readers.file_parts)      part k: records counted
-       │ ray.data.from_items → map_batches(encode_parts, tasks)        from 0 at the part's start
+       │ Session.run: encode_part(k), one task a part, <= workers at a time  from 0 at the part's start
        ▼
-    blocks  input_ids  labels  length  num_loss_tokens  source_index  part   meta
-            list<i32>  list<i32>  i32      i32           i64 (in part) i32   null
-            ...one row per example; then per part one row: length -1, meta = JSON
-            {records, lines, rejects [[index, line, position, reason]], special, notes, removed,
-            memory}
-       │ materialized in the object store (ClusterRows): the writer reads it again
-       ▼
-    driver  part_start = cumsum(records)  →  source_index = part_start[part] + index
+    SCRATCH/part-k.ids, part-k.labels   the part's tokens, once (cluster.parts); the writer preads them
+    driver  ◀── per part: source_index (in part) i64[n], length i32[n], num_loss_tokens i32[n],
+                meta {records, lines, rejects [[index, line, position, reason]], special, notes,
+                removed, memory}
+            part_start = cumsum(records)  →  source_index = part_start[part] + index
             line = lines of the file's earlier parts + line;  position likewise
+            each example's first token in its part's files = exclusive cumsum of the part's lengths
             --limit: source indices >= limit are not read (as a local run stops there)
 
 The driver decides nothing itself (packtool.cluster draws where each decision comes from); a
-difference on a probe encodes the parts again on `plan.on_difference`, its probes too. With
---on-error error a part stops at its first refused record and the driver raises the first in
-reading order, with its file and line.
+difference on a probe encodes the parts again on `plan.on_difference` (the part files rewritten),
+its probes too. With --on-error error a part stops at its first refused record and the driver
+raises the first in reading order, with its file and line.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from packtool.cluster import files as file_tasks
-from packtool.cluster.session import Session, memory
+from packtool.cluster.parts import PartWriter
+from packtool.cluster.parts import offsets as part_offsets
+from packtool.cluster.session import Session, fetch_once, memory
 from packtool.config import TokenizeConfig
 from packtool.data.provenance import SourceFile
 from packtool.data.tokenized import TokenizedData
@@ -39,81 +42,67 @@ from packtool.io import readers
 from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
 
-_SETUPS: dict[str, tuple] = {}  # per worker process: the runs' setups, by object id
 
-
-def encode_parts(batch, setup: list):
-    """The Ray Data task that reads parts of files and encodes them. setup [ref]: (step, read
-    config, parts, formats, stop at a refusal), one object in the store; a worker process fetches
-    it once and keeps it (and the tokenizer the step builds) for the next parts it is given."""
-    key = setup[0].hex()
-    if key not in _SETUPS:
-        import ray
-
-        _SETUPS.clear()  # one run at a time
-        _SETUPS[key] = ray.get(setup[0])
-    for k in batch.column("part").to_pylist():
-        yield from _encode_part(int(k), *_SETUPS[key])
-
-
-def _encode_part(k: int, step, read, parts, fmts, stop: bool):
-    """Part k read and encoded: its rows, then its meta row (module docstring)."""
-    import pyarrow as pa
-
+def encode_part(k: int, setup: list, folder: str | None):
+    """The task that reads part k and encodes it, its tokens written to `folder` (cluster.parts;
+    None: not kept, `profile` needs the lengths only).
+    setup [ref]: (step, read config, parts, formats, stop at a refusal), one object in the store;
+    a worker process fetches it once and keeps it (and the tokenizer the step builds, which the
+    probes use too) for the next parts it is given (session.fetch_once). Returns the part's rows
+    (source_index in the part, length, loss) and meta."""
+    step, read, parts, fmts, stop = fetch_once(setup)
     path, part = parts[k]
     meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
-    for b in readers.part_batches(path, read, part):
-        if b.lines_read is not None:
-            meta["lines"] = b.lines_read
-        if not len(b):
-            continue
-        b.fmt = fmts[path]
-        result = step(b)
-        meta["records"] += len(b)
-        meta["rejects"] += [
-            [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
-        ]
-        meta["special"] += result.special
-        meta["notes"] += result.notes  # (index, note) pairs: JSON lists
-        meta["removed"] += result.removed_padding
-        t = pa.Table.from_batches([result.table])
-        n = t.num_rows
-        yield t.append_column("part", pa.array(np.full(n, k, np.int32))).append_column(
-            "meta", pa.nulls(n, pa.string())
-        )
-        if meta["rejects"] and stop:
-            break
-    yield _meta_row(k, json.dumps({**meta, "memory": memory()}))
-
-
-def _meta_row(k: int, meta: str):
-    import pyarrow as pa
-
-    from packtool.data.arrow import token_schema
-
-    empty = pa.array([[]], pa.list_(pa.int32()))
-    cols = [empty, empty, pa.array([-1], pa.int32()), pa.array([0], pa.int32())]
-    cols += [pa.array([0], pa.int64()), pa.array([k], pa.int32()), pa.array([meta], pa.string())]
-    names = [*token_schema().names, "part", "meta"]
-    return pa.Table.from_arrays(cols, names=names)
+    cols: dict[str, list] = {c: [] for c in ("source_index", "length", "num_loss_tokens")}
+    with PartWriter(folder, k) if folder is not None else nullcontext() as out:
+        for b in readers.part_batches(path, read, part):
+            if b.lines_read is not None:
+                meta["lines"] = b.lines_read
+            if not len(b):
+                continue
+            b.fmt = fmts[path]
+            result = step(b)
+            meta["records"] += len(b)
+            meta["rejects"] += [
+                [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
+            ]
+            meta["special"] += result.special
+            meta["notes"] += result.notes  # (index, note) pairs: JSON lists
+            meta["removed"] += result.removed_padding
+            if out is not None:
+                out.add(result.table)
+            for c, v in cols.items():
+                v.append(np.asarray(result.table.column(c)))
+            if meta["rejects"] and stop:
+                break
+    got = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
+    return got, json.loads(json.dumps({**meta, "memory": memory()}))  # (as JSON: plain lists)
 
 
 @dataclass
 class ClusterRows:
-    """The encoded examples, held in Ray's object store; `write` packs them (cluster.write)."""
+    """The encoded examples, in part files on the cluster's filesystem; `write` packs them."""
 
-    dataset: Any  # the materialized ray.data.Dataset drawn in the module docstring
+    folder: Path | None  # the parts' files (cluster.parts), removed once written; None: not kept
+    part: np.ndarray  # int64[N]: per example of the TokenizedData, its part
+    offset: np.ndarray  # int64[N]: its first token in the part's files
     parts: list[tuple[str, Any]]
-    part_start: np.ndarray  # int64[P]: the source index of each part's first record
     session: Session
-    memory: list[dict] = field(default_factory=list)  # each encode call's worker memory
+    memory: list[dict] = field(default_factory=list)  # each task's worker memory
 
     shards: int = 0  # shards written (by `write`)
 
     def write(self, tmp, data, job):
         from packtool.cluster.write import write_shards
 
-        written = write_shards(self, tmp, data, job)
+        if self.folder is None:
+            raise PacktoolError(
+                "this Ray run kept no tokens (Session.keep_tokens is False): tokenize again to pack"
+            )
+        try:
+            written = write_shards(self, tmp, data, job)
+        finally:
+            self.session.drop(self.folder)
         self.shards = len(written.shards)
         return written
 
@@ -132,58 +121,37 @@ class ClusterRows:
 
 @dataclass
 class _Collected:
-    """Per example: its part, source_index within the part, length, num_loss_tokens; per part: its
-    meta (module docstring)."""
+    """Per example: its part, source_index within the part, length, num_loss_tokens, first token
+    in the part's files; per part: its meta (module docstring)."""
 
     part: np.ndarray
     source_index: np.ndarray
     length: np.ndarray
     num_loss_tokens: np.ndarray
+    offset: np.ndarray
     metas: dict[int, dict]
 
 
-def _encode(session: Session, plan, cfg: TokenizeConfig, parts, fmts):
-    """The executor: the plan's step over every part (Ray Data tasks), the rows left in the object
-    store, (part, index, length, loss) and each part's meta row collected; it decides nothing."""
-    import pyarrow.compute as pc
-    import ray
-    import ray.data
-
-    setup = ray.put((plan.step, cfg.read, parts, fmts, cfg.read.on_error == "error"))
-    ds = ray.data.from_items(
-        [{"part": k} for k in range(len(parts))], override_num_blocks=len(parts)
-    )
-    ds = ds.map_batches(
-        encode_parts,
-        fn_kwargs={"setup": [setup]},
-        batch_size=1,
-        batch_format="pyarrow",
-        concurrency=max(1, min(session.workers, len(parts))),
-        num_cpus=1,
-    )
+def _encode(session: Session, setup: list, parts, folder) -> _Collected:
+    """The executor: the plan's step over every part (one task each, cluster.parts files), each
+    part's rows and meta collected; it decides nothing."""
     try:
-        encoded = ds.materialize()
-        cols: dict[str, list] = {
-            c: [] for c in ("part", "source_index", "length", "num_loss_tokens")
-        }
-        metas: dict[int, dict] = {}
-        small = encoded.select_columns([*cols, "meta"])
-        for batch in small.iter_batches(batch_format="pyarrow", batch_size=None):
-            is_meta = batch.column("meta").is_valid()
-            meta = batch.filter(is_meta).to_pydict()
-            metas.update(zip(meta["part"], map(json.loads, meta["meta"]), strict=True))
-            rows = batch.filter(pc.invert(is_meta))
-            for c in cols:
-                cols[c].append(np.asarray(rows.column(c)))
+        where = None if folder is None else str(folder)
+        done = session.run(encode_part, ((k, setup, where) for k in range(len(parts))))
     except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
         raise session.failure(e) from None
-    missing = sorted(set(range(len(parts))) - set(metas))
-    if missing:
-        raise PacktoolError(
-            f"the Ray engine lost part {missing[0]} of {parts[missing[0]][0]}; run again"
-        )
-    got = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in cols.items()}
-    return encoded, _Collected(metas=metas, **got)
+    metas = {k: meta for k, (_, meta) in enumerate(done)}
+    rows = [got for got, _ in done]
+    return _Collected(
+        part=np.repeat(np.arange(len(parts), dtype=np.int64), [len(r["length"]) for r in rows]),
+        metas=metas,
+        offset=_concat([part_offsets(r["length"].astype(np.int64)) for r in rows]),
+        **{c: _concat([r[c] for r in rows]) for c in ("source_index", "length", "num_loss_tokens")},
+    )
+
+
+def _concat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
 
 
 def load_tokenized(
@@ -229,17 +197,21 @@ def load_tokenized(
         plan = plan_run(cfg, decisions)
         fmts = {d.file: d.fmt for d in decisions}
         parts = [(i.path, p) for i in infos for p in i.parts]
+        folder = session.scratch() if session.keep_tokens else None
         while True:  # a difference: again one step down (fastokens + jinja is probed too)
             check, probing = FastCheck.of(plan), None
+            setup = _setup(plan, cfg, parts, fmts)
             if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
-                probing = _probes(session, cfg, check, plan, decisions, fmts, lambda d: d.first_len)
-            encoded, got = _encode(session, plan, cfg, parts, fmts)
+                probing = _probes(
+                    session, cfg, check, plan, setup, decisions, lambda d: d.first_len
+                )
+            got = _encode(session, setup, parts, folder)
             counted = _count(got, parts, cfg.read.limit)
             if check is None:
                 backend = plan.backend
                 break
             if probing is None:  # --limit: the heads of the files it reaches, as far as it reaches
-                probing = _probes(session, cfg, check, plan, decisions, fmts, counted.first_len)
+                probing = _probes(session, cfg, check, plan, setup, decisions, counted.first_len)
             try:
                 results = probing()
             except Exception as e:  # noqa: BLE001
@@ -252,10 +224,18 @@ def load_tokenized(
                 continue
             backend = check.report or plan.backend
             break
-        data_out = _assemble(data, cfg, source, plan, decisions, backend, got, counted, parts)
+        order = _reading_order(got, counted, cfg.read.limit)
+        data_out = _assemble(
+            data, cfg, source, plan, decisions, backend, got, counted, parts, order
+        )
         bar.advance(len(data_out), int(data_out.lengths.sum()))
     data_out.rows = ClusterRows(
-        encoded, parts, counted.part_start, session, [m["memory"] for m in got.metas.values()]
+        folder,
+        got.part[order],
+        got.offset[order],
+        parts,
+        session,
+        [m["memory"] for m in got.metas.values()],
     )
     seconds = time.perf_counter() - t0
     data_out.seconds = {"read_tokenize": seconds, "total": seconds}
@@ -277,10 +257,17 @@ def part_bytes(paths: list[str], workers: int) -> int:
     return min(readers.PART_BYTES, max(MIN_PART_BYTES, share))
 
 
-def _probes(session, cfg, check, plan, decisions, fmts, first_len):
-    probes = check.probes([(d.file, fmts[d.file], first_len(d)) for d in decisions])
+def _setup(plan, cfg: TokenizeConfig, parts, fmts) -> list:
+    """[ref] of what every encode task needs (encode_part), put in the object store once."""
+    import ray
+
+    return [ray.put((plan.step, cfg.read, parts, fmts, cfg.read.on_error == "error"))]
+
+
+def _probes(session, cfg, check, plan, setup, decisions, first_len):
+    probes = check.probes([(d.file, d.fmt, first_len(d)) for d in decisions])
     try:
-        return file_tasks.start_probes(probes, cfg.read, plan.step, plan.reference)
+        return file_tasks.start_probes(probes, cfg.read, setup, plan.reference)
     except Exception as e:  # noqa: BLE001
         raise session.failure(e) from None
 
@@ -316,10 +303,19 @@ def _count(got: _Collected, parts, limit: int | None) -> _Counted:
     return _Counted(part_start, line_offset, position_offset, per_file)
 
 
+def _reading_order(got: _Collected, counted: _Counted, limit: int | None) -> np.ndarray:
+    """The collected rows in source-index order, those a --limit reads."""
+    end = limit if limit is not None else np.iinfo(np.int64).max
+    gidx = counted.part_start[got.part] + got.source_index
+    order = np.argsort(gidx, kind="stable")
+    return order[gidx[order] < end]
+
+
 def _assemble(
-    data, cfg, source, plan, decisions, backend, got: _Collected, counted: _Counted, parts
+    data, cfg, source, plan, decisions, backend, got: _Collected, counted: _Counted, parts, order
 ) -> TokenizedData:
-    """The TokenizedData the local pipeline would hand on, from what the parts reported."""
+    """The TokenizedData the local pipeline would hand on, from what the parts reported (its
+    rows: the collected ones in `order`)."""
     from packtool.tokenization.run_meta import (
         Tally,
         check_strict_labels,
@@ -329,10 +325,8 @@ def _assemble(
     )
 
     end = cfg.read.limit if cfg.read.limit is not None else np.iinfo(np.int64).max  # --limit
-    gidx = counted.part_start[got.part] + got.source_index
-    order = np.argsort(gidx, kind="stable")
-    order = order[gidx[order] < end]
-    gidx, lengths, loss = gidx[order], got.length[order], got.num_loss_tokens[order]
+    gidx = (counted.part_start[got.part] + got.source_index)[order]
+    lengths, loss = got.length[order], got.num_loss_tokens[order]
     per_file = counted.per_file
     read = [d for d in decisions if per_file.get(d.file, 0)]  # the files a local run reads
     for d in read:

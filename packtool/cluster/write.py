@@ -1,24 +1,26 @@
-"""Writing a pack on Ray: every document sent to its shard, each shard written by one worker.
+"""Writing a pack on Ray: each shard written by one task, which preads its documents' tokens from
+the part files (cluster.parts) in plan order, as the local engine reads its cache file.
 
-    driver   plan rows in output order (row_order) ─▶ shard s = output row // shard_rows
-             per part:  [(index in part, shard)]     one entry per (example, shard) it has pieces in
-             per shard: its rows' pieces in row order: source index, start, length, slots, truncated
-                        (each put in the object store once; a worker fetches only its own)
-    workers  map_batches   encoded rows ─▶ (shard, source_index, input_ids, labels) per entry
-             groupby(shard).map_groups: sort by source index, locate the pieces, and write the shard
-             with pack.write.write_shards (first_shard = s): the local engine's code, row groups,
-             names and bytes
+    driver   plan rows in output order (row_order) ─▶ shard s = output rows [s·shard_rows, ...)
+             per shard, made as its task starts: its rows' pieces in row order: source index,
+             part, first token in the part's files (the example's offset + the piece's start),
+             length, slots, truncated (and the example's length, for the cut tail's loss)
+    tasks    Session.run: write_shard(s), <= workers at a time: FileGather over the part files it
+             reads from, then pack.write.write_shards (first_shard = s): the local engine's code,
+             row groups, names and bytes
     driver   ◀── per shard: its manifest entry, rows, documents, tokens, loss, pad, tail loss
 
-A writer holds one shard's documents (<= shard_rows x pack_len tokens, ~512 MiB of slots by
-default) plus pyarrow's buffer of one row group. The pack folder (its temporary twin) must be on a
-filesystem every worker writes to: a local cluster's disk, or shared storage for a real cluster.
+No token goes through Ray's object store: a part's tokens are written once (by the task that
+encodes it) and read once (by the shard writers). A writer holds FileGather's staging buffers and
+the writer's blocks (one row group each, <= 64 MiB of slots) plus pyarrow's buffer; its
+per-piece arrays (~50 bytes a piece) come in its arguments. The pack folder (its temporary twin)
+and the parts' folder must be on a filesystem every worker reads and writes: a local cluster's
+disk, or shared storage for a real cluster (where each piece is a read of its own).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -41,68 +43,47 @@ def _pieces_in_output_order(plan, row_order: np.ndarray):
 
 
 def write_shards(rows, tmp: Path, data, job) -> Written:
-    """pack.run's Writer for TokenizedData whose rows are on the cluster (tokenize.ClusterRows)."""
-    import ray
+    """pack.run's Writer for TokenizedData whose tokens are in part files (tokenize.ClusterRows)."""
+    from packtool.io import shards
 
     plan, pieces = job.plan, job.pieces
     R, L, shard_rows = plan.num_rows, plan.pack_len, job.shard_rows
     S = -(-R // shard_rows)
     src = np.ascontiguousarray(data.source_index, dtype=np.int64)
+    lengths = np.ascontiguousarray(data.lengths, dtype=np.int64)
     seq, offsets = _pieces_in_output_order(plan, job.row_order)
-    out_row = np.repeat(np.arange(R, dtype=np.int64), np.diff(offsets))
-    piece_shard = np.empty(seq.shape[0], np.int64)
-    piece_shard[seq] = out_row // shard_rows
     truncated = np.zeros(src.shape[0], bool)
     truncated[pieces.truncated] = True
-
-    shard_refs = []
-    for s in range(S):
-        j0, j1 = s * shard_rows, min(R, (s + 1) * shard_rows)
-        p = seq[offsets[j0] : offsets[j1]]
-        sub = {
-            "rows_off": offsets[j0 : j1 + 1] - offsets[j0],
-            "source": src[pieces.row[p]],
-            "start": pieces.start[p],
-            "length": pieces.length[p],
-            "slots": job.slots[p],
-            "truncated": truncated[pieces.row[p]],
-        }
-        shard_refs.append(ray.put(sub))
-    key = np.unique(pieces.row * S + piece_shard)  # (example, shard) pairs, in example order
-    example, shard = key // S, key % S
-    g = src[example]
-    part_start = rows.part_start
-    part = np.searchsorted(part_start, g, side="right") - 1
-    bounds = np.searchsorted(part, np.arange(len(rows.parts) + 1))
-    part_refs = [
-        ray.put({"index": g[a:b] - part_start[k], "shard": shard[a:b]}) if b > a else None
-        for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))
-    ]
     settings = {
+        "folder": str(rows.folder),
         "tmp": str(tmp),
         "pack_len": L,
         "pad_id": job.pad_id,
         "shard_rows": shard_rows,
         "total_shards": S,
         "layout": job.layout,
+        "capacity": shards.row_group_rows(L, shard_rows) * L,
     }
+
+    def calls():
+        for s in range(S):
+            j0, j1 = s * shard_rows, min(R, (s + 1) * shard_rows)
+            p = seq[offsets[j0] : offsets[j1]]
+            e = pieces.row[p]  # each piece's example
+            sub = {
+                "rows_off": offsets[j0 : j1 + 1] - offsets[j0],
+                "source": src[e],
+                "part": rows.part[e],
+                "base": rows.offset[e] + pieces.start[p],
+                "length": pieces.length[p],
+                "slots": job.slots[p],
+                "truncated": truncated[e],
+                "example_length": lengths[e],
+            }
+            yield s, sub, settings
+
     try:
-        assigned = rows.dataset.map_batches(
-            assign_rows,
-            fn_kwargs={"part_refs": part_refs, "part_start": part_start},
-            batch_format="pyarrow",
-            batch_size=None,
-        )
-        results = (
-            assigned.groupby("shard")
-            .map_groups(
-                write_group,
-                fn_kwargs={"shard_refs": shard_refs, "settings": settings},
-                batch_format="pyarrow",
-                concurrency=max(1, min(rows.session.workers, S)),
-            )
-            .take_all()
-        )
+        results = rows.session.run(write_shard, calls())
     except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
         raise rows.session.failure(e) from None
     return _written(results, S, R, job.progress, rows)
@@ -118,86 +99,46 @@ def _written(results: list[dict], S: int, R: int, progress, rows) -> Written:
     out = Written(shards=[])
     for s in range(S):
         r = by_shard[s]
-        out.shards.append(json.loads(r["entry"]))
+        out.shards.append(r["entry"])
         for name in _TOTALS:
             setattr(out, name, getattr(out, name) + int(r[name]))
-        rows.memory.append(json.loads(r["memory"]))
+        rows.memory.append(r["memory"])
     if progress is not None:
         progress(out.rows, R)
     return out
 
 
-def assign_rows(batch, part_refs, part_start):
-    """Encoded rows (meta rows left out) → one row per (example, shard it has pieces in)."""
-    import pyarrow as pa
-    import ray
-
-    length = np.asarray(batch.column("length"))
-    parts = np.asarray(batch.column("part")).astype(np.int64)
-    local = np.asarray(batch.column("source_index")).astype(np.int64)
-    empty = np.zeros(0, np.int64)
-    take, shards, source = [empty], [empty], [empty]
-    for k in np.unique(parts[length >= 0]).tolist():
-        if part_refs[k] is None:
-            continue
-        a = ray.get(part_refs[k])
-        mine = np.flatnonzero((parts == k) & (length >= 0))
-        lo = np.searchsorted(a["index"], local[mine], side="left")
-        hi = np.searchsorted(a["index"], local[mine], side="right")
-        n = hi - lo
-        at = np.repeat(lo, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
-        take.append(np.repeat(mine, n))
-        shards.append(a["shard"][at])
-        source.append(part_start[k] + local[np.repeat(mine, n)])
-    out = batch.select(["input_ids", "labels"]).take(pa.array(np.concatenate(take)))
-    out = out.append_column("shard", pa.array(np.concatenate(shards)))
-    return out.append_column("source", pa.array(np.concatenate(source)))
-
-
-def write_group(group, shard_refs, settings):
-    """One shard's documents (any order) → the shard file, and a one-row table of its totals."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import ray
-
-    from packtool.pack.gather import locate_rows
+def write_shard(s: int, sub: dict, settings: dict) -> dict:
+    """Shard s: its pieces read from the part files and written → its totals (`_written`)."""
+    from packtool.cluster import parts
+    from packtool.pack.gather import FileGather, Located
     from packtool.pack.overflow import Pieces
     from packtool.pack.write import WriteJob
     from packtool.pack.write import write_shards as write_rows
     from packtool.plan import PackPlan
 
-    s = int(group.column("shard")[0].as_py())
-    source = np.asarray(group.column("source")).astype(np.int64)
-    order = np.argsort(source, kind="stable")  # the group's rows come in any order: not copied
-    have = source[order]
-    sub = ray.get(shard_refs[s])
-    at = np.searchsorted(have, sub["source"])
-    if np.any(at >= have.shape[0]) or np.any(
-        have[np.minimum(at, have.shape[0] - 1)] != sub["source"]
-    ):
-        raise PacktoolError(
-            f"shard {s}: a document planned for it did not reach its writer; run again"
-        )
-    at = order[at]  # each piece's row of the group
+    L = settings["pack_len"]
+    used, chunk = np.unique(sub["part"], return_inverse=True)
+    names, ids, lab = parts.open_parts(settings["folder"], used)
+    trunc = sub["truncated"]
+    tails = parts.cut_tail_loss(
+        names[used.shape[0] :], chunk[trunc], sub["base"][trunc], sub["example_length"][trunc], L
+    )
+    base, n = sub["base"], sub["length"].shape[0]
+    loc = Located(ids, lab, chunk, base, chunk, base, sub["source"], tails)
     empty = np.zeros(0, np.int64)
     pieces = Pieces(
-        row=at,
-        start=sub["start"],
+        row=np.arange(n, dtype=np.int64),
+        start=empty,  # (write_shards reads only the lengths: the starts are in `base`)
         length=sub["length"],
         dropped=empty,
         dropped_reason=[],
-        truncated=at[sub["truncated"]],
+        truncated=empty,
         split=empty,
         split_parts=empty,
     )
-    lengths = np.asarray(pc.list_value_length(group.column("input_ids"))).astype(np.int64)
-    loc = locate_rows(group, lengths, source, pieces, settings["pack_len"])
     k = sub["rows_off"].shape[0] - 1
-    plan = PackPlan(
-        row_offsets=sub["rows_off"],
-        doc_order=np.arange(sub["source"].shape[0]),
-        pack_len=settings["pack_len"],
-    )
+    plan = PackPlan(row_offsets=sub["rows_off"], doc_order=np.arange(n), pack_len=L)
     job = WriteJob(
         plan,
         np.arange(k, dtype=np.int64),
@@ -207,10 +148,18 @@ def write_group(group, shard_refs, settings):
         settings["pad_id"],
         settings["shard_rows"],
     )
-    written = write_rows(
-        Path(settings["tmp"]), job, loc, first_shard=s, total_shards=settings["total_shards"]
-    )
-    written.loss_cut_tails = loc.loss_cut_tails  # as pack.run sets it
-    row = {name: [getattr(written, name)] for name in _TOTALS}
-    row.update(shard=[s], entry=[json.dumps(written.shards[0])], memory=[json.dumps(memory())])
-    return pa.table(row)
+    gather = FileGather(names, loc, settings["capacity"])
+    try:
+        written = write_rows(
+            Path(settings["tmp"]),
+            job,
+            loc,
+            gather,
+            first_shard=s,
+            total_shards=settings["total_shards"],
+        )
+    finally:
+        gather.close()
+    written.loss_cut_tails = tails  # as pack.run sets it
+    out = {name: getattr(written, name) for name in _TOTALS}
+    return {**out, "shard": s, "entry": written.shards[0], "memory": memory()}

@@ -183,7 +183,7 @@ class TokenizeArgs:
     engine: str = _option(
         "local",
         "--engine",
-        help="local (this machine) | ray (Ray Data workers: the same pack, byte for byte; "
+        help="local (this machine) | ray (Ray workers: the same pack, byte for byte; "
         "needs pip install 'packtool\\[ray]'). With ray, --num-proc is the number of workers.",
         whole_input=True,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -115,7 +116,7 @@ def pack(
     size = 0 if tok.limit else api.input_bytes(source)  # --limit reads a part of unknown size
     # before spending minutes on tokenization; packs measure ~0.4x chat JSONL, ~1x pre-tokenized Parquet
     api.check_output(out, force, size)
-    if engine_cfg.name == "local":  # (Ray keeps the tokens in its object store, not the cache)
+    if engine_cfg.name == "local":  # (Ray keeps the tokens in part files beside the pack)
         api.check_cache(2 * size)  # a cache entry measures ~1.5x chat JSONL
     with api.engine(engine_cfg) as engine:
         _pack(source, tcfg, cfg, out, seed, output, engine)
@@ -124,6 +125,8 @@ def pack(
 def _pack(source, tcfg, cfg, out, seed, output, engine) -> None:
     from packtool.report.pack import pack_json, render_pack
 
+    if engine is not None:  # Ray keeps the encoded parts beside the pack: storage its workers share
+        engine.scratch_parent = str(Path(out).resolve().parent)
     # its options are the manifest's (api.load_tokenized): the same as a pack built from Python
     tokenized = api.load_tokenized(source, tcfg, progress=output, seed=seed, engine=engine)
     if output.human:

@@ -195,6 +195,8 @@ def profile(
         if engine_cfg.name == "local":  # unusable: one warning, run uncached
             api.check_cache(0 if tok.limit else 2 * api.input_bytes(given))
         with api.engine(engine_cfg) as engine:  # (profile needs the lengths only: Ray stops here)
+            if engine is not None:  # no part files: nothing is packed
+                engine.keep_tokens = False
             td = api.load_tokenized(given, tcfg, progress=out, seed=seed, engine=engine)
     with out.stage("profiling", spinner=True) as stage:
         if td is not None:

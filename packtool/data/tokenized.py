@@ -60,7 +60,7 @@ class TokenizedData:
     # a mixture's inputs and their source-index blocks; empty for one input
     inputs: list[InputBlock] = field(default_factory=list)
     rows: Any = None  # where the token rows are when `table` is None: the Ray engine's
-    # packtool.cluster.tokenize.ClusterRows (held in its object store), whose `write` packs them
+    # packtool.cluster.tokenize.ClusterRows (part files on the cluster), whose `write` packs them
 
     def __len__(self) -> int:
         return len(self.lengths)

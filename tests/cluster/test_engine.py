@@ -3,11 +3,12 @@ files and on inputs cut into many parts (skipped records, --on-error, --limit, P
 of several formats, pre-tokenized data); one clean error when a worker fails; verify passes.
 
 Every test here runs on one local Ray cluster of 2 CPUs (conftest.py) in one xdist worker. A Ray
-run costs ~15-20 s on the 2-core box whatever its size, so `make test` runs two: a shared file
-byte for byte and verified (the engine end to end: file tasks, parts, planning, groupby, the
-writer) and the error wrapping (a task on the cluster already started); `make test-slow` the rest
+run costs ~10-20 s on the 2-core box whatever its size, so `make test` runs one pack: a shared
+file byte for byte and verified (the engine end to end: file tasks, part files, planning, the
+shard writers), plus the error wrapping and Session.run (tasks on the cluster already started);
+`make test-slow` the rest
 (many parts with skipped records, whose parts and lines tests/io/test_readers_parts.py checks
-locally; a worker failing inside Ray Data, in a process of its own; every shared file, --on-error
+locally; a worker failing in a tokenizing task, in a process of its own; every shared file, --on-error
 error, --limit, a fast-path difference (both engines again on the reference path), a folder
 of formats with Parquet parts, pre-tokenized input, profile, a failing
 file task, joining a cluster started with `ray start`)."""
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from paths import SHARED_DATA, needs_shared
-from ray_packs import OPTION_SETS, assert_same_folders, cli, pack_both
+from ray_packs import OPTION_SETS, assert_no_scratch, assert_same_folders, cli, pack_both
 
 from packtool.demo_data import write_sample
 from packtool.io import readers
@@ -87,6 +88,7 @@ def test_on_error_error_stops_at_the_same_record(tmp_path, small_parts):
     assert a.exit_code == b.exit_code == 1
     assert "chats.jsonl:38" in a.output and a.output == b.output
     assert not (tmp_path / "b").exists()
+    assert_no_scratch(tmp_path)
 
 
 @pytest.mark.slow
@@ -168,11 +170,12 @@ def test_a_failing_worker_is_one_clean_error(tmp_path):
     assert "b.jsonl.gz" in b.output and "Traceback" not in b.output
     assert a.output == b.output and len(b.output.strip().splitlines()) == 1
     assert not (tmp_path / "b").exists()
+    assert_no_scratch(tmp_path)
 
 
 @pytest.mark.slow
 def test_a_worker_failing_while_tokenizing_is_one_line_on_stderr(tmp_path):
-    """A gzip file whose head reads and whose end is cut: the file task passes, a Ray Data task
+    """A gzip file whose head reads and whose end is cut: the file task passes, a tokenizing task
     fails; the command (a real process: Ray's own output would show) says one line, exit 1."""
     import gzip
 
@@ -194,6 +197,7 @@ def test_a_worker_failing_while_tokenizing_is_one_line_on_stderr(tmp_path):
     assert ray.stderr.strip().splitlines() == local.stderr.strip().splitlines()
     assert len(ray.stderr.strip().splitlines()) == 1 and "b.jsonl.gz" in ray.stderr
     assert not (tmp_path / "b").exists()
+    assert_no_scratch(tmp_path)
 
 
 @pytest.mark.slow
@@ -307,3 +311,38 @@ def test_what_fails_in_a_worker_is_named_in_one_line(ray_cluster):
             if kind == "usage"
             else "KeyError: 'missing'" in str(err)
         )
+
+
+def test_session_runs_tasks_in_call_order_at_most_workers_at_a_time(ray_cluster, tmp_path):
+    """Session.run: results in the order of the calls, made lazily and never more than `workers`
+    running (one here: each starts after the one before ended); an error comes as raised; the
+    scratch folders go with the session."""
+    import time
+
+    from packtool.cluster.session import Session
+
+    def stamp(i: int, folder: str) -> tuple[int, float, float]:  # (nested: Ray pickles it whole)
+        start = time.monotonic()
+        time.sleep(0.05 * (i % 3))
+        if i == 99:
+            raise ValueError("call 99 fails")
+        return i, start, time.monotonic()
+
+    made = []  # when each call was made
+
+    def calls():
+        for i in range(6):
+            made.append(time.monotonic())
+            yield i, str(tmp_path)
+
+    with Session(workers=1) as session:
+        assert session.workers == 1 and not session.started  # joined the tests' cluster
+        out = session.run(stamp, calls())
+        assert [i for i, *_ in out] == list(range(6))
+        assert all(made[k + 1] >= out[k][2] <= out[k + 1][1] for k in range(5))
+        with pytest.raises(Exception, match="call 99 fails"):
+            session.run(stamp, [(1, ""), (99, ""), (2, "")])
+        session.scratch_parent = str(tmp_path / "beside")
+        folder = session.scratch()
+        assert folder.parent == tmp_path / "beside" and folder.is_dir()
+    assert not folder.exists()

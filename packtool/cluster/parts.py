@@ -1,0 +1,154 @@
+"""The encoded parts on disk: written once by the task that encodes a part, read by the shard
+writers with pread (pack.gather.FileGather), never sent through Ray's object store.
+
+    SCRATCH/                       Session.scratch(): a folder every worker reads and writes
+        part-00000.ids             int32 (this machine's byte order): the part's input_ids,
+        part-00000.labels          int32: its labels               example after example
+        part-00001.ids ...
+    example i of part k: tokens [offset[i], offset[i] + length[i]) of both files of part k,
+    offset = the exclusive cumulative sum of the part's lengths, its examples in reading order
+    (the driver computes it from the lengths the task returned: `offsets`)
+
+A task holds one batch's tokens at a time, never its part's. A shard writer opens the two files of
+every part it reads from and preads each piece into FileGather's staging buffers (one row group),
+as the local engine reads its cache file: its memory does not grow with the input.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from packtool import schema
+from packtool.errors import PacktoolError
+
+
+def part_paths(folder: str | Path, k: int) -> tuple[str, str]:
+    """The (input_ids, labels) files of part k."""
+    return (f"{folder}/part-{k:05d}.ids", f"{folder}/part-{k:05d}.labels")
+
+
+class PartWriter:
+    """Appends encoded batches (token_schema RecordBatches) to part k's two files."""
+
+    def __init__(self, folder: str | Path, k: int):
+        self.k = k
+        if not os.path.isdir(folder):
+            raise PacktoolError(
+                f"the Ray engine's part folder {folder} is not on this worker's filesystem: on "
+                "several machines it must be on storage every node mounts (packtool pack keeps it "
+                "beside --out; from Python set Session.scratch_parent)"
+            )
+        self.files = [open(p, "wb") for p in part_paths(folder, k)]  # noqa: SIM115 - closed in close()
+
+    def add(self, batch) -> None:
+        lengths = np.asarray(batch.column("length"), dtype=np.int64)
+        for f, name in zip(self.files, ("input_ids", "labels"), strict=True):
+            f.write(memoryview(_values(batch.column(name), name, lengths, self.k)))
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+    def __enter__(self) -> PartWriter:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+
+def _values(column, name: str, lengths: np.ndarray, k: int) -> np.ndarray:
+    """A list<int32> column's tokens, checked as pack.gather.locate_rows checks a table's."""
+    import pyarrow as pa
+
+    if column.null_count or column.values.null_count:
+        raise PacktoolError(f"part {k}: column {name!r} has null rows or ids")
+    if column.type.value_type != pa.int32():
+        column = column.cast(pa.list_(pa.int32()))
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    bad = np.flatnonzero(np.diff(offsets) != lengths)
+    if bad.size:
+        raise PacktoolError(
+            f"part {k}, example {int(bad[0])}: {name} has {int(np.diff(offsets)[bad[0]])} entries "
+            f"but its length is {int(lengths[bad[0]])}; the tokenized data is inconsistent"
+        )
+    return np.ascontiguousarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.int32)
+
+
+def offsets(lengths: np.ndarray) -> np.ndarray:
+    """int64: each example's first token in its part's files, for the lengths of one part."""
+    out = np.zeros(lengths.shape[0], np.int64)
+    np.cumsum(lengths[:-1], out=out[1:])
+    return out
+
+
+@dataclass
+class PartColumn:
+    """One column as FileGather reads it: chunk c (a part the shard reads from) is file
+    file_of[c] of the gather's list, from byte file_offsets[c] (0: the file holds one part)."""
+
+    file_of: np.ndarray
+    file_offsets: np.ndarray
+
+
+def open_parts(folder: str, parts: np.ndarray) -> tuple[list[str], PartColumn, PartColumn]:
+    """The files of `parts` (sorted part numbers) for FileGather: [ids files..., labels files...]
+    and the two columns; a file that is not there is one clean error (a cluster of several
+    machines needs the scratch folder on a filesystem they share)."""
+    m = parts.shape[0]
+    paths = [part_paths(folder, int(k)) for k in parts]
+    names = [p[0] for p in paths] + [p[1] for p in paths]
+    for name in names:
+        if not os.path.exists(name):
+            raise PacktoolError(
+                f"the Ray engine's encoded part {name} is not on this worker's filesystem: on "
+                "several machines it must be on storage every node mounts (packtool pack keeps it "
+                "beside --out; from Python set Session.scratch_parent)"
+            )
+    _allow_files(len(names))
+    zeros = np.zeros(m, np.int64)
+    return names, PartColumn(np.arange(m), zeros), PartColumn(m + np.arange(m), zeros)
+
+
+def _allow_files(n: int) -> None:
+    """Raise this process's soft limit of open files to fit `n` more (a writer keeps two files of
+    every part it reads open; a large run has thousands of parts) where the hard limit allows."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = n + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+        if top < want:
+            raise PacktoolError(
+                f"a shard writer reads {n // 2} part files, over this node's limit of open files "
+                f"({hard}); raise it (ulimit -n) on every node"
+            )
+
+
+def cut_tail_loss(label_files: list[str], chunk, base, length, L: int) -> int:
+    """Loss tokens in the cut-off tails of truncated examples: labels [L, length) of each, read
+    from its part's labels file (chunk: index into label_files; base: the example's first token)."""
+    total = 0
+    fds = {}
+    try:
+        for c, b, n in zip(chunk.tolist(), base.tolist(), length.tolist(), strict=True):
+            if n <= L:
+                continue
+            if c not in fds:
+                fds[c] = os.open(label_files[c], os.O_RDONLY)
+            raw = os.pread(fds[c], 4 * (n - L), 4 * (b + L))
+            if len(raw) != 4 * (n - L):
+                raise PacktoolError(f"{label_files[c]} was cut short while packing; run again")
+            total += int(np.count_nonzero(np.frombuffer(raw, np.int32) != schema.IGNORE_INDEX))
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return total
