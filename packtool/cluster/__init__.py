@@ -1,6 +1,6 @@
 """The Ray engine (`--engine ray`): the same pack, byte for byte, with the work spread over a Ray
 cluster. Ray is an optional extra (`pip install -e '.[ray]'` in packtool's checkout, or
-`pip install 'ray[data]>=2.40,<3'`; the engine uses Ray Core's tasks only); nothing here is
+`pip install 'ray>=2.40,<3'`: Ray Core's tasks); nothing here is
 imported unless `--engine ray` is given.
 
     driver                                    Ray tasks (Session.run: <= workers at a time)
@@ -36,9 +36,7 @@ each shard: the shards and the manifest are the local engine's (tests/cluster).
 
 from __future__ import annotations
 
-INSTALL_HINT = (
-    "pip install 'ray[data]>=2.40,<3' (or pip install -e '.[ray]' in packtool's checkout)"
-)
+INSTALL_HINT = "pip install 'ray>=2.40,<3' (or pip install -e '.[ray]' in packtool's checkout)"
 
 
 def ray_missing() -> str | None:
