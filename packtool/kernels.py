@@ -21,8 +21,11 @@ rich or typer.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
-from numba import njit
+from numba import carray, njit, types
+from numba.extending import intrinsic, overload
 
 # ---------------------------------------------------------------------------------------------
 # 64-ary bitset: 4 levels cover capacities up to 64**4 - 1 (16.7M tokens per row).
@@ -228,13 +231,37 @@ def group_by_row(seq, row, num_rows):
 
 # ---------------------------------------------------------------------------------------------
 # Gather kernels for the shard writer.  A "piece" is a document as packed: a whole example, its
-# truncated head, or one split part; piece p's tokens are values[chunk[p]][base[p]:base[p]+len[p]]
-# (chunk = Arrow chunk of the column, base = absolute offset in that chunk's flat values).
+# truncated head, or one split part; piece p's tokens are the piece_len[p] int32 values at memory
+# address ids_at[p] (an Arrow chunk's values, the mapped cache file, or a staging buffer: whoever
+# passes the address keeps that memory alive while the kernel runs).  Addresses, not a list of
+# arrays: a numba.typed.List compiles its methods in every fresh process (not cached by cache=True).
 #
 #   layout_rows   position_ids, document_id, the pad tail and each document's padding (a piece of
 #                 piece_len tokens takes slot_len >= piece_len slots) of a block of rows; CSR of its pieces
-#   copy_rows     input_ids and labels of those pieces, straight from the Arrow buffers
+#   copy_rows     input_ids and labels of those pieces, straight from where they are
 # ---------------------------------------------------------------------------------------------
+
+
+def int32_at(address, n):
+    """The n int32 values at memory `address`, as an array over that memory (no copy).  Plain
+    Python (NUMBA_DISABLE_JIT=1) reads it through ctypes; compiled code through the overload below."""
+    return np.ctypeslib.as_array((ctypes.c_int32 * int(n)).from_address(int(address)))
+
+
+@intrinsic
+def _int32_pointer(typingctx, address):
+    """int64 address -> int32* (an LLVM inttoptr)."""
+    sig = types.CPointer(types.int32)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int32)))
+
+    return sig, codegen
+
+
+@overload(int32_at, jit_options={"cache": True})
+def _int32_at_compiled(address, n):
+    return lambda address, n: carray(_int32_pointer(address), n)
 
 
 @njit(cache=True, nogil=True)
@@ -304,17 +331,14 @@ def copy_rows(
     dest_col,
     pieces,
     piece_len,
-    ids_chunk,
-    ids_base,
-    lab_chunk,
-    lab_base,
-    ids_values,
-    lab_values,
+    ids_at,
+    lab_at,
     input_ids,
     labels,
     ignore_index,
 ):
-    """Copy each piece's tokens and labels into its row; mask every document's first label.
+    """Copy each piece's tokens (at address ids_at[p]) and labels (at lab_at[p]) into its row; mask
+    every document's first label.
 
     Returns (num_loss_tokens int64[k], first_loss): first_loss counts documents whose first label
     carried loss before it became `ignore_index` (accounted for in the manifest, not silently lost).
@@ -329,11 +353,8 @@ def copy_rows(
             p = pieces[q]
             n = piece_len[p]
             c = dest_col[q]
-            a = ids_base[p]
-            input_ids[j, c : c + n] = ids_values[ids_chunk[p]][a : a + n]
-            b = lab_base[p]
-            src = lab_values[lab_chunk[p]]
-            row[c : c + n] = src[b : b + n]
+            input_ids[j, c : c + n] = int32_at(ids_at[p], n)
+            row[c : c + n] = int32_at(lab_at[p], n)
             if row[c] != ignore_index:
                 first_loss += 1
             row[c] = ignore_index
@@ -344,9 +365,9 @@ def copy_rows(
 
 
 @njit(cache=True, nogil=True)
-def count_not_equal(chunk, start, stop, values, ignore_index):
-    """Per i: how many of values[chunk[i]][start[i]:stop[i]] differ from ignore_index."""
-    out = np.zeros(chunk.shape[0], dtype=np.int64)
-    for i in range(chunk.shape[0]):
-        out[i] = np.count_nonzero(values[chunk[i]][start[i] : stop[i]] != ignore_index)
+def count_not_equal(at, n, ignore_index):
+    """Per i: how many of the n[i] int32 values at address at[i] differ from ignore_index."""
+    out = np.zeros(at.shape[0], dtype=np.int64)
+    for i in range(at.shape[0]):
+        out[i] = np.count_nonzero(int32_at(at[i], n[i]) != ignore_index)
     return out

@@ -32,7 +32,7 @@ def test_a_mixture_is_gathered_from_both_cache_files(mixture):
     loc = locate_rows(mixture.table, lengths, src, apply_overflow(lengths, src, 512, "split"), 512)
     gather = file_gather(mixture, loc, 4096)
     assert gather is not None and len(gather.fds) == 2
-    assert set(loc.ids.file_of.tolist()) == {0, 1}
+    assert set(gather.ids_file.tolist()) == set(gather.lab_file.tolist()) == {0, 1}
     gather.close()
 
 
@@ -52,3 +52,20 @@ def test_writer_processes_read_the_cache_files_as_forked(mixture, tmp_path, monk
     one = pack_tokenized(mixture, cfg, tmp_path / "one").manifest
     two = pack_tokenized(mixture, cfg, tmp_path / "two", procs=2).manifest
     assert one == two and len(one["shards"]) > 2
+
+
+def test_the_gather_kernels_take_only_arrays_and_integers(mixture, tmp_path):
+    """No numba.typed container reaches a kernel: its methods compile in every fresh process (not
+    cached by cache=True), while kernels of arrays and integers load from numba's disk cache."""
+    from numba.core import types
+
+    from packtool import kernels
+
+    cfg = PackConfig(pack_len=512, overflow="truncate", shard_rows=7)
+    pack_tokenized(mixture, cfg, tmp_path / "by_file")
+    pack_tokenized(dataclasses.replace(mixture, mapped_files=[]), cfg, tmp_path / "by_memory")
+    used = [kernels.layout_rows, kernels.copy_rows, kernels.count_not_equal]
+    assert all(k.signatures for k in used)
+    for kernel in used:
+        for sig in kernel.signatures:
+            assert all(isinstance(t, (types.Array, types.Integer)) for t in sig), (kernel, sig)
