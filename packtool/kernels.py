@@ -22,9 +22,12 @@ rich or typer.
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
+from llvmlite import ir
 from numba import carray, njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +267,48 @@ def _int32_at_compiled(address, n):
     return lambda address, n: carray(_int32_pointer(address), n)
 
 
+def pread_into(fd, address, n, offset):
+    """pread(2): n bytes of file `fd` at `offset` into memory at `address`; the bytes read, -1 on an
+    error.  Plain Python through os.preadv; compiled code calls libc's pread (overload below)."""
+    try:
+        return os.preadv(
+            int(fd), [(ctypes.c_char * int(n)).from_address(int(address))], int(offset)
+        )
+    except OSError:
+        return -1
+
+
+@intrinsic
+def _pread(typingctx, fd, address, n, offset):
+    """libc pread(int fd, void *buf, size_t n, off_t offset), by symbol name (so cache=True keeps it)."""
+    sig = types.int64(types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64, ptr = ir.IntType(64), ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(i64, [ir.IntType(32), ptr, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "pread")
+        fd, address, n, offset = args
+        fd32 = builder.trunc(fd, ir.IntType(32))
+        return builder.call(fn, [fd32, builder.inttoptr(address, ptr), n, offset])
+
+    return sig, codegen
+
+
+@overload(pread_into, jit_options={"cache": True})
+def _pread_into_compiled(fd, address, n, offset):
+    return lambda fd, address, n, offset: _pread(fd, address, n, offset)
+
+
+@njit(cache=True, nogil=True)
+def pread_pieces(fds, file_of, file_offset, nbytes, dest):
+    """Piece q: nbytes[q] bytes of file fds[file_of[q]] at file_offset[q] into memory at address
+    dest[q], one pread each without the GIL.  Returns the first piece read short (or failed), or -1."""
+    for q in range(file_of.shape[0]):
+        if pread_into(fds[file_of[q]], dest[q], nbytes[q], file_offset[q]) != nbytes[q]:
+            return q
+    return -1
+
+
 @njit(cache=True, nogil=True)
 def layout_rows(
     rows,
@@ -370,4 +415,31 @@ def count_not_equal(at, n, ignore_index):
     out = np.zeros(at.shape[0], dtype=np.int64)
     for i in range(at.shape[0]):
         out[i] = np.count_nonzero(int32_at(at[i], n[i]) != ignore_index)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-tokenized input checks (packtool.tokenization.pretokenized_batch): one pass over the flat
+# values, no temporaries, where numpy made two boolean arrays and a reduceat (0.5 s at 135M tokens).
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def labels_match_ids(labels, ids, ignore_index):
+    """True when every labels[i] is ignore_index or ids[i]."""
+    for i in range(labels.shape[0]):
+        if labels[i] != ids[i] and labels[i] != ignore_index:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def count_per_row(values, offsets, ignore_index):
+    """int32 per row i: how many of values[offsets[i]:offsets[i + 1]] differ from ignore_index."""
+    out = np.zeros(offsets.shape[0] - 1, dtype=np.int32)
+    for i in range(out.shape[0]):
+        n = 0
+        for t in range(offsets[i], offsets[i + 1]):
+            n += values[t] != ignore_index
+        out[i] = n
     return out

@@ -120,6 +120,7 @@ class FileGather:
 
     def __init__(self, paths: list[str], loc: Located, where: tuple, capacity: int):
         self.fds = [os.open(path, os.O_RDONLY) for path in paths]
+        self._fds = np.array(self.fds, dtype=np.int64)
         self.loc = loc
         (self.ids_file, self.ids_offset), (self.lab_file, self.lab_offset) = where
         self.ids = np.empty(capacity, dtype=np.int32)
@@ -131,24 +132,23 @@ class FileGather:
 
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
         """copy_rows' token arguments for pieces `pcs`, read into the staging buffers (Located.stage's
-        shape: local pieces and lengths, the address of each in the staging buffers)."""
+        shape: local pieces and lengths, the address of each in the staging buffers). The reads are
+        one kernel call a column (kernels.pread_pieces: ~1 us of Python a piece saved, no GIL)."""
         n = piece_len[pcs].astype(np.int64)
-        start = np.zeros(len(pcs) + 1, dtype=np.int64)
-        np.cumsum(n, out=start[1:])
-        at = (4 * start).tolist()  # piece q: bytes at[q]:at[q + 1] of the staging buffer
+        first = np.zeros(len(pcs), dtype=np.int64)  # byte offset of piece q in the staging buffer
+        np.cumsum(4 * n[:-1], out=first[1:])
         for file_of, offset, buf in (
             (self.ids_file, self.ids_offset, self.ids),
             (self.lab_file, self.lab_offset, self.lab),
         ):
-            view = memoryview(buf).cast("B")
-            offsets = offset[pcs].tolist()
-            for q, (f, off) in enumerate(zip(file_of[pcs].tolist(), offsets, strict=True)):
-                if os.preadv(self.fds[f], [view[at[q] : at[q + 1]]], off) != at[q + 1] - at[q]:
-                    raise PacktoolError(
-                        "the tokenization cache file was truncated while packing; run again"
-                    )
+            short = kernels.pread_pieces(
+                self._fds, file_of[pcs], offset[pcs], 4 * n, buf.ctypes.data + first
+            )
+            if short >= 0:
+                raise PacktoolError(
+                    "the tokenization cache file was truncated while packing; run again"
+                )
         local = np.arange(len(pcs), dtype=np.int64)
-        first = 4 * start[:-1]
         return local, n, self.ids.ctypes.data + first, self.lab.ctypes.data + first
 
 
