@@ -180,13 +180,10 @@ def check_total(total: int) -> None:
         )
 
 
-def out_table(
-    lengths: np.ndarray, ids, labels=None, label_values=None, loss=None
-) -> pa.RecordBatch:
+def out_table(lengths: np.ndarray, ids, labels=None, label_values=None) -> pa.RecordBatch:
     """The checked rows, `lengths` tokens each (>= 1): `ids` flat int32 (numpy, or an Arrow array to
     reuse); `labels` flat int32 numpy, None for the ids themselves (every token trained), with
-    `label_values` the Arrow array to reuse for them (None: labels); `loss` their labels != -100
-    per row when the caller counted them (None: counted here)."""
+    `label_values` the Arrow array to reuse for them (None: labels)."""
     import pyarrow as pa
 
     off = np.zeros(len(lengths) + 1, dtype=np.int32)
@@ -198,9 +195,8 @@ def out_table(
     else:
         values = labels if label_values is None else label_values
         labels_out = pa.ListArray.from_arrays(offsets, values)
-        if loss is None:
-            ignored = (labels == IGNORE_INDEX).view(np.uint8)
-            loss = lengths - np.add.reduceat(ignored, off[:-1], dtype=np.int32)
+        ignored = (labels == IGNORE_INDEX).view(np.uint8)
+        loss = lengths - np.add.reduceat(ignored, off[:-1], dtype=np.int32)
     columns = [
         ids_out,
         labels_out,

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
 from packtool.schema import IGNORE_INDEX
 from packtool.tokenization.pretokenized import (
@@ -53,9 +52,6 @@ from packtool.tokenization.pretokenized import (
     records_validated,
 )
 
-KERNEL_VALUES = (
-    1 << 16
-)  # from this many int32 values: labels checked and counted by the kernels below
 _MAX_RUNS = 64  # good rows in at most this many runs: copy slices; more: one boolean compress
 _CHUNK = 1 << 22  # values per np.flatnonzero when looking for the first bad value of each row
 
@@ -363,7 +359,7 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
             if aligned is not lab.vals:
                 lab.child = None
             lab.vals = aligned
-            if label_source == "labels" and not _labels_match(lab.vals, ids.vals):
+            if label_source == "labels":
                 wrong = lab.vals != ids.vals
                 wrong &= lab.vals != IGNORE_INDEX
                 rows, pos = _first_per_row(wrong, ids, st.ok)
@@ -429,51 +425,8 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
     elif label_source != "all":
         m = _take(lab.vals, how, total, lab.vals.dtype)
         lab_np = np.where(m != 0, ids_np, np.int32(IGNORE_INDEX)).astype(np.int32, copy=False)
-    loss = loss_counts(lab_np, lengths)
-    table = out_table(lengths, ids_values, lab_np, lab_values, loss)
+    table = out_table(lengths, ids_values, lab_np, lab_values)
     return _validated(st, table, keep.astype(np.int64), removed)
-
-
-@njit(cache=True, nogil=True)
-def labels_match_ids(labels, ids, ignore_index):
-    """True when every labels[i] is ignore_index or ids[i] (one pass, no boolean temporaries)."""
-    for i in range(labels.shape[0]):
-        if labels[i] != ids[i] and labels[i] != ignore_index:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def count_per_row(values, offsets, ignore_index):
-    """int32 per row i: how many of values[offsets[i]:offsets[i + 1]] differ from ignore_index
-    (numpy's (labels == -100) + reduceat with dtype=int32 took 0.48 s at 135M tokens)."""
-    out = np.zeros(offsets.shape[0] - 1, dtype=np.int32)
-    for i in range(out.shape[0]):
-        n = 0
-        for t in range(offsets[i], offsets[i + 1]):
-            n += values[t] != ignore_index
-        out[i] = n
-    return out
-
-
-def _labels_match(labels: np.ndarray, ids: np.ndarray) -> bool:
-    """Whether every label is -100 or its id: one kernel pass for big int32 columns (then nothing is
-    looked up per row); False (look, with numpy) otherwise."""
-    if labels.dtype != np.int32 or ids.dtype != np.int32 or labels.shape != ids.shape:
-        return False
-    if labels.size < KERNEL_VALUES:
-        return False
-    return bool(labels_match_ids(labels, ids, np.int32(IGNORE_INDEX)))
-
-
-def loss_counts(labels: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
-    """Labels != -100 per row (`lengths` >= 1 each) by kernel for big int32 labels, else None
-    (out_table counts them with numpy)."""
-    if labels is None or labels.dtype != np.int32 or labels.size < KERNEL_VALUES:
-        return None
-    off = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=off[1:])
-    return count_per_row(labels, off, np.int32(IGNORE_INDEX))
 
 
 def _int(v) -> int:

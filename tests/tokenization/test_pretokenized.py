@@ -687,34 +687,6 @@ def test_big_random_batch_against_records():
     )
 
 
-def test_int32_batches_take_the_one_pass_kernels():
-    """int32 columns of more than KERNEL_VALUES values: labels checked and loss counted by the numba
-    kernels (labels_match_ids, count_per_row); the same rows, counts and messages as the
-    record path, whether every label is good, one is shifted, or the labels come from a mask."""
-    from packtool.tokenization.pretokenized_batch import KERNEL_VALUES, loss_counts
-
-    rng = np.random.default_rng(5)
-    n = 1500
-    lens = rng.integers(1, 200, n)
-    ids = [rng.integers(0, 50_000, m).tolist() for m in lens]
-    labels = [[x if rng.random() < 0.5 else IGNORE for x in r] for r in ids]
-    masks = [[int(x != IGNORE) for x in r] for r in labels]
-    assert sum(map(len, ids)) > KERNEL_VALUES
-    i32 = pa.list_(pa.int32())
-
-    def batch(lab, name="labels"):
-        return pa.record_batch({"input_ids": pa.array(ids, i32), name: pa.array(lab, i32)})
-
-    check(batch(labels), "labels")
-    check(batch(masks, "completion_mask"), "completion_mask")
-    labels[700][len(labels[700]) // 2] = ids[700][len(ids[700]) // 2] + 1  # a shifted label
-    check(batch(labels), "labels")
-    flat = np.concatenate([np.asarray(r, np.int32) for r in labels])
-    want = [sum(x != IGNORE for x in r) for r in labels]
-    assert loss_counts(flat, lens).tolist() == want  # the kernel
-    assert loss_counts(flat[: lens[:50].sum()], lens[:50]) is None  # few values: out_table's numpy
-
-
 def speed(n: int = 100_000, sample: int = 10_000) -> None:
     import time
 
