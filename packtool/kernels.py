@@ -21,8 +21,14 @@ rich or typer.
 
 from __future__ import annotations
 
+import ctypes
+import os
+
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import carray, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 # ---------------------------------------------------------------------------------------------
 # 64-ary bitset: 4 levels cover capacities up to 64**4 - 1 (16.7M tokens per row).
@@ -228,13 +234,79 @@ def group_by_row(seq, row, num_rows):
 
 # ---------------------------------------------------------------------------------------------
 # Gather kernels for the shard writer.  A "piece" is a document as packed: a whole example, its
-# truncated head, or one split part; piece p's tokens are values[chunk[p]][base[p]:base[p]+len[p]]
-# (chunk = Arrow chunk of the column, base = absolute offset in that chunk's flat values).
+# truncated head, or one split part; piece p's tokens are the piece_len[p] int32 values at memory
+# address ids_at[p] (an Arrow chunk's values, the mapped cache file, or a staging buffer: whoever
+# passes the address keeps that memory alive while the kernel runs).  Addresses, not a list of
+# arrays: a numba.typed.List compiles its methods in every fresh process (not cached by cache=True).
 #
 #   layout_rows   position_ids, document_id, the pad tail and each document's padding (a piece of
 #                 piece_len tokens takes slot_len >= piece_len slots) of a block of rows; CSR of its pieces
-#   copy_rows     input_ids and labels of those pieces, straight from the Arrow buffers
+#   copy_rows     input_ids and labels of those pieces, straight from where they are
 # ---------------------------------------------------------------------------------------------
+
+
+def int32_at(address, n):
+    """The n int32 values at memory `address`, as an array over that memory (no copy).  Plain
+    Python (NUMBA_DISABLE_JIT=1) reads it through ctypes; compiled code through the overload below."""
+    return np.ctypeslib.as_array((ctypes.c_int32 * int(n)).from_address(int(address)))
+
+
+@intrinsic
+def _int32_pointer(typingctx, address):
+    """int64 address -> int32* (an LLVM inttoptr)."""
+    sig = types.CPointer(types.int32)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int32)))
+
+    return sig, codegen
+
+
+@overload(int32_at, jit_options={"cache": True})
+def _int32_at_compiled(address, n):
+    return lambda address, n: carray(_int32_pointer(address), n)
+
+
+def pread_into(fd, address, n, offset):
+    """pread(2): n bytes of file `fd` at `offset` into memory at `address`; the bytes read, -1 on an
+    error.  Plain Python through os.preadv; compiled code calls libc's pread (overload below)."""
+    try:
+        return os.preadv(
+            int(fd), [(ctypes.c_char * int(n)).from_address(int(address))], int(offset)
+        )
+    except OSError:
+        return -1
+
+
+@intrinsic
+def _pread(typingctx, fd, address, n, offset):
+    """libc pread(int fd, void *buf, size_t n, off_t offset), by symbol name (so cache=True keeps it)."""
+    sig = types.int64(types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64, ptr = ir.IntType(64), ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(i64, [ir.IntType(32), ptr, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "pread")
+        fd, address, n, offset = args
+        fd32 = builder.trunc(fd, ir.IntType(32))
+        return builder.call(fn, [fd32, builder.inttoptr(address, ptr), n, offset])
+
+    return sig, codegen
+
+
+@overload(pread_into, jit_options={"cache": True})
+def _pread_into_compiled(fd, address, n, offset):
+    return lambda fd, address, n, offset: _pread(fd, address, n, offset)
+
+
+@njit(cache=True, nogil=True)
+def pread_pieces(fds, file_of, file_offset, nbytes, dest):
+    """Piece q: nbytes[q] bytes of file fds[file_of[q]] at file_offset[q] into memory at address
+    dest[q], one pread each without the GIL.  Returns the first piece read short (or failed), or -1."""
+    for q in range(file_of.shape[0]):
+        if pread_into(fds[file_of[q]], dest[q], nbytes[q], file_offset[q]) != nbytes[q]:
+            return q
+    return -1
 
 
 @njit(cache=True, nogil=True)
@@ -304,17 +376,14 @@ def copy_rows(
     dest_col,
     pieces,
     piece_len,
-    ids_chunk,
-    ids_base,
-    lab_chunk,
-    lab_base,
-    ids_values,
-    lab_values,
+    ids_at,
+    lab_at,
     input_ids,
     labels,
     ignore_index,
 ):
-    """Copy each piece's tokens and labels into its row; mask every document's first label.
+    """Copy each piece's tokens (at address ids_at[p]) and labels (at lab_at[p]) into its row; mask
+    every document's first label.
 
     Returns (num_loss_tokens int64[k], first_loss): first_loss counts documents whose first label
     carried loss before it became `ignore_index` (accounted for in the manifest, not silently lost).
@@ -329,11 +398,8 @@ def copy_rows(
             p = pieces[q]
             n = piece_len[p]
             c = dest_col[q]
-            a = ids_base[p]
-            input_ids[j, c : c + n] = ids_values[ids_chunk[p]][a : a + n]
-            b = lab_base[p]
-            src = lab_values[lab_chunk[p]]
-            row[c : c + n] = src[b : b + n]
+            input_ids[j, c : c + n] = int32_at(ids_at[p], n)
+            row[c : c + n] = int32_at(lab_at[p], n)
             if row[c] != ignore_index:
                 first_loss += 1
             row[c] = ignore_index
@@ -344,9 +410,9 @@ def copy_rows(
 
 
 @njit(cache=True, nogil=True)
-def count_not_equal(chunk, start, stop, values, ignore_index):
-    """Per i: how many of values[chunk[i]][start[i]:stop[i]] differ from ignore_index."""
-    out = np.zeros(chunk.shape[0], dtype=np.int64)
-    for i in range(chunk.shape[0]):
-        out[i] = np.count_nonzero(values[chunk[i]][start[i] : stop[i]] != ignore_index)
+def count_not_equal(at, n, ignore_index):
+    """Per i: how many of the n[i] int32 values at address at[i] differ from ignore_index."""
+    out = np.zeros(at.shape[0], dtype=np.int64)
+    for i in range(at.shape[0]):
+        out[i] = np.count_nonzero(int32_at(at[i], n[i]) != ignore_index)
     return out

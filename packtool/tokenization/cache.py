@@ -30,7 +30,9 @@ import io
 import json
 import mmap
 import os
+import queue
 import shutil
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,9 +269,22 @@ def remove_stale_work() -> None:
 
 
 class EntryWriter:
-    """Streams record batches into a new entry's data.arrow; `commit` makes it visible at once."""
+    """Streams record batches into a new entry's data.arrow; `commit` makes it visible at once.
+
+    The batches are written by a thread of their own (started at the first batch, so a worker pool
+    forked before it sees no thread), while the caller reads and checks the next ones:
+
+        caller   write(b0) write(b1) write(b2) ... commit(meta)
+                     │ queue (at most QUEUE_BATCHES waiting: memory stays bounded)
+        thread       └─ IPC write_batch → _HashingFile → write(2) ... ┘ joined, then meta.json
+
+    Writing is the kernel copying into new page-cache pages: on the 2-core dev VM ~2 s of system
+    CPU a GiB, as much as reading and checking the batches, so the two overlap. An error in the
+    thread (a full disk) is raised by the next `write` or by `commit`.
+    """
 
     _count = 0
+    QUEUE_BATCHES = 2
 
     def __init__(self, key: str, schema):
         import pyarrow as pa
@@ -283,15 +298,44 @@ class EntryWriter:
         self._sink = pa.PythonFile(self._file, mode="w")
         self._writer = pa.ipc.new_file(self._sink, schema)
         self.rows = 0
+        self._queue: queue.Queue | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._aborted = False
 
     def write(self, batch) -> None:
-        if batch.num_rows:
-            self._writer.write_batch(batch)
-            self.rows += batch.num_rows
+        if self._error is not None:
+            raise self._error
+        if not batch.num_rows:
+            return
+        if self._thread is None:
+            self._queue = queue.Queue(maxsize=self.QUEUE_BATCHES)
+            self._thread = threading.Thread(target=self._drain, name="cache-entry", daemon=True)
+            self._thread.start()
+        self._queue.put(batch)
+        self.rows += batch.num_rows
+
+    def _drain(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            if self._error is None and not self._aborted:  # else take them: put never blocks
+                try:
+                    self._writer.write_batch(batch)
+                except BaseException as e:  # raised in the caller's thread
+                    self._error = e
+
+    def _join(self) -> BaseException | None:
+        """Wait until every batch queued is written (or skipped after an error); the thread's error."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        return self._error
 
     def commit(self, meta: dict[str, Any], replace: bool = False) -> Path:
         """Close data.arrow, write meta.json, rename into place (over an existing entry when
         `replace`, as --no-cache asks). Returns the entry's path."""
+        if (error := self._join()) is not None:
+            raise error
         self._writer.close()
         self._sink.close()
         self._file.close()
@@ -319,6 +363,8 @@ class EntryWriter:
         return self.final
 
     def abort(self) -> None:
+        self._aborted = True  # the thread skips what is still queued
+        self._join()
         try:
             self._writer.close()
         except Exception:

@@ -32,7 +32,7 @@ def test_a_mixture_is_gathered_from_both_cache_files(mixture):
     loc = locate_rows(mixture.table, lengths, src, apply_overflow(lengths, src, 512, "split"), 512)
     gather = file_gather(mixture, loc, 4096)
     assert gather is not None and len(gather.fds) == 2
-    assert set(loc.ids.file_of.tolist()) == {0, 1}
+    assert set(gather.ids_file.tolist()) == set(gather.lab_file.tolist()) == {0, 1}
     gather.close()
 
 
@@ -52,3 +52,70 @@ def test_writer_processes_read_the_cache_files_as_forked(mixture, tmp_path, monk
     one = pack_tokenized(mixture, cfg, tmp_path / "one").manifest
     two = pack_tokenized(mixture, cfg, tmp_path / "two", procs=2).manifest
     assert one == two and len(one["shards"]) > 2
+
+
+def test_the_gather_kernels_take_only_arrays_and_integers(mixture, tmp_path):
+    """No numba.typed container reaches a kernel: its methods compile in every fresh process (not
+    cached by cache=True), while kernels of arrays and integers load from numba's disk cache."""
+    from numba.core import types
+
+    from packtool import kernels
+
+    cfg = PackConfig(pack_len=512, overflow="truncate", shard_rows=7)
+    pack_tokenized(mixture, cfg, tmp_path / "by_file")
+    pack_tokenized(dataclasses.replace(mixture, mapped_files=[]), cfg, tmp_path / "by_memory")
+    used = [kernels.layout_rows, kernels.copy_rows, kernels.count_not_equal, kernels.pread_pieces]
+    assert all(k.signatures for k in used)
+    for kernel in used:
+        for sig in kernel.signatures:
+            assert all(isinstance(t, (types.Array, types.Integer)) for t in sig), (kernel, sig)
+
+
+def test_a_cache_file_cut_short_while_packing_is_one_clear_error(mixture, tmp_path):
+    import numpy as np
+
+    from packtool.errors import PacktoolError
+    from packtool.pack.gather import FileGather
+
+    lengths, src = mixture.lengths.astype("int64"), mixture.source_index.astype("int64")
+    pieces = apply_overflow(lengths, src, 512, "split")
+    loc = locate_rows(mixture.table, lengths, src, pieces, 512)
+    gather = file_gather(mixture, loc, 4096)
+    gather.close()
+    short = []
+    for i, (path, _, _) in enumerate(mixture.mapped_files):
+        short.append(tmp_path / f"short{i}.arrow")
+        short[-1].write_bytes(open(path, "rb").read(1000))
+    where = ((gather.ids_file, gather.ids_offset), (gather.lab_file, gather.lab_offset))
+    cut = FileGather([str(p) for p in short], loc, where, 4096)
+    pcs = np.arange(np.searchsorted(np.cumsum(pieces.length), 4096))
+    with pytest.raises(PacktoolError, match="truncated while packing; run again"):
+        cut.stage(pcs, pieces.length)
+    cut.close()
+
+
+def test_pread_pieces_compiled_and_as_plain_python(tmp_path):
+    """kernels.pread_pieces reads the same bytes compiled (libc pread) and line by line (os.preadv),
+    and both name the first piece read short."""
+    import os
+
+    import numpy as np
+
+    from packtool import kernels
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(np.arange(1000, dtype=np.int32).tobytes())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fds = np.array([fd], np.int64)
+        offsets = np.array([400, 0, 3996, 40], np.int64)
+        nbytes = np.array([8, 12, 4, 0], np.int64)
+        for kernel in (kernels.pread_pieces, kernels.pread_pieces.py_func):
+            out = np.zeros(8, np.int32)
+            dest = out.ctypes.data + np.array([0, 8, 20, 24], np.int64)
+            assert kernel(fds, np.zeros(4, np.int64), offsets, nbytes, dest) == -1
+            assert out.tolist() == [100, 101, 0, 1, 2, 999, 0, 0]
+            beyond = np.array([0, 4000], np.int64)  # the second piece starts at the end of the file
+            assert kernel(fds, np.zeros(2, np.int64), beyond, np.array([4, 4]), dest[:2]) == 1
+    finally:
+        os.close(fd)
