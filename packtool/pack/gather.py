@@ -141,15 +141,25 @@ class FileGather:
             (self.ids_file, self.ids_offset, self.ids),
             (self.lab_file, self.lab_offset, self.lab),
         ):
-            short = kernels.pread_pieces(
-                self._fds, file_of[pcs], offset[pcs], 4 * n, buf.ctypes.data + first
+            self._read(file_of[pcs], offset[pcs], 4 * n, buf.ctypes.data + first)
+        local = np.arange(len(pcs), dtype=np.int64)
+        return local, n, self.ids.ctypes.data + first, self.lab.ctypes.data + first
+
+    def _read(self, file_of, offset, nbytes, dest) -> None:
+        """kernels.pread_pieces; a piece read short is read again once, from that piece on (a
+        signal such as Ctrl-C interrupts pread with EINTR: its handler runs in between), and a
+        second short read of the same piece is a truncated file."""
+        done, again = 0, -1
+        while (
+            short := kernels.pread_pieces(
+                self._fds, file_of[done:], offset[done:], nbytes[done:], dest[done:]
             )
-            if short >= 0:
+        ) >= 0:
+            if done + short == again:
                 raise PacktoolError(
                     "the tokenization cache file was truncated while packing; run again"
                 )
-        local = np.arange(len(pcs), dtype=np.int64)
-        return local, n, self.ids.ctypes.data + first, self.lab.ctypes.data + first
+            done = again = done + short
 
 
 def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather | None:

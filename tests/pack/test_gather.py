@@ -94,6 +94,41 @@ def test_a_cache_file_cut_short_while_packing_is_one_clear_error(mixture, tmp_pa
     cut.close()
 
 
+def test_a_read_cut_short_once_is_read_again(mixture, monkeypatch):
+    """A pread interrupted by a signal (EINTR: the kernel reports that piece short) is read again
+    from that piece on: the staged tokens are those of an uninterrupted read."""
+    import numpy as np
+
+    from packtool import kernels
+
+    lengths, src = mixture.lengths.astype("int64"), mixture.source_index.astype("int64")
+    pieces = apply_overflow(lengths, src, 512, "split")
+    loc = locate_rows(mixture.table, lengths, src, pieces, 512)
+    pcs = np.arange(np.searchsorted(np.cumsum(pieces.length), 4096))
+    clean = file_gather(mixture, loc, 4096)
+    _, n, ids_at, lab_at = clean.stage(pcs, pieces.length)
+    want = [kernels.int32_at(a, k).copy() for a, k in zip(ids_at, n, strict=True)]
+    want += [kernels.int32_at(a, k).copy() for a, k in zip(lab_at, n, strict=True)]
+    clean.close()
+    real, calls = kernels.pread_pieces, []
+
+    def interrupted_at_3(fds, file_of, offset, nbytes, dest):
+        calls.append(len(file_of))
+        if len(calls) == 1:  # the first call reads pieces 0-2, then piece 3 is cut short
+            real(fds, file_of[:3], offset[:3], nbytes[:3], dest[:3])
+            return 3
+        return real(fds, file_of, offset, nbytes, dest)
+
+    monkeypatch.setattr(kernels, "pread_pieces", interrupted_at_3)
+    gather = file_gather(mixture, loc, 4096)
+    _, n, ids_at, lab_at = gather.stage(pcs, pieces.length)
+    got = [kernels.int32_at(a, k).copy() for a, k in zip(ids_at, n, strict=True)]
+    got += [kernels.int32_at(a, k).copy() for a, k in zip(lab_at, n, strict=True)]
+    gather.close()
+    assert calls[:2] == [len(pcs), len(pcs) - 3]
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
 def test_pread_pieces_compiled_and_as_plain_python(tmp_path):
     """kernels.pread_pieces reads the same bytes compiled (libc pread) and line by line (os.preadv),
     and both name the first piece read short."""
