@@ -117,8 +117,16 @@ def _check_spans(texts: list[str], spans) -> tuple[np.ndarray, np.ndarray, np.nd
     one vectorized pass (one conversion per batch: items are lists of (start, end) or arrays)."""
     if len(spans) != len(texts):
         raise ValueError(f"{len(texts)} texts but {len(spans)} span arrays")
-    counts = np.fromiter(map(len, spans), dtype=np.int64, count=len(spans))
-    rows = np.array(list(itertools.chain.from_iterable(spans)), dtype=np.int64).reshape(-1, 2)
+    try:
+        counts = np.fromiter(map(len, spans), dtype=np.int64, count=len(spans))
+        rows = np.array(list(itertools.chain.from_iterable(spans)), dtype=np.int64)
+    except (TypeError, ValueError):  # an item without a length, rows of unequal lengths
+        rows = counts = None
+    if rows is None or not (rows.ndim == 2 and rows.shape[1] == 2 or rows.size == 0):
+        _refuse_shape(spans)
+    rows = rows.reshape(-1, 2)
+    if len(rows) != counts.sum():  # a flat item: [0, 2] for [(0, 2)]
+        _refuse_shape(spans)
     at = np.zeros(len(spans) + 1, dtype=np.int64)
     np.cumsum(counts, out=at[1:])
     if not len(rows):
@@ -133,6 +141,21 @@ def _check_spans(texts: list[str], spans) -> tuple[np.ndarray, np.ndarray, np.nd
             f"spans[{i}] must be sorted, non-overlapping [start, end) char ranges within texts[{i}]"
         )
     return rows, at, counts
+
+
+def _refuse_shape(spans) -> None:
+    """Raise naming the first item of `spans` that is not rows of (start, end) (the error path)."""
+    for i, item in enumerate(spans):
+        try:
+            a = np.asarray(item, dtype=np.int64)
+        except (TypeError, ValueError):
+            a = None
+        if a is None or not (a.size == 0 or (a.ndim == 2 and a.shape[1] == 2)):
+            raise ValueError(
+                f"spans[{i}] must be (start, end) pairs, e.g. [(0, 2)] or int64[k, 2]; got "
+                f"{item!r:.60}"
+            )
+    raise ValueError("spans must be one list of (start, end) pairs per text")
 
 
 def _covered(bounds: np.ndarray, spans: np.ndarray) -> np.ndarray:
