@@ -386,13 +386,14 @@ class FastBackend:
 
         # byte range of every token in the batch: [cum[t], cum[t + 1])
         lens = table.take(raw, mode="clip")  # (ids past the table: its last slot)
-        unknown = lens < 0
+        any_unknown = len(lens) > 0 and lens.min() < 0  # (no bool array for the usual batch)
+        unknown = lens < 0 if any_unknown else None
         cum = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(np.where(unknown, 0, lens) if unknown.any() else lens, out=cum[1:])
+        np.cumsum(np.where(unknown, 0, lens) if any_unknown else lens, out=cum[1:])
         base = cum[offsets[:-1]]  # first byte of each text in the batch
         tok_bytes = cum[offsets[1:]] - base
         ok = counts > 0
-        if unknown.any():
+        if any_unknown:
             bad = np.zeros(len(ids) + 1, dtype=np.int64)
             np.cumsum(unknown, out=bad[1:])
             ok &= bad[offsets[1:]] == bad[offsets[:-1]]
@@ -401,7 +402,7 @@ class FastBackend:
 
         # char spans → byte spans; all-ASCII texts have equal char and byte positions. The others
         # are joined: byte(c) = c + the extra UTF-8 bytes of the non-ASCII chars before c
-        text_bytes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        text_bytes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         wide = [i for i in np.flatnonzero(ok).tolist() if not texts[i].isascii()]
         if rules.forms:  # the normalizer would change these texts: their bytes no longer line up
             changed = [

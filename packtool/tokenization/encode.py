@@ -153,7 +153,7 @@ class Encoder:
             return text, [(0, len(text))], literals, bool(found), self._notes(messages, text, None)
         given = ex["messages"]  # (their weights: template_messages leaves them out)
         turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-        keep = [given[i].get("weight") is None or given[i]["weight"] > 0 for i in turns]
+        keep = [(w := given[i].get("weight")) is None or w > 0 for i in turns]
         if keep and (self.train_on == "last" or self.mode == "last"):
             keep = [False] * (len(keep) - 1) + [keep[-1]]
         paired = None
@@ -161,8 +161,11 @@ class Encoder:
             spans = spans if keep and keep[-1] else []
             paired = list(zip(turns[-1:], spans, strict=False))
         elif len(spans) == len(turns):
-            paired = [(t, s) for t, s, k in zip(turns, spans, keep, strict=True) if k]
-            spans = [s for _, s in paired]
+            if all(keep):  # (the usual: no weights)
+                paired = list(zip(turns, spans, strict=True))
+            else:
+                paired = [(t, s) for t, s, k in zip(turns, spans, keep, strict=True) if k]
+                spans = [s for _, s in paired]
         elif not all(keep):
             raise ExampleError(
                 f"the template marks {len(spans)} generation spans for {len(turns)} assistant turns, "
@@ -198,7 +201,7 @@ class Encoder:
         errors: list[str | None] = [None] * n
         chat_idx, chat_texts, chat_spans = [], [], []
         split_items: list[tuple[int, str, list, list[str]]] = []
-        special = np.zeros(n, dtype=bool)
+        special = [False] * n
         notes: list[dict] = [{} for _ in range(n)]
         pc_idx, prompts, completions = [], [], []
         text_idx, texts = [], []
@@ -213,7 +216,9 @@ class Encoder:
                     if literals:
                         split_items.append((i, t, s, literals))
                     else:
-                        chat_idx.append(i), chat_texts.append(t), chat_spans.append(s)
+                        chat_idx.append(i)
+                        chat_texts.append(t)
+                        chat_spans.append(s)
                 elif kind == "prompt_completion":
                     (
                         pc_idx.append(i),
@@ -269,7 +274,7 @@ class Encoder:
                     continue
                 a = np.concatenate([ti[0], eos]).astype(np.int32)
                 pieces[i] = (a, a.copy())
-        return _assemble(n, flat, pieces, errors, special, notes)
+        return _assemble(n, flat, pieces, errors, np.array(special, dtype=bool), notes)
 
 
 def _per_item(out) -> list[tuple]:
