@@ -4,6 +4,7 @@ One chat record → input_ids + labels, in four files (read in this order):
 
     encode.py        EncodeStep: a batch of raw records → one Arrow batch (parse, normalize,
                      Encoder.encode); picklable, run in worker processes
+      content_tokens.py  control tokens typed in message text: found, kept, refused or split
     ../formats/      normalize: the record in its format (messages, sharegpt, ...) → an example
     render.py        Renderer.conversation: the example's messages → text + char spans to train,
                      by the template's mode (markers | prefix | last | all)

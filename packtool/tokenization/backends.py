@@ -117,8 +117,16 @@ def _check_spans(texts: list[str], spans) -> tuple[np.ndarray, np.ndarray, np.nd
     one vectorized pass (one conversion per batch: items are lists of (start, end) or arrays)."""
     if len(spans) != len(texts):
         raise ValueError(f"{len(texts)} texts but {len(spans)} span arrays")
-    counts = np.fromiter(map(len, spans), dtype=np.int64, count=len(spans))
-    rows = np.array(list(itertools.chain.from_iterable(spans)), dtype=np.int64).reshape(-1, 2)
+    try:
+        counts = np.fromiter(map(len, spans), dtype=np.int64, count=len(spans))
+        rows = np.array(list(itertools.chain.from_iterable(spans)), dtype=np.int64)
+    except (TypeError, ValueError):  # an item without a length, rows of unequal lengths
+        rows = counts = None
+    if rows is None or not (rows.ndim == 2 and rows.shape[1] == 2 or rows.size == 0):
+        _refuse_shape(spans)
+    rows = rows.reshape(-1, 2)
+    if len(rows) != counts.sum():  # a flat item: [0, 2] for [(0, 2)]
+        _refuse_shape(spans)
     at = np.zeros(len(spans) + 1, dtype=np.int64)
     np.cumsum(counts, out=at[1:])
     if not len(rows):
@@ -133,6 +141,21 @@ def _check_spans(texts: list[str], spans) -> tuple[np.ndarray, np.ndarray, np.nd
             f"spans[{i}] must be sorted, non-overlapping [start, end) char ranges within texts[{i}]"
         )
     return rows, at, counts
+
+
+def _refuse_shape(spans) -> None:
+    """Raise naming the first item of `spans` that is not rows of (start, end) (the error path)."""
+    for i, item in enumerate(spans):
+        try:
+            a = np.asarray(item, dtype=np.int64)
+        except (TypeError, ValueError):
+            a = None
+        if a is None or not (a.size == 0 or (a.ndim == 2 and a.shape[1] == 2)):
+            raise ValueError(
+                f"spans[{i}] must be (start, end) pairs, e.g. [(0, 2)] or int64[k, 2]; got "
+                f"{item!r:.60}"
+            )
+    raise ValueError("spans must be one list of (start, end) pairs per text")
 
 
 def _covered(bounds: np.ndarray, spans: np.ndarray) -> np.ndarray:
@@ -363,13 +386,14 @@ class FastBackend:
 
         # byte range of every token in the batch: [cum[t], cum[t + 1])
         lens = table.take(raw, mode="clip")  # (ids past the table: its last slot)
-        unknown = lens < 0
+        any_unknown = len(lens) > 0 and lens.min() < 0  # (no bool array for the usual batch)
+        unknown = lens < 0 if any_unknown else None
         cum = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(np.where(unknown, 0, lens) if unknown.any() else lens, out=cum[1:])
+        np.cumsum(np.where(unknown, 0, lens) if any_unknown else lens, out=cum[1:])
         base = cum[offsets[:-1]]  # first byte of each text in the batch
         tok_bytes = cum[offsets[1:]] - base
         ok = counts > 0
-        if unknown.any():
+        if any_unknown:
             bad = np.zeros(len(ids) + 1, dtype=np.int64)
             np.cumsum(unknown, out=bad[1:])
             ok &= bad[offsets[1:]] == bad[offsets[:-1]]
@@ -378,7 +402,7 @@ class FastBackend:
 
         # char spans → byte spans; all-ASCII texts have equal char and byte positions. The others
         # are joined: byte(c) = c + the extra UTF-8 bytes of the non-ASCII chars before c
-        text_bytes = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        text_bytes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         wide = [i for i in np.flatnonzero(ok).tolist() if not texts[i].isascii()]
         if rules.forms:  # the normalizer would change these texts: their bytes no longer line up
             changed = [

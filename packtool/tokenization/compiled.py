@@ -100,16 +100,22 @@ def exact_float(v: float) -> bool:
 
 def plain(v) -> bool:
     """`v` holds nothing the engines would print differently: no float MiniJinja writes otherwise,
-    no reserved character (walked with a stack: a third of the time of a recursive walk)."""
+    no reserved character (walked with a stack: a third of the time of a recursive walk; a dict's
+    string values checked in place, the rest stacked)."""
     stack = [v]
     while stack:
         v = stack.pop()
         t = type(v)
-        if t is dict:  # (a message: its string keys and values checked in place)
-            for k, x in v.items():
-                if type(k) is not str or type(x) is not str:
-                    stack += (k, x)
-                elif OPEN in x or CLOSE in x or OPEN in k or CLOSE in k:
+        if t is dict:
+            for x in v.values():
+                if type(x) is not str:
+                    stack.append(x)
+                elif OPEN in x or CLOSE in x:
+                    return False
+            for k in v:
+                if type(k) is not str:
+                    stack.append(k)
+                elif OPEN in k or CLOSE in k:
                     return False
         elif t is str:
             if OPEN in v or CLOSE in v:
@@ -133,24 +139,62 @@ def aliased(messages: list[dict]) -> list[dict]:
     return out
 
 
+def prepared(messages, tools) -> list | None:
+    """aliased(messages) when plain((messages, tools)), else None: for a list of message dicts
+    in one pass (the walk, then the aliasing, cost 2.5 µs a conversation apart)."""
+    out = []
+    for m in messages:
+        if type(m) is not dict:
+            break  # (the two walks below)
+        for x in m.values():
+            if type(x) is not str:
+                if not plain(x):
+                    return None
+            elif OPEN in x or CLOSE in x:
+                return None
+        for k in m:
+            if type(k) is not str:
+                if not plain(k):
+                    return None
+            elif OPEN in k or CLOSE in k:
+                return None
+        if m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
+            out.append(m)
+            continue
+        r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+        out.append(m if r is None else {"thinking": r, **m, "reasoning_content": r})
+    else:
+        return out if tools is None or plain(tools) else None
+    return aliased(messages) if plain((messages, tools)) else None
+
+
 def spans_of(marked: str) -> tuple[str, list[tuple[int, int]]]:
-    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it: split
-    at each OPEN, each piece after one at its CLOSE (the pieces joined once; str.replace twice
-    and str.count are slower on a 2,000-char text)."""
-    head, *blocks = marked.split(OPEN)
-    if CLOSE in head:
-        raise NotCompiled("a generation block closed twice")
-    pieces, spans, at = [head], [], len(head)
-    for block in blocks:
-        inner, closed, rest = block.partition(CLOSE)
-        if not closed:
-            raise NotCompiled("an unclosed generation block")  # or nested blocks
-        if CLOSE in rest:
+    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it: the
+    marks found with str.find (memchr: str.split and str.count walk the text char by char, 1 µs
+    on a 2,000-char text against 0.1), each char passed once per mark, the pieces between the
+    marks joined once. Blocks alternate OPEN, CLOSE: anything else is refused."""
+    a = marked.find(OPEN)
+    b = marked.find(CLOSE)  # the first CLOSE: the one after `a`
+    if a < 0:
+        if b >= 0:
             raise NotCompiled("a generation block closed twice")
-        spans.append((at, at + len(inner)))
-        at += len(inner) + len(rest)
-        pieces += (inner, rest)
-    return ("".join(pieces) if blocks else marked), spans
+        return marked, []
+    if 0 <= b < a:
+        raise NotCompiled("a generation block closed twice")
+    pieces, spans, at = [marked[:a]], [], a  # at: where the block starts in the text
+    while a >= 0:
+        nxt = marked.find(OPEN, a + 1)
+        if b < 0 or 0 <= nxt < b:
+            raise NotCompiled("an unclosed generation block")  # or nested blocks
+        end = nxt if nxt >= 0 else len(marked)
+        after = marked.find(CLOSE, b + 1)  # the next block's CLOSE, if it is after `nxt`
+        if 0 <= after < end:
+            raise NotCompiled("a generation block closed twice")
+        spans.append((at, at + b - a - 1))
+        at += end - a - 2
+        pieces += (marked[a + 1 : b], marked[b + 1 : end])
+        a, b = nxt, after
+    return "".join(pieces), spans
 
 
 class Compiled:
@@ -183,12 +227,13 @@ class Compiled:
         self.env = env
 
     def render(self, messages, tools, *, marks: bool, gen_prompt: bool = False):
-        if not plain((messages, tools)):
+        given = prepared(messages, tools)
+        if given is None:
             raise NotCompiled("a float or a reserved character in the data")
         try:
             text = self.env.render_template(
                 "marked" if marks else "plain",
-                messages=aliased(messages),
+                messages=given,
                 tools=tools,
                 add_generation_prompt=gen_prompt,
             )

@@ -26,8 +26,9 @@ Chat examples, template with generation markers (the fast path):
 Control tokens inside message text and tool-call arguments (`<|im_start|>` typed by a user) are
 counted, and kept as control tokens (`keep`, what apply_chat_template does), tokenized as plain
 text (`split`: such an example is tokenized piece by piece, each literal on its own with
-special-token matching off), or refused (`error`) — `--special-in-content`. What is trained that
-the data does not hold is counted per example (`Encoded.notes`: packtool.tokenization.label_audit).
+special-token matching off), or refused (`error`) — `--special-in-content`
+(packtool.tokenization.content_tokens). What is trained that the data does not hold is counted
+per example (`Encoded.notes`: packtool.tokenization.label_audit).
 
 Prompt-completion strings: prompt tokens (no loss) + completion tokens + EOS (loss), tokenized
 separately so the boundary is exact. Plain text: every token + EOS carries loss.
@@ -35,22 +36,20 @@ separately so the boundary is exact. Plain text: every token + EOS carries loss.
 
 from __future__ import annotations
 
-import functools
 import itertools
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from orjson import dumps as _json
 
 from packtool.config import ReadConfig
 from packtool.formats.normalize import template_messages
 from packtool.schema import IGNORE_INDEX
-from packtool.tokenization.chat_template import ChatTemplate, own_template, special_tokens
+from packtool.tokenization.chat_template import ChatTemplate, own_template
+from packtool.tokenization.content_tokens import ContentTokens
 from packtool.tokenization.label_audit import label_notes
 from packtool.tokenization.loading import TokenizerSpec
-from packtool.tokenization.render import ExampleError, Renderer, first_line, leaf_values
+from packtool.tokenization.render import ExampleError, Renderer, first_line
 
 
 @dataclass
@@ -71,9 +70,6 @@ class Encoded:
     @property
     def labels(self) -> list[np.ndarray]:
         return [self.label_values[a:b] for a, b in itertools.pairwise(self.offsets)]
-
-
-_PLACEHOLDER = re.compile("\ue000([0-9]+)\ue001")
 
 
 class Encoder:
@@ -99,14 +95,7 @@ class Encoder:
         self.render = Renderer(spec, template, train_on, renderer) if template is not None else None
         self.mode = self.render.mode if self.render is not None else ""
         self._backend = None
-        self._plain = None  # a tokenizers.Tokenizer that reads control tokens as text (split mode)
-        self._control = tuple(sorted(special_tokens(spec), key=len, reverse=True))
-        firsts = {t[0] for t in self._control if t}
-        # "<": a cheap test before the regex
-        self._special_first = firsts.pop() if len(firsts) == 1 else None
-        # every control token written in JSON as itself (no quote, backslash or control char): a
-        # search of the messages as JSON finds every one in their texts (_may_hold_specials)
-        self._json_safe = all(_json(t)[1:-1] == t.encode() for t in self._control)
+        self.content = ContentTokens(spec)  # control tokens in message text
         # chatml-train on a tokenizer whose own template writes <think> blocks (Qwen3): said per turn
         self._omits_think = (
             template is not None
@@ -116,17 +105,7 @@ class Encoder:
         self._counts: dict[str, int] = {}  # tokens of a trained piece (an empty block, a lone end)
 
     def __getstate__(self):
-        return {**self.__dict__, "_backend": None, "_plain": None}
-
-    @functools.cached_property
-    def _specials(self) -> re.Pattern:
-        """The control tokens, longest first (compiled on first use: 256 of them take ~15 ms)."""
-        return re.compile("|".join(map(re.escape, self._control)))
-
-    @functools.cached_property
-    def _specials_json(self) -> re.Pattern:
-        """The same search over messages as JSON (orjson's UTF-8)."""
-        return re.compile(b"|".join(re.escape(t.encode()) for t in self._control))
+        return {**self.__dict__, "_backend": None}
 
     @property
     def backend(self):
@@ -135,75 +114,6 @@ class Encoder:
 
             self._backend = make_backend(self.backend_name, self.spec.backend_json)
         return self._backend
-
-    def _content_specials(self, messages: list[dict]) -> list[tuple[int, str]]:
-        """(turn, control token) for each message whose text holds one of the tokenizer's control tokens."""
-        if not self._control:
-            return []
-        out = []
-        for i, m in enumerate(messages):
-            texts = [
-                m.get("content"),
-                m.get("reasoning_content"),
-                *(x for c in m.get("tool_calls") or () for x in leaf_values(c)),
-            ]
-            for v in texts:
-                if not isinstance(v, str) or (
-                    self._special_first is not None and self._special_first not in v
-                ):
-                    continue
-                hit = self._specials.search(v)
-                if hit:
-                    out.append((i, hit.group(0)))
-                    break
-        return out
-
-    def _may_hold_specials(self, examples: list[dict]) -> bool:
-        """False when no message text of the batch's chat examples holds a control token: one
-        search of the messages as JSON, a superset of the texts _content_specials reads, for the
-        batch (0.5 µs a conversation, against 2-4 µs for its walk over each message)."""
-        if not self._control:
-            return False
-        if not self._json_safe:
-            return True
-        try:
-            dump = _json([ex["messages"] for ex in examples if ex.get("kind") == "chat"])
-        except Exception:  # a value JSON cannot hold: each conversation is walked
-            return True
-        first = self._special_first
-        if first is not None and first.encode() not in dump:
-            return False
-        return self._specials_json.search(dump) is not None
-
-    def _placeholders(self, messages: list[dict]) -> tuple[list[dict], list[str]]:
-        """Control tokens in message text replaced by U+E000 n U+E001 (literal n), for split mode."""
-        literals: list[str] = []
-
-        def sub(m):
-            literals.append(m.group(0))
-            return f"\ue000{len(literals) - 1}\ue001"
-
-        def walk(v):
-            if isinstance(v, str):
-                if "\ue000" in v:
-                    raise ExampleError(
-                        "message text holds U+E000, which --special-in-content split reserves"
-                    )
-                return self._specials.sub(sub, v)
-            if isinstance(v, dict):
-                return {k: walk(x) for k, x in v.items()}
-            if isinstance(v, list):
-                return [walk(x) for x in v]
-            return v
-
-        out = []
-        for m in messages:
-            m = dict(m)
-            for key in ("content", "reasoning_content", "thinking", "tool_calls"):
-                if m.get(key) is not None:
-                    m[key] = walk(m[key])
-            out.append(m)
-        return out, literals
 
     def _count(self, piece: str) -> int:
         """Tokens of a trained piece on its own (cached: the same few pieces recur)."""
@@ -227,7 +137,7 @@ class Encoder:
         if not messages:
             raise ExampleError("empty conversation")
         tools = ex.get("tools") or None
-        found = self._content_specials(messages) if scan else []
+        found = self.content.found(messages) if scan else []
         literals: list[str] = []
         if found and self.special_in_content == "error":
             i, tok = found[0]
@@ -237,13 +147,13 @@ class Encoder:
                 "control token"
             )
         if found and self.special_in_content == "split":
-            messages, literals = self._placeholders(messages)
+            messages, literals = self.content.placeholders(messages)
         text, spans = self.render.conversation(messages, tools)
         if self.train_on == "all":
             return text, [(0, len(text))], literals, bool(found), self._notes(messages, text, None)
         given = ex["messages"]  # (their weights: template_messages leaves them out)
         turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-        keep = [given[i].get("weight") is None or given[i]["weight"] > 0 for i in turns]
+        keep = [(w := given[i].get("weight")) is None or w > 0 for i in turns]
         if keep and (self.train_on == "last" or self.mode == "last"):
             keep = [False] * (len(keep) - 1) + [keep[-1]]
         paired = None
@@ -251,8 +161,11 @@ class Encoder:
             spans = spans if keep and keep[-1] else []
             paired = list(zip(turns[-1:], spans, strict=False))
         elif len(spans) == len(turns):
-            paired = [(t, s) for t, s, k in zip(turns, spans, keep, strict=True) if k]
-            spans = [s for _, s in paired]
+            if all(keep):  # (the usual: no weights)
+                paired = list(zip(turns, spans, strict=True))
+            else:
+                paired = [(t, s) for t, s, k in zip(turns, spans, keep, strict=True) if k]
+                spans = [s for _, s in paired]
         elif not all(keep):
             raise ExampleError(
                 f"the template marks {len(spans)} generation spans for {len(turns)} assistant turns, "
@@ -261,85 +174,24 @@ class Encoder:
         notes = self._notes(messages, text, paired)
         return text, [(a, b) for a, b in spans if a < b], literals, bool(found), notes
 
-    def _split_encode(
-        self, text: str, spans: list[tuple[int, int]], literals: list[str]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Ids and trained mask of a text whose placeholders stand for control tokens to read as text:
-        the pieces between placeholders through the reference tokenizer, each literal alone with
-        special-token matching off (the same on both backends)."""
-        from packtool.tokenization.backends import make_backend
-
-        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-        if self._plain is None:
-            from tokenizers import Tokenizer
-
-            self._plain = (
-                make_backend("hf", self.spec.backend_json),
-                Tokenizer.from_str(self.spec.backend_json),
-            )
-            self._plain[1].encode_special_tokens = True
-        ref, plain = self._plain
-        ids, mask, at = [], [], 0
-
-        def trained(a: int, b: int) -> bool:
-            return bool(len(spans)) and bool(((spans[:, 0] < b) & (spans[:, 1] > a)).any())
-
-        pieces = []
-        for m in _PLACEHOLDER.finditer(text):
-            pieces.append(("text", at, m.start()))
-            pieces.append(("literal", m.start(), m.end(), int(m.group(1))))
-            at = m.end()
-        pieces.append(("text", at, len(text)))
-        for p in pieces:
-            a, b = p[1], p[2]
-            if p[0] == "literal":
-                got = np.asarray(
-                    plain.encode(literals[p[3]], add_special_tokens=False).ids, dtype=np.int32
-                )
-                ids.append(got)
-                mask.append(np.full(len(got), trained(a, b)))
-            elif b > a:
-                local = np.clip(spans - a, 0, b - a) if len(spans) else spans
-                local = local[local[:, 0] < local[:, 1]] if len(local) else local
-                got, _, m = ref.encode_spans([text[a:b]], [local.reshape(-1, 2)])
-                ids.append(got.astype(np.int32))
-                mask.append(m.astype(bool))
-        return (
-            np.concatenate(ids) if ids else np.zeros(0, np.int32),
-            np.concatenate(mask) if mask else np.zeros(0, bool),
-        )
-
     # -- batches ----------------------------------------------------------------------------------
     @staticmethod
     def _each(fn, *columns: list) -> list[tuple | str]:
         """fn(*columns) for the whole batch (a backend call returning flat arrays, offsets, ...), split
         into one tuple of arrays per item; where the batch call fails (a text no tokenizer accepts),
-        item by item, so one bad example becomes its error string instead of failing the batch."""
-
-        def split(out) -> list[tuple]:
-            flat, off, *rest = out
-            return [
-                tuple(x[off[j] : off[j + 1]] for x in (flat, *rest)) for j in range(len(off) - 1)
-            ]
-
+        item by item (_one_by_one)."""
         try:
-            return split(fn(*columns))
+            return _per_item(fn(*columns))
         except Exception:
-            items: list[tuple | str] = []
-            for row in zip(*columns, strict=True):
-                try:
-                    items += split(fn(*([x] for x in row)))
-                except Exception as e:
-                    items.append(f"the tokenizer cannot encode this example: {first_line(e)}")
-            return items
+            return _one_by_one(fn, *columns)
 
     def _chats(self, texts: list[str], spans: list) -> tuple[np.ndarray, ...] | list[tuple | str]:
         """The chat texts as (flat ids, offsets, flat labels) in one backend call; where it fails,
-        per item through _each."""
+        item by item (the batch is not tried twice)."""
         try:
             ids, offsets, mask = self.backend.encode_spans(texts, spans)
         except Exception:
-            items = self._each(self.backend.encode_spans, texts, spans)
+            items = _one_by_one(self.backend.encode_spans, texts, spans)
             return [x if isinstance(x, str) else (x[0], _labels(*x)) for x in items]
         return ids.astype(np.int32, copy=False), offsets, _labels(ids, mask)
 
@@ -349,11 +201,13 @@ class Encoder:
         errors: list[str | None] = [None] * n
         chat_idx, chat_texts, chat_spans = [], [], []
         split_items: list[tuple[int, str, list, list[str]]] = []
-        special = np.zeros(n, dtype=bool)
+        special = [False] * n
         notes: list[dict] = [{} for _ in range(n)]
         pc_idx, prompts, completions = [], [], []
         text_idx, texts = [], []
-        scan = self._may_hold_specials(examples)
+        scan = self.content.may_hold(
+            [ex["messages"] for ex in examples if ex.get("kind") == "chat"]
+        )
         for i, ex in enumerate(examples):
             kind = ex.get("kind")
             try:
@@ -362,7 +216,9 @@ class Encoder:
                     if literals:
                         split_items.append((i, t, s, literals))
                     else:
-                        chat_idx.append(i), chat_texts.append(t), chat_spans.append(s)
+                        chat_idx.append(i)
+                        chat_texts.append(t)
+                        chat_spans.append(s)
                 elif kind == "prompt_completion":
                     (
                         pc_idx.append(i),
@@ -390,7 +246,7 @@ class Encoder:
                         pieces[i] = item
         for i, t, s, literals in split_items:
             try:
-                ids, mask = self._split_encode(t, s, literals)
+                ids, mask = self.content.split_encode(t, s, literals)
             except Exception as e:
                 errors[i] = f"the tokenizer cannot encode this example: {first_line(e)}"
                 continue
@@ -418,7 +274,25 @@ class Encoder:
                     continue
                 a = np.concatenate([ti[0], eos]).astype(np.int32)
                 pieces[i] = (a, a.copy())
-        return _assemble(n, flat, pieces, errors, special, notes)
+        return _assemble(n, flat, pieces, errors, np.array(special, dtype=bool), notes)
+
+
+def _per_item(out) -> list[tuple]:
+    """A backend call's (flat, offsets, *more flat) as one tuple of arrays per item."""
+    flat, off, *rest = out
+    return [tuple(x[off[j] : off[j + 1]] for x in (flat, *rest)) for j in range(len(off) - 1)]
+
+
+def _one_by_one(fn, *columns: list) -> list[tuple | str]:
+    """fn called on each item alone, so one bad example becomes its error string instead of
+    failing the batch."""
+    items: list[tuple | str] = []
+    for row in zip(*columns, strict=True):
+        try:
+            items += _per_item(fn(*([x] for x in row)))
+        except Exception as e:
+            items.append(f"the tokenizer cannot encode this example: {first_line(e)}")
+    return items
 
 
 def _labels(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:

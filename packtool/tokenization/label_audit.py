@@ -73,7 +73,15 @@ def label_notes(
             at = locate(text, c, a, b)
             if at < 0:
                 continue  # the template rewrote the text (escaped, split): nothing to compare
-            rest = text[a:at] + text[at + len(c) : b]
+            e = at + len(c)
+            if (
+                text.find("</", a, at) < 0
+                and text.find("</", e, b) < 0
+                and not (a < at and e < b and text[at - 1] == "<" and text[e] == "/")
+            ):
+                rest = ""  # no "</" in the joined pieces: they are not copied and joined
+            else:
+                rest = text[a:at] + text[e:b]
         if "</" in rest:  # (an empty block closes)
             for block in _EMPTY_BLOCK.finditer(rest):
                 add(TEMPLATE_INSERTED, count(block.group(0)))

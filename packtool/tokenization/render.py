@@ -111,7 +111,9 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
     a message's text; the reasoning of the last assistant turn (templates may drop earlier turns'
     reasoning by design: gpt-oss, Qwen3); each tool call's name (as often as it is called, beside
     its definitions), argument names and values; each tool definition."""
-    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    last = len(messages) - 1
+    while last >= 0 and messages[last]["role"] != "assistant":
+        last -= 1
     defined = [
         (t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in tools or ()
     ]
@@ -119,14 +121,21 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
     at = 0  # where the last text was found: the next is usually just after it
     for i, m in enumerate(messages):
         c = m.get("content")
-        if isinstance(c, str) and (k := locate(text, c, at)) >= 0:
-            at = k + len(c)
-        elif isinstance(c, str) and c.strip() and not appears(c, text):
-            return f"the text of turn {i} ({m['role']})"
-        r = m.get("reasoning_content")
-        if i == last and isinstance(r, str) and r.strip() and not appears(r, text):
-            return f"the reasoning of turn {i} (the last assistant turn)"
-        for call in m.get("tool_calls") or ():
+        if isinstance(c, str):
+            k = text.find(c[:16], at)  # locate(text, c, at), inline
+            if k >= 0 and not text.startswith(c, k):
+                k = text.find(c, k)
+            if k >= 0:
+                at = k + len(c)
+            elif c.strip() and not appears(c, text):
+                return f"the text of turn {i} ({m['role']})"
+        if i == last:
+            r = m.get("reasoning_content")
+            if isinstance(r, str) and r.strip() and not appears(r, text):
+                return f"the reasoning of turn {i} (the last assistant turn)"
+        if "tool_calls" not in m:
+            continue
+        for call in m["tool_calls"] or ():
             fn = call.get("function", call) if isinstance(call, dict) else {}
             name = fn.get("name")
             if not name:

@@ -534,6 +534,11 @@ def test_empty_and_bad_spans(sp_json):
                 b.encode_spans(["hello"], [np.array(bad)])
         with pytest.raises(ValueError):
             b.encode_spans(["a", "b"], [np.zeros((0, 2))])
+        # items that are not rows of (start, end): named, not numpy's broadcast or shape error
+        for bad in ([[0, 2]], [[(0, 2)], [0, 1]], [None], [[(0, 1, 2)]], [[(0, 1), (2,)]]):
+            k = next(i for i, x in enumerate(bad) if x != [(0, 2)])
+            with pytest.raises(ValueError, match=rf"^spans\[{k}\] must be \(start, end\) pairs"):
+                b.encode_spans(["hello"] * len(bad), bad)
 
 
 def test_spans_to_mask():

@@ -286,6 +286,18 @@ def test_spans_of_against_an_oracle():
             assert compiled.spans_of(marked) == (text, [tuple(x) for x in spans]), marked
 
 
+def _walked(messages, tools):
+    return compiled.aliased(messages) if compiled.plain((messages, tools)) else None
+
+
+def _outcome(fn, messages, tools):
+    try:
+        got = fn(messages, tools)
+    except AttributeError:  # (a message that is no dict, aliased)
+        return "AttributeError"
+    return got, [list(m) for m in got or ()]  # (the keys' order too)
+
+
 def test_plain_finds_what_the_engines_print_otherwise():
     """plain() walks keys, values, lists and tuples at any depth: a reserved character or a float
     MiniJinja prints otherwise anywhere makes the data not plain; everything else is."""
@@ -308,3 +320,20 @@ def test_plain_finds_what_the_engines_print_otherwise():
     assert [compiled.plain(v) for v in odd] == [False] * len(odd)
     assert [compiled.plain(v) for v in alike] == [True] * len(alike)
     assert compiled.plain((PLAIN[0], None)) and not compiled.plain((ODD[0], None))
+    # prepared (the check and the aliasing in one pass) == aliased when plain, else None
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    for v in [*odd, *alike]:
+        for where in ("value", "key", "tools", "reasoning", "message"):
+            given, tools = [dict(m) for m in msgs], None
+            if where == "value":
+                given[1]["extra"] = v
+            elif where == "key" and isinstance(v, str | float | int):
+                given[1][v] = "x"
+            elif where == "tools":
+                tools = [{"function": {"name": "f", "x": v}}]
+            elif where == "reasoning":
+                given[1]["reasoning"] = v
+            elif where == "message":
+                given.append(v)
+            want = _outcome(_walked, given, tools)
+            assert _outcome(compiled.prepared, given, tools) == want, (where, v)

@@ -375,10 +375,45 @@ def test_control_tokens_found_however_the_batch_is_searched(qwen, chatml, monkey
     hit = chat([{"role": "user", "content": "q"}, {"role": "assistant", "content": "<|im_end|>"}])
     odd = chat([{"role": "user", "content": "q", "meta": {1: "<|im_start|>"}}, *CONVERSATIONS[0]])
     enc = Encoder(spec_of(qwen), chatml)
-    assert not enc._may_hold_specials(clean) and enc._may_hold_specials([*clean, hit])
-    assert enc._may_hold_specials([odd])  # (a dict key JSON cannot hold: walked)
+
+    def may_hold(examples):
+        return enc.content.may_hold([x["messages"] for x in examples])
+
+    assert not may_hold(clean) and may_hold([*clean, hit])
+    assert may_hold([odd])  # (a dict key JSON cannot hold: walked)
     batch = [*clean[:30], hit, *clean[30:], odd]
-    want = [bool(enc._content_specials(template_messages(x))) for x in batch]
+    want = [bool(enc.content.found(template_messages(x))) for x in batch]
     assert sum(want) == 1 and enc.encode(batch).special.tolist() == want
-    monkeypatch.setattr(enc, "_json_safe", False)
-    assert enc._may_hold_specials(clean) and enc.encode(batch).special.tolist() == want
+    monkeypatch.setattr(enc.content, "json_safe", False)
+    assert may_hold(clean) and enc.encode(batch).special.tolist() == want
+
+
+@pytest.mark.parametrize("backend", ["hf", "fastokens"])
+def test_a_batch_the_tokenizer_refuses_is_tried_once_then_item_by_item(
+    qwen, chatml, backend, monkeypatch
+):
+    """One text the backend cannot encode: the batch call fails once, then each text alone (the
+    batch is not tried a second time); that example gets the error, the others their tokens."""
+    enc = Encoder(spec_of(qwen), chatml, backend=backend)
+    items = [chat(m) for m in CONVERSATIONS]
+    want = enc.encode(items)
+    real = enc.backend.encode_spans
+    calls = []
+
+    def encode_spans(texts, spans):
+        calls.append(len(texts))
+        if any("Paris" in t for t in texts):
+            raise RuntimeError("no\nmore")
+        return real(texts, spans)
+
+    monkeypatch.setattr(enc.backend, "encode_spans", encode_spans)
+    got = enc.encode(items)
+    bad = [k for k, x in enumerate(items) if "Paris" in str(x["messages"])]
+    assert len(bad) == 1 and calls == [len(items)] + [1] * len(items)
+    assert got.errors == [
+        "the tokenizer cannot encode this example: no" if k in bad else None
+        for k in range(len(items))
+    ]
+    for k in set(range(len(items))) - set(bad):
+        assert np.array_equal(got.input_ids[k], want.input_ids[k])
+        assert np.array_equal(got.labels[k], want.labels[k])

@@ -330,3 +330,50 @@ def test_a_template_without_tool_roles_says_so_on_tool_data(spec):
     assert "--on-error skip" in err and "a template that supports tools" in err
     plain = Encoder(spec, t).encode([chat(CHAT)]).errors[0]
     assert plain is None  # the hint is for tool data only
+
+
+def test_label_notes_finds_blocks_as_the_joined_pieces_do():
+    """label_notes joins the trained text around the turn's text only when "</" is in a piece or
+    straddles the join: the notes equal the plain rule (join, then search) on texts built from
+    block pieces, a lone "<" or "/" on each side of the turn's text, and whitespace."""
+    import random
+    import re
+
+    from packtool.tokenization.label_audit import TEMPLATE_INSERTED, label_notes
+    from packtool.tokenization.render import locate
+
+    block = re.compile(r"<([A-Za-z_][\w-]*)>\s*</\1>\s*")
+
+    def oracle(text, a, b, c):
+        at = locate(text, c, a, b)
+        rest = text[a:at] + text[at + len(c) : b]
+        return [m.group(0) for m in block.finditer(rest)] if "</" in rest else []
+
+    rng = random.Random(0)
+    pieces = [
+        "<think>",
+        "</think>",
+        "<",
+        "/",
+        "think>",
+        "\n",
+        " ",
+        "x",
+        "</",
+        "<think><",
+        "/think>",
+    ]
+    for _ in range(3000):
+        c = rng.choice(["A", "Ab", "/A", "A<"])
+        before = "".join(rng.choices(pieces, k=rng.randint(0, 4)))
+        after = "".join(rng.choices(pieces, k=rng.randint(0, 4)))
+        text = "p" + before + c + after + "q"
+        a, b = 1, len(text) - 1
+        if locate(text, c, a, b) != a + len(before):
+            continue  # the turn's text first found elsewhere: the same rule, a different place
+        msgs = [{"role": "user", "content": "p"}, {"role": "assistant", "content": c}]
+        got = label_notes(msgs, text, [(1, (a, b))], len)
+        want = oracle(text, a, b, c)
+        assert got.get(TEMPLATE_INSERTED, [0, 0]) == (
+            [len(want), sum(map(len, want))] if want else [0, 0]
+        ), (text, got, want)
