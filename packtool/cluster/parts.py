@@ -114,6 +114,18 @@ def open_parts(folder: str, parts: np.ndarray) -> tuple[list[str], PartColumn, P
     return names, PartColumn(np.arange(m), zeros), PartColumn(m + np.arange(m), zeros)
 
 
+def part_gather(names, ids: PartColumn, lab: PartColumn, chunk, base, source, tails, capacity):
+    """(Located, FileGather) of pieces in the opened part files (`open_parts`): piece p is the
+    tokens from base[p] of part chunk[p] (index into the opened parts). Located's addresses are
+    zeros: nothing is in memory until the FileGather preads it."""
+    from packtool.pack.gather import FileGather, Located
+
+    none = np.zeros(len(chunk), np.int64)
+    loc = Located(ids, lab, none, none, source, tails)
+    where = tuple((c.file_of[chunk], c.file_offsets[chunk] + 4 * base) for c in (ids, lab))
+    return loc, FileGather(names, loc, where, capacity)
+
+
 def _allow_files(n: int) -> None:
     """Raise this process's soft limit of open files to fit `n` more (a writer keeps two files of
     every part it reads open; a large run has thousands of parts) where the hard limit allows."""

@@ -111,7 +111,6 @@ def _written(results: list[dict], S: int, R: int, progress, rows) -> Written:
 def write_shard(s: int, sub: dict, settings: dict) -> dict:
     """Shard s: its pieces read from the part files and written → its totals (`_written`)."""
     from packtool.cluster import parts
-    from packtool.pack.gather import FileGather, Located
     from packtool.pack.overflow import Pieces
     from packtool.pack.write import WriteJob
     from packtool.pack.write import write_shards as write_rows
@@ -125,7 +124,9 @@ def write_shard(s: int, sub: dict, settings: dict) -> dict:
         names[used.shape[0] :], chunk[trunc], sub["base"][trunc], sub["example_length"][trunc], L
     )
     base, n = sub["base"], sub["length"].shape[0]
-    loc = Located(ids, lab, chunk, base, chunk, base, sub["source"], tails)
+    loc, gather = parts.part_gather(
+        names, ids, lab, chunk, base, sub["source"], tails, settings["capacity"]
+    )
     empty = np.zeros(0, np.int64)
     pieces = Pieces(
         row=np.arange(n, dtype=np.int64),
@@ -148,7 +149,6 @@ def write_shard(s: int, sub: dict, settings: dict) -> dict:
         settings["pad_id"],
         settings["shard_rows"],
     )
-    gather = FileGather(names, loc, settings["capacity"])
     try:
         written = write_rows(
             Path(settings["tmp"]),

@@ -10,7 +10,7 @@ import pytest
 from packtool.cluster import parts
 from packtool.data.arrow import token_schema
 from packtool.errors import PacktoolError
-from packtool.pack.gather import FileGather, Located
+from packtool.kernels import int32_at
 from packtool.schema import IGNORE_INDEX
 
 
@@ -53,13 +53,14 @@ def test_pieces_read_back_from_two_parts(tmp_path):
     chunk = np.zeros(len(want), np.int64)
     base = np.array([first[k][e] + s for k, e, s, _ in want], np.int64)
     piece_len = np.array([n for *_, n in want], np.int64)
-    loc = Located(ids_col, lab_col, chunk, base, chunk, base, np.arange(len(want)), 0)
-    gather = FileGather(names, loc, int(piece_len.sum()))
+    _, gather = parts.part_gather(
+        names, ids_col, lab_col, chunk, base, np.arange(len(want)), 0, int(piece_len.sum())
+    )
     try:
-        pcs, n, _, start, _, _, ids_list, lab_list = gather.stage(np.arange(len(want)), piece_len)
+        _, n, ids_at, lab_at = gather.stage(np.arange(len(want)), piece_len)
         for q, (k, e, s, m) in enumerate(want):
-            got_ids = ids_list[0][start[q] : start[q] + n[q]].tolist()
-            got_lab = lab_list[0][start[q] : start[q] + n[q]].tolist()
+            got_ids = int32_at(ids_at[q], n[q]).tolist()
+            got_lab = int32_at(lab_at[q], n[q]).tolist()
             assert got_ids == docs[(k, e)][0][s : s + m]
             assert got_lab == docs[(k, e)][1][s : s + m]
     finally:

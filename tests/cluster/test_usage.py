@@ -21,7 +21,7 @@ def test_without_ray_the_engine_is_a_usage_error_with_the_install_hint(tmp_path,
         "pack", tmp_path / "s.jsonl", "--len", "512", "--out", tmp_path / "o", "--engine", "ray"
     )
     assert r.exit_code == 2
-    assert "pip install 'ray[data]>=2.40,<3'" in r.output and "Traceback" not in r.output
+    assert "pip install 'ray>=2.40,<3'" in r.output and "Traceback" not in r.output
     assert "pip install -e '.[ray]'" in r.output
     assert not (tmp_path / "o").exists()
 
