@@ -219,15 +219,18 @@ def input_bytes(data: str | list[InputSpec]) -> int:
     return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
 
-def check_output(out: str, force: bool, need_bytes: int = 0) -> None:
+def check_output(
+    out: str, force: bool, need_bytes: int = 0, estimate: str = "about the input's size"
+) -> None:
     """Before tokenizing: UsageError when `out` exists and may not be replaced (--force replaces
-    only a packtool pack), or its folder cannot be written or lacks about `need_bytes` of space."""
+    only a packtool pack), or its folder cannot be written or lacks about `need_bytes` of space
+    (`estimate`: what that counts, for the message)."""
     from pathlib import Path
 
     from packtool.io.shards import check_space, check_target
 
     check_target(Path(out), force)
-    check_space(Path(out), need_bytes)
+    check_space(Path(out), need_bytes, estimate)
 
 
 def check_cache(need_bytes: int = 0) -> None:

@@ -184,6 +184,31 @@ def test_full_disk_fails_before_tokenizing(tmp_path, pretok, monkeypatch):
     assert r.exit_code == 0, r.output
 
 
+def test_ray_asks_room_for_its_part_files_too(tmp_path, pretok, monkeypatch):
+    """--engine ray keeps the tokens in part files beside the pack until the shards are written:
+    it asks for ~3x the input's size there, where the local engine asks for ~1x (its tokens go to
+    the cache, checked on its own). Checked before any cluster starts."""
+    import shutil
+
+    from packtool import api
+    from packtool.io import shards
+
+    real = shutil.disk_usage
+    monkeypatch.setattr(shards.shutil, "disk_usage", lambda p: real(p)._replace(free=200 << 20))
+    monkeypatch.setattr(api, "input_bytes", lambda source: 100 << 20)
+    out = tmp_path / "out"
+    with monkeypatch.context() as mp:
+        no_tokenizing(mp)
+        mp.setattr(api, "engine", lambda cfg: pytest.fail("a cluster was started"))
+        r = run(pretok, "--len", 16, "--out", out, "--engine", "ray")
+    assert r.exit_code == 2, r.output
+    assert error_lines(r) == [
+        f"error: --out {out}: {tmp_path} has 200 MiB free, below the 300 MiB this pack may "
+        "need (about 3x the input's size: the pack and Ray's part files beside it, at least 64 "
+        "MiB); free space, choose another --out, or set PACKTOOL_MIN_FREE_MIB (0 skips this check)"
+    ]
+
+
 def test_unusable_cache_warns_and_still_packs(tmp_path, pretok, monkeypatch):
     (tmp_path / "afile").write_text("x")
     bad = tmp_path / "afile" / "cache"  # cannot be created, even by root

@@ -115,9 +115,12 @@ def pack(
     source = data[0] if inputs is None else inputs
     size = 0 if tok.limit else api.input_bytes(source)  # --limit reads a part of unknown size
     # before spending minutes on tokenization; packs measure ~0.4x chat JSONL, ~1x pre-tokenized Parquet
-    api.check_output(out, force, size)
-    if engine_cfg.name == "local":  # (Ray keeps the tokens in part files beside the pack)
+    if engine_cfg.name == "local":
+        api.check_output(out, force, size)
         api.check_cache(2 * size)  # a cache entry measures ~1.5x chat JSONL
+    else:  # Ray keeps the tokens in part files beside the pack until the shards are written
+        what = "about 3x the input's size: the pack and Ray's part files beside it"
+        api.check_output(out, force, 3 * size, what)
     with api.engine(engine_cfg) as engine:
         _pack(source, tcfg, cfg, out, seed, output, engine)
 

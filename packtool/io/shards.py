@@ -189,16 +189,16 @@ def check_target(out: Path, force: bool) -> None:
         )
 
 
-def check_space(out: Path, need_bytes: int = 0) -> None:
+def check_space(out: Path, need_bytes: int = 0, estimate: str = "about the input's size") -> None:
     """Fail early (before tokenizing) when the folder that will hold OUT cannot be created or
-    written, or has less free space than max(`need_bytes`, 64 MiB). PACKTOOL_MIN_FREE_MIB=N
-    replaces that estimate (0 skips the space check)."""
+    written, or has less free space than max(`need_bytes`, 64 MiB); `estimate` says what
+    need_bytes counts. PACKTOOL_MIN_FREE_MIB=N replaces that estimate (0 skips the check)."""
     parent = out.absolute().parent
     why = files.unwritable(parent)
     if why is not None:
         raise UsageError(f"--out {out}: cannot write in {parent} ({why}); choose a writable --out")
     need = max(need_bytes, MIN_FREE)
-    how = "about the input's size, at least 64 MiB"
+    how = f"{estimate}, at least 64 MiB"
     override = os.environ.get("PACKTOOL_MIN_FREE_MIB")
     if override is not None:
         try:
