@@ -17,7 +17,6 @@ as the local engine reads its cache file: its memory does not grow with the inpu
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,20 +85,10 @@ def offsets(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass
-class PartColumn:
-    """One column as FileGather reads it: chunk c (a part the shard reads from) is file
-    file_of[c] of the gather's list, from byte file_offsets[c] (0: the file holds one part)."""
-
-    file_of: np.ndarray
-    file_offsets: np.ndarray
-
-
-def open_parts(folder: str, parts: np.ndarray) -> tuple[list[str], PartColumn, PartColumn]:
-    """The files of `parts` (sorted part numbers) for FileGather: [ids files..., labels files...]
-    and the two columns; a file that is not there is one clean error (a cluster of several
-    machines needs the scratch folder on a filesystem they share)."""
-    m = parts.shape[0]
+def open_parts(folder: str, parts: np.ndarray) -> list[str]:
+    """The files of `parts` (sorted part numbers) for FileGather: [ids files..., labels files...];
+    a file that is not there is one clean error (a cluster of several machines needs the scratch
+    folder on a filesystem they share)."""
     paths = [part_paths(folder, int(k)) for k in parts]
     names = [p[0] for p in paths] + [p[1] for p in paths]
     for name in names:
@@ -110,20 +99,20 @@ def open_parts(folder: str, parts: np.ndarray) -> tuple[list[str], PartColumn, P
                 "beside --out; from Python set Session.scratch_parent)"
             )
     _allow_files(len(names))
-    zeros = np.zeros(m, np.int64)
-    return names, PartColumn(np.arange(m), zeros), PartColumn(m + np.arange(m), zeros)
+    return names
 
 
-def part_gather(names, ids: PartColumn, lab: PartColumn, chunk, base, source, tails, capacity):
+def part_gather(names: list[str], chunk, base, source, tails, capacity):
     """(Located, FileGather) of pieces in the opened part files (`open_parts`): piece p is the
-    tokens from base[p] of part chunk[p] (index into the opened parts). Located's addresses are
-    zeros: nothing is in memory until the FileGather preads it."""
+    tokens from base[p] of part chunk[p] (index into the opened parts), in names[chunk[p]] and
+    its labels file. Located holds no addresses: nothing is in memory until the FileGather
+    preads it."""
     from packtool.pack.gather import FileGather, Located
 
     none = np.zeros(len(chunk), np.int64)
-    loc = Located(ids, lab, none, none, source, tails)
-    where = tuple((c.file_of[chunk], c.file_offsets[chunk] + 4 * base) for c in (ids, lab))
-    return loc, FileGather(names, loc, where, capacity)
+    loc = Located(None, None, none, none, source, tails)
+    at = 4 * base
+    return loc, FileGather(names, ((chunk, at), (len(names) // 2 + chunk, at)), capacity)
 
 
 def _allow_files(n: int) -> None:

@@ -118,15 +118,13 @@ def write_shard(s: int, sub: dict, settings: dict) -> dict:
 
     L = settings["pack_len"]
     used, chunk = np.unique(sub["part"], return_inverse=True)
-    names, ids, lab = parts.open_parts(settings["folder"], used)
+    names = parts.open_parts(settings["folder"], used)
     trunc = sub["truncated"]
     tails = parts.cut_tail_loss(
         names[used.shape[0] :], chunk[trunc], sub["base"][trunc], sub["example_length"][trunc], L
     )
     base, n = sub["base"], sub["length"].shape[0]
-    loc, gather = parts.part_gather(
-        names, ids, lab, chunk, base, sub["source"], tails, settings["capacity"]
-    )
+    loc, gather = parts.part_gather(names, chunk, base, sub["source"], tails, settings["capacity"])
     empty = np.zeros(0, np.int64)
     pieces = Pieces(
         row=np.arange(n, dtype=np.int64),

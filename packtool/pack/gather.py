@@ -93,8 +93,8 @@ class Located:
     """Pieces located in the Arrow buffers: piece p's tokens are at address ids_at[p], its labels
     at lab_at[p] (piece_len[p] int32 values each; `ids` and `lab` keep that memory alive)."""
 
-    ids: ListColumn
-    lab: ListColumn
+    ids: ListColumn | None  # (None: the pieces are in files only, read by a FileGather)
+    lab: ListColumn | None
     ids_at: np.ndarray
     lab_at: np.ndarray
     source: np.ndarray  # source_index per piece
@@ -118,16 +118,16 @@ class FileGather:
                  labs [piece q0 labels | piece q1 labels | ...]
     """
 
-    def __init__(self, paths: list[str], loc: Located, where: tuple, capacity: int):
-        self.fds = [os.open(path, os.O_RDONLY) for path in paths]
-        self._fds = np.array(self.fds, dtype=np.int64)
-        self.loc = loc
+    def __init__(self, paths: list[str], where: tuple, capacity: int):
+        """where: ((file, byte offset) of each piece's tokens, the same of its labels), file
+        indexing `paths`."""
+        self.fds = np.array([os.open(path, os.O_RDONLY) for path in paths], dtype=np.int64)
         (self.ids_file, self.ids_offset), (self.lab_file, self.lab_offset) = where
         self.ids = np.empty(capacity, dtype=np.int32)
         self.lab = np.empty(capacity, dtype=np.int32)
 
     def close(self) -> None:
-        for fd in self.fds:
+        for fd in self.fds.tolist():
             os.close(fd)
 
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
@@ -152,7 +152,7 @@ class FileGather:
         done, again = 0, -1
         while (
             short := kernels.pread_pieces(
-                self._fds, file_of[done:], offset[done:], nbytes[done:], dest[done:]
+                self.fds, file_of[done:], offset[done:], nbytes[done:], dest[done:]
             )
         ) >= 0:
             if done + short == again:
@@ -172,7 +172,7 @@ def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather 
         return None
     if data.release_pages is not None:
         data.release_pages()  # pages mapped while locating: from here on the map is not read
-    return FileGather([m[0] for m in mapped], loc, (ids, lab), capacity)
+    return FileGather([m[0] for m in mapped], (ids, lab), capacity)
 
 
 def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> Located:

@@ -49,13 +49,11 @@ def test_pieces_read_back_from_two_parts(tmp_path):
     want = [(1, 3, 2, 5), (1, 0, 0, len(docs[(1, 0)][0])), (1, 7, 1, 1)]
     want = [(k, e, s, min(n, len(docs[(k, e)][0]) - s)) for k, e, s, n in want]
     used = np.array([1])
-    names, ids_col, lab_col = parts.open_parts(str(tmp_path), used)
+    names = parts.open_parts(str(tmp_path), used)
     chunk = np.zeros(len(want), np.int64)
     base = np.array([first[k][e] + s for k, e, s, _ in want], np.int64)
     piece_len = np.array([n for *_, n in want], np.int64)
-    _, gather = parts.part_gather(
-        names, ids_col, lab_col, chunk, base, np.arange(len(want)), 0, int(piece_len.sum())
-    )
+    _, gather = parts.part_gather(names, chunk, base, np.arange(len(want)), 0, int(piece_len.sum()))
     try:
         _, n, ids_at, lab_at = gather.stage(np.arange(len(want)), piece_len)
         for q, (k, e, s, m) in enumerate(want):

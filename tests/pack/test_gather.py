@@ -87,7 +87,7 @@ def test_a_cache_file_cut_short_while_packing_is_one_clear_error(mixture, tmp_pa
         short.append(tmp_path / f"short{i}.arrow")
         short[-1].write_bytes(open(path, "rb").read(1000))
     where = ((gather.ids_file, gather.ids_offset), (gather.lab_file, gather.lab_offset))
-    cut = FileGather([str(p) for p in short], loc, where, 4096)
+    cut = FileGather([str(p) for p in short], where, 4096)
     pcs = np.arange(np.searchsorted(np.cumsum(pieces.length), 4096))
     with pytest.raises(PacktoolError, match="truncated while packing; run again"):
         cut.stage(pcs, pieces.length)
