@@ -130,42 +130,27 @@ def plain(v) -> bool:
 def aliased(messages: list[dict]) -> list[dict]:
     """Reasoning under each name templates read it by, as transformers passes it (its
     `_alias_reasoning_fields`: `thinking` first, `reasoning_content` last)."""
-    out = []
-    for m in messages:
-        r = None
-        if not m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
-            r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
-        out.append(m if r is None else {"thinking": r, **m, "reasoning_content": r})
-    return out
+    return [_alias(m) for m in messages]
+
+
+def _alias(m: dict) -> dict:
+    if m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
+        return m
+    r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+    return m if r is None else {"thinking": r, **m, "reasoning_content": r}
 
 
 def prepared(messages, tools) -> list | None:
     """aliased(messages) when plain((messages, tools)), else None: for a list of message dicts
-    in one pass (the walk, then the aliasing, cost 2.5 µs a conversation apart)."""
+    in one pass, each message checked then aliased."""
     out = []
     for m in messages:
         if type(m) is not dict:
-            break  # (the two walks below)
-        for x in m.values():
-            if type(x) is not str:
-                if not plain(x):
-                    return None
-            elif OPEN in x or CLOSE in x:
-                return None
-        for k in m:
-            if type(k) is not str:
-                if not plain(k):
-                    return None
-            elif OPEN in k or CLOSE in k:
-                return None
-        if m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
-            out.append(m)
-            continue
-        r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
-        out.append(m if r is None else {"thinking": r, **m, "reasoning_content": r})
-    else:
-        return out if tools is None or plain(tools) else None
-    return aliased(messages) if plain((messages, tools)) else None
+            return aliased(messages) if plain((messages, tools)) else None
+        if not plain(m):
+            return None
+        out.append(_alias(m))
+    return out if tools is None or plain(tools) else None
 
 
 def spans_of(marked: str) -> tuple[str, list[tuple[int, int]]]:

@@ -7,7 +7,8 @@ With a FastCheck, each batch that `check.take`s gives a probe (its head) that th
 the reference step both encode, in a worker while the others encode (in this process with one).
 The first probe's reference half is encoded in this process while the fast backend still builds on
 its thread (this process would only wait): what the reference imports and builds (transformers'
-renderer, `tokenizers`) is then inherited by the forked workers instead of paid in one. Every probe is concluded before any refused record is reported and at the end, so a difference
+renderer, `tokenizers`) is then inherited by the forked workers instead of paid in one. Every
+probe is concluded before any refused record is reported and at the end, so a difference
 (UseReference) is raised before the cache entry is committed.
 
 Memory: at most IN_FLIGHT_PER_WORKER batches per worker are in flight; the parent holds one

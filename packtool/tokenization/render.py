@@ -122,10 +122,7 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
     for i, m in enumerate(messages):
         c = m.get("content")
         if isinstance(c, str):
-            k = text.find(c[:16], at)  # locate(text, c, at), inline
-            if k >= 0 and not text.startswith(c, k):
-                k = text.find(c, k)
-            if k >= 0:
+            if (k := locate(text, c, at)) >= 0:
                 at = k + len(c)
             elif c.strip() and not appears(c, text):
                 return f"the text of turn {i} ({m['role']})"
