@@ -34,9 +34,8 @@ class Session:
         # where scratch folders go: None, the system's temporary folder (a local cluster); the pack
         # command sets the pack's parent folder, a filesystem every worker writes to
         self.scratch_parent: str | None = None
-        self.keep_tokens = (
-            True  # False: tokenizing keeps lengths only (`profile`: nothing to write)
-        )
+        # False: tokenizing keeps lengths only (`profile`: nothing to write)
+        self.keep_tokens = True
         self._scratch: list[Path] = []
 
     def __enter__(self) -> Session:
