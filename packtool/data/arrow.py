@@ -46,6 +46,8 @@ def arrow_numpy(arr) -> np.ndarray:
     if arr.null_count:
         return arr.to_numpy(zero_copy_only=False)
     width = arr.type.bit_width // 8
+    if len(arr) == 0:
+        return np.zeros(0, dtype=f"<i{width}")
     data = np.frombuffer(arr.buffers()[1], dtype=f"<i{width}")
     return data[arr.offset : arr.offset + len(arr)]
 

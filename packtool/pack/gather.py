@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from packtool import kernels, schema
+from packtool.data.arrow import arrow_numpy, column_numpy
 from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.pack.overflow import Pieces
@@ -49,11 +50,11 @@ class ListColumn:
                 )
             if ch.type.value_type != pa.int32():
                 ch = ch.cast(pa.list_(pa.int32()))
-            offsets = ch.offsets.to_numpy().astype(np.int64, copy=False)
+            offsets = arrow_numpy(ch.offsets).astype(np.int64, copy=False)
             child = ch.values
             if child.null_count:
                 raise PacktoolError(f"column {name!r} has null token ids")
-            vals = child.to_numpy(zero_copy_only=False)
+            vals = arrow_numpy(child)
             self.chunks.append(vals)
             firsts.append(vals.ctypes.data + 4 * offsets[:-1])
             lens.append(np.diff(offsets))
@@ -84,7 +85,7 @@ def _table_rows(table) -> tuple[Any, np.ndarray | None]:
     if isinstance(table, pa.Table):
         return table, None
     indices = getattr(table, "_indices", None)
-    mapping = None if indices is None else np.asarray(indices.column(0).to_numpy(), np.int64)
+    mapping = None if indices is None else column_numpy(indices, indices.column_names[0], np.int64)
     return getattr(table.data, "table", table.data), mapping
 
 
