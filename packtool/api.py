@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING
 
 from packtool.config import (
@@ -103,6 +104,7 @@ def load_tokenized(
     progress: bool | Reporter = True,
     seed: int = 0,
     engine=None,
+    pack: PackConfig | None = None,
 ) -> TokenizedData:
     """Read, normalize and tokenize `data` (cached), or load it as is when it is pre-tokenized.
 
@@ -113,7 +115,25 @@ def load_tokenized(
 
     The result's `options` are what the manifest records (`verify --sources` tokenizes the sources
     again from them): the tokenize options, the input as given (a mixture: every InputSpec's spec),
-    and the keys the tokenizer recorded (train_on, chat_template, labels_from) with their values."""
+    and the keys the tokenizer recorded (train_on, chat_template, labels_from) with their values.
+
+    `pack`: the options of the local pack this data goes to next: that stage's first-use costs
+    (pack.warm) are paid where tokenizing would wait (packtool.idle)."""
+    from packtool import idle
+
+    warm = None
+    if pack is not None and engine is None:
+        from packtool.pack.warm import warm as warm_pack
+
+        warm = partial(warm_pack, pack)
+    with idle.meanwhile(warm):
+        td = _load_tokenized(data, cfg, progress, seed, engine)
+    given = data if isinstance(data, str) else [s.spec for s in data]
+    td.options = {**cfg.fingerprint_dict(), "input": given, **(td.options or {})}
+    return td
+
+
+def _load_tokenized(data, cfg, progress, seed, engine) -> TokenizedData:
     one = isinstance(data, str)
     if engine is not None:
         if not one:
@@ -132,8 +152,6 @@ def load_tokenized(
         from packtool.tokenization.pipeline import load_tokenized as _load
 
         td = _load(data, cfg, progress=progress)
-    given = data if one else [s.spec for s in data]
-    td.options = {**cfg.fingerprint_dict(), "input": given, **(td.options or {})}
     return td
 
 

@@ -131,7 +131,9 @@ def _pack(source, tcfg, cfg, out, seed, output, engine) -> None:
     if engine is not None:  # Ray keeps the encoded parts beside the pack: storage its workers share
         engine.scratch_parent = str(Path(out).resolve().parent)
     # its options are the manifest's (api.load_tokenized): the same as a pack built from Python
-    tokenized = api.load_tokenized(source, tcfg, progress=output, seed=seed, engine=engine)
+    tokenized = api.load_tokenized(
+        source, tcfg, progress=output, seed=seed, engine=engine, pack=cfg
+    )
     if output.human:
         announce(tokenized, output.console, warnings=False)  # render_pack lists the warnings
     with output.stage("writing", unit="rows") as stage:

@@ -263,8 +263,9 @@ class FastBackend:
 
     name = "fastokens"
 
-    def __init__(self, backend_json: str):
+    def __init__(self, backend_json: str, guess=None):
         self.backend_json = backend_json
+        self._guess = guess  # cold_start.Guess: fastokens of the same encoder, building already
         self.fallbacks = 0
         # fastokens reads a literal "<0x0A>" in the text as the byte-fallback piece <0x0A>
         # (tokenizers spells it out char by char): such texts of byte-fallback models go through HF
@@ -329,6 +330,8 @@ class FastBackend:
             self._wait()
         if self._tok is None:
             with self._lock:
+                if self._tok is None and self._guess is not None:
+                    self._tok, self._guess = self._guess.result(), None
                 if self._tok is None:
                     self._tok = rust_tokenizer(self.backend_json, "fastokens")
         return self._tok

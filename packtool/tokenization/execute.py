@@ -22,6 +22,7 @@ import multiprocessing as mp
 import os
 from collections import deque
 
+from packtool import idle
 from packtool.tokenization.encode import EncodeStep, StepResult
 from packtool.tokenization.fast_check import FastCheck, compare
 from packtool.tokenization.run_plan import RunPlan
@@ -102,6 +103,8 @@ def run_local(plan: RunPlan, batches, num_proc: int, check: FastCheck | None = N
             probe = _probe(check, b)
             if probe is not None:  # the reference first: it builds while the fast backend does
                 ref = reference(probe)
+                if plan.building():
+                    idle.run()
                 check.conclude(len(probe), compare(step(probe), ref, probe))
             yield b, step(b)
         return
@@ -111,6 +114,8 @@ def run_local(plan: RunPlan, batches, num_proc: int, check: FastCheck | None = N
     early = None  # the first probe's reference result, encoded here while the backend builds
     if first_probe is not None and plan.building():
         early = reference(first_probe)
+    if plan.building():
+        idle.run()  # what the caller needs later (packtool.idle), while this process would wait
     plan.wait()  # built before forking: workers inherit it (and what `early` imported and built)
     pool = _start_pool(step, num_proc)
     try:

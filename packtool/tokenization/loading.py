@@ -359,10 +359,12 @@ def _resolve(name: str | None) -> TokenizerSpec:
     return TokenizerSpec.from_loaded(load_tokenizer(name))
 
 
-def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
+def load_spec(name: str | None, cache: bool = True, guess_fast: bool = False) -> TokenizerSpec:
     """The TokenizerSpec of `name`, from $PACKTOOL_CACHE/tokenizers when its files, the library
     versions and packtool's byte rules are unchanged (checksummed like every cache entry), else
-    resolved with transformers."""
+    resolved with transformers: in a child process while this one does its idle work, when it has
+    some (cold_start.resolve_aside; `guess_fast`: the fast backend's build from the folder's
+    tokenizer.json starts meanwhile, cold_start.take_guess)."""
     from packtool.tokenization import cache as entry_cache
 
     key = tokenizer_key(name)
@@ -381,6 +383,22 @@ def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
                 return TokenizerSpec.from_json(stored)
             except TypeError:
                 pass  # written by another packtool version: resolve again
-    spec = interruptible(_resolve, name)
+    from packtool.tokenization.cold_start import resolve_aside
+
+    spec = resolve_aside(_resolve, TokenizerSpec.from_json, name, _tokenizer_file(name), guess_fast)
+    if spec is None:
+        spec = interruptible(_resolve, name)
     entry_cache.write_json(path, spec.to_json())
     return spec
+
+
+def _tokenizer_file(name: str | None) -> Path | None:
+    """The tokenizer.json that `name` resolves from, if it has one on disk."""
+    if name is None or name == BUILTIN_TOKENIZER:
+        folder = builtin_tokenizer_dir()
+    elif Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser()
+    else:
+        folder = hub_folder(name)
+    file = folder / "tokenizer.json" if folder is not None else None
+    return file if file is not None and file.is_file() else None

@@ -1,0 +1,146 @@
+"""A cold start's tokenizer resolution, overlapped with what does not need it.
+
+Resolving a tokenizer through transformers (no cached TokenizerSpec) takes 1.6-2.0 s of importing
+and building, all of it holding the GIL, and only then could the fast backend start its own build
+(fastokens, 1.0-1.7 s for a 150k vocabulary). When this process has other work to do (packtool.idle,
+e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
+
+    parent  fork ─ guess: fastokens from the folder's tokenizer.json (thread, GIL released)
+                 ─ idle.run() ─ read the child's answer ─ waitpid ─▶ TokenizerSpec (+ the guess)
+    child        resolve(name) ─ same_encoder(tokenizer.json, the resolved JSON) ─▶ pipe, exit 0
+                 (any failure: exit 1, nothing sent: the parent resolves in place and raises the
+                 error itself, word for word as without the child)
+
+transformers often rebuilds the file's tokenizer with flags encoding never reads (the decoder's,
+ByteLevel's trim_offsets, merges spelled "a b" or ["a", "b"]): the guess is kept only when the
+resolved JSON and the file are the same encoder (`same_encoder`), else dropped (waited for, then
+the fast backend builds from the resolved JSON as it always does). The fast path is checked
+against the reference path on the run's first examples either way (fast_check).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+_GUESSES: dict[str, Any] = {}  # backend_json of a resolved spec -> its kept guess (a Guess)
+
+
+class Guess:
+    """fastokens built from a tokenizer.json on a thread; result() waits for it (None: it failed)."""
+
+    def __init__(self, text: str):
+        self._tok = None
+        self._thread = threading.Thread(target=self._build, args=(text,), daemon=True)
+        self._thread.start()
+        atexit.register(self._thread.join)  # never exit while it is inside native code
+
+    def _build(self, text: str) -> None:
+        try:
+            import fastokens
+
+            tok = fastokens.Tokenizer.from_json_str(text)
+            tok.no_truncation()
+            tok.no_padding()
+            self._tok = tok
+        except Exception:  # the fast backend builds from the resolved JSON instead
+            pass
+
+    def result(self):
+        self._thread.join()
+        return self._tok
+
+
+def take_guess(backend_json: str):
+    """The kept guess for a spec's JSON (a Guess), once; None when there is none."""
+    return _GUESSES.pop(backend_json, None)
+
+
+def same_encoder(file_text: str, resolved_json: str) -> bool:
+    """The two tokenizer JSONs encode alike: equal once the decoder, padding, truncation, ByteLevel
+    pre-tokenizers' trim_offsets (read only when offsets are post-processed) and the spelling of
+    merges are left out."""
+    import orjson
+
+    return _encoder(orjson.loads(file_text)) == _encoder(orjson.loads(resolved_json))
+
+
+def _encoder(d: dict) -> dict:
+    d = {k: v for k, v in d.items() if k not in ("decoder", "padding", "truncation")}
+    d["pre_tokenizer"] = _pre(d.get("pre_tokenizer"))
+    model = dict(d.get("model") or {})
+    merges = model.get("merges")
+    if isinstance(merges, list):
+        model["merges"] = [m.split(" ", 1) if isinstance(m, str) else m for m in merges]
+    d["model"] = model
+    return d
+
+
+def _pre(p):
+    if not isinstance(p, dict):
+        return p
+    if p.get("type") == "ByteLevel":
+        return {k: v for k, v in p.items() if k != "trim_offsets"}
+    if p.get("type") == "Sequence":
+        return {**p, "pretokenizers": [_pre(x) for x in p.get("pretokenizers") or ()]}
+    return p
+
+
+def resolve_aside(resolve, rebuild, name: str | None, file: Path | None, guess: bool):
+    """The TokenizerSpec `resolve(name)` gives (sent as its to_json(), made again by `rebuild`),
+    resolved in a forked child while this process runs
+    packtool.idle's pending work; None when there is none pending or no fork (resolve in place)
+    or the child failed. `file`: the tokenizer.json to build the fast backend's guess from (with
+    `guess`), kept when the child finds the resolved tokenizer the same encoder."""
+    from packtool import idle
+
+    if not idle.pending() or not hasattr(os, "fork"):
+        return None
+    import orjson
+
+    text = file.read_text(encoding="utf-8") if guess and file is not None else None
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: resolve, answer, exit without running the parent's exit handlers
+        code = 1
+        try:
+            os.close(r)
+            spec = resolve(name)
+            same = text is not None and same_encoder(text, spec.backend_json)
+            with os.fdopen(w, "wb") as out:
+                out.write(orjson.dumps({"spec": spec.to_json(), "same_encoder": same}))
+            code = 0
+        except BaseException:  # noqa: BLE001 - the parent resolves again and reports it
+            pass
+        finally:
+            os._exit(code)
+    os.close(w)
+    pending = Guess(text) if text is not None else None
+    status = -1
+    try:
+        idle.run()
+        with os.fdopen(r, "rb") as answer:
+            payload = answer.read()
+        status = os.waitpid(pid, 0)[1]
+    finally:
+        if status == -1:  # interrupted: the child goes too
+            try:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+    if status != 0 or not payload:
+        if pending is not None:
+            pending.result()  # not inside native code when this process exits or forks
+        return None
+    got = orjson.loads(payload)
+    spec = rebuild(got["spec"])
+    if pending is not None:
+        if got["same_encoder"]:
+            _GUESSES[spec.backend_json] = pending
+        else:
+            pending.result()
+    return spec

@@ -1,0 +1,26 @@
+"""pack.warm: a toy pack with the run's options, leaving nothing behind."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from packtool.config import PackConfig
+from packtool.pack.warm import warm
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"strategy": "ffd", "order": "random", "shuffle": True},
+        {"pad_to_multiple": 8, "max_docs": 4, "fixed_docs": True},
+        {"overflow": "truncate"},
+    ],
+)
+def test_warm_packs_a_toy_with_the_runs_options_and_leaves_nothing(options):
+    before = set(Path(tempfile.gettempdir()).glob("packtool-warm-*"))
+    warm(PackConfig(pack_len=64, **options))  # raises if the toy pack fails
+    assert set(Path(tempfile.gettempdir()).glob("packtool-warm-*")) == before

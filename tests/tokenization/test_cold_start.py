@@ -1,0 +1,125 @@
+"""A cold start: the tokenizer resolved in a child process while this one does its idle work, and
+the fast backend's build from the folder's tokenizer.json kept only for the same encoder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from paths import SHARED_TOKENIZERS
+
+from packtool import idle
+from packtool.tokenization import cold_start
+from packtool.tokenization.cold_start import resolve_aside, same_encoder, take_guess
+from packtool.tokenization.loading import (
+    TokenizerSpec,
+    _resolve,
+    builtin_tokenizer_dir,
+    load_spec,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_idle_left():
+    idle.clear()
+    yield
+    idle.clear()
+
+
+def _file_and_spec(folder):
+    file = (folder or builtin_tokenizer_dir()) / "tokenizer.json"
+    return file, _resolve(None if folder is None else str(folder))
+
+
+@pytest.mark.parametrize("folder", [None, SHARED_TOKENIZERS / "llama3"], ids=["builtin", "llama3"])
+def test_the_folders_file_and_what_transformers_resolves_are_the_same_encoder(folder):
+    if folder is not None and not folder.is_dir():
+        pytest.skip(f"{folder} is not here")
+    file, spec = _file_and_spec(folder)
+    assert same_encoder(file.read_text(), spec.backend_json)
+
+
+def test_a_difference_encoding_reads_is_not_the_same_encoder():
+    file, spec = _file_and_spec(None)
+    text = file.read_text()
+    base = json.loads(text)
+    vocab = dict(base["model"]["vocab"])
+    vocab["a"], vocab["b"] = vocab["b"], vocab["a"]  # two ids swapped
+    changed = [
+        {**base, "model": {**base["model"], "vocab": vocab}},
+        {**base, "normalizer": {"type": "Lowercase"}},
+        {**base, "added_tokens": base["added_tokens"][:-1]},
+    ]
+    for d in changed:
+        assert not same_encoder(json.dumps(d), spec.backend_json)
+    # what encoding never reads: the decoder, ByteLevel's trim_offsets, the spelling of merges
+    pre = json.loads(json.dumps(base["pre_tokenizer"]))
+    for p in pre["pretokenizers"]:
+        if p["type"] == "ByteLevel":
+            p["trim_offsets"] = not p.get("trim_offsets")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in base["model"]["merges"]]
+    same = {
+        **base,
+        "decoder": None,
+        "pre_tokenizer": pre,
+        "model": {**base["model"], "merges": [m.split(" ") for m in merges]},
+    }
+    assert same_encoder(json.dumps(same), spec.backend_json)
+
+
+def test_resolving_aside_gives_the_spec_of_resolving_in_place_and_runs_the_idle_work():
+    ran = []
+    idle.later(lambda: ran.append("idle"))
+    file = builtin_tokenizer_dir() / "tokenizer.json"
+    spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, file, guess=True)
+    assert ran == ["idle"]
+    assert spec is not None and spec == _resolve(None)
+    guess = take_guess(spec.backend_json)  # the same encoder: the guess is kept, once
+    assert guess is not None and take_guess(spec.backend_json) is None
+    from packtool.tokenization.backends import FastBackend, rust_tokenizer
+
+    texts = ["<|im_start|>user\nHello, wörld! 12345<|im_end|>\n", "  spaces\tand\ttabs\n\n"]
+    got = FastBackend(spec.backend_json, guess).encode(texts)
+    want = rust_tokenizer(spec.backend_json, "fastokens").encode_batch_flat(
+        texts, add_special_tokens=False
+    )
+    import numpy as np
+
+    assert np.frombuffer(want[0], "<u4").tolist() == got[0].tolist()
+
+
+def test_nothing_idle_resolves_in_place():
+    assert resolve_aside(_resolve, TokenizerSpec.from_json, None, None, guess=False) is None
+
+
+def test_a_failing_child_leaves_the_error_to_the_in_place_resolution(tmp_path):
+    idle.later(lambda: None)
+    assert (
+        resolve_aside(
+            _resolve, TokenizerSpec.from_json, str(tmp_path / "nothing-here"), None, guess=False
+        )
+        is None
+    )
+
+
+def test_a_different_encoder_drops_the_guess(monkeypatch):
+    monkeypatch.setattr(cold_start, "same_encoder", lambda a, b: False)
+    idle.later(lambda: None)
+    spec = resolve_aside(
+        _resolve,
+        TokenizerSpec.from_json,
+        None,
+        builtin_tokenizer_dir() / "tokenizer.json",
+        guess=True,
+    )
+    assert spec is not None and take_guess(spec.backend_json) is None
+
+
+def test_load_spec_resolves_aside_when_idle_work_is_pending(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
+    ran = []
+    with idle.meanwhile(lambda: ran.append(1)):
+        spec = load_spec(None, guess_fast=True)
+    assert ran == [1]
+    assert take_guess(spec.backend_json) is not None
+    assert load_spec(None) == spec  # and cached as the in-place resolution caches it
