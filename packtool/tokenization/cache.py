@@ -4,7 +4,8 @@
         tok-<key>/                  one tokenized input (key: sources, tokenizer, template, options)
             data.arrow              Arrow IPC file, the tokenized table (packtool.data), written once
             meta.json               {"meta": {...}, "data": {"bytes", "xxh3_128"}, "checksum": ...}
-        tokenizers/<digest>.json    resolved TokenizerSpecs: a checksum line, then JSON (read_json)
+        tokenizers/<digest>.json    resolved TokenizerSpecs: a checksum line, then JSON (read_json),
+        tokenizers/<digest>.tokenizer.json    ...their tokenizer JSON beside, as it is (read_bytes)
         templates/<digest>.json     template verdicts, the same layout
         work-<key>-<pid>-<n>/       an entry being written; renamed to tok-<key> when complete
 
@@ -98,11 +99,25 @@ def read_json(path: Path) -> Any | None:
     """The stored object, or None when absent; damaged files are removed with a warning.
 
         packtool-json 1 <xxh3-128 of BODY, hex>\n
-        BODY: the object as JSON (a resolved tokenizer spec is ~10-22 MB, most of it one string)
+        BODY: the object as JSON (or, read_bytes / write_bytes, any bytes: a resolved tokenizer
+              spec keeps its 4-14 MB tokenizer JSON so, beside the rest: no string to unescape)
 
     The checksum covers the bytes, so a read is one hash at memory speed and one orjson parse."""
     import orjson
 
+    body = read_bytes(path)
+    if body is None:
+        return None
+    try:
+        return orjson.loads(body)
+    except ValueError:
+        _say(f"cache file {path} is damaged (not JSON); recomputing it")
+        path.unlink(missing_ok=True)
+        return None
+
+
+def read_bytes(path: Path) -> bytes | None:
+    """The stored bytes (write_bytes), or None when absent; a damaged file is removed with a warning."""
     try:
         raw = path.read_bytes()
         head, _, body = raw.partition(b"\n")
@@ -110,7 +125,7 @@ def read_json(path: Path) -> Any | None:
             path.unlink(missing_ok=True)
             return None
         if head[len(_JSON_MAGIC) :].decode() == _xxh(body).hexdigest():
-            return orjson.loads(body)
+            return body
         why = "checksum mismatch"
     except FileNotFoundError:
         return None
@@ -125,8 +140,12 @@ def write_json(path: Path, obj: Any) -> None:
     """Atomically (temp file + rename); a cache that cannot be written is skipped, not fatal."""
     import orjson
 
+    write_bytes(path, orjson.dumps(obj))
+
+
+def write_bytes(path: Path, body: bytes) -> None:
+    """As write_json, for bytes stored as they are."""
     try:
-        body = orjson.dumps(obj)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_bytes(_JSON_MAGIC + _xxh(body).hexdigest().encode() + b"\n" + body)

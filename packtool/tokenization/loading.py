@@ -8,6 +8,8 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,7 +254,7 @@ class TokenizerSpec:
         """From a transformers fast tokenizer (tests build tiny ones in-process)."""
         from packtool.tokenization.byte_rules import byte_rules_refusal
 
-        backend_json = tok.backend_tokenizer.to_str()
+        backend_json = compact_merges(tok.backend_tokenizer.to_str())
         return cls(
             name=name,
             folder=str(folder) if folder else None,
@@ -295,6 +297,25 @@ class TokenizerSpec:
         return cls(**{**d, "all_special_tokens": tuple(d["all_special_tokens"])})
 
 
+def compact_merges(backend_json: str) -> str:
+    """The tokenizer JSON with a BPE model's merges spelled "a b" instead of ["a", "b"] when no
+    part holds a space (the one case the older spelling cannot say): the same merges, read ~20%
+    faster by `tokenizers` and fastokens (Llama 3: 0.40 -> 0.31 s). Any other JSON as it is."""
+    import orjson
+
+    d = orjson.loads(backend_json)
+    model = d.get("model")
+    if not isinstance(model, dict) or model.get("type") != "BPE":
+        return backend_json
+    merges = model.get("merges")
+    if not merges or not isinstance(merges[0], list):
+        return backend_json
+    if any(len(m) != 2 or " " in m[0] or " " in m[1] for m in merges):
+        return backend_json
+    model["merges"] = [f"{a} {b}" for a, b in merges]
+    return orjson.dumps(d).decode()
+
+
 def tokenizer_key(name: str | None) -> str:
     """What identifies a tokenizer's behaviour: its files' hash (or cached hub snapshot)."""
     if name is None or name == BUILTIN_TOKENIZER:
@@ -306,22 +327,35 @@ def tokenizer_key(name: str | None) -> str:
     return f"hub:{name}:" + (_files_hash(snapshot) if snapshot else "uncached")
 
 
-def library_versions() -> dict[str, str]:
-    """Versions that change rendering or tokenization, read without importing the packages."""
-    from importlib.metadata import PackageNotFoundError, version
+_VERSIONED = ("transformers", "tokenizers", "jinja2", "fastokens", "trl")  # trl: its templates
 
-    out = {}
-    for pkg in (
-        "transformers",
-        "tokenizers",
-        "jinja2",
-        "fastokens",
-        "trl",
-    ):  # trl: its template files
+
+def library_versions() -> dict[str, str]:
+    """Versions that change rendering or tokenization, read without importing the packages: from
+    the names of the installed `{name}-{version}.dist-info` folders (what a wheel install writes;
+    one scan of sys.path, ~5 ms), else importlib.metadata (~0.1 s with its import)."""
+    found: dict[str, str] = {}
+    for entry in sys.path:
         try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "absent"
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for folder in names:
+            if folder.endswith(".dist-info") and "-" in folder:
+                name, _, version = folder[: -len(".dist-info")].partition("-")
+                found.setdefault(re.sub(r"[-_.]+", "_", name).lower(), version)
+    out = {}
+    for pkg in _VERSIONED:
+        version = found.get(pkg)
+        if version is None:
+            from importlib.metadata import PackageNotFoundError
+            from importlib.metadata import version as installed
+
+            try:
+                version = installed(pkg)
+            except PackageNotFoundError:
+                version = "absent"
+        out[pkg] = version
     return out
 
 
@@ -376,19 +410,22 @@ def load_spec(name: str | None, cache: bool = True, guess_fast: bool = False) ->
         json.dumps([key, library_versions(), rules], sort_keys=True).encode()
     ).hexdigest()[:24]
     path = entry_cache.tokenizer_path(digest)
+    beside = path.with_suffix(".tokenizer.json")  # backend_json as it is: no string to unescape
     if cache:
         stored = entry_cache.read_json(path)
-        if stored is not None:
+        text = entry_cache.read_bytes(beside) if stored is not None else None
+        if stored is not None and text is not None:
             try:
-                return TokenizerSpec.from_json(stored)
-            except TypeError:
+                return TokenizerSpec.from_json({**stored, "backend_json": text.decode()})
+            except (TypeError, UnicodeDecodeError):
                 pass  # written by another packtool version: resolve again
     from packtool.tokenization.cold_start import resolve_aside
 
     spec = resolve_aside(_resolve, TokenizerSpec.from_json, name, _tokenizer_file(name), guess_fast)
     if spec is None:
         spec = interruptible(_resolve, name)
-    entry_cache.write_json(path, spec.to_json())
+    entry_cache.write_bytes(beside, spec.backend_json.encode())
+    entry_cache.write_json(path, {k: v for k, v in spec.to_json().items() if k != "backend_json"})
     return spec
 
 

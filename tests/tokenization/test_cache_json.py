@@ -47,3 +47,13 @@ def test_older_layout_is_recomputed_without_a_warning(tmp_path):
         warnings.simplefilter("error")
         assert cache.read_json(path) is None
     assert not path.exists()
+
+
+def test_bytes_round_trip_as_they_are(tmp_path):
+    body = '{"model": {"vocab": {"\\"é": 1}}}\n'.encode() * 1000
+    path = tmp_path / "x.tokenizer.json"
+    cache.write_bytes(path, body)
+    assert cache.read_bytes(path) == body
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.warns(cache.CacheWarning, match=r"x\.tokenizer\.json is damaged"):
+        assert cache.read_bytes(path) is None

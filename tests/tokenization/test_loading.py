@@ -100,3 +100,60 @@ def test_a_cached_hub_tokenizer_resolves_as_its_snapshot_folder_without_torch(tm
         out.stderr
     )
     assert cls == TokenizerSpec.from_loaded(load_tokenizer(None)).cls
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=["builtin", "gptoss", "llama3"])
+def test_the_specs_json_reads_back_as_the_tokenizer_transformers_built(folder):
+    """compact_merges respells the merges only: `tokenizers` reads the spec's JSON into the very
+    tokenizer transformers built (its own serialization, byte for byte)."""
+    from tokenizers import Tokenizer
+
+    if folder is not None and not folder.is_dir():
+        pytest.skip(f"{folder} is not here")
+    loaded = load_tokenizer(None if folder is None else str(folder))
+    spec = TokenizerSpec.from_loaded(loaded)
+    original = loaded.tokenizer.backend_tokenizer.to_str()
+    assert Tokenizer.from_str(spec.backend_json).to_str() == original
+    if '"merges":[[' in original:
+        assert '"merges":[[' not in spec.backend_json  # respelled, so it reads faster
+
+
+def test_merges_with_a_space_keep_their_pair_spelling():
+    import json
+
+    from packtool.tokenization.loading import compact_merges
+
+    d = {"model": {"type": "BPE", "vocab": {}, "merges": [["a b", "c"], ["d", "e"]]}}
+    assert compact_merges(json.dumps(d)) == json.dumps(d)
+    unigram = json.dumps({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})
+    assert compact_merges(unigram) == unigram
+
+
+def test_library_versions_are_the_installed_ones():
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packtool.tokenization.loading import library_versions
+
+    for pkg, got in library_versions().items():
+        try:
+            want = version(pkg)
+        except PackageNotFoundError:
+            want = "absent"
+        assert got == want, pkg
+
+
+def test_a_cached_spec_keeps_its_tokenizer_json_beside_and_reads_back_equal(tmp_path, monkeypatch):
+    from packtool.tokenization import cache
+    from packtool.tokenization.loading import load_spec
+
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
+    spec = load_spec(None)
+    small = list((tmp_path / "tokenizers").glob("*[0-9a-f].json"))
+    beside = list((tmp_path / "tokenizers").glob("*.tokenizer.json"))
+    assert len(small) == 1 and len(beside) == 1
+    assert "backend_json" not in cache.read_json(small[0])
+    assert cache.read_bytes(beside[0]) == spec.backend_json.encode()
+    assert load_spec(None) == spec
+    beside[0].write_bytes(beside[0].read_bytes()[:-5])  # damaged: resolved again, the same
+    with pytest.warns(cache.CacheWarning, match="damaged"):
+        assert load_spec(None) == spec
