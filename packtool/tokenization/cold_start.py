@@ -6,8 +6,9 @@ and building, all of it holding the GIL, and only then could the fast backend st
 e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
 
     parent  fork ─ guess: fastokens from the folder's tokenizer.json (thread, GIL released)
-                 ─ idle.run() ─ read the child's answer ─ waitpid ─▶ TokenizerSpec (+ the guess)
-    child        resolve(name) ─ same_encoder(tokenizer.json, the resolved JSON) ─▶ pipe, exit 0
+                 ─ idle.run() ─ parse the file ─ read the child's answer ─ waitpid
+                 ─ same_encoder(file, resolved JSON)? ─▶ TokenizerSpec (+ the guess, kept)
+    child        resolve(name) ─▶ the spec's JSON through a pipe, exit 0
                  (any failure: exit 1, nothing sent: the parent resolves in place and raises the
                  error itself, word for word as without the child)
 
@@ -109,9 +110,8 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None, guess: 
         try:
             os.close(r)
             spec = resolve(name)
-            same = text is not None and same_encoder(text, spec.backend_json)
             with os.fdopen(w, "wb") as out:
-                out.write(orjson.dumps({"spec": spec.to_json(), "same_encoder": same}))
+                out.write(orjson.dumps(spec.to_json()))
             code = 0
         except BaseException:  # noqa: BLE001 - the parent resolves again and reports it
             pass
@@ -122,6 +122,8 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None, guess: 
     status = -1
     try:
         idle.run()
+        # the file's side of same_encoder, while the child still resolves (0.1-0.4 s of parsing)
+        file_view = _encoder(orjson.loads(text)) if text is not None else None
         with os.fdopen(r, "rb") as answer:
             payload = answer.read()
         status = os.waitpid(pid, 0)[1]
@@ -136,10 +138,9 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None, guess: 
         if pending is not None:
             pending.result()  # not inside native code when this process exits or forks
         return None
-    got = orjson.loads(payload)
-    spec = rebuild(got["spec"])
+    spec = rebuild(orjson.loads(payload))
     if pending is not None:
-        if got["same_encoder"]:
+        if _encoder(orjson.loads(spec.backend_json)) == file_view:
             _GUESSES[spec.backend_json] = pending
         else:
             pending.result()

@@ -9,7 +9,6 @@ import pytest
 from paths import SHARED_TOKENIZERS
 
 from packtool import idle
-from packtool.tokenization import cold_start
 from packtool.tokenization.cold_start import resolve_aside, same_encoder, take_guess
 from packtool.tokenization.loading import (
     TokenizerSpec,
@@ -102,16 +101,13 @@ def test_a_failing_child_leaves_the_error_to_the_in_place_resolution(tmp_path):
     )
 
 
-def test_a_different_encoder_drops_the_guess(monkeypatch):
-    monkeypatch.setattr(cold_start, "same_encoder", lambda a, b: False)
+def test_a_different_encoder_drops_the_guess(tmp_path):
+    d = json.loads((builtin_tokenizer_dir() / "tokenizer.json").read_text())
+    d["normalizer"] = {"type": "Lowercase"}  # a file that is not what transformers resolves
+    other = tmp_path / "tokenizer.json"
+    other.write_text(json.dumps(d))
     idle.later(lambda: None)
-    spec = resolve_aside(
-        _resolve,
-        TokenizerSpec.from_json,
-        None,
-        builtin_tokenizer_dir() / "tokenizer.json",
-        guess=True,
-    )
+    spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, other, guess=True)
     assert spec is not None and take_guess(spec.backend_json) is None
 
 
