@@ -74,8 +74,12 @@ def _encoder(d: dict) -> dict:
     d["pre_tokenizer"] = _pre(d.get("pre_tokenizer"))
     model = dict(d.get("model") or {})
     merges = model.get("merges")
-    if isinstance(merges, list):
-        model["merges"] = [m.split(" ", 1) if isinstance(m, str) else m for m in merges]
+    if isinstance(merges, list) and not all(isinstance(m, str) for m in merges):
+        # "a b", as a resolved spec spells them (loading.compact_merges): the spec's side is
+        # then compared as it is; a pair with a space in a part stays a pair (the one ambiguity)
+        model["merges"] = [
+            m if isinstance(m, str) or " " in "".join(m) else " ".join(m) for m in merges
+        ]
     d["model"] = model
     return d
 
