@@ -331,7 +331,9 @@ class FastBackend:
         if self._tok is None:
             with self._lock:
                 if self._tok is None and self._guess is not None:
-                    self._tok, self._guess = self._guess.result(), None
+                    self._tok, guess, self._guess = self._guess.result(), self._guess, None
+                    if guess.table is not None and self._lengths is None and self._reason is None:
+                        self._rules, self._lengths, self._reason = guess.table
                 if self._tok is None:
                     self._tok = rust_tokenizer(self.backend_json, "fastokens")
         return self._tok

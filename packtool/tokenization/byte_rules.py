@@ -152,7 +152,11 @@ def _byte_lengths(spec: dict, rules: ByteRules) -> np.ndarray:
 @functools.lru_cache(maxsize=2)
 def byte_table(backend_json: str) -> tuple[ByteRules | None, np.ndarray | None, str | None]:
     """(rules, byte length of every token id, None), or (None, None, why not): once per process."""
-    spec = _loads(backend_json)
+    return table_of(_loads(backend_json))
+
+
+def table_of(spec: dict) -> tuple[ByteRules | None, np.ndarray | None, str | None]:
+    """byte_table of a parsed tokenizer JSON."""
     rules, reason = _byte_rules(spec)
     return (None, None, reason) if rules is None else (rules, _byte_lengths(spec, rules), None)
 

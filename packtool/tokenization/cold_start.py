@@ -6,7 +6,7 @@ and building, all of it holding the GIL, and only then could the fast backend st
 e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
 
     parent  fork ─ guess: fastokens from the folder's tokenizer.json (thread, GIL released)
-                 ─ idle.run() ─ parse the file ─ read the child's answer ─ waitpid
+                 ─ idle.run() ─ parse the file, its byte table ─ read the child's answer ─ waitpid
                  ─ same_encoder(file, resolved JSON)? ─▶ TokenizerSpec (+ the guess, kept)
     child        resolve(name) ─▶ the spec's JSON through a pipe, exit 0
                  (any failure: exit 1, nothing sent: the parent resolves in place and raises the
@@ -31,9 +31,12 @@ _GUESSES: dict[str, Any] = {}  # backend_json of a resolved spec -> its kept gue
 
 
 class Guess:
-    """fastokens built from a tokenizer.json on a thread; result() waits for it (None: it failed)."""
+    """fastokens built from a tokenizer.json on a thread; result() waits for it (None: it failed).
+    `table`: byte_rules' table of the same file (its rules read nothing same_encoder leaves out),
+    set by resolve_aside while the child resolves; None until then."""
 
     def __init__(self, text: str):
+        self.table = None
         self._tok = None
         self._thread = threading.Thread(target=self._build, args=(text,), daemon=True)
         self._thread.start()
@@ -126,8 +129,15 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None, guess: 
     status = -1
     try:
         idle.run()
-        # the file's side of same_encoder, while the child still resolves (0.1-0.4 s of parsing)
-        file_view = _encoder(orjson.loads(text)) if text is not None else None
+        # the file's side of same_encoder and the fast backend's byte table, while the child
+        # still resolves (0.1-0.4 s of parsing, ~0.3 s of table)
+        file_view = None
+        if pending is not None:
+            from packtool.tokenization.byte_rules import table_of
+
+            parsed = orjson.loads(text)
+            file_view = _encoder(parsed)
+            pending.table = table_of(parsed)
         with os.fdopen(r, "rb") as answer:
             payload = answer.read()
         status = os.waitpid(pid, 0)[1]

@@ -75,6 +75,11 @@ def test_resolving_aside_gives_the_spec_of_resolving_in_place_and_runs_the_idle_
     assert spec is not None and spec == _resolve(None)
     guess = take_guess(spec.backend_json)  # the same encoder: the guess is kept, once
     assert guess is not None and take_guess(spec.backend_json) is None
+    from packtool.tokenization.byte_rules import byte_table
+
+    rules, lengths, reason = byte_table(spec.backend_json)  # the file's table is the spec's
+    assert guess.table[0] == rules and guess.table[2] == reason
+    assert guess.table[1].tolist() == lengths.tolist()
     from packtool.tokenization.backends import FastBackend, rust_tokenizer
 
     texts = ["<|im_start|>user\nHello, wörld! 12345<|im_end|>\n", "  spaces\tand\ttabs\n\n"]
