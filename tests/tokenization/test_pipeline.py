@@ -58,7 +58,7 @@ def test_multiprocess_equals_single(tmp_path):
     one = load_tokenized(path, TokenizeConfig(num_proc=1, cache=False), progress=False)
     two = load_tokenized(path, TokenizeConfig(num_proc=2, cache=False), progress=False)
     assert one.dataset["input_ids"] == two.dataset["input_ids"]
-    assert one.dataset["labels"] == two.dataset["labels"]
+    assert one.labels().to_pylist() == two.labels().to_pylist()
 
 
 def test_malformed_line_is_fatal_with_file_and_line(tmp_path):
@@ -133,7 +133,7 @@ def test_pretokenized_parquet(tmp_path, label_column):
     if label_column is None:
         assert td.loss_counts.tolist() == [4, 2, 3]
     else:
-        assert td.dataset["labels"] == [[-100, -100, 7, 8], [-100, 10], [-100, -100, -100]]
+        assert td.labels().to_pylist() == [[-100, -100, 7, 8], [-100, 10], [-100, -100, -100]]
         assert td.loss_counts.tolist() == [2, 1, 0]
 
 
@@ -176,7 +176,7 @@ def test_pretokenized_skip_and_attention_mask(tmp_path):
         TokenizeConfig(num_proc=1, train_on="last", read=ReadConfig(on_error="skip")),
         progress=False,
     )
-    assert td.dataset["input_ids"] == [[5, 6], [7, 8, 9]] and td.dataset["labels"] == [
+    assert td.dataset["input_ids"] == [[5, 6], [7, 8, 9]] and td.labels().to_pylist() == [
         [5, 6],
         [7, 8, 9],
     ]
