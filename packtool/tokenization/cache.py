@@ -7,7 +7,7 @@
             meta.json               {"meta": {...}, "data": {"bytes", "xxh3_128"}, "checksum": ...}
         tokenizers/<digest>.json    resolved TokenizerSpecs: a checksum line, then JSON (read_json)
         templates/<digest>.json     template verdicts, the same layout
-        work-<key>-<pid>-<n>/       an entry being written; renamed to tok-<key> when complete
+        work-<pid>-<n>/             an entry being written; renamed to tok-<key> when complete
 
 A cache folder that cannot be written (or is short of space) is not fatal: `check_usable` warns
 once and the run keeps its entry in a temporary folder that is removed at exit.
@@ -145,6 +145,12 @@ def entry_path(key: str) -> Path:
     return cache_root() / f"tok-{key}"
 
 
+def has_entries() -> bool:
+    """Whether the cache holds any tokenized entry (none: every key misses, without computing it)."""
+    root = cache_root()
+    return root.is_dir() and next(root.glob("tok-*"), None) is not None
+
+
 @dataclass
 class MappedEntry:
     """A verified entry: the table memory-mapped from data.arrow, and its metadata."""
@@ -251,7 +257,8 @@ class _HashingFile(io.RawIOBase):
 
 
 def remove_stale_work() -> None:
-    """Work folders of runs that are gone (killed, crashed): `work-<key>-<pid>-<n>`."""
+    """Work folders of runs that are gone (killed, crashed): `work-<pid>-<n>` (older packtools:
+    `work-<key>-<pid>-<n>`)."""
     root = cache_root()
     if not root.is_dir():
         return
@@ -292,12 +299,12 @@ class EntryWriter:
     _count = 0
     QUEUE_BATCHES = 2
 
-    def __init__(self, key: str, schema):
+    def __init__(self, schema):
         """`schema`: the batches' (labels list<int32>); data.arrow holds a loss_mask in their place
-        while every label is its id or -100 (packtool.data.labels), else the labels as given."""
+        while every label is its id or -100 (packtool.data.labels), else the labels as given. The
+        key is given to `commit` (the sources may still be hashing while the batches are written)."""
         EntryWriter._count += 1
-        self.final = entry_path(key)
-        self.work = cache_root() / f"work-{key}-{os.getpid()}-{EntryWriter._count}"
+        self.work = cache_root() / f"work-{os.getpid()}-{EntryWriter._count}"
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir(parents=True)
         self.schema = schema
@@ -376,9 +383,10 @@ class EntryWriter:
             self._thread = None
         return self._error
 
-    def commit(self, meta: dict[str, Any], replace: bool = False) -> Path:
-        """Close data.arrow, write meta.json, rename into place (over an existing entry when
-        `replace`, as --no-cache asks). Returns the entry's path."""
+    def commit(self, key: str, meta: dict[str, Any], replace: bool = False) -> Path:
+        """Close data.arrow, write meta.json, rename into place as tok-<key> (over an existing entry
+        when `replace`, as --no-cache asks). Returns the entry's path."""
+        self.final = entry_path(key)
         if (error := self._join()) is not None:
             raise error
         self._close()

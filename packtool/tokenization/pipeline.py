@@ -96,10 +96,10 @@ def load_tokenized(
     if tok_key.endswith(":uncached"):
         load_spec(cfg.tokenizer)  # fails fast, or (--allow-download) fetches it: key on its files
         tok_key = tokenizer_key(cfg.tokenizer)
-    key = cache_key(source.files, cfg, tok_key)
-    path = cache.entry_path(key)
-    if cfg.cache:
-        entry = cache.open_entry(path)
+    key = None  # the sources' sha256 are still being hashed (source.files waits for them)
+    if cfg.cache and cache.has_entries():  # (an empty cache has no hit: no need to wait)
+        key = cache_key(source.files, cfg, tok_key)
+        entry = cache.open_entry(cache.entry_path(key))
         if entry is not None:
             td = _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
             return check_strict_labels(td, cfg)
@@ -110,7 +110,7 @@ def load_tokenized(
     batches = itertools.chain([first] if first is not None else [], batches)
     while True:  # a difference: again one step down (ends: the reference path is not checked)
         try:
-            td = _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches)
+            td = _tokenize(data, cfg, source, (key, tok_key), progress, t0, plan, decisions, batches)
             break
         except UseReference as e:
             source = RecordSource(data, cfg.read)
@@ -121,12 +121,15 @@ def load_tokenized(
 
 def _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches) -> TokenizedData:
     num_proc = workers(plan, cfg.num_proc, source.total_bytes)
+    if num_proc > 1:
+        _ = source.files  # hashed before the worker processes fork (no thread running then)
+    key, tok_key = key
     check = FastCheck.of(plan)
     t_enc = time.perf_counter()
     tally = Tally()
     try:
         with (
-            cache.EntryWriter(key, token_schema()) as writer,
+            cache.EntryWriter(token_schema()) as writer,
             reporter(progress).stage(
                 "tokenizing" if plan.kind == "chat" else "reading",
                 unit="examples",
@@ -144,7 +147,8 @@ def _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches) ->
                 raise no_examples(data, source)
             backend = check.report if check is not None and check.report else plan.backend
             meta = run_meta(source, cfg, plan, decisions, tally, backend)
-            final = writer.commit(meta, replace=not cfg.cache)
+            key = key or cache_key(source.files, cfg, tok_key)
+            final = writer.commit(key, meta, replace=not cfg.cache)
     except OSError as e:
         root = str(cache.cache_root())
         if e.filename and not str(e.filename).startswith(root):

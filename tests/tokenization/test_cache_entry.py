@@ -24,10 +24,10 @@ def batches(n: int = 7):
 def test_the_entry_holds_every_batch_in_order(tmp_path, monkeypatch):
     monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
     sent = list(batches())
-    with cache.EntryWriter("k", token_schema()) as w:
+    with cache.EntryWriter(token_schema()) as w:
         for b in sent:
             w.write(b)
-        path = w.commit({"x": 1})
+        path = w.commit("k", {"x": 1})
     entry = cache.open_entry(path)
     assert entry is not None and labels.stored(entry.table) == "loss_mask"
     assert labels.with_labels(entry.table).to_batches() == sent  # the mask gives the labels back
@@ -37,10 +37,10 @@ def test_the_entry_holds_every_batch_in_order(tmp_path, monkeypatch):
 def test_the_mask_takes_a_quarter_of_the_labels_bytes(tmp_path, monkeypatch):
     monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
     sent = list(batches())
-    with cache.EntryWriter("k", token_schema()) as w:
+    with cache.EntryWriter(token_schema()) as w:
         for b in sent:
             w.write(b)
-        path = w.commit({})
+        path = w.commit("k", {})
     col = cache.open_entry(path).table.column("loss_mask")
     assert col.type.value_type.bit_width == 8
     ids = cache.open_entry(path).table.column("input_ids")
@@ -56,10 +56,10 @@ def test_a_label_neither_its_id_nor_ignored_keeps_the_labels(tmp_path, monkeypat
     off = labels.flat(sent[4].column("input_ids"))[0]
     src = sent[4].column("source_index").to_numpy()
     sent[4] = token_batch(ids, lab, off, src)
-    with cache.EntryWriter("k", token_schema()) as w:
+    with cache.EntryWriter(token_schema()) as w:
         for b in sent:
             w.write(b)
-        path = w.commit({})
+        path = w.commit("k", {})
     entry = cache.open_entry(path)
     assert labels.stored(entry.table) == "labels" and entry.table.to_batches() == sent
     assert sorted(p.name for p in path.iterdir()) == ["data.arrow", "meta.json"]
@@ -67,9 +67,9 @@ def test_a_label_neither_its_id_nor_ignored_keeps_the_labels(tmp_path, monkeypat
 
 def test_an_entry_of_the_labels_layout_is_recomputed_not_misread(tmp_path, monkeypatch):
     monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
-    with cache.EntryWriter("k", token_schema()) as w:
+    with cache.EntryWriter(token_schema()) as w:
         w.write(next(batches()))
-        path = w.commit({})
+        path = w.commit("k", {})
     meta = path / "meta.json"
     meta.write_text(meta.read_text().replace(f'"format": {cache.FORMAT}', '"format": 2'))
     with pytest.warns(cache.CacheWarning, match="another packtool version"):
@@ -88,10 +88,10 @@ def test_a_masked_entry_packs_the_same_shards_as_its_labels(tmp_path, monkeypatc
 
     monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
     sent = list(batches())
-    with cache.EntryWriter("k", token_schema()) as w:
+    with cache.EntryWriter(token_schema()) as w:
         for b in sent:
             w.write(b)
-        path = w.commit({})
+        path = w.commit("k", {})
     entry = cache.open_entry(path)
     masked = TokenizedData.from_table(entry.table, num_read=280)
     if where == "file":
@@ -112,9 +112,9 @@ def test_a_write_error_in_the_thread_reaches_the_caller(tmp_path, monkeypatch):
         raise full
 
     with pytest.raises(OSError, match="No space left"):
-        with cache.EntryWriter("k", token_schema()) as w:
+        with cache.EntryWriter(token_schema()) as w:
             monkeypatch.setattr(cache._HashingFile, "write", no_space)
             for b in batches(50):  # an error is raised by a later write, or by commit
                 w.write(b)
-            w.commit({})
+            w.commit("k", {})
     assert not list(tmp_path.glob("work-*")) and not cache.entry_path("k").exists()

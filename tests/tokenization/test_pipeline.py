@@ -483,3 +483,18 @@ def test_fast_check_probes_and_reports():
         concluded("native", "auto", [(256, None), (32, "a.jsonl:3")])
     with pytest.raises(PacktoolError, match="--tokenizer-backend fastokens"):
         concluded("jinja", "fastokens", [(5, "b.json record 2")])
+
+
+def test_an_entry_written_before_the_sources_were_hashed_is_hit_later(sample_file):
+    """With --no-cache (or an empty cache) the key is computed at commit, once the sources' sha256
+    thread is done: the entry is the one a cached run looks up."""
+    from packtool.tokenization import cache
+
+    first = load_tokenized(sample_file, TokenizeConfig(num_proc=1, cache=False), progress=False)
+    assert not first.cache_hit and cache.has_entries()
+    again = load_tokenized(sample_file, cfg(), progress=False)
+    assert again.cache_hit and again.sources == first.sources
+    assert (
+        again.sources[0].sha256
+        == __import__("hashlib").sha256(open(sample_file, "rb").read()).hexdigest()
+    )
