@@ -110,7 +110,9 @@ def load_tokenized(
     batches = itertools.chain([first] if first is not None else [], batches)
     while True:  # a difference: again one step down (ends: the reference path is not checked)
         try:
-            td = _tokenize(data, cfg, source, (key, tok_key), progress, t0, plan, decisions, batches)
+            td = _tokenize(
+                data, cfg, source, (key, tok_key), progress, t0, plan, decisions, batches
+            )
             break
         except UseReference as e:
             source = RecordSource(data, cfg.read)
