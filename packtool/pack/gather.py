@@ -156,9 +156,7 @@ class FileGather:
                 self.lab_file[pcs], self.lab_offset[pcs], n, self.mask.ctypes.data + first // 4
             )
             t = int(n.sum())
-            lab = self.lab[:t]
-            lab.fill(schema.IGNORE_INDEX)
-            np.copyto(lab, self.ids[:t], where=self.mask[:t].view(bool))
+            labels.labels_into(self.ids[:t], self.mask[:t], self.lab[:t])
         local = np.arange(len(pcs), dtype=np.int64)
         return local, n, self.ids.ctypes.data + first, self.lab.ctypes.data + first
 

@@ -73,3 +73,13 @@ def test_a_mixture_of_a_masked_and_a_labels_entry_combines_as_labels():
     td = combine(specs, parts, 0, TokenizeConfig())
     want = plain[0].column("labels").to_pylist() + plain[1].column("labels").to_pylist()
     assert labels.stored(td.table) == "labels" and td.labels().to_pylist() == want
+
+
+def test_labels_from_a_mask_are_exact_for_every_int32_id():
+    ids = np.array([0, 1, 5, 150_000, 2**31 - 101, 2**31 - 100, 2**31 - 1] * 2, dtype=np.int32)
+    mask = np.array([1] * 7 + [0] * 7, dtype=np.uint8)
+    want = np.where(mask == 1, ids, -100).astype(np.int32)
+    assert np.array_equal(labels.labels_from_mask(ids, mask), want)
+    out = np.full(ids.size + 3, 7, dtype=np.int32)
+    labels.labels_into(ids, mask, out[: ids.size])
+    assert np.array_equal(out[: ids.size], want) and out[ids.size :].tolist() == [7, 7, 7]
