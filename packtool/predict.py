@@ -122,22 +122,14 @@ def loss_tokens_cut(data, pack_len: int) -> int | None:
     if not hasattr(table, "column") and getattr(table, "_indices", None) is None:
         # a datasets.Dataset without an indices mapping: its Arrow table (None stays None)
         table = getattr(getattr(table, "data", None), "table", None)
-    if table is None or not hasattr(table, "column") or "labels" not in table.column_names:
+    if table is None or not hasattr(table, "column"):
         return None
-    from packtool.data.arrow import arrow_numpy
-    from packtool.schema import IGNORE_INDEX
+    from packtool.data import labels
 
-    total, start = 0, 0
-    for chunk in table.column("labels").chunks:  # only the over-length rows' labels are read
-        rows = idx[(idx >= start) & (idx < start + len(chunk))] - start
-        start += len(chunk)
-        if rows.size:
-            offsets, values = arrow_numpy(chunk.offsets), arrow_numpy(chunk.values)
-            for r in rows.tolist():
-                total += int(
-                    np.count_nonzero(values[offsets[r] + pack_len : offsets[r + 1]] != IGNORE_INDEX)
-                )
-    return total
+    names = table.column_names
+    if labels.LABELS not in names and labels.LOSS_MASK not in names:
+        return None
+    return int(labels.loss_after(table, idx, pack_len).sum())  # only the over-length rows are read
 
 
 def nothing_to_pack(inp: Examples, cfg: ProfileConfig) -> PacktoolError:

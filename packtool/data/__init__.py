@@ -3,6 +3,7 @@
     tokenized.py    TokenizedData: the tokenized table (memory-mapped) + lengths, loss counts,
                     source indices as numpy, and what the run recorded (format, tokenizer, options)
     arrow.py        the tokenized Arrow schema, zero-copy numpy <-> Arrow, token_batch
+    labels.py       labels stored as labels or as a 1-byte loss_mask: every reader's accessors
     provenance.py   SourceFile, FileFormat, SkippedRecord: which files, read how, what was skipped
     blocks.py       a mixture's InputBlocks: the source-index block of each input
 

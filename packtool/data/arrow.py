@@ -45,10 +45,12 @@ def arrow_numpy(arr) -> np.ndarray:
     """A primitive Arrow array as numpy, zero-copy when it has no nulls (Array.to_numpy imports pandas)."""
     if arr.null_count:
         return arr.to_numpy(zero_copy_only=False)
-    width = arr.type.bit_width // 8
+    import pyarrow as pa
+
+    kind = f"<{'u' if pa.types.is_unsigned_integer(arr.type) else 'i'}{arr.type.bit_width // 8}"
     if len(arr) == 0:
-        return np.zeros(0, dtype=f"<i{width}")
-    data = np.frombuffer(arr.buffers()[1], dtype=f"<i{width}")
+        return np.zeros(0, dtype=kind)
+    data = np.frombuffer(arr.buffers()[1], dtype=kind)
     return data[arr.offset : arr.offset + len(arr)]
 
 

@@ -6,6 +6,8 @@ example:
     column           type            meaning
     input_ids        list<int32>     token ids of the rendered example
     labels           list<int32>     = input_ids where the token carries loss, else -100 (unshifted)
+      or loss_mask   list<uint8>     1 where it does (a cache entry stores this where it can; read
+                                     labels through packtool.data.labels: `labels_column`, ...)
     length           int32           len(input_ids)
     num_loss_tokens  int32           count of labels != -100
     source_index     int64           index of the record in the input (counts skipped records too)
@@ -113,6 +115,13 @@ class TokenizedData:
     def file_names(self) -> dict[str, str]:
         """{path: name relative to the input's root} of the files in `formats` (short_names)."""
         return short_names(self.formats)
+
+    def labels(self):
+        """The labels as a ChunkedArray list<int32>, built from the loss mask where the table holds
+        one (4 bytes a token: for inspection and small data; pack reads the mask as it is)."""
+        from packtool.data.labels import labels_column
+
+        return labels_column(self.table)
 
     @property
     def dataset(self):

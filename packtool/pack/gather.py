@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from packtool import kernels, schema
+from packtool.data import labels
 from packtool.data.arrow import arrow_numpy, column_numpy
 from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
@@ -32,11 +33,13 @@ from packtool.pack.overflow import Pieces
 
 
 class ListColumn:
-    """A list<int> column of a (possibly chunked, sliced, memory-mapped) Arrow table, zero-copy."""
+    """A list<int> column of a (possibly chunked, sliced, memory-mapped) Arrow table, zero-copy;
+    `mask`: a list<uint8> loss_mask (packtool.data.labels), 1 byte a token."""
 
-    def __init__(self, chunked, name: str):
+    def __init__(self, chunked, name: str, mask: bool = False):
         import pyarrow as pa
 
+        width, kind = (1, pa.uint8()) if mask else (4, pa.int32())
         self.chunks: list[np.ndarray] = []  # each chunk's int32 values (kept alive: addresses)
         firsts, lens = [], []
         for ch in chunked.chunks:
@@ -48,15 +51,15 @@ class ListColumn:
                 raise PacktoolError(
                     f"column {name!r} has {ch.null_count} null rows; every example needs tokens"
                 )
-            if ch.type.value_type != pa.int32():
-                ch = ch.cast(pa.list_(pa.int32()))
+            if ch.type.value_type != kind:
+                ch = ch.cast(pa.list_(kind))
             offsets = arrow_numpy(ch.offsets).astype(np.int64, copy=False)
             child = ch.values
             if child.null_count:
                 raise PacktoolError(f"column {name!r} has null token ids")
             vals = arrow_numpy(child)
             self.chunks.append(vals)
-            firsts.append(vals.ctypes.data + 4 * offsets[:-1])
+            firsts.append(vals.ctypes.data + width * offsets[:-1])
             lens.append(np.diff(offsets))
         # address of each row's first token, and its length
         self.first = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
@@ -100,9 +103,12 @@ class Located:
     lab_at: np.ndarray
     source: np.ndarray  # source_index per piece
     loss_cut_tails: int  # loss tokens in the cut-off tails of truncated examples
+    masked: bool = False  # lab_at: each piece's first loss_mask byte, not int32 labels
+    unmask: Any = None  # () -> (labels ListColumn, lab_at): a masked table's labels, built
 
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
-        """copy_rows' token arguments for pieces `pcs`: the pieces where they are."""
+        """copy_rows' token arguments for pieces `pcs`: the pieces where they are (labels, not a mask:
+        file_gather builds a masked table's labels when no FileGather reads them)."""
         return pcs, piece_len, self.ids_at, self.lab_at
 
 
@@ -117,15 +123,18 @@ class FileGather:
 
         staging  ids  [piece q0 tokens | piece q1 tokens | ...]   (block order)
                  labs [piece q0 labels | piece q1 labels | ...]
+                 mask [q0 bytes | q1 bytes | ...]   a masked entry (data/labels.py): its loss_mask
+                      is read, 1 byte a token, and labs = ids where mask else -100
     """
 
-    def __init__(self, paths: list[str], where: tuple, capacity: int):
-        """where: ((file, byte offset) of each piece's tokens, the same of its labels), file
-        indexing `paths`."""
+    def __init__(self, paths: list[str], where: tuple, capacity: int, masked: bool = False):
+        """where: ((file, byte offset) of each piece's tokens, the same of its labels or its
+        loss_mask when `masked`), file indexing `paths`."""
         self.fds = np.array([os.open(path, os.O_RDONLY) for path in paths], dtype=np.int64)
         (self.ids_file, self.ids_offset), (self.lab_file, self.lab_offset) = where
         self.ids = np.empty(capacity, dtype=np.int32)
         self.lab = np.empty(capacity, dtype=np.int32)
+        self.mask = np.empty(capacity, dtype=np.uint8) if masked else None
 
     def close(self) -> None:
         for fd in self.fds.tolist():
@@ -138,11 +147,17 @@ class FileGather:
         n = piece_len[pcs].astype(np.int64)
         first = np.zeros(len(pcs), dtype=np.int64)  # byte offset of piece q in the staging buffer
         np.cumsum(4 * n[:-1], out=first[1:])
-        for file_of, offset, buf in (
-            (self.ids_file, self.ids_offset, self.ids),
-            (self.lab_file, self.lab_offset, self.lab),
-        ):
-            self._read(file_of[pcs], offset[pcs], 4 * n, buf.ctypes.data + first)
+        self._read(self.ids_file[pcs], self.ids_offset[pcs], 4 * n, self.ids.ctypes.data + first)
+        if self.mask is None:
+            self._read(
+                self.lab_file[pcs], self.lab_offset[pcs], 4 * n, self.lab.ctypes.data + first
+            )
+        else:
+            self._read(
+                self.lab_file[pcs], self.lab_offset[pcs], n, self.mask.ctypes.data + first // 4
+            )
+            t = int(n.sum())
+            labels.labels_into(self.ids[:t], self.mask[:t], self.lab[:t])
         local = np.arange(len(pcs), dtype=np.int64)
         return local, n, self.ids.ctypes.data + first, self.lab.ctypes.data + first
 
@@ -170,10 +185,13 @@ def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather 
     ids = _locate_in_files(loc.ids_at, mapped)
     lab = _locate_in_files(loc.lab_at, mapped) if ids is not None else None
     if lab is None:
+        if loc.masked:  # read from memory: the labels built once, before any writer thread
+            loc.lab, loc.lab_at = loc.unmask()
+            loc.masked = False
         return None
     if data.release_pages is not None:
         data.release_pages()  # pages mapped while locating: from here on the map is not read
-    return FileGather([m[0] for m in mapped], (ids, lab), capacity)
+    return FileGather([m[0] for m in mapped], (ids, lab), capacity, masked=loc.masked)
 
 
 def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> Located:
@@ -181,7 +199,8 @@ def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: 
     rows have `lengths` and source indices `src`; checked against the table's own list lengths."""
     table, mapping = _table_rows(table)
     ids = ListColumn(table.column("input_ids"), "input_ids")
-    lab = ListColumn(table.column("labels"), "labels")
+    masked = labels.stored(table) == labels.LOSS_MASK
+    lab = ListColumn(table.column(labels.stored(table)), "labels", mask=masked)
     trow = mapping if mapping is not None else np.arange(lengths.shape[0], dtype=np.int64)
     for col, name in ((ids, "input_ids"), (lab, "labels")):
         bad = np.flatnonzero(col.length[trow] != lengths)
@@ -193,7 +212,9 @@ def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: 
             )
     prow = trow[pieces.row]
     tails = 0
-    if pieces.truncated.size:
+    if pieces.truncated.size and masked:
+        tails = int(labels.loss_after(table, trow[pieces.truncated], L).sum())
+    elif pieces.truncated.size:
         tr = trow[pieces.truncated]
         tails = int(
             kernels.count_not_equal(
@@ -204,7 +225,15 @@ def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: 
         ids=ids,
         lab=lab,
         ids_at=ids.first[prow] + 4 * pieces.start,
-        lab_at=lab.first[prow] + 4 * pieces.start,
+        lab_at=lab.first[prow] + (1 if masked else 4) * pieces.start,
         source=src[pieces.row],
         loss_cut_tails=tails,
+        masked=masked,
+        unmask=lambda: _built_labels(table, prow, pieces.start),
     )
+
+
+def _built_labels(table, prow: np.ndarray, start: np.ndarray) -> tuple[ListColumn, np.ndarray]:
+    """A masked table's labels built in memory (4 bytes a token) and each piece's address in them."""
+    lab = ListColumn(labels.labels_column(table), "labels")
+    return lab, lab.first[prow] + 4 * start

@@ -2,12 +2,13 @@
 
     $PACKTOOL_CACHE/
         tok-<key>/                  one tokenized input (key: sources, tokenizer, template, options)
-            data.arrow              Arrow IPC file, the tokenized table (packtool.data), written once
+            data.arrow              Arrow IPC file, the tokenized table (packtool.data), written once;
+                                its labels as a 1-byte loss_mask where they allow (data/labels.py)
             meta.json               {"meta": {...}, "data": {"bytes", "xxh3_128"}, "checksum": ...}
         tokenizers/<digest>.json    resolved TokenizerSpecs: a checksum line, then JSON (read_json),
         tokenizers/<digest>.tokenizer.json    ...their tokenizer JSON beside, as it is (read_bytes)
         templates/<digest>.json     template verdicts, the same layout
-        work-<key>-<pid>-<n>/       an entry being written; renamed to tok-<key> when complete
+        work-<pid>-<n>/             an entry being written; renamed to tok-<key> when complete
 
 A cache folder that cannot be written (or is short of space) is not fatal: `check_usable` warns
 once and the run keeps its entry in a temporary folder that is removed at exit.
@@ -39,12 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packtool.data import labels
 from packtool.io import files
 from packtool.io.files import cache_root
 
 DATA = "data.arrow"
 META = "meta.json"
-FORMAT = 2  # entry layout version; older entries are recomputed
+FORMAT = 3  # entry layout version; older entries are recomputed (3: labels as a loss mask)
 _CHUNK = 16 << 20
 
 
@@ -162,6 +164,12 @@ def entry_path(key: str) -> Path:
     return cache_root() / f"tok-{key}"
 
 
+def has_entries() -> bool:
+    """Whether the cache holds any tokenized entry (none: every key misses, without computing it)."""
+    root = cache_root()
+    return root.is_dir() and next(root.glob("tok-*"), None) is not None
+
+
 @dataclass
 class MappedEntry:
     """A verified entry: the table memory-mapped from data.arrow, and its metadata."""
@@ -268,7 +276,8 @@ class _HashingFile(io.RawIOBase):
 
 
 def remove_stale_work() -> None:
-    """Work folders of runs that are gone (killed, crashed): `work-<key>-<pid>-<n>`."""
+    """Work folders of runs that are gone (killed, crashed): `work-<pid>-<n>` (older packtools:
+    `work-<key>-<pid>-<n>`)."""
     root = cache_root()
     if not root.is_dir():
         return
@@ -297,6 +306,10 @@ class EntryWriter:
                      │ queue (at most QUEUE_BATCHES waiting: memory stays bounded)
         thread       └─ IPC write_batch → _HashingFile → write(2) ... ┘ joined, then meta.json
 
+    Each batch goes to disk with a loss_mask in place of its labels (packtool.data.labels: 1 byte a
+    token instead of 4) while every label is its id or -100; the first batch where one is not turns
+    the entry back into labels: the batches written so far are rewritten, once.
+
     Writing is the kernel copying into new page-cache pages: on the 2-core dev VM ~2 s of system
     CPU a GiB, as much as reading and checking the batches, so the two overlap. An error in the
     thread (a full disk) is raised by the next `write` or by `commit`.
@@ -305,22 +318,61 @@ class EntryWriter:
     _count = 0
     QUEUE_BATCHES = 2
 
-    def __init__(self, key: str, schema):
-        import pyarrow as pa
-
+    def __init__(self, schema):
+        """`schema`: the batches' (labels list<int32>); data.arrow holds a loss_mask in their place
+        while every label is its id or -100 (packtool.data.labels), else the labels as given. The
+        key is given to `commit` (the sources may still be hashing while the batches are written)."""
         EntryWriter._count += 1
-        self.final = entry_path(key)
-        self.work = cache_root() / f"work-{key}-{os.getpid()}-{EntryWriter._count}"
+        self.work = cache_root() / f"work-{os.getpid()}-{EntryWriter._count}"
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir(parents=True)
-        self._file = _HashingFile(self.work / DATA)
-        self._sink = pa.PythonFile(self._file, mode="w")
-        self._writer = pa.ipc.new_file(self._sink, schema)
+        self.schema = schema
+        self.masked = True  # the batches written so far hold loss_mask, not labels
+        self._open(labels.mask_schema(schema))
         self.rows = 0
         self._queue: queue.Queue | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._aborted = False
+
+    def _open(self, schema) -> None:
+        import pyarrow as pa
+
+        self._file = _HashingFile(self.work / DATA)
+        self._sink = pa.PythonFile(self._file, mode="w")
+        self._writer = pa.ipc.new_file(self._sink, schema)
+
+    def _close(self) -> None:
+        self._writer.close()
+        self._sink.close()
+        self._file.close()
+
+    def _write(self, batch) -> None:
+        """In the thread: the batch as a loss mask while every batch so far could be one; the first
+        that cannot turns the entry into labels (the batches written so far are rewritten)."""
+        if self.masked:
+            masked = labels.masked_batch(batch)
+            if masked is not None:
+                self._writer.write_batch(masked)
+                return
+            self._unmask()
+        self._writer.write_batch(batch)
+
+    def _unmask(self) -> None:
+        """Rewrite data.arrow's loss_mask batches as labels batches (rare: some label was neither
+        its id nor -100), one batch at a time through a memory map of the masked file."""
+        self._close()
+        masked = self.work / f"masked-{DATA}"
+        os.replace(self.work / DATA, masked)
+        self._open(self.schema)
+        self.masked = False
+        import pyarrow as pa
+
+        table, _, _ = _map_table(masked)  # the map closes with the last batch read from it
+        for b in table.to_batches():
+            self._writer.write_batch(labels.with_labels(pa.Table.from_batches([b])).to_batches()[0])
+        del table, b
+        masked.unlink()
 
     def write(self, batch) -> None:
         if self._error is not None:
@@ -338,7 +390,7 @@ class EntryWriter:
         while (batch := self._queue.get()) is not None:
             if self._error is None and not self._aborted:  # else take them: put never blocks
                 try:
-                    self._writer.write_batch(batch)
+                    self._write(batch)
                 except BaseException as e:  # raised in the caller's thread
                     self._error = e
 
@@ -350,14 +402,13 @@ class EntryWriter:
             self._thread = None
         return self._error
 
-    def commit(self, meta: dict[str, Any], replace: bool = False) -> Path:
-        """Close data.arrow, write meta.json, rename into place (over an existing entry when
-        `replace`, as --no-cache asks). Returns the entry's path."""
+    def commit(self, key: str, meta: dict[str, Any], replace: bool = False) -> Path:
+        """Close data.arrow, write meta.json, rename into place as tok-<key> (over an existing entry
+        when `replace`, as --no-cache asks). Returns the entry's path."""
+        self.final = entry_path(key)
         if (error := self._join()) is not None:
             raise error
-        self._writer.close()
-        self._sink.close()
-        self._file.close()
+        self._close()
         data = {
             "bytes": self._file.size,
             "xxh3_128": self._file.hash.hexdigest(),

@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from packtool.config import InputSpec, TokenizeConfig
+from packtool.data import labels
 from packtool.data.arrow import arrow_array
 from packtool.data.blocks import InputBlock
 from packtool.data.provenance import SourceFile, formats_summary
@@ -136,6 +137,8 @@ def combine(
             )
         )
         offset += copies * R
+    if len({labels.stored(t) for t in tables}) > 1:  # some entry kept its labels: all do here
+        tables = [labels.with_labels(t) for t in tables]
     table = pa.concat_tables(tables) if tables else parts[0].table.slice(0, 0)
     formats = {f: x for td in parts for f, x in td.formats.items()}
     fmt, reason = _format(parts, formats)

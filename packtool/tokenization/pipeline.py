@@ -13,7 +13,9 @@ committed.
 
 The cache key hashes the source files' bytes, the tokenizer files, the chat template, the options
 that shape labels and the library versions: the same input tokenized again is loaded from the cache
-(checked, memory-mapped) without importing transformers at all. A skip run that drops more than
+(checked, memory-mapped) without importing transformers at all. The sources are hashed in a thread
+(RecordSource) while they are read: the key is waited for first only when the cache holds entries
+(an empty cache, or --no-cache, needs it at commit). A skip run that drops more than
 SKIP_SHARE of the records read, or a whole file, says so in one warning (RecordSource.skip_warning).
 The finished table is memory-mapped, not loaded.
 """
@@ -96,10 +98,9 @@ def load_tokenized(
     if tok_key.endswith(":uncached"):
         load_spec(cfg.tokenizer)  # fails fast, or (--allow-download) fetches it: key on its files
         tok_key = tokenizer_key(cfg.tokenizer)
-    key = cache_key(source.files, cfg, tok_key)
-    path = cache.entry_path(key)
-    if cfg.cache:
-        entry = cache.open_entry(path)
+    # the sources' sha256 are still being hashed (source.files waits): an empty cache has no hit
+    if cfg.cache and cache.has_entries():
+        entry = cache.open_entry(cache.entry_path(cache_key(source.files, cfg, tok_key)))
         if entry is not None:
             td = _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
             return check_strict_labels(td, cfg)
@@ -110,7 +111,7 @@ def load_tokenized(
     batches = itertools.chain([first] if first is not None else [], batches)
     while True:  # a difference: again one step down (ends: the reference path is not checked)
         try:
-            td = _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches)
+            td = _tokenize(data, cfg, source, tok_key, progress, t0, plan, decisions, batches)
             break
         except UseReference as e:
             source = RecordSource(data, cfg.read)
@@ -119,14 +120,17 @@ def load_tokenized(
     return check_strict_labels(td, cfg)
 
 
-def _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches) -> TokenizedData:
+def _tokenize(data, cfg, source, tok_key, progress, t0, plan, decisions, batches) -> TokenizedData:
+    """The run; its entry is committed under the cache key once the sources are hashed."""
     num_proc = workers(plan, cfg.num_proc, source.total_bytes)
+    if num_proc > 1:
+        _ = source.files  # hashed before the worker processes fork (no thread running then)
     check = FastCheck.of(plan)
     t_enc = time.perf_counter()
     tally = Tally()
     try:
         with (
-            cache.EntryWriter(key, token_schema()) as writer,
+            cache.EntryWriter(token_schema()) as writer,
             reporter(progress).stage(
                 "tokenizing" if plan.kind == "chat" else "reading",
                 unit="examples",
@@ -144,7 +148,8 @@ def _tokenize(data, cfg, source, key, progress, t0, plan, decisions, batches) ->
                 raise no_examples(data, source)
             backend = check.report if check is not None and check.report else plan.backend
             meta = run_meta(source, cfg, plan, decisions, tally, backend)
-            final = writer.commit(meta, replace=not cfg.cache)
+            key = cache_key(source.files, cfg, tok_key)
+            final = writer.commit(key, meta, replace=not cfg.cache)
     except OSError as e:
         root = str(cache.cache_root())
         if e.filename and not str(e.filename).startswith(root):

@@ -1,7 +1,9 @@
 """The record source: where the input is, its batches of raw records, and what was skipped.
 
     RecordSource(data, read)
-        .files      [SourceFile(path, size, sha256)]      located once (raises for a missing path)
+        .files      [SourceFile(path, size, sha256)]      located once (raises for a missing path);
+                                                           hashed in a thread meanwhile (`.files`
+                                                           waits for it; `.paths` does not)
         .batches()  RawBatch, RawBatch, ...                one file each, with start index, offset and lines
         .per_file   {file: records read}                   in reading order
         .reject(batch, i, reason) / .reject_at(index, file, line, reason, record)
@@ -20,6 +22,7 @@ line (or the position within its file) of each skipped record, whichever process
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from collections.abc import Iterator
 
@@ -35,6 +38,23 @@ SKIP_SHARE = 0.01  # above this share of the records read, a skip run says so lo
 MAX_LISTED = 20  # record positions quoted
 TOP_REASONS = 3
 REASON_CHARS = 100  # a reason quoted in the warning is cut at a word boundary beyond this
+
+
+def _hash_in_thread(paths: list[str]):
+    """A future of the files' sha256 (hashlib releases the GIL: the hash runs beside the reading;
+    ~1.3 GB/s here, 3 s for a 3.9 GiB input that used to be hashed before anything else)."""
+    from concurrent.futures import Future
+
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result([sha256_file(p) for p in paths])
+        except BaseException as e:  # raised where .files is asked for
+            future.set_exception(e)
+
+    threading.Thread(target=run, name="sha256-sources", daemon=True).start()
+    return future
 
 
 class RecordSource:
@@ -54,11 +74,23 @@ class RecordSource:
                 paths = list(located.files)
             else:
                 paths = [f["filename"] for f in located.dataset.cache_files]
-            files = [
-                SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p))
-                for p in sorted(paths)
+            self.paths = [(p, os.path.getsize(p)) for p in sorted(paths)]
+            self._hashing = _hash_in_thread([p for p, _ in self.paths])
+        else:
+            self.paths = [(f.path, f.size) for f in files or []]
+        self.located, self._files = located, files
+
+    @property
+    def files(self) -> list[SourceFile]:
+        """The files with their sha256 (the cache key, the manifest's sources): waits for the hashing
+        thread the first time (an error reading a file is raised here)."""
+        if self._files is None:
+            self._files = [
+                SourceFile(path=p, size=n, sha256=h)
+                for (p, n), h in zip(self.paths, self._hashing.result(), strict=True)
             ]
-        self.located, self.files = located, files
+            self._hashing = None
+        return self._files
 
     def count(self, file: str, records: int) -> None:
         """`records` more records read from `file` (in reading order)."""
@@ -67,7 +99,7 @@ class RecordSource:
 
     @property
     def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
+        return sum(n for _, n in self.paths)
 
     def batches(self, batch_records: int = readers.BATCH_RECORDS) -> Iterator[readers.RawBatch]:
         for b in readers.iter_batches(self.located, self.read, batch_records):

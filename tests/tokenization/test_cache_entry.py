@@ -7,6 +7,7 @@ import errno
 import numpy as np
 import pytest
 
+from packtool.data import labels
 from packtool.data.arrow import token_batch, token_schema
 from packtool.tokenization import cache
 
@@ -23,13 +24,84 @@ def batches(n: int = 7):
 def test_the_entry_holds_every_batch_in_order(tmp_path, monkeypatch):
     monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
     sent = list(batches())
-    with cache.EntryWriter("k", token_schema()) as w:
+    with cache.EntryWriter(token_schema()) as w:
         for b in sent:
             w.write(b)
-        path = w.commit({"x": 1})
+        path = w.commit("k", {"x": 1})
     entry = cache.open_entry(path)
-    assert entry is not None and entry.table.to_batches() == sent
+    assert entry is not None and labels.stored(entry.table) == "loss_mask"
+    assert labels.with_labels(entry.table).to_batches() == sent  # the mask gives the labels back
     assert not list(tmp_path.glob("work-*"))
+
+
+def test_the_mask_takes_a_quarter_of_the_labels_bytes(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
+    sent = list(batches())
+    with cache.EntryWriter(token_schema()) as w:
+        for b in sent:
+            w.write(b)
+        path = w.commit("k", {})
+    col = cache.open_entry(path).table.column("loss_mask")
+    assert col.type.value_type.bit_width == 8
+    ids = cache.open_entry(path).table.column("input_ids")
+    assert sum(c.values.nbytes for c in col.chunks) * 4 == sum(c.values.nbytes for c in ids.chunks)
+
+
+def test_a_label_neither_its_id_nor_ignored_keeps_the_labels(tmp_path, monkeypatch):
+    """The batches before it were written as a mask: they are rewritten as labels, exactly."""
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
+    sent = list(batches())
+    ids, lab = (labels.flat(sent[4].column(c))[1].copy() for c in ("input_ids", "labels"))
+    lab[7] = ids[7] + 1  # a shifted label, say
+    off = labels.flat(sent[4].column("input_ids"))[0]
+    src = sent[4].column("source_index").to_numpy()
+    sent[4] = token_batch(ids, lab, off, src)
+    with cache.EntryWriter(token_schema()) as w:
+        for b in sent:
+            w.write(b)
+        path = w.commit("k", {})
+    entry = cache.open_entry(path)
+    assert labels.stored(entry.table) == "labels" and entry.table.to_batches() == sent
+    assert sorted(p.name for p in path.iterdir()) == ["data.arrow", "meta.json"]
+
+
+def test_an_entry_of_the_labels_layout_is_recomputed_not_misread(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
+    with cache.EntryWriter(token_schema()) as w:
+        w.write(next(batches()))
+        path = w.commit("k", {})
+    meta = path / "meta.json"
+    meta.write_text(meta.read_text().replace(f'"format": {cache.FORMAT}', '"format": 2'))
+    with pytest.warns(cache.CacheWarning, match="another packtool version"):
+        assert cache.open_entry(path) is None
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("where", ["file", "memory"])
+def test_a_masked_entry_packs_the_same_shards_as_its_labels(tmp_path, monkeypatch, where):
+    """pack reads the mask (pread, or labels built in memory): byte-identical shards."""
+    import pyarrow as pa
+
+    from packtool.config import PackConfig
+    from packtool.data.tokenized import TokenizedData
+    from packtool.pack.run import pack_tokenized
+
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
+    sent = list(batches())
+    with cache.EntryWriter(token_schema()) as w:
+        for b in sent:
+            w.write(b)
+        path = w.commit("k", {})
+    entry = cache.open_entry(path)
+    masked = TokenizedData.from_table(entry.table, num_read=280)
+    if where == "file":
+        masked.mapped_files, masked.release_pages = [entry.mapped_file], entry.release
+    plain = TokenizedData.from_table(pa.Table.from_batches(sent), num_read=280)
+    for overflow in ("split", "truncate"):
+        cfg = PackConfig(pack_len=32, overflow=overflow, shard_rows=5)
+        a = pack_tokenized(masked, cfg, tmp_path / f"a-{overflow}").manifest
+        b = pack_tokenized(plain, cfg, tmp_path / f"b-{overflow}").manifest
+        assert a["shards"] == b["shards"] and a["tokens"] == b["tokens"]
 
 
 def test_a_write_error_in_the_thread_reaches_the_caller(tmp_path, monkeypatch):
@@ -40,9 +112,9 @@ def test_a_write_error_in_the_thread_reaches_the_caller(tmp_path, monkeypatch):
         raise full
 
     with pytest.raises(OSError, match="No space left"):
-        with cache.EntryWriter("k", token_schema()) as w:
+        with cache.EntryWriter(token_schema()) as w:
             monkeypatch.setattr(cache._HashingFile, "write", no_space)
             for b in batches(50):  # an error is raised by a later write, or by commit
                 w.write(b)
-            w.commit({})
+            w.commit("k", {})
     assert not list(tmp_path.glob("work-*")) and not cache.entry_path("k").exists()

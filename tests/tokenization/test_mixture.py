@@ -69,7 +69,7 @@ def test_two_formats_each_read_on_its_own_and_every_example_accounted_for(files)
     got = td.table.to_pydict()
     want = [x.table.to_pydict() for x in alone]
     assert got["input_ids"] == want[0]["input_ids"] + want[1]["input_ids"]
-    assert got["labels"] == want[0]["labels"] + want[1]["labels"]
+    assert td.labels().to_pylist() == alone[0].labels().to_pylist() + alone[1].labels().to_pylist()
     assert td.format.startswith("mixed: alpaca (alpaca.json 10), messages (chats.jsonl 30)")
     assert {s.path for s in td.sources} == {chats, alp}
     assert describe_source(33, td.inputs) == f"input 2 ({alp}) record 3"
@@ -131,7 +131,7 @@ def test_per_input_read_options_and_the_global_tokenizer_options(files):
     lone = load_tokenized(
         chats, TokenizeConfig(num_proc=1, train_on="last", read=ReadConfig(limit=4)), False
     )
-    assert td.table.column("labels").to_pylist()[:4] == lone.table.column("labels").to_pylist()
+    assert td.labels().to_pylist()[:4] == lone.labels().to_pylist()
 
 
 def test_an_input_that_does_not_exist_is_named_before_anything_is_tokenized(files, tmp_path):

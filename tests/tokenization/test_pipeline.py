@@ -58,7 +58,7 @@ def test_multiprocess_equals_single(tmp_path):
     one = load_tokenized(path, TokenizeConfig(num_proc=1, cache=False), progress=False)
     two = load_tokenized(path, TokenizeConfig(num_proc=2, cache=False), progress=False)
     assert one.dataset["input_ids"] == two.dataset["input_ids"]
-    assert one.dataset["labels"] == two.dataset["labels"]
+    assert one.labels().to_pylist() == two.labels().to_pylist()
 
 
 def test_malformed_line_is_fatal_with_file_and_line(tmp_path):
@@ -133,7 +133,7 @@ def test_pretokenized_parquet(tmp_path, label_column):
     if label_column is None:
         assert td.loss_counts.tolist() == [4, 2, 3]
     else:
-        assert td.dataset["labels"] == [[-100, -100, 7, 8], [-100, 10], [-100, -100, -100]]
+        assert td.labels().to_pylist() == [[-100, -100, 7, 8], [-100, 10], [-100, -100, -100]]
         assert td.loss_counts.tolist() == [2, 1, 0]
 
 
@@ -176,7 +176,7 @@ def test_pretokenized_skip_and_attention_mask(tmp_path):
         TokenizeConfig(num_proc=1, train_on="last", read=ReadConfig(on_error="skip")),
         progress=False,
     )
-    assert td.dataset["input_ids"] == [[5, 6], [7, 8, 9]] and td.dataset["labels"] == [
+    assert td.dataset["input_ids"] == [[5, 6], [7, 8, 9]] and td.labels().to_pylist() == [
         [5, 6],
         [7, 8, 9],
     ]
@@ -483,3 +483,18 @@ def test_fast_check_probes_and_reports():
         concluded("native", "auto", [(256, None), (32, "a.jsonl:3")])
     with pytest.raises(PacktoolError, match="--tokenizer-backend fastokens"):
         concluded("jinja", "fastokens", [(5, "b.json record 2")])
+
+
+def test_an_entry_written_before_the_sources_were_hashed_is_hit_later(sample_file):
+    """With --no-cache (or an empty cache) the key is computed at commit, once the sources' sha256
+    thread is done: the entry is the one a cached run looks up."""
+    from packtool.tokenization import cache
+
+    first = load_tokenized(sample_file, TokenizeConfig(num_proc=1, cache=False), progress=False)
+    assert not first.cache_hit and cache.has_entries()
+    again = load_tokenized(sample_file, cfg(), progress=False)
+    assert again.cache_hit and again.sources == first.sources
+    assert (
+        again.sources[0].sha256
+        == __import__("hashlib").sha256(open(sample_file, "rb").read()).hexdigest()
+    )

@@ -7,7 +7,7 @@
     sources.resolve_sources(DATA) ──▶ [path, size, sha256] now, sorted by path  ─── files_check (FILES)
     load_spec(cfg.tokenizer).files_hash      == tokenizer.files_hash            ─── tokenizer_check (TOKENIZER)
     pipeline.load_tokenized(DATA, cfg) ──▶ data.TokenizedData (the path `pack` took; cache off)
-        table      input_ids list<int32>, labels list<int32>    one row per tokenized record
+        table      input_ids list<int32>, labels (data.labels)  one row per tokenized record
         lengths, source_index, loss_counts, skipped, num_read
         tokenizer  {chat_template, chat_template_hash}          == manifest's ─── template_check (TEMPLATE)
 

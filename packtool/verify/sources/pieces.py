@@ -12,7 +12,7 @@
                  error      as drop (pack refused such a record: none is in the shards)
 
     Expected
-      ids_col, lab_col       the tokenized table's list columns (no copy)
+      ids_col, table         the tokenized table's input_ids (no copy), the table (labels: data.labels)
       src, lengths           per record
       piece_row/start/len    per piece; first_piece[r] .. first_piece[r] + num_pieces[r] - 1 are r's
       record_of(source_index) ──▶ record, or -1
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from packtool.data.labels import take_labels
 from packtool.errors import PacktoolError
 from packtool.schema import IGNORE_INDEX
 from packtool.verify.sources.names import TOKENS, Stop
@@ -40,7 +41,7 @@ class Expected:
     """The re-tokenized records and, per record, its pieces as the packer cuts them."""
 
     ids_col: object  # ChunkedArray list<int32>, per tokenized record
-    lab_col: object
+    table: object  # the tokenized table: its labels through packtool.data.labels (maybe a mask)
     src: np.ndarray  # source_index per record (sorted)
     lengths: np.ndarray
     piece_row: np.ndarray  # record of each piece
@@ -69,7 +70,7 @@ class Expected:
         uniq, inv = np.unique(records, return_inverse=True)
         take = pa.array(uniq.astype(np.int64))
         off_i, ids = flat_list(self.ids_col.take(take).combine_chunks())
-        _, lab = flat_list(self.lab_col.take(take).combine_chunks())
+        _, lab = flat_list(take_labels(self.table, take))
         base = off_i[:-1][inv] + starts
         seg, intra = segments(lengths)
         at = base[seg] + intra
@@ -146,7 +147,7 @@ def expected_pieces(tokenized, manifest: dict) -> Expected:
     first = np.searchsorted(pieces.row, np.arange(lengths.size))
     return Expected(
         table.column("input_ids"),
-        table.column("labels"),
+        table,
         src,
         lengths,
         pieces.row,

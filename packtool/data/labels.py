@@ -1,0 +1,181 @@
+"""The labels of a tokenized table, stored one of two ways; every reader asks here.
+
+    column      type          holds
+    labels      list<int32>   the labels themselves (-100: no loss), any values
+    loss_mask   list<uint8>   1 where the label is the input id at that position, 0 where it is
+                              -100 (a row as long as its input_ids); only when every label is one
+                              of the two, which is what the encode step and pre-tokenized
+                              validation give
+
+    input_ids  [  5,    9, 2, 7]
+    labels     [-100, -100, 2, 7]    ⇔    loss_mask [0, 0, 1, 1]
+
+The cache entry stores the mask where it can (packtool.tokenization.cache.EntryWriter): a quarter
+of the bytes of labels. Readers get labels through
+
+    stored(table)               "labels" | "loss_mask"
+    labels_column(table)        the labels as list<int32> chunks (from a mask: built, 4 bytes a token)
+    take_labels(table, rows)    the labels of some rows, as one list<int32> array
+    loss_after(table, rows, k)  per row: loss tokens at positions >= k (reads only those rows)
+    with_labels(table)          the table with a labels column (a mask becomes labels, in place)
+    masked_batch(batch)         a labels batch as a loss_mask batch, or None when a label is neither
+                                its id nor -100
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packtool.schema import IGNORE_INDEX
+
+LABELS, LOSS_MASK = "labels", "loss_mask"
+
+
+def stored(table) -> str:
+    """Which label column the table (or batch) holds: "labels" or "loss_mask"."""
+    names = table.schema.names
+    if LABELS in names:
+        return LABELS
+    if LOSS_MASK in names:
+        return LOSS_MASK
+    raise KeyError("the tokenized table has neither labels nor loss_mask")
+
+
+def flat(arr) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets int64[n+1] from 0, values) of a list array without null rows, zero-copy values."""
+    offs = arr.offsets.to_numpy()
+    o0, o1 = int(offs[0]), int(offs[-1])
+    child = arr.values.slice(o0, o1 - o0)
+    width = child.type.bit_width // 8
+    buf = child.buffers()[1]
+    vals = (
+        np.frombuffer(buf, dtype=f"<{'u' if width == 1 else 'i'}{width}")[
+            child.offset : child.offset + len(child)
+        ]
+        if buf is not None and len(child)
+        else np.zeros(0, dtype=np.uint8 if width == 1 else np.int32)
+    )
+    return offs.astype(np.int64) - o0, vals
+
+
+def labels_into(ids: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out[i] = ids[i] where mask[i] (0 or 1) else -100, for flat int32 ids and out, uint8 mask.
+
+    As (ids + 100) * mask - 100 in uint32 (wrapping, so exact for every int32 id): three streaming
+    passes, ~10x faster than np.copyto(out, ids, where=mask) (2.3 against 25 ms for 4M tokens)."""
+    u = out.view(np.uint32)
+    np.add(ids.view(np.uint32), np.uint32(-IGNORE_INDEX), out=u)
+    np.multiply(u, mask, out=u)
+    np.subtract(u, np.uint32(-IGNORE_INDEX), out=u)
+    return out
+
+
+def labels_from_mask(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Flat int32 labels: ids where mask != 0, else -100."""
+    return labels_into(ids, mask, np.empty(ids.shape, dtype=np.int32))
+
+
+def _list(offsets: np.ndarray, values: np.ndarray):
+    import pyarrow as pa
+
+    from packtool.data.arrow import arrow_array
+
+    kind = pa.uint8() if values.dtype == np.uint8 else pa.int32()
+    if values.dtype == np.uint8:
+        child = pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+    else:
+        child = arrow_array(values)
+    off = offsets.astype(np.int32) if offsets[-1] <= np.iinfo(np.int32).max else offsets
+    return pa.ListArray.from_arrays(arrow_array(off), child)
+
+
+def _batch_labels(ids_arr, mask_arr):
+    """list<int32> labels of one chunk from its input_ids and loss_mask chunks (same rows)."""
+    off, ids = flat(ids_arr)
+    moff, mask = flat(mask_arr)
+    if not np.array_equal(off, moff):
+        raise ValueError("loss_mask rows differ in length from input_ids rows")
+    return _list(off, labels_from_mask(ids, mask))
+
+
+def labels_column(table):
+    """The labels as a ChunkedArray list<int32>: the column itself, or built from the mask chunk by
+    chunk (memory: 4 bytes a token of the table; a pack reads a mask without it, pack.gather)."""
+    import pyarrow as pa
+
+    if stored(table) == LABELS:
+        return table.column(LABELS)
+    chunks = [
+        _batch_labels(b.column(0), b.column(1))
+        for b in table.select(["input_ids", LOSS_MASK]).to_batches()
+    ]
+    return pa.chunked_array(chunks, type=pa.list_(pa.int32()))
+
+
+def take_labels(table, rows):
+    """The labels of table rows `rows` (an int array) as one list<int32> array."""
+    import pyarrow as pa
+
+    idx = pa.array(np.asarray(rows, dtype=np.int64))
+    if stored(table) == LABELS:
+        return table.column(LABELS).take(idx).combine_chunks()
+    part = table.select(["input_ids", LOSS_MASK]).take(idx).combine_chunks()
+    if part.num_rows == 0:
+        return pa.array([], type=pa.list_(pa.int32()))
+    b = part.to_batches()[0]
+    return _batch_labels(b.column(0), b.column(1))
+
+
+def loss_after(table, rows: np.ndarray, start: int) -> np.ndarray:
+    """Per row of `rows` (ascending): its loss tokens at positions >= start. Reads those rows only."""
+    name = stored(table)
+    out = np.zeros(len(rows), dtype=np.int64)
+    rows = np.asarray(rows, dtype=np.int64)
+    first = 0
+    for chunk in table.column(name).chunks:
+        at = np.flatnonzero((rows >= first) & (rows < first + len(chunk)))
+        if at.size:
+            off, vals = flat(chunk)
+            for k, r in zip(at.tolist(), (rows[at] - first).tolist(), strict=True):
+                v = vals[off[r] + start : off[r + 1]]
+                out[k] = np.count_nonzero(v if name == LOSS_MASK else v != IGNORE_INDEX)
+        first += len(chunk)
+    return out
+
+
+def with_labels(table):
+    """The table with its labels as a labels column where they were a mask (same position)."""
+    if stored(table) == LABELS:
+        return table
+    col = table.schema.get_field_index(LOSS_MASK)
+    return table.set_column(col, LABELS, labels_column(table))
+
+
+def masked_batch(batch):
+    """The record batch with its labels column replaced by loss_mask (same position); None when some
+    label is neither -100 nor the input id at its position (the labels must then be stored)."""
+    import pyarrow as pa
+
+    off, ids = flat(batch.column("input_ids"))
+    loff, labels = flat(batch.column(LABELS))
+    if not np.array_equal(off, loff):
+        return None
+    trained = labels != IGNORE_INDEX
+    wrong = labels != ids
+    wrong &= trained
+    if wrong.any():
+        return None
+    col = batch.schema.get_field_index(LABELS)
+    columns = list(batch.columns)
+    columns[col] = _list(off, trained.view(np.uint8))
+    names = list(batch.schema.names)
+    names[col] = LOSS_MASK
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def mask_schema(schema):
+    """`schema` with its labels field as loss_mask list<uint8>."""
+    import pyarrow as pa
+
+    i = schema.get_field_index(LABELS)
+    return schema.set(i, pa.field(LOSS_MASK, pa.list_(pa.uint8())))
