@@ -43,18 +43,11 @@ def stored(table) -> str:
 
 def flat(arr) -> tuple[np.ndarray, np.ndarray]:
     """(offsets int64[n+1] from 0, values) of a list array without null rows, zero-copy values."""
-    offs = arr.offsets.to_numpy()
+    from packtool.data.arrow import arrow_numpy  # (Array.to_numpy would import pandas)
+
+    offs = arrow_numpy(arr.offsets)
     o0, o1 = int(offs[0]), int(offs[-1])
-    child = arr.values.slice(o0, o1 - o0)
-    width = child.type.bit_width // 8
-    buf = child.buffers()[1]
-    vals = (
-        np.frombuffer(buf, dtype=f"<{'u' if width == 1 else 'i'}{width}")[
-            child.offset : child.offset + len(child)
-        ]
-        if buf is not None and len(child)
-        else np.zeros(0, dtype=np.uint8 if width == 1 else np.int32)
-    )
+    vals = arrow_numpy(arr.values.slice(o0, o1 - o0))
     return offs.astype(np.int64) - o0, vals
 
 
