@@ -130,10 +130,10 @@ def plain(v) -> bool:
 def aliased(messages: list[dict]) -> list[dict]:
     """Reasoning under each name templates read it by, as transformers passes it (its
     `_alias_reasoning_fields`: `thinking` first, `reasoning_content` last)."""
-    return [_alias(m) for m in messages]
+    return [alias(m) for m in messages]
 
 
-def _alias(m: dict) -> dict:
+def alias(m: dict) -> dict:
     if m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
         return m
     r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
@@ -149,7 +149,7 @@ def prepared(messages, tools) -> list | None:
             return aliased(messages) if plain((messages, tools)) else None
         if not plain(m):
             return None
-        out.append(_alias(m))
+        out.append(alias(m))
     return out if tools is None or plain(tools) else None
 
 

@@ -6,7 +6,8 @@
 
 Renderers: transformers' jinja renderer (the reference), which records the character spans of
 `{% generation %}` blocks; the compiled one (packtool.tokenization.compiled: MiniJinja, the same
-text and spans, 2-6x faster; what it would render differently it hands to jinja); for the built-in
+text and spans, 2-6x faster; what it would render differently it hands to jinja; in front of it,
+for TRL's llama3_training and gptoss_training, packtool.tokenization.trl_native); for the built-in
 chatml-train template the native one (packtool.tokenization.chatml: same text and spans, ~20x
 faster). How assistant text is located is the template's `mode`
 (decided once per run by packtool.tokenization.template_probe):
@@ -31,7 +32,7 @@ import json
 import re
 import sys
 
-from packtool.tokenization import chatml
+from packtool.tokenization import chatml, trl_native
 from packtool.tokenization.chat_template import (
     ChatTemplate,
     family_fix,
@@ -177,9 +178,22 @@ class Renderer:
         self.mode = mode
         self._text = dated_text(template)
         self._compiled = None  # the compiled template (renderer "compiled"), built on first use
+        self._trl = None  # TRL's template rendered natively (trl_native), looked up on first use
 
     def __getstate__(self):
-        return {**self.__dict__, "_compiled": None}
+        return {**self.__dict__, "_compiled": None, "_trl": None}
+
+    def _native(self, messages, tools) -> tuple[str, list, bool] | None:
+        """TRL's template rendered natively (trl_native): (text, spans, complete); None when it
+        is not one of those or the renderer does not cover this conversation."""
+        if self._trl is None:
+            self._trl = trl_native.native_for(self.template.text) or False
+        if not self._trl:
+            return None
+        try:
+            return self._trl(messages, tools, self._kwargs, self.template.date)
+        except Exception:  # NotNative, or a value it does not expect: MiniJinja renders it
+            return None
 
     def _engine(self):
         if self._compiled is None:
@@ -188,9 +202,14 @@ class Renderer:
 
     def conversation(self, messages: list[dict], tools) -> tuple[str, list[tuple[int, int]]]:
         """(text, trained char spans) in the template's mode; ExampleError saying what failed."""
+        complete = self.renderer == "native"  # the text holds everything lost_content looks for
         try:
             if self.mode == "markers":
-                text, spans = self._render(messages, tools, marks=True)
+                got = self._native(messages, tools) if self.renderer == "compiled" else None
+                if got is None:
+                    text, spans = self._render(messages, tools, marks=True)
+                else:
+                    text, spans, complete = got
                 spans = self._trim_prompt(text, spans)
             elif self.mode == "last" and self.train_on != "all":
                 text, spans = self._last_span(messages, tools)
@@ -205,9 +224,10 @@ class Renderer:
                 f"chat template '{self.template.name}' failed on this record: {first_line(e)}"
                 + self._no_tools(messages, tools)
             ) from e
-        # the native renderer writes every text, call and definition by construction (and is checked
-        # against the jinja reference, which runs this check, on every run's first examples)
-        lost = None if self.renderer == "native" else lost_content(messages, tools, text)
+        # the native renderers write every text, call and definition by construction (trl_native's:
+        # when they say `complete`); checked against the jinja reference, which runs this check, on
+        # every run's first examples
+        lost = None if complete else lost_content(messages, tools, text)
         if lost:
             raise ExampleError(
                 f"chat template '{self.template.name}' drops {lost}: the model would be trained without it; use a "

@@ -1,0 +1,301 @@
+"""Native renderers of TRL's `llama3_training` and `gptoss_training` templates: the text and the
+generation spans jinja renders, several times faster than MiniJinja (which reaches every value
+through Python objects).
+
+    native_for(template text) -> render | None
+    render(messages, tools, kwargs, date) -> (text, [(start, end), ...], complete)  or NotNative
+
+A renderer is used only when the template is TRL's file byte for byte (`native_for` compares the
+text), and covers what the template does with the messages `packtool.formats` produces: string
+contents, OpenAI tool calls, reasoning as `thinking`, tools whose parameters are plain types.
+Anything else (a non-string content, a tool-call turn with both content and thinking, a parameter
+schema with a default, items, oneOf, ...) raises NotNative and MiniJinja (or jinja) renders it.
+Values are printed by Python as jinja prints them (`|trim` is str.strip, `|tojson` is
+json.dumps(ensure_ascii=False)), not as MiniJinja would (its trim keeps U+001C-U+001F).
+
+    llama3_training   <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>
+                      <|start_header_id|>assistant<|end_header_id|>\n\n{Hello!<|eot_id|>}
+    gptoss_training   <|start|>system<|message|>...<|end|>(<|start|>developer<|message|>...<|end|>)
+                      <|start|>user<|message|>Hi<|end|>
+                      {<|start|>assistant<|channel|>final<|message|>Hello!<|return|>}
+                                       {...}: a generation block, a span; (...): when there is one
+
+`complete`: the text holds, as written, everything render.lost_content looks for (every message's
+text, the last assistant turn's reasoning; no tools, tool calls or turns the template skips), so
+the Renderer need not search for it; False says nothing (lost_content searches).
+
+Every run checks the renderers as it checks the compiled one (packtool.tokenization.fast_check: the
+start-up probe against jinja on the run's first examples), and tests/tokenization/test_trl_native.py
+renders generated, shared and edge-case conversations with both.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+
+from packtool.tokenization.chatml import NotNative
+from packtool.tokenization.compiled import alias
+
+Spans = list[tuple[int, int]]
+Rendered = tuple[str, Spans, bool]  # text, generation spans, complete (see the module docstring)
+
+
+def _str(x) -> str:
+    if type(x) is not str:
+        raise NotNative
+    return x
+
+
+def _tojson(x) -> str:
+    return json.dumps(x, ensure_ascii=False)  # transformers' tojson filter with its defaults
+
+
+# -- llama3_training ------------------------------------------------------------------------------
+_HEAD = "<|start_header_id|>"
+_LLAMA_ASSISTANT = "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def llama3(messages: list[dict], tools, kwargs: dict, date: str | None) -> Rendered:
+    bos = kwargs.get("bos_token")
+    if not messages or type(bos) is not str:
+        raise NotNative
+    out = [bos]
+    size = len(bos)
+    spans: Spans = []
+    complete = not tools  # (the template writes no tools, tool calls or reasoning)
+    for m in messages:
+        role = _str(m.get("role"))
+        content = _str(m.get("content")).strip()  # jinja's trim: Python's strip
+        if "tool_calls" in m or "reasoning_content" in m:
+            complete = False
+        if role == "assistant":
+            size += len(_LLAMA_ASSISTANT)
+            body = content + "<|eot_id|>"
+            spans.append((size, size + len(body)))
+            out += (_LLAMA_ASSISTANT, body)
+            size += len(body)
+        else:
+            piece = _HEAD + role + "<|end_header_id|>\n\n" + content + "<|eot_id|>"
+            out.append(piece)
+            size += len(piece)
+    return "".join(out), spans, complete
+
+
+# -- gptoss_training ------------------------------------------------------------------------------
+_SYSTEM = (
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: medium\n\n"
+    "# Valid channels: analysis, commentary, final. Channel must be included for every message."
+)
+_CALLS = "\nCalls to these tools must go to the commentary channel: 'functions'."
+_TAGS = ("<|channel|>analysis<|message|>", "<|channel|>final<|message|>")
+_SIMPLE = {"string": "string", "number": "number", "integer": "number", "boolean": "boolean"}
+_PARAM_KEYS = {"type", "description", "enum"}
+
+
+def _param_type(spec) -> str:
+    """render_typescript_type for a plain type: string (or a string enum), number, integer,
+    boolean; anything else (nullable, items, oneOf, a default, ...) is NotNative."""
+    if type(spec) is not dict or not spec.keys() <= _PARAM_KEYS:
+        raise NotNative
+    t = spec.get("type")
+    if type(t) is not str or t not in _SIMPLE:
+        raise NotNative
+    enum = spec.get("enum")
+    if t == "string" and enum:
+        if type(enum) is not list or not all(type(x) is str for x in enum):
+            raise NotNative
+        return '"' + '" | "'.join(enum) + '"'
+    return _SIMPLE[t]
+
+
+def _namespace(tools: list) -> str:
+    """render_tool_namespace("functions", tools) for tools of plain parameters."""
+    out = ["## functions\n\nnamespace functions {\n\n"]
+    for tool in tools:
+        fn = tool.get("function") if type(tool) is dict else None
+        if type(fn) is not dict:
+            raise NotNative
+        out.append("// " + _str(fn.get("description")) + "\ntype " + _str(fn.get("name")) + " = ")
+        params = fn.get("parameters")
+        props = params.get("properties") if type(params) is dict else None
+        if params and type(params) is not dict or props and type(props) is not dict:
+            raise NotNative
+        if not props:
+            out.append("() => any;\n\n")
+            continue
+        required = params.get("required") or []
+        if type(required) is not list:
+            raise NotNative
+        out.append("(_: {\n")
+        for name, spec in props.items():
+            t = _param_type(spec)
+            desc = spec.get("description")
+            if desc:
+                out.append("// " + _str(desc) + "\n")
+            out.append(_str(name) + ("" if name in required else "?") + ": " + t + ",\n")
+        out.append("}) => any;\n\n")
+    out.append("} // namespace functions")
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _system(date: str, tools: bool) -> str:
+    day = datetime.date.fromisoformat(date).strftime("%Y-%m-%d")
+    return _SYSTEM.format(date=day) + (_CALLS if tools else "") + "<|end|>"
+
+
+def gptoss(messages: list[dict], tools, kwargs: dict, date: str | None) -> Rendered:
+    if not messages or type(messages[0]) is not dict:
+        raise NotNative
+    # the system block (strftime_now() unfixed: today's date)
+    head = _system(date or datetime.date.today().isoformat(), bool(tools))
+    out = [head]
+    size = len(head)
+    spans: Spans = []
+    first = messages[0]
+    loop = messages
+    if first.get("role") in ("developer", "system"):
+        loop = messages[1:]
+        dev = _str(first.get("content"))
+        if dev or tools:
+            piece = "<|start|>developer<|message|>"
+            if dev:
+                piece += "# Instructions\n\n" + dev + "\n\n"
+            if tools:
+                piece += "# Tools\n\n" + _namespace(_list(tools))
+            out.append(piece + "<|end|>")
+            size += len(out[-1])
+    elif tools:
+        out.append(
+            "<|start|>developer<|message|># Tools\n\n" + _namespace(_list(tools)) + "<|end|>"
+        )
+        size += len(out[-1])
+    last_call = None  # the name of the last tool call (tool turns are its answers)
+    n = len(loop)
+    complete = not tools  # no tool definitions, calls or turns, no turn the template skips
+    last, last_i = None, -1  # the last assistant turn (aliased) and its place in the loop
+    for i, m in enumerate(loop):
+        if type(m) is not dict:
+            raise NotNative
+        role = m.get("role")
+        if role == "assistant":
+            last, last_i = alias(m), i
+            piece, called = _assistant(last, loop, i, i == n - 1)
+            if called is not None or i != n - 1:
+                last_call = called
+            if called is not None:
+                complete = False
+            spans.append((size, size + len(piece)))
+        elif role == "tool":
+            if last_call is None or "content" not in m:
+                raise NotNative  # the template raises: jinja says it
+            piece = (
+                "<|start|>functions."
+                + last_call
+                + " to=assistant<|channel|>commentary<|message|>"
+                + _tojson(m.get("content"))
+                + "<|end|>"
+            )
+        elif role == "user":
+            piece = "<|start|>user<|message|>" + _str(m.get("content")) + "<|end|>"
+        else:
+            complete = False
+            continue  # a later system or developer turn: the template writes nothing
+        out.append(piece)
+        size += len(piece)
+    if complete and last is not None and "reasoning_content" in last:
+        # the last assistant turn's reasoning is written only when it ends the conversation
+        r = last["reasoning_content"]
+        if type(r) is str and r.strip():
+            complete = last_i == n - 1 and last.get("thinking") == r
+    return "".join(out), spans, complete
+
+
+def _list(tools) -> list:
+    if type(tools) is not list:
+        raise NotNative
+    return tools
+
+
+def _tagged(s: str) -> bool:
+    """`s` holds a channel tag (the template refuses it)."""
+    return "<|channel|>" in s and any(t in s for t in _TAGS)
+
+
+def _assistant(m: dict, loop: list, i: int, last: bool) -> tuple[str, str | None]:
+    """One assistant turn as gptoss_training writes it inside its generation block, and the name
+    of its tool call (None: none)."""
+    content = m.get("content")
+    thinking = m.get("thinking")
+    if "content" in m and (type(content) is not str or _tagged(content)):
+        raise NotNative
+    if "thinking" in m and (type(thinking) is not str or _tagged(thinking)):
+        raise NotNative
+    if "tool_calls" not in m:
+        if "content" not in m:
+            raise NotNative
+        if last:
+            cot = (
+                "<|start|>assistant<|channel|>analysis<|message|>" + thinking + "<|end|>"
+                if "thinking" in m
+                else ""
+            )
+            final = "<|start|>assistant<|channel|>final<|message|>" + content + "<|return|>"
+            return cot + final, None
+        return "<|start|>assistant<|channel|>final<|message|>" + content + "<|end|>", None
+    calls = m["tool_calls"]
+    if type(calls) is not list or not calls or type(calls[0]) is not dict:
+        raise NotNative
+    call = calls[0]
+    if call.get("function"):
+        call = call["function"]
+    if type(call) is not dict or "content_type" in call:
+        raise NotNative
+    name = _str(call.get("name"))
+    if "arguments" not in call:
+        raise NotNative
+    final_later = any(
+        type(f) is dict and f.get("role") == "assistant" and "tool_calls" not in f
+        for f in loop[i + 1 :]
+    )
+    out = ""
+    if content and thinking:
+        raise NotNative  # the template raises: jinja says it
+    if content and not final_later:
+        out = "<|start|>assistant<|channel|>analysis<|message|>" + content + "<|end|>"
+    elif thinking and not final_later:
+        out = "<|start|>assistant<|channel|>analysis<|message|>" + thinking + "<|end|>"
+    call_text = (
+        "<|start|>assistant to=functions."
+        + name
+        + "<|channel|>commentary json<|message|>"
+        + _tojson(call["arguments"])
+        + "<|call|>"
+    )
+    return out + call_text, name
+
+
+_RENDERERS = {"llama3_training": llama3, "gptoss_training": gptoss}
+
+
+@functools.cache
+def _trl_texts() -> dict[str, str]:
+    """{template text: name} of the TRL templates rendered natively (the installed TRL's files)."""
+    from packtool.tokenization.chat_template import trl_dir
+
+    folder = trl_dir()
+    out = {}
+    for name in _RENDERERS:
+        path = folder / f"{name}.jinja" if folder is not None else None
+        if path is not None and path.is_file():
+            out[path.read_text()] = name
+    return out
+
+
+def native_for(text: str):
+    """The native renderer of this template (TRL's file byte for byte), else None."""
+    name = _trl_texts().get(text)
+    return _RENDERERS[name] if name is not None else None
