@@ -12,9 +12,12 @@ training version of the folder's own template X, see families.folder_tok) for a 
 
   ours fast      Encoder(backend="fastokens", renderer=<the run's>): the default path of a run whose
                  start-up check passed — built-in: native chatml-train render with generation spans;
-                 any other template: the compiled renderer (MiniJinja, packtool.tokenization.compiled);
-                 then fastokens batch encode, spans → tokens through per-token byte lengths
-  ours fast/mj   built-in only: the same with the compiled renderer (what any other template gets)
+                 TRL's llama3_training and gptoss_training: rendered natively (trl_native) in front
+                 of the compiled renderer; any other template: the compiled renderer (MiniJinja,
+                 packtool.tokenization.compiled); then fastokens batch encode, spans → tokens
+                 through per-token byte lengths
+  ours fast/mj   built-in and TRL's templates above: the same with MiniJinja alone (what any other
+                 template gets)
   ours fast/j2   the same with transformers' jinja renderer (a template MiniJinja cannot compile,
                  or after a renderer's difference on the start-up check)
   ours hf        Encoder(backend="hf", renderer="jinja"): the reference path (tokenizers, offsets)
@@ -72,6 +75,7 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
     from packtool.tokenization.loading import TokenizerSpec, load_tokenizer
     from packtool.tokenization.run_plan import renderer_of
     from packtool.tokenization.template_probe import choose
+    from packtool.tokenization.trl_native import native_for
 
     if not tk.tools:  # Llama 3's template renders no tools: both paths get the records without
         convs = [c for c in convs if not has_tools(c)]
@@ -90,13 +94,15 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
     ]
     raw = tokenizers.Tokenizer.from_str(spec.backend_json)
     renderer = renderer_of(tpl)[0]  # the run's: native (chatml-train), compiled, or jinja
-    fast = f"ours fast (fastokens, {renderer} render)"
+    trl = renderer == "compiled" and native_for(tpl.text) is not None  # TRL's, natively
+    fast = f"ours fast (fastokens, {'trl_native' if trl else renderer} render)"
     hf = "ours hf (tokenizers, jinja render)"
     encoders = {fast: Encoder(spec, tpl, backend="fastokens", renderer=renderer)}
-    if renderer == "native":
-        encoders["ours fast/mj (fastokens, compiled render)"] = Encoder(
-            spec, tpl, backend="fastokens", renderer="compiled"
-        )
+    if renderer == "native" or trl:
+        mj = Encoder(spec, tpl, backend="fastokens", renderer="compiled")
+        if trl:
+            mj.render._trl = False  # MiniJinja alone, as before trl_native
+        encoders["ours fast/mj (fastokens, compiled render)"] = mj
     if renderer != "jinja":
         encoders["ours fast/j2 (fastokens, jinja render)"] = Encoder(
             spec, tpl, backend="fastokens", renderer="jinja"
