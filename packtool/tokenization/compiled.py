@@ -100,8 +100,9 @@ def exact_float(v: float) -> bool:
 
 def plain(v) -> bool:
     """`v` holds nothing the engines would print differently: no float MiniJinja writes otherwise,
-    no reserved character (walked with a stack: a third of the time of a recursive walk; a dict's
-    string values checked in place, the rest stacked)."""
+    no reserved character, none of U+001C-U+001F (Python's strip/trim/split take them for
+    whitespace, MiniJinja's do not) (walked with a stack: a third of the time of a recursive walk;
+    a dict's string values checked in place, the rest stacked)."""
     stack = [v]
     while stack:
         v = stack.pop()
@@ -110,21 +111,25 @@ def plain(v) -> bool:
             for x in v.values():
                 if type(x) is not str:
                     stack.append(x)
-                elif OPEN in x or CLOSE in x:
+                elif _odd(x):
                     return False
             for k in v:
                 if type(k) is not str:
                     stack.append(k)
-                elif OPEN in k or CLOSE in k:
+                elif _odd(k):
                     return False
         elif t is str:
-            if OPEN in v or CLOSE in v:
+            if _odd(v):
                 return False
         elif t is list or t is tuple:
             stack += v
         elif t is float and not exact_float(v):
             return False
     return True
+
+
+def _odd(x: str) -> bool:
+    return OPEN in x or CLOSE in x or "\x1c" in x or "\x1d" in x or "\x1e" in x or "\x1f" in x
 
 
 def aliased(messages: list[dict]) -> list[dict]:

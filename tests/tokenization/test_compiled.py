@@ -35,6 +35,10 @@ ODD = [  # data the engines would print differently, or that holds the reserved 
         {"role": "user", "content": f"a{compiled.OPEN}b"},
         {"role": "assistant", "content": f"c{compiled.CLOSE}"},
     ],
+    [  # Python's strip (jinja's trim) removes U+001C-U+001F, MiniJinja's keeps them
+        {"role": "user", "content": "q\x1f"},
+        {"role": "assistant", "content": "\x1ca"},
+    ],
 ]
 PLAIN = [  # what they print alike: bools, None, ints, short floats, nested arguments
     [
@@ -315,6 +319,8 @@ def test_plain_finds_what_the_engines_print_otherwise():
         [float("nan")],
         {"z": [float("inf")]},
         1e16,
+        "a\x1c",
+        {"k": ["\x1f"]},
     ]
     alike = ["é", 0.5, 3, True, None, {"a": [1.75, "b", {"c": (0.0, -2.5)}]}, [], {}, Text("x")]
     assert [compiled.plain(v) for v in odd] == [False] * len(odd)
