@@ -346,3 +346,63 @@ def test_session_runs_tasks_in_call_order_at_most_workers_at_a_time(ray_cluster,
         folder = session.scratch()
         assert folder.parent == tmp_path / "beside" and folder.is_dir()
     assert not folder.exists()
+
+
+def _starting(seconds: float):
+    """Session._joined that leaves the tests' cluster "starting" for `seconds` (as a new local
+    cluster would be): until then Session.run makes its calls in the driver."""
+    import threading
+
+    from packtool.cluster.session import Session
+
+    joined = Session._joined
+
+    def late(self):
+        joined(self)
+        self._up.clear()
+        threading.Timer(seconds, self._up.set).start()
+
+    return late
+
+
+def test_while_the_cluster_starts_the_driver_makes_the_first_calls(ray_cluster, monkeypatch):
+    """Session.run while the cluster is not up: the driver makes the calls in order, the first one
+    at once, until it is; from then on Ray tasks make the rest. The results are in call order
+    whoever made them, and the driver's calls are counted."""
+    import os
+    import time
+
+    from packtool.cluster.session import Session
+
+    monkeypatch.setattr(Session, "_joined", _starting(0.3))
+
+    def where(i: int) -> tuple[int, int]:  # (nested: Ray pickles it whole)
+        time.sleep(0.2)
+        return i, os.getpid()
+
+    with Session(workers=2) as session:
+        assert not session.up()
+        out = session.run(where, [(i,) for i in range(8)])
+        assert session.up()
+    assert [i for i, _ in out] == list(range(8))
+    in_driver = [pid == os.getpid() for _, pid in out]
+    k = session.driver_calls
+    assert 1 <= k < 8 and in_driver == [True] * k + [False] * (8 - k)
+
+
+@pytest.mark.slow
+def test_parts_encoded_in_the_driver_while_the_cluster_starts_pack_the_same(tmp_path, monkeypatch):
+    """The cluster "starts" for 0.3 s: the driver reads the file, probes it and encodes the first
+    parts, Ray tasks the others and the shards; the same pack, byte for byte."""
+    from packtool.cluster.session import Session
+
+    monkeypatch.setattr(readers, "PART_BYTES", 256 << 10)
+    monkeypatch.setattr(Session, "_joined", _starting(0.3))
+    write_sample(tmp_path / "s.jsonl", n=3000)
+    report = tmp_path / "ray.json"
+    local, on_ray = pack_both(
+        tmp_path / "s.jsonl", tmp_path, *OPTION_SETS["split-padded"], "--json", report
+    )
+    assert_same_folders(local, on_ray)
+    engine = json.loads(report.read_text())["engine"]
+    assert engine["parts"] > 10 and 1 <= engine["driver_calls"] < engine["parts"]
