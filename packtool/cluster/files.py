@@ -65,16 +65,18 @@ def file_infos(session, paths: list[str], read: ReadConfig, part_bytes: int) -> 
 
 
 def probe(path: str, read: ReadConfig, fmt: str, n: int, setup, reference):
-    """The fast step (the encode tasks' setup[0], tokenize.encode_part: a worker builds its
+    """The fast step (the encode tasks' Setup, tokenize.encode_part: a worker builds its
     tokenizer once for both) and the reference step (Shared arguments) on the first `n` records of
     the file's first batch: None when they agree, else where they first differ
-    (tokenization.fast_check.compare)."""
+    (tokenization.fast_check.compare). The reference first: in the driver, the fast backend is
+    still building on its thread meanwhile (as the local engine's first probe)."""
     from packtool.cluster.session import fetch_once
     from packtool.io import readers
     from packtool.tokenization.fast_check import compare
 
-    fast, reference = fetch_once(setup)[0], fetch_once(reference)
+    fast, reference = fetch_once(setup).encode_step(), fetch_once(reference)
     first = next(iter(readers.part_batches(path, read, None)))
     first.fmt = fmt
     head = first.head(n)
-    return compare(fast(head), reference(head), head)
+    expected = reference(head)
+    return compare(fast(head), expected, head)

@@ -43,15 +43,48 @@ from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
 
 
-def encode_part(k: int, setup: list, folder: str | None):
+@dataclass
+class Setup:
+    """What every encode task of a run needs, one object in the store (a Shared argument): a
+    worker process fetches it once and keeps it, and the tokenizer its step builds (which the
+    probes use too), for the next parts it is given (session.fetch_once)."""
+
+    step: Any  # the plan's EncodeStep
+    read: Any  # ReadConfig
+    parts: list[tuple[str, Any]]  # (file, part) in reading order
+    fmts: dict[str, str]  # each file's format
+    stop: bool  # --on-error error: a part stops at its first refused record
+    # the fast backend as the driver built it (plan.built): a worker takes its byte table (~0.3 s
+    # to make from the tokenizer's JSON) and builds only the Rust tokenizer; None: none
+    built: Any = None
+    _prepared: Any = field(default=None, repr=False)  # encode_step's, in this process
+
+    def __getstate__(self):
+        return {**self.__dict__, "_prepared": None}
+
+    def encode_step(self):
+        """The step, on `built` where there is one (a pickled step has no backend), made once in
+        each process."""
+        if self._prepared is None:
+            step = self.step
+            if self.built is not None:
+                step = step.with_backend(step.backend, step.renderer, self.built)
+            self._prepared = step
+        return self._prepared
+
+
+def encode_part(k: int, setup: Shared, folder: str | None):
     """The task that reads part k and encodes it, its tokens written to `folder` (cluster.parts;
-    None: not kept, `profile` needs the lengths only).
-    setup (Shared): (step, read config, parts, formats, stop at a refusal), one object in the
-    store; a worker process fetches it once and keeps it (and the tokenizer the step builds, which
-    the probes use too) for the next parts it is given (session.fetch_once). Returns the part's
+    None: not kept, `profile` needs the lengths only), with the run's Setup. Returns the part's
     rows (source_index in the part, length, loss) and meta."""
-    step, read, parts, fmts, stop = fetch_once(setup)
-    path, part = parts[k]
+    run = fetch_once(setup)
+    step, read, (path, part), fmts, stop = (
+        run.encode_step(),
+        run.read,
+        run.parts[k],
+        run.fmts,
+        run.stop,
+    )
     meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
     cols: dict[str, list] = {c: [] for c in ("source_index", "length", "num_loss_tokens")}
     with PartWriter(folder, k) if folder is not None else nullcontext() as out:
@@ -204,7 +237,8 @@ def load_tokenized(
         folder = session.scratch() if session.keep_tokens else None
         while True:  # a difference: again one step down (fastokens + jinja is probed too)
             check, probes = FastCheck.of(plan), []
-            setup = Shared((plan.step, cfg.read, parts, fmts, cfg.read.on_error == "error"))
+            stop = cfg.read.on_error == "error"
+            setup = Shared(Setup(plan.step, cfg.read, parts, fmts, stop, plan.built))
             if check is not None and cfg.read.limit is None:  # the probes are known: with the parts
                 probes = _probes(cfg, check, plan, setup, decisions, lambda d: d.first_len)
             got, results = _encode(session, setup, parts, folder, probes)
@@ -246,7 +280,7 @@ def load_tokenized(
 
 
 MIN_PART_BYTES = 1 << 20
-PARTS_PER_WORKER = 4  # parts of uneven cost even out over a few per worker
+PARTS_PER_WORKER = 8  # parts of uneven cost, and the driver's, even out over several per worker
 
 
 def part_bytes(paths: list[str], workers: int) -> int:
