@@ -3,8 +3,9 @@
     with Session(address=None, workers=None) as s:   address None: a local cluster, started here
         s.workers                                     and stopped at the end; "auto" or host:port
         ...                                           (ray://host:port) joins a running one
-    s.run(fn, calls) -> [fn(*call) ...]               Ray tasks, at most s.workers at a time; the
-                                                      driver runs them itself until Ray is up
+    s.run(fn, calls) -> [fn(*call) ...]               Ray tasks, at most s.workers at a time; a
+                                                      run begun while a local cluster starts has
+                                                      the driver as one of the workers
     Shared(x)                                         an argument every call of a run shares
     s.scratch() -> folder                             for the encoded parts; removed at the end
     s.scratch_parent, s.keep_tokens                   where they go; whether they are kept at all
@@ -13,16 +14,17 @@
 
 A local cluster starts on a thread of its own (`ray.init`: 4-6 s on a 2-core box, most of it
 waiting for Ray's processes), which keeps it and stops it at the end: Ray's processes die with
-the thread that started them (PR_SET_PDEATHSIG). Meanwhile `run` calls the function itself, in
-the driver, one call after the other in the calls' order, on a thread of the driver; from the
-moment the cluster is up the next calls go to Ray tasks, and the driver finishes the call it is
-in and takes no more. Whoever is free takes the next call, so a call's result does not depend on
-where it ran (the same function on the same arguments):
+the thread that started them (PR_SET_PDEATHSIG). A run begun meanwhile has the driver as one of
+its `workers`: a thread of the driver makes the calls one after the other, in the calls' order,
+at once and until none is left, and from the moment the cluster is up Ray tasks take the next
+ones too, at most `workers` - 1 at a time beside the driver's (then `workers`). Whoever is free
+takes the next call; a call's result does not depend on where it ran (the same function on the
+same arguments):
 
-    time ─────────────────────────────────────────────────────────────▶
-    owner thread   ray.init ······························ ready ─ (wait) ─ stop: ray.shutdown
-    driver         call 0 ─ call 1 ─ call 2 ─┘(ends it)
-    Ray tasks                                  call 3, call 4, ... <= workers at a time
+    time ─────────────────────────────────────────────────────────────────────▶
+    owner thread   ray.init ························ up ─ (wait) ─ stop: ray.shutdown
+    driver         call 0 ─ call 1 ─ call 2 ─ call 4 ─ call 6 ─ ...
+    Ray tasks                           call 3 ─── call 5 ─ ...   (workers - 1 at a time)
 
 A joined cluster (--ray-address, or one this process already started) is up at once: every call
 is a Ray task. Ray's own output is kept quiet (no dashboard, worker logs not echoed): what the run
@@ -171,10 +173,10 @@ class Session:
             self._scratch.remove(folder)
 
     def run(self, fn: Callable, calls: Iterable[tuple]) -> list:
-        """fn(*call) for every call, each a Ray task of one CPU, at most `workers` at a time, or,
-        while a local cluster starts, in the driver (module docstring); a call's arguments are
-        made when it starts (an iterator may build them lazily); a Shared argument reaches a task
-        through the object store. The results in the order of `calls`. On any error or Ctrl-C the
+        """fn(*call) for every call, each a Ray task of one CPU, at most `workers` at a time (a
+        run begun while a local cluster starts: the driver's calls among them, module
+        docstring); a call's arguments are made when it starts (an iterator may build them
+        lazily); a Shared argument reaches a task through the object store. The results in the order of `calls`. On any error or Ctrl-C the
         tasks still running are cancelled, the driver's call is let end, and the error raised as
         it came (`failure` makes it packtool's)."""
         import ray
@@ -183,23 +185,26 @@ class Session:
         results: dict[int, object] = {}
         here = None if self.up() else _InDriver(fn, todo, results, self._up)
         running: dict = {}  # ObjectRef -> call number
+        done: list = []  # ended tasks whose results are not fetched yet
         try:
             while here is not None and not self._up.wait(0.05) and here.is_alive():
                 pass
             if self.up():
                 task = ray.remote(num_cpus=1)(fn)
-                while True:
-                    while len(running) < self.workers:
+                while True:  # the driver, while it makes calls, is one of the `workers`
+                    busy = len(running) - len(done) + (here is not None and here.is_alive())
+                    while busy < self.workers:
                         nxt = todo.next()
                         if nxt is None:
                             break
                         args = tuple(a.ref() if isinstance(a, Shared) else a for a in nxt[1])
                         running[task.remote(*args)] = nxt[0]
+                        busy += 1
+                    for ref in done:  # (after the next tasks started: a worker does not wait)
+                        results[running.pop(ref)] = ray.get(ref)
                     if not running:
                         break
                     done, _ = ray.wait(list(running), num_returns=1)
-                    for ref in done:
-                        results[running.pop(ref)] = ray.get(ref)
             if here is not None:
                 here.finish()
                 self.driver_calls += here.calls
@@ -262,7 +267,7 @@ class _Calls:
 
 
 class _InDriver(threading.Thread):
-    """Calls made in the driver, in turn, until the cluster is up (`up` set) or none is left."""
+    """Calls made in the driver, in turn, until none is left."""
 
     def __init__(self, fn: Callable, todo: _Calls, results: dict, up: threading.Event):
         super().__init__(name="packtool-driver-calls", daemon=True)
@@ -273,7 +278,7 @@ class _InDriver(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self.up.is_set():
+            while True:
                 nxt = self.todo.next()
                 if nxt is None:
                     return

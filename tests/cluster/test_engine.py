@@ -365,10 +365,11 @@ def _starting(seconds: float):
     return late
 
 
-def test_while_the_cluster_starts_the_driver_makes_the_first_calls(ray_cluster, monkeypatch):
-    """Session.run while the cluster is not up: the driver makes the calls in order, the first one
-    at once, until it is; from then on Ray tasks make the rest. The results are in call order
-    whoever made them, and the driver's calls are counted."""
+def test_while_the_cluster_starts_the_driver_is_one_of_the_workers(ray_cluster, monkeypatch):
+    """Session.run begun while the cluster is not up: the driver makes the first call at once and
+    goes on taking the next one until none is left; once the cluster is up, Ray tasks take calls
+    too, never more than `workers` with the driver's at a time. The results are in call order
+    whoever made them, and the driver's calls are counted. A run begun when it is up: Ray alone."""
     import os
     import time
 
@@ -376,24 +377,28 @@ def test_while_the_cluster_starts_the_driver_makes_the_first_calls(ray_cluster, 
 
     monkeypatch.setattr(Session, "_joined", _starting(0.3))
 
-    def where(i: int) -> tuple[int, int]:  # (nested: Ray pickles it whole)
+    def where(i: int) -> tuple[int, int, float, float]:  # (nested: Ray pickles it whole)
+        start = time.time()
         time.sleep(0.2)
-        return i, os.getpid()
+        return i, os.getpid(), start, time.time()
 
     with Session(workers=2) as session:
         assert not session.up()
-        out = session.run(where, [(i,) for i in range(8)])
+        out = session.run(where, [(i,) for i in range(12)])
         assert session.up()
-    assert [i for i, _ in out] == list(range(8))
-    in_driver = [pid == os.getpid() for _, pid in out]
-    k = session.driver_calls
-    assert 1 <= k < 8 and in_driver == [True] * k + [False] * (8 - k)
+        after = session.run(where, [(i,) for i in range(3)])
+    assert [i for i, *_ in out] == list(range(12))
+    in_driver = [pid == os.getpid() for _, pid, *_ in out]
+    assert in_driver[0] and not all(in_driver) and sum(in_driver) == session.driver_calls
+    for _, _, start, _ in out:  # at most 2 calls at a time (0.01 s: one clock, two processes)
+        assert sum(a < start + 0.01 and start < b - 0.01 for _, _, a, b in out) <= 2
+    assert all(pid != os.getpid() for _, pid, *_ in after)
 
 
 @pytest.mark.slow
 def test_parts_encoded_in_the_driver_while_the_cluster_starts_pack_the_same(tmp_path, monkeypatch):
-    """The cluster "starts" for 0.3 s: the driver reads the file, probes it and encodes the first
-    parts, Ray tasks the others and the shards; the same pack, byte for byte."""
+    """The cluster "starts" for 0.3 s: the driver reads the file, probes it and encodes parts, as
+    do Ray tasks once it is up, and they write the shards; the same pack, byte for byte."""
     from packtool.cluster.session import Session
 
     monkeypatch.setattr(readers, "PART_BYTES", 256 << 10)
