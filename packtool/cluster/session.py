@@ -57,7 +57,7 @@ class Session:
         self.scratch_parent: str | None = None
         # False: tokenizing keeps lengths only (`profile`: nothing to write)
         self.keep_tokens = True
-        self.driver_calls = 0  # calls `run` made in the driver while the cluster started
+        self.driver_calls = 0  # calls `run` made in the driver (runs begun while it started)
         self._scratch: list[Path] = []
         self._up = threading.Event()  # set when the cluster is up, or failed to start
         self._stop = threading.Event()
@@ -176,14 +176,15 @@ class Session:
         """fn(*call) for every call, each a Ray task of one CPU, at most `workers` at a time (a
         run begun while a local cluster starts: the driver's calls among them, module
         docstring); a call's arguments are made when it starts (an iterator may build them
-        lazily); a Shared argument reaches a task through the object store. The results in the order of `calls`. On any error or Ctrl-C the
-        tasks still running are cancelled, the driver's call is let end, and the error raised as
-        it came (`failure` makes it packtool's)."""
+        lazily); a Shared argument reaches a task through the object store. The results in the
+        order of `calls`. On any error or Ctrl-C the tasks still running are cancelled, the
+        driver's call is let end, and the error raised as it came (`failure` makes it
+        packtool's)."""
         import ray
 
         todo = _Calls(calls)
         results: dict[int, object] = {}
-        here = None if self.up() else _InDriver(fn, todo, results, self._up)
+        here = None if self.up() else _InDriver(fn, todo, results)
         running: dict = {}  # ObjectRef -> call number
         done: list = []  # ended tasks whose results are not fetched yet
         try:
@@ -269,9 +270,9 @@ class _Calls:
 class _InDriver(threading.Thread):
     """Calls made in the driver, in turn, until none is left."""
 
-    def __init__(self, fn: Callable, todo: _Calls, results: dict, up: threading.Event):
+    def __init__(self, fn: Callable, todo: _Calls, results: dict):
         super().__init__(name="packtool-driver-calls", daemon=True)
-        self.fn, self.todo, self.results, self.up = fn, todo, results, up
+        self.fn, self.todo, self.results = fn, todo, results
         self.calls = 0
         self.error: BaseException | None = None
         self.start()

@@ -2,7 +2,8 @@
 part files, only lengths back.
 
     parts   [(file, part)]  reading order (io.readers.file_parts)      part k: records counted
-       │ Session.run: encode_part(k), one task a part, <= workers at a time  from 0 at the part's start
+       │ Session.run: the probes, then encode_part(k), one task a part,   from 0 at the part's start
+       │ <= workers at a time (while a local cluster starts, the driver is one of them)
        ▼
     SCRATCH/part-k.ids, part-k.labels   the part's tokens, once (cluster.parts); the writer preads them
     driver  ◀── per part: source_index (in part) i64[n], length i32[n], num_loss_tokens i32[n],

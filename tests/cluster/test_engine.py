@@ -410,4 +410,5 @@ def test_parts_encoded_in_the_driver_while_the_cluster_starts_pack_the_same(tmp_
     )
     assert_same_folders(local, on_ray)
     engine = json.loads(report.read_text())["engine"]
-    assert engine["parts"] > 10 and 1 <= engine["driver_calls"] < engine["parts"]
+    # the driver's calls: its file, its probe and parts; Ray's: the other parts (and the shards)
+    assert engine["parts"] > 10 and 3 <= engine["driver_calls"] < 2 + engine["parts"]
