@@ -21,7 +21,8 @@ command timed them (tokenizing: read + encode + collect, on Ray from the first t
 lengths on the driver; plan; write: on Ray the shard-writing tasks, which pread the part files), the
 ratio to local, peak memory of the whole tree (Σ anonymous RSS, the largest VmHWM of one
 process), the largest VmHWM / anonymous RSS a Ray worker reported (the pack's JSON `engine`),
-the driver's VmHWM, and the peak size of Ray's object spill folder. Every Ray pack's manifest and
+the driver's VmHWM, the peak size of Ray's object spill folder, and (drv) the calls the driver
+made itself while the local cluster started (cluster.session: files, probes, parts). Every Ray pack's manifest and
 shards are compared byte for byte with the local pack's. Then the planner's rate on 10M lengths,
 and a projection for N machines (`projection`) from the marginal per-stage rates measured here.
 """
@@ -144,6 +145,7 @@ def run_variant(name: str, data: Path, work: Path, length: int) -> dict:
         "worker_vmhwm_mib": round(engine.get("worker_vmhwm", 0) / 2**20),
         "worker_rss_anon_mib": round(engine.get("worker_rss_anon", 0) / 2**20),
         "parts": engine.get("parts"),
+        "driver_calls": engine.get("driver_calls"),
         "spill_peak_mib": round(spill.peak / 2**20),
         "hashes": pack_hashes(out),
         "rows": rep["manifest"]["counts"]["rows"],
@@ -278,7 +280,7 @@ def main() -> None:
         )
         print(f"  {'variant':8} {'wall s':>8} {'tok/s':>10} {'x local':>8} {'start+tok':>9} {'plan':>6} "
               f"{'write':>7} {'Σanon MiB':>10} {'max proc':>9} {'worker':>7} {'w.anon':>7} "
-              f"{'driver':>7} {'spill':>6} parts  same   walls")  # fmt: skip
+              f"{'driver':>7} {'spill':>6} parts  drv  same   walls")  # fmt: skip
         for name, r in rows.items():
             same = "-" if base is None or name == "local" else str(r["hashes"] == base["hashes"])
             ratio = r["wall_s"] / base["wall_s"] if base else float("nan")
@@ -287,7 +289,7 @@ def main() -> None:
                   f"{r['stages']['plan']:6.2f} {r['stages']['write']:7.1f} "
                   f"{r['tree_peak_anon_mib']:10,} {r['tree_max_hwm_mib']:9,} "
                   f"{r['worker_vmhwm_mib']:7,} {r['worker_rss_anon_mib']:7,} {r['main_hwm_mib']:7,} "
-                  f"{r['spill_peak_mib']:6,} {r['parts'] or '-':>5}  {same:5}  "
+                  f"{r['spill_peak_mib']:6,} {r['parts'] or '-':>5} {r['driver_calls'] or '-':>4}  {same:5}  "
                   f"{' '.join(f'{w:.1f}' for w in r['walls'])}")  # fmt: skip
             if same == "False":
                 raise SystemExit(f"{name} wrote another pack than local at {n:,} conversations")

@@ -5,13 +5,16 @@ imported unless `--engine ray` is given.
 
     driver                                    Ray tasks (Session.run: <= workers at a time)
     ──────                                    ─────────
+    a local cluster starts on a thread: runs begun meanwhile have the driver as one of the
+    workers (the same task functions, called in the driver; session.py)
     locate the files (io.readers)
     per file ─────────────────────────────▶  size, sha256, FileDecision, parts   files.py
     RunPlan = tokenization.run_plan.plan_run(cfg, decisions)   (the local pipeline's own)
     per part ─────────────────────────────▶  read a part, plan.step (a worker keeps its tokenizer)
                                               tokens ──▶ SCRATCH/part-k.ids, .labels   tokenize.py
     ◀── (index, length, loss) per example + one meta per part (records, lines, rejects, ...)
-    FastCheck.probes ─────────────────────▶  fast vs reference on each file's head (tasks)
+    FastCheck.probes ─────────────────────▶  fast vs reference on each file's head (with the
+                                              parts, before them)
     FastCheck.conclude; a difference: the parts again on plan.on_difference
     global source indices, skipped records, warnings, the TokenizedData (no tokens)
     overflow + plan (pack/, the numba planner), row order, shard of every piece

@@ -3,15 +3,33 @@
     with Session(address=None, workers=None) as s:   address None: a local cluster, started here
         s.workers                                     and stopped at the end; "auto" or host:port
         ...                                           (ray://host:port) joins a running one
-    s.run(fn, calls) -> [fn(*call) ...]               Ray tasks, at most s.workers at a time
+    s.run(fn, calls) -> [fn(*call) ...]               Ray tasks, at most s.workers at a time; a
+                                                      run begun while a local cluster starts has
+                                                      the driver as one of the workers
+    Shared(x)                                         an argument every call of a run shares
     s.scratch() -> folder                             for the encoded parts; removed at the end
     s.scratch_parent, s.keep_tokens                   where they go; whether they are kept at all
     s.failure(e) -> PacktoolError                     a worker's PacktoolError as it was raised,
                                                       anything else as one line naming it
 
-Ray's own output is kept quiet (no dashboard, worker logs not echoed): what the run did is
-packtool's report. `memory()` is a worker's peak and anonymous resident memory, which each stage
-reports with its results.
+A local cluster starts on a thread of its own (`ray.init`: 4-6 s on a 2-core box, most of it
+waiting for Ray's processes), which keeps it and stops it at the end: Ray's processes die with
+the thread that started them (PR_SET_PDEATHSIG). A run begun meanwhile has the driver as one of
+its `workers`: a thread of the driver makes the calls one after the other, in the calls' order,
+at once and until none is left, and from the moment the cluster is up Ray tasks take the next
+ones too, at most `workers` - 1 at a time beside the driver's (then `workers`). Whoever is free
+takes the next call; a call's result does not depend on where it ran (the same function on the
+same arguments):
+
+    time ─────────────────────────────────────────────────────────────────────▶
+    owner thread   ray.init ························ up ─ (wait) ─ stop: ray.shutdown
+    driver         call 0 ─ call 1 ─ call 2 ─ call 4 ─ call 6 ─ ...
+    Ray tasks                           call 3 ─── call 5 ─ ...   (workers - 1 at a time)
+
+A joined cluster (--ray-address, or one this process already started) is up at once: every call
+is a Ray task. Ray's own output is kept quiet (no dashboard, worker logs not echoed): what the run
+did is packtool's report. `memory()` is a process's peak and anonymous resident memory, which each
+stage reports with its results (and whether the driver ran it).
 """
 
 from __future__ import annotations
@@ -20,10 +38,13 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from packtool.errors import PacktoolError, UsageError
+
+_DRIVER_PID: int | None = None  # the process that holds a Session (memory(): "driver")
 
 
 class Session:
@@ -36,7 +57,12 @@ class Session:
         self.scratch_parent: str | None = None
         # False: tokenizing keeps lengths only (`profile`: nothing to write)
         self.keep_tokens = True
+        self.driver_calls = 0  # calls `run` made in the driver (runs begun while it started)
         self._scratch: list[Path] = []
+        self._up = threading.Event()  # set when the cluster is up, or failed to start
+        self._stop = threading.Event()
+        self._owner: threading.Thread | None = None  # the thread that starts and stops a local one
+        self._failed: BaseException | None = None
 
     def __enter__(self) -> Session:
         from packtool.cluster import ray_missing
@@ -46,42 +72,86 @@ class Session:
             raise UsageError(why)
         import ray
 
-        if not ray.is_initialized():
-            kw = {"log_to_driver": False, "logging_level": logging.ERROR, "configure_logging": True}
-            try:
-                if self.address:
-                    ray.init(address=self.address, **kw)
-                else:
-                    ray.init(  # "local": a new cluster, never one `ray start` left behind
-                        address="local",
-                        num_cpus=self.requested or os.cpu_count() or 1,
-                        include_dashboard=False,
-                        **kw,
-                    )
-            except ConnectionError as e:
-                raise UsageError(
-                    f"--ray-address {self.address}: cannot join a Ray cluster there ({_line(e)}); "
-                    "start one with `ray start --head`, or leave --ray-address out for a local cluster"
-                ) from None
-            except ImportError as e:  # ray:// is Ray Client, an extra of its own
-                raise UsageError(
-                    f"--ray-address {self.address}: {_line(e)}; ray:// addresses need Ray Client "
-                    "(pip install 'ray[client]'), or give the cluster's HOST:PORT"
-                ) from None
-            except (ValueError, RuntimeError) as e:
-                where = f"--ray-address {self.address}" if self.address else "a local Ray cluster"
-                raise PacktoolError(f"{where}: cannot start Ray: {_line(e)}") from None
-            self.started = True
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        self.workers = max(1, min(self.requested or cpus, cpus))
+        global _DRIVER_PID
+        _DRIVER_PID = os.getpid()
+        if ray.is_initialized():
+            self._joined()
+        elif self.address:
+            self._init()
+            self._joined()
+        else:  # a new local cluster of `workers` CPUs: started on its owner thread
+            self.workers = max(1, self.requested or os.cpu_count() or 1)
+            self._owner = threading.Thread(target=self._own, name="packtool-ray", daemon=True)
+            self._owner.start()
+        return self
+
+    def _init(self) -> None:
+        import ray
+
+        kw = {"log_to_driver": False, "logging_level": logging.ERROR, "configure_logging": True}
+        try:
+            if self.address:
+                ray.init(address=self.address, **kw)
+            else:
+                ray.init(  # "local": a new cluster, never one `ray start` left behind
+                    address="local", num_cpus=self.workers, include_dashboard=False, **kw
+                )
+        except ConnectionError as e:
+            raise UsageError(
+                f"--ray-address {self.address}: cannot join a Ray cluster there ({_line(e)}); "
+                "start one with `ray start --head`, or leave --ray-address out for a local cluster"
+            ) from None
+        except ImportError as e:  # ray:// is Ray Client, an extra of its own
+            raise UsageError(
+                f"--ray-address {self.address}: {_line(e)}; ray:// addresses need Ray Client "
+                "(pip install 'ray[client]'), or give the cluster's HOST:PORT"
+            ) from None
+        except (ValueError, RuntimeError) as e:
+            where = f"--ray-address {self.address}" if self.address else "a local Ray cluster"
+            raise PacktoolError(f"{where}: cannot start Ray: {_line(e)}") from None
+        self.started = True
         # a worker's failure is reported once, by packtool
         logging.getLogger("ray").setLevel(logging.CRITICAL)
-        return self
+
+    def _joined(self) -> None:
+        import ray
+
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.workers = max(1, min(self.requested or cpus, cpus))
+        self._up.set()
+
+    def _own(self) -> None:
+        """The owner thread of a local cluster: start it, wait for the end, stop it."""
+        import ray
+
+        try:
+            self._init()
+        except BaseException as e:  # noqa: BLE001 - raised in the driver by `up`
+            self._failed = e
+        finally:
+            self._up.set()
+        if self._failed is None:
+            self._stop.wait()
+            _stop_monitor()
+            ray.shutdown()
+
+    def up(self) -> bool:
+        """Whether the cluster is up (False while a local one starts); what failed starting it is
+        raised."""
+        if not self._up.is_set():
+            return False
+        if self._failed is not None:
+            raise self._failed
+        return True
 
     def __exit__(self, *exc) -> bool:
         for folder in self._scratch:
             shutil.rmtree(folder, ignore_errors=True)
-        if self.started:
+        if self._owner is not None:
+            self._stop.set()
+            while self._owner.is_alive():  # (a local cluster still starting: up, then stopped)
+                self._owner.join(0.1)
+        elif self.started:  # joined at --ray-address: this leaves it running
             import ray
 
             ray.shutdown()
@@ -104,30 +174,47 @@ class Session:
 
     def run(self, fn: Callable, calls: Iterable[tuple]) -> list:
         """fn(*call) for every call, each a Ray task of one CPU, at most `workers` at a time (a
-        call's arguments are made when it starts: an iterator may build them lazily); the results
-        in the order of `calls`. On any error or Ctrl-C the tasks still running are cancelled
-        and the error raised as it came (`failure` makes it packtool's)."""
+        run begun while a local cluster starts: the driver's calls among them, module
+        docstring); a call's arguments are made when it starts (an iterator may build them
+        lazily); a Shared argument reaches a task through the object store. The results in the
+        order of `calls`. On any error or Ctrl-C the tasks still running are cancelled, the
+        driver's call is let end, and the error raised as it came (`failure` makes it
+        packtool's)."""
         import ray
 
-        task = ray.remote(num_cpus=1)(fn)
-        todo = iter(enumerate(calls))
-        running: dict = {}  # ObjectRef -> call number
+        todo = _Calls(calls)
         results: dict[int, object] = {}
+        here = None if self.up() else _InDriver(fn, todo, results)
+        running: dict = {}  # ObjectRef -> call number
+        done: list = []  # ended tasks whose results are not fetched yet
         try:
-            while True:
-                while len(running) < self.workers:
-                    nxt = next(todo, None)
-                    if nxt is None:
+            while here is not None and not self._up.wait(0.05) and here.is_alive():
+                pass
+            if self.up():
+                task = ray.remote(num_cpus=1)(fn)
+                while True:  # the driver, while it makes calls, is one of the `workers`
+                    busy = len(running) - len(done) + (here is not None and here.is_alive())
+                    while busy < self.workers:
+                        nxt = todo.next()
+                        if nxt is None:
+                            break
+                        args = tuple(a.ref() if isinstance(a, Shared) else a for a in nxt[1])
+                        running[task.remote(*args)] = nxt[0]
+                        busy += 1
+                    for ref in done:  # (after the next tasks started: a worker does not wait)
+                        results[running.pop(ref)] = ray.get(ref)
+                    if not running:
                         break
-                    running[task.remote(*nxt[1])] = nxt[0]
-                if not running:
-                    break
-                done, _ = ray.wait(list(running), num_returns=1)
-                for ref in done:
-                    results[running.pop(ref)] = ray.get(ref)
+                    done, _ = ray.wait(list(running), num_returns=1)
+            if here is not None:
+                here.finish()
+                self.driver_calls += here.calls
         except BaseException:
+            todo.close()
             for ref in running:
                 ray.cancel(ref, force=True)
+            if here is not None:
+                here.finish(quiet=True)
             raise
         return [results[i] for i in range(len(results))]
 
@@ -163,13 +250,104 @@ def _line(e: BaseException) -> str:
     return lines[0][:300] if lines else type(e).__name__
 
 
+class _Calls:
+    """The calls of a run, numbered, taken one at a time by the driver's thread and by the loop
+    that starts Ray tasks (a lock between them); `close` ends them."""
+
+    def __init__(self, calls: Iterable[tuple]):
+        self._it = enumerate(calls)
+        self._lock = threading.Lock()
+
+    def next(self) -> tuple[int, tuple] | None:
+        with self._lock:
+            return next(self._it, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._it = iter(())
+
+
+class _InDriver(threading.Thread):
+    """Calls made in the driver, in turn, until none is left."""
+
+    def __init__(self, fn: Callable, todo: _Calls, results: dict):
+        super().__init__(name="packtool-driver-calls", daemon=True)
+        self.fn, self.todo, self.results = fn, todo, results
+        self.calls = 0
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            while True:
+                nxt = self.todo.next()
+                if nxt is None:
+                    return
+                self.results[nxt[0]] = self.fn(*nxt[1])
+                self.calls += 1
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread (finish)
+            self.error = e
+            self.todo.close()
+
+    def finish(self, quiet: bool = False) -> None:
+        """Wait for the call in progress; raise what failed in it (unless `quiet`)."""
+        while self.is_alive():
+            self.join(0.1)
+        if self.error is not None and not quiet:
+            raise self.error
+
+
+class Shared:
+    """An argument every call of a run shares (the encode step, the run's parts): the object
+    itself in the driver; a Ray task gets a reference to it in the object store, put there once,
+    and fetches it once per worker process (fetch_once)."""
+
+    def __init__(self, value):
+        self.value = value
+        self._holder: list | None = None
+
+    def ref(self) -> list:
+        """[ObjectRef] (in a list, so that Ray does not fetch and unpickle it for every task)."""
+        if self._holder is None:
+            import ray
+
+            self._holder = [ray.put(self.value)]
+        return self._holder
+
+
+def call(fn: Callable, *args):
+    """fn(*args): one run of Session.run over calls of several functions ((fn, *args) each)."""
+    return fn(*args)
+
+
+def _stop_monitor() -> None:
+    """Kill the local cluster's autoscaler monitor before ray.shutdown. Ray 2.60 stops its
+    processes one after the other, the GCS before the monitor, whose SIGTERM handler then tries
+    to report to the stopped GCS until ray.shutdown kills it a second later (1.0 of its 1.4 s
+    here). Killed first, it ends as it would have, at once. (Ray's private node object: where
+    that is not there, ray.shutdown does it all as before.)"""
+    try:
+        import ray._private.worker as ray_worker
+
+        node = ray_worker._global_node
+        for info in node.all_processes.get("monitor", []) if node is not None else []:
+            if info.process.poll() is None:
+                info.process.kill()
+                info.process.wait(timeout=5)
+    except Exception:  # noqa: BLE001 - Ray's internals moved: ray.shutdown stops it
+        pass
+
+
 _FETCHED: dict[str, object] = {}  # per worker process: objects of the store, by object id
 
 
-def fetch_once(holder: list):
-    """The object of holder[0], an ObjectRef (in a list, so that Ray does not fetch and unpickle
-    it for every task), fetched once by this worker process and kept, with what it builds lazily
-    (a step's tokenizer), for the next tasks of the run; a later run's objects replace them."""
+def fetch_once(holder: list | Shared):
+    """The object of a Shared argument: in the driver the object itself; in a Ray task, whose
+    argument is [ObjectRef] (Shared.ref), fetched once by this worker process and kept, with what
+    it builds lazily (a step's tokenizer), for the next tasks of the run; a later run's objects
+    replace them."""
+    if isinstance(holder, Shared):
+        return holder.value
     key = holder[0].hex()
     if key not in _FETCHED:
         import ray
@@ -181,8 +359,9 @@ def fetch_once(holder: list):
 
 
 def memory() -> dict[str, int]:
-    """This process's peak resident memory (VmHWM) and anonymous resident memory (RssAnon), bytes."""
-    out = {"vmhwm": 0, "rss_anon": 0}
+    """This process's peak resident memory (VmHWM) and anonymous resident memory (RssAnon), bytes,
+    and whether it is the driver (1: a call `run` made there while the cluster started)."""
+    out = {"vmhwm": 0, "rss_anon": 0, "driver": int(os.getpid() == _DRIVER_PID)}
     try:
         with open("/proc/self/status") as f:
             for line in f:

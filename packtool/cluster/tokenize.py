@@ -2,7 +2,8 @@
 part files, only lengths back.
 
     parts   [(file, part)]  reading order (io.readers.file_parts)      part k: records counted
-       │ Session.run: encode_part(k), one task a part, <= workers at a time  from 0 at the part's start
+       │ Session.run: the probes, then encode_part(k), one task a part,   from 0 at the part's start
+       │ <= workers at a time (while a local cluster starts, the driver is one of them)
        ▼
     SCRATCH/part-k.ids, part-k.labels   the part's tokens, once (cluster.parts); the writer preads them
     driver  ◀── per part: source_index (in part) i64[n], length i32[n], num_loss_tokens i32[n],
@@ -33,7 +34,7 @@ import numpy as np
 from packtool.cluster import files as file_tasks
 from packtool.cluster.parts import PartWriter
 from packtool.cluster.parts import offsets as part_offsets
-from packtool.cluster.session import Session, fetch_once, memory
+from packtool.cluster.session import Session, Shared, call, fetch_once, memory
 from packtool.config import TokenizeConfig
 from packtool.data.provenance import SourceFile
 from packtool.data.tokenized import TokenizedData
@@ -43,15 +44,48 @@ from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
 
 
-def encode_part(k: int, setup: list, folder: str | None):
+@dataclass
+class Setup:
+    """What every encode task of a run needs, one object in the store (a Shared argument): a
+    worker process fetches it once and keeps it, and the tokenizer its step builds (which the
+    probes use too), for the next parts it is given (session.fetch_once)."""
+
+    step: Any  # the plan's EncodeStep
+    read: Any  # ReadConfig
+    parts: list[tuple[str, Any]]  # (file, part) in reading order
+    fmts: dict[str, str]  # each file's format
+    stop: bool  # --on-error error: a part stops at its first refused record
+    # the fast backend as the driver built it (plan.built): a worker takes its byte table (~0.3 s
+    # to make from the tokenizer's JSON) and builds only the Rust tokenizer; None: none
+    built: Any = None
+    _prepared: Any = field(default=None, repr=False)  # encode_step's, in this process
+
+    def __getstate__(self):
+        return {**self.__dict__, "_prepared": None}
+
+    def encode_step(self):
+        """The step, on `built` where there is one (a pickled step has no backend), made once in
+        each process."""
+        if self._prepared is None:
+            step = self.step
+            if self.built is not None:
+                step = step.with_backend(step.backend, step.renderer, self.built)
+            self._prepared = step
+        return self._prepared
+
+
+def encode_part(k: int, setup: Shared, folder: str | None):
     """The task that reads part k and encodes it, its tokens written to `folder` (cluster.parts;
-    None: not kept, `profile` needs the lengths only).
-    setup [ref]: (step, read config, parts, formats, stop at a refusal), one object in the store;
-    a worker process fetches it once and keeps it (and the tokenizer the step builds, which the
-    probes use too) for the next parts it is given (session.fetch_once). Returns the part's rows
-    (source_index in the part, length, loss) and meta."""
-    step, read, parts, fmts, stop = fetch_once(setup)
-    path, part = parts[k]
+    None: not kept, `profile` needs the lengths only), with the run's Setup. Returns the part's
+    rows (source_index in the part, length, loss) and meta."""
+    run = fetch_once(setup)
+    step, read, (path, part), fmts, stop = (
+        run.encode_step(),
+        run.read,
+        run.parts[k],
+        run.fmts,
+        run.stop,
+    )
     meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
     cols: dict[str, list] = {c: [] for c in ("source_index", "length", "num_loss_tokens")}
     with PartWriter(folder, k) if folder is not None else nullcontext() as out:
@@ -107,15 +141,18 @@ class ClusterRows:
         return written
 
     def report(self) -> dict[str, Any]:
-        """The run's engine: its workers, parts and shards, and the largest peak (VmHWM) and
-        anonymous resident memory that any worker reported after a part or a shard."""
+        """The run's engine: its workers, parts and shards, the calls (files, probes, parts,
+        shards) the driver made itself while the cluster started, and the largest peak (VmHWM)
+        and anonymous resident memory that any worker reported after a part or a shard."""
+        workers = [m for m in self.memory if not m.get("driver")]
         return {
             "name": "ray",
             "workers": self.session.workers,
             "parts": len(self.parts),
             "shards": self.shards,
-            "worker_vmhwm": max((m["vmhwm"] for m in self.memory), default=0),
-            "worker_rss_anon": max((m["rss_anon"] for m in self.memory), default=0),
+            "driver_calls": self.session.driver_calls,
+            "worker_vmhwm": max((m["vmhwm"] for m in workers), default=0),
+            "worker_rss_anon": max((m["rss_anon"] for m in workers), default=0),
         }
 
 
@@ -132,14 +169,18 @@ class _Collected:
     metas: dict[int, dict]
 
 
-def _encode(session: Session, setup: list, parts, folder) -> _Collected:
+def _encode(session: Session, setup: Shared, parts, folder, probes=()) -> tuple:
     """The executor: the plan's step over every part (one task each, cluster.parts files), each
-    part's rows and meta collected; it decides nothing."""
+    part's rows and meta collected, and the fast path's `probes` (file_tasks.probe's arguments:
+    run first, in the same run); it decides nothing. (_Collected, the probes' results)."""
+    where = None if folder is None else str(folder)
+    calls = [(file_tasks.probe, *p) for p in probes]
+    calls += [(encode_part, k, setup, where) for k in range(len(parts))]
     try:
-        where = None if folder is None else str(folder)
-        done = session.run(encode_part, ((k, setup, where) for k in range(len(parts))))
+        results = session.run(call, calls)
     except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
         raise session.failure(e) from None
+    done, probed = results[len(probes) :], results[: len(probes)]
     metas = {k: meta for k, (_, meta) in enumerate(done)}
     rows = [got for got, _ in done]
     return _Collected(
@@ -147,7 +188,7 @@ def _encode(session: Session, setup: list, parts, folder) -> _Collected:
         metas=metas,
         offset=_concat([part_offsets(r["length"].astype(np.int64)) for r in rows]),
         **{c: _concat([r[c] for r in rows]) for c in ("source_index", "length", "num_loss_tokens")},
-    )
+    ), [(p[3], where) for p, where in zip(probes, probed, strict=True)]
 
 
 def _concat(arrays: list[np.ndarray]) -> np.ndarray:
@@ -179,12 +220,7 @@ def load_tokenized(
         "tokenizing on Ray", unit="examples", detail=f"{session.workers} workers"
     ) as bar:
         paths = list(located.files)
-        try:
-            infos = file_tasks.file_infos(paths, cfg.read, part_bytes(paths, session.workers))
-        except PacktoolError:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise session.failure(e) from None
+        infos = file_tasks.file_infos(session, paths, cfg.read, part_bytes(paths, session.workers))
         sources = [
             SourceFile(i.path, i.size, i.sha256) for i in sorted(infos, key=lambda i: i.path)
         ]
@@ -194,28 +230,30 @@ def load_tokenized(
             for d in decisions:
                 if d.error and d.first_len:
                     raise UsageError(d.error)
-        plan = plan_run(cfg, decisions)
+        # while a local cluster starts, the driver encodes the first parts (Session.run): its
+        # tokenizer is built meanwhile, on a thread, as the local engine builds it
+        plan = plan_run(cfg, decisions, preload=not session.up())
         fmts = {d.file: d.fmt for d in decisions}
         parts = [(i.path, p) for i in infos for p in i.parts]
         folder = session.scratch() if session.keep_tokens else None
         while True:  # a difference: again one step down (fastokens + jinja is probed too)
-            check, probing = FastCheck.of(plan), None
-            setup = _setup(plan, cfg, parts, fmts)
-            if check is not None and cfg.read.limit is None:  # the probes are known: overlap them
-                probing = _probes(
-                    session, cfg, check, plan, setup, decisions, lambda d: d.first_len
-                )
-            got = _encode(session, setup, parts, folder)
+            check, probes = FastCheck.of(plan), []
+            stop = cfg.read.on_error == "error"
+            setup = Shared(Setup(plan.step, cfg.read, parts, fmts, stop, plan.built))
+            if check is not None and cfg.read.limit is None:  # the probes are known: with the parts
+                probes = _probes(cfg, check, plan, setup, decisions, lambda d: d.first_len)
+            got, results = _encode(session, setup, parts, folder, probes)
             counted = _count(got, parts, cfg.read.limit)
             if check is None:
                 backend = plan.backend
                 break
-            if probing is None:  # --limit: the heads of the files it reaches, as far as it reaches
-                probing = _probes(session, cfg, check, plan, setup, decisions, counted.first_len)
-            try:
-                results = probing()
-            except Exception as e:  # noqa: BLE001
-                raise session.failure(e) from None
+            if not probes:  # --limit: the heads of the files it reaches, as far as it reaches
+                probes = _probes(cfg, check, plan, setup, decisions, counted.first_len)
+                try:
+                    results = session.run(file_tasks.probe, probes)
+                except Exception as e:  # noqa: BLE001
+                    raise session.failure(e) from None
+                results = [(p[3], where) for p, where in zip(probes, results, strict=True)]
             try:
                 for n, where in results:
                     check.conclude(n, where)
@@ -243,7 +281,7 @@ def load_tokenized(
 
 
 MIN_PART_BYTES = 1 << 20
-PARTS_PER_WORKER = 4  # parts of uneven cost even out over a few per worker
+PARTS_PER_WORKER = 8  # parts of uneven cost, and the driver's, even out over several per worker
 
 
 def part_bytes(paths: list[str], workers: int) -> int:
@@ -257,19 +295,11 @@ def part_bytes(paths: list[str], workers: int) -> int:
     return min(readers.PART_BYTES, max(MIN_PART_BYTES, share))
 
 
-def _setup(plan, cfg: TokenizeConfig, parts, fmts) -> list:
-    """[ref] of what every encode task needs (encode_part), put in the object store once."""
-    import ray
-
-    return [ray.put((plan.step, cfg.read, parts, fmts, cfg.read.on_error == "error"))]
-
-
-def _probes(session, cfg, check, plan, setup, decisions, first_len):
+def _probes(cfg, check, plan, setup: Shared, decisions, first_len) -> list[tuple]:
+    """file_tasks.probe's arguments for each probe of `check` (FastCheck.probes)."""
     probes = check.probes([(d.file, d.fmt, first_len(d)) for d in decisions])
-    try:
-        return file_tasks.start_probes(probes, cfg.read, setup, plan.reference)
-    except Exception as e:  # noqa: BLE001
-        raise session.failure(e) from None
+    reference = Shared(plan.reference)
+    return [(f, cfg.read, fmt, n, setup, reference) for f, fmt, n in probes]
 
 
 @dataclass

@@ -346,3 +346,69 @@ def test_session_runs_tasks_in_call_order_at_most_workers_at_a_time(ray_cluster,
         folder = session.scratch()
         assert folder.parent == tmp_path / "beside" and folder.is_dir()
     assert not folder.exists()
+
+
+def _starting(seconds: float):
+    """Session._joined that leaves the tests' cluster "starting" for `seconds` (as a new local
+    cluster would be): until then Session.run makes its calls in the driver."""
+    import threading
+
+    from packtool.cluster.session import Session
+
+    joined = Session._joined
+
+    def late(self):
+        joined(self)
+        self._up.clear()
+        threading.Timer(seconds, self._up.set).start()
+
+    return late
+
+
+def test_while_the_cluster_starts_the_driver_is_one_of_the_workers(ray_cluster, monkeypatch):
+    """Session.run begun while the cluster is not up: the driver makes the first call at once and
+    goes on taking the next one until none is left; once the cluster is up, Ray tasks take calls
+    too, never more than `workers` with the driver's at a time. The results are in call order
+    whoever made them, and the driver's calls are counted. A run begun when it is up: Ray alone."""
+    import os
+    import time
+
+    from packtool.cluster.session import Session
+
+    monkeypatch.setattr(Session, "_joined", _starting(0.3))
+
+    def where(i: int) -> tuple[int, int, float, float]:  # (nested: Ray pickles it whole)
+        start = time.time()
+        time.sleep(0.2)
+        return i, os.getpid(), start, time.time()
+
+    with Session(workers=2) as session:
+        assert not session.up()
+        out = session.run(where, [(i,) for i in range(12)])
+        assert session.up()
+        after = session.run(where, [(i,) for i in range(3)])
+    assert [i for i, *_ in out] == list(range(12))
+    in_driver = [pid == os.getpid() for _, pid, *_ in out]
+    assert in_driver[0] and not all(in_driver) and sum(in_driver) == session.driver_calls
+    for _, _, start, _ in out:  # at most 2 calls at a time (0.01 s: one clock, two processes)
+        assert sum(a < start + 0.01 and start < b - 0.01 for _, _, a, b in out) <= 2
+    assert all(pid != os.getpid() for _, pid, *_ in after)
+
+
+@pytest.mark.slow
+def test_parts_encoded_in_the_driver_while_the_cluster_starts_pack_the_same(tmp_path, monkeypatch):
+    """The cluster "starts" for 0.3 s: the driver reads the file, probes it and encodes parts, as
+    do Ray tasks once it is up, and they write the shards; the same pack, byte for byte."""
+    from packtool.cluster.session import Session
+
+    monkeypatch.setattr(readers, "PART_BYTES", 256 << 10)
+    monkeypatch.setattr(Session, "_joined", _starting(0.3))
+    write_sample(tmp_path / "s.jsonl", n=3000)
+    report = tmp_path / "ray.json"
+    local, on_ray = pack_both(
+        tmp_path / "s.jsonl", tmp_path, *OPTION_SETS["split-padded"], "--json", report
+    )
+    assert_same_folders(local, on_ray)
+    engine = json.loads(report.read_text())["engine"]
+    # the driver's calls: its file, its probe and parts; Ray's: the other parts (and the shards)
+    assert engine["parts"] > 10 and 3 <= engine["driver_calls"] < 2 + engine["parts"]
