@@ -21,13 +21,18 @@ def batches(n: int = 7):
         yield token_batch(ids, np.where(ids % 3 == 0, -100, ids), off, np.arange(40) + 40 * b)
 
 
-def test_the_entry_holds_every_batch_in_order(tmp_path, monkeypatch):
-    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
-    sent = list(batches())
+def written(sent, meta):
+    """The committed entry of these batches (under $PACKTOOL_CACHE)."""
     with cache.EntryWriter(token_schema()) as w:
         for b in sent:
             w.write(b)
-        path = w.commit("k", {"x": 1})
+        return w.commit("k", meta)
+
+
+def test_the_entry_holds_every_batch_in_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
+    sent = list(batches())
+    path = written(sent, {"x": 1})
     entry = cache.open_entry(path)
     assert entry is not None and labels.stored(entry.table) == "loss_mask"
     assert labels.with_labels(entry.table).to_batches() == sent  # the mask gives the labels back
@@ -36,11 +41,7 @@ def test_the_entry_holds_every_batch_in_order(tmp_path, monkeypatch):
 
 def test_the_mask_takes_a_quarter_of_the_labels_bytes(tmp_path, monkeypatch):
     monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
-    sent = list(batches())
-    with cache.EntryWriter(token_schema()) as w:
-        for b in sent:
-            w.write(b)
-        path = w.commit("k", {})
+    path = written(list(batches()), {})
     col = cache.open_entry(path).table.column("loss_mask")
     assert col.type.value_type.bit_width == 8
     ids = cache.open_entry(path).table.column("input_ids")
