@@ -28,11 +28,15 @@ def token_schema():
     )
 
 
-_ARROW_TYPES = {np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}
+_ARROW_TYPES = {
+    np.dtype(np.int32): "int32",
+    np.dtype(np.int64): "int64",
+    np.dtype(np.uint8): "uint8",
+}
 
 
 def arrow_array(values: np.ndarray):
-    """A pyarrow array over a contiguous int32/int64 numpy array, zero-copy. (pa.array(ndarray)
+    """A pyarrow array over a contiguous int32/int64/uint8 numpy array, zero-copy. (pa.array(ndarray)
     would import pandas, 0.3 s, in every process that builds a batch.)"""
     import pyarrow as pa
 

@@ -73,13 +73,8 @@ def _list(offsets: np.ndarray, values: np.ndarray):
 
     from packtool.data.arrow import arrow_array
 
-    kind = pa.uint8() if values.dtype == np.uint8 else pa.int32()
-    if values.dtype == np.uint8:
-        child = pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
-    else:
-        child = arrow_array(values)
     off = offsets.astype(np.int32) if offsets[-1] <= np.iinfo(np.int32).max else offsets
-    return pa.ListArray.from_arrays(arrow_array(off), child)
+    return pa.ListArray.from_arrays(arrow_array(off), arrow_array(values))
 
 
 def _batch_labels(ids_arr, mask_arr):

@@ -181,6 +181,11 @@ def byte_rules_refusal(backend_json: str) -> str | None:
         spec = _loads(backend_json)
     except ValueError as e:
         return f"the tokenizer JSON cannot be parsed ({_first_line(e)})"
+    return refusal_of(spec)
+
+
+def refusal_of(spec: dict) -> str | None:
+    """byte_rules_refusal of a parsed tokenizer JSON."""
     return _byte_rules(spec)[1]
 
 

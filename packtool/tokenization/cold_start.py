@@ -97,19 +97,19 @@ def _pre(p):
     return p
 
 
-def resolve_aside(resolve, rebuild, name: str | None, file: Path | None, guess: bool):
+def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
     """The TokenizerSpec `resolve(name)` gives (sent as its to_json(), made again by `rebuild`),
-    resolved in a forked child while this process runs
-    packtool.idle's pending work; None when there is none pending or no fork (resolve in place)
-    or the child failed. `file`: the tokenizer.json to build the fast backend's guess from (with
-    `guess`), kept when the child finds the resolved tokenizer the same encoder."""
+    resolved in a forked child while this process runs packtool.idle's pending work; None when
+    there is none pending or no fork (resolve in place) or the child failed. `file`: the
+    tokenizer.json to build the fast backend's guess from (None: no guess), kept when the
+    resolved tokenizer is the same encoder."""
     from packtool import idle
 
     if not idle.pending() or not hasattr(os, "fork"):
         return None
     import orjson
 
-    text = file.read_text(encoding="utf-8") if guess and file is not None else None
+    text = file.read_text(encoding="utf-8") if file is not None else None
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: resolve, answer, exit without running the parent's exit handlers

@@ -70,7 +70,7 @@ def test_resolving_aside_gives_the_spec_of_resolving_in_place_and_runs_the_idle_
     ran = []
     idle.later(lambda: ran.append("idle"))
     file = builtin_tokenizer_dir() / "tokenizer.json"
-    spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, file, guess=True)
+    spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, file)
     assert ran == ["idle"]
     assert spec is not None and spec == _resolve(None)
     guess = take_guess(spec.backend_json)  # the same encoder: the guess is kept, once
@@ -93,17 +93,12 @@ def test_resolving_aside_gives_the_spec_of_resolving_in_place_and_runs_the_idle_
 
 
 def test_nothing_idle_resolves_in_place():
-    assert resolve_aside(_resolve, TokenizerSpec.from_json, None, None, guess=False) is None
+    assert resolve_aside(_resolve, TokenizerSpec.from_json, None, None) is None
 
 
 def test_a_failing_child_leaves_the_error_to_the_in_place_resolution(tmp_path):
     idle.later(lambda: None)
-    assert (
-        resolve_aside(
-            _resolve, TokenizerSpec.from_json, str(tmp_path / "nothing-here"), None, guess=False
-        )
-        is None
-    )
+    assert resolve_aside(_resolve, TokenizerSpec.from_json, str(tmp_path / "nothing-here")) is None
 
 
 def test_a_different_encoder_drops_the_guess(tmp_path):
@@ -112,7 +107,7 @@ def test_a_different_encoder_drops_the_guess(tmp_path):
     other = tmp_path / "tokenizer.json"
     other.write_text(json.dumps(d))
     idle.later(lambda: None)
-    spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, other, guess=True)
+    spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, other)
     assert spec is not None and take_guess(spec.backend_json) is None
 
 
