@@ -33,23 +33,12 @@ from __future__ import annotations
 
 import datetime
 import functools
-import json
 
-from packtool.tokenization.chatml import NotNative
+from packtool.tokenization.chatml import NotNative, _str, _tojson
 from packtool.tokenization.compiled import alias
 
 Spans = list[tuple[int, int]]
 Rendered = tuple[str, Spans, bool]  # text, generation spans, complete (see the module docstring)
-
-
-def _str(x) -> str:
-    if type(x) is not str:
-        raise NotNative
-    return x
-
-
-def _tojson(x) -> str:
-    return json.dumps(x, ensure_ascii=False)  # transformers' tojson filter with its defaults
 
 
 # -- llama3_training ------------------------------------------------------------------------------
