@@ -117,6 +117,10 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     from packtool.tokenization.cold_start import take_guess
     from packtool.tokenization.template_probe import choose  # (not on a cache hit's imports)
 
+    if preload:
+        from packtool import idle
+
+        idle.later(_import_jinja_renderer)  # the probe and the reference path render with it
     spec = load_spec(cfg.tokenizer, guess_fast=preload and cfg.tokenizer_backend != "hf")
     guess = take_guess(spec.backend_json)  # fastokens built from the folder's file meanwhile
     why = fast_refused(spec, cfg.tokenizer_backend)
@@ -159,6 +163,12 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
         tuple(template_warnings(template)),
         built=built,
     )
+
+
+def _import_jinja_renderer() -> None:
+    """transformers' chat template renderer, imported while this process would wait (~1 s: it
+    imports transformers)."""
+    from transformers.utils.chat_template_utils import render_jinja_template  # noqa: F401
 
 
 def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
