@@ -1,7 +1,9 @@
 """Work a run will need later, done while this process would otherwise wait.
 
     caller that knows what comes next      idle.later(fn), or    e.g. `pack`: its stage's first-use
-                                           with idle.meanwhile(fn)   costs (pack.warm)
+                                           with idle.meanwhile(fn)   costs (pack.warm); a chat run:
+                                                                 transformers' jinja renderer
+                                                                 (run_plan.plan_run)
     a wait on work running elsewhere       idle.run()            each fn once, in order, then the wait
       (the tokenizer resolving in a child process, the fast backend building on its thread)
 
