@@ -78,13 +78,19 @@ def _encoder(d: dict) -> dict:
     model = dict(d.get("model") or {})
     merges = model.get("merges")
     if isinstance(merges, list) and not all(isinstance(m, str) for m in merges):
-        # "a b", as a resolved spec spells them (loading.compact_merges): the spec's side is
-        # then compared as it is; a pair with a space in a part stays a pair (the one ambiguity)
-        model["merges"] = [
-            m if isinstance(m, str) or " " in "".join(m) else " ".join(m) for m in merges
-        ]
+        # spelled as a resolved spec spells them (loading.compact_merges): the spec's side is
+        # then compared as it is
+        model["merges"] = [merge_text(m) or m for m in merges]
     d["model"] = model
     return d
+
+
+def merge_text(m) -> str | None:
+    """A BPE merge ["a", "b"] spelled "a b" (what `tokenizers` also reads); None when it is not a
+    pair of strings or a part holds a space (only the pair can say that: the one ambiguity)."""
+    if isinstance(m, list) and len(m) == 2 and " " not in m[0] and " " not in m[1]:
+        return f"{m[0]} {m[1]}"
+    return None
 
 
 def _pre(p):

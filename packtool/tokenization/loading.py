@@ -308,6 +308,8 @@ def compact_merges(backend_json: str, parsed: dict | None = None) -> str:
     `parsed`: backend_json already parsed (left unchanged)."""
     import orjson
 
+    from packtool.tokenization.cold_start import merge_text
+
     d = orjson.loads(backend_json) if parsed is None else parsed
     model = d.get("model")
     if not isinstance(model, dict) or model.get("type") != "BPE":
@@ -315,11 +317,10 @@ def compact_merges(backend_json: str, parsed: dict | None = None) -> str:
     merges = model.get("merges")
     if not merges or not isinstance(merges[0], list):
         return backend_json
-    if any(len(m) != 2 or " " in m[0] or " " in m[1] for m in merges):
+    spelled = [merge_text(m) for m in merges]
+    if None in spelled:
         return backend_json
-    return orjson.dumps(
-        {**d, "model": {**model, "merges": [f"{a} {b}" for a, b in merges]}}
-    ).decode()
+    return orjson.dumps({**d, "model": {**model, "merges": spelled}}).decode()
 
 
 def _folder(name: str | None) -> tuple[str, Path | None]:
