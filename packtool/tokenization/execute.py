@@ -5,11 +5,11 @@
 
 With a FastCheck, each batch that `check.take`s gives a probe (its head) that the fast step and
 the reference step both encode, in a worker while the others encode (in this process with one).
-The first probe's reference half is encoded in this process while the fast backend still builds on
-its thread (this process would only wait): what the reference imports and builds (transformers'
-renderer, `tokenizers`) is then inherited by the forked workers instead of paid in one. Every
-probe is concluded before any refused record is reported and at the end, so a difference
-(UseReference) is raised before the cache entry is committed.
+The workers fork as soon as the fast backend is built; while it builds on its thread, this process
+runs packtool.idle's work (the pack stage's warm-up, transformers' renderer imported for the
+reference: inherited by the workers instead of paid in each). Every probe is concluded before any
+refused record is reported and at the end, so a difference (UseReference) is raised before the
+cache entry is committed.
 
 Memory: at most IN_FLIGHT_PER_WORKER batches per worker are in flight; the parent holds one
 batch's result at a time. The executor decides nothing: the plan and the check are made elsewhere.
@@ -17,7 +17,6 @@ batch's result at a time. The executor decides nothing: the plan and the check a
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing as mp
 import os
 from collections import deque
@@ -30,28 +29,30 @@ from packtool.tokenization.run_plan import RunPlan
 SMALL_BYTES = 4 << 20  # below this much input one process is faster than starting workers
 IN_FLIGHT_PER_WORKER = 2
 
-_WORKER_STEP: EncodeStep | None = None  # the step of this worker process (set once, at its start)
+# the steps of this worker process (set once, at its start): the run's, and the reference for probes
+_WORKER_STEP: EncodeStep | None = None
+_WORKER_REFERENCE: EncodeStep | None = None
 
 
-def _worker_init(step: EncodeStep) -> None:
-    global _WORKER_STEP
+def _worker_init(step: EncodeStep, reference: EncodeStep | None) -> None:
+    global _WORKER_STEP, _WORKER_REFERENCE
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if hasattr(signal, "pthread_sigmask"):  # blocked by _start_pool around the fork
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    _WORKER_STEP = step
+    _WORKER_STEP, _WORKER_REFERENCE = step, reference
 
 
 def _worker_run(batch) -> StepResult:
     return _WORKER_STEP(batch)
 
 
-def _worker_check(reference: EncodeStep, probe) -> tuple[StepResult, StepResult]:
-    return _WORKER_STEP(probe), reference(probe)
+def _worker_check(probe) -> tuple[StepResult, StepResult]:
+    return _WORKER_STEP(probe), _WORKER_REFERENCE(probe)
 
 
-def _start_pool(step: EncodeStep, num_proc: int):
+def _start_pool(step: EncodeStep, reference: EncodeStep | None, num_proc: int):
     """The worker pool, with SIGINT blocked while it forks: a Ctrl-C (sent to the whole process
     group) waits until every worker ignores it, then reaches the parent alone, which terminates them."""
     import signal
@@ -61,7 +62,9 @@ def _start_pool(step: EncodeStep, num_proc: int):
     if mask:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        return mp.get_context(method).Pool(num_proc, initializer=_worker_init, initargs=(step,))
+        return mp.get_context(method).Pool(
+            num_proc, initializer=_worker_init, initargs=(step, reference)
+        )
     finally:
         if mask:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -80,20 +83,6 @@ def _probe(check: FastCheck | None, b):
     return b.head(n) if n else None
 
 
-class _FastOnly:
-    """A probe's pair of results whose reference half was encoded in this process: the async fast
-    half, and the reference result (ready() and get() as the AsyncResult of _worker_check)."""
-
-    def __init__(self, fast, reference_result):
-        self.fast, self.reference_result = fast, reference_result
-
-    def ready(self) -> bool:
-        return self.fast.ready()
-
-    def get(self):
-        return self.fast.get(), self.reference_result
-
-
 def run_local(plan: RunPlan, batches, num_proc: int, check: FastCheck | None = None):
     """Yields (batch, result) in input order; at most IN_FLIGHT_PER_WORKER batches per worker are
     read ahead, so memory does not grow with the input."""
@@ -108,16 +97,10 @@ def run_local(plan: RunPlan, batches, num_proc: int, check: FastCheck | None = N
                 check.conclude(len(probe), compare(step(probe), ref, probe))
             yield b, step(b)
         return
-    batches = iter(batches)
-    first = next(batches, None)
-    first_probe = _probe(check, first) if first is not None else None
-    early = None  # the first probe's reference result, encoded here while the backend builds
-    if first_probe is not None and plan.building():
-        early = reference(first_probe)
     if plan.building():
-        idle.run()  # what the caller needs later (packtool.idle), while this process would wait
-    plan.wait()  # built before forking: workers inherit it (and what `early` imported and built)
-    pool = _start_pool(step, num_proc)
+        idle.run()  # what the caller needs later (packtool.idle), while the fast backend builds
+    plan.wait()  # built before forking: workers inherit it (and what the idle work imported)
+    pool = _start_pool(step, reference, num_proc)
     try:
         checking: deque = deque()  # (probe, its async pair of results), in submission order
 
@@ -128,14 +111,10 @@ def run_local(plan: RunPlan, batches, num_proc: int, check: FastCheck | None = N
                 check.conclude(len(probe), compare(*res.get(), probe))
 
         pending: deque = deque()
-        for b in itertools.chain([first] if first is not None else [], batches):
-            probe = first_probe if b is first else _probe(check, b)
+        for b in batches:
+            probe = _probe(check, b)
             if probe is not None:
-                if b is first and early is not None:
-                    pair = _FastOnly(pool.apply_async(_worker_run, (probe,)), early)
-                else:
-                    pair = pool.apply_async(_worker_check, (reference, probe))
-                checking.append((probe, pair))
+                checking.append((probe, pool.apply_async(_worker_check, (probe,))))
             pending.append((b, pool.apply_async(_worker_run, (b,))))
             if len(pending) >= num_proc * IN_FLIGHT_PER_WORKER:
                 done, res = pending.popleft()
