@@ -8,7 +8,8 @@ e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
     parent  guess: fastokens from the folder's tokenizer.json (thread, GIL released, from here on)
             import transformers (both processes need it in a chat run: imported once, ~0.8 CPU-s)
             fork ─ idle.run() ─ parse the file, its byte table ─ read the child's answer ─ waitpid
-                 ─ same_encoder(file, resolved JSON)? ─▶ TokenizerSpec (+ the guess, kept)
+                 ─ the same encoder (spec.encoder == the file's encoder_digest)? ─▶ TokenizerSpec
+                   (+ the guess, kept)
     child        resolve(name) ─▶ the spec's JSON through a pipe, exit 0
                  (any failure: exit 1, nothing sent: the parent resolves in place and raises the
                  error itself, word for word as without the child)
@@ -67,10 +68,22 @@ def take_guess(backend_json: str):
 def same_encoder(file_text: str, resolved_json: str) -> bool:
     """The two tokenizer JSONs encode alike: equal once the decoder, padding, truncation, ByteLevel
     pre-tokenizers' trim_offsets (read only when offsets are post-processed) and the spelling of
-    merges are left out."""
+    merges are left out (their `encoder_digest`s are equal)."""
     import orjson
 
-    return _encoder(orjson.loads(file_text)) == _encoder(orjson.loads(resolved_json))
+    return encoder_digest(orjson.loads(file_text)) == encoder_digest(orjson.loads(resolved_json))
+
+
+def encoder_digest(parsed: dict) -> str:
+    """sha256 of what encodes in a parsed tokenizer JSON (`_encoder`), keys sorted: a resolved
+    spec carries its own (TokenizerSpec.encoder, from the parse resolving does anyway), so the
+    cold start compares it with the file's without parsing the resolved JSON again."""
+    import hashlib
+
+    import orjson
+
+    text = orjson.dumps(_encoder(parsed), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(text).hexdigest()
 
 
 def _encoder(d: dict) -> dict:
@@ -144,12 +157,12 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
         idle.run()
         # the file's side of same_encoder and the fast backend's byte table, while the child
         # still resolves (0.1-0.4 s of parsing, ~0.3 s of table)
-        file_view = None
+        file_digest = None
         if pending is not None:
             from packtool.tokenization.byte_rules import table_of
 
             parsed = orjson.loads(text)
-            file_view = _encoder(parsed)
+            file_digest = encoder_digest(parsed)
             pending.table = table_of(parsed)
         with os.fdopen(r, "rb") as answer:
             payload = answer.read()
@@ -167,7 +180,7 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
         return None
     spec = rebuild(orjson.loads(payload))
     if pending is not None:
-        if _encoder(orjson.loads(spec.backend_json)) == file_view:
+        if spec.encoder == file_digest:
             _GUESSES[spec.backend_json] = pending
         else:
             pending.result()

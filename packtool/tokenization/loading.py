@@ -240,6 +240,7 @@ class TokenizerSpec:
         str, int
     ]  # the special added tokens, {text: id} (no JSON parse to find them)
     fast_refusal: str | None  # byte_rules.byte_rules_refusal (no JSON parse to decide the backend)
+    encoder: str  # cold_start.encoder_digest of backend_json (no JSON parse to compare encoders)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedTokenizer) -> TokenizerSpec:
@@ -255,9 +256,10 @@ class TokenizerSpec:
         import orjson
 
         from packtool.tokenization.byte_rules import refusal_of
+        from packtool.tokenization.cold_start import encoder_digest
 
         raw = tok.backend_tokenizer.to_str()
-        parsed = orjson.loads(raw)  # once, for both (~0.1 s for a 150k vocabulary)
+        parsed = orjson.loads(raw)  # once, for all three (~0.1 s for a 150k vocabulary)
         backend_json = compact_merges(raw, parsed)
         return cls(
             name=name,
@@ -280,6 +282,7 @@ class TokenizerSpec:
                 if t.special
             },
             fast_refusal=refusal_of(parsed),
+            encoder=encoder_digest(parsed),
         )
 
     def info(self) -> dict[str, Any]:

@@ -9,7 +9,12 @@ import pytest
 from paths import SHARED_TOKENIZERS
 
 from packtool import idle
-from packtool.tokenization.cold_start import resolve_aside, same_encoder, take_guess
+from packtool.tokenization.cold_start import (
+    encoder_digest,
+    resolve_aside,
+    same_encoder,
+    take_guess,
+)
 from packtool.tokenization.loading import (
     TokenizerSpec,
     _resolve,
@@ -36,6 +41,9 @@ def test_the_folders_file_and_what_transformers_resolves_are_the_same_encoder(fo
         pytest.skip(f"{folder} is not here")
     file, spec = _file_and_spec(folder)
     assert same_encoder(file.read_text(), spec.backend_json)
+    # the digest the spec carries is its own JSON's, and the file's: what the cold start compares
+    assert spec.encoder == encoder_digest(json.loads(spec.backend_json))
+    assert spec.encoder == encoder_digest(json.loads(file.read_text()))
 
 
 def test_a_difference_encoding_reads_is_not_the_same_encoder():
