@@ -83,8 +83,8 @@ def test_other_errors_are_raised(tmp_path, monkeypatch):
     monkeypatch.setattr(files.HashedSink, "CHUNK", 8192)
     sink = files.HashedSink(tmp_path / "f")
     monkeypatch.setattr(os, "write", full)
-    with pytest.raises(OSError, match="No space left"):
-        sink.write(b"x" * 9000)
+    with pytest.raises(OSError, match="No space left"):  # the first block's, at the second's
+        sink.write(b"x" * 20000)
     with pytest.raises(OSError, match="No space left"):
         sink.close()
     assert sink.closed
