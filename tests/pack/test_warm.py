@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,8 @@ from packtool.pack.warm import warm
         {"overflow": "truncate"},
     ],
 )
-def test_warm_packs_a_toy_with_the_runs_options_and_leaves_nothing(options):
-    before = set(Path(tempfile.gettempdir()).glob("packtool-warm-*"))
+def test_warm_packs_a_toy_with_the_runs_options_and_leaves_nothing(options, tmp_path, monkeypatch):
+    # a temp folder of its own: a concurrent test's pack would add to the shared one meanwhile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     warm(PackConfig(pack_len=64, **options))  # raises if the toy pack fails
-    assert set(Path(tempfile.gettempdir()).glob("packtool-warm-*")) == before
+    assert list(tmp_path.iterdir()) == []
