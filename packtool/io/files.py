@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import fcntl
 import hashlib
 import mmap
 import os
@@ -108,6 +107,8 @@ class HashedSink:
                 self._buffered()
 
     def _buffered(self) -> None:
+        import fcntl  # (reached only where os.O_DIRECT exists)
+
         fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
         self._direct = False
 
