@@ -45,37 +45,36 @@ def label_notes(
     `count(piece)`: its tokens; `native`: rendered by chatml.render, which writes every turn's
     reasoning; `omits_think`: chatml-train on a tokenizer whose own template writes <think>."""
     notes: dict[str, list[int]] = {}
-
-    def add(kind: str, tokens: int) -> None:
-        t = notes.setdefault(kind, [0, 0])
-        t[0] += 1
-        t[1] += tokens
-
     if not native:
         for m in messages:
             r = m.get("reasoning_content")
-            if m["role"] == "assistant" and isinstance(r, str) and r.strip():
+            if r is not None and m["role"] == "assistant" and isinstance(r, str) and r.strip():
                 if not appears(r, text):
-                    add(DROPPED_REASONING, 0)
+                    _add(notes, DROPPED_REASONING, 0)
     for i, (a, b) in paired or ():
         if a >= b:
             continue  # nothing of this turn is trained
         m = messages[i]
-        content = m.get("content") if isinstance(m.get("content"), str) else ""
         reasoning = m.get("reasoning_content")
-        if m.get("tool_calls") or (isinstance(reasoning, str) and reasoning.strip()):
+        if m.get("tool_calls") or (
+            reasoning is not None and isinstance(reasoning, str) and reasoning.strip()
+        ):
             continue  # the template's framing of a call or of reasoning is the data's
+        content = m.get("content")
+        if not isinstance(content, str):
+            content = ""
         c = content.strip()
         if not c:
-            add(EMPTY_TURNS, count(text[a:b]))
+            _add(notes, EMPTY_TURNS, count(text[a:b]))
             rest = text[a:b]
-        else:  # the trained text less the turn's text (its first place in it)
-            at = locate(text, c, a, b)
+        else:  # the trained text less the turn's text
+            # (the usual: the turn's text opens the trained text; else its first place in it)
+            at = a if text.startswith(c, a, b) else locate(text, c, a, b)
             if at < 0:
                 continue  # the template rewrote the text (escaped, split): nothing to compare
             e = at + len(c)
             if (
-                text.find("</", a, at) < 0
+                (at == a or text.find("</", a, at) < 0)
                 and text.find("</", e, b) < 0
                 and not (a < at and e < b and text[at - 1] == "<" and text[e] == "/")
             ):
@@ -84,10 +83,16 @@ def label_notes(
                 rest = text[a:at] + text[e:b]
         if "</" in rest:  # (an empty block closes)
             for block in _EMPTY_BLOCK.finditer(rest):
-                add(TEMPLATE_INSERTED, count(block.group(0)))
+                _add(notes, TEMPLATE_INSERTED, count(block.group(0)))
         if omits_think and "<think>" not in content:
-            add(THINK_OMITTED, 0)
+            _add(notes, THINK_OMITTED, 0)
     return notes
+
+
+def _add(notes: dict[str, list[int]], kind: str, tokens: int) -> None:
+    t = notes.setdefault(kind, [0, 0])
+    t[0] += 1
+    t[1] += tokens
 
 
 # ---------------------------------------------------------------------------------------------

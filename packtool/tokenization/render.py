@@ -353,29 +353,46 @@ class Renderer:
         block may start with only its leading special tokens, e.g. DeepSeek's `<｜Assistant｜>` of
         `<｜Assistant｜><think>\\n`), and less whitespace after a closing end-of-turn token (the
         next turn's, never generated). A last block that holds only the EOS (Phi-3's training
-        template closes the conversation so) joins the turn before it."""
-        g = self.generation_prompt()
+        template closes the conversation so) joins the turn before it.
+
+        Per block, the usual case costs a few compares: a block not starting with the shortest
+        head (a prefix of every head) has no prompt to trim, one starting with the whole prompt
+        (the longest head) loses it; a block not ending in whitespace keeps its end (`_turn_end`
+        moves an end only past whitespace)."""
+        heads = self._heads if self._heads is not None else self._prompt_heads()
+        shortest = heads[-1] if heads else None
         out: list[tuple[int, int]] = []
-        if not g:
-            self._heads = []
         eos = self.spec.eos_token
         for a, b in spans:
             if out and eos is not None and b - a == len(eos) and text.startswith(eos, a):
                 if not text[out[-1][1] : a].strip():
                     out[-1] = (out[-1][0], b)
                     continue
-            a += self._prompt_at(text, a, b, g)
-            out.append((a, self._turn_end(text, a, b)))
+            if shortest is not None and text.startswith(shortest, a, b):
+                a += (
+                    len(heads[0])
+                    if text.startswith(heads[0], a, b)
+                    else self._prompt_at(text, a, b)
+                )
+            out.append((a, self._turn_end(text, a, b) if a < b and text[b - 1].isspace() else b))
         return out
 
-    def _prompt_at(self, text: str, a: int, b: int, g: str) -> int:
-        """Length of the generation prompt `g` (or of its longest head that ends in a special token)
-        written at text[a:b]."""
+    def _prompt_heads(self) -> list[str]:
+        """The generation prompt and its heads that end in a special token, longest first (each
+        a prefix of the ones before it); [] when the template writes none."""
         if self._heads is None:
-            self._heads = [g] + [
-                g[:k] for k in range(len(g) - 1, 0, -1) if g[:k].endswith(self._end_tokens)
-            ]
-        for head in self._heads:
+            g = self.generation_prompt()
+            self._heads = (
+                [g] + [g[:k] for k in range(len(g) - 1, 0, -1) if g[:k].endswith(self._end_tokens)]
+                if g
+                else []
+            )
+        return self._heads
+
+    def _prompt_at(self, text: str, a: int, b: int) -> int:
+        """Length of the generation prompt (or of its longest head that ends in a special token)
+        written at text[a:b]."""
+        for head in self._prompt_heads():
             if len(head) <= b - a and text.startswith(head, a):
                 return len(head)
         return 0

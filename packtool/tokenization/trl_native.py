@@ -44,6 +44,9 @@ Rendered = tuple[str, Spans, bool]  # text, generation spans, complete (see the 
 # -- llama3_training ------------------------------------------------------------------------------
 _HEAD = "<|start_header_id|>"
 _LLAMA_ASSISTANT = "<|start_header_id|>assistant<|end_header_id|>\n\n"
+_LLAMA_ASSISTANT_LEN = len(_LLAMA_ASSISTANT)
+_EOT_LEN = len("<|eot_id|>")
+_OTHER_LEN = len(_HEAD) + len("<|end_header_id|>\n\n") + _EOT_LEN  # a turn's framing, less its role
 
 
 def llama3(messages: list[dict], tools, kwargs: dict, date: str | None) -> Rendered:
@@ -55,20 +58,22 @@ def llama3(messages: list[dict], tools, kwargs: dict, date: str | None) -> Rende
     spans: Spans = []
     complete = not tools  # (the template writes no tools, tool calls or reasoning)
     for m in messages:
-        role = _str(m.get("role"))
-        content = _str(m.get("content")).strip()  # jinja's trim: Python's strip
-        if "tool_calls" in m or "reasoning_content" in m:
+        role = m.get("role")
+        content = m.get("content")
+        if type(role) is not str or type(content) is not str:
+            raise NotNative
+        content = content.strip()  # jinja's trim: Python's strip
+        if complete and ("tool_calls" in m or "reasoning_content" in m):
             complete = False
         if role == "assistant":
-            size += len(_LLAMA_ASSISTANT)
-            body = content + "<|eot_id|>"
-            spans.append((size, size + len(body)))
-            out += (_LLAMA_ASSISTANT, body)
-            size += len(body)
+            size += _LLAMA_ASSISTANT_LEN
+            end = size + len(content) + _EOT_LEN
+            spans.append((size, end))
+            out += (_LLAMA_ASSISTANT, content, "<|eot_id|>")
+            size = end
         else:
-            piece = _HEAD + role + "<|end_header_id|>\n\n" + content + "<|eot_id|>"
-            out.append(piece)
-            size += len(piece)
+            out += (_HEAD, role, "<|end_header_id|>\n\n", content, "<|eot_id|>")
+            size += len(role) + len(content) + _OTHER_LEN
     return "".join(out), spans, complete
 
 
@@ -79,6 +84,7 @@ _SYSTEM = (
     "# Valid channels: analysis, commentary, final. Channel must be included for every message."
 )
 _CALLS = "\nCalls to these tools must go to the commentary channel: 'functions'."
+_USER_LEN = len("<|start|>user<|message|><|end|>")
 _TAGS = ("<|channel|>analysis<|message|>", "<|channel|>final<|message|>")
 _SIMPLE = {"string": "string", "number": "number", "integer": "number", "boolean": "boolean"}
 _PARAM_KEYS = {"type", "description", "enum"}
@@ -189,7 +195,12 @@ def gptoss(messages: list[dict], tools, kwargs: dict, date: str | None) -> Rende
                 + "<|end|>"
             )
         elif role == "user":
-            piece = "<|start|>user<|message|>" + _str(m.get("content")) + "<|end|>"
+            content = m.get("content")
+            if type(content) is not str:
+                raise NotNative
+            out += ("<|start|>user<|message|>", content, "<|end|>")
+            size += len(content) + _USER_LEN
+            continue
         else:
             complete = False
             continue  # a later system or developer turn: the template writes nothing
@@ -219,9 +230,14 @@ def _assistant(m: dict, loop: list, i: int, last: bool) -> tuple[str, str | None
     of its tool call (None: none)."""
     content = m.get("content")
     thinking = m.get("thinking")
-    if "content" in m and (type(content) is not str or _tagged(content)):
+    # ("<|channel|>" in s first: _tagged's call only for the rare text that holds it)
+    if "content" in m and (
+        type(content) is not str or "<|channel|>" in content and _tagged(content)
+    ):
         raise NotNative
-    if "thinking" in m and (type(thinking) is not str or _tagged(thinking)):
+    if "thinking" in m and (
+        type(thinking) is not str or "<|channel|>" in thinking and _tagged(thinking)
+    ):
         raise NotNative
     if "tool_calls" not in m:
         if "content" not in m:
