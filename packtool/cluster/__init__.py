@@ -5,8 +5,8 @@ imported unless `--engine ray` is given.
 
     driver                                    Ray tasks (Session.run: <= workers at a time)
     ──────                                    ─────────
-    a local cluster starts on a thread: runs begun meanwhile have the driver as one of the
-    workers (the same task functions, called in the driver; session.py)
+    a local cluster starts on a thread; the driver is one of its workers (the same task
+    functions, called in the driver: while it starts, and in every run with 2+ workers; session.py)
     locate the files (io.readers)
     per file ─────────────────────────────▶  size, sha256, FileDecision, parts   files.py
     RunPlan = tokenization.run_plan.plan_run(cfg, decisions)   (the local pipeline's own)

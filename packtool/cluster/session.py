@@ -3,23 +3,25 @@
     with Session(address=None, workers=None) as s:   address None: a local cluster, started here
         s.workers                                     and stopped at the end; "auto" or host:port
         ...                                           (ray://host:port) joins a running one
-    s.run(fn, calls) -> [fn(*call) ...]               Ray tasks, at most s.workers at a time; a
-                                                      run begun while a local cluster starts has
-                                                      the driver as one of the workers
+    s.run(fn, calls) -> [fn(*call) ...]               Ray tasks, at most s.workers at a time; on
+                                                      a local cluster the driver is one of the
+                                                      workers (below)
     Shared(x)                                         an argument every call of a run shares
     s.scratch() -> folder                             for the encoded parts; removed at the end
     s.scratch_parent, s.keep_tokens                   where they go; whether they are kept at all
     s.failure(e) -> PacktoolError                     a worker's PacktoolError as it was raised,
                                                       anything else as one line naming it
 
-A local cluster starts on a thread of its own (`ray.init`: 4-6 s on a 2-core box, most of it
+A local cluster starts on a thread of its own (`ray.init`: 2-3 s on a 2-core box, most of it
 waiting for Ray's processes), which keeps it and stops it at the end: Ray's processes die with
-the thread that started them (PR_SET_PDEATHSIG). A run begun meanwhile has the driver as one of
-its `workers`: a thread of the driver makes the calls one after the other, in the calls' order,
-at once and until none is left, and from the moment the cluster is up Ray tasks take the next
-ones too, at most `workers` - 1 at a time beside the driver's (then `workers`). Whoever is free
-takes the next call; a call's result does not depend on where it ran (the same function on the
-same arguments):
+the thread that started them (PR_SET_PDEATHSIG). It starts lean (`_start_local`: no autoscaler
+monitor, log monitor or dashboard API server; its workers at nice 0, not Ray's 15). The driver is
+one of its `workers`, in every run when there are two or more (Ray then has `workers` - 1 CPUs:
+one worker process fewer to start and warm up), else while the cluster starts: a thread of the
+driver makes the calls one after the other, in the calls' order, at once and until none is left,
+and from the moment the cluster is up Ray tasks take the next ones too, at most `workers` - 1 at a
+time beside the driver's (then `workers`). Whoever is free takes the next call; a call's result
+does not depend on where it ran (the same function on the same arguments):
 
     time ─────────────────────────────────────────────────────────────────────▶
     owner thread   ray.init ························ up ─ (wait) ─ stop: ray.shutdown
@@ -57,7 +59,10 @@ class Session:
         self.scratch_parent: str | None = None
         # False: tokenizing keeps lengths only (`profile`: nothing to write)
         self.keep_tokens = True
-        self.driver_calls = 0  # calls `run` made in the driver (runs begun while it started)
+        self.driver_calls = 0  # calls `run` made in the driver (module docstring)
+        # a local cluster of 2 or more workers: the driver is one of them in every run, and Ray
+        # starts one worker process fewer (set by __enter__)
+        self.driver_works = False
         self._scratch: list[Path] = []
         self._up = threading.Event()  # set when the cluster is up, or failed to start
         self._stop = threading.Event()
@@ -79,8 +84,9 @@ class Session:
         elif self.address:
             self._init()
             self._joined()
-        else:  # a new local cluster of `workers` CPUs: started on its owner thread
+        else:  # a new local cluster: started on its owner thread
             self.workers = max(1, self.requested or os.cpu_count() or 1)
+            self.driver_works = self.workers >= 2
             self._owner = threading.Thread(target=self._own, name="packtool-ray", daemon=True)
             self._owner.start()
         return self
@@ -93,8 +99,14 @@ class Session:
             if self.address:
                 ray.init(address=self.address, **kw)
             else:
-                ray.init(  # "local": a new cluster, never one `ray start` left behind
-                    address="local", num_cpus=self.workers, include_dashboard=False, **kw
+                _start_local(  # "local": a new cluster, never one `ray start` left behind
+                    address="local",
+                    num_cpus=self.workers - self.driver_works,
+                    include_dashboard=False,
+                    # Ray runs its workers at nice 15 (its own processes keep priority): beside
+                    # any other work on the machine they would wait; the driver runs at 0
+                    _system_config={"worker_niceness": 0},
+                    **kw,
                 )
         except ConnectionError as e:
             raise UsageError(
@@ -132,7 +144,6 @@ class Session:
             self._up.set()
         if self._failed is None:
             self._stop.wait()
-            _stop_monitor()
             ray.shutdown()
 
     def up(self) -> bool:
@@ -173,9 +184,9 @@ class Session:
             self._scratch.remove(folder)
 
     def run(self, fn: Callable, calls: Iterable[tuple]) -> list:
-        """fn(*call) for every call, each a Ray task of one CPU, at most `workers` at a time (a
-        run begun while a local cluster starts: the driver's calls among them, module
-        docstring); a call's arguments are made when it starts (an iterator may build them
+        """fn(*call) for every call, each a Ray task of one CPU, at most `workers` at a time (on
+        a local cluster, or while one starts: the driver's calls among them, module docstring);
+        a call's arguments are made when it starts (an iterator may build them
         lazily); a Shared argument reaches a task through the object store. The results in the
         order of `calls`. On any error or Ctrl-C the tasks still running are cancelled, the
         driver's call is let end, and the error raised as it came (`failure` makes it
@@ -184,7 +195,7 @@ class Session:
 
         todo = _Calls(calls)
         results: dict[int, object] = {}
-        here = None if self.up() else _InDriver(fn, todo, results)
+        here = _InDriver(fn, todo, results) if self.driver_works or not self.up() else None
         running: dict = {}  # ObjectRef -> call number
         done: list = []  # ended tasks whose results are not fetched yet
         try:
@@ -320,22 +331,40 @@ def call(fn: Callable, *args):
     return fn(*args)
 
 
-def _stop_monitor() -> None:
-    """Kill the local cluster's autoscaler monitor before ray.shutdown. Ray 2.60 stops its
-    processes one after the other, the GCS before the monitor, whose SIGTERM handler then tries
-    to report to the stopped GCS until ray.shutdown kills it a second later (1.0 of its 1.4 s
-    here). Killed first, it ends as it would have, at once. (Ray's private node object: where
-    that is not there, ray.shutdown does it all as before.)"""
-    try:
-        import ray._private.worker as ray_worker
+def _start_local(**kw) -> None:
+    """ray.init(**kw) of a new local cluster without the processes that a packtool run never uses:
+    the autoscaler's monitor (a fixed set of CPUs: nothing to scale), the log monitor (worker logs
+    are not echoed) and the API server of the dashboard, the jobs and the state API (none used).
+    Ray 2.60 always starts them with ray.init (`ray start` can leave out the first two); here they
+    were 1.5-2 of the 4.5 CPU-seconds of a start, and ray.shutdown stopped them one after the other
+    (1.4 of its 1.5 s). Left out: the GCS, the raylet and its two agents, the workers. (Ray's
+    private Node class, whose start methods a subclass leaves empty while ray.init makes the
+    node; where those are not there, the cluster starts whole, as before.)"""
+    import ray
 
-        node = ray_worker._global_node
-        for info in node.all_processes.get("monitor", []) if node is not None else []:
-            if info.process.poll() is None:
-                info.process.kill()
-                info.process.wait(timeout=5)
-    except Exception:  # noqa: BLE001 - Ray's internals moved: ray.shutdown stops it
-        pass
+    try:
+        import ray._private.node as ray_node
+
+        base = ray_node.Node
+    except (ImportError, AttributeError):
+        ray.init(**kw)
+        return
+
+    class LeanNode(base):
+        def start_monitor(self, *args, **kwargs):
+            pass
+
+        def start_log_monitor(self, *args, **kwargs):
+            pass
+
+        def start_api_server(self, *args, **kwargs):
+            pass
+
+    ray_node.Node = LeanNode
+    try:
+        ray.init(**kw)
+    finally:
+        ray_node.Node = base
 
 
 _FETCHED: dict[str, object] = {}  # per worker process: objects of the store, by object id

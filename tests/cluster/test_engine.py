@@ -395,6 +395,67 @@ def test_while_the_cluster_starts_the_driver_is_one_of_the_workers(ray_cluster, 
     assert all(pid != os.getpid() for _, pid, *_ in after)
 
 
+def test_on_a_local_cluster_the_driver_is_one_of_the_workers_in_every_run(ray_cluster):
+    """Session.driver_works (a local cluster of 2 or more workers): a run begun when the cluster is
+    up has the driver as one of its workers too, never more than `workers` calls at a time."""
+    import os
+    import time
+
+    from packtool.cluster.session import Session
+
+    def where(i: int) -> tuple[int, int, float, float]:  # (nested: Ray pickles it whole)
+        start = time.time()
+        time.sleep(0.2)
+        return i, os.getpid(), start, time.time()
+
+    with Session(workers=2) as session:
+        assert session.up() and not session.driver_works  # joined: Ray alone
+        session.driver_works = True  # as a local cluster of 2 started by the session would be
+        out = session.run(where, [(i,) for i in range(10)])
+    assert [i for i, *_ in out] == list(range(10))
+    in_driver = [pid == os.getpid() for _, pid, *_ in out]
+    assert in_driver[0] and not all(in_driver) and sum(in_driver) == session.driver_calls
+    for _, _, start, _ in out:
+        assert sum(a < start + 0.01 and start < b - 0.01 for _, _, a, b in out) <= 2
+
+
+_LEAN_CLUSTER = """
+import os, subprocess, time
+import psutil, ray
+from packtool.cluster.session import Session
+
+def where(i):
+    return i, os.getpid(), os.nice(0)
+
+with Session(workers=2) as s:
+    while not s.up():
+        time.sleep(0.05)
+    out = s.run(where, [(i,) for i in range(6)])
+    names = " ".join(" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True))
+    cpus = ray.cluster_resources()["CPU"]
+print([i for i, _, _ in out], s.driver_calls, cpus, {n for _, p, n in out if p != os.getpid()})
+print("monitor.py" in names, "log_monitor.py" in names, "dashboard.py" in names)
+print("raylet" in names and "gcs_server" in names, ray.is_initialized())
+"""
+
+
+@pytest.mark.slow
+def test_a_local_cluster_starts_lean_and_the_driver_works_in_it(tmp_path):
+    """A local cluster of 2 workers, started by a Session in a process of its own: Ray has 1 CPU
+    (the driver is the other worker: it makes calls in a run begun when the cluster is up), its
+    workers run at nice 0, and neither the autoscaler's monitor, the log monitor nor the
+    dashboard's API server was started; it is stopped at the end."""
+    run = subprocess.run(
+        [sys.executable, "-c", _LEAN_CLUSTER], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    calls, lean, stopped = run.stdout.strip().splitlines()[-3:]
+    order, driver_calls, cpus, nice = calls.rsplit(" ", 3)
+    assert order == str(list(range(6))) and int(driver_calls) >= 1 and float(cpus) == 1.0
+    assert nice in ("{0}", "set()")  # the Ray tasks' niceness (none if the driver made every call)
+    assert lean == "False False False" and stopped == "True False"
+
+
 @pytest.mark.slow
 def test_parts_encoded_in_the_driver_while_the_cluster_starts_pack_the_same(tmp_path, monkeypatch):
     """The cluster "starts" for 0.3 s: the driver reads the file, probes it and encodes parts, as
