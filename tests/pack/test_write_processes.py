@@ -173,6 +173,8 @@ def test_a_real_ctrl_c_reaches_every_process_and_leaves_no_folder(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group: the terminal's Ctrl-C reaches them all
+        # as at a terminal: pytest started in the background (`cmd &`) passes SIGINT on ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert child.stdout.readline() == "writing\n"
     os.killpg(child.pid, signal.SIGINT)
