@@ -16,7 +16,7 @@ e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
 
 transformers often rebuilds the file's tokenizer with flags encoding never reads (the decoder's,
 ByteLevel's trim_offsets, merges spelled "a b" or ["a", "b"]): the guess is kept only when the
-resolved JSON and the file are the same encoder (`same_encoder`), else dropped (waited for, then
+resolved JSON and the file are the same encoder (equal `encoder_digest`s), else dropped (waited for, then
 the fast backend builds from the resolved JSON as it always does). The fast path is checked
 against the reference path on the run's first examples either way (fast_check).
 """
@@ -34,7 +34,7 @@ _GUESSES: dict[str, Any] = {}  # backend_json of a resolved spec -> its kept gue
 
 class Guess:
     """fastokens built from a tokenizer.json on a thread; result() waits for it (None: it failed).
-    `table`: byte_rules' table of the same file (its rules read nothing same_encoder leaves out),
+    `table`: byte_rules' table of the same file (its rules read nothing encoder_digest leaves out),
     set by resolve_aside while the child resolves; None until then."""
 
     def __init__(self, text: str):
@@ -65,19 +65,12 @@ def take_guess(backend_json: str):
     return _GUESSES.pop(backend_json, None)
 
 
-def same_encoder(file_text: str, resolved_json: str) -> bool:
-    """The two tokenizer JSONs encode alike: equal once the decoder, padding, truncation, ByteLevel
-    pre-tokenizers' trim_offsets (read only when offsets are post-processed) and the spelling of
-    merges are left out (their `encoder_digest`s are equal)."""
-    import orjson
-
-    return encoder_digest(orjson.loads(file_text)) == encoder_digest(orjson.loads(resolved_json))
-
-
 def encoder_digest(parsed: dict) -> str:
-    """sha256 of what encodes in a parsed tokenizer JSON (`_encoder`), keys sorted: a resolved
-    spec carries its own (TokenizerSpec.encoder, from the parse resolving does anyway), so the
-    cold start compares it with the file's without parsing the resolved JSON again."""
+    """sha256 of what encodes in a parsed tokenizer JSON (`_encoder`: all but the decoder, padding,
+    truncation, ByteLevel pre-tokenizers' trim_offsets, read only when offsets are post-processed,
+    and the spelling of merges), keys sorted: equal digests, the same encoder. A resolved spec
+    carries its own (TokenizerSpec.encoder, from the parse resolving does anyway), so the cold
+    start compares it with the file's without parsing the resolved JSON again."""
     import hashlib
 
     import orjson
@@ -155,7 +148,7 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
     status = -1
     try:
         idle.run()
-        # the file's side of same_encoder and the fast backend's byte table, while the child
+        # the file's encoder digest and the fast backend's byte table, while the child
         # still resolves (0.1-0.4 s of parsing, ~0.3 s of table)
         file_digest = None
         if pending is not None:
