@@ -217,7 +217,9 @@ def write_in_processes(
 
     The tokens never go through a pipe: the processes read the parent's memory (the mapped cache
     entry, or the table) as forked.  They ignore SIGINT: on Ctrl-C or any error the parent kills
-    them all and waits for them before the temporary folder is removed.
+    them all and waits for them before the temporary folder is removed.  SIGINT stays blocked
+    while the processes fork (all in the submit loop), so a Ctrl-C in that window cannot reach a
+    process before it ignores it; the parent takes it as it unblocks.
     """
     import signal
     from concurrent.futures import ProcessPoolExecutor
@@ -232,12 +234,15 @@ def write_in_processes(
     pool = ProcessPoolExecutor(
         max_workers=min(procs, num_shards),
         mp_context=get_context("fork"),
-        initializer=signal.signal,
-        initargs=(signal.SIGINT, signal.SIG_IGN),
+        initializer=_ignore_sigint,
     )
     out = Written(shards=[])
     try:
-        futures = [pool.submit(_write_one, s, num_shards) for s in range(num_shards)]
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            futures = [pool.submit(_write_one, s, num_shards) for s in range(num_shards)]
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         for fut in futures:
             one = fut.result()
             out.shards += one.shards
@@ -257,6 +262,14 @@ def write_in_processes(
         pool.shutdown(wait=True, cancel_futures=True)
         _JOB = None
     return out
+
+
+def _ignore_sigint() -> None:
+    """A writer process's first step: ignore SIGINT, then unblock it (forked with it blocked)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _write_one(s: int, num_shards: int) -> Written:

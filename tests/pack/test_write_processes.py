@@ -150,7 +150,7 @@ write.PROCESS_MIN_TOKENS = 0
 real = shards.ShardWriter.write
 
 def slow(self, table):
-    os.write(1, b"writing\n")  # one write a line: the writer processes print at once
+    os.write(1, b"writing\\n")  # one write a line: the writer processes print at once
     time.sleep(0.5)
     real(self, table)
 
