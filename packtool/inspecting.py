@@ -24,12 +24,13 @@ from packtool.schema import IGNORE_INDEX
 
 
 class _Decoder:
-    """Decodes with the Rust tokenizer of a TokenizerSpec (no transformers import)."""
+    """Decodes with the Rust tokenizer of a TokenizerSpec (no transformers import), or with `tok`:
+    the one that encoded the example (cut to its words: tokenization.cut)."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, tok=None):
         from packtool.tokenization.backends import rust_tokenizer
 
-        self._tok = rust_tokenizer(spec.backend_json)
+        self._tok = tok if tok is not None else rust_tokenizer(spec.backend_json)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -132,6 +133,12 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     check = FastCheck.of(plan) if cfg.tokenizer_backend == "fastokens" else None
     if check is None and plan.step.renderer != "jinja":  # the run's renderer: jinja is imported
         reference = reference.with_backend("hf", plan.step.renderer)  # only for what it hands on
+    cut = None
+    if reference.backend == "hf":  # the same ids from a tokenizer cut to this example's words
+        from packtool.tokenization.cut import CutBackend
+
+        cut = CutBackend(spec.backend_json)
+        reference = reference.with_backend("hf", reference.renderer, built=cut)
     res = reference(batch)  # the record as a pack encodes it: a batch of one
     if res.rejects:
         raise PacktoolError(f"{target.where}: {res.rejects[0][1]}")
@@ -162,7 +169,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         "loss_tokens": int(np.count_nonzero(labels != IGNORE_INDEX)),
         "input_ids": ids.tolist(),
         "labels": labels.tolist(),
-        "runs": _runs(_Decoder(spec), ids, labels),
+        "runs": _runs(_Decoder(spec, cut.built if cut is not None else None), ids, labels),
     }
 
 

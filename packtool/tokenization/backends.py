@@ -199,7 +199,8 @@ class HFBackend:
     def __setstate__(self, state):
         self.__init__(state["backend_json"])
 
-    def _tokenizer(self):
+    def _tokenizer(self, texts: list[str] | None = None):
+        """The Rust tokenizer to encode `texts` with (here the whole one, whatever the texts)."""
         if self._tok is None:
             with self._lock:
                 if self._tok is None:
@@ -210,14 +211,15 @@ class HFBackend:
         self, texts: list[str], add_special_tokens: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """Flat int32 ids of all texts, int64 offsets[len(texts) + 1]."""
-        encs = self._tokenizer().encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        texts = list(texts)
+        encs = self._tokenizer(texts).encode_batch(texts, add_special_tokens=add_special_tokens)
         return _flat([e.ids for e in encs])
 
     def encode_spans(self, texts: list[str], spans: list[np.ndarray]):
         """Flat int32 ids, int64 offsets[n + 1], flat bool mask (token overlaps a char span of its text)."""
         texts = list(texts)
         rows, row_at, counts = _check_spans(texts, spans)
-        encs = self._tokenizer().encode_batch(texts, add_special_tokens=False)
+        encs = self._tokenizer(texts).encode_batch(texts, add_special_tokens=False)
         ids, offsets = _flat([e.ids for e in encs])
         mask = np.zeros(len(ids), dtype=bool)
         for i in np.flatnonzero(counts).tolist():
