@@ -19,16 +19,26 @@ The words come from the tokenizer's own pipeline: a *shell* (the same JSON, its 
 replaced by the 256 byte-level symbols and no merges) encodes the texts; its symbols grouped by
 `word_ids` spell the words, while added tokens come out whole under their own ids.
 
-Tables, made once per tokenizer from its JSON (one parse, ~0.5 s for gpt-oss) and kept in the
-cache as $PACKTOOL_CACHE/tokenizers/cut-<xxh3-128 of the JSON>.bin (checksummed, cache.read_bytes):
+Tables, made once per tokenizer from its JSON (one parse; ~0.6 s for gpt-oss) and kept in the
+cache as $PACKTOOL_CACHE/tokenizers/cut-<xxh3-128 of the JSON>.bin (checksummed, cache.read_bytes),
+so that a warm cut reads them without building one Python object per token:
 
-    a JSON line   {"version": 1, "vocab": V, "merges": M, "longest": L, "rest": the tokenizer JSON
-                   with the model's vocab and merges emptied}
-    ids           int32[V]      each token's id, in the JSON's order
-    merges        int32[M, 3]   index (into the tokens) of the left part, the right part, the result
-    tokens        UTF-8, the V tokens joined by "\\n" (byte-level symbols never spell a newline)
+    a JSON line, padded to 8 bytes   {"version": 3, "vocab": V, "merges": M, "longest": L,
+                                      "tokens_bytes": B, "rest": the tokenizer JSON with the
+                                      model's vocab and merges emptied}
+    for the V tokens, then the M merges (spelled "left right"), each sorted by key:
+        key     uint64[n]   crc32 << 32 | adler32 of the UTF-8 (zlib: a C call a string)
+        value   int32[n]    the token's id; the merge's rank (its place in the JSON)
+        start   uint32[n]   where its UTF-8 starts in the blob
+        length  uint32[n]
+    the tokens' blob (B bytes), then the merges' blob: UTF-8, one after the other
 
-`cut_tokenizer` answers None (the caller builds the whole tokenizer) for anything this does not
+A lookup is one key, one searchsorted, and a compare of the bytes (a key proves nothing alone).
+The merges a cut keeps are found from its tokens: for a kept token t, every split t[:k] + " " +
+t[k:] that is a merge (a merge's parts are substrings of its result, so kept too; byte-level
+symbols never spell a space).
+
+`cut_json` answers None (the caller builds the whole tokenizer) for anything this does not
 prove: a model other than BPE, dropout, a subword prefix or word suffix, byte fallback, an unknown
 token, a vocabulary outside the byte-level alphabet, or words with more than MAX_SUBSTRINGS
 substrings up to the longest token's length.
@@ -37,57 +47,118 @@ substrings up to the longest token's length.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from packtool.tokenization.backends import HFBackend
 
-VERSION = 1
+VERSION = 3
+_REFUSED = json.dumps({"version": VERSION, "refused": True}).encode()  # cached: cannot be cut
 MAX_SUBSTRINGS = 1_000_000  # ~0.3 s of Python at most; beyond that the whole tokenizer is cheaper
+
+
+def _key(b: bytes) -> int:
+    return zlib.crc32(b) << 32 | zlib.adler32(b)
+
+
+@dataclass
+class Lookup:
+    """Strings → int32 values by key (module docstring): sorted keys, values, and the strings' bytes."""
+
+    key: np.ndarray  # uint64[n], sorted
+    value: np.ndarray  # int32[n]
+    start: np.ndarray  # uint32[n]
+    length: np.ndarray  # uint32[n]
+    blob: bytes
+
+    @classmethod
+    def of(cls, items: list[str], values) -> Lookup:
+        raw = [s.encode() for s in items]
+        n = len(raw)
+        key = np.fromiter(map(_key, raw), dtype=np.uint64, count=n)
+        length = np.fromiter(map(len, raw), dtype=np.uint32, count=n)
+        start = np.zeros(n, dtype=np.uint32)
+        np.cumsum(length[:-1], out=start[1:])
+        order = np.argsort(key, kind="stable")
+        value = np.asarray(values, dtype=np.int32)
+        return cls(key[order], value[order], start[order], length[order], b"".join(raw))
+
+    def find(self, items: list[str]) -> list[int | None]:
+        """Each string's value, None where it is not one of them."""
+        raw = [s.encode() for s in items]
+        keys = np.fromiter(map(_key, raw), dtype=np.uint64, count=len(raw))
+        at = np.searchsorted(self.key, keys).tolist()
+        n = len(self.key)
+        out: list[int | None] = []
+        for b, k, i in zip(raw, keys.tolist(), at, strict=True):
+            hit = None
+            while i < n and int(self.key[i]) == k:
+                s = int(self.start[i])
+                if self.blob[s : s + int(self.length[i])] == b:
+                    hit = int(self.value[i])
+                    break
+                i += 1
+            out.append(hit)
+        return out
+
+    def arrays(self) -> list[bytes]:
+        return [
+            self.key.astype("<u8").tobytes(),
+            self.value.astype("<i4").tobytes(),
+            self.start.astype("<u4").tobytes(),
+            self.length.astype("<u4").tobytes(),
+        ]
+
+    @classmethod
+    def read(cls, data: bytes, at: int, n: int) -> tuple[Lookup, int]:
+        """The lookup of n strings whose arrays start at byte `at` (blob set by the caller)."""
+        key = np.frombuffer(data, "<u8", n, at)
+        value = np.frombuffer(data, "<i4", n, at + 8 * n)
+        start = np.frombuffer(data, "<u4", n, at + 12 * n)
+        length = np.frombuffer(data, "<u4", n, at + 16 * n)
+        return cls(key, value, start, length, b""), at + 20 * n
 
 
 @dataclass
 class Tables:
-    """A byte-level BPE tokenizer's model as arrays (module docstring), and the JSON around it."""
+    """A byte-level BPE tokenizer's model as two lookups (module docstring), and the JSON around it."""
 
     rest: dict  # the tokenizer JSON, model vocab {} and merges []
-    ids: np.ndarray  # int32[V]
-    merges: np.ndarray  # int32[M, 3]: left, right, result (indices into tokens)
-    tokens: list[str]  # sorted
+    tokens: Lookup  # token → id
+    merges: Lookup  # "left right" → rank
     longest: int  # the longest token, in chars
 
     def to_bytes(self) -> bytes:
         head = {
             "version": VERSION,
-            "vocab": len(self.tokens),
-            "merges": len(self.merges),
+            "vocab": len(self.tokens.key),
+            "merges": len(self.merges.key),
             "longest": self.longest,
+            "tokens_bytes": len(self.tokens.blob),
             "rest": self.rest,
         }
+        line = json.dumps(head).encode()
+        line += b" " * (-(len(line) + 1) % 8) + b"\n"  # the arrays 8-byte aligned
         return b"".join(
-            (
-                json.dumps(head).encode() + b"\n",
-                self.ids.astype("<i4").tobytes(),
-                self.merges.astype("<i4").tobytes(),
-                "\n".join(self.tokens).encode(),
-            )
+            [line, *self.tokens.arrays(), *self.merges.arrays(), self.tokens.blob, self.merges.blob]
         )
 
     @classmethod
-    def from_bytes(cls, body: bytes) -> Tables | None:
-        """The tables of to_bytes; None for another version's layout."""
-        line, _, data = body.partition(b"\n")
+    def from_bytes(cls, body: bytes) -> Tables:
+        """The tables of to_bytes (zero-copy); ValueError for another version's layout."""
+        line, _, _ = body.partition(b"\n")
         head = json.loads(line)
         if head.get("version") != VERSION:
-            return None
-        v, m = head["vocab"], head["merges"]
-        ids = np.frombuffer(data, dtype="<i4", count=v)
-        merges = np.frombuffer(data, dtype="<i4", count=3 * m, offset=4 * v).reshape(m, 3)
-        tokens = data[4 * v + 12 * m :].decode().split("\n") if v else []
-        if len(tokens) != v:
-            raise ValueError(f"{len(tokens)} tokens, the header says {v}")
-        return cls(head["rest"], ids, merges, tokens, head["longest"])
+            raise ValueError(f"tables of version {head.get('version')}, not {VERSION}")
+        v, m, nb = head["vocab"], head["merges"], head["tokens_bytes"]
+        tokens, at = Lookup.read(body, len(line) + 1, v)
+        merges, at = Lookup.read(body, at, m)
+        tokens.blob, merges.blob = body[at : at + nb], body[at + nb :]
+        if len(tokens.blob) != nb:
+            raise ValueError("the tables are cut short")
+        return cls(head["rest"], tokens, merges, head["longest"])
 
 
 def _alphabet() -> list[str]:
@@ -119,38 +190,39 @@ def build_tables(backend_json: str) -> Tables | None:
         return None
     model = tok["model"]
     vocab: dict[str, int] = model["vocab"]
-    tokens = sorted(vocab)  # sorted: a cut finds its substrings by bisection, with no dict to build
-    index = {t: i for i, t in enumerate(tokens)}
-    rows = []
-    for pair in model.get("merges", []):
-        a, b = pair.split(" ", 1) if isinstance(pair, str) else pair
-        rows.append((index[a], index[b], index.get(a + b, -1)))
-    rest = {**tok, "model": {**model, "vocab": {}, "merges": []}}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     return Tables(
-        rest=rest,
-        ids=np.fromiter(map(vocab.__getitem__, tokens), dtype=np.int32, count=len(tokens)),
-        merges=np.array(rows, dtype=np.int32).reshape(-1, 3),
-        tokens=tokens,
-        longest=max(map(len, tokens), default=1),
+        rest={**tok, "model": {**model, "vocab": {}, "merges": []}},
+        tokens=Lookup.of(list(vocab), list(vocab.values())),
+        merges=Lookup.of(merges, np.arange(len(merges))),
+        longest=max(map(len, vocab), default=1),
     )
 
 
-def tables_for(backend_json: str) -> Tables | None:
-    """The tables of a tokenizer JSON, from the cache or made (and cached); None: cannot be cut."""
+def tables_path(backend_json: str):
+    """Where the cache keeps the tables of a tokenizer JSON."""
     import xxhash
 
     from packtool.tokenization import cache
 
-    path = cache.tokenizer_path("cut-" + xxhash.xxh3_128_hexdigest(backend_json.encode()))
-    path = path.with_suffix(".bin")
+    digest = xxhash.xxh3_128_hexdigest(backend_json.encode())
+    return cache.tokenizer_path("cut-" + digest).with_suffix(".bin")
+
+
+def tables_for(backend_json: str) -> Tables | None:
+    """The tables of a tokenizer JSON, from the cache or made (and cached); None: cannot be cut."""
+    from packtool.tokenization import cache
+
+    path = tables_path(backend_json)
     body = cache.read_bytes(path)
     if body is not None:
         try:
-            return Tables.from_bytes(body) if body else None
+            if json.loads(body.partition(b"\n")[0]).get("version") == VERSION:
+                return None if body.startswith(_REFUSED) else Tables.from_bytes(body)
         except (ValueError, KeyError, UnicodeDecodeError):
             pass  # (checksummed: another packtool's layout) made again below
     tables = build_tables(backend_json)
-    cache.write_bytes(path, tables.to_bytes() if tables is not None else b"")
+    cache.write_bytes(path, tables.to_bytes() if tables is not None else _REFUSED)
     return tables
 
 
@@ -168,7 +240,7 @@ def words(tables: Tables, texts: list[str]) -> list[str]:
     from tokenizers import Tokenizer
 
     added = _added(tables)
-    base = max(int(tables.ids.max(initial=-1)), *added.values(), -1) + 1
+    base = max(int(tables.tokens.value.max(initial=-1)), *added.values(), -1) + 1
     shell = {**tables.rest}
     shell["model"] = {
         **tables.rest["model"],
@@ -205,50 +277,27 @@ def cut_json(tables: Tables, texts: list[str]) -> str | None:
         for i in range(len(w))
         for j in range(i + 1, min(len(w), i + longest) + 1)
     }
-    index = _Index(tables.tokens)
-    added = _added(tables)
-    if any(
-        w in added and w not in index for w in ws
-    ):  # (a word the added vocabulary let through, e.g. single_word)
-        return None  # its whole-word lookup would find the added entry: the whole model lacks it
-    for t in list(added):  # the whole tokenizer gives these the model's id
-        if t in index:
-            added[t] = int(tables.ids[index[t]])
-    kept = np.zeros(len(tables.tokens) + 1, dtype=bool)  # last slot: a merge without a result
-    kept[[i for i in map(index.get, subs) if i is not None]] = True
+    subs = list(subs)
+    ids = tables.tokens.find(subs)
+    kept = {t: i for t, i in zip(subs, ids, strict=True) if i is not None}
+    added, words_set = _added(tables), set(ws)
+    for t, i in zip(added, tables.tokens.find(list(added)), strict=True):
+        if i is not None:  # the whole tokenizer gives these the model's id
+            added[t] = i
+        elif t in words_set:  # a word the added vocabulary let through (e.g. single_word): its
+            return None  # whole-word lookup would find an entry that the whole model lacks
     unk = tables.rest["model"].get("unk_token")
-    if unk is not None and unk in index:
-        kept[index[unk]] = True
-    rows = tables.merges[kept[tables.merges[:, 2]]]
+    if unk is not None:
+        (i,) = tables.tokens.find([unk])
+        if i is not None:
+            kept[unk] = i
+    splits = [(t[:k], t[k:]) for t in kept for k in range(1, len(t))]
+    ranks = tables.merges.find([f"{a} {b}" for a, b in splits])
+    found = sorted((r, a, b) for (a, b), r in zip(splits, ranks, strict=True) if r is not None)
     model = dict(tables.rest["model"])
-    model["vocab"] = {
-        **{tables.tokens[i]: int(tables.ids[i]) for i in np.flatnonzero(kept[:-1])},
-        **added,
-    }
-    model["merges"] = [[tables.tokens[a], tables.tokens[b]] for a, b in rows[:, :2].tolist()]
+    model["vocab"] = {**kept, **added}
+    model["merges"] = [[a, b] for _, a, b in found]
     return json.dumps({**tables.rest, "model": model})
-
-
-class _Index:
-    """Sorted tokens → their index, by bisection (a dict of 200k tokens takes 90 ms to build)."""
-
-    def __init__(self, tokens: list[str]):
-        self.tokens = tokens
-
-    def get(self, s: str) -> int | None:
-        from bisect import bisect_left
-
-        i = bisect_left(self.tokens, s)
-        return i if i < len(self.tokens) and self.tokens[i] == s else None
-
-    def __contains__(self, s: str) -> bool:
-        return self.get(s) is not None
-
-    def __getitem__(self, s: str) -> int:
-        i = self.get(s)
-        if i is None:
-            raise KeyError(s)
-        return i
 
 
 class CutBackend(HFBackend):

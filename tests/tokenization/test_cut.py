@@ -209,22 +209,48 @@ def test_tables_round_trip_and_cache(monkeypatch):
     js = _bpe_json()
     made = cut.tables_for(js)
     again = cut.Tables.from_bytes(made.to_bytes())
-    assert again.tokens == made.tokens == sorted(made.tokens)
-    assert (again.ids == made.ids).all() and (again.merges == made.merges).all()
+    for a, b in ((again.tokens, made.tokens), (again.merges, made.merges)):
+        assert a.blob == b.blob
+        for f in ("key", "value", "start", "length"):
+            assert (getattr(a, f) == getattr(b, f)).all(), f
     assert again.rest == made.rest and again.longest == made.longest
+    vocab = json.loads(js)["model"]["vocab"]
+    assert again.tokens.find([*vocab, "not a token", ""]) == [*vocab.values(), None, None]
+    merges = json.loads(js)["model"]["merges"]
+    spelled = [m if isinstance(m, str) else " ".join(m) for m in merges]
+    assert again.merges.find(spelled) == list(range(len(spelled)))
 
     def no_build(_):
         raise AssertionError("built again: the cache was not read")
 
     monkeypatch.setattr(cut, "build_tables", no_build)
-    assert cut.tables_for(js).tokens == made.tokens  # from the cache
+    assert cut.tables_for(js).tokens.blob == made.tokens.blob  # from the cache
     monkeypatch.undo()
-    import xxhash
-
-    path = cache.tokenizer_path("cut-" + xxhash.xxh3_128_hexdigest(js.encode())).with_suffix(".bin")
+    path = cut.tables_path(js)
     raw = bytearray(path.read_bytes())
     raw[-1] ^= 1
     path.write_bytes(bytes(raw))
     with pytest.warns(cache.CacheWarning, match="damaged"):
-        assert cut.tables_for(js).tokens == made.tokens  # damaged: recomputed
+        assert cut.tables_for(js).merges.blob == made.merges.blob  # damaged: recomputed
     assert cache.read_bytes(path) == made.to_bytes()  # and stored again
+
+
+def test_a_key_collision_is_told_apart_by_the_bytes(monkeypatch):
+    monkeypatch.setattr(cut, "_key", lambda b: 7)  # every string the same key
+    lookup = cut.Lookup.of(["a", "bb", "ccc"], [10, 20, 30])
+    assert lookup.find(["ccc", "a", "d", "bb"]) == [30, 10, None, 20]
+
+
+def test_tables_of_another_version_are_made_again_and_a_refusal_is_cached(monkeypatch):
+    from packtool.tokenization import cache
+
+    js = _bpe_json(vocab_note="stale")  # (a JSON of its own: a cache file of its own)
+    path = cut.tables_path(js)
+    cache.write_bytes(path, json.dumps({"version": cut.VERSION - 1}).encode() + b"\n")
+    assert cut.tables_for(js) is not None  # a stale layout: made again, not taken as a refusal
+    assert cut.Tables.from_bytes(cache.read_bytes(path)).longest >= 1
+
+    refused = _bpe_json(dropout=0.5)
+    assert cut.tables_for(refused) is None
+    monkeypatch.setattr(cut, "build_tables", lambda _: pytest.fail("a refusal was not cached"))
+    assert cut.tables_for(refused) is None
