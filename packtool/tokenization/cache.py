@@ -7,6 +7,7 @@
             meta.json               {"meta": {...}, "data": {"bytes", "xxh3_128"}, "checksum": ...}
         tokenizers/<digest>.json    resolved TokenizerSpecs: a checksum line, then JSON (read_json),
         tokenizers/<digest>.tokenizer.json    ...their tokenizer JSON beside, as it is (read_bytes)
+        tokenizers/cut-<xxh3>.bin   a tokenizer JSON's BPE tables for `inspect` (tokenization.cut)
         templates/<digest>.json     template verdicts, the same layout
         work-<pid>-<n>/             an entry being written; renamed to tok-<key> when complete
 

@@ -39,9 +39,11 @@ t[k:] that is a merge (a merge's parts are substrings of its result, so kept too
 symbols never spell a space).
 
 `cut_json` answers None (the caller builds the whole tokenizer) for anything this does not
-prove: a model other than BPE, dropout, a subword prefix or word suffix, byte fallback, an unknown
-token, a vocabulary outside the byte-level alphabet, or words with more than MAX_SUBSTRINGS
-substrings up to the longest token's length.
+prove: a model other than BPE, dropout, a subword prefix or word suffix, byte fallback, no
+ByteLevel pre-tokenizer, a vocabulary outside the byte-level alphabet or without all of it (the
+whole model drops a symbol it lacks and merges across the gap, which no substring shows), a word
+the added vocabulary let through that spells an added token the model lacks, or words with more
+than MAX_SUBSTRINGS substrings up to the longest token's length.
 """
 
 from __future__ import annotations
@@ -177,10 +179,24 @@ def refusal(tok: dict) -> str | None:
             return f"the BPE model sets {key}"
     if model.get("byte_fallback"):
         return "the BPE model sets byte_fallback"
+    if not _byte_level(tok.get("pre_tokenizer")):
+        return "no ByteLevel pre-tokenizer"
     alphabet = set(_alphabet())
-    if not all(alphabet.issuperset(t) for t in model.get("vocab", {})):
+    vocab = model.get("vocab", {})
+    if not all(alphabet.issuperset(t) for t in vocab):
         return "a token outside the byte-level alphabet"
+    if not alphabet.issubset(vocab):  # a symbol the model lacks is dropped, joining its neighbours
+        return "a byte-level symbol missing from the vocabulary"
     return None
+
+
+def _byte_level(pre: dict | None) -> bool:
+    """The pre-tokenizer maps every piece to byte-level symbols (ByteLevel, alone or in a Sequence)."""
+    if not pre:
+        return False
+    if pre.get("type") == "Sequence":
+        return any(map(_byte_level, pre.get("pretokenizers", [])))
+    return pre.get("type") == "ByteLevel"
 
 
 def build_tables(backend_json: str) -> Tables | None:

@@ -191,6 +191,26 @@ def test_refused_word_level_and_foreign_alphabet(tiny_tokenizer):
     assert "alphabet" in cut.refusal(d)
 
 
+def test_refused_without_byte_level_or_with_a_symbol_missing():
+    from tokenizers import Tokenizer
+
+    d = json.loads(_bpe_json())
+    assert cut.refusal(d) is None
+    d["pre_tokenizer"] = {"type": "Whitespace"}
+    assert "ByteLevel" in cut.refusal(d)
+    d = json.loads(_bpe_json())
+    d["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [d["pre_tokenizer"]]}
+    assert cut.refusal(d) is None
+    # symbols the model lacks: the whole tokenizer drops them and merges their neighbours
+    d = json.loads(_bpe_json())
+    gone = ("Ã", "©")  # "é", byte-level
+    d["model"]["vocab"] = {t: i for t, i in d["model"]["vocab"].items() if not set(t) & set(gone)}
+    d["model"]["merges"] = [m for m in d["model"]["merges"] if not set("".join(m)) & set(gone)]
+    whole = Tokenizer.from_str(json.dumps(d))
+    assert whole.encode("loéw", add_special_tokens=False).tokens == ["low"]  # across the gap
+    assert "missing" in cut.refusal(d)
+
+
 def test_too_many_substrings_uses_the_whole_tokenizer(monkeypatch):
     from packtool.tokenization.backends import rust_tokenizer
 
