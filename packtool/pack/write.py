@@ -32,6 +32,7 @@ import numpy as np
 
 from packtool import kernels, schema
 from packtool.errors import PacktoolError
+from packtool.forking import ignore_sigint, sigint_blocked
 from packtool.io import shards
 from packtool.pack.gather import FileGather, Located
 from packtool.pack.overflow import Pieces
@@ -221,7 +222,6 @@ def write_in_processes(
     while the processes fork (all in the submit loop), so a Ctrl-C in that window cannot reach a
     process before it ignores it; the parent takes it as it unblocks.
     """
-    import signal
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
     from dataclasses import fields
@@ -234,15 +234,12 @@ def write_in_processes(
     pool = ProcessPoolExecutor(
         max_workers=min(procs, num_shards),
         mp_context=get_context("fork"),
-        initializer=_ignore_sigint,
+        initializer=ignore_sigint,
     )
     out = Written(shards=[])
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
+        with sigint_blocked():  # (the executor forks its processes as the jobs are submitted)
             futures = [pool.submit(_write_one, s, num_shards) for s in range(num_shards)]
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         for fut in futures:
             one = fut.result()
             out.shards += one.shards
@@ -262,14 +259,6 @@ def write_in_processes(
         pool.shutdown(wait=True, cancel_futures=True)
         _JOB = None
     return out
-
-
-def _ignore_sigint() -> None:
-    """A writer process's first step: ignore SIGINT, then unblock it (forked with it blocked)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _write_one(s: int, num_shards: int) -> Written:

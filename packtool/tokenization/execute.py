@@ -22,6 +22,7 @@ import os
 from collections import deque
 
 from packtool import idle
+from packtool.forking import ignore_sigint, sigint_blocked
 from packtool.tokenization.encode import EncodeStep, StepResult
 from packtool.tokenization.fast_check import FastCheck, compare
 from packtool.tokenization.run_plan import RunPlan
@@ -36,11 +37,7 @@ _WORKER_REFERENCE: EncodeStep | None = None
 
 def _worker_init(step: EncodeStep, reference: EncodeStep | None) -> None:
     global _WORKER_STEP, _WORKER_REFERENCE
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    if hasattr(signal, "pthread_sigmask"):  # blocked by _start_pool around the fork
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    ignore_sigint()  # Ctrl-C is the parent's to handle (blocked by _start_pool around the fork)
     _WORKER_STEP, _WORKER_REFERENCE = step, reference
 
 
@@ -55,19 +52,11 @@ def _worker_check(probe) -> tuple[StepResult, StepResult]:
 def _start_pool(step: EncodeStep, reference: EncodeStep | None, num_proc: int):
     """The worker pool, with SIGINT blocked while it forks: a Ctrl-C (sent to the whole process
     group) waits until every worker ignores it, then reaches the parent alone, which terminates them."""
-    import signal
-
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    mask = hasattr(signal, "pthread_sigmask")
-    if mask:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
+    with sigint_blocked():
         return mp.get_context(method).Pool(
             num_proc, initializer=_worker_init, initargs=(step, reference)
         )
-    finally:
-        if mask:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def workers(plan: RunPlan, num_proc: int | None, total_bytes: int) -> int:
