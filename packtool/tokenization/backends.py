@@ -76,6 +76,11 @@ def rust_tokenizer(backend_json: str, engine: str = "tokenizers"):
     untruncated and unpadded as apply_chat_template encodes, built once per process: one for a 150k
     vocabulary takes ~1 s to build (fastokens' ~1.7 s) and a run asks for it in several places.
     Shared: callers never change its settings (one that must, builds its own)."""
+    return build_rust(backend_json, engine)
+
+
+def build_rust(backend_json: str, engine: str = "tokenizers"):
+    """rust_tokenizer, built anew on each call (for a JSON used once: tokenization.cut's)."""
     if engine == "fastokens":
         import fastokens
 

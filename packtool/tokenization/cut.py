@@ -54,7 +54,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packtool.tokenization.backends import HFBackend
+from packtool.tokenization.backends import HFBackend, build_rust, rust_tokenizer
+from packtool.tokenization.cold_start import merge_text
 
 VERSION = 3
 _REFUSED = json.dumps({"version": VERSION, "refused": True}).encode()  # cached: cannot be cut
@@ -206,7 +207,8 @@ def build_tables(backend_json: str) -> Tables | None:
         return None
     model = tok["model"]
     vocab: dict[str, int] = model["vocab"]
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    # spelled "a b" (no part holds a space: the alphabet has none)
+    merges = [m if isinstance(m, str) else merge_text(m) for m in model.get("merges", [])]
     return Tables(
         rest={**tok, "model": {**model, "vocab": {}, "merges": []}},
         tokens=Lookup.of(list(vocab), list(vocab.values())),
@@ -231,12 +233,13 @@ def tables_for(backend_json: str) -> Tables | None:
 
     path = tables_path(backend_json)
     body = cache.read_bytes(path)
+    if body == _REFUSED:
+        return None
     if body is not None:
         try:
-            if json.loads(body.partition(b"\n")[0]).get("version") == VERSION:
-                return None if body.startswith(_REFUSED) else Tables.from_bytes(body)
+            return Tables.from_bytes(body)
         except (ValueError, KeyError, UnicodeDecodeError):
-            pass  # (checksummed: another packtool's layout) made again below
+            pass  # (checksummed: another version's layout or refusal) made again below
     tables = build_tables(backend_json)
     cache.write_bytes(path, tables.to_bytes() if tables is not None else _REFUSED)
     return tables
@@ -253,8 +256,6 @@ def _added(tables: Tables) -> dict[str, int]:
 
 def words(tables: Tables, texts: list[str]) -> list[str]:
     """The distinct words the texts' tokenizer hands its model (module docstring: the shell)."""
-    from tokenizers import Tokenizer
-
     added = _added(tables)
     base = max(int(tables.tokens.value.max(initial=-1)), *added.values(), -1) + 1
     shell = {**tables.rest}
@@ -264,11 +265,8 @@ def words(tables: Tables, texts: list[str]) -> list[str]:
         "merges": [],
         "ignore_merges": False,
     }
-    tok = Tokenizer.from_str(json.dumps(shell))
-    tok.no_truncation()
-    tok.no_padding()
     found: set[str] = set()
-    for enc in tok.encode_batch(list(texts), add_special_tokens=False):
+    for enc in build_rust(json.dumps(shell)).encode_batch(list(texts), add_special_tokens=False):
         current, parts = None, []
         for sym, i, w in zip(enc.tokens, enc.ids, enc.word_ids, strict=True):
             if i < base or w != current:
@@ -325,16 +323,7 @@ class CutBackend(HFBackend):
         self.built = None
 
     def _tokenizer(self, texts: list[str] | None = None):
-        from tokenizers import Tokenizer
-
-        from packtool.tokenization.backends import rust_tokenizer
-
         tables = tables_for(self.backend_json) if texts is not None else None
         js = cut_json(tables, texts) if tables is not None else None
-        if js is None:
-            self.built = rust_tokenizer(self.backend_json)
-        else:
-            self.built = Tokenizer.from_str(js)
-            self.built.no_truncation()
-            self.built.no_padding()
+        self.built = rust_tokenizer(self.backend_json) if js is None else build_rust(js)
         return self.built
