@@ -122,3 +122,38 @@ def test_debug_shows_traceback(tmp_path):
         env=env,
     )
     assert out.returncode != 0 and "Traceback" in out.stderr
+
+
+EXIT_PROBE = """
+import atexit, os, sys, threading, time
+from packtool import cli
+
+class Teardown:  # freed only when the interpreter tears down its modules
+    def __del__(self):
+        os.write(1, b"torn down\\n")
+
+KEEP = Teardown()
+done = []
+threading.Thread(target=lambda: (time.sleep(0.3), done.append(1))).start()  # not a daemon
+atexit.register(lambda: print("atexit", len(done)))
+sys.stdout.write("unflushed ")
+sys.argv = ["packtool", *sys.argv[1:]]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize(
+    "args, code",
+    [(["--version"], 0), (["pack"], 2), (["pack", "nope.jsonl", "--len", "64", "--out", "o"], 1)],
+)
+def test_main_exits_without_teardown_but_as_the_interpreter_would(tmp_path, args, code):
+    """main() ends the process after the command without the interpreter's teardown (0.7 s after
+    a chat run), yet joins threads, runs atexit handlers and flushes output first, and keeps the
+    exit status."""
+    r = subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE, *args], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert r.returncode == code, r.stderr
+    assert r.stdout.startswith("unflushed ")
+    assert r.stdout.rstrip().endswith("atexit 1")  # the thread finished before the handlers ran
+    assert "torn down" not in r.stdout
