@@ -79,6 +79,24 @@ def rust_tokenizer(backend_json: str, engine: str = "tokenizers"):
     return build_rust(backend_json, engine)
 
 
+_ENCODERS: dict[str, object] = {}  # backend_json -> a `tokenizers` Tokenizer of the same encoder
+
+
+def same_encoder(backend_json: str, tok) -> None:
+    """Encode with `tok` (a `tokenizers` Tokenizer built from a JSON whose cold_start.encoder_digest
+    is backend_json's: the same ids and offsets, whatever its decoder) wherever `encoder` is asked
+    for backend_json in this process and the processes it forks."""
+    _ENCODERS.clear()  # one run's
+    _ENCODERS[backend_json] = tok
+
+
+def encoder(backend_json: str):
+    """The `tokenizers` Tokenizer that encodes for backend_json: the one same_encoder gave, else
+    rust_tokenizer's. For encoding and vocabulary look-ups only; decoding asks rust_tokenizer."""
+    tok = _ENCODERS.get(backend_json)
+    return tok if tok is not None else rust_tokenizer(backend_json)
+
+
 def build_rust(backend_json: str, engine: str = "tokenizers"):
     """rust_tokenizer, built anew on each call (for a JSON used once: tokenization.cut's)."""
     if engine == "fastokens":
@@ -209,7 +227,7 @@ class HFBackend:
         if self._tok is None:
             with self._lock:
                 if self._tok is None:
-                    self._tok = rust_tokenizer(self.backend_json)
+                    self._tok = encoder(self.backend_json)
         return self._tok
 
     def encode(

@@ -7,9 +7,10 @@ e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
 
     parent  guess: fastokens from the folder's tokenizer.json (thread, GIL released, from here on)
             import transformers (both processes need it in a chat run: imported once, ~0.8 CPU-s)
-            fork ─ idle.run() ─ parse the file, its byte table ─ read the child's answer ─ waitpid
+            fork ─ idle.run() ─ parse the file, its byte table ─ (no answer yet: `tokenizers`
+                 from the file, the reference path's encoder) ─ read the child's answer ─ waitpid
                  ─ the same encoder (spec.encoder == the file's encoder_digest)? ─▶ TokenizerSpec
-                   (+ the guess, kept)
+                   (+ the guess, kept, with that encoder: backends.same_encoder)
     child        resolve(name) ─▶ the spec's JSON through a pipe, exit 0
                  (any failure: exit 1, nothing sent: the parent resolves in place and raises the
                  error itself, word for word as without the child)
@@ -18,7 +19,11 @@ transformers often rebuilds the file's tokenizer with flags encoding never reads
 ByteLevel's trim_offsets, merges spelled "a b" or ["a", "b"]): the guess is kept only when the
 resolved JSON and the file are the same encoder (equal `encoder_digest`s), else dropped (waited for, then
 the fast backend builds from the resolved JSON as it always does). The fast path is checked
-against the reference path on the run's first examples either way (fast_check).
+against the reference path on the run's first examples either way (fast_check). The reference
+path's `tokenizers` encoder is built from the file too when this process would otherwise wait for
+the child (~0.5 s for a 128k vocabulary, holding the GIL, off the critical path), and used only
+under the same condition: equal encoder digests are equal ids and offsets, what the reference reads
+of it (its decoder, which may differ, is never asked: decoding builds rust_tokenizer's own).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class Guess:
 
     def __init__(self, text: str):
         self.table = None
+        self.reference = None  # `tokenizers` from the same file, built while the child resolves
         self._tok = None
         self._thread = threading.Thread(target=self._build, args=(text,), daemon=True)
         self._thread.start()
@@ -110,6 +116,13 @@ def _pre(p):
     return p
 
 
+def _answered(fd: int) -> bool:
+    """The child has written its answer (or exited): reading `fd` would not wait."""
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
 def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
     """The TokenizerSpec `resolve(name)` gives (sent as its to_json(), made again by `rebuild`),
     resolved in a forked child while this process runs packtool.idle's pending work; None when
@@ -157,6 +170,11 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
             parsed = orjson.loads(text)
             file_digest = encoder_digest(parsed)
             pending.table = table_of(parsed)
+            del parsed
+            if not _answered(r):  # the reference path's encoder too, while this process waits
+                from packtool.tokenization.backends import build_rust
+
+                pending.reference = build_rust(text)
         with os.fdopen(r, "rb") as answer:
             payload = answer.read()
         status = os.waitpid(pid, 0)[1]

@@ -126,8 +126,10 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     why = fast_refused(spec, cfg.tokenizer_backend)
     built = None
     if why is None and preload:
-        from packtool.tokenization.backends import FastBackend
+        from packtool.tokenization.backends import FastBackend, same_encoder
 
+        if guess is not None and guess.reference is not None:  # the same encoder, built meanwhile
+            same_encoder(spec.backend_json, guess.reference)
         built = FastBackend(spec.backend_json, guess)
         built.preload()
     elif guess is not None:

@@ -125,3 +125,80 @@ def test_load_spec_resolves_aside_when_idle_work_is_pending(tmp_path, monkeypatc
     assert ran == [1]
     assert take_guess(spec.backend_json) is not None
     assert load_spec(None) == spec  # and cached as the in-place resolution caches it
+
+
+TEXTS = [
+    "<|im_start|>user\nHello, wörld! 12345<|im_end|>\n",
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>",
+    "<|start|>assistant<|channel|>final<|message|>ok<|return|>",
+    "  spaces\tand\ttabs\n\n  ünïcödé 🙂 漢字 don't    stop",
+]
+
+
+@pytest.mark.parametrize(
+    "folder",
+    [
+        None,
+        SHARED_TOKENIZERS / "llama3",
+        pytest.param(SHARED_TOKENIZERS / "gptoss", marks=pytest.mark.slow),
+    ],
+    ids=["builtin", "llama3", "gptoss"],
+)
+def test_tokenizers_from_the_file_encodes_as_what_transformers_resolves(folder):
+    """What backends.same_encoder relies on: where the digests are equal, `tokenizers` built from
+    the folder's file gives the resolved JSON's ids and offsets."""
+    if folder is not None and not folder.is_dir():
+        pytest.skip(f"{folder} is not here")
+    from packtool.tokenization.backends import build_rust
+
+    file, spec = _file_and_spec(folder)
+    if encoder_digest(json.loads(file.read_text())) != spec.encoder:
+        pytest.skip("transformers resolves another encoder: the cold start builds no reference")
+    a, b = build_rust(file.read_text()), build_rust(spec.backend_json)
+    for special in (False, True):
+        for x, y in zip(
+            a.encode_batch(TEXTS, add_special_tokens=special),
+            b.encode_batch(TEXTS, add_special_tokens=special),
+            strict=True,
+        ):
+            assert (x.ids, x.offsets) == (y.ids, y.offsets)
+
+
+def test_the_reference_encoder_built_while_waiting_serves_the_run(monkeypatch):
+    """While the child has not answered, the parent builds `tokenizers` from the file; the run's
+    reference encodes with it (and check_markers looks tokens up in it), never decodes with it."""
+    from packtool.tokenization import backends, cold_start
+    from packtool.tokenization.backends import HFBackend, encoder, rust_tokenizer
+
+    monkeypatch.setattr(cold_start, "_answered", lambda fd: False)
+    monkeypatch.setattr(backends, "_ENCODERS", {})
+    idle.later(lambda: None)
+    file = builtin_tokenizer_dir() / "tokenizer.json"
+    spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, file)
+    guess = take_guess(spec.backend_json)
+    assert guess is not None and guess.reference is not None
+    assert encoder(spec.backend_json) is rust_tokenizer(spec.backend_json)  # not given yet
+    backends.same_encoder(spec.backend_json, guess.reference)
+    assert encoder(spec.backend_json) is guess.reference
+    ids, offsets = HFBackend(spec.backend_json).encode(TEXTS)
+    want = rust_tokenizer(spec.backend_json).encode_batch(TEXTS, add_special_tokens=False)
+    assert ids.tolist() == [i for e in want for i in e.ids]
+    guess.result()
+
+
+def test_a_chat_plan_encodes_its_reference_with_the_encoder_built_meanwhile(tmp_path, monkeypatch):
+    from packtool.config import TokenizeConfig
+    from packtool.tokenization import backends, cold_start
+    from packtool.tokenization.run_plan import plan_run
+
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(cold_start, "_answered", lambda fd: False)
+    monkeypatch.setattr(backends, "_ENCODERS", {})
+    plan = plan_run(TokenizeConfig(), [], preload=True)
+    try:
+        assert plan.reference is not None and plan.backend.name == "fastokens"
+        spec = plan.reference.spec
+        made = backends._ENCODERS.get(spec.backend_json)
+        assert made is not None and made is not backends.rust_tokenizer(spec.backend_json)
+    finally:
+        plan.wait()
