@@ -4,7 +4,8 @@ plan rows in shuffled order ──blocks of one row group──▶ layout_rows +
     shard 0: block 0, block 1, ...  → writer thread 0 ─┐
     shard 1: block 0, block 1, ...  → writer thread 1 ─┼─▶ tmp/data/train-XXXXX-of-XXXXX.parquet
     ...                                                 ┘
-each writer has two buffer sets: the main thread fills one while the writer encodes the other.
+each writer has two buffer sets (one where it writes two blocks or fewer: buffer_sets): the main
+thread fills one while the writer encodes the other.
 One file is written by one thread, blocks in order: the bytes never depend on timing.
 write_in_processes: whole shards written by forked processes (same bytes; when it pays, see there).
 
@@ -38,7 +39,7 @@ from packtool.pack.gather import FileGather, Located
 from packtool.pack.overflow import Pieces
 from packtool.schema import IGNORE_INDEX
 
-MAX_WRITERS = 4  # shards encoded in parallel (each: 2 x 4 x row-group buffers, <= 2 x 64 MiB)
+MAX_WRITERS = 4  # shards encoded in parallel (each: <= 2 x 4 x row-group buffers, <= 2 x 64 MiB)
 
 Progress = Callable[[int, int], None]  # (rows written, rows total)
 
@@ -109,10 +110,7 @@ def write_shards(
     group_rows = shards.row_group_rows(L, shard_rows)
     num_shards = -(-R // shard_rows)
     writers = max(1, min(MAX_WRITERS, os.cpu_count() or 1, num_shards))
-    bufsets = [
-        [[np.empty((min(group_rows, R), L), dtype=np.int32) for _ in range(4)] for _ in range(2)]
-        for _ in range(writers)
-    ]
+    bufsets = [[None] * sets for sets in buffer_sets(R, shard_rows, group_rows, writers)]
     used = [0] * writers
     out = Written(shards=[])
     closed = {}
@@ -136,9 +134,14 @@ def write_shards(
                         continue
                     rows = row_order[b0 : min(b0 + group_rows, (s + 1) * shard_rows, R)]
                     k = rows.shape[0]
-                    pool.wait(w, keep=1)  # the write that used this buffer set has finished
-                    # the block's input_ids, labels, position_ids, document_id: [k, L] int32
-                    block = [b[:k] for b in bufsets[w][used[w] % 2]]
+                    sets = bufsets[w]
+                    pool.wait(w, keep=len(sets) - 1)  # the write that used this set has finished
+                    # the block's input_ids, labels, position_ids, document_id: [k, L] int32,
+                    # allocated at first use (a set of a writer's last, short block is smaller)
+                    i = used[w] % len(sets)
+                    if sets[i] is None or sets[i][0].shape[0] < k:
+                        sets[i] = [np.empty((k, L), dtype=np.int32) for _ in range(4)]
+                    block = [b[:k] for b in sets[i]]
                     used[w] += 1
                     seq_off, pcs, dest_col, num_tokens = kernels.layout_rows(
                         rows,
@@ -175,6 +178,19 @@ def write_shards(
             pool.wait(w, 0)
     out.shards = [closed[s].result() for s in range(num_shards)]
     return out
+
+
+def buffer_sets(R: int, shard_rows: int, group_rows: int, writers: int) -> list[int]:
+    """Buffer sets of each writer thread (writer w writes shards w, w + writers, ...): two, so that
+    the main thread gathers a block while the writer encodes the one before, where the writer has
+    more than two blocks; else one. With two blocks the overlap is one block's gather (~0.03 s of
+    ~0.4 s encoding at 1,024 x 4,096) and a second set is 64 MiB of new memory (~0.5 s of system
+    time on a VM that backs memory at first touch, benchmarks/README.md)."""
+    blocks = [0] * writers
+    for s in range(-(-R // shard_rows)):
+        rows = min(R, (s + 1) * shard_rows) - s * shard_rows
+        blocks[s % writers] += -(-rows // group_rows)
+    return [2 if b > 2 else 1 for b in blocks]
 
 
 # token slots from which writer processes may pay for their start-up (~0.1 s: 20k documents, 13M

@@ -172,3 +172,44 @@ def test_row_lists_pad_every_row_to_k_entries():
 def test_layout_options_are_checked(kw, match):
     with pytest.raises(UsageError, match=match):
         PackConfig(**kw)
+
+
+def test_buffer_sets_two_only_for_a_writer_of_more_than_two_blocks():
+    from packtool.pack.write import buffer_sets
+
+    # R rows, shard_rows, group_rows, writers
+    assert buffer_sets(1708, 8192, 1024, 1) == [1]  # one shard of two blocks
+    assert buffer_sets(1024, 8192, 1024, 1) == [1]
+    assert buffer_sets(3000, 8192, 1024, 1) == [2]  # three blocks
+    assert buffer_sets(20, 5, 2, 4) == [2, 2, 2, 2]  # shards 0-3: three blocks each
+    assert buffer_sets(20, 10, 5, 2) == [1, 1]  # shards 0 and 1: two blocks each
+    assert buffer_sets(25, 10, 5, 2) == [2, 1]  # writer 0: shards 0 and 2
+
+
+@pytest.mark.parametrize("sets", [1, 2])
+def test_one_buffer_set_or_two_write_the_same_bytes(tmp_path, monkeypatch, sets):
+    """A writer with one buffer set waits for each block's encoding before gathering the next:
+    the same bytes as with two (the blocks, rows and row groups are the same)."""
+    from packtool.io import shards
+    from packtool.pack import write as pack_write
+
+    docs = st.make_documents(400, seed=3, min_len=2, max_len=90)
+    data = TokenizedData.from_lists(
+        [d[0].tolist() for d in docs], [d[1].tolist() for d in docs], tokenizer={"pad_id": 0}
+    )
+    cfg = PackConfig(pack_len=128, shard_rows=40)
+    monkeypatch.setattr(shards, "ROW_GROUP_BYTES", 16 * 128 * 8)  # 8 rows a block
+    monkeypatch.setattr(pack_write, "buffer_sets", lambda R, s, g, w: [2] * w)
+    pack_tokenized(data, cfg, tmp_path / "two")
+    monkeypatch.setattr(pack_write, "buffer_sets", lambda R, s, g, w: [sets] * w)
+    pack_tokenized(data, cfg, tmp_path / "other")
+
+    def digests(folder):
+        return {
+            p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*.parquet")
+        }
+
+    assert len(digests(tmp_path / "two")) > 1
+    assert digests(tmp_path / "two") == digests(tmp_path / "other")
+    first = pq.ParquetFile(sorted((tmp_path / "other").rglob("*.parquet"))[0]).metadata
+    assert first.num_row_groups == 5  # 40 rows a shard, 8 a block: writers with 5 blocks
