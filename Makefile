@@ -26,7 +26,7 @@ install: $(BIN)/packtool
 PYTEST_WORKERS ?= auto
 
 test: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 8 --dist loadgroup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 8 --dist loadgroup --durations=15
 
 test-slow: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow -n $(PYTEST_WORKERS) --maxprocesses 8 --dist loadgroup
