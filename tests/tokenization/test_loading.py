@@ -119,14 +119,14 @@ def test_the_specs_json_reads_back_as_the_tokenizer_transformers_built(folder):
 
 
 def test_merges_with_a_space_keep_their_pair_spelling():
-    import json
-
     from packtool.tokenization.loading import compact_merges
 
     d = {"model": {"type": "BPE", "vocab": {}, "merges": [["a b", "c"], ["d", "e"]]}}
-    assert compact_merges(json.dumps(d)) == json.dumps(d)
-    unigram = json.dumps({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})
-    assert compact_merges(unigram) == unigram
+    assert compact_merges(d) is None
+    assert compact_merges({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}}) is None
+    pairs = {"model": {"type": "BPE", "vocab": {}, "merges": [["a", "c"], ["d", "e"]]}}
+    assert compact_merges(pairs)["model"]["merges"] == ["a c", "d e"]
+    assert pairs["model"]["merges"] == [["a", "c"], ["d", "e"]]  # left unchanged
 
 
 def test_library_versions_are_the_installed_ones():
