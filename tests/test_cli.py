@@ -28,6 +28,18 @@ def test_cli_import_is_light():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_pack_run_imports_numba_only_when_it_packs():
+    """Until the tokenizer resolves and its fast backend starts building, a `pack` run imports no
+    numba (~0.4 s): the pack stage's warm-up imports it while the run waits (pack.warm)."""
+    code = (
+        "import sys, packtool.commands.pack, packtool.report.pack, packtool.pack.warm, "
+        "packtool.pack.overflow; print('numba' in sys.modules); "
+        "from packtool.pack import PackResult, pack_tokenized; print('numba' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_core_imports_only_numpy_and_numba():
     """docs/ARCHITECTURE.md, "Module map": kernels, packing and stats never import typer, rich,
     transformers, pyarrow, torch or matplotlib."""

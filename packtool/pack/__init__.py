@@ -10,7 +10,19 @@ The planner is packtool.plan, the numba kernels packtool.kernels, the file layou
 
 from packtool.config import PackConfig
 from packtool.pack.overflow import apply_overflow, overflow_loss
-from packtool.pack.run import PackResult, pack_tokenized, pad_id_of
+
+_RUN = ("PackResult", "pack_tokenized", "pad_id_of")
+
+
+def __getattr__(name: str):
+    """run.py's names, imported at first use: it imports the numba kernels (~0.4 s), which a run
+    that is still tokenizing (pack.warm, overflow) should not wait for."""
+    if name in _RUN:
+        from packtool.pack import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "PackConfig",

@@ -7,9 +7,10 @@ timings (seconds; never in manifest.json, which stays byte-identical).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packtool.pack import PackResult
+if TYPE_CHECKING:
+    from packtool.pack import PackResult
 from packtool.report.format import plural
 from packtool.schema import notices
 
