@@ -123,6 +123,31 @@ def _answered(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
+def _read_aside(pending: Guess, text: str, answer: int) -> str | None:
+    """The file's encoder digest, its byte table (pending.table) and, while the child has not
+    answered, its `tokenizers` encoder (pending.reference); None, and no guess kept, when the file
+    does not parse: the child fails on it too and the in-place resolution says why, in one line."""
+    import orjson
+
+    from packtool.tokenization.byte_rules import table_of
+
+    try:
+        parsed = orjson.loads(text)
+        digest = encoder_digest(parsed)
+        pending.table = table_of(parsed)
+    except Exception:  # noqa: BLE001 - not a tokenizer JSON this process can read: no guess
+        return None
+    del parsed
+    if not _answered(answer):  # the reference path's encoder too, while this process waits
+        from packtool.tokenization.backends import build_rust
+
+        try:
+            pending.reference = build_rust(text)
+        except Exception:  # noqa: BLE001 - the reference builds from the resolved JSON instead
+            pending.reference = None
+    return digest
+
+
 def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
     """The TokenizerSpec `resolve(name)` gives (sent as its to_json(), made again by `rebuild`),
     resolved in a forked child while this process runs packtool.idle's pending work; None when
@@ -165,16 +190,7 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
         # still resolves (0.1-0.4 s of parsing, ~0.3 s of table)
         file_digest = None
         if pending is not None:
-            from packtool.tokenization.byte_rules import table_of
-
-            parsed = orjson.loads(text)
-            file_digest = encoder_digest(parsed)
-            pending.table = table_of(parsed)
-            del parsed
-            if not _answered(r):  # the reference path's encoder too, while this process waits
-                from packtool.tokenization.backends import build_rust
-
-                pending.reference = build_rust(text)
+            file_digest = _read_aside(pending, text, r)
         with os.fdopen(r, "rb") as answer:
             payload = answer.read()
         status = os.waitpid(pid, 0)[1]

@@ -202,3 +202,43 @@ def test_a_chat_plan_encodes_its_reference_with_the_encoder_built_meanwhile(tmp_
         assert made is not None and made is not backends.rust_tokenizer(spec.backend_json)
     finally:
         plan.wait()
+
+
+def test_a_truncated_tokenizer_file_is_one_line_error_not_a_traceback(tmp_path, monkeypatch):
+    """The parent reads the folder's file aside (digest, table, encoder) while the child resolves:
+    a file it cannot parse keeps no guess, and the error is the in-place resolution's one line."""
+    import shutil
+
+    from packtool.errors import PacktoolError
+
+    folder = tmp_path / "tok"
+    shutil.copytree(builtin_tokenizer_dir(), folder)
+    text = (folder / "tokenizer.json").read_text()
+    (folder / "tokenizer.json").write_text(text[:5000])
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
+    idle.later(lambda: None)
+    assert (
+        resolve_aside(_resolve, TokenizerSpec.from_json, str(folder), folder / "tokenizer.json")
+        is None
+    )
+    with (
+        idle.meanwhile(lambda: None),
+        pytest.raises(PacktoolError, match="cannot load a tokenizer"),
+    ):
+        load_spec(str(folder), guess_fast=True)
+
+
+def test_a_reference_that_fails_to_build_aside_is_built_later(monkeypatch):
+    from packtool.tokenization import backends, cold_start
+
+    def fail(*a, **k):
+        raise ValueError("no")
+
+    monkeypatch.setattr(cold_start, "_answered", lambda fd: False)
+    monkeypatch.setattr(backends, "build_rust", fail)
+    idle.later(lambda: None)
+    file = builtin_tokenizer_dir() / "tokenizer.json"
+    spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, file)
+    guess = take_guess(spec.backend_json)
+    assert guess is not None and guess.reference is None and guess.table is not None
+    guess.result()
