@@ -298,9 +298,14 @@ def main() -> None:
     except SystemExit as e:  # every command ends here, its output written: exit without teardown
         _exit_now(e.code)
         raise
-    finally:  # the command is over: a Ctrl-C while the interpreter shuts down exits 130 at once
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            signal.signal(signal.SIGINT, _late_sigint)
+    finally:
+        _arm_late_sigint()
+
+
+def _arm_late_sigint() -> None:
+    """The command is over: a Ctrl-C while the process ends exits 130 at once (unless ignored)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _late_sigint)
 
 
 def _exit_now(code) -> None:
@@ -319,8 +324,7 @@ def _exit_now(code) -> None:
     else:  # sys.exit("message"): printed, status 1
         print(code, file=sys.stderr)
         status = 1
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, _late_sigint)
+    _arm_late_sigint()
     shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
