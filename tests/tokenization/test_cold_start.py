@@ -146,19 +146,28 @@ TEXTS = [
 )
 def test_tokenizers_from_the_file_encodes_as_what_transformers_resolves(folder):
     """What backends.same_encoder relies on: where the digests are equal, `tokenizers` built from
-    the folder's file gives the resolved JSON's ids and offsets."""
+    the folder's file gives the resolved JSON's ids and offsets, on these texts and every message
+    of the shared data's chat records (and 300 generated conversations)."""
     if folder is not None and not folder.is_dir():
         pytest.skip(f"{folder} is not here")
+    from chat_examples import chat_examples
+
     from packtool.tokenization.backends import build_rust
 
     file, spec = _file_and_spec(folder)
     if encoder_digest(json.loads(file.read_text())) != spec.encoder:
         pytest.skip("transformers resolves another encoder: the cold start builds no reference")
+    texts = TEXTS + [
+        m["content"]
+        for ex in chat_examples()
+        for m in ex["messages"]
+        if isinstance(m.get("content"), str)
+    ]
     a, b = build_rust(file.read_text()), build_rust(spec.backend_json)
     for special in (False, True):
         for x, y in zip(
-            a.encode_batch(TEXTS, add_special_tokens=special),
-            b.encode_batch(TEXTS, add_special_tokens=special),
+            a.encode_batch(texts, add_special_tokens=special),
+            b.encode_batch(texts, add_special_tokens=special),
             strict=True,
         ):
             assert (x.ids, x.offsets) == (y.ids, y.offsets)
