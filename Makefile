@@ -22,14 +22,17 @@ $(BIN)/packtool: pyproject.toml
 install: $(BIN)/packtool
 
 # tests run in one worker per core (pytest-xdist), at most 8: `make test PYTEST_WORKERS=0` runs them in one process;
-# the Ray engine's tests share one local cluster in one worker (xdist_group "ray", --dist loadgroup)
+# the Ray engine's tests share one local cluster in one worker (xdist_group "ray", --dist loadgroup);
+# a worker that dies fails the run at once (--max-worker-restart 0): pytest-xdist 3.8 hangs forever
+# under --dist loadgroup once it has replaced a crashed worker
 PYTEST_WORKERS ?= auto
+XDIST = -n $(PYTEST_WORKERS) --maxprocesses 8 --dist loadgroup --max-worker-restart 0
 
 test: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses 8 --dist loadgroup --durations=15
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(XDIST) --durations=15
 
 test-slow: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow -n $(PYTEST_WORKERS) --maxprocesses 8 --dist loadgroup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(XDIST)
 
 demo: install
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
