@@ -13,7 +13,8 @@ e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
                    (+ the guess, kept, with that encoder: backends.same_encoder)
     child        resolve(name) ─▶ the spec's JSON through a pipe, exit 0
                  (any failure: exit 1, nothing sent: the parent resolves in place and raises the
-                 error itself, word for word as without the child)
+                 error itself, word for word as without the child; no answer in CHILD_SECONDS:
+                 killed, and the parent resolves in place)
 
 transformers often rebuilds the file's tokenizer with flags encoding never reads (the decoder's,
 ByteLevel's trim_offsets, merges spelled "a b" or ["a", "b"]): the guess is kept only when the
@@ -35,6 +36,10 @@ from pathlib import Path
 from typing import Any
 
 _GUESSES: dict[str, Any] = {}  # backend_json of a resolved spec -> its kept guess (a Guess)
+# a child that has not answered by then is killed and the tokenizer resolved in place: resolving
+# takes 1-3 s (a 262k vocabulary on a busy box, under a minute); a child that never answers would
+# otherwise hang the run
+CHILD_SECONDS = 300.0
 
 
 class Guess:
@@ -116,6 +121,24 @@ def _pre(p):
     return p
 
 
+def _read_answer(fd: int, seconds: float) -> bytes | None:
+    """All the child writes to `fd` until it closes its end; None when that takes over `seconds`
+    (a child forked from a process with threads can wait forever on a lock one of them held)."""
+    import select
+    import time
+
+    deadline = time.monotonic() + seconds
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
 def _answered(fd: int) -> bool:
     """The child has written its answer (or exited): reading `fd` would not wait."""
     import select
@@ -191,10 +214,12 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
         file_digest = None
         if pending is not None:
             file_digest = _read_aside(pending, text, r)
-        with os.fdopen(r, "rb") as answer:
-            payload = answer.read()
+        payload = _read_answer(r, CHILD_SECONDS)
+        if payload is None:  # stuck (a lock some thread held at the fork?): resolve in place
+            os.kill(pid, 9)
         status = os.waitpid(pid, 0)[1]
     finally:
+        os.close(r)
         if status == -1:  # interrupted: the child goes too
             try:
                 os.kill(pid, 9)

@@ -251,3 +251,24 @@ def test_a_reference_that_fails_to_build_aside_is_built_later(monkeypatch):
     guess = take_guess(spec.backend_json)
     assert guess is not None and guess.reference is None and guess.table is not None
     guess.result()
+
+
+def _stuck(name):  # a child that never answers (as one stuck on a lock held at the fork would)
+    import time
+
+    time.sleep(120)
+
+
+def test_a_child_that_never_answers_is_killed_and_the_run_resolves_in_place(monkeypatch):
+    import time
+
+    from packtool.tokenization import cold_start
+
+    monkeypatch.setattr(cold_start, "CHILD_SECONDS", 0.5)
+    idle.later(lambda: None)
+    t0 = time.monotonic()
+    assert resolve_aside(_stuck, TokenizerSpec.from_json, None) is None
+    assert time.monotonic() - t0 < 30  # not the child's 120 s
+    monkeypatch.undo()  # the next resolution, with the usual time, is unaffected
+    idle.later(lambda: None)
+    assert resolve_aside(_resolve, TokenizerSpec.from_json, None) == _resolve(None)
