@@ -45,7 +45,10 @@ for), its memory sampled over the whole process tree by benchmarks/memory.py:
                      ours splits them; TRL's "bfd_split" is --trl-strategy bfd_split.)
 
 Rounds (--repeat, default 3) run the variants interleaved — ours cold, theirs, ours warm tokenizer,
-ours warm cache, then again — so that load on a shared machine hits all of them alike. Times are
+ours warm cache, then again — so that load on a shared machine hits all of them alike. Before
+each measured run the machine settles (memory.settle: os.sync, then until two half-seconds in a row
+are >= 90% idle, at most 20 s; printed as "settled"): a run that follows a large one otherwise pays
+for the kernel's writeback and freeing of the previous run's memory. --no-settle skips it. Times are
 reported as the median [min–max] over rounds; memory as the max over rounds. tokens/s = tokens
 in (the packtool manifest's tokens.in, all tokens of all examples) / wall seconds, for both. The
 ratio is theirs/ours on the medians (and on the best runs, and on CPU seconds: user + sys of the
@@ -94,7 +97,15 @@ from families import (  # noqa: E402
     tokenizers_under_test,
     without_tools,
 )
-from memory import GIB_KB, RESULT_MARKER, Measurement, measure, parse_result, versions  # noqa: E402
+from memory import (  # noqa: E402
+    GIB_KB,
+    RESULT_MARKER,
+    Measurement,
+    measure,
+    parse_result,
+    settle,
+    versions,
+)
 
 PACK_LEN = 4096
 GOAL = 5.0  # issue 25: >= 5x the TRL path, cold (issue 24: 4x)
@@ -639,6 +650,9 @@ def main() -> None:
     ap.add_argument("--work-dir", default=None, help="scratch (default: a temp dir, removed)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per measured run")
     ap.add_argument(
+        "--no-settle", action="store_true", help="start each run at once, machine quiet or not"
+    )
+    ap.add_argument(
         "--pss", action="store_true", help="also sample Σ PSS (smaps_rollup; costs a little CPU)"
     )
     ap.add_argument(
@@ -706,6 +720,7 @@ def main() -> None:
             for rnd in range(args.repeat):
                 cold_cache = work / f"cache-cold-{rnd}"
                 for x in order:
+                    waited, quiet = (0.0, float("nan")) if args.no_settle else settle()
                     t, load = time.perf_counter(), os.getloadavg()[0]
                     if x == "cold":
                         shutil.rmtree(cold_cache, ignore_errors=True)
@@ -732,14 +747,14 @@ def main() -> None:
                         )
                     else:
                         r = run_theirs(args, tok, data, work, "theirs")
-                    r["load_before"] = load
+                    r["load_before"], r["settled_s"] = load, waited
                     runs[names[x]].append(r)
                     m = r["measurement"]
                     print(
                         f"  [{tok.name} {n:,} round {rnd + 1}/{args.repeat}] {names[x]:22s} "
                         + (
-                            f"{m.wall_s:7.2f} s (load {load:.1f})  "
-                            + m.summary().split(";", 1)[1].strip()
+                            f"{m.wall_s:7.2f} s (load {load:.1f}, settled {waited:.1f} s, "
+                            f"{quiet:.0%} idle)  " + m.summary().split(";", 1)[1].strip()
                             if "error" not in r
                             else f"FAILED after {time.perf_counter() - t:.1f} s"
                         ),

@@ -452,6 +452,35 @@ if __name__ == "__main__":
     main()
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """(idle, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        parts = [int(x) for x in f.readline().split()[1:]]
+    return parts[3], sum(parts[:8])  # user nice system idle iowait irq softirq steal
+
+
+def settle(max_wait: float = 20.0, idle: float = 0.9, window: float = 0.5) -> tuple[float, float]:
+    """Wait until the machine is quiet before a measured run: the previous run's dirty pages
+    written back (os.sync) and two `window`s in a row with at least `idle` of every CPU idle (the
+    kernel's writeback and the freeing of a large process's memory go on after it has exited and
+    slow whatever runs next), or `max_wait` seconds. Returns (seconds waited, last idle share);
+    without /proc/stat, (0, nan) at once."""
+    t0 = time.perf_counter()
+    os.sync()
+    try:
+        last = _cpu_ticks()
+    except OSError:
+        return 0.0, float("nan")
+    quiet, share = 0, float("nan")
+    while time.perf_counter() - t0 < max_wait and quiet < 2:
+        time.sleep(window)
+        now = _cpu_ticks()
+        share = (now[0] - last[0]) / max(1, now[1] - last[1])
+        quiet = quiet + 1 if share >= idle else 0
+        last = now
+    return time.perf_counter() - t0, share
+
+
 def versions(*packages: str) -> dict:
     """Python, core count and the installed versions of `packages`, for the printed header."""
     import importlib.metadata as md
