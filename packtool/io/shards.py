@@ -1,7 +1,7 @@
 """Write packed rows as schema-v1 Parquet shards plus manifest.json, atomically.
 
     OUT.packtool-tmp-XXXX/             built here first (beside OUT, same filesystem)
-        data/train-00000-of-00003.parquet   row groups of <= ~64 MiB of token slots each
+        data/train-00000-of-00003.parquet   row groups of <= 16 MiB of token slots each
         ...
         manifest.json                  written last
     rename → OUT                        only after every shard and the manifest are on disk
@@ -35,7 +35,13 @@ from packtool.errors import Interrupt, UsageError
 from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
-ROW_GROUP_BYTES = 64 << 20  # token slots (4 int32 columns) per row group: bounds the write buffer
+# token slots (4 int32 columns) per row group (256 rows at --len 4096): bounds the write buffers.
+# 16 MiB, not 64: on VMs that back memory at its first touch the first block's buffers and
+# pyarrow's encoding memory cost ~8 s of system time a GiB; a one-shard pack of 20k conversations
+# wrote in 0.38-0.85 s against 1.08-1.64 s, 1M pre-tokenized rows in 32.7-38.1 s against 38.3-48.1
+# s (side by side, benchmarks/README.md); 8 MiB was slower at 200k rows (more blocks, each with
+# its fixed cost)
+ROW_GROUP_BYTES = 16 << 20
 
 
 def row_group_rows(pack_len: int, shard_rows: int) -> int:

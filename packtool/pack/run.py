@@ -12,7 +12,7 @@ Layout (schema.Layout): with --pad-to-multiple N the plan is made over each piec
 slots and the kernel writes the padding; --fixed-docs writes K = --max-docs entries a row.
 
 Memory: the per-document arrays (lengths, pieces, plan: ~100 bytes per document) plus one row group
-(<= 64 MiB of token slots) and the Parquet writer's buffer for it.  Tokens are never Python objects.
+(<= 16 MiB of token slots) and the Parquet writer's buffer for it.  Tokens are never Python objects.
 
 Accounting is checked, not assumed, before the pack is published (schema.conservation_problems,
 plus: every example is a piece or dropped; the rows written are the rows planned).

@@ -39,7 +39,7 @@ from packtool.pack.gather import FileGather, Located
 from packtool.pack.overflow import Pieces
 from packtool.schema import IGNORE_INDEX
 
-MAX_WRITERS = 4  # shards encoded in parallel (each: <= 2 x 4 x row-group buffers, <= 2 x 64 MiB)
+MAX_WRITERS = 4  # shards encoded in parallel (each: <= 2 x 4 x row-group buffers, <= 2 x 16 MiB)
 
 Progress = Callable[[int, int], None]  # (rows written, rows total)
 
@@ -183,8 +183,8 @@ def write_shards(
 def buffer_sets(R: int, shard_rows: int, group_rows: int, writers: int) -> list[int]:
     """Buffer sets of each writer thread (writer w writes shards w, w + writers, ...): two, so that
     the main thread gathers a block while the writer encodes the one before, where the writer has
-    more than two blocks; else one. With two blocks the overlap is one block's gather (~0.03 s of
-    ~0.4 s encoding at 1,024 x 4,096) and a second set is 64 MiB of new memory (~0.5 s of system
+    more than two blocks; else one. With two blocks the overlap is one block's gather (~0.01 s of
+    ~0.1 s encoding at 256 x 4,096) and a second set is 16 MiB of new memory (~0.13 s of system
     time on a VM that backs memory at first touch, benchmarks/README.md)."""
     blocks = [0] * writers
     for s in range(-(-R // shard_rows)):
