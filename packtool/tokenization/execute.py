@@ -52,11 +52,17 @@ def _worker_check(probe) -> tuple[StepResult, StepResult]:
 def _start_pool(step: EncodeStep, reference: EncodeStep | None, num_proc: int):
     """The worker pool, with SIGINT blocked while it forks: a Ctrl-C (sent to the whole process
     group) waits until every worker ignores it, then reaches the parent alone, which terminates them."""
+    import gc
+
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    with sigint_blocked():
-        return mp.get_context(method).Pool(
-            num_proc, initializer=_worker_init, initargs=(step, reference)
-        )
+    gc.freeze()  # the workers' collections skip (and so do not copy) every object inherited
+    try:
+        with sigint_blocked():
+            return mp.get_context(method).Pool(
+                num_proc, initializer=_worker_init, initargs=(step, reference)
+            )
+    finally:
+        gc.unfreeze()  # this process's own objects are collected as before
 
 
 def workers(plan: RunPlan, num_proc: int | None, total_bytes: int) -> int:
