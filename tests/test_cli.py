@@ -169,3 +169,17 @@ def test_main_exits_without_teardown_but_as_the_interpreter_would(tmp_path, args
     assert r.stdout.startswith("unflushed ")
     assert r.stdout.rstrip().endswith("atexit 1")  # the thread finished before the handlers ran
     assert "torn down" not in r.stdout
+
+
+def test_main_collects_the_young_generation_less_often():
+    """A command's object graphs (transformers' and numba's imports, a tokenizer JSON) live until
+    it ends: main() runs the cyclic collector every cli.GC_YOUNG allocations, not every 700."""
+    probe = (
+        "import gc\nfrom packtool import cli\n"
+        "cli.app = lambda: print('threshold', *gc.get_threshold())\ncli.main()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    from packtool import cli
+
+    assert r.stdout.split() == ["threshold", str(cli.GC_YOUNG), "10", "10"]
