@@ -38,9 +38,9 @@ from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard che
 # token slots (4 int32 columns) per row group (256 rows at --len 4096): bounds the write buffers.
 # 16 MiB, not 64: on VMs that back memory at its first touch the first block's buffers and
 # pyarrow's encoding memory cost ~8 s of system time a GiB; a one-shard pack of 20k conversations
-# wrote in 0.38-0.85 s against 1.08-1.64 s, 1M pre-tokenized rows in 32.7-38.1 s against 38.3-48.1
-# s (side by side, benchmarks/README.md); 8 MiB was slower at 200k rows (more blocks, each with
-# its fixed cost)
+# wrote in 0.38-0.85 s against 1.08-1.64 s (side by side, benchmarks/README.md); 1M pre-tokenized
+# rows took as long either way (3 rounds), with VmHWM 0.81 against 1.04 GiB; 8 MiB was slower at
+# 200k rows (more blocks, each with its fixed cost)
 ROW_GROUP_BYTES = 16 << 20
 
 
