@@ -462,8 +462,8 @@ def _cpu_ticks() -> tuple[int, int]:
 def settle(max_wait: float = 20.0, idle: float = 0.9, window: float = 0.5) -> tuple[float, float]:
     """Wait until the machine is quiet before a measured run: the previous run's dirty pages
     written back (os.sync) and two `window`s in a row with at least `idle` of every CPU idle (the
-    kernel's writeback and the freeing of a large process's memory go on after it has exited and
-    slow whatever runs next), or `max_wait` seconds. Returns (seconds waited, last idle share);
+    kernel's writeback, or a process still ending, would slow whatever runs next), or `max_wait`
+    seconds. Returns (seconds waited, last idle share);
     without /proc/stat, (0, nan) at once."""
     t0 = time.perf_counter()
     os.sync()
