@@ -219,12 +219,11 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
         if pending is not None:
             file_digest = _read_aside(pending, text, r)
         payload = _read_answer(r, CHILD_SECONDS)
-        if payload is None:  # stuck (a lock some thread held at the fork?): resolve in place
-            os.kill(pid, 9)
-        status = os.waitpid(pid, 0)[1]
+        if payload is not None:  # else stuck (a lock some thread held at the fork?): killed below
+            status = os.waitpid(pid, 0)[1]
     finally:
         os.close(r)
-        if status == -1:  # interrupted: the child goes too
+        if status == -1:  # interrupted or stuck: the child goes too (a stuck one: None below)
             try:
                 os.kill(pid, 9)
                 os.waitpid(pid, 0)
