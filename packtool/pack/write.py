@@ -33,7 +33,7 @@ import numpy as np
 
 from packtool import kernels, schema
 from packtool.errors import PacktoolError
-from packtool.forking import ignore_sigint, sigint_blocked
+from packtool.forking import forking_workers, ignore_sigint
 from packtool.io import shards
 from packtool.pack.gather import FileGather, Located
 from packtool.pack.overflow import Pieces
@@ -254,7 +254,7 @@ def write_in_processes(
     )
     out = Written(shards=[])
     try:
-        with sigint_blocked():  # (the executor forks its processes as the jobs are submitted)
+        with forking_workers():  # (the executor forks its processes as the jobs are submitted)
             futures = [pool.submit(_write_one, s, num_shards) for s in range(num_shards)]
         for fut in futures:
             one = fut.result()

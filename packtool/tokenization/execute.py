@@ -22,7 +22,7 @@ import os
 from collections import deque
 
 from packtool import idle
-from packtool.forking import ignore_sigint, sigint_blocked
+from packtool.forking import forking_workers, ignore_sigint
 from packtool.tokenization.encode import EncodeStep, StepResult
 from packtool.tokenization.fast_check import FastCheck, compare
 from packtool.tokenization.run_plan import RunPlan
@@ -50,19 +50,13 @@ def _worker_check(probe) -> tuple[StepResult, StepResult]:
 
 
 def _start_pool(step: EncodeStep, reference: EncodeStep | None, num_proc: int):
-    """The worker pool, with SIGINT blocked while it forks: a Ctrl-C (sent to the whole process
-    group) waits until every worker ignores it, then reaches the parent alone, which terminates them."""
-    import gc
-
+    """The worker pool, forked in forking_workers: a Ctrl-C (sent to the whole process group) waits
+    until every worker ignores it, then reaches the parent alone, which terminates them."""
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    gc.freeze()  # the workers' collections skip (and so do not copy) every object inherited
-    try:
-        with sigint_blocked():
-            return mp.get_context(method).Pool(
-                num_proc, initializer=_worker_init, initargs=(step, reference)
-            )
-    finally:
-        gc.unfreeze()  # this process's own objects are collected as before
+    with forking_workers():
+        return mp.get_context(method).Pool(
+            num_proc, initializer=_worker_init, initargs=(step, reference)
+        )
 
 
 def workers(plan: RunPlan, num_proc: int | None, total_bytes: int) -> int:
