@@ -47,8 +47,10 @@ for), its memory sampled over the whole process tree by benchmarks/memory.py:
 Rounds (--repeat, default 3) run the variants interleaved — ours cold, theirs, ours warm tokenizer,
 ours warm cache, then again — so that load on a shared machine hits all of them alike. Before
 each measured run the machine settles (memory.settle: os.sync, then until two half-seconds in a row
-are >= 90% idle, at most 20 s; printed as "settled"), so that no run starts while the previous
-one's dirty pages are written back or its CPUs still busy. --no-settle skips it. Times are
+are >= 90% idle and, on a VM whose kernel reports free pages to the host, no page reported for 3 s;
+at most 30 s; printed as "settled"), so that no run starts while the previous one's dirty pages are
+written back, its CPUs still busy or the memory it freed still being handed back to the host (a run
+that starts meanwhile pays for it). --no-settle skips it. Times are
 reported as the median [min–max] over rounds; memory as the max over rounds. tokens/s = tokens
 in (the packtool manifest's tokens.in, all tokens of all examples) / wall seconds, for both. The
 ratio is theirs/ours on the medians (and on the best runs, and on CPU seconds: user + sys of the

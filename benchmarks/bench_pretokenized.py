@@ -34,6 +34,10 @@ reclaimable page cache), and the stages in the pack JSON report (`timings`; "bef
 - timings.total: start-up, reading, validation, cache). Goals: >= 20M tokens/s end to end, cold;
 peak RSS < 2 GiB, judged separately on VmHWM and on anonymous memory.
 
+Before each run the machine settles (memory.settle, as in bench_e2e.py: the previous run's dirty
+pages written back, the CPUs idle and, on a VM that reports free pages to its host, the memory of
+the cache entry and shards just deleted handed back; at most 30 s). --no-settle skips it.
+
 --cold-only skips the warm runs. --trees A,B runs each cold (and warm) run once per source tree,
 alternating A, B, A, B, ... (PYTHONPATH=tree; e.g. --trees /work/main,. to set a change beside
 main on a noisy box), and prints them side by side.
@@ -54,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory import GIB_KB, measure, versions  # noqa: E402
+from memory import GIB_KB, measure, settle, versions  # noqa: E402
 
 PACK_LEN = 4096
 VOCAB = 150_000
@@ -317,6 +321,9 @@ def main() -> None:
         default="",
         help="comma list of source trees, run alternately (PYTHONPATH=tree); empty: as installed",
     )
+    ap.add_argument(
+        "--no-settle", action="store_true", help="start each run at once, machine quiet or not"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -341,9 +348,10 @@ def main() -> None:
                 for kind, no_cache in kinds:
                     name = f"{kind}, {label}" if len(nps) > 1 or np_ else kind
                     name += f" [{tree}]" if tree else ""
+                    waited = 0.0 if args.no_settle else settle()[0]
                     load = os.getloadavg()[0]
                     r = run_pack(args, packtool, data, cache, work, np_, no_cache, tree)
-                    r["load_before"] = load
+                    r["load_before"], r["settled_s"] = load, waited
                     r["cache_bytes"] = cache_bytes(cache)
                     groups.setdefault(name, []).append(r)
                     m = r["measurement"]
@@ -353,7 +361,8 @@ def main() -> None:
                         tokens = r["tokens_in"]
                         print(
                             f"  [{rnd + 1}/{args.repeat}] {name}: {m.wall_s:.2f} s, "
-                            f"{r['tokens_in'] / m.wall_s / 1e6:.1f} M tokens/s (load avg before {load:.1f}); "
+                            f"{r['tokens_in'] / m.wall_s / 1e6:.1f} M tokens/s (load avg before {load:.1f}, "
+                            f"settled {waited:.1f} s); "
                             + m.summary().split(";", 1)[1].strip()
                             + f"; rows {r['rows']:,} (lower bound {r['lower_bound']:,}), {r['shards']} shards "
                             f"{r['out_bytes'] / 2**30:.2f} GiB, cache {r['cache_bytes'] / 2**30:.2f} GiB"

@@ -459,12 +459,30 @@ def _cpu_ticks() -> tuple[int, int]:
     return parts[3], sum(parts[:8])  # user nice system idle iowait irq softirq steal
 
 
-def settle(max_wait: float = 20.0, idle: float = 0.9, window: float = 0.5) -> tuple[float, float]:
+# the guest kernel's free page reporting (virtio-balloon): how many KiB it has handed back to the
+# host so far. After a run frees memory, the kernel reports it in passes ~2 s apart for 10 s or more
+# (2.5 GiB freed: reported over ~15 s), and a run started meanwhile pays for it: ours cold at 20k
+# took 7.0-7.6 s right after a 2.5 GiB allocation was freed, 5.2-6.4 s alone (benchmarks/README.md)
+REPORTED_KIB = "/sys/module/page_reporting/parameters/reported_kib"
+
+
+def _reported_kib() -> int | None:
+    try:
+        with open(REPORTED_KIB) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def settle(
+    max_wait: float = 30.0, idle: float = 0.9, window: float = 0.5, reporting: float = 3.0
+) -> tuple[float, float]:
     """Wait until the machine is quiet before a measured run: the previous run's dirty pages
-    written back (os.sync) and two `window`s in a row with at least `idle` of every CPU idle (the
-    kernel's writeback, or a process still ending, would slow whatever runs next), or `max_wait`
-    seconds. Returns (seconds waited, last idle share);
-    without /proc/stat, (0, nan) at once."""
+    written back (os.sync), two `window`s in a row with at least `idle` of every CPU idle (the
+    kernel's writeback, or a process still ending, would slow whatever runs next) and, where the
+    kernel reports free pages to a hypervisor (REPORTED_KIB), no page reported for `reporting`
+    seconds (longer than its passes' interval); at most `max_wait` seconds. Returns (seconds
+    waited, last idle share); without /proc/stat, (0, nan) at once."""
     t0 = time.perf_counter()
     os.sync()
     try:
@@ -472,12 +490,18 @@ def settle(max_wait: float = 20.0, idle: float = 0.9, window: float = 0.5) -> tu
     except OSError:
         return 0.0, float("nan")
     quiet, share = 0, float("nan")
-    while time.perf_counter() - t0 < max_wait and quiet < 2:
+    reported, changed = _reported_kib(), t0
+    while time.perf_counter() - t0 < max_wait:
         time.sleep(window)
         now = _cpu_ticks()
         share = (now[0] - last[0]) / max(1, now[1] - last[1])
         quiet = quiet + 1 if share >= idle else 0
         last = now
+        kib = _reported_kib()
+        if kib != reported:
+            reported, changed = kib, time.perf_counter()
+        if quiet >= 2 and (kib is None or time.perf_counter() - changed >= reporting):
+            break
     return time.perf_counter() - t0, share
 
 
