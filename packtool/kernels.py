@@ -416,3 +416,22 @@ def count_not_equal(at, n, ignore_index):
     for i in range(at.shape[0]):
         out[i] = np.count_nonzero(int32_at(at[i], n[i]) != ignore_index)
     return out
+
+
+@njit(cache=True, nogil=True)
+def labels_from_bits(packed, at, bit, n, ids, ignore_index, out):
+    """Labels of pieces whose loss-mask bits were read into `packed` (packtool.data.labels: 1 bit a
+    token, least significant first): piece q's n[q] bits start at bit bit[q] of byte at[q], and its
+    ids and labels follow the previous piece's in `ids` and `out`:
+
+        out[k] = ids[k] where the token's bit is 1, else ignore_index
+
+    Returns the number of tokens written."""
+    k = 0
+    for q in range(n.shape[0]):
+        b = at[q] * 8 + bit[q]
+        for _ in range(n[q]):
+            out[k] = ids[k] if (packed[b >> 3] >> (b & 7)) & 1 else ignore_index
+            b += 1
+            k += 1
+    return k

@@ -2,16 +2,18 @@
 
     column      type          holds
     labels      list<int32>   the labels themselves (-100: no loss), any values
-    loss_mask   list<uint8>   1 where the label is the input id at that position, 0 where it is
+    loss_mask   list<bool>    1 where the label is the input id at that position, 0 where it is
                               -100 (a row as long as its input_ids); only when every label is one
                               of the two, which is what the encode step and pre-tokenized
-                              validation give
+                              validation give. Arrow packs it: 1 bit a token, the rows' bits
+                              contiguous (row r's first bit: values offset + offsets[r])
 
     input_ids  [  5,    9, 2, 7]
-    labels     [-100, -100, 2, 7]    ⇔    loss_mask [0, 0, 1, 1]
+    labels     [-100, -100, 2, 7]    ⇔    loss_mask [0, 0, 1, 1]   (bits, least significant first)
 
-The cache entry stores the mask where it can (packtool.tokenization.cache.EntryWriter): a quarter
-of the bytes of labels. Readers get labels through
+The cache entry stores the mask where it can (packtool.tokenization.cache.EntryWriter): 1/32 of the
+bytes of labels. A list<uint8> mask (0/1 a byte, as entries of format 3 held) reads the same.
+Readers get labels through
 
     stored(table)               "labels" | "loss_mask"
     labels_column(table)        the labels as list<int32> chunks (from a mask: built, 4 bytes a token)
@@ -20,6 +22,7 @@ of the bytes of labels. Readers get labels through
     with_labels(table)          the table with a labels column (a mask becomes labels, in place)
     masked_batch(batch)         a labels batch as a loss_mask batch, or None when a label is neither
                                 its id nor -100
+    mask_bits(arr)              a boolean (or uint8) Arrow array as uint8 0/1 numpy
 """
 
 from __future__ import annotations
@@ -42,13 +45,42 @@ def stored(table) -> str:
 
 
 def flat(arr) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets int64[n+1] from 0, values) of a list array without null rows, zero-copy values."""
+    """(offsets int64[n+1] from 0, values) of a list array without null rows, zero-copy values
+    (a list<bool>'s values unpacked: uint8 0/1)."""
     from packtool.data.arrow import arrow_numpy  # (Array.to_numpy would import pandas)
 
     offs = arrow_numpy(arr.offsets)
     o0, o1 = int(offs[0]), int(offs[-1])
-    vals = arrow_numpy(arr.values.slice(o0, o1 - o0))
+    part = arr.values.slice(o0, o1 - o0)
+    vals = mask_bits(part) if part.type.id == _BOOL_ID else arrow_numpy(part)
     return offs.astype(np.int64) - o0, vals
+
+
+_BOOL_ID = 1  # pyarrow's Type::BOOL (checked by the tests against pa.bool_().id)
+
+
+def mask_bits(arr) -> np.ndarray:
+    """uint8 0/1 per value of a boolean Arrow array without nulls (bits unpacked, the array's bit
+    offset honoured); a uint8 array as it is."""
+    from packtool.data.arrow import arrow_numpy
+
+    if arr.type.id != _BOOL_ID:
+        return arrow_numpy(arr)
+    n, first = len(arr), arr.offset
+    if n == 0:
+        return np.zeros(0, dtype=np.uint8)
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
+    lo, hi = first >> 3, (first + n + 7) >> 3
+    bits = np.unpackbits(raw[lo:hi], bitorder="little")
+    return bits[first & 7 : (first & 7) + n]
+
+
+def packed_mask(mask: np.ndarray):
+    """A boolean Arrow array of `mask` (any dtype, nonzero = 1), its bits packed by numpy."""
+    import pyarrow as pa
+
+    bits = np.packbits(mask.astype(bool, copy=False), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
 
 
 def labels_into(ids: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -68,13 +100,15 @@ def labels_from_mask(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return labels_into(ids, mask, np.empty(ids.shape, dtype=np.int32))
 
 
-def _list(offsets: np.ndarray, values: np.ndarray):
+def _list(offsets: np.ndarray, values):
+    """A list array of `values` (numpy, or an Arrow array) at `offsets`."""
     import pyarrow as pa
 
     from packtool.data.arrow import arrow_array
 
     off = offsets.astype(np.int32) if offsets[-1] <= np.iinfo(np.int32).max else offsets
-    return pa.ListArray.from_arrays(arrow_array(off), arrow_array(values))
+    vals = arrow_array(values) if isinstance(values, np.ndarray) else values
+    return pa.ListArray.from_arrays(arrow_array(off), vals)
 
 
 def _batch_labels(ids_arr, mask_arr):
@@ -155,15 +189,15 @@ def masked_batch(batch):
         return None
     col = batch.schema.get_field_index(LABELS)
     columns = list(batch.columns)
-    columns[col] = _list(off, trained.view(np.uint8))
+    columns[col] = _list(off, packed_mask(trained))
     names = list(batch.schema.names)
     names[col] = LOSS_MASK
     return pa.RecordBatch.from_arrays(columns, names=names)
 
 
 def mask_schema(schema):
-    """`schema` with its labels field as loss_mask list<uint8>."""
+    """`schema` with its labels field as loss_mask list<bool>."""
     import pyarrow as pa
 
     i = schema.get_field_index(LABELS)
-    return schema.set(i, pa.field(LOSS_MASK, pa.list_(pa.uint8())))
+    return schema.set(i, pa.field(LOSS_MASK, pa.list_(pa.bool_())))

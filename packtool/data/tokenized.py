@@ -6,7 +6,7 @@ example:
     column           type            meaning
     input_ids        list<int32>     token ids of the rendered example
     labels           list<int32>     = input_ids where the token carries loss, else -100 (unshifted)
-      or loss_mask   list<uint8>     1 where it does (a cache entry stores this where it can; read
+      or loss_mask   list<bool>      1 where it does (a cache entry stores this where it can; read
                                      labels through packtool.data.labels: `labels_column`, ...)
     length           int32           len(input_ids)
     num_loss_tokens  int32           count of labels != -100

@@ -34,13 +34,14 @@ from packtool.pack.overflow import Pieces
 
 class ListColumn:
     """A list<int> column of a (possibly chunked, sliced, memory-mapped) Arrow table, zero-copy;
-    `mask`: a list<uint8> loss_mask (packtool.data.labels), 1 byte a token."""
+    `mask`: a list<bool> loss_mask (packtool.data.labels), 1 bit a token, whose `first` are then
+    bit addresses (8 x the byte's address + the bit, least significant first)."""
 
     def __init__(self, chunked, name: str, mask: bool = False):
         import pyarrow as pa
 
-        width, kind = (1, pa.uint8()) if mask else (4, pa.int32())
-        self.chunks: list[np.ndarray] = []  # each chunk's int32 values (kept alive: addresses)
+        kind = pa.bool_() if mask else pa.int32()
+        self.chunks: list[Any] = []  # each chunk's values (kept alive: addresses)
         firsts, lens = [], []
         for ch in chunked.chunks:
             if not (pa.types.is_list(ch.type) or pa.types.is_large_list(ch.type)):
@@ -57,9 +58,13 @@ class ListColumn:
             child = ch.values
             if child.null_count:
                 raise PacktoolError(f"column {name!r} has null token ids")
-            vals = arrow_numpy(child)
-            self.chunks.append(vals)
-            firsts.append(vals.ctypes.data + width * offsets[:-1])
+            if mask:  # the values' bits: the child's offset counts bits
+                self.chunks.append(child)
+                firsts.append(8 * child.buffers()[1].address + child.offset + offsets[:-1])
+            else:
+                vals = arrow_numpy(child)
+                self.chunks.append(vals)
+                firsts.append(vals.ctypes.data + 4 * offsets[:-1])
             lens.append(np.diff(offsets))
         # address of each row's first token, and its length
         self.first = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
@@ -103,7 +108,7 @@ class Located:
     lab_at: np.ndarray
     source: np.ndarray  # source_index per piece
     loss_cut_tails: int  # loss tokens in the cut-off tails of truncated examples
-    masked: bool = False  # lab_at: each piece's first loss_mask byte, not int32 labels
+    masked: bool = False  # lab_at: each piece's first loss_mask bit address, not int32 labels
     unmask: Any = None  # () -> (labels ListColumn, lab_at): a masked table's labels, built
 
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
@@ -123,18 +128,23 @@ class FileGather:
 
         staging  ids  [piece q0 tokens | piece q1 tokens | ...]   (block order)
                  labs [piece q0 labels | piece q1 labels | ...]
-                 mask [q0 bytes | q1 bytes | ...]   a masked entry (data/labels.py): its loss_mask
-                      is read, 1 byte a token, and labs = ids where mask else -100
+                 bits [q0 bytes | q1 bytes | ...]   a masked entry (data/labels.py): the bytes
+                      that hold each piece's loss_mask bits (the first from bit lab_bit[q] on), and
+                      labs = ids where the bit is 1 else -100 (kernels.labels_from_bits)
     """
 
-    def __init__(self, paths: list[str], where: tuple, capacity: int, masked: bool = False):
-        """where: ((file, byte offset) of each piece's tokens, the same of its labels or its
-        loss_mask when `masked`), file indexing `paths`."""
+    def __init__(
+        self, paths: list[str], where: tuple, capacity: int, lab_bit: np.ndarray | None = None
+    ):
+        """where: ((file, byte offset) of each piece's tokens, the same of its labels or of the
+        byte that holds its first loss_mask bit), file indexing `paths`; lab_bit: for a loss_mask,
+        that bit's place in its byte (0-7), else None."""
         self.fds = np.array([os.open(path, os.O_RDONLY) for path in paths], dtype=np.int64)
         (self.ids_file, self.ids_offset), (self.lab_file, self.lab_offset) = where
         self.ids = np.empty(capacity, dtype=np.int32)
         self.lab = np.empty(capacity, dtype=np.int32)
-        self.mask = np.empty(capacity, dtype=np.uint8) if masked else None
+        self.lab_bit = lab_bit
+        self.bits = np.empty(capacity // 8 + 64 if lab_bit is not None else 0, dtype=np.uint8)
 
     def close(self) -> None:
         for fd in self.fds.tolist():
@@ -148,16 +158,22 @@ class FileGather:
         first = np.zeros(len(pcs), dtype=np.int64)  # byte offset of piece q in the staging buffer
         np.cumsum(4 * n[:-1], out=first[1:])
         self._read(self.ids_file[pcs], self.ids_offset[pcs], 4 * n, self.ids.ctypes.data + first)
-        if self.mask is None:
+        if self.lab_bit is None:
             self._read(
                 self.lab_file[pcs], self.lab_offset[pcs], 4 * n, self.lab.ctypes.data + first
             )
         else:
-            self._read(
-                self.lab_file[pcs], self.lab_offset[pcs], n, self.mask.ctypes.data + first // 4
+            bit = self.lab_bit[pcs]
+            nb = (bit + n + 7) >> 3  # the bytes that hold piece q's bits
+            at = np.zeros(len(pcs), dtype=np.int64)
+            np.cumsum(nb[:-1], out=at[1:])
+            need = int(nb.sum())
+            if self.bits.size < need:
+                self.bits = np.empty(need, dtype=np.uint8)
+            self._read(self.lab_file[pcs], self.lab_offset[pcs], nb, self.bits.ctypes.data + at)
+            kernels.labels_from_bits(
+                self.bits, at, bit, n, self.ids, np.int32(schema.IGNORE_INDEX), self.lab
             )
-            t = int(n.sum())
-            labels.labels_into(self.ids[:t], self.mask[:t], self.lab[:t])
         local = np.arange(len(pcs), dtype=np.int64)
         return local, n, self.ids.ctypes.data + first, self.lab.ctypes.data + first
 
@@ -183,7 +199,8 @@ def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather 
     input of a mixture), else None."""
     mapped = list(getattr(data, "mapped_files", None) or [])  # [(path, base address, size)]
     ids = _locate_in_files(loc.ids_at, mapped)
-    lab = _locate_in_files(loc.lab_at, mapped) if ids is not None else None
+    lab_at = loc.lab_at >> 3 if loc.masked else loc.lab_at  # a mask's: the byte of its first bit
+    lab = _locate_in_files(lab_at, mapped) if ids is not None else None
     if lab is None:
         if loc.masked:  # read from memory: the labels built once, before any writer thread
             loc.lab, loc.lab_at = loc.unmask()
@@ -191,7 +208,8 @@ def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather 
         return None
     if data.release_pages is not None:
         data.release_pages()  # pages mapped while locating: from here on the map is not read
-    return FileGather([m[0] for m in mapped], (ids, lab), capacity, masked=loc.masked)
+    lab_bit = loc.lab_at & 7 if loc.masked else None
+    return FileGather([m[0] for m in mapped], (ids, lab), capacity, lab_bit)
 
 
 def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> Located:
@@ -225,7 +243,7 @@ def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: 
         ids=ids,
         lab=lab,
         ids_at=ids.first[prow] + 4 * pieces.start,
-        lab_at=lab.first[prow] + (1 if masked else 4) * pieces.start,
+        lab_at=lab.first[prow] + (1 if masked else 4) * pieces.start,  # (a mask's: in bits)
         source=src[pieces.row],
         loss_cut_tails=tails,
         masked=masked,

@@ -3,7 +3,7 @@
     $PACKTOOL_CACHE/
         tok-<key>/                  one tokenized input (key: sources, tokenizer, template, options)
             data.arrow              Arrow IPC file, the tokenized table (packtool.data), written once;
-                                its labels as a 1-byte loss_mask where they allow (data/labels.py)
+                                its labels as a 1-bit loss_mask where they allow (data/labels.py)
             meta.json               {"meta": {...}, "data": {"bytes", "xxh3_128"}, "checksum": ...}
         tokenizers/<digest>.json    resolved TokenizerSpecs: a checksum line, then JSON (read_json),
         tokenizers/<digest>.tokenizer.json    ...their tokenizer JSON beside, as it is (read_bytes)
@@ -47,7 +47,8 @@ from packtool.io.files import cache_root
 
 DATA = "data.arrow"
 META = "meta.json"
-FORMAT = 3  # entry layout version; older entries are recomputed (3: labels as a loss mask)
+FORMAT = 4  # entry layout version; older entries are recomputed (3: labels as a loss mask of a
+# byte a token, 4: of a bit a token)
 _CHUNK = 16 << 20
 
 
@@ -307,8 +308,8 @@ class EntryWriter:
                      │ queue (at most QUEUE_BATCHES waiting: memory stays bounded)
         thread       └─ IPC write_batch → _HashingFile → write(2) ... ┘ joined, then meta.json
 
-    Each batch goes to disk with a loss_mask in place of its labels (packtool.data.labels: 1 byte a
-    token instead of 4) while every label is its id or -100; the first batch where one is not turns
+    Each batch goes to disk with a loss_mask in place of its labels (packtool.data.labels: 1 bit a
+    token instead of 4 bytes) while every label is its id or -100; the first batch where one is not turns
     the entry back into labels: the batches written so far are rewritten, once.
 
     Writing is the kernel copying into new page-cache pages: on the 2-core dev VM ~2 s of system

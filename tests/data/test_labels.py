@@ -27,7 +27,7 @@ def test_the_mask_round_trips_exactly_even_sliced_and_chunked():
     plain = pa.Table.from_batches([_batch(0), _batch(1, start=30), _batch(2, start=60)])
     masked = _masked(plain)
     assert labels.stored(masked) == "loss_mask" and labels.stored(plain) == "labels"
-    assert masked.column("loss_mask").type == pa.list_(pa.uint8())
+    assert masked.column("loss_mask").type == pa.list_(pa.bool_())
     assert labels.with_labels(masked).equals(plain)
     part = masked.slice(17, 50)  # across chunks, not at a row boundary of any
     assert (
@@ -83,3 +83,28 @@ def test_labels_from_a_mask_are_exact_for_every_int32_id():
     out = np.full(ids.size + 3, 7, dtype=np.int32)
     labels.labels_into(ids, mask, out[: ids.size])
     assert np.array_equal(out[: ids.size], want) and out[ids.size :].tolist() == [7, 7, 7]
+
+
+def test_mask_bits_honour_the_bit_offset_of_a_sliced_boolean_array():
+    rng = np.random.default_rng(7)
+    mask = rng.random(203) < 0.5
+    arr = labels.packed_mask(mask)
+    assert arr.type == pa.bool_() and arr.to_pylist() == mask.tolist()
+    for start, n in ((0, 203), (1, 9), (3, 64), (7, 1), (13, 150), (200, 3), (50, 0)):
+        got = labels.mask_bits(arr.slice(start, n))
+        assert (
+            got.dtype == np.uint8 and got.tolist() == mask[start : start + n].astype(int).tolist()
+        )
+    assert labels._BOOL_ID == pa.bool_().id
+
+
+def test_a_list_of_uint8_mask_reads_as_the_same_labels():
+    """A byte-a-token mask (cache format 3) gives the same labels as the bit mask."""
+    plain = pa.Table.from_batches([_batch(8), _batch(9, start=30)])
+    bits = _masked(plain)
+    col = bits.schema.get_field_index("loss_mask")
+    as_bytes = bits.set_column(
+        col, "loss_mask", bits.column("loss_mask").cast(pa.list_(pa.uint8()))
+    )
+    for t in (bits, as_bytes):
+        assert labels.labels_column(t).to_pylist() == plain.column("labels").to_pylist()

@@ -64,8 +64,9 @@ def test_the_gather_kernels_take_only_arrays_and_integers(mixture, tmp_path):
     cfg = PackConfig(pack_len=512, overflow="truncate", shard_rows=7)
     pack_tokenized(mixture, cfg, tmp_path / "by_file")
     pack_tokenized(dataclasses.replace(mixture, mapped_files=[]), cfg, tmp_path / "by_memory")
-    used = [kernels.layout_rows, kernels.copy_rows, kernels.pread_pieces]  # (a cache entry's loss
-    # mask: the truncated tails' loss is counted in numpy, not by count_not_equal)
+    used = [kernels.layout_rows, kernels.copy_rows, kernels.pread_pieces, kernels.labels_from_bits]
+    # (a cache entry's loss mask: the truncated tails' loss is counted in numpy, not by
+    # count_not_equal)
     assert all(k.signatures for k in used)
     for kernel in used:
         for sig in kernel.signatures:

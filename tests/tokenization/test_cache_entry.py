@@ -39,13 +39,15 @@ def test_the_entry_holds_every_batch_in_order(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("work-*"))
 
 
-def test_the_mask_takes_a_quarter_of_the_labels_bytes(tmp_path, monkeypatch):
+def test_the_mask_takes_a_bit_a_token(tmp_path, monkeypatch):
     monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path))
     path = written(list(batches()), {})
     col = cache.open_entry(path).table.column("loss_mask")
-    assert col.type.value_type.bit_width == 8
+    assert col.type.value_type.bit_width == 1
     ids = cache.open_entry(path).table.column("input_ids")
-    assert sum(c.values.nbytes for c in col.chunks) * 4 == sum(c.values.nbytes for c in ids.chunks)
+    for m, i in zip(col.chunks, ids.chunks, strict=True):
+        assert m.values.buffers()[1].size == (len(i.values) + 7) // 8  # 32 x fewer bytes than ids'
+        assert i.values.nbytes == 4 * len(i.values)
 
 
 def test_a_label_neither_its_id_nor_ignored_keeps_the_labels(tmp_path, monkeypatch):
