@@ -47,24 +47,25 @@ def stored(table) -> str:
 def flat(arr) -> tuple[np.ndarray, np.ndarray]:
     """(offsets int64[n+1] from 0, values) of a list array without null rows, zero-copy values
     (a list<bool>'s values unpacked: uint8 0/1)."""
+    import pyarrow as pa
+
     from packtool.data.arrow import arrow_numpy  # (Array.to_numpy would import pandas)
 
     offs = arrow_numpy(arr.offsets)
     o0, o1 = int(offs[0]), int(offs[-1])
     part = arr.values.slice(o0, o1 - o0)
-    vals = mask_bits(part) if part.type.id == _BOOL_ID else arrow_numpy(part)
+    vals = mask_bits(part) if pa.types.is_boolean(part.type) else arrow_numpy(part)
     return offs.astype(np.int64) - o0, vals
-
-
-_BOOL_ID = 1  # pyarrow's Type::BOOL (checked by the tests against pa.bool_().id)
 
 
 def mask_bits(arr) -> np.ndarray:
     """uint8 0/1 per value of a boolean Arrow array without nulls (bits unpacked, the array's bit
-    offset honoured); a uint8 array as it is."""
+    offset honoured); a uint8 mask as it is, zero-copy."""
+    import pyarrow as pa
+
     from packtool.data.arrow import arrow_numpy
 
-    if arr.type.id != _BOOL_ID:
+    if not pa.types.is_boolean(arr.type):
         return arrow_numpy(arr)
     n, first = len(arr), arr.offset
     if n == 0:

@@ -309,8 +309,8 @@ class EntryWriter:
         thread       └─ IPC write_batch → _HashingFile → write(2) ... ┘ joined, then meta.json
 
     Each batch goes to disk with a loss_mask in place of its labels (packtool.data.labels: 1 bit a
-    token instead of 4 bytes) while every label is its id or -100; the first batch where one is not turns
-    the entry back into labels: the batches written so far are rewritten, once.
+    token instead of 4 bytes) while every label is its id or -100; the first batch where one is not
+    turns the entry back into labels: the batches written so far are rewritten, once.
 
     Writing is the kernel copying into new page-cache pages: on the 2-core dev VM ~2 s of system
     CPU a GiB, as much as reading and checking the batches, so the two overlap. An error in the

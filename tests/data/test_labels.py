@@ -95,7 +95,6 @@ def test_mask_bits_honour_the_bit_offset_of_a_sliced_boolean_array():
         assert (
             got.dtype == np.uint8 and got.tolist() == mask[start : start + n].astype(int).tolist()
         )
-    assert labels._BOOL_ID == pa.bool_().id
 
 
 def test_a_list_of_uint8_mask_reads_as_the_same_labels():
