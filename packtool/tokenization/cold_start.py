@@ -5,16 +5,22 @@ and building, all of it holding the GIL, and only then could the fast backend st
 (fastokens, 1.0-1.7 s for a 150k vocabulary). When this process has other work to do (packtool.idle,
 e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
 
-    parent  guess: fastokens from the folder's tokenizer.json (thread, GIL released, from here on)
-            import transformers (both processes need it in a chat run: imported once, ~0.8 CPU-s)
-            fork ─ idle.run() ─ parse the file, its byte table ─ (no answer yet: `tokenizers`
-                 from the file, the reference path's encoder) ─ read the child's answer ─ waitpid
+    parent  fork ─ guess: fastokens from the folder's tokenizer.json (thread, GIL released, from
+                 here on) ─ import transformers (the reference path renders with it) ─ idle.run()
+                 ─ parse the file, its byte table ─ (no answer yet: `tokenizers` from the file, the
+                 reference path's encoder) ─ read the child's answer ─ waitpid
                  ─ the same encoder (spec.encoder == the file's encoder_digest)? ─▶ TokenizerSpec
                    (+ the guess, kept, with that encoder: backends.same_encoder)
-    child        resolve(name) ─▶ the spec's JSON through a pipe, exit 0
+    child        import transformers, resolve(name) ─▶ the spec's JSON through a pipe, exit 0
                  (any failure: exit 1, nothing sent: the parent resolves in place and raises the
                  error itself, word for word as without the child; no answer in CHILD_SECONDS:
                  killed, and the parent resolves in place)
+
+The fork comes first, while this process is small and has no thread of its own: transformers is
+imported in both (~0.8 CPU-s twice), but neither copies the other's pages. Forked later (after the
+import, while fastokens builds) every page either side wrote after the fork was copied, and on VMs
+that back memory at its first touch (~5-8 s of system time a GiB) that cost more than the import:
+20k conversations cold, 5 rounds side by side, 1.0-1.7 s less system time (benchmarks/README.md).
 
 transformers often rebuilds the file's tokenizer with flags encoding never reads (the decoder's,
 ByteLevel's trim_offsets, merges spelled "a b" or ["a", "b"]): the guess is kept only when the
@@ -184,14 +190,6 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
         return None
     import orjson
 
-    text = file.read_text(encoding="utf-8") if file is not None else None
-    pending = None
-    if text is not None:  # a chat run on the fast path
-        pending = Guess(text)  # builds from here on, on its thread
-        # what the child resolves with and what this process renders the reference path with:
-        # imported once, before the fork, instead of once in each (~0.8 CPU-s)
-        import transformers  # noqa: F401
-
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: resolve, answer, exit without running the parent's exit handlers
@@ -211,7 +209,12 @@ def resolve_aside(resolve, rebuild, name: str | None, file: Path | None = None):
             os._exit(code)
     os.close(w)
     status = -1
+    pending = None
     try:
+        text = file.read_text(encoding="utf-8") if file is not None else None
+        if text is not None:  # a chat run on the fast path
+            pending = Guess(text)  # builds from here on, on its thread
+            import transformers  # noqa: F401 - the reference path's renderer, needed after this
         idle.run()
         # the file's encoder digest and the fast backend's byte table, while the child
         # still resolves (0.1-0.4 s of parsing, ~0.3 s of table)

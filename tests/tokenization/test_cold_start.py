@@ -292,3 +292,27 @@ def test_the_resolving_child_runs_without_the_cyclic_collector():
         None
     )
     assert gc.isenabled()  # this process's is untouched
+
+
+def test_the_child_is_forked_before_the_fast_backend_starts_building(monkeypatch):
+    """Forked first, while this process has no thread of its own running: forked later, both
+    sides copy every page the other still shares and writes (the fastokens build's heap, the
+    refcounts of everything transformers imported), and a lock held by the building thread at the
+    fork would be held forever in the child."""
+    import os
+    import threading
+
+    before = set(threading.enumerate())
+    at_fork = []
+    real_fork = os.fork
+
+    def fork():
+        at_fork.append(set(threading.enumerate()) - before)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork)
+    idle.later(lambda: None)
+    file = builtin_tokenizer_dir() / "tokenizer.json"
+    spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, file)
+    assert at_fork == [set()]  # no thread started before the fork
+    assert spec == _resolve(None) and take_guess(spec.backend_json) is not None  # built after it
