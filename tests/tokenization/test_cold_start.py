@@ -4,6 +4,7 @@ the fast backend's build from the folder's tokenizer.json kept only for the same
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from paths import SHARED_TOKENIZERS
@@ -299,7 +300,6 @@ def test_the_child_is_forked_before_the_fast_backend_starts_building(monkeypatch
     sides copy every page the other still shares and writes (the fastokens build's heap, the
     refcounts of everything transformers imported), and a lock held by the building thread at the
     fork would be held forever in the child."""
-    import os
     import threading
 
     before = set(threading.enumerate())
@@ -316,3 +316,31 @@ def test_the_child_is_forked_before_the_fast_backend_starts_building(monkeypatch
     spec = resolve_aside(_resolve, TokenizerSpec.from_json, None, file)
     assert at_fork == [set()]  # no thread started before the fork
     assert spec == _resolve(None) and take_guess(spec.backend_json) is not None  # built after it
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux: per-thread priority")
+@pytest.mark.parametrize("cores", [2, 3])
+def test_on_two_cores_the_guess_builds_at_a_lower_priority_than_the_child(monkeypatch, cores):
+    """The child's answer is the critical path: on fewer than 3 cores the fastokens build yields
+    to it (and to the main thread); with 3 or more, every thread keeps its priority."""
+    import threading
+
+    import fastokens
+
+    from packtool.tokenization import cold_start
+
+    seen = []
+    real = fastokens.Tokenizer.from_json_str
+
+    def build(text):
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return real(text)
+
+    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", staticmethod(build))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    guess = cold_start.Guess((builtin_tokenizer_dir() / "tokenizer.json").read_text())
+    assert guess.result() is not None
+    want = here if cores >= 3 else min(here + cold_start.GUESS_NICE, 19)
+    assert seen == [want]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == here  # this thread's own
