@@ -6,7 +6,8 @@ and building, all of it holding the GIL, and only then could the fast backend st
 e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
 
     parent  fork ─ guess: fastokens from the folder's tokenizer.json (thread, GIL released, from
-                 here on) ─ import transformers (the reference path renders with it) ─ idle.run()
+                 here on; below the child's priority on < 3 cores) ─ import transformers (the
+                 reference path renders with it) ─ idle.run()
                  ─ parse the file, its byte table ─ (no answer yet: `tokenizers` from the file, the
                  reference path's encoder) ─ read the child's answer ─ waitpid
                  ─ the same encoder (spec.encoder == the file's encoder_digest)? ─▶ TokenizerSpec
