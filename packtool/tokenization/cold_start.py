@@ -80,13 +80,13 @@ class Guess:
         return self._tok
 
 
-# nice value of the guess's thread where the cores are too few for it, the child and this
-# process's main thread at once
+# how many nice steps the guess's thread lowers its priority by where the cores are too few for
+# it, the child and this process's main thread at once
 GUESS_NICE = 5
 
 
 def _yield_to_the_child() -> None:
-    """On Linux with fewer than 3 usable cores, lower this thread's priority (GUESS_NICE).
+    """On Linux with fewer than 3 usable cores, lower this thread's priority by GUESS_NICE.
 
     The child's answer is the cold start's critical path; the build finishes well before it when
     it runs alone, so on 2 cores it takes what the child and the main thread leave. 20k
@@ -96,8 +96,11 @@ def _yield_to_the_child() -> None:
     there a thread id names one thread to setpriority; elsewhere it could name another process."""
     if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) >= 3:
         return
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), GUESS_NICE)
+    tid = threading.get_native_id()
+    try:  # relative to the nice this process was started with (`nice packtool ...` stays lower)
+        os.setpriority(
+            os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + GUESS_NICE, 19)
+        )
     except OSError:  # not allowed here: the build runs at the priority it has
         pass
 
