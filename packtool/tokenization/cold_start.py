@@ -97,7 +97,7 @@ def _yield_to_the_child() -> None:
     if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) >= 3:
         return
     tid = threading.get_native_id()
-    try:  # relative to the nice this process was started with (`nice packtool ...` stays lower)
+    try:  # relative to the nice this thread inherited: a `nice packtool ...` run stays lower
         os.setpriority(
             os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + GUESS_NICE, 19)
         )
