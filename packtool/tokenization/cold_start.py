@@ -6,8 +6,7 @@ and building, all of it holding the GIL, and only then could the fast backend st
 e.g. the pack stage's warm-up) the resolution runs in a forked child instead:
 
     parent  fork ─ guess: fastokens from the folder's tokenizer.json (thread, GIL released, from
-                 here on; below the child's priority on < 3 cores) ─ import transformers (the
-                 reference path renders with it) ─ idle.run()
+                 here on) ─ import transformers (the reference path renders with it) ─ idle.run()
                  ─ parse the file, its byte table ─ (no answer yet: `tokenizers` from the file, the
                  reference path's encoder) ─ read the child's answer ─ waitpid
                  ─ the same encoder (spec.encoder == the file's encoder_digest)? ─▶ TokenizerSpec
@@ -64,7 +63,6 @@ class Guess:
         atexit.register(self._thread.join)  # never exit while it is inside native code
 
     def _build(self, text: str) -> None:
-        _yield_to_the_child()
         try:
             import fastokens
 
@@ -78,31 +76,6 @@ class Guess:
     def result(self):
         self._thread.join()
         return self._tok
-
-
-# how many nice steps the guess's thread lowers its priority by where the cores are too few for
-# it, the child and this process's main thread at once
-GUESS_NICE = 5
-
-
-def _yield_to_the_child() -> None:
-    """On Linux with fewer than 3 usable cores, lower this thread's priority by GUESS_NICE.
-
-    The child's answer is the cold start's critical path; the build finishes well before it when
-    it runs alone, so on 2 cores it takes what the child and the main thread leave. 20k
-    conversations cold, 4 rounds side by side (benchmarks/README.md): built-in 3.00-3.42 s against
-    3.39-4.35 s, Llama 3 2.59-3.47 against 2.76-3.43. With 3 cores or more each thread has its own
-    and nothing changes (and a lower priority would only lose to other programs' load). Linux only:
-    there a thread id names one thread to setpriority; elsewhere it could name another process."""
-    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) >= 3:
-        return
-    tid = threading.get_native_id()
-    try:  # relative to the nice this thread inherited: a `nice packtool ...` run stays lower
-        os.setpriority(
-            os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + GUESS_NICE, 19)
-        )
-    except OSError:  # not allowed here: the build runs at the priority it has
-        pass
 
 
 def take_guess(backend_json: str):
