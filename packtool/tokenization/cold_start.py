@@ -20,7 +20,9 @@ The fork comes first, while this process is small and has no thread of its own: 
 imported in both (~0.8 CPU-s twice), but neither copies the other's pages. Forked later (after the
 import, while fastokens builds) every page either side wrote after the fork was copied, and on VMs
 that back memory at its first touch (~5-8 s of system time a GiB) that cost more than the import:
-20k conversations cold, 5 rounds side by side, 1.0-1.7 s less system time (benchmarks/README.md).
+20k conversations cold, measured again from /tmp on 2 cores, 4 rounds side by side, built-in
+0.1-0.4 s less system time and a median of 3.45 against 3.59 s; Llama 3 no difference
+(benchmarks/README.md, "late afternoon").
 
 transformers often rebuilds the file's tokenizer with flags encoding never reads (the decoder's,
 ByteLevel's trim_offsets, merges spelled "a b" or ["a", "b"]): the guess is kept only when the
