@@ -122,20 +122,16 @@ def _looks_local(name: str) -> bool:
 
 
 def _from_folder(folder: Path):
-    """The tokenizer of a folder through the class its tokenizer_config.json names, taken from
-    transformers' lazy top-level module: the class AutoTokenizer would pick, without importing
-    torch (AutoTokenizer imports the model config classes, which import torch: ~1 s). A folder
-    that names no class, or one transformers does not have, goes through AutoTokenizer."""
-    import transformers
+    """The tokenizer of a folder exactly as the trainer gets it: `AutoTokenizer.from_pretrained`.
 
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-        cls = getattr(transformers, config.get("tokenizer_class") or "", None)
-    except Exception:  # noqa: BLE001 - unreadable config, a class that fails to import: Auto decides
-        cls = None
-    if cls is None or not hasattr(cls, "from_pretrained"):
-        cls = transformers.AutoTokenizer
-    return cls.from_pretrained(str(folder))
+    Never the class tokenizer_config.json names, taken directly: AutoTokenizer checks that class
+    against tokenizer.json and overrides it where they disagree (DeepSeek-V3 names
+    LlamaTokenizerFast over a ByteLevel BPE; the named class would rebuild it with a Metaspace
+    pre-tokenizer and drop every space). Its cost (it imports torch) is paid once per tokenizer:
+    the resolved spec is cached (`load_spec`)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
 
 
 def load_tokenizer(name: str | None) -> LoadedTokenizer:
@@ -186,7 +182,7 @@ def load_tokenizer(name: str | None) -> LoadedTokenizer:
         if folder is not None and not downloads_allowed():  # the cached snapshot, as a folder
             tok = _from_folder(folder)
         else:
-            from transformers import AutoTokenizer  # imports torch: only to download
+            from transformers import AutoTokenizer
 
             repo, _, rev = name.partition("@")
             tok = AutoTokenizer.from_pretrained(repo, revision=rev or None)
@@ -407,6 +403,11 @@ def interruptible(fn, *args):
     return out["value"]
 
 
+# How a spec is resolved; part of its cache key. A change of resolution is a new entry: specs that
+# packtool 0.x cached through the class tokenizer_config.json names (not AutoTokenizer) are never read.
+RESOLUTION = "AutoTokenizer.from_pretrained"
+
+
 def _resolve(name: str | None) -> TokenizerSpec:
     return TokenizerSpec.from_loaded(load_tokenizer(name))
 
@@ -425,7 +426,7 @@ def load_spec(name: str | None, cache: bool = True, guess_fast: bool = False) ->
     # the spec carries byte_rules' verdict (fast_refusal): a change to those rules is a new entry
     rules = hashlib.sha256(Path(__file__).with_name("byte_rules.py").read_bytes()).hexdigest()
     digest = hashlib.sha256(
-        json.dumps([key, library_versions(), rules], sort_keys=True).encode()
+        json.dumps([key, library_versions(), rules, RESOLUTION], sort_keys=True).encode()
     ).hexdigest()[:24]
     path = entry_cache.tokenizer_path(digest)
     beside = path.with_suffix(".tokenizer.json")  # backend_json as it is: no string to unescape

@@ -1,4 +1,4 @@
-"""Resolving a tokenizer: the class its folder names, the spec AutoTokenizer gives, no torch."""
+"""Resolving a tokenizer: the spec AutoTokenizer gives, cached so that a warm start needs no transformers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from paths import SHARED_TOKENIZERS, needs_shared
+from paths import SHARED_TOKENIZERS
 
 from packtool.tokenization.loading import TokenizerSpec, builtin_tokenizer_dir, load_tokenizer
 
@@ -48,26 +48,23 @@ def test_a_folder_that_names_no_known_class_goes_through_autotokenizer(
     assert asked == [str(tmp_path)]
 
 
-@needs_shared("tokenizers", "llama3")
-def test_resolving_a_tokenizer_folder_never_imports_torch(tmp_path):
+def test_a_warm_start_imports_neither_transformers_nor_torch(tmp_path):
+    """The first run per tokenizer resolves it through AutoTokenizer (and imports torch); the
+    spec is cached, so the next process reads it without either."""
     code = (
-        "import sys; from packtool.tokenization.loading import load_spec; "
-        f"load_spec({str(SHARED_TOKENIZERS / 'llama3')!r}, cache=False); load_spec(None, cache=False); "
-        "print('torch' in sys.modules)"
+        "import sys; from packtool.tokenization.loading import load_spec; load_spec(None); "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"PACKTOOL_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-        check=True,
-    )
-    assert out.stdout.strip() == "False", out.stderr
+    env = {"PACKTOOL_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    run = [sys.executable, "-c", code]
+    cold = subprocess.run(run, capture_output=True, text=True, env=env, check=True)
+    assert "transformers" in cold.stdout, cold.stderr
+    warm = subprocess.run(run, capture_output=True, text=True, env=env, check=True)
+    assert warm.stdout.strip().splitlines()[-1] == "[]", warm.stderr
 
 
-def test_a_cached_hub_tokenizer_resolves_as_its_snapshot_folder_without_torch(tmp_path):
-    """A hub id whose snapshot is in the Hugging Face cache resolves like that folder (the class
-    its tokenizer_config.json names), offline, without importing torch."""
+def test_a_cached_hub_tokenizer_resolves_as_its_snapshot_folder(tmp_path):
+    """A hub id whose snapshot is in the Hugging Face cache resolves like that folder, offline."""
     import shutil
 
     snapshot = tmp_path / "hub" / "models--someone--tiny" / "snapshots" / "abc123"
@@ -78,10 +75,10 @@ def test_a_cached_hub_tokenizer_resolves_as_its_snapshot_folder_without_torch(tm
     (tmp_path / "hub" / "models--someone--tiny" / "refs").mkdir()
     (tmp_path / "hub" / "models--someone--tiny" / "refs" / "main").write_text("abc123")
     code = (
-        "import sys, json; from packtool.tokenization.loading import load_spec; "
+        "import json; from packtool.tokenization.loading import load_spec; "
         "hub = load_spec('someone/tiny', cache=False); "
         f"folder = load_spec({str(snapshot)!r}, cache=False); "
-        "print(json.dumps(['torch' in sys.modules, hub.name, hub.backend_json == folder.backend_json, "
+        "print(json.dumps([hub.name, hub.backend_json == folder.backend_json, "
         "hub.files_hash == folder.files_hash, hub.cls]))"
     )
     env = {
@@ -95,10 +92,8 @@ def test_a_cached_hub_tokenizer_resolves_as_its_snapshot_folder_without_torch(tm
     )
     import json
 
-    torch, name, same_backend, same_files, cls = json.loads(out.stdout.strip().splitlines()[-1])
-    assert (torch, name, same_backend, same_files) == (False, "someone/tiny", True, True), (
-        out.stderr
-    )
+    name, same_backend, same_files, cls = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (name, same_backend, same_files) == ("someone/tiny", True, True), out.stderr
     assert cls == TokenizerSpec.from_loaded(load_tokenizer(None)).cls
 
 
