@@ -5,6 +5,7 @@
     layout.py     the row layout: documents padded to a multiple of N, K entries per row (fixed docs)
     segments.py   where attention may look: documents and the pad tail, as cu_seqlens / position_ids
     manifest.py   manifest.json as a typed Manifest (to/from JSON) and the conservation rules
+    rows.py       the row check: every slot of a batch of rows against its seq_lengths (verify, export)
     notices.py    structured warnings (code, message, count, items)
 
 Pure: numpy only (pyarrow is imported inside the functions that take or build Arrow schemas).

@@ -11,26 +11,27 @@ COUNTS, CONSERVE    the manifest's numbers against the rows   accounting.counts_
 
 from __future__ import annotations
 
-from packtool import schema
+from packtool.schema.rows import (  # noqa: F401  (the row checks' names: schema/rows.py)
+    DOC,
+    DOC_PAD,
+    FIXED,
+    LAB_EQ,
+    LAB_MASK,
+    NLOSS,
+    NTOK,
+    PAD,
+    POS,
+    SEQ,
+    SRC,
+    UNPAD,
+)
 
 MANIFEST_CHECK = "manifest"
 SCHEMA = "schema"
 NO_MASK = "no attention_mask"
 SHARDS = "shards on disk"
-SEQ = "seq_lengths"
-DOC = "document_id"
-POS = "position_ids"
-LAB_MASK = f"labels {schema.IGNORE_INDEX} (doc starts, pad)"
-LAB_EQ = "labels == input_ids"
-PAD = "pad tokens"
-NTOK = "num_tokens"
-NLOSS = "num_loss_tokens"
-SRC = "source_index"
 COUNTS = "manifest counts"
 CONSERVE = "conservation"
-UNPAD = "seq_lengths_unpadded"
-DOC_PAD = "document padding"
-FIXED = "fixed docs"
 ROW_CHECKS = (SEQ, DOC, POS, LAB_MASK, LAB_EQ, PAD, NTOK, NLOSS)
 LAYOUT_CHECKS = (UNPAD, DOC_PAD, FIXED)
 
