@@ -1,7 +1,13 @@
 """The documents of a pack, shard by shard and batch by batch: what every export format starts from.
 
-    PackReader(PACK)                 manifest.json read and typed (one-line error for anything else)
+    PackReader(PACK)   manifest.json read and typed, its own arithmetic checked (conservation:
+                       schema.conservation_problems); one-line error for anything else
       .batches()  for each shard (manifest order), for each Arrow batch of ~1M token slots:
+
+        every row checked as verify checks it (schema/rows.py: document_id and position_ids
+        against seq_lengths, labels -100 or their own token, -100 on document starts and pad, the
+        pad id, num_tokens, num_loss_tokens, source_index entries, the manifest's layout); the
+        first failing row is the error, naming shard, row and slot
 
         row            0                                  1
         slots          a0 a1 a2 a3 | b0 b1 b2 | pad pad    c0 c1 c2 ...
@@ -10,18 +16,23 @@
         tokens         a0 a1 a2 a3 b0 b1 b2 c0 c1 c2 ...  only the documents' real tokens
         labels         -100 a1 -100 a3 -100 b1 b2 -100 ..  packtool's unshifted labels
         doc_len        [4, 3, 5, ...]                     non-empty documents only
-        row_docs       [2, 1, ...]                        non-empty documents per row (0: row has none)
+        row_docs       [2, 1, ...]                        non-empty documents per row
 
       .finish()   the shards' sha256 (hashed in a thread while the batches decode) against the
-                  manifest, and the totals against manifest.tokens / counts: a mismatch raises
+                  manifest, and the totals (rows, documents, tokens, loss tokens, pad slots) against
+                  manifest.tokens / counts: a mismatch raises
+
+The checksums alone prove only that the shards are the ones the manifest names; the row check is
+what makes an export of a damaged pack (a shard edited and its sha256 re-signed) fail instead of
+writing documents cut at the wrong boundary.
 
 A `seq_lengths_unpadded` column (a `--pad-to-multiple` layout: `seq_lengths` counts each
 document's padded slots, the real tokens come first and the pad slots after them hold pad_id and
-label -100) is honoured: only the real tokens are kept, and the pad slots are checked to be pad.
-Empty documents (seq_lengths 0, source_index -1: a `--fixed-docs` layout) are skipped.
+label -100) is honoured: only the real tokens are kept. Empty documents (seq_lengths 0,
+source_index -1: a `--fixed-docs` layout) are skipped.
 
-Memory: one decoded batch (~1M slots: the Arrow columns, the gathered tokens and labels, int64
-indices) plus what the caller keeps of it.
+Memory: one decoded batch (~1M slots: the Arrow columns, the row check's int32 passes, the gathered
+tokens and labels, int64 indices) plus what the caller keeps of it.
 """
 
 from __future__ import annotations
@@ -36,10 +47,11 @@ import numpy as np
 from packtool import schema
 from packtool.errors import PacktoolError
 from packtool.io.files import sha256_file
+from packtool.schema import rows
 
-BATCH_SLOTS = 1 << 20  # token slots per decoded batch: 2 int32 columns = 8 MiB, ~40 MiB in all
+BATCH_SLOTS = 1 << 20  # token slots per decoded batch: 4 int32 columns = 16 MiB, ~100 MiB in all
 UNPADDED = schema.UNPADDED_COLUMN  # the real tokens of each document in a padded-documents layout
-READ_COLUMNS = ("input_ids", "labels", "seq_lengths")
+LISTED = ("skipped", "dropped", "truncated", "split")  # the manifest's per-example lists
 
 
 @dataclass
@@ -90,7 +102,17 @@ class PackReader:
         self.raw = raw
         self.pack_len = self.manifest.pack_len
         self.pad_id = self.manifest.pad_id
-        self.padded = False  # set once a shard has the seq_lengths_unpadded column
+        self.layout = schema.Layout.from_manifest(raw)
+        self.padded = self.layout.padded  # the shards carry seq_lengths_unpadded
+        problems = schema.conservation_problems(
+            raw.get("counts", {}),
+            raw.get("tokens", {}),
+            {k: raw[k] for k in LISTED if isinstance(raw.get(k), list)},
+            inputs=raw.get("inputs"),
+        )
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise PacktoolError(f"{self.path}/{schema.MANIFEST}: {problems[0]}{more}; {self._fix}")
         self.totals = Totals()
         self.shards = []
         for i, s in enumerate(self.manifest.shards):
@@ -126,83 +148,91 @@ class PackReader:
     def batches(self) -> Iterator[DocBatch]:
         import pyarrow.parquet as pq
 
+        columns = [*schema.COLUMNS, *([UNPADDED] if self.padded else [])]
         for s in self.shards:
             name = s["file"]
             try:
                 pf = pq.ParquetFile(os.path.join(self.path, name))
             except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
+                self._check_hash(s)
                 raise PacktoolError(
                     f"{self.path}/{name}: not a readable Parquet file ({type(e).__name__}: {e}); "
                     f"packtool verify {self.path} says more"
                 ) from None
-            columns = [*READ_COLUMNS, *self._check_schema(pf.schema_arrow, name)]
+            self._check_schema(pf.schema_arrow, s)
             row0 = 0
             for batch in pf.iter_batches(
                 batch_size=max(1, BATCH_SLOTS // self.pack_len), columns=columns
             ):
                 if batch.num_rows:
-                    yield self._documents(batch, name, row0)
+                    yield self._documents(self._checked(batch, s, row0))
                     row0 += batch.num_rows
 
-    def _check_schema(self, got, name: str) -> list[str]:
-        """The extra column to read ([UNPADDED] or []); PacktoolError when the schema is not v1's
-        (the padded layout's when the shard has that column)."""
-        padded = got.get_field_index(UNPADDED) >= 0
-        self.padded = self.padded or padded
-        problems = schema.shard_schema_problems(got, self.pack_len, padded)
+    def _check_schema(self, got, s: dict) -> None:
+        """PacktoolError when the shard's schema is not v1's (the padded layout's when the manifest
+        records --pad-to-multiple)."""
+        problems = schema.shard_schema_problems(got, self.pack_len, self.padded)
         if problems:
+            self._check_hash(s)
             raise PacktoolError(
-                f"{self.path}/{name}: {problems[0]}"
+                f"{self.path}/{s['file']}: {problems[0]}"
                 + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
                 + f"; packtool verify {self.path} says more"
             )
-        return [UNPADDED] if padded else []
 
-    def _where(self, shard: str, row: int) -> str:
-        return f"{self.path}/{shard} row {row}"
-
-    def _documents(self, batch, shard: str, row0: int) -> DocBatch:
-        R, L = batch.num_rows, self.pack_len
-        for c in batch.schema.names:
-            if batch.column(c).null_count:
-                raise PacktoolError(f"{self._where(shard, row0)}: column {c} has nulls")
-        ids = _fixed(batch.column("input_ids"), R, L)
-        lab = _fixed(batch.column("labels"), R, L)
-        per_row, slots = _lists(batch.column("seq_lengths"))
-        real = slots
-        if UNPADDED in batch.schema.names:
-            per_row_u, real = _lists(batch.column(UNPADDED))
-            bad = np.flatnonzero(per_row_u != per_row)
-            if bad.size:
-                raise PacktoolError(
-                    f"{self._where(shard, row0 + int(bad[0]))}: {UNPADDED} lists "
-                    f"{per_row_u[bad[0]]} documents, seq_lengths {per_row[bad[0]]}"
-                )
-        row_of_doc = np.repeat(np.arange(R), per_row)
-        bad = np.flatnonzero((real < 0) | (real > slots))
-        if bad.size:
-            d = int(bad[0])
-            raise PacktoolError(
-                f"{self._where(shard, row0 + int(row_of_doc[d]))}: a document has {real[d]} real "
-                f"tokens in {slots[d]} slots"
+    def _checked(self, batch, s: dict, row0: int) -> dict[str, np.ndarray]:
+        """The batch's columns once every row passed the row check verify makes (schema/rows.py:
+        seq_lengths against document_id and position_ids, labels, pad, per-row counts, the layout);
+        else PacktoolError naming the first failing row (its shard's checksum first: a shard that
+        changed after packing is reported as such)."""
+        try:
+            cols = rows.batch_columns(batch, self.pack_len, row0)
+        except ValueError as e:  # nulls
+            self._check_hash(s)
+            raise PacktoolError(f"{self.path}/{s['file']}: {e}; {self._fix}") from None
+        found = rows.scan_rows(cols, self.pad_id, self.layout)
+        found.pop("_totals")
+        if found:
+            self._check_hash(s)
+            # the earliest failing row; among its checks, scan order (segments before counts)
+            name, f = min(found.items(), key=lambda kv: int(kv[1]["rows"][0]))
+            at = {k: int(f[k][0]) for k in ("rows", "pos", "got", "expected", "doc")}
+            text = rows.describe(
+                name,
+                f"{self.path}/{s['file']}",
+                row0 + at["rows"],
+                at["pos"],
+                at["got"],
+                at["expected"],
+                at["doc"],
+                int(f["kind"][0]) if "kind" in f else -1,
+                int(f.get("n", 1)),
             )
+            raise PacktoolError(f"{text}; {self._fix}")
+        return cols
+
+    @property
+    def _fix(self) -> str:
+        return (
+            f"the pack is damaged, nothing exported: write it again with `packtool pack` "
+            f"(`packtool verify {self.path}` for the full report)"
+        )
+
+    def _documents(self, cols: dict[str, np.ndarray]) -> DocBatch:
+        """The real tokens of the (checked) rows' non-empty documents."""
+        ids, lab = cols["input_ids"], cols["labels"]
+        R, L = ids.shape
+        per_row = np.diff(cols["seq_off"])
+        slots = cols["seq_val"].astype(np.int64)
+        real = cols["unp_val"].astype(np.int64) if "unp_val" in cols else slots
+        row_of_doc = np.repeat(np.arange(R), per_row)
         # each document's first slot in its row: exclusive cumsum, restarted at every row
         excl = np.cumsum(slots) - slots
-        first = np.concatenate(([0], np.cumsum(per_row)))[:-1]
-        start = excl - np.repeat(np.append(excl, 0)[first], per_row)
-        used = np.bincount(row_of_doc, weights=slots, minlength=R).astype(np.int64)
-        if (used > L).any():
-            r = int(np.flatnonzero(used > L)[0])
-            raise PacktoolError(
-                f"{self._where(shard, row0 + r)}: seq_lengths sum to {used[r]} > pack_len {L}"
-            )
-        base = row_of_doc * L + start  # flat slot of each document's first token
+        start = excl - np.repeat(np.append(excl, 0)[cols["seq_off"][:-1]], per_row)
         keep = real > 0
-        idx = _runs(base[keep], real[keep])
+        idx = _runs((row_of_doc * L + start)[keep], real[keep])
         tokens, labels = ids.reshape(-1)[idx], lab.reshape(-1)[idx]
         del idx
-        self._check_pads(ids, lab, base + real, slots - real, row_of_doc, shard, row0)
-        self._check_labels(tokens, labels, real[keep], row_of_doc[keep], shard, row0)
         row_docs = np.bincount(row_of_doc[keep], minlength=R).astype(np.int64)
         t = self.totals
         t.rows += R
@@ -214,80 +244,39 @@ class PackReader:
         t.pad_slots += int((slots - real).sum())  # padded documents' slots past their real tokens
         return DocBatch(tokens, labels, real[keep], row_docs)
 
-    def _check_pads(self, ids, lab, at, n, row_of_doc, shard: str, row0: int) -> None:
-        """The slots a padded document has beyond its real tokens must be pad_id with label -100."""
-        if not n.any():
-            return
-        L = ids.shape[1]
-        idx = _runs(at, n)
-        pad_ids, pad_lab = ids.reshape(-1)[idx], lab.reshape(-1)[idx]
-        bad = np.flatnonzero((pad_ids != self.pad_id) | (pad_lab != schema.IGNORE_INDEX))
-        if bad.size:
-            flat = int(idx[bad[0]])
-            raise PacktoolError(
-                f"{self._where(shard, row0 + flat // L)} slot {flat % L}: a document's slot past "
-                f"its {UNPADDED} holds token {pad_ids[bad[0]]} label {pad_lab[bad[0]]}, not pad "
-                f"{self.pad_id} / -100; this layout cannot be exported"
-            )
-
-    def _check_labels(self, tokens, labels, doc_len, row_of_doc, shard: str, row0: int) -> None:
-        """What the exported formats can say: a label is -100 or the token itself, and a document's
-        first token is never a target (their loaders derive targets from the next input token)."""
-        bad = np.flatnonzero((labels != schema.IGNORE_INDEX) & (labels != tokens))
-        if bad.size:
-            d = int(np.searchsorted(np.cumsum(doc_len), bad[0], side="right"))
-            raise PacktoolError(
-                f"{self._where(shard, row0 + int(row_of_doc[d]))}: label {labels[bad[0]]} differs "
-                f"from its token {tokens[bad[0]]}; formats that shift input_ids into targets cannot "
-                "hold it"
-            )
-        starts = np.cumsum(doc_len) - doc_len
-        bad = np.flatnonzero(labels[starts] != schema.IGNORE_INDEX)
-        if bad.size:
-            raise PacktoolError(
-                f"{self._where(shard, row0 + int(row_of_doc[bad[0]]))}: a document's first token "
-                f"has label {labels[starts[bad[0]]]}, not -100 (the pack contract); write the "
-                "pack again with `packtool pack`"
-            )
-
     # ----------------------------------------------------------------------- the end
+
+    def _check_hash(self, s: dict) -> None:
+        """PacktoolError when the shard's sha256 is not the manifest's (waits for its hash)."""
+        got = self._hashes[s["file"]].result()
+        if s.get("sha256") and got != s["sha256"]:
+            raise PacktoolError(
+                f"{self.path}/{s['file']}: sha256 {got[:12]}… differs from {schema.MANIFEST}'s "
+                f"{str(s['sha256'])[:12]}…; the shard changed after packing (packtool verify "
+                f"{self.path} says more)"
+            )
 
     def finish(self) -> Totals:
         """Shard hashes and the totals against the manifest; PacktoolError on any difference."""
         for s in self.shards:
-            got = self._hashes[s["file"]].result()
-            if s.get("sha256") and got != s["sha256"]:
-                raise PacktoolError(
-                    f"{self.path}/{s['file']}: sha256 {got[:12]}… differs from {schema.MANIFEST}'s "
-                    f"{str(s['sha256'])[:12]}…; the shard changed after packing (packtool verify "
-                    f"{self.path} says more)"
-                )
+            self._check_hash(s)
         t, m = self.totals, self.manifest
         want = {
             "rows": (t.rows, m.counts.rows),
             "documents": (t.documents, m.counts.documents),
             "tokens": (t.tokens, m.tokens.out),
             "loss tokens": (t.loss_tokens, m.tokens.loss_out),
+            "pad slots": (t.rows * self.pack_len - t.tokens, m.tokens.pad),
         }
+        if m.tokens.doc_pad is not None or self.padded:
+            want["document pad slots"] = (t.pad_slots, m.tokens.doc_pad)
         for what, (got, expected) in want.items():
             if got != expected:
                 raise PacktoolError(
                     f"{self.path}: the shards hold {got:,} {what}, {schema.MANIFEST} says "
-                    f"{expected:,}; packtool verify {self.path} says more"
+                    f"{expected if expected is None else format(expected, ',')}; {self._fix}"
                 )
         return t
-
-
-def _fixed(arr, rows: int, width: int) -> np.ndarray:
-    """(rows, width) int32 array of a fixed_size_list<int32> column (zero copy when possible)."""
-    flat = arr.flatten().to_numpy(zero_copy_only=False)
-    return flat.astype(np.int32, copy=False).reshape(rows, width)
-
-
-def _lists(arr) -> tuple[np.ndarray, np.ndarray]:
-    """(entries per row, values as int64) of a list<int> column, honouring slices."""
-    per_row = arr.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
-    return per_row, arr.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def _runs(at: np.ndarray, n: np.ndarray) -> np.ndarray:

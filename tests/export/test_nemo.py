@@ -284,12 +284,10 @@ def relayout(pack: Path, multiple: int, fixed: int, empty_row: bool = False) -> 
                 "source_index": src,
                 "num_tokens": sum(real),
                 "num_loss_tokens": sum(x != IGNORE for x in lab),
-                "seq_lengths_unpadded": real,
+                **({"seq_lengths_unpadded": real} if multiple > 1 else {}),
             }
         )
-    base = schema.arrow_schema(L)
-    fields = [*base, pa.field("seq_lengths_unpadded", pa.list_(pa.int32()), nullable=False)]
-    arrow = pa.schema(fields, metadata=base.metadata)
+    arrow = schema.arrow_schema(L, padded=multiple > 1)  # the column only when padded, as pack
     for s in m["shards"]:
         (pack / s["file"]).unlink()
     name = f"{schema.DATA_DIR}/{schema.shard_name(0, 1)}"
@@ -298,6 +296,9 @@ def relayout(pack: Path, multiple: int, fixed: int, empty_row: bool = False) -> 
     m["shards"] = [{"file": name, "rows": len(out), "sha256": digest}]
     m["pack_len"], m["pad_to_multiple"], m["fixed_docs"] = L, multiple, bool(fixed)
     m["counts"]["rows"] = len(out)
+    m["tokens"]["pad"] = len(out) * L - m["tokens"]["out"]
+    if multiple > 1:
+        m["tokens"]["doc_pad"] = sum(sum(r["seq_lengths"]) - r["num_tokens"] for r in out)
     (pack / schema.MANIFEST).write_text(json.dumps(m))
 
 
@@ -308,17 +309,17 @@ def test_padded_and_fixed_docs_layouts_export_real_tokens_only(tmp_path, multipl
     docs = make_docs(40, seed=5, min_len=2, max_len=30, vocab=300)
     real_pack(tmp_path / "pack", docs, 64, max_docs=6)
     before = [documents(r) for r in pack_rows(tmp_path / "pack")]
-    relayout(tmp_path / "pack", multiple, fixed, empty_row=True)
+    relayout(tmp_path / "pack", multiple, fixed)
     after = [documents(r) for r in pack_rows(tmp_path / "pack")]
-    # the hand-built layout holds the same documents, plus one row without any
-    assert after[:-1] == before and after[-1] == []
+    assert after == before  # the hand-built layout holds the same documents
     arr, _, record = check_export(tmp_path / "pack", tmp_path / "nemo")
-    assert len(arr) == len(before) and record["rows_without_documents"] == 1
+    assert len(arr) == len(before) and record["rows_without_documents"] == 0
     rows = pack_rows(tmp_path / "pack")
     assert record["pad_slots_dropped"] == sum(
-        sum(r["seq_lengths"]) - sum(r["seq_lengths_unpadded"]) for r in rows
+        sum(r["seq_lengths"]) - sum(r.get("seq_lengths_unpadded") or r["seq_lengths"]) for r in rows
     )
-    assert record["padded_documents"] is True and "real tokens only" in record["padding"]
+    assert record["padded_documents"] is (multiple > 1)
+    assert ("real tokens only" in record["padding"]) is (multiple > 1)
     assert record["empty_documents_skipped"] == sum(r["seq_lengths"].count(0) for r in rows)
 
 
@@ -333,7 +334,23 @@ def test_pad_slots_that_hold_tokens_are_refused(tmp_path):
     ids[r][unp[r][0]] = 4242  # the first pad slot
     t = t.set_column(0, "input_ids", pa.array(ids, t.schema.field("input_ids").type))
     pq.write_table(t, shard)
-    with pytest.raises(PacktoolError, match=rf"row {r} slot {unp[r][0]}: .* token 4242"):
+    _resign(tmp_path / "pack")
+    with pytest.raises(
+        PacktoolError,
+        match=rf"row {r} position {unp[r][0]} \(padding of document 0\): input_id 4242 != pad id",
+    ):
+        export_nemo(str(tmp_path / "pack"), str(tmp_path / "nemo"))
+    assert not (tmp_path / "nemo").exists()
+
+
+def test_a_row_without_documents_is_refused(tmp_path):
+    """verify refuses a row that holds no document (the writer never makes one): so does export."""
+    real_pack(tmp_path / "pack", make_docs(20, seed=6, min_len=3), 32, max_docs=6)
+    relayout(tmp_path / "pack", 4, 6, empty_row=True)
+    rows = len(pack_rows(tmp_path / "pack"))
+    with pytest.raises(
+        PacktoolError, match=rf"row {rows - 1}: seq_lengths declare 0 tokens in 0 documents"
+    ):
         export_nemo(str(tmp_path / "pack"), str(tmp_path / "nemo"))
     assert not (tmp_path / "nemo").exists()
 
@@ -434,14 +451,36 @@ def test_a_changed_shard_fails_its_checksum_and_writes_nothing(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["pack"]  # no temporary folder either
 
 
-@pytest.mark.parametrize("key, what", [("out", "tokens"), ("loss_out", "loss tokens")])
-def test_totals_that_disagree_with_the_manifest(tmp_path, key, what):
+@pytest.mark.parametrize(
+    "keys, what", [(("in", "out"), "tokens"), (("loss_in", "loss_out"), "loss tokens")]
+)
+def test_totals_that_disagree_with_the_manifest(tmp_path, keys, what):
+    """The manifest's own arithmetic holds (in and out moved together), the rows disagree with it."""
+    real_pack(tmp_path / "pack", make_docs(30), 32)
+    m = _manifest(tmp_path / "pack")
+    for key in keys:
+        m["tokens"][key] += 1
+    _write_manifest(tmp_path / "pack", m)
+    with pytest.raises(PacktoolError, match=rf"the shards hold [\d,]+ {what}, manifest.json says"):
+        export_nemo(str(tmp_path / "pack"), str(tmp_path / "o"))
+
+
+@pytest.mark.parametrize("key", ["out", "loss_out"])
+def test_a_manifest_that_disagrees_with_itself(tmp_path, key):
     real_pack(tmp_path / "pack", make_docs(30), 32)
     m = _manifest(tmp_path / "pack")
     m["tokens"][key] += 1
     _write_manifest(tmp_path / "pack", m)
-    with pytest.raises(PacktoolError, match=rf"the shards hold [\d,]+ {what}, manifest.json says"):
+    with pytest.raises(PacktoolError, match=r"manifest.json: (loss )?tokens in \d+ != out"):
         export_nemo(str(tmp_path / "pack"), str(tmp_path / "o"))
+
+
+def _resign(pack: Path) -> None:
+    """Every shard's sha256 in the manifest set to the shard as it is now."""
+    m = _manifest(pack)
+    for s in m["shards"]:
+        s["sha256"] = hashlib.sha256((pack / s["file"]).read_bytes()).hexdigest()
+    _write_manifest(pack, m)
 
 
 def _rewrite_column(pack: Path, column: str, edit) -> None:
@@ -466,7 +505,9 @@ def test_labels_that_are_not_their_token_are_refused(tmp_path):
         labels[0][j] = labels[0][j] + 1
 
     _rewrite_column(tmp_path / "pack", "labels", edit)
-    with pytest.raises(PacktoolError, match=r"row 0: label \d+ differs from its token"):
+    with pytest.raises(
+        PacktoolError, match=r"row 0 position \d+ \(document 0\): label \d+ != input_id"
+    ):
         export_nemo(str(tmp_path / "pack"), str(tmp_path / "o"))
 
 
@@ -477,7 +518,10 @@ def test_a_trained_first_token_is_refused(tmp_path):
         labels[0][0] = ids[0]
 
     _rewrite_column(tmp_path / "pack", "labels", edit)
-    with pytest.raises(PacktoolError, match="row 0: a document's first token has label"):
+    with pytest.raises(
+        PacktoolError,
+        match=r"row 0 position 0 \(first token of document 0\): label \d+, must be -100",
+    ):
         export_nemo(str(tmp_path / "pack"), str(tmp_path / "o"))
 
 
@@ -488,7 +532,10 @@ def test_seq_lengths_past_the_row_are_refused(tmp_path):
         seq[0][0] += 40
 
     _rewrite_column(tmp_path / "pack", "seq_lengths", edit)
-    with pytest.raises(PacktoolError, match=r"row 0: seq_lengths sum to \d+ > pack_len 32"):
+    with pytest.raises(
+        PacktoolError,
+        match=r"row 0: seq_lengths declare \d+ tokens in 2 documents .* <= pack_len 32",
+    ):
         export_nemo(str(tmp_path / "pack"), str(tmp_path / "o"))
 
 
