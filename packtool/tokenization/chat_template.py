@@ -63,6 +63,7 @@ class ChatTemplate:
     family: str | None = None
     end_of_turn: str | None = None  # the trained end token, e.g. "<|eot_id|> (EOS)"
     near: str | None = None  # TRL's training template of the official one this is a near miss of
+    near_alike: str = ""  # how near, in words: "88% alike, 3 of 40 blocks differ"
 
     def info(self) -> dict:
         return {
@@ -158,32 +159,53 @@ def _blocks(text: str) -> list[str]:
 def trl_near_miss(text: str) -> tuple[str, float, int, int] | None:
     """(X_training, ratio alike, blocks that differ, blocks) for the official template X.jinja that
     TRL ships a training version of and that `text` is nearest to, when at least NEAR alike
-    (an older revision of the same model's template: Qwen3's, DeepSeek-V3's); compared block by
-    block (text between Jinja tags), so one-line templates compare as well as multi-line ones."""
+    (an older revision of the same model's template: Qwen3's); compared block by block (text
+    between Jinja tags), so one-line templates compare as well as multi-line ones."""
+    near = trl_nearest(text)
+    return near[0] if near and near[0][1] >= NEAR else None
+
+
+NEAREST = 0.6  # below this, an official template is not worth naming as a candidate
+
+
+def trl_nearest(text: str) -> list[tuple[str, float, int, int]]:
+    """trl_near_miss's tuples for every official template at least NEAREST alike, nearest first:
+    what a template that is no near miss is named against (DeepSeek-V3's own template is 72% alike
+    TRL's deepseekv3.jinja), so the user can compare before choosing one."""
     folder = trl_dir()
-    return None if folder is None else _near_miss(text, folder)
+    return [] if folder is None else _nearest(text, folder)
 
 
 @functools.lru_cache(maxsize=8)
-def _near_miss(text: str, folder: Path) -> tuple[str, float, int, int] | None:
-    """trl_near_miss against one TRL templates folder (cached per folder: the folder found can change
+def _nearest(text: str, folder: Path) -> list[tuple[str, float, int, int]]:
+    """trl_nearest against one TRL templates folder (cached per folder: the folder found can change
     within a process, e.g. another TRL on the path)."""
     import difflib
 
     mine = _blocks(text)
-    best = None
+    found = []
     for training, official in _officials(folder):
         theirs = _blocks(official)
         sm = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
-        if sm.real_quick_ratio() < NEAR or sm.quick_ratio() < NEAR:
+        if sm.real_quick_ratio() < NEAREST or sm.quick_ratio() < NEAREST:
             continue
         ratio = sm.ratio()
-        if ratio >= NEAR and (best is None or ratio > best[1]):
+        if ratio >= NEAREST:
             differ = sum(
                 max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"
             )
-            best = (training, ratio, differ, max(len(mine), len(theirs)))
-    return best
+            found.append((training, ratio, differ, max(len(mine), len(theirs))))
+    return sorted(found, key=lambda t: -t[1])
+
+
+def alike(near: tuple[str, float, int, int]) -> str:
+    """How near a template is to TRL's official one, in words."""
+    _, ratio, differ, blocks = near
+    return f"{ratio:.0%} alike, {differ} of {blocks} blocks differ"
+
+
+def _official(training: str) -> str:
+    return training[: -len("_training")] + ".jinja"
 
 
 def _trl_template(name: str) -> ChatTemplate:
@@ -255,15 +277,18 @@ def family_of(text: str) -> str | None:
     return None
 
 
-def family_fix(family: str | None, train_on: str, near: str | None = None) -> str:
+def family_fix(
+    family: str | None, train_on: str, near: str | None = None, near_alike: str = ""
+) -> str:
     """What to do when this family's own template cannot locate every assistant turn; `near`:
-    the TRL training template of the official template this one is a near miss of, said first."""
+    the TRL training template of the official template this one is a near miss of (`near_alike`:
+    how near), said first."""
     fixes = []
     training = FAMILIES.get(family, (None, None))[1] if family else None
     if near:
         fixes.append(
-            f"--chat-template trl:{near} (TRL's training version of the official template this "
-            "one is a near miss of)"
+            f"--chat-template trl:{near} (TRL's training version of {_official(near)}, the official "
+            "template this one is a near miss of" + (f": {near_alike})" if near_alike else ")")
         )
         if near == training:
             training = None
@@ -328,14 +353,22 @@ def pick(spec, choice: str | None) -> ChatTemplate:
             why=f"TRL's training version of the tokenizer's official template "
             f"({name[: -len('_training')]}.jinja)",
         )
-    near = trl_near_miss(own)
-    if near:
-        name, ratio, differ, blocks = near
+    nearest = trl_nearest(own)
+    if nearest and nearest[0][1] >= NEAR:
+        name = nearest[0][0]
         return replace(
             tpl,
             near=name,
-            why=f"the tokenizer's own template, a near miss of TRL's official "
-            f"{name[: -len('_training')]}.jinja ({ratio:.0%} alike, {differ} of {blocks} blocks "
-            f"differ): --chat-template trl:{name} is most likely its training version",
+            near_alike=alike(nearest[0]),
+            why=f"the tokenizer's own template, a near miss of TRL's official {_official(name)} "
+            f"({alike(nearest[0])}): --chat-template trl:{name} is most likely its training version",
+        )
+    if nearest:  # named, not chosen: an older or other revision is no training version of this one
+        named = ", ".join(f"{_official(n[0])} ({n[1]:.0%} alike)" for n in nearest[:2])
+        return replace(
+            tpl,
+            why=f"the tokenizer's own template (no training version known; nearest of TRL's "
+            f"official templates: {named}; compare with packtool inspect DATA --chat-template "
+            f"trl:{nearest[0][0]} before training on one)",
         )
     return replace(tpl, why="the tokenizer's own template (no training version known)")

@@ -309,7 +309,7 @@ class Renderer:
 
     def _fix(self) -> str:
         family = self.template.family or family_of(self.template.text)
-        return family_fix(family, self.train_on, self.template.near)
+        return family_fix(family, self.train_on, self.template.near, self.template.near_alike)
 
     def _turn_end(self, text: str, a: int = 0, b: int | None = None) -> int:
         """The end of text[a:b] as trained: before the whitespace after a closing end-of-turn

@@ -124,7 +124,7 @@ def _probed(spec, tpl: ChatTemplate, mode: str, train_on: str, family) -> ChatTe
             raise UsageError(
                 f"chat template '{tpl.name}'{f' ({family})' if family else ''} of tokenizer {spec.name} is not "
                 "prefix-preserving (it renders earlier turns differently once later turns follow), so its assistant "
-                f"turns cannot be located; fix: {family_fix(family, train_on, tpl.near)}"
+                f"turns cannot be located; fix: {family_fix(family, train_on, tpl.near, tpl.near_alike)}"
             )
     tpl = got.template
     if got.error:

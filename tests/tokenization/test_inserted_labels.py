@@ -256,8 +256,13 @@ def test_an_older_revision_of_an_official_template_is_a_near_miss(spec):
     with pytest.raises(
         UsageError,
         match=r"fix: --chat-template trl:qwen3_training .*; or --chat-template chatml-train",
-    ):
+    ) as refused:
         choose(own, None)
+    # and says how near
+    assert (
+        f"qwen3.jinja, the official template this one is a near miss of: {ratio:.0%} alike, "
+        in (str(refused.value))
+    )
 
 
 def test_the_builtin_qwen3_template_is_recognised_as_a_near_miss():
@@ -290,6 +295,22 @@ def test_a_one_line_template_near_miss_is_found_block_by_block():
     older = official.replace("{% set ns = namespace(", "{%- set ns = namespace(", 1)
     assert older != official
     assert ct.trl_near_miss(older)[0] == "deepseekv3_training"
+
+
+def test_a_template_below_a_near_miss_names_its_nearest_official_templates(spec):
+    """DeepSeek-V3's own template is about 72% alike TRL's deepseekv3.jinja: not chosen as its
+    training version, but named, with how near, so the user can compare."""
+    need_trl("deepseekv3.jinja")
+    blocks = ct._blocks((ct.trl_dir() / "deepseekv3.jinja").read_text())
+    farther = "".join(b for i, b in enumerate(blocks) if i % 3)  # a third of its blocks gone
+    assert ct.trl_near_miss(farther) is None
+    picked = ct.pick(replace(spec, builtin=False, chat_template=farther), None)
+    assert picked.near is None
+    ratio = ct.trl_nearest(farther)[0][1]
+    assert (
+        f"nearest of TRL's official templates: deepseekv3.jinja ({ratio:.0%} alike)" in picked.why
+    )
+    assert "--chat-template trl:deepseekv3_training before training on one" in picked.why
 
 
 def test_an_unrelated_template_is_no_near_miss():
