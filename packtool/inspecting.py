@@ -169,7 +169,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         "loss_tokens": int(np.count_nonzero(labels != IGNORE_INDEX)),
         "input_ids": ids.tolist(),
         "labels": labels.tolist(),
-        "runs": _runs(_Decoder(spec, cut.built if cut is not None else None), ids, labels),
+        "runs": _runs(_Decoder(spec, cut.decoder() if cut is not None else None), ids, labels),
     }
 
 

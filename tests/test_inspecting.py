@@ -99,3 +99,21 @@ def test_a_compiled_template_is_inspected_without_jinja(tmp_path):
 
 def cfg_for(backend):
     return TokenizeConfig(num_proc=1, tokenizer_backend=backend, chat_template="trl:qwen3_training")
+
+
+def test_a_prompt_completion_prompt_decodes_whole(tmp_path):
+    """inspect encodes a string prompt and its completion in two calls; the runs it shows decode
+    with a tokenizer cut to both, so non-Latin prompt text is shown, not only the completion's."""
+    import json
+
+    from packtool.config import TokenizeConfig
+    from packtool.inspecting import inspect_example
+
+    path = tmp_path / "pc.jsonl"
+    record = {"prompt": "你好，请介绍一下你自己。", "completion": "我是一个助手。"}
+    path.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+    got = inspect_example(str(path), TokenizeConfig(), 0)
+    assert [r["text"] for r in got["runs"]] == [
+        "你好，请介绍一下你自己。",
+        "我是一个助手。<|im_end|>",
+    ]

@@ -316,14 +316,29 @@ def cut_json(tables: Tables, texts: list[str]) -> str | None:
 
 class CutBackend(HFBackend):
     """HFBackend whose Rust tokenizer is cut to each call's texts (the whole one where it cannot
-    be); `built`: the tokenizer the last call used, e.g. to decode what it gave."""
+    be); `decoder()`: a tokenizer cut to every text encoded so far, that decodes all the ids they
+    gave (an example may be encoded in several calls: a prompt, then its completion)."""
 
     def __init__(self, backend_json: str):
         super().__init__(backend_json)
-        self.built = None
+        self.texts: list[str] = []
+        self.last = None  # the tokenizer of the last call
+        self.calls = 0
 
     def _tokenizer(self, texts: list[str] | None = None):
-        tables = tables_for(self.backend_json) if texts is not None else None
+        if texts is None:
+            return rust_tokenizer(self.backend_json)
+        self.texts.extend(texts)
+        self.calls += 1
+        self.last = self._cut(texts)
+        return self.last
+
+    def _cut(self, texts: list[str]):
+        tables = tables_for(self.backend_json)
         js = cut_json(tables, texts) if tables is not None else None
-        self.built = rust_tokenizer(self.backend_json) if js is None else build_rust(js)
-        return self.built
+        return rust_tokenizer(self.backend_json) if js is None else build_rust(js)
+
+    def decoder(self):
+        if not self.texts:
+            return rust_tokenizer(self.backend_json)
+        return self.last if self.calls == 1 else self._cut(self.texts)

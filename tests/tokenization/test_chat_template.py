@@ -141,8 +141,10 @@ def test_a_template_that_does_not_parse_is_refused_before_reading(spec, tmp_path
         _tpl(tmp_path, "broken.jinja", "{% for m in messages %}{{ m.content }}", spec)
 
 
-@pytest.mark.parametrize("folder", [None, GPTOSS, LLAMA3])
+@pytest.mark.parametrize("folder", [None, GPTOSS, LLAMA3], ids=["builtin", "gptoss", "llama3"])
 def test_control_tokens_are_the_special_added_tokens_of_the_tokenizer_json(spec, folder):
+    if folder is not None and not folder.is_dir():
+        pytest.skip(f"{folder} is absent (the shared folder is not checked out)")
     s = spec if folder is None else load_spec(str(folder))
     added = json.loads(s.backend_json)["added_tokens"]
     assert ct.special_tokens(s) == {a["content"]: a["id"] for a in added if a.get("special")}

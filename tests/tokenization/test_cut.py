@@ -219,7 +219,7 @@ def test_too_many_substrings_uses_the_whole_tokenizer(monkeypatch):
     assert cut.cut_json(cut.build_tables(js), ["hello lowest world"]) is None
     backend = cut.CutBackend(js)
     ids, offsets, mask = backend.encode_spans(["hello lowest"], [[(0, 5)]])
-    assert backend.built is rust_tokenizer(js)
+    assert backend.decoder() is rust_tokenizer(js)
     assert mask.any() and len(ids) == offsets[-1]
 
 
