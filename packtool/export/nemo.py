@@ -54,6 +54,7 @@ from packtool.export.publish import (
 )
 from packtool.export.reader import DocBatch, PackReader
 from packtool.io.shards import check_space as check_out_space
+from packtool.io.shards import naming
 from packtool.schema.notices import Notice
 
 FORMAT = "nemo"
@@ -166,12 +167,15 @@ def export_nemo(pack: str, out: str, force: bool = False, progress=None) -> Expo
             totals = reader.finish()
             t_read = time.perf_counter()
             arr = rows.array()
-            save_object_npy(tmp / names["data"], arr)
+            with naming(tmp / names["data"]):
+                save_object_npy(tmp / names["data"], arr)
             del arr
             meta = rows.metadata(m.pack_len)
-            (tmp / names["metadata"]).write_text(json.dumps([meta]) + "\n", encoding="utf-8")
             record = _record(pack, reader, totals, meta, names)
-            (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            texts = {names["metadata"]: json.dumps([meta]), RECORD: json.dumps(record, indent=2)}
+            for name, text in texts.items():
+                with naming(tmp / name):
+                    (tmp / name).write_text(text + "\n", encoding="utf-8")
             sizes = {k: os.path.getsize(tmp / v) for k, v in names.items()}
     warnings = []
     if rows.repeated_eos:

@@ -17,6 +17,7 @@ back after close) and its blocks bypass the page cache (O_DIRECT), since the pac
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -31,7 +32,7 @@ import numpy as np
 
 from packtool import schema
 from packtool.data.arrow import arrow_array
-from packtool.errors import Interrupt, UsageError
+from packtool.errors import Interrupt, PacktoolError, UsageError
 from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
@@ -101,22 +102,26 @@ class ShardWriter:
         self.path = root / self.relpath
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.rows = 0
-        self._sink = files.HashedSink(self.path)  # sha256 as written, O_DIRECT
+        with naming(self.path):
+            self._sink = files.HashedSink(self.path)  # sha256 as written, O_DIRECT
         try:
-            self._writer = pq.ParquetWriter(
-                self._sink, schema.arrow_schema(pack_len, padded), **writer_options()
-            )
+            with naming(self.path):
+                self._writer = pq.ParquetWriter(
+                    self._sink, schema.arrow_schema(pack_len, padded), **writer_options()
+                )
         except BaseException:
             self._sink.close()
             raise
 
     def write(self, table) -> None:
-        self._writer.write_table(table, row_group_size=table.num_rows)
+        with naming(self.path):
+            self._writer.write_table(table, row_group_size=table.num_rows)
         self.rows += table.num_rows
 
     def close(self) -> dict[str, Any]:
-        self._writer.close()
-        self._sink.close()
+        with naming(self.path):
+            self._writer.close()
+            self._sink.close()
         return {
             "file": self.relpath,
             "rows": self.rows,
@@ -147,7 +152,30 @@ def manifest_text(manifest: dict) -> str:
 
 
 def write_manifest(root: Path, manifest: dict) -> None:
-    (root / schema.MANIFEST).write_text(manifest_text(manifest), encoding="utf-8")
+    with naming(root / schema.MANIFEST):
+        (root / schema.MANIFEST).write_text(manifest_text(manifest), encoding="utf-8")
+
+
+def os_errno(e: OSError) -> int | None:
+    """The errno of an OSError, also where only its text has it (pyarrow's IO errors)."""
+    if e.errno is not None:
+        return e.errno
+    m = re.search(r"\[errno (\d+)\]", str(e), re.IGNORECASE)
+    return int(m.group(1)) if m else None
+
+
+@contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """An OSError raised inside that names no file (write(2), pyarrow's sinks) is raised again
+    naming `path`, the file being written, so the error says which path filled or failed."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        code = os_errno(e)
+        what = e.strerror or (os.strerror(code) if code else str(e).splitlines()[0])
+        raise OSError(code, what, str(path)) from e
 
 
 _SHARD_FILE = re.compile(r"train-\d{5}-of-\d{5}\.parquet")
@@ -250,6 +278,7 @@ def atomic_output(out: Path, force: bool, check=None) -> Iterator[Path]:
     check = check or check_target
     check(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
+    existed = out.exists()
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-tmp-", dir=out.parent))
     try:
         yield tmp
@@ -263,6 +292,30 @@ def atomic_output(out: Path, force: bool, check=None) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if os_errno(e) in (errno.ENOSPC, errno.EDQUOT):
+            raise PacktoolError(_full_disk(e, out, tmp, existed)) from e
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _full_disk(e: OSError, out: Path, tmp: Path, existed: bool) -> str:
+    """The one line for a disk (or quota) that filled while `out` was written in `tmp`: the file
+    as it would have been named in `out`, the free space left, what is kept, the fix."""
+    path = Path(e.filename) if e.filename else None
+    if path is not None and path.is_relative_to(tmp):
+        path = out / path.relative_to(tmp)
+    quota = os_errno(e) == errno.EDQUOT
+    what = "disk quota exceeded" if quota else "no space left on device"
+    try:
+        free = f"{shutil.disk_usage(out.parent).free >> 20} MiB free in {out.parent}"
+    except OSError:
+        free = f"in {out.parent}"
+    kept = f"{out} is unchanged" if existed else f"{out} was not created"
+    return (
+        f"{path or out}: {what} while writing it ({free}); nothing was written, {kept} — "
+        f"free space{' under your quota' if quota else ''} there, or choose another --out"
+    )
