@@ -45,7 +45,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from packtool.errors import PacktoolError, UsageError
+from packtool.io import leftovers
 
+PARTS_PREFIX = ".packtool-ray-parts-"  # + <pid>-<host>-XXXXXXXX (io.leftovers)
 _DRIVER_PID: int | None = None  # the process that holds a Session (memory(): "driver")
 
 
@@ -64,6 +66,8 @@ class Session:
         # starts one worker process fewer (set by __enter__)
         self.driver_works = False
         self._scratch: list[Path] = []
+        # one line for each parts folder of a run that died, removed by `scratch` (io.leftovers)
+        self.leftovers: list[str] = []
         self._up = threading.Event()  # set when the cluster is up, or failed to start
         self._stop = threading.Event()
         self._owner: threading.Thread | None = None  # the thread that starts and stops a local one
@@ -170,11 +174,13 @@ class Session:
 
     def scratch(self) -> Path:
         """A new empty folder for a run's encoded parts (cluster.parts), removed by `drop` or at
-        the end of the session."""
+        the end of the session; the parts folders of drivers that died (kill -9) there are removed
+        first, one line each in `leftovers`."""
         parent = self.scratch_parent
         if parent is not None:
             Path(parent).mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=".packtool-ray-parts-", dir=parent))
+        self.leftovers += leftovers.remove_dead(parent)
+        folder = leftovers.make(parent, PARTS_PREFIX)
         self._scratch.append(folder)
         return folder
 

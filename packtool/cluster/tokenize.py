@@ -271,6 +271,7 @@ def load_tokenized(
             data, cfg, source, plan, decisions, backend, got, counted, parts, order
         )
         bar.advance(len(data_out), int(data_out.lengths.sum()))
+    data_out.warnings = [*data_out.warnings, *session.leftovers]
     data_out.rows = ClusterRows(
         folder,
         got.part[order],

@@ -55,7 +55,7 @@ from packtool.export.publish import (
 from packtool.export.reader import DocBatch, PackReader
 from packtool.io.shards import check_space as check_out_space
 from packtool.io.shards import naming
-from packtool.schema.notices import Notice
+from packtool.schema.notices import LEFTOVER, Notice
 
 FORMAT = "nemo"
 READERS = {  # the reader code this layout was checked against (see the module docstring)
@@ -159,7 +159,8 @@ def export_nemo(pack: str, out: str, force: bool = False, progress=None) -> Expo
         check_out_space(out_path, BYTES_PER_TOKEN * m.tokens.out + BYTES_PER_ROW * m.counts.rows)
         names = file_names(m.pack_len)
         rows = _Rows(m.tokenizer.get("eos_id") if isinstance(m.tokenizer, dict) else None)
-        with export_output(out_path, force) as tmp:
+        leftover: list[str] = []
+        with export_output(out_path, force, said=leftover) as tmp:
             for b in reader.batches():
                 rows.add(b)
                 if progress is not None:
@@ -177,7 +178,7 @@ def export_nemo(pack: str, out: str, force: bool = False, progress=None) -> Expo
                 with naming(tmp / name):
                     (tmp / name).write_text(text + "\n", encoding="utf-8")
             sizes = {k: os.path.getsize(tmp / v) for k, v in names.items()}
-    warnings = []
+    warnings = [Notice(LEFTOVER, line) for line in leftover]
     if rows.repeated_eos:
         warnings.append(
             Notice(

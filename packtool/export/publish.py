@@ -3,8 +3,10 @@
     OUT exists, no --force        UsageError (io.shards.check_target's message, as for pack)
     OUT exists, --force           replaced only when empty or an earlier export: export.json names
                                   every file in it (anything else is refused, with its name)
-    writing                       into OUT.packtool-tmp-XXXX beside OUT, renamed to OUT at the end;
-                                  any error or Ctrl-C removes it and leaves OUT as it was
+    writing                       into .OUT.packtool-tmp-<pid>-<host>-XXXX beside OUT, renamed to
+                                  OUT at the end; any error or Ctrl-C removes it and leaves OUT as
+                                  it was; one that a run which died (kill -9) left is removed by
+                                  the next export or pack there (io.leftovers), and said
 
 The writing is io.shards.atomic_output's (the same as a pack's), given this module's check of
 what may be replaced. ExportResult is what an export wrote (files, sizes, the record).
@@ -79,8 +81,9 @@ def check_export_target(out: Path, force: bool) -> None:
 
 
 @contextmanager
-def export_output(out: Path, force: bool) -> Iterator[Path]:
+def export_output(out: Path, force: bool, said: list[str] | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside `out`; on success it becomes `out`, on any error it vanishes
-    (io.shards.atomic_output, replacing only what check_export_target allows)."""
-    with shards.atomic_output(Path(out), force, check=check_export_target) as tmp:
+    (io.shards.atomic_output, replacing only what check_export_target allows; the folders runs
+    that died left beside `out` are removed first, one line each appended to `said`)."""
+    with shards.atomic_output(Path(out), force, check=check_export_target, said=said) as tmp:
         yield tmp

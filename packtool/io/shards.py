@@ -1,6 +1,7 @@
 """Write packed rows as schema-v1 Parquet shards plus manifest.json, atomically.
 
-    OUT.packtool-tmp-XXXX/             built here first (beside OUT, same filesystem)
+    .OUT.packtool-tmp-<pid>-<host>-XXXX/   built here first (beside OUT, same filesystem; one
+                                         that a run which died left is removed: io.leftovers)
         data/train-00000-of-00003.parquet   row groups of <= 16 MiB of token slots each
         ...
         manifest.json                  written last
@@ -22,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +33,7 @@ import numpy as np
 from packtool import schema
 from packtool.data.arrow import arrow_array
 from packtool.errors import Interrupt, PacktoolError, UsageError
-from packtool.io import files
+from packtool.io import files, leftovers
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
 # token slots (4 int32 columns) per row group (256 rows at --len 4096): bounds the write buffers.
@@ -270,23 +270,30 @@ def _publish_modes(root: Path) -> None:
 
 
 @contextmanager
-def atomic_output(out: Path, force: bool, check=None) -> Iterator[Path]:
+def atomic_output(
+    out: Path, force: bool, check=None, said: list[str] | None = None
+) -> Iterator[Path]:
     """Yield a temporary folder beside `out`; on success it becomes `out` (with umask modes), on
     any error it vanishes. `check(out, force)` raises unless `out` may be replaced (default
-    check_target: absent, or a pack with --force); it runs before and again just before the swap."""
+    check_target: absent, or a pack with --force); it runs before and again just before the swap.
+    First the folders that runs which died left beside `out` are removed (io.leftovers), one line
+    each appended to `said`."""
     out = Path(out)
     check = check or check_target
     check(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
+    notes = leftovers.remove_dead(out.parent)
+    if said is not None:
+        said += notes
     existed = out.exists()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-tmp-", dir=out.parent))
+    tmp = leftovers.make(out.parent, f".{out.name}.packtool-tmp-")
     try:
         yield tmp
         Interrupt.check()  # a Ctrl-C that a library swallowed must not publish the pack
         _publish_modes(tmp)
         check(out, force)
         if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.packtool-old-", dir=out.parent))
+            old = leftovers.make(out.parent, f".{out.name}.packtool-old-")
             os.rename(out, old / "old")
             os.rename(tmp, out)
             shutil.rmtree(old, ignore_errors=True)

@@ -115,7 +115,8 @@ def pack_tokenized(
     pad_id, pad_from = pad_id_of(data.tokenizer or {})
     shard_rows = cfg.effective_shard_rows()
     job = WriteJob(plan, row_order, pieces, slots, layout, pad_id, shard_rows, progress, procs)
-    with shards.atomic_output(out, cfg.force) as tmp:
+    leftover: list[str] = []  # folders of runs that died, removed beside out
+    with shards.atomic_output(out, cfg.force, said=leftover) as tmp:
         written = (writer or write_local)(tmp, data, job)
         truncated_cut = int((lengths[pieces.truncated] - L).sum())
         counts = {
@@ -195,6 +196,7 @@ def pack_tokenized(
         shards.write_manifest(tmp, manifest)
     t_end = time.perf_counter()
     warnings = [schema.Notice(notices.INPUT, str(w)) for w in getattr(data, "warnings", []) or []]
+    warnings += [schema.Notice(notices.LEFTOVER, line) for line in leftover]
     said = {
         notices.TRUNCATED: f"truncated {counts['truncated']} example(s) to --len {L}: "
         f"{truncated_cut} tokens cut (listed under 'truncated' in the manifest); --overflow split "
