@@ -115,6 +115,27 @@ def part_gather(names: list[str], chunk, base, source, tails, capacity):
     return loc, FileGather(names, ((chunk, at), (len(names) // 2 + chunk, at)), capacity)
 
 
+FD_HEADROOM = 256  # open files a writer needs besides the part files (its shard, Ray's sockets)
+
+
+def open_files_limit(n: int, soft: int, hard: int, unlimited: int = -1) -> tuple[int, str | None]:
+    """The soft limit of open files a shard writer needs to open `n` part files (the ids and
+    labels file of every part it reads) beside FD_HEADROOM of its own, and None; or, when the
+    hard limit (`unlimited`: no limit) is below that, (soft, the one line that says so)."""
+    want = n + FD_HEADROOM
+    if soft == unlimited or soft >= want:
+        return soft, None
+    if hard == unlimited or hard >= want:
+        return want, None
+    return soft, (
+        f"a shard writer reads {n // 2:,} parts of the encoded input, two files each ({n:,}), and "
+        f"needs {FD_HEADROOM} open files more for itself: {want:,} open files, over this node's "
+        f"hard limit of {hard:,} (ulimit -Hn); the input is cut into at least one part per file, "
+        "so merge its many small files into fewer large ones, raise the hard limit of open files "
+        "on every node, or pack with --engine local"
+    )
+
+
 def _allow_files(n: int) -> None:
     """Raise this process's soft limit of open files to fit `n` more (a writer keeps two files of
     every part it reads open; a large run has thousands of parts) where the hard limit allows."""
@@ -123,15 +144,11 @@ def _allow_files(n: int) -> None:
     except ImportError:  # pragma: no cover - Windows
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = n + 256
-    if soft != resource.RLIM_INFINITY and soft < want:
-        top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    top, problem = open_files_limit(n, soft, hard, resource.RLIM_INFINITY)
+    if problem is not None:
+        raise PacktoolError(problem)
+    if top != soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
-        if top < want:
-            raise PacktoolError(
-                f"a shard writer reads {n // 2} part files, over this node's limit of open files "
-                f"({hard}); raise it (ulimit -n) on every node"
-            )
 
 
 def cut_tail_loss(label_files: list[str], chunk, base, length, L: int) -> int:
