@@ -1,17 +1,44 @@
-"""File helpers shared by readers, the shard writer, verify and the torch loader."""
+"""File helpers shared by readers, the shard writer, verify and the torch loader; the text side of
+reading JSON (Lines): which UTF a file is in, and its lines as bounded UTF-8 records.
+
+    text_codec(first 4 bytes)   ("utf-16-le", 2): a BOM names the UTF and byte order; without one,
+                                the NULs around JSON's first (ASCII) character do (RFC 8259)
+    record_lines(f, codec, limit)   (bytes in the file, the line as UTF-8, why refused) per line; a
+                                line over `limit` bytes is read through, never held: refused with
+                                its size (max_record_bytes: PACKTOOL_MAX_RECORD_MIB, default 256)
+"""
 
 from __future__ import annotations
 
 import atexit
+import bz2
 import errno
+import gzip
 import hashlib
+import io
+import lzma
 import mmap
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
+
+from packtool.errors import PacktoolError, UsageError
 
 _TEMP_CACHE: Path | None = None  # set by use_temporary_cache() when the cache folder is unusable
+
+MAX_RECORD_MIB = 256  # the largest JSON Lines record read, unless PACKTOOL_MAX_RECORD_MIB says
+_BOMS = (  # utf-32-le before utf-16-le: its BOM starts with theirs
+    (b"\xef\xbb\xbf", "utf-8"),
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+)
+_SKIP_CHUNK = 1 << 16  # a line over the limit is read through in pieces of this size
+_WIDE_CHUNK = 1 << 20  # UTF-16/32 text is read in pieces of this size
 
 
 def sha256_file(path: str | Path) -> str:
@@ -172,3 +199,135 @@ def umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def open_data(path: str) -> BinaryIO:
+    """A data file's bytes, decompressed by its extension (.gz .zst .bz2 .xz)."""
+    low = path.lower()
+    if low.endswith(".zst"):
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb")))  # type: ignore[arg-type]
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(os.path.splitext(low)[1])
+    return (opener or open)(path, "rb")  # type: ignore[return-value]
+
+
+def text_codec(head: bytes) -> tuple[str, int]:
+    """(codec, BOM length) of a JSON text that starts with `head` (its first 4 bytes or fewer)."""
+    for bom, codec in _BOMS:
+        if head.startswith(bom):
+            return codec, len(bom)
+    if len(head) >= 4 and not (head[0] and head[1]):  # as json.detect_encoding
+        if not head[0]:
+            return ("utf-16-be" if head[1] else "utf-32-be"), 0
+        return ("utf-16-le" if head[2] or head[3] else "utf-32-le"), 0
+    if len(head) >= 2 and not (head[0] and head[1]):
+        return ("utf-16-be" if not head[0] else "utf-16-le"), 0
+    return "utf-8", 0
+
+
+def max_record_bytes() -> int:
+    """The largest JSON Lines record read: PACKTOOL_MAX_RECORD_MIB MiB, else MAX_RECORD_MIB."""
+    raw = os.environ.get("PACKTOOL_MAX_RECORD_MIB")
+    if raw is None:
+        return MAX_RECORD_MIB << 20
+    try:
+        mib = int(raw)
+    except ValueError:
+        mib = 0
+    if mib < 1:
+        raise UsageError(f"PACKTOOL_MAX_RECORD_MIB={raw!r} is not a whole number of MiB >= 1")
+    return mib << 20
+
+
+def as_utf8(path: str, data: bytes) -> bytes:
+    """A whole JSON file's bytes as UTF-8, without a BOM (UTF-16/32 decoded)."""
+    codec, bom = text_codec(data[:4])
+    if codec == "utf-8":
+        return data[bom:] if bom else data
+    try:
+        return data[bom:].decode(codec).encode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PacktoolError(
+            f"{path}: not valid {codec.upper()}: {e.reason} (byte {e.start + bom + 1}); "
+            "fix the file or save it as UTF-8"
+        ) from None
+
+
+def too_long(size: int, limit: int) -> str:
+    """Why a record of `size` bytes is refused (a record's reason: file and line come first)."""
+    return (
+        f"record of {size:,} bytes is over the {limit >> 20} MiB limit per record; "
+        "raise it with PACKTOOL_MAX_RECORD_MIB=N"
+    )
+
+
+def record_lines(f, codec: str, limit: int) -> Iterator[tuple[int, bytes, str | None]]:
+    """(bytes in the file, line as UTF-8 bytes, why refused) of each line of `f` (binary, past any
+    BOM), '\n' included; a refused line comes as b"" with its reason. Lines are split on the
+    codec's own '\n' (UTF-16/32: at whole code units), so no fragment is ever a line."""
+    if codec == "utf-8":
+        while text := f.readline(limit + 1):
+            if len(text) > limit and not text.endswith(b"\n"):
+                size, text = len(text), b""  # (not held while the rest is read)
+                size += _rest_of_line(f)
+                yield size, b"", too_long(size, limit)
+            else:
+                yield len(text), text, None
+        return
+    yield from _wide_lines(f, codec, limit)
+
+
+def _rest_of_line(f) -> int:
+    """Read to the end of the current line without holding it: the bytes read."""
+    n = 0
+    while piece := f.readline(_SKIP_CHUNK):
+        n += len(piece)
+        if piece.endswith(b"\n"):
+            break
+    return n
+
+
+def _wide_lines(f, codec: str, limit: int) -> Iterator[tuple[int, bytes, str | None]]:
+    """record_lines for UTF-16/32: each line decoded on its own, so a bad one is one bad record."""
+    nl = "\n".encode(codec)
+    unit = len(nl)
+    buf = bytearray()  # starts at a code unit boundary
+    over = -1  # bytes so far of a line over the limit, being read through (-1: none)
+    while True:
+        chunk = f.read(_WIDE_CHUNK)
+        buf += chunk
+        start = 0
+        while (end := _line_end(buf, nl, start)) >= 0:
+            if over >= 0:
+                size, over = over + end - start, -1
+                yield size, b"", too_long(size, limit)
+            else:
+                yield end - start, *_decoded(buf[start:end], codec)
+            start = end
+        del buf[:start]
+        if over >= 0 or len(buf) > limit:
+            whole = len(buf) - len(buf) % unit if chunk else len(buf)
+            over = max(over, 0) + whole
+            del buf[:whole]
+        if not chunk:
+            if over >= 0:
+                yield over, b"", too_long(over, limit)
+            elif buf:
+                yield len(buf), *_decoded(buf, codec)
+            return
+
+
+def _line_end(buf: bytearray, nl: bytes, start: int) -> int:
+    """The end of the line that starts at `start` (after its newline, at a code unit), or -1."""
+    at = buf.find(nl, start)
+    while at >= 0 and (at - start) % len(nl):
+        at = buf.find(nl, at + 1)
+    return at + len(nl) if at >= 0 else -1
+
+
+def _decoded(line: bytearray, codec: str) -> tuple[bytes, str | None]:
+    try:
+        return line.decode(codec).encode("utf-8"), None
+    except UnicodeDecodeError as e:
+        return b"", f"not valid {codec.upper()}: {e.reason} (byte {e.start + 1})"

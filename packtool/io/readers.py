@@ -25,22 +25,22 @@ reads (messages, conversations, text, ...) nor a column mapped with --column, is
 list holds the records: {"data": [{...}, {...}]}. A `.json` file that is really JSON Lines (its
 first line is a whole JSON object) is read as JSON Lines.
 
-Memory: jsonl streams one batch of lines at a time; parquet one batch; Arrow
-datasets are memory-mapped; a .json file is held whole.
+JSON text is UTF-8, UTF-16 or UTF-32 (io.files.text_codec: a BOM, or the NULs around the first
+character), read as UTF-8. Memory: jsonl streams one batch of lines at a time, and a line longer than
+io.files.max_record_bytes (PACKTOOL_MAX_RECORD_MIB) is read through, never held, and refused as a
+bad record with its size; parquet one batch; Arrow datasets are memory-mapped; a .json file is held
+whole.
 """
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import io
 import json
 import lzma
 import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
@@ -48,6 +48,7 @@ from packtool.config import ReadConfig
 from packtool.data.provenance import where
 from packtool.errors import PacktoolError, UsageError
 from packtool.formats.columns import ColumnCheck
+from packtool.io.files import as_utf8, max_record_bytes, open_data, record_lines, text_codec
 from packtool.io.sources import COMPRESSED, Located, data_kind, locate
 
 BATCH_RECORDS = 1024  # records per batch
@@ -179,8 +180,9 @@ class RawBatch:
                   pipeline per file (None: the encode step's own)
         lines_read  on the last batch of a part of a file (part_batches): the part's lines
         lines     1-based line of each record (JSON Lines), else None
-        payload   exactly one of: raw (JSON text per record, unparsed), records (parsed dicts, None
-                  where unreadable, with errors), arrow (a pyarrow RecordBatch)
+        payload   exactly one of: raw (JSON text per record, unparsed; with errors where a line was
+                  refused as read, b"" for it), records (parsed dicts, None where unreadable, with
+                  errors), arrow (a pyarrow RecordBatch)
 
     Picklable, so a worker process can parse and encode it.
     """
@@ -222,7 +224,11 @@ class RawBatch:
     def parsed(self) -> tuple[list[dict | None], list[str | None]]:
         """(record or None, why not) per record; JSON lines are parsed here."""
         if self.raw is not None:
-            rows = [parse_json_record(r) for r in self.raw]
+            refused = self.errors or [None] * len(self.raw)
+            rows = [
+                (None, e) if e else parse_json_record(r)
+                for r, e in zip(self.raw, refused, strict=True)
+            ]
             return [r for r, _ in rows], [e for _, e in rows]
         if self.records is not None:
             return self.records, self.errors or [None] * len(self.records)
@@ -306,7 +312,9 @@ def file_parts(path: str, part_bytes: int = PART_BYTES) -> list[tuple | None]:
     kind = data_kind(path)
     if kind == "jsonl" and not path.lower().endswith(COMPRESSED):
         size = os.path.getsize(path)
-        if size <= part_bytes:
+        with open(path, "rb") as f:
+            wide = text_codec(f.read(4))[0] != "utf-8"
+        if size <= part_bytes or wide:  # UTF-16/32: one part (its lines are not cut at b"\n")
             return [None]
         parts = -(-size // part_bytes)
         step = -(-size // parts)  # parts of equal size, the last one maybe shorter
@@ -346,27 +354,17 @@ def _jsonl_range_batches(path: str, a: int, b: int, batch_records: int) -> Itera
             f.seek(a - 1)
             if f.read(1) != b"\n":
                 f.readline()  # the line that starts before a belongs to the part before
+        else:
+            f.read(text_codec(f.peek(4)[:4])[1])  # a UTF-8 BOM (file_parts: UTF-8 only)
+        each = record_lines(f, "utf-8", max_record_bytes())
 
         def lines():
             pos = f.tell()
-            while pos < b:
-                text = f.readline()
-                if not text:
-                    return
-                pos += len(text)
-                yield text
+            while pos < b and (line := next(each, None)) is not None:
+                pos += line[0]
+                yield line
 
         yield from _line_batches(path, enumerate(lines(), 1), batch_records, part=True)
-
-
-def _open(path: str) -> BinaryIO:
-    low = path.lower()
-    if low.endswith(".zst"):
-        import zstandard
-
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb")))  # type: ignore[arg-type]
-    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(os.path.splitext(low)[1])
-    return (opener or open)(path, "rb")  # type: ignore[return-value]
 
 
 def _json_type(obj: Any) -> str:
@@ -383,34 +381,45 @@ def _not_an_object(obj: Any) -> str | None:
 
 
 def _jsonl_batches(path: str, batch_records: int) -> Iterator[RawBatch]:
-    with _open(path) as f:
-        yield from _line_batches(path, enumerate(f, 1), batch_records)
+    with open_data(path) as f:
+        codec, bom = text_codec(f.peek(4)[:4])
+        f.read(bom)
+        each = record_lines(f, codec, max_record_bytes())
+        yield from _line_batches(path, enumerate(each, 1), batch_records)
 
 
 def _line_batches(path: str, numbered, batch_records: int, part=False) -> Iterator[RawBatch]:
-    """(line number, bytes) pairs → batches of the non-blank lines; for a `part` of a file the last
-    batch is always yielded and carries the lines read (the last line number) in `lines_read`."""
+    """(line number, io.files.record_lines item) pairs → batches of the non-blank lines (a refused
+    line is a record: b"" with its error); for a `part` of a file the last batch is always yielded
+    and carries the lines read (the last line number) in `lines_read`."""
     lines: list[int] = []
     raw: list[bytes] = []
+    errors: list[str | None] = []
     size = lineno = 0
-    for lineno, text in numbered:
-        if not text.strip():
+    for lineno, (_, text, why) in numbered:
+        if why is None and not text.strip():
             continue
         lines.append(lineno)
         raw.append(text)
+        errors.append(why)
         size += len(text)
         if len(raw) >= batch_records or size >= BATCH_BYTES:
-            yield RawBatch(path, lines=lines, raw=raw)
-            lines, raw, size = [], [], 0
-    if part:
-        yield RawBatch(path, lines=lines, raw=raw, lines_read=lineno)
-    elif raw:
-        yield RawBatch(path, lines=lines, raw=raw)
+            yield RawBatch(path, lines=lines, raw=raw, errors=errors if any(errors) else None)
+            lines, raw, errors, size = [], [], [], 0
+    if part or raw:
+        yield RawBatch(
+            path,
+            lines=lines,
+            raw=raw,
+            errors=errors if any(errors) else None,
+            lines_read=lineno if part else None,
+        )
 
 
 def _json_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[RawBatch]:
-    with _open(path) as f:
+    with open_data(path) as f:
         data = f.read()
+    data = as_utf8(path, data)
     if not data.strip():
         return
     try:
