@@ -12,10 +12,20 @@ sha256 (the manifest's `sources`).
 
 A folder whose data files name two or more splits (train/test/validation by file or folder name,
 e.g. data/train-0000.parquet, test.jsonl) is read for `split` only; otherwise every data file is.
+
+Folders and `**` follow symlinks, but never into a folder already visited, and each real file is read
+once (by its (st_dev, st_ino)), so a link loop (`self -> .`, `sub/up -> ..`) ends at once. What was
+found and not read is `Located.not_read`, (path, why), for the run's warning:
+
+    in/self               symlink to a folder already read
+    in/gone.jsonl         broken symlink (no gone-target.jsonl)
+    in/copy.jsonl         the same file as in/a.jsonl
 """
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import glob
 import os
 import re
@@ -52,6 +62,7 @@ class Located:
     files: tuple[str, ...] = ()  # kind == "files"
     dataset: Any = None  # kind == "dataset": a datasets.Dataset
     label: str = ""  # RawRecord.file for a dataset
+    not_read: tuple[tuple[str, str], ...] = ()  # (path, why) found but not read (module docstring)
 
 
 def data_kind(name: str) -> str | None:
@@ -78,16 +89,15 @@ def _split_of(rel: Path) -> str | None:
     return _SPLIT_NAMES[m.group(1).lower()] if m else None
 
 
-def _folder_files(folder: Path, label: str, split: str) -> tuple[str, ...]:
-    rels = sorted(
-        p.relative_to(folder)
-        for p in folder.rglob("*")
-        if p.is_file()
-        and data_kind(p.name)
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
+def _folder_files(folder: Path, label: str, split: str) -> Located:
+    root = str(folder)
+    found, not_read = _walk_glob(os.path.join(glob.escape(root), "**", "*"))
+    rels = sorted(Path(os.path.relpath(p, root)) for p in found if data_kind(p))
     if not rels:
-        raise PacktoolError(f"folder {label!r} holds no data files; expected {_SUPPORTED_TEXT}")
+        raise PacktoolError(
+            f"folder {label!r} holds no data files{_not_read_text(not_read)}; "
+            f"expected {_SUPPORTED_TEXT}"
+        )
     splits = {rel: _split_of(rel) for rel in rels}
     named = sorted({s for s in splits.values() if s})
     if len(named) >= 2:
@@ -98,7 +108,143 @@ def _folder_files(folder: Path, label: str, split: str) -> tuple[str, ...]:
                 f"split {split!r} not found in folder {label!r}; its files name the splits "
                 f"{', '.join(named)}; use --split NAME"
             )
-    return tuple(os.path.join(label, str(rel)) for rel in rels)
+    files = tuple(os.path.join(label, str(rel)) for rel in rels)
+    return Located("files", files, not_read=not_read)
+
+
+def _not_read_text(not_read) -> str:
+    return (
+        f" (not read: {', '.join(f'{p} ({why})' for p, why in not_read[:5])})" if not_read else ""
+    )
+
+
+# --------------------------------------------------------------------------- globs and folders
+
+
+def _walk_glob(pattern: str) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """The files `pattern` matches (glob's rules: `**` any folders, names starting "." only where
+    the pattern says so), each real file once, sorted; and (path, why) of what was found and not
+    read: symlinks into folders already visited, broken or looping data-file links, the same file
+    under a second name, folders that cannot be listed."""
+    parts = pattern.split(os.sep)
+    fixed = next((i for i, part in enumerate(parts) if glob.has_magic(part)), len(parts))
+    base = os.sep.join(parts[:fixed]) or (os.sep if pattern.startswith(os.sep) else "")
+    not_read: list[tuple[str, str]] = []
+    paths = [base]
+    for k, part in enumerate(parts[fixed:], fixed + 1):
+        last = k == len(parts)
+        step: list[str] = []
+        for p in paths:
+            if part == "**":
+                folders = _tree(p, not_read)
+                step += folders
+                if last:
+                    step += [q for f in folders for q in _names(f, "*", not_read)]
+            elif glob.has_magic(part):
+                step += _names(p, part, not_read)
+            elif os.path.lexists(os.path.join(p, part)):
+                step.append(os.path.join(p, part))
+        paths = step if last else [p for p in step if os.path.isdir(p)]
+    files = _real_files(sorted(set(paths)), not_read)
+    return files, tuple(dict.fromkeys(not_read))
+
+
+def _names(folder: str, part: str, not_read: list) -> list[str]:
+    """The entries of `folder` whose name matches `part` (hidden ones only for a "." pattern)."""
+    try:
+        names = sorted(os.listdir(folder or os.curdir))
+    except OSError as e:
+        not_read.append((folder, f"cannot list it: {e.strerror}"))
+        return []
+    hidden = part.startswith(".")
+    return [
+        os.path.join(folder, n)
+        for n in names
+        if (hidden or not n.startswith(".")) and fnmatch.fnmatch(n, part)
+    ]
+
+
+def _tree(root: str, not_read: list) -> list[str]:
+    """`root` and every folder below it (hidden ones left out), as `**` sees them: symlinks to
+    folders are followed, but only into a folder not visited yet, and only after every folder
+    reached without a symlink (so a real folder keeps its own name)."""
+    try:
+        visited = {_identity(os.stat(root or os.curdir))}
+    except OSError:
+        return []
+    out: list[str] = []
+    todo, links = [root], []
+    while todo or links:
+        if not todo:
+            link = links.pop(0)
+            try:
+                key = _identity(os.stat(link))
+            except OSError:
+                continue
+            if key in visited:
+                not_read.append((link, "symlink to a folder already read"))
+            else:
+                visited.add(key)
+                todo.append(link)
+            continue
+        folder = todo.pop()
+        out.append(folder)
+        try:
+            with os.scandir(folder or os.curdir) as it:
+                entries = sorted(it, key=lambda e: e.name, reverse=True)
+        except OSError as e:
+            not_read.append((folder, f"cannot list it: {e.strerror}"))
+            continue
+        for e in entries:
+            path = os.path.join(folder, e.name)
+            if e.name.startswith("."):
+                continue
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    key = _identity(e.stat(follow_symlinks=False))
+                    if key not in visited:  # (a folder mounted inside itself)
+                        visited.add(key)
+                        todo.append(path)
+                elif e.is_symlink() and e.is_dir():
+                    links.append(path)
+            except OSError:  # a link loop: a data file's name is reported by _real_files
+                continue
+    return sorted(out)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _real_files(paths: list[str], not_read: list) -> list[str]:
+    """The regular files among `paths`, each real file once: where two paths are one file, the one
+    reached without a symlink (else the first) is kept and the other listed as not read. Data-file
+    names that are broken or looping symlinks are listed as not read."""
+    first: dict[tuple[int, int], list[str]] = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError as e:
+            if data_kind(p):
+                not_read.append((p, _broken(p, e)))
+            continue
+        if os.path.isfile(p):
+            first.setdefault(_identity(st), []).append(p)
+    out = []
+    for same in first.values():
+        real = (p for p in same if os.path.realpath(p) == os.path.abspath(p))
+        keep = same[0] if len(same) == 1 else next(real, same[0])
+        out.append(keep)
+        not_read += [(p, f"the same file as {keep}") for p in same if p != keep]
+    return sorted(out)
+
+
+def _broken(path: str, e: OSError) -> str:
+    if e.errno == errno.ELOOP:
+        return "symlink loop"
+    if e.errno == errno.ENOENT and os.path.islink(path):
+        return f"broken symlink: {os.readlink(path)} does not exist"
+    return f"cannot read it: {e.strerror}"
 
 
 def locate(source: str, split: str = "train") -> Located:
@@ -113,18 +259,17 @@ def locate(source: str, split: str = "train") -> Located:
     if path.is_dir():
         if _is_saved_dataset(path):
             return _load_from_disk(path, source, split)
-        return Located("files", _folder_files(path, source, split))
+        return _folder_files(path, source, split)
     if glob.has_magic(source):
-        matches = sorted(
-            p for p in glob.glob(os.path.expanduser(source), recursive=True) if os.path.isfile(p)
-        )
+        matches, not_read = _walk_glob(os.path.expanduser(source))
         files = tuple(p for p in matches if data_kind(p))
         if not files:
             found = f" ({len(matches)} files of other types)" if matches else ""
             raise PacktoolError(
-                f"no data files match {source!r}{found}; expected {_SUPPORTED_TEXT}"
+                f"no data files match {source!r}{found}{_not_read_text(not_read)}; "
+                f"expected {_SUPPORTED_TEXT}"
             )
-        return Located("files", files)
+        return Located("files", files, not_read=not_read)
     if _HUB_ID_RE.fullmatch(source) and data_kind(source) is None:
         return _load_hub(source, split)
     raise PacktoolError(f"{source!r} does not exist; expected {_SUPPORTED_TEXT}")
@@ -203,7 +348,7 @@ def _load_hub(repo_id: str, split: str) -> Located:
         return Located("dataset", dataset=ds, label=repo_id)
     snap = _hub_snapshot(repo_id)
     if snap is not None:
-        return Located("files", _folder_files(snap, str(snap), split))
+        return _folder_files(snap, str(snap), split)
     import huggingface_hub.constants as hub_constants
 
     raise PacktoolError(

@@ -70,17 +70,23 @@ def _template_key(choice: str | None) -> str:
     return f"name:{choice}"
 
 
-def cache_key(sources: list[SourceFile], cfg: TokenizeConfig, tokenizer: str | None = None) -> str:
-    """`tokenizer`: tokenizer_key(cfg.tokenizer) when the caller has it (it hashes the tokenizer's files)."""
+def cache_key(
+    sources: list[SourceFile], cfg: TokenizeConfig, tokenizer: str | None = None, not_read=()
+) -> str:
+    """`tokenizer`: tokenizer_key(cfg.tokenizer) when the caller has it (it hashes the tokenizer's
+    files); `not_read`: the paths found and not read (their warning is in the entry)."""
     parts = {
         "packtool": packtool.__version__,
-        "encoder": 4,  # 4: label notes (label_audit); 3: each file of a folder or glob in its own format
+        "encoder": 5,  # 5: UTF-16/32 JSON Lines decoded (were cut at b"\n"); 4: label notes
+        # (label_audit); 3: each file of a folder or glob in its own format
         "libraries": library_versions(),
         "sources": [(s.path, s.size, s.sha256) for s in sources],
         "tokenizer": tokenizer or tokenizer_key(cfg.tokenizer),
         "template": _template_key(cfg.chat_template),
         "options": cfg.fingerprint_dict(),
     }
+    if not_read:  # (only then: other entries keep their keys)
+        parts["not_read"] = list(not_read)
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -100,7 +106,9 @@ def load_tokenized(
         tok_key = tokenizer_key(cfg.tokenizer)
     # the sources' sha256 are still being hashed (source.files waits): an empty cache has no hit
     if cfg.cache and cache.has_entries():
-        entry = cache.open_entry(cache.entry_path(cache_key(source.files, cfg, tok_key)))
+        entry = cache.open_entry(
+            cache.entry_path(cache_key(source.files, cfg, tok_key, source.not_read))
+        )
         if entry is not None:
             td = _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
             return check_strict_labels(td, cfg)
@@ -148,7 +156,7 @@ def _tokenize(data, cfg, source, tok_key, progress, t0, plan, decisions, batches
                 raise no_examples(data, source)
             backend = check.report if check is not None and check.report else plan.backend
             meta = run_meta(source, cfg, plan, decisions, tally, backend)
-            key = cache_key(source.files, cfg, tok_key)
+            key = cache_key(source.files, cfg, tok_key, source.not_read)
             final = writer.commit(key, meta, replace=not cfg.cache)
     except OSError as e:
         root = str(cache.cache_root())

@@ -101,9 +101,8 @@ def run_meta(
         fmt, reason = input_format(decisions, per_file, cfg.read)
         formats = formats_table(decisions, per_file)
         looks = {d.file: d.looks for d in decisions if d.looks is not None}
-    said = source.skip_warning(formats, cfg.read.format, looks)
-    if said:
-        warnings.insert(0, said)
+    said = [source.not_read_warning(), source.skip_warning(formats, cfg.read.format, looks)]
+    warnings[:0] = [w for w in said if w]
     if backend.reason and backend.requested == "auto" and kind == "chat":
         which = "hf" if backend.name == "hf" else f"{backend.name}, {backend.renderer} renderer"
         warnings.append(f"tokenizer backend {which}: {backend.reason}")

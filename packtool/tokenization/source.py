@@ -13,6 +13,10 @@
                     the one line that says what was skipped: where (small counts), or the share, the
                     files skipped whole, the top reasons and what to do (more than SKIP_SHARE of the
                     records read, or a whole file)
+        .not_read / .not_read_warning()
+                    paths the folder or glob holds but that were not read ((path, why):
+                    io.sources.Located.not_read: link loops, broken links, a file seen twice), and
+                    the one line that names them
 
 Every stage that can refuse a record (reading, format, template, tokenization, pre-tokenized
 validation) reports it here with the record's real provenance, so the manifest names the file and
@@ -79,6 +83,7 @@ class RecordSource:
         else:
             self.paths = [(f.path, f.size) for f in files or []]
         self.located, self._files = located, files
+        self.not_read: tuple[tuple[str, str], ...] = located.not_read
 
     @property
     def files(self) -> list[SourceFile]:
@@ -161,6 +166,20 @@ class RecordSource:
         return (
             f"{share}; top reasons: {top}; first at {names.get(first.file, first.file)}"
             f"{first.where[len(first.file) :]}. {advice}"
+        )
+
+    def not_read_warning(self) -> str | None:
+        """'skipped 2 input path(s) of DATA: a/self, a/sub/up (symlink to a folder already read);
+        a/x.jsonl (broken symlink: ...)': each reason once, at most MAX_LISTED paths (None: none)."""
+        if not self.not_read:
+            return None
+        groups: dict[str, list[str]] = {}
+        for path, why in self.not_read[:MAX_LISTED]:
+            groups.setdefault(why, []).append(path)
+        listed = "; ".join(f"{', '.join(paths)} ({why})" for why, paths in groups.items())
+        more = len(self.not_read) - MAX_LISTED
+        return f"skipped {len(self.not_read)} input path(s) of {self.data}: {listed}" + (
+            f"; … ({more} more)" if more > 0 else ""
         )
 
 
