@@ -5,7 +5,7 @@
                                                                  transformers' jinja renderer
                                                                  (run_plan.plan_run)
     a wait on work running elsewhere       idle.run()            each fn once, in order, then the wait
-      (the tokenizer resolving in a child process, the fast backend building on its thread)
+      (the fast backend building on its thread)
 
 A fn that fails is dropped: the work it prepares runs later anyway and reports its own error there.
 """

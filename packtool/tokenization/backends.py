@@ -79,24 +79,6 @@ def rust_tokenizer(backend_json: str, engine: str = "tokenizers"):
     return build_rust(backend_json, engine)
 
 
-_ENCODERS: dict[str, object] = {}  # backend_json -> a `tokenizers` Tokenizer of the same encoder
-
-
-def same_encoder(backend_json: str, tok) -> None:
-    """Encode with `tok` (a `tokenizers` Tokenizer built from a JSON whose cold_start.encoder_digest
-    is backend_json's: the same ids and offsets, whatever its decoder) wherever `encoder` is asked
-    for backend_json in this process and the processes it forks."""
-    _ENCODERS.clear()  # one run's
-    _ENCODERS[backend_json] = tok
-
-
-def encoder(backend_json: str):
-    """The `tokenizers` Tokenizer that encodes for backend_json: the one same_encoder gave, else
-    rust_tokenizer's. For encoding and vocabulary look-ups only; decoding asks rust_tokenizer."""
-    tok = _ENCODERS.get(backend_json)
-    return tok if tok is not None else rust_tokenizer(backend_json)
-
-
 def build_rust(backend_json: str, engine: str = "tokenizers"):
     """rust_tokenizer, built anew on each call (for a JSON used once: tokenization.cut's)."""
     if engine == "fastokens":
@@ -227,7 +209,7 @@ class HFBackend:
         if self._tok is None:
             with self._lock:
                 if self._tok is None:
-                    self._tok = encoder(self.backend_json)
+                    self._tok = rust_tokenizer(self.backend_json)
         return self._tok
 
     def encode(
@@ -288,9 +270,8 @@ class FastBackend:
 
     name = "fastokens"
 
-    def __init__(self, backend_json: str, guess=None):
+    def __init__(self, backend_json: str):
         self.backend_json = backend_json
-        self._guess = guess  # cold_start.Guess: fastokens of the same encoder, building already
         self.fallbacks = 0
         # fastokens reads a literal "<0x0A>" in the text as the byte-fallback piece <0x0A>
         # (tokenizers spells it out char by char): such texts of byte-fallback models go through HF
@@ -355,10 +336,6 @@ class FastBackend:
             self._wait()
         if self._tok is None:
             with self._lock:
-                if self._tok is None and self._guess is not None:
-                    self._tok, guess, self._guess = self._guess.result(), self._guess, None
-                    if guess.table is not None and self._lengths is None and self._reason is None:
-                        self._rules, self._lengths, self._reason = guess.table
                 if self._tok is None:
                     self._tok = rust_tokenizer(self.backend_json, "fastokens")
         return self._tok

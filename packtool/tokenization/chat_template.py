@@ -234,11 +234,11 @@ _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 
 def _not_one_token(backend_json: str, markers: list[str]) -> list[str]:
     """The markers that are not one token: neither an added token nor a vocabulary entry, asked of
-    the Rust tokenizer the template probe builds next anyway (shared: backends.encoder is built once
+    the Rust tokenizer the template probe builds next anyway (shared: backends.rust_tokenizer is built once
     per process), not of a full JSON parse of the tokenizer (0.3-0.8 s for a 150k vocabulary)."""
-    from packtool.tokenization.backends import encoder
+    from packtool.tokenization.backends import rust_tokenizer
 
-    tok = encoder(backend_json)
+    tok = rust_tokenizer(backend_json)
     return [m for m in markers if tok.token_to_id(m) is None]
 
 

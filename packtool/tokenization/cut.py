@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packtool.tokenization.backends import HFBackend, build_rust, rust_tokenizer
-from packtool.tokenization.cold_start import merge_text
+from packtool.tokenization.loading import merge_text
 
 VERSION = 3
 _REFUSED = json.dumps({"version": VERSION, "refused": True}).encode()  # cached: cannot be cut

@@ -236,7 +236,6 @@ class TokenizerSpec:
         str, int
     ]  # the special added tokens, {text: id} (no JSON parse to find them)
     fast_refusal: str | None  # byte_rules.byte_rules_refusal (no JSON parse to decide the backend)
-    encoder: str  # cold_start.encoder_digest of backend_json (no JSON parse to compare encoders)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedTokenizer) -> TokenizerSpec:
@@ -252,10 +251,9 @@ class TokenizerSpec:
         import orjson
 
         from packtool.tokenization.byte_rules import refusal_of
-        from packtool.tokenization.cold_start import encoder_digest
 
         raw = tok.backend_tokenizer.to_str()
-        parsed = orjson.loads(raw)  # once, for all three (~0.1 s for a 150k vocabulary)
+        parsed = orjson.loads(raw)  # once, for both
         compact = compact_merges(parsed)  # merges spelled once, for the JSON and the digest
         backend_json = raw if compact is None else orjson.dumps(compact).decode()
         return cls(
@@ -279,7 +277,6 @@ class TokenizerSpec:
                 if t.special
             },
             fast_refusal=refusal_of(parsed),
-            encoder=encoder_digest(parsed if compact is None else compact),
         )
 
     def info(self) -> dict[str, Any]:
@@ -306,8 +303,6 @@ def compact_merges(d: dict) -> dict | None:
     left unchanged): the same merges, read ~20% faster by `tokenizers` and fastokens (Llama 3: 0.40
     -> 0.31 s). None where the JSON stays as it is: not BPE, merges already strings, or a part that
     holds a space (the one case the "a b" spelling cannot say)."""
-    from packtool.tokenization.cold_start import merge_text
-
     model = d.get("model")
     if not isinstance(model, dict) or model.get("type") != "BPE":
         return None
@@ -318,6 +313,14 @@ def compact_merges(d: dict) -> dict | None:
     if None in spelled:
         return None
     return {**d, "model": {**model, "merges": spelled}}
+
+
+def merge_text(m) -> str | None:
+    """A BPE merge ["a", "b"] spelled "a b" (what `tokenizers` also reads); None when it is not a
+    pair of strings or a part holds a space (only the pair can say that: the one ambiguity)."""
+    if isinstance(m, list) and len(m) == 2 and " " not in m[0] and " " not in m[1]:
+        return f"{m[0]} {m[1]}"
+    return None
 
 
 def _folder(name: str | None) -> tuple[str, Path | None]:
@@ -412,12 +415,10 @@ def _resolve(name: str | None) -> TokenizerSpec:
     return TokenizerSpec.from_loaded(load_tokenizer(name))
 
 
-def load_spec(name: str | None, cache: bool = True, guess_fast: bool = False) -> TokenizerSpec:
+def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
     """The TokenizerSpec of `name`, from $PACKTOOL_CACHE/tokenizers when its files, the library
-    versions and packtool's byte rules are unchanged (checksummed like every cache entry), else
-    resolved with transformers: in a child process while this one does its idle work, when it has
-    some (cold_start.resolve_aside; `guess_fast`: the fast backend's build from the folder's
-    tokenizer.json starts meanwhile, cold_start.take_guess)."""
+    versions, packtool's byte rules and the resolution are unchanged (checksummed like every cache
+    entry), else resolved with transformers (`AutoTokenizer.from_pretrained`) and cached."""
     from packtool.tokenization import cache as entry_cache
 
     key = tokenizer_key(name)
@@ -438,19 +439,7 @@ def load_spec(name: str | None, cache: bool = True, guess_fast: bool = False) ->
                 return TokenizerSpec.from_json({**stored, "backend_json": text.decode()})
             except (TypeError, UnicodeDecodeError):
                 pass  # written by another packtool version: resolve again
-    from packtool.tokenization.cold_start import resolve_aside
-
-    file = _tokenizer_file(name) if guess_fast else None  # (the guess is built from it)
-    spec = resolve_aside(_resolve, TokenizerSpec.from_json, name, file)
-    if spec is None:
-        spec = interruptible(_resolve, name)
+    spec = interruptible(_resolve, name)
     entry_cache.write_bytes(beside, spec.backend_json.encode())
     entry_cache.write_json(path, {k: v for k, v in spec.to_json().items() if k != "backend_json"})
     return spec
-
-
-def _tokenizer_file(name: str | None) -> Path | None:
-    """The tokenizer.json that `name` resolves from, if it has one on disk."""
-    folder = _folder(name)[1]
-    file = folder / "tokenizer.json" if folder is not None else None
-    return file if file is not None and file.is_file() else None

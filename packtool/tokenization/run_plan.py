@@ -114,26 +114,20 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     kind, label_source = input_kind(decisions)
     if kind == "pretokenized":
         return _pretokenized_plan(cfg, label_source)
-    from packtool.tokenization.cold_start import take_guess
     from packtool.tokenization.template_probe import choose  # (not on a cache hit's imports)
 
     if preload:
         from packtool import idle
 
         idle.later(_import_jinja_renderer)  # the probe and the reference path render with it
-    spec = load_spec(cfg.tokenizer, guess_fast=preload and cfg.tokenizer_backend != "hf")
-    guess = take_guess(spec.backend_json)  # fastokens built from the folder's file meanwhile
+    spec = load_spec(cfg.tokenizer)
     why = fast_refused(spec, cfg.tokenizer_backend)
     built = None
     if why is None and preload:
-        from packtool.tokenization.backends import FastBackend, same_encoder
+        from packtool.tokenization.backends import FastBackend
 
-        if guess is not None and guess.reference is not None:  # the same encoder, built meanwhile
-            same_encoder(spec.backend_json, guess.reference)
-        built = FastBackend(spec.backend_json, guess)
+        built = FastBackend(spec.backend_json)
         built.preload()
-    elif guess is not None:
-        guess.result()  # unused: not inside native code when this process forks or exits
     try:
         template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
     except BaseException:

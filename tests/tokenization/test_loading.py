@@ -152,3 +152,18 @@ def test_a_cached_spec_keeps_its_tokenizer_json_beside_and_reads_back_equal(tmp_
     beside[0].write_bytes(beside[0].read_bytes()[:-5])  # damaged: resolved again, the same
     with pytest.warns(cache.CacheWarning, match="damaged"):
         assert load_spec(None) == spec
+
+
+def test_a_truncated_tokenizer_file_is_one_line_error_not_a_traceback(tmp_path, monkeypatch):
+    import shutil
+
+    from packtool.errors import PacktoolError
+    from packtool.tokenization.loading import load_spec
+
+    folder = tmp_path / "tok"
+    shutil.copytree(builtin_tokenizer_dir(), folder)
+    text = (folder / "tokenizer.json").read_text()
+    (folder / "tokenizer.json").write_text(text[:5000])
+    monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(PacktoolError, match=f"cannot load a tokenizer from {folder}: "):
+        load_spec(str(folder))
