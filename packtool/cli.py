@@ -70,6 +70,7 @@ EPILOG = """Environment:
   PACKTOOL_DEBUG=1           Python tracebacks instead of one-line errors
   PACKTOOL_ALLOW_DOWNLOAD=1  fetch uncached hub tokenizers (--allow-download)
   PACKTOOL_MIN_FREE_MIB=N    pack: MiB free --out needs (0: no check)
+  PACKTOOL_MAX_RECORD_MIB=N  largest JSON Lines record read, MiB (default 256)
   HF_HUB_OFFLINE=1           never fetch, even with --allow-download
 
 Each command's options: packtool COMMAND --help, and README.md."""
