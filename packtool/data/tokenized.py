@@ -47,6 +47,8 @@ class TokenizedData:
     # name, vocab_size, pad_id, eos_id, files_hash, template
     tokenizer: dict[str, Any] = field(default_factory=dict)
     sources: list[SourceFile] = field(default_factory=list)
+    # paths DATA named or a folder held that were not read ({path, why}: a link loop, a broken link)
+    not_read: list[dict[str, str]] = field(default_factory=list)
     # tokenization options that shaped the labels
     options: dict[str, Any] = field(default_factory=dict)
     cache_hit: bool = False

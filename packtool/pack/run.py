@@ -165,6 +165,7 @@ def pack_tokenized(
             options=dict(data.options or {}),
             format=data.format,
             sources=[{"path": s.path, "size": s.size, "sha256": s.sha256} for s in data.sources],
+            not_read=list(getattr(data, "not_read", None) or []),
             inputs=inputs,
             counts=schema.Counts(**counts),
             skipped=[r.to_json() for r in data.skipped],

@@ -12,6 +12,8 @@
                                                 zero_loss_documents: {examples, turns, tokens,
                                                 first}}), written only when found
       format, sources                           what was read: [{path, size, sha256}]
+      not_read                                  paths found and not read: [{path, why}] (a link
+                                                loop, a broken link); written only when some
       inputs                                    a mixture's inputs (input_problems); absent for one input
       counts   Counts                           examples_read ... rows (below)
       skipped, dropped, truncated, split        one entry per example, by source_index
@@ -88,7 +90,7 @@ class Tokens:
 
 _TOKEN_KEYS = ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut", "pad")
 # written only when not these (one input; the default layout): other packs keep their bytes
-_OPTIONAL = {"inputs": [], "pad_to_multiple": 1, "fixed_docs": False}
+_OPTIONAL = {"inputs": [], "pad_to_multiple": 1, "fixed_docs": False, "not_read": []}
 _TYPES = {int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
 
 
@@ -111,6 +113,7 @@ class Manifest:
     options: dict[str, Any]
     format: str | None
     sources: list[dict[str, Any]]
+    not_read: list[dict[str, str]] = field(default_factory=list, kw_only=True)
     # several inputs (`pack A B::weight=2`): [{input, spec, data, options, weight, format, formats,
     # block {offset, records, copies}, files, counts}]; empty, and not written, for one input
     inputs: list[dict[str, Any]] = field(default_factory=list, kw_only=True)
@@ -173,7 +176,11 @@ class Manifest:
             kw[f.name] = d[f.name]
         lists = ("shards", "skipped", "dropped", "truncated", "split")
         types = {"pack_len": int, "counts": dict, "tokens": dict, **dict.fromkeys(lists, list)}
-        types |= {"pad_to_multiple": int, "fixed_docs": bool}  # these two only when recorded
+        types |= {
+            "pad_to_multiple": int,
+            "fixed_docs": bool,
+            "not_read": list,
+        }  # only when recorded
         for name, typ in types.items():
             if name in kw and not (_int(kw[name]) if typ is int else isinstance(kw[name], typ)):
                 raise ManifestError(f"{where}: {name} is not {_TYPES[typ]}")

@@ -151,6 +151,7 @@ def combine(
         formats=formats,
         tokenizer=_tokenizer(inputs, parts),
         sources=_sources(parts),
+        not_read=[n for td in parts for n in td.not_read],
         options=_options(parts, cfg),
         cache_hit=all(td.cache_hit for td in parts),
         warnings=warnings,

@@ -120,6 +120,11 @@ def run_meta(
         "options": options,
         "num_read": source.num_read,
         "skipped": [s.to_json() for s in source.skipped],
+        **(
+            {"not_read": [{"path": p, "why": w} for p, w in source.not_read]}
+            if source.not_read
+            else {}
+        ),
     }
 
 
@@ -136,6 +141,7 @@ def meta_fields(meta: dict) -> dict:
         "options": meta["options"],
         "warnings": list(meta["warnings"]),
         "backend": meta.get("backend", {}),
+        "not_read": list(meta.get("not_read") or []),
     }
 
 

@@ -263,6 +263,12 @@ def test_broken_and_looping_data_links_in_a_folder_are_named(tmp_path):
     )
     assert line in [w["message"] for w in json.loads(r.stdout)["warnings"]]
     assert manifest(out)["counts"]["examples_read"] == 50
+    # and the manifest records them, as it records every source it read
+    assert manifest(out)["not_read"] == [{"path": p, "why": why} for p, why in expected]
+    again = pack(d, "--len", 4096, "--out", tmp_path / "o2")  # from the cache: the same record
+    assert (
+        again.exit_code == 0 and manifest(tmp_path / "o2")["not_read"] == manifest(out)["not_read"]
+    )
 
 
 def test_a_folder_of_broken_links_says_so(tmp_path):
