@@ -262,6 +262,8 @@ class Outcome:
         text = f"{self.status} {self.identical}/{self.documents}"
         if self.status == "MISMATCH":
             text += f" (first: {self.message})"
+        if self.dropped:
+            text += f"; {self.dropped} over --len {PACK_LEN} dropped"
         if self.refused_records:
             n = sum(self.refused_records.values())
             why = "; ".join(f"{k} ({v})" for k, v in self.refused_records.most_common(3))
