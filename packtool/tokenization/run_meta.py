@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from packtool.config import TokenizeConfig
 from packtool.data.arrow import arrow_numpy
-from packtool.data.provenance import FileFormat, SkippedRecord, SourceFile
+from packtool.data.provenance import FileFormat, SkippedRecord, SourceFile, where
 from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.tokenization.decide import formats_table, input_format
@@ -46,9 +46,15 @@ class Tally:
 
 
 def no_examples(data: str, source) -> PacktoolError:
+    """Nothing left to tokenize: says why with the first skipped record's reason, when one was."""
+    why = ""
+    if source.skipped:
+        first = source.skipped[0]
+        at = first.record if first.record is not None else first.source_index
+        why = f"; the first skipped, {where(first.file, first.line, at)}: {first.reason}"
     return PacktoolError(
         f"{data}: no usable examples ({source.num_read} records read, "
-        f"{len(source.skipped)} skipped)"
+        f"{len(source.skipped)} skipped{why})"
     )
 
 

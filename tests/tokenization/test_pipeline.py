@@ -108,6 +108,25 @@ def test_template_failure_per_example_is_skipped(tmp_path, qwen):
     assert td.source_index.tolist() == [0] and td.skipped[0].source_index == 1
 
 
+def test_all_records_skipped_says_the_first_reason(tmp_path):
+    """--on-error skip on a file whose every record is refused: the error says why, not only how
+    many (the reason of the first skipped record, named by file and line)."""
+    tpl = tmp_path / "strict.jinja"
+    tpl.write_text(
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}"
+        "{% endif %}{{ m.content }}{% generation %}<|im_end|>{% endgeneration %}{% endfor %}"
+    )
+    sys_first = {"messages": [{"role": "system", "content": "s"}, *GOOD["messages"]]}
+    path = write_jsonl(tmp_path / "t.jsonl", [sys_first])
+    skip = TokenizeConfig(num_proc=1, chat_template=str(tpl), read=ReadConfig(on_error="skip"))
+    with pytest.raises(
+        PacktoolError,
+        match=r"no usable examples \(1 records read, 1 skipped; the first skipped, .*t\.jsonl:1: "
+        r".*no system",
+    ):
+        load_tokenized(path, skip, progress=False)
+
+
 def test_empty_input_is_an_error(tmp_path):
     path = write_jsonl(tmp_path / "empty.jsonl", [])
     with pytest.raises(PacktoolError, match="no usable examples"):
