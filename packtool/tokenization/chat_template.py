@@ -257,17 +257,35 @@ def check_markers(spec, template: ChatTemplate) -> None:
     missing = _not_one_token(spec.backend_json, markers)
     if not missing:
         return
-    fix = (
-        "omit --chat-template (auto picks this tokenizer's own template or its training version), or pass "
-        "--chat-template FILE written for this model"
-        if template.name != "tokenizer"
-        else "pass --chat-template FILE written for this model"
-    )
+    if template.name == "tokenizer":
+        fix = "pass --chat-template FILE written for this model"
+    elif own_template(spec):
+        fix = (
+            "omit --chat-template (auto picks this tokenizer's own template or its training "
+            "version), or pass --chat-template FILE written for this model"
+        )
+    else:  # no template of its own: 'auto' would only refuse in turn
+        fix = no_template_fix(spec)
     raise UsageError(
         f"chat template '{template.name}' writes {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
         f"not a single token of tokenizer {spec.name}: the markers would be tokenized as plain text and the "
         f"model trained on a format it never sees; {fix}"
     )
+
+
+def no_template_fix(spec) -> str:
+    """What to pass for a tokenizer without a chat template: its family's TRL training template
+    when its control tokens name the family (Llama 3.2's <|start_header_id|>), chatml-train only
+    where <|im_start|> and <|im_end|> are its tokens, else a template file."""
+    family = family_of(" ".join(spec.control_tokens))
+    training = FAMILIES.get(family, (None, None))[1] if family else None
+    fixes = []
+    if training:
+        fixes.append(f"--chat-template trl:{training} (TRL's training template for {family})")
+    if {"<|im_start|>", "<|im_end|>"} <= set(spec.control_tokens):
+        fixes.append("--chat-template chatml-train (packtool's ChatML training template)")
+    fixes.append("--chat-template FILE written for this model (with {% generation %} markers)")
+    return "pass " + "; or ".join(fixes)
 
 
 def family_of(text: str) -> str | None:
@@ -335,16 +353,17 @@ def pick(spec, choice: str | None) -> ChatTemplate:
         )
     own = own_template(spec)
     if not own:
-        raise PacktoolError(
-            f"tokenizer {spec.name} has no chat template; pass --chat-template chatml-train "
-            "(ChatML models), trl:NAME or FILE"
-        )
+        raise PacktoolError(f"tokenizer {spec.name} has no chat template; {no_template_fix(spec)}")
     tpl = make_template(own, "tokenizer", "tokenizer")
-    if choice == "tokenizer" or tpl.has_generation:
+    if tpl.has_generation:
+        return replace(tpl, why="the tokenizer's own template, with generation markers")
+    if choice == "tokenizer":  # as it is; a near miss still names its fix, should the probe refuse
+        near = trl_near_miss(own)
         return replace(
             tpl,
-            why="the tokenizer's own template"
-            + (", with generation markers" if tpl.has_generation else ""),
+            why="the tokenizer's own template",
+            near=near[0] if near else None,
+            near_alike=alike(near) if near else "",
         )
     name = trl_training_name(own)
     if name:

@@ -313,6 +313,54 @@ def test_a_template_below_a_near_miss_names_its_nearest_official_templates(spec)
     assert "--chat-template trl:deepseekv3_training before training on one" in picked.why
 
 
+def test_the_tokenizers_own_near_miss_chosen_by_name_keeps_its_fix(spec):
+    """--chat-template tokenizer on a near miss that is not prefix-preserving: the refusal still
+    names TRL's training version first, as it does under auto."""
+    need_trl("qwen3.jinja")
+    official = (ct.trl_dir() / "qwen3.jinja").read_text()
+    older = official.replace("reasoning_content.strip('\\n')", "reasoning_content.strip()")
+    own = replace(spec, builtin=False, chat_template=older)
+    assert ct.pick(own, "tokenizer").near == "qwen3_training"
+    with pytest.raises(UsageError, match=r"fix: --chat-template trl:qwen3_training \(TRL's"):
+        choose(own, "tokenizer")
+
+
+@pytest.mark.parametrize(
+    "controls, names",
+    [
+        ({"<|im_start|>": 1, "<|im_end|>": 2}, ["chatml-train"]),
+        ({"<|start_header_id|>": 1, "<|eot_id|>": 2}, ["trl:llama3_training"]),
+        ({"<s>": 1, "</s>": 2}, []),
+    ],
+    ids=["chatml", "llama3", "unknown"],
+)
+def test_no_chat_template_names_what_fits_the_tokenizer(spec, controls, names):
+    """A tokenizer without a template is told what fits its control tokens, and never sent to a
+    template whose markers it lacks (which would refuse in turn)."""
+    bare = replace(spec, builtin=False, chat_template=None, control_tokens=controls)
+    with pytest.raises(PacktoolError) as refused:
+        ct.pick(bare, None)
+    msg = str(refused.value)
+    assert "has no chat template; pass " in msg and "--chat-template FILE" in msg
+    for name in names:
+        assert f"--chat-template {name}" in msg
+    if "chatml-train" not in names:
+        assert "chatml-train" not in msg
+
+
+def test_chatml_train_on_a_tokenizer_without_template_or_chatml_tokens_does_not_send_back(
+    spec, monkeypatch
+):
+    """The markers refusal of --chat-template chatml-train on such a tokenizer does not say 'omit
+    --chat-template' (auto would refuse: no template of its own)."""
+    bare = replace(spec, builtin=False, chat_template=None, control_tokens={"<s>": 1})
+    monkeypatch.setattr(ct, "_not_one_token", lambda backend_json, markers: markers)
+    with pytest.raises(UsageError) as refused:
+        ct.check_markers(bare, ct.pick(bare, "chatml-train"))
+    assert "omit --chat-template" not in str(refused.value)
+    assert "--chat-template FILE written for this model" in str(refused.value)
+
+
 def test_an_unrelated_template_is_no_near_miss():
     need_trl("qwen3.jinja")
     assert ct.trl_near_miss("{% for m in messages %}{{ m.content }}{% endfor %}") is None
