@@ -11,15 +11,14 @@ one `packtool pack` picks: chatml-train for the built-in tokenizer, `trl:X_train
 training version of the folder's own template X, see families.folder_tok) for a folder:
 
   ours fast      Encoder(backend="fastokens", renderer=<the run's>): the default path of a run whose
-                 start-up check passed — built-in: native chatml-train render with generation spans;
-                 TRL's llama3_training and gptoss_training: rendered natively (trl_native) in front
-                 of the compiled renderer; any other template: the compiled renderer (MiniJinja,
-                 packtool.tokenization.compiled); then fastokens batch encode, spans → tokens
-                 through per-token byte lengths
+                 start-up check passed — the renderer chain of packtool.tokenization.render from
+                 its top: built-in: native chatml-train render with generation spans; TRL's
+                 llama3_training and gptoss_training: rendered natively (trl_native); any other
+                 template: the compiled renderer (MiniJinja); then fastokens batch encode, spans →
+                 tokens through per-token byte lengths
   ours fast/mj   built-in and TRL's templates above: the same with MiniJinja alone (what any other
                  template gets)
-  ours fast/j2   the same with transformers' jinja renderer (a template MiniJinja cannot compile,
-                 or after a renderer's difference on the start-up check)
+  ours fast/j2   the same with transformers' jinja renderer (a template MiniJinja cannot compile)
   ours hf        Encoder(backend="hf", renderer="jinja"): the reference path (tokenizers, offsets)
   ceiling        tokenizers.Tokenizer.encode_batch(texts) on texts rendered beforehand: tokenization
                  alone, no rendering, no labels (the Rust tokenizer transformers uses, same JSON)
@@ -73,9 +72,9 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
 
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import TokenizerSpec, load_tokenizer
-    from packtool.tokenization.run_plan import renderer_of
+    from packtool.tokenization.render import best
+    from packtool.tokenization.render.trl_native import native_for
     from packtool.tokenization.template_probe import choose
-    from packtool.tokenization.trl_native import native_for
 
     if not tk.tools:  # Llama 3's template renders no tools: both paths get the records without
         convs = [c for c in convs if not has_tools(c)]
@@ -93,15 +92,14 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
         for c in convs
     ]
     raw = tokenizers.Tokenizer.from_str(spec.backend_json)
-    renderer = renderer_of(tpl)[0]  # the run's: native (chatml-train), compiled, or jinja
+    renderer = best(tpl)[0]  # the run's: native (chatml-train), compiled, or jinja
     trl = renderer == "compiled" and native_for(tpl.text) is not None  # TRL's, natively
     fast = f"ours fast (fastokens, {'trl_native' if trl else renderer} render)"
     hf = "ours hf (tokenizers, jinja render)"
     encoders = {fast: Encoder(spec, tpl, backend="fastokens", renderer=renderer)}
     if renderer == "native" or trl:
         mj = Encoder(spec, tpl, backend="fastokens", renderer="compiled")
-        if trl:
-            mj.render._trl = False  # MiniJinja alone, as before trl_native
+        mj.render._own = False  # MiniJinja alone: no native renderer in front
         encoders["ours fast/mj (fastokens, compiled render)"] = mj
     if renderer != "jinja":
         encoders["ours fast/j2 (fastokens, jinja render)"] = Encoder(

@@ -15,8 +15,8 @@ part files, only lengths back.
             --limit: source indices >= limit are not read (as a local run stops there)
 
 The driver decides nothing itself (packtool.cluster draws where each decision comes from); a
-difference on a probe encodes the parts again on `plan.on_difference` (the part files rewritten),
-its probes too. With --on-error error a part stops at its first refused record and the driver
+difference on a probe encodes the parts again on `plan.on_difference`, the reference path (the
+part files rewritten). With --on-error error a part stops at its first refused record and the driver
 raises the first in reading order, with its file and line.
 """
 
@@ -240,7 +240,7 @@ def load_tokenized(
         fmts = {d.file: d.fmt for d in decisions}
         parts = [(i.path, p) for i in infos for p in i.parts]
         folder = session.scratch() if session.keep_tokens else None
-        while True:  # a difference: again one step down (fastokens + jinja is probed too)
+        while True:  # a difference: again on the reference path (not probed)
             check, probes = FastCheck.of(plan), []
             stop = cfg.read.on_error == "error"
             setup = Shared(Setup(plan.step, cfg.read, parts, fmts, stop, plan.built))

@@ -6,8 +6,10 @@ One chat record → input_ids + labels, in four files (read in this order):
                      Encoder.encode); picklable, run in worker processes
       content_tokens.py  control tokens typed in message text: found, kept, refused or split
     ../formats/      normalize: the record in its format (messages, sharegpt, ...) → an example
-    render.py        Renderer.conversation: the example's messages → text + char spans to train,
-                     by the template's mode (markers | prefix | last | all)
+    render/          Renderer.conversation: the example's messages → text + char spans to train,
+                     by the template's mode (markers | prefix | last | all); one chain of
+                     renderers, native → compiled (MiniJinja) → jinja (the reference), and the
+                     run's choice (`best`)
     backends.py      fastokens and tokenizers backends: text + spans → ids + trained-token mask
     byte_rules.py    which tokenizers fastokens serves, and each token id's UTF-8 byte length
 
@@ -16,7 +18,8 @@ A run, decided once and executed (locally here, on Ray by packtool.cluster with 
     pipeline.py      load_tokenized: cache → decide → plan → execute → finish
       decide.py      each file's FileDecision (input kind, format), from its leading batches
       run_plan.py    RunPlan (steps, tokenizer, template, BackendReport) from plan_run(cfg, decisions)
-      fast_check.py  FastCheck: the fast path against the reference on each file's head
+      fast_check.py  FastCheck: the fast path against the reference on each file's head (a
+                     difference: the run continues on the reference path)
       execute.py     the local executor: the plan's step in num_proc worker processes, in order
       run_meta.py    the finished run's meta (formats, warnings, label audit, backend)
 
@@ -27,7 +30,6 @@ Around it:
     loading.py       tokenizers (resolved once, cached as a TokenizerSpec)
     chat_template.py   which template: ours, TRL's, the tokenizer's or a file; families, fixes
     template_probe.py  its mode, decided on a probe conversation (`choose`)
-    chatml.py        the native renderer of the built-in chatml-train template
     label_audit.py   what is trained that the data lacks: per example, summed per run
     pretokenized.py  records that already carry input_ids: the checks, one record at a time
       pretokenized_batch.py  the same checks vectorized over an Arrow batch

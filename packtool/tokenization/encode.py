@@ -85,7 +85,7 @@ class Encoder:
         special_in_content: str = "keep",
     ):
         self.spec = spec
-        # "jinja" (transformers' renderer) | "compiled" (MiniJinja) | "native" (chatml.render: built-in)
+        # the fast path's renderer (render.best: "native" | "compiled"), or "jinja": the reference
         self.renderer = renderer
         self.template = template
         self.train_on = train_on

@@ -8,8 +8,8 @@
         ──mmap──▶ TokenizedData
 
 The modules in reading order: packtool/tokenization/__init__.py. A difference on a probe
-(UseReference) starts the run again one step down (run_plan.py draws the steps), before anything is
-committed.
+(UseReference) starts the run again on the reference path (run_plan.py draws it), before anything
+is committed.
 
 The cache key hashes the source files' bytes, the tokenizer files, the chat template, the options
 that shape labels and the library versions: the same input tokenized again is loaded from the cache
@@ -117,7 +117,7 @@ def load_tokenized(
     first = next(batches, None)  # its file decided: the plan's reference format
     plan = plan_run(cfg, decisions, preload=kind == "chat")
     batches = itertools.chain([first] if first is not None else [], batches)
-    while True:  # a difference: again one step down (ends: the reference path is not checked)
+    while True:  # a difference: again on the reference path (not checked)
         try:
             td = _tokenize(data, cfg, source, tok_key, progress, t0, plan, decisions, batches)
             break

@@ -10,16 +10,16 @@
         warnings      what the choices cost, said once
         label_source, pretokenized (format, why)             of pre-tokenized input
 
-The reference path is tokenizers + transformers' jinja renderer. The fast path (fastokens, and the
-compiled renderer, MiniJinja, or the native one for the built-in chatml-train template) is tried
+The reference path is tokenizers + transformers' jinja renderer. The fast path, fastokens with the
+best renderer (packtool.tokenization.render.best: native for the built-in chatml-train template,
+else compiled, MiniJinja, with TRL's llama3_training and gptoss_training native in front), is tried
 when `--tokenizer-backend auto` allows it and fastokens supports the tokenizer; it is checked on
 probes (fast_check.FastCheck) and, after a difference, the run starts again on
-`plan.on_difference(why)`, one step down:
+`plan.on_difference(why)`, the reference path:
 
-    fastokens + compiled | native  ──differs──▶  fastokens + jinja  ──differs──▶  tokenizers + jinja
+    fastokens + best renderer  ──differs──▶  tokenizers + jinja
 
-(a difference that the renderer makes costs only the renderer; one that fastokens makes, both). The local process pool and the
-Ray engine execute the same plan; neither decides anything of it.
+The local process pool and the Ray engine execute the same plan; neither decides anything of it.
 """
 
 from __future__ import annotations
@@ -29,12 +29,10 @@ from dataclasses import dataclass
 
 from packtool.config import TokenizeConfig
 from packtool.errors import UsageError
-from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
-from packtool.tokenization.compiled import compile_template
 from packtool.tokenization.decide import input_kind
 from packtool.tokenization.encode import EncodeStep
 from packtool.tokenization.loading import load_spec
-from packtool.tokenization.render import dated_text
+from packtool.tokenization.render import best
 
 BACKENDS = ("auto", "fastokens", "hf")
 
@@ -68,19 +66,7 @@ class RunPlan:
     built: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def on_difference(self, why: str) -> RunPlan:
-        """This plan one step down after the fast path differed on a probe (`why`): fastokens with
-        jinja when the renderer was compiled or native (the check runs again), else the reference."""
-        if self.reference is not None and self.step.renderer != "jinja":
-            return dataclasses.replace(
-                self,
-                step=self.step.with_backend(self.step.backend, "jinja", self.built),
-                backend=dataclasses.replace(
-                    self.backend,
-                    renderer="jinja",
-                    check={"examples": 0},
-                    reason=f"{why}: jinja renders it",
-                ),
-            )
+        """This plan on the reference path after the fast path differed on a probe (`why`)."""
         return dataclasses.replace(
             self,
             step=self.reference,
@@ -118,8 +104,9 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
 
     if preload:
         from packtool import idle
+        from packtool.tokenization.render import jinja
 
-        idle.later(_import_jinja_renderer)  # the probe and the reference path render with it
+        idle.later(jinja.preload)  # the probe and the reference path render with it
     spec = load_spec(cfg.tokenizer)
     why = fast_refused(spec, cfg.tokenizer_backend)
     built = None
@@ -146,7 +133,7 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     )
     step, backend = reference, BackendReport("hf", cfg.tokenizer_backend, "jinja", reason=why)
     if why is None:
-        renderer, note = renderer_of(template)
+        renderer, note = best(template)
         step = reference.with_backend("fastokens", renderer, built)
         backend = BackendReport("fastokens", cfg.tokenizer_backend, renderer, {"examples": 0}, note)
     return RunPlan(
@@ -159,12 +146,6 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
         tuple(template_warnings(template)),
         built=built,
     )
-
-
-def _import_jinja_renderer() -> None:
-    """transformers' chat template renderer, imported while this process would wait (~1 s: it
-    imports transformers)."""
-    from transformers.utils.chat_template_utils import render_jinja_template  # noqa: F401
 
 
 def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
@@ -192,17 +173,6 @@ def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
         label_source=label_source,
         pretokenized=("pretokenized", f"records carry input_ids; labels from {labels_from}"),
     )
-
-
-def renderer_of(template) -> tuple[str, str | None]:
-    """The fast path's renderer and, when it is jinja, why: "native" for the built-in chatml-train
-    template (byte for byte), else "compiled" (MiniJinja) where it compiles the template."""
-    if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text():
-        return "native", None
-    _, why = compile_template(dated_text(template), {})
-    if why is not None:
-        return "jinja", f"chat template '{template.name}': {why}; jinja renders it"
-    return "compiled", None
 
 
 def fast_refused(spec, requested: str) -> str | None:

@@ -12,10 +12,9 @@ from chat_examples import chat, chat_examples
 from paths import SHARED_TOKENIZERS, needs_shared
 
 from packtool.formats.normalize import template_messages
-from packtool.tokenization import compiled
 from packtool.tokenization.chat_template import ChatTemplate, make_template, trl_dir
-from packtool.tokenization.compiled import Compiled, NotCompiled
-from packtool.tokenization.render import dated_text
+from packtool.tokenization.render import compiled, dated_text
+from packtool.tokenization.render.compiled import Compiled, NotCompiled
 
 TRL = trl_dir()
 TEMPLATES = sorted(p.name for p in TRL.glob("*.jinja")) if TRL is not None else []
@@ -188,14 +187,14 @@ def test_tests_minijinja_reads_otherwise_are_rewritten():
 
 
 def test_a_template_minijinja_cannot_compile_renders_with_jinja():
-    from packtool.tokenization.run_plan import renderer_of
+    from packtool.tokenization.render import best
 
     source = "{% for m in messages %}{{ m.content }}{% endfor %}{% if 0 %}{{ messages[0, 1] }}{% endif %}"
     odd = make_template(source, "odd")  # (jinja reads messages[0, 1] as a tuple subscript)
-    renderer, why = renderer_of(odd)
+    renderer, why = best(odd)
     assert renderer == "jinja" and "chat template 'odd': MiniJinja cannot compile it" in why
     good = make_template("{% for m in messages %}{{ m.content }}{% endfor %}", "good")
-    assert renderer_of(good) == ("compiled", None)
+    assert best(good) == ("compiled", None)
 
 
 @needs_shared("tokenizers")
@@ -224,12 +223,14 @@ def test_fast_path_equals_reference_on_other_families(family):
 
 
 @pytest.mark.skipif(TRL is None, reason="TRL is not installed (its chat_templates/)")
-def test_a_renderer_difference_keeps_fastokens(tmp_path, monkeypatch):
-    """The compiled renderer differs on a probe: the run goes to fastokens + jinja (checked again),
-    not to the reference; the report and one warning say why."""
+def test_a_renderer_difference_goes_to_the_reference(tmp_path, monkeypatch):
+    """The compiled renderer differs on a probe: the run continues on the reference path
+    (tokenizers + jinja: no intermediate rung), its report and one warning say why; forced
+    fastokens is an error."""
     from packtool.api import load_tokenized
     from packtool.config import TokenizeConfig
     from packtool.demo_data import write_sample
+    from packtool.errors import PacktoolError
 
     path = str(write_sample(tmp_path / "m.jsonl", n=30, seed=6))
     cfg = dict(num_proc=1, cache=False, chat_template="trl:qwen3_training")
@@ -243,16 +244,17 @@ def test_a_renderer_difference_keeps_fastokens(tmp_path, monkeypatch):
         return text + " ", spans
 
     monkeypatch.setattr(Compiled, "render", wrong)
-    for backend in ("auto", "fastokens"):
-        td = load_tokenized(path, TokenizeConfig(**cfg, tokenizer_backend=backend), progress=False)
-        assert td.backend["name"] == "fastokens" and td.backend["renderer"] == "jinja"
-        assert td.backend["check"] == {"examples": 30, "identical": True}
-        assert td.backend["reason"] == (
-            f"the fast path (fastokens, compiled renderer) differs from tokenizers + jinja on "
-            f"{path}:1: jinja renders it"
-        )
-        assert td.table.to_pydict() == ok.table.to_pydict()
-    assert [w for w in td.warnings if w.startswith("tokenizer backend")] == []  # (forced)
+    td = load_tokenized(path, TokenizeConfig(**cfg), progress=False)
+    why = (
+        f"the fast path (fastokens, compiled renderer) differs from tokenizers + jinja on {path}:1"
+    )
+    assert td.backend == {"name": "hf", "requested": "auto", "renderer": "jinja", "reason": why}
+    assert f"tokenizer backend hf: {why}" in td.warnings
+    assert td.table.to_pydict() == ok.table.to_pydict()
+    with pytest.raises(
+        PacktoolError, match="--tokenizer-backend fastokens: the fast path .*differs"
+    ):
+        load_tokenized(path, TokenizeConfig(**cfg, tokenizer_backend="fastokens"), progress=False)
 
 
 def test_spans_of_marked_text():

@@ -210,7 +210,7 @@ def test_native_chatml_renderer_equals_jinja(chatml):
     from transformers.utils.chat_template_utils import render_jinja_template
 
     from packtool.formats.normalize import template_messages
-    from packtool.tokenization import chatml as native
+    from packtool.tokenization.render import chatml as native
 
     checked = handed_back = 0
     for ex in chat_examples():

@@ -1,4 +1,4 @@
-"""The native renderers of TRL's llama3_training and gptoss_training (packtool.tokenization.trl_native)
+"""The native renderers of TRL's llama3_training and gptoss_training (packtool.tokenization.render.trl_native)
 against transformers' jinja renderer: the same text and generation spans on the generated, shared
 and edge-case conversations, or NotNative; `complete` only where lost_content finds nothing; the
 Renderer hands what they refuse to MiniJinja."""
@@ -12,10 +12,9 @@ import pytest
 from chat_examples import TOOLS, chat_examples
 
 from packtool.formats.normalize import template_messages
-from packtool.tokenization import trl_native
 from packtool.tokenization.chat_template import make_template, trl_dir
-from packtool.tokenization.chatml import NotNative
-from packtool.tokenization.render import Renderer, dated_text, lost_content
+from packtool.tokenization.render import Renderer, dated_text, lost_content, trl_native
+from packtool.tokenization.render.chatml import NotNative
 
 TRL = trl_dir()
 pytestmark = pytest.mark.skipif(TRL is None, reason="TRL is not installed (its chat_templates/)")

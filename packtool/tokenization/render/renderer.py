@@ -4,13 +4,11 @@
     text   "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
     spans                                                     [(52, 65)]   "Hello!<|im_end|>"
 
-Renderers: transformers' jinja renderer (the reference), which records the character spans of
-`{% generation %}` blocks; the compiled one (packtool.tokenization.compiled: MiniJinja, the same
-text and spans, 2-6x faster; what it would render differently it hands to jinja; in front of it,
-for TRL's llama3_training and gptoss_training, packtool.tokenization.trl_native); for the built-in
-chatml-train template the native one (packtool.tokenization.chatml: same text and spans, ~20x
-faster). How assistant text is located is the template's `mode`
-(decided once per run by packtool.tokenization.template_probe):
+Each render goes down one chain (the package's docstring), from where the run's renderer starts
+("jinja": at jinja): the template's native renderer (`native_for`: the built-in chatml-train, TRL's
+llama3_training and gptoss_training, by their bytes) → the compiled one (MiniJinja) → transformers'
+jinja. How assistant text is located is the template's `mode` (decided once per run by
+packtool.tokenization.template_probe):
 
     markers   each {% generation %} block, less the generation prompt the template writes at its
               start (the model is given it at inference, e.g. `<|start|>assistant`)
@@ -20,144 +18,37 @@ faster). How assistant text is located is the template's `mode`
     last      that for the last turn only (templates that rewrite earlier turns, --train-on last)
     all       the whole text (--train-on all)
 
-A span ends at the turn's end-of-turn token (not the newline after it). Every message's text, the
-last assistant turn's reasoning, every tool call (its name, argument names and values) and tool
-definition must appear in the rendered text, else the example is refused naming what the
-template dropped (`lost_content`).
+A span ends at the turn's end-of-turn token (not the newline after it). What the template drops
+of the record refuses the example (content.lost_content).
 """
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 
-from packtool.tokenization import chatml, trl_native
 from packtool.tokenization.chat_template import (
+    BUILTIN_TEMPLATES,
     ChatTemplate,
     family_fix,
     family_of,
     special_tokens,
 )
-from packtool.tokenization.compiled import NotCompiled, compile_template
+from packtool.tokenization.render import chatml, jinja, trl_native
+from packtool.tokenization.render.compiled import NotCompiled, compile_template
+from packtool.tokenization.render.content import (
+    ExampleError,
+    NotPrefixPreserving,
+    first_line,
+    lost_content,
+)
 
 
-class ExampleError(Exception):
-    """One example cannot be encoded; the source counts it (or stops, with --on-error error)."""
-
-
-class NotPrefixPreserving(ExampleError):
-    """The template renders an earlier turn differently once later turns follow (mode prefix)."""
-
-
-def first_line(e: Exception) -> str:
-    return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
-
-
-def dated_text(template: ChatTemplate) -> str:
-    """The template with strftime_now() fixed to `template.date` (a macro shadowing the global), so a
-    template that writes today's date (gpt-oss) renders the same text on every day."""
-    if not template.date:
-        return template.text
-    import datetime
-
-    day = datetime.date.fromisoformat(template.date)
-    formats = sorted(set(re.findall(r"strftime_now\(\s*[\"']([^\"']*)[\"']\s*\)", template.text)))
-    table = json.dumps({f: day.strftime(f) for f in formats})
-    return (
-        "{%- macro strftime_now(fmt) -%}{{ "
-        + table
-        + "[fmt] if fmt in "
-        + table
-        + " else "
-        + json.dumps(template.date)
-        + " }}{%- endmacro %}"
-        + template.text
-    )
-
-
-def locate(text: str, value: str, start: int = 0, end: int = sys.maxsize) -> int:
-    """text.find(value, start, end), by the first place of its first 16 chars and a compare there
-    (str.find prepares a long needle anew each call: 1-3 µs for a message in a 2,000-char text)."""
-    at = text.find(value[:16], start, end)
-    if at < 0 or text.startswith(value, at, end):
-        return at
-    return text.find(value, at, end)
-
-
-def appears(value: str, text: str) -> bool:
-    """`value` is in `text` as it is, stripped, or JSON-escaped (templates that `tojson` content)."""
-    if locate(text, value) >= 0 or locate(text, value.strip()) >= 0:
-        return True
-    return any(json.dumps(value, ensure_ascii=a)[1:-1] in text for a in (False, True))
-
-
-def leaf_values(value) -> list:
-    """The leaf values of tool-call arguments (strings, numbers, booleans), depth first."""
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in leaf_values(v)]
-    if isinstance(value, list):
-        return [x for v in value for x in leaf_values(v)]
-    return [] if value is None else [value]
-
-
-def _leafappears(value, text: str) -> bool:
-    if isinstance(value, str):
-        return not value.strip() or appears(value, text)
-    return any(s in text for s in {json.dumps(value), str(value)})  # 3 / 3.0 / true / True
-
-
-def lost_content(messages: list[dict], tools, text: str) -> str | None:
-    """What of the conversation the rendered `text` lacks, in words; None when everything is there:
-    a message's text; the reasoning of the last assistant turn (templates may drop earlier turns'
-    reasoning by design: gpt-oss, Qwen3); each tool call's name (as often as it is called, beside
-    its definitions), argument names and values; each tool definition."""
-    last = len(messages) - 1
-    while last >= 0 and messages[last]["role"] != "assistant":
-        last -= 1
-    defined = [
-        (t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in tools or ()
-    ]
-    calls: dict[str, int] = {}
-    at = 0  # where the last text was found: the next is usually just after it
-    for i, m in enumerate(messages):
-        c = m.get("content")
-        if isinstance(c, str):
-            if (k := locate(text, c, at)) >= 0:
-                at = k + len(c)
-            elif c.strip() and not appears(c, text):
-                return f"the text of turn {i} ({m['role']})"
-        if i == last:
-            r = m.get("reasoning_content")
-            if isinstance(r, str) and r.strip() and not appears(r, text):
-                return f"the reasoning of turn {i} (the last assistant turn)"
-        if "tool_calls" not in m:
-            continue
-        for call in m["tool_calls"] or ():
-            fn = call.get("function", call) if isinstance(call, dict) else {}
-            name = fn.get("name")
-            if not name:
-                continue
-            calls[name] = calls.get(name, 0) + 1
-            if text.count(name) < calls[name] + defined.count(name):
-                return f"the tool call {name!r} of turn {i} ({m['role']})"
-            args = fn.get("arguments")
-            if isinstance(args, dict):
-                missing = [k for k in args if k not in text] + [
-                    repr(v) for v in leaf_values(args) if not _leafappears(v, text)
-                ]
-            else:
-                missing = (
-                    ["(all)"]
-                    if isinstance(args, str) and args.strip() and not appears(args, text)
-                    else []
-                )
-            if missing:
-                return f"the arguments {', '.join(map(str, missing))} of tool call {name!r} of turn {i}"
-    for name in defined:
-        if name and name not in text:
-            return f"the tool definition {name!r}"
-    return None
+def native_for(text: str):
+    """The native renderer of a template, by its bytes: render(messages, tools, kwargs, date) ->
+    (text, spans, complete) or NotNative; None when the template has none."""
+    if text == BUILTIN_TEMPLATES["chatml-train"].read_text():
+        return chatml.native
+    return trl_native.native_for(text)
 
 
 class Renderer:
@@ -167,7 +58,8 @@ class Renderer:
         self.spec = spec
         self.template = template
         self.train_on = train_on
-        # "jinja" (transformers' renderer) | "compiled" (MiniJinja) | "native" (chatml.render)
+        # where the chain starts: "native" | "compiled" (the native renderer, if the template has
+        # one, then MiniJinja, then jinja), "jinja" (the reference: jinja alone)
         self.renderer = renderer
         self._kwargs = dict(spec.special_tokens)
         ends = {t for t in [spec.eos_token, *spec.all_special_tokens, *special_tokens(spec)] if t}
@@ -176,23 +68,23 @@ class Renderer:
         self._heads: list[str] | None = None  # the generation prompt, its heads ending in a special
         mode = template.mode or ("markers" if template.has_generation else "prefix")
         self.mode = mode
-        self._text = dated_text(template)
-        self._compiled = None  # the compiled template (renderer "compiled"), built on first use
-        self._trl = None  # TRL's template rendered natively (trl_native), looked up on first use
+        self._text = jinja.dated_text(template)
+        self._compiled = None  # the compiled template, built on first use (False: none)
+        self._own = None  # the template's native renderer, looked up on first use (False: none)
 
     def __getstate__(self):
-        return {**self.__dict__, "_compiled": None, "_trl": None}
+        return {**self.__dict__, "_compiled": None, "_own": None}
 
     def _native(self, messages, tools) -> tuple[str, list, bool] | None:
-        """TRL's template rendered natively (trl_native): (text, spans, complete); None when it
-        is not one of those or the renderer does not cover this conversation."""
-        if self._trl is None:
-            self._trl = trl_native.native_for(self.template.text) or False
-        if not self._trl:
+        """The template's native renderer: (text, spans, complete); None when it has none (or the
+        run renders with jinja) or the renderer does not cover this conversation."""
+        if self._own is None:
+            self._own = (self.renderer != "jinja" and native_for(self.template.text)) or False
+        if not self._own:
             return None
         try:
-            return self._trl(messages, tools, self._kwargs, self.template.date)
-        except Exception:  # NotNative, or a value it does not expect: MiniJinja renders it
+            return self._own(messages, tools, self._kwargs, self.template.date)
+        except Exception:  # NotNative, or a value it does not expect: the next renderer
             return None
 
     def _engine(self):
@@ -202,14 +94,18 @@ class Renderer:
 
     def conversation(self, messages: list[dict], tools) -> tuple[str, list[tuple[int, int]]]:
         """(text, trained char spans) in the template's mode; ExampleError saying what failed."""
-        complete = self.renderer == "native"  # the text holds everything lost_content looks for
+        # the text holds everything lost_content looks for: chatml-train's by construction, a
+        # native renderer's where it says so (checked against the jinja reference, which runs
+        # lost_content, on every run's first examples)
+        complete = self.renderer == "native"
         try:
             if self.mode == "markers":
-                got = self._native(messages, tools) if self.renderer == "compiled" else None
+                got = self._native(messages, tools)
                 if got is None:
                     text, spans = self._render(messages, tools, marks=True)
                 else:
-                    text, spans, complete = got
+                    text, spans, native_complete = got
+                    complete = complete or native_complete
                 spans = self._trim_prompt(text, spans)
             elif self.mode == "last" and self.train_on != "all":
                 text, spans = self._last_span(messages, tools)
@@ -224,9 +120,6 @@ class Renderer:
                 f"chat template '{self.template.name}' failed on this record: {first_line(e)}"
                 + self._no_tools(messages, tools)
             ) from e
-        # the native renderers write every text, call and definition by construction (trl_native's:
-        # when they say `complete`); checked against the jinja reference, which runs this check, on
-        # every run's first examples
         lost = None if complete else lost_content(messages, tools, text)
         if lost:
             raise ExampleError(
@@ -237,27 +130,14 @@ class Renderer:
         return text, spans
 
     def _render(self, messages, tools, *, marks: bool, gen_prompt: bool = False):
-        if self.renderer == "native" and marks and not gen_prompt:
-            try:
-                return chatml.render(messages, tools)
-            except chatml.NotNative:
-                pass
-        elif self.renderer == "compiled" and (engine := self._engine()):
+        if self.renderer != "jinja" and (engine := self._engine()):
             try:
                 return engine.render(messages, tools, marks=marks, gen_prompt=gen_prompt)
             except NotCompiled:
                 pass  # jinja renders it: the same text, or the error it gives
-        from transformers.utils.chat_template_utils import render_jinja_template
-
-        texts, spans = render_jinja_template(
-            conversations=[messages],
-            tools=tools,
-            chat_template=self._text,
-            return_assistant_tokens_mask=marks,
-            add_generation_prompt=gen_prompt,
-            **self._kwargs,
+        return jinja.render(
+            self._text, self._kwargs, messages, tools, marks=marks, gen_prompt=gen_prompt
         )
-        return texts[0], (spans[0] if marks else None)
 
     def _opening_header(self, messages, tools) -> str:
         """What precedes an assistant turn that opens the conversation.

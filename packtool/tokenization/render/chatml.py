@@ -2,12 +2,14 @@
 transformers' jinja renderer, about 20× faster (jinja is most of the CPU time of tokenizing chats).
 
     render(messages, tools) -> (text, [(start, end), ...])    spans: each {% generation %} block
+    native(messages, tools, kwargs, date) -> (text, spans, True)   the same, as renderer.native_for
+                                                                   hands it on (complete: always)
 
 It covers exactly what `templates/chatml-train.jinja` does with the messages `formats` produces
 (string contents, OpenAI tool calls, reasoning_content / thinking / reasoning, tools). Anything
-else (a non-string content, a tool call without a name, ...) raises `NotNative` and the caller
-renders that example with jinja. The encoder uses it only when the template's bytes are the
-built-in file's, and every run checks it: the start-up probe compares it, tokenized, with the
+else (a non-string content, a tool call without a name, ...) raises `NotNative` and the next
+renderer of the chain (packtool.tokenization.render) renders that example. It is used only when
+the template's bytes are the built-in file's, and every run checks it: the start-up probe compares it, tokenized, with the
 jinja + `tokenizers` reference path on the run's first examples (packtool.tokenization.fast_check).
 """
 
@@ -103,3 +105,10 @@ def render(messages: list[dict], tools: list | None) -> tuple[str, list[tuple[in
         elif role != "system":
             raise NotNative  # the template renders unknown roles as nothing; let jinja say so
     return "".join(out), spans
+
+
+def native(messages: list[dict], tools: list | None, kwargs: dict, date: str | None):
+    """render() as the chain calls a native renderer: (text, spans, complete); complete always (the
+    template writes every text, reasoning, tool call and definition: lost_content is not run)."""
+    text, spans = render(messages, tools)
+    return text, spans, True

@@ -20,7 +20,7 @@ json.dumps(ensure_ascii=False)), not as MiniJinja would (its trim keeps U+001C-U
                       {<|start|>assistant<|channel|>final<|message|>Hello!<|return|>}
                                        {...}: a generation block, a span; (...): when there is one
 
-`complete`: the text holds, as written, everything render.lost_content looks for (every message's
+`complete`: the text holds, as written, everything content.lost_content looks for (every message's
 text, the last assistant turn's reasoning; no tools, tool calls or turns the template skips), so
 the Renderer need not search for it; False says nothing (lost_content searches).
 
@@ -34,8 +34,8 @@ from __future__ import annotations
 import datetime
 import functools
 
-from packtool.tokenization.chatml import NotNative, _str, _tojson
-from packtool.tokenization.compiled import alias
+from packtool.tokenization.render.chatml import NotNative, _str, _tojson
+from packtool.tokenization.render.compiled import alias
 
 Spans = list[tuple[int, int]]
 Rendered = tuple[str, Spans, bool]  # text, generation spans, complete (see the module docstring)
