@@ -13,7 +13,7 @@ training version of the folder's own template X, see families.folder_tok) for a 
   ours fast      Encoder(backend="fastokens", renderer=<the run's>): the default path of a run whose
                  start-up check passed — the renderer chain of packtool.tokenization.render from
                  its top: built-in: native chatml-train render with generation spans; TRL's
-                 llama3_training and gptoss_training: rendered natively (trl_native); any other
+                 gptoss_training: rendered natively (render/gptoss.py); any other
                  template: the compiled renderer (MiniJinja); then fastokens batch encode, spans →
                  tokens through per-token byte lengths
   ours fast/mj   built-in and TRL's templates above: the same with MiniJinja alone (what any other
@@ -73,7 +73,7 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import TokenizerSpec, load_tokenizer
     from packtool.tokenization.render import best
-    from packtool.tokenization.render.trl_native import native_for
+    from packtool.tokenization.render.renderer import native_for
     from packtool.tokenization.template_probe import choose
 
     if not tk.tools:  # Llama 3's template renders no tools: both paths get the records without
@@ -94,7 +94,7 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
     raw = tokenizers.Tokenizer.from_str(spec.backend_json)
     renderer = best(tpl)[0]  # the run's: native (chatml-train), compiled, or jinja
     trl = renderer == "compiled" and native_for(tpl.text) is not None  # TRL's, natively
-    fast = f"ours fast (fastokens, {'trl_native' if trl else renderer} render)"
+    fast = f"ours fast (fastokens, {'native' if trl else renderer} render)"
     hf = "ours hf (tokenizers, jinja render)"
     encoders = {fast: Encoder(spec, tpl, backend="fastokens", renderer=renderer)}
     if renderer == "native" or trl:

@@ -12,7 +12,7 @@
 
 The reference path is tokenizers + transformers' jinja renderer. The fast path, fastokens with the
 best renderer (packtool.tokenization.render.best: native for the built-in chatml-train template,
-else compiled, MiniJinja, with TRL's llama3_training and gptoss_training native in front), is tried
+else compiled, MiniJinja, with TRL's gptoss_training native in front), is tried
 when `--tokenizer-backend auto` allows it and fastokens supports the tokenizer; it is checked on
 probes (fast_check.FastCheck) and, after a difference, the run starts again on
 `plan.on_difference(why)`, the reference path:

@@ -6,8 +6,8 @@
 Renderers, each giving the text and `{% generation %}` spans of the one before it in this order,
 for the conversations it covers; what it does not cover goes one step down, per conversation:
 
-    native (chatml.py: the built-in chatml-train; trl_native.py: TRL's llama3_training and
-    gptoss_training; picked by the template's bytes)
+    native (chatml.py: the built-in chatml-train; gptoss.py: TRL's gptoss_training; picked by
+    the template's bytes)
       ──NotNative──▶ compiled (compiled.py: any template in MiniJinja)
       ──NotCompiled──▶ jinja (jinja.py: transformers' renderer, the reference)
 
@@ -56,7 +56,7 @@ __all__ = [
 def best(template) -> tuple[str, str | None]:
     """The fast path's renderer and, when it is jinja, why: "native" for the built-in chatml-train
     template (byte for byte), else "compiled" where MiniJinja compiles the template (TRL's
-    llama3_training and gptoss_training rendered natively in front of it: the chain), else jinja."""
+    gptoss_training rendered natively in front of it: the chain), else jinja."""
     if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text():
         return "native", None
     _, why = compile_template(dated_text(template), {})

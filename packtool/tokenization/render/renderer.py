@@ -6,7 +6,7 @@
 
 Each render goes down one chain (the package's docstring), from where the run's renderer starts
 ("jinja": at jinja): the template's native renderer (`native_for`: the built-in chatml-train, TRL's
-llama3_training and gptoss_training, by their bytes) → the compiled one (MiniJinja) → transformers'
+gptoss_training, by their bytes) → the compiled one (MiniJinja) → transformers'
 jinja. How assistant text is located is the template's `mode` (decided once per run by
 packtool.tokenization.template_probe):
 
@@ -33,7 +33,7 @@ from packtool.tokenization.chat_template import (
     family_of,
     special_tokens,
 )
-from packtool.tokenization.render import chatml, jinja, trl_native
+from packtool.tokenization.render import chatml, gptoss, jinja
 from packtool.tokenization.render.compiled import NotCompiled, compile_template
 from packtool.tokenization.render.content import (
     ExampleError,
@@ -48,7 +48,7 @@ def native_for(text: str):
     (text, spans, complete) or NotNative; None when the template has none."""
     if text == BUILTIN_TEMPLATES["chatml-train"].read_text():
         return chatml.native
-    return trl_native.native_for(text)
+    return gptoss.native_for(text)
 
 
 class Renderer:

@@ -1,7 +1,7 @@
-"""The native renderers of TRL's llama3_training and gptoss_training (packtool.tokenization.render.trl_native)
+"""The native renderer of TRL's gptoss_training (packtool.tokenization.render.gptoss)
 against transformers' jinja renderer: the same text and generation spans on the generated, shared
 and edge-case conversations, or NotNative; `complete` only where lost_content finds nothing; the
-Renderer hands what they refuse to MiniJinja."""
+Renderer hands what it refuses to MiniJinja."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from chat_examples import TOOLS, chat_examples
 
 from packtool.formats.normalize import template_messages
 from packtool.tokenization.chat_template import make_template, trl_dir
-from packtool.tokenization.render import Renderer, dated_text, lost_content, trl_native
+from packtool.tokenization.render import Renderer, dated_text, gptoss, lost_content
 from packtool.tokenization.render.chatml import NotNative
 
 TRL = trl_dir()
@@ -138,10 +138,9 @@ def _jinja(template, messages, tools):
     return texts[0], [tuple(s) for s in spans[0]]
 
 
-@pytest.mark.parametrize("name", ["llama3_training", "gptoss_training"])
-def test_native_renders_as_jinja(name):
-    template = _template(name)
-    native = trl_native.native_for(template.text)
+def test_native_renders_as_jinja():
+    template = _template("gptoss_training")
+    native = gptoss.native_for(template.text)
     assert native is not None
     same = refused = complete = 0
     for messages, tools in _conversations():
@@ -163,10 +162,11 @@ def test_native_renders_as_jinja(name):
 
 
 def test_native_only_for_trl_files_byte_for_byte():
-    text = (TRL / "llama3_training.jinja").read_text()
-    assert trl_native.native_for(text) is trl_native.llama3
-    assert trl_native.native_for(text + "\n") is None
-    assert trl_native.native_for((TRL / "qwen3_training.jinja").read_text()) is None
+    text = (TRL / "gptoss_training.jinja").read_text()
+    assert gptoss.native_for(text) is gptoss.gptoss
+    assert gptoss.native_for(text + "\n") is None
+    for other in ("llama3_training", "qwen3_training"):  # (MiniJinja renders them)
+        assert gptoss.native_for((TRL / f"{other}.jinja").read_text()) is None
 
 
 class _Spec:

@@ -1,20 +1,18 @@
-"""Native renderers of TRL's `llama3_training` and `gptoss_training` templates: the text and the
-generation spans jinja renders, several times faster than MiniJinja (which reaches every value
-through Python objects).
+"""A native renderer of TRL's `gptoss_training` template: the text and the generation spans jinja
+renders, faster than MiniJinja (which reaches every value through Python objects; end to end at
+200k conversations: benchmarks/README.md, "Renderers").
 
-    native_for(template text) -> render | None
-    render(messages, tools, kwargs, date) -> (text, [(start, end), ...], complete)  or NotNative
+    native_for(template text) -> gptoss | None
+    gptoss(messages, tools, kwargs, date) -> (text, [(start, end), ...], complete)  or NotNative
 
-A renderer is used only when the template is TRL's file byte for byte (`native_for` compares the
-text), and covers what the template does with the messages `packtool.formats` produces: string
-contents, OpenAI tool calls, reasoning as `thinking`, tools whose parameters are plain types.
-Anything else (a non-string content, a tool-call turn with both content and thinking, a parameter
-schema with a default, items, oneOf, ...) raises NotNative and MiniJinja (or jinja) renders it.
-Values are printed by Python as jinja prints them (`|trim` is str.strip, `|tojson` is
-json.dumps(ensure_ascii=False)), not as MiniJinja would (its trim keeps U+001C-U+001F).
+It is used only when the template is TRL's file byte for byte (`native_for` compares the text), and
+covers what the template does with the messages `packtool.formats` produces: string contents,
+OpenAI tool calls, reasoning as `thinking`, tools whose parameters are plain types. Anything else
+(a non-string content, a tool-call turn with both content and thinking, a parameter schema with a
+default, items, oneOf, ...) raises NotNative and the next renderer (MiniJinja, then jinja) renders
+it. Values are printed by Python as jinja prints them (`|tojson` is json.dumps(ensure_ascii=False)),
+not as MiniJinja would.
 
-    llama3_training   <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>
-                      <|start_header_id|>assistant<|end_header_id|>\n\n{Hello!<|eot_id|>}
     gptoss_training   <|start|>system<|message|>...<|end|>(<|start|>developer<|message|>...<|end|>)
                       <|start|>user<|message|>Hi<|end|>
                       {<|start|>assistant<|channel|>final<|message|>Hello!<|return|>}
@@ -24,8 +22,8 @@ json.dumps(ensure_ascii=False)), not as MiniJinja would (its trim keeps U+001C-U
 text, the last assistant turn's reasoning; no tools, tool calls or turns the template skips), so
 the Renderer need not search for it; False says nothing (lost_content searches).
 
-Every run checks the renderers as it checks the compiled one (packtool.tokenization.fast_check: the
-start-up probe against jinja on the run's first examples), and tests/tokenization/test_trl_native.py
+Every run checks it as it checks the compiled renderer (packtool.tokenization.fast_check: the
+start-up probe against jinja on the run's first examples), and tests/tokenization/test_gptoss.py
 renders generated, shared and edge-case conversations with both.
 """
 
@@ -39,42 +37,6 @@ from packtool.tokenization.render.compiled import alias
 
 Spans = list[tuple[int, int]]
 Rendered = tuple[str, Spans, bool]  # text, generation spans, complete (see the module docstring)
-
-
-# -- llama3_training ------------------------------------------------------------------------------
-_HEAD = "<|start_header_id|>"
-_LLAMA_ASSISTANT = "<|start_header_id|>assistant<|end_header_id|>\n\n"
-_LLAMA_ASSISTANT_LEN = len(_LLAMA_ASSISTANT)
-_EOT_LEN = len("<|eot_id|>")
-_OTHER_LEN = len(_HEAD) + len("<|end_header_id|>\n\n") + _EOT_LEN  # a turn's framing, less its role
-
-
-def llama3(messages: list[dict], tools, kwargs: dict, date: str | None) -> Rendered:
-    bos = kwargs.get("bos_token")
-    if not messages or type(bos) is not str:
-        raise NotNative
-    out = [bos]
-    size = len(bos)
-    spans: Spans = []
-    complete = not tools  # (the template writes no tools, tool calls or reasoning)
-    for m in messages:
-        role = m.get("role")
-        content = m.get("content")
-        if type(role) is not str or type(content) is not str:
-            raise NotNative
-        content = content.strip()  # jinja's trim: Python's strip
-        if complete and ("tool_calls" in m or "reasoning_content" in m):
-            complete = False
-        if role == "assistant":
-            size += _LLAMA_ASSISTANT_LEN
-            end = size + len(content) + _EOT_LEN
-            spans.append((size, end))
-            out += (_LLAMA_ASSISTANT, content, "<|eot_id|>")
-            size = end
-        else:
-            out += (_HEAD, role, "<|end_header_id|>\n\n", content, "<|eot_id|>")
-            size += len(role) + len(content) + _OTHER_LEN
-    return "".join(out), spans, complete
 
 
 # -- gptoss_training ------------------------------------------------------------------------------
@@ -283,24 +245,16 @@ def _assistant(m: dict, loop: list, i: int, last: bool) -> tuple[str, str | None
     return out + call_text, name
 
 
-_RENDERERS = {"llama3_training": llama3, "gptoss_training": gptoss}
-
-
 @functools.cache
-def _trl_texts() -> dict[str, str]:
-    """{template text: name} of the TRL templates rendered natively (the installed TRL's files)."""
+def _trl_text() -> str | None:
+    """TRL's gptoss_training.jinja as the installed TRL ships it (None: no TRL)."""
     from packtool.tokenization.chat_template import trl_dir
 
     folder = trl_dir()
-    out = {}
-    for name in _RENDERERS:
-        path = folder / f"{name}.jinja" if folder is not None else None
-        if path is not None and path.is_file():
-            out[path.read_text()] = name
-    return out
+    path = folder / "gptoss_training.jinja" if folder is not None else None
+    return path.read_text() if path is not None and path.is_file() else None
 
 
 def native_for(text: str):
-    """The native renderer of this template (TRL's file byte for byte), else None."""
-    name = _trl_texts().get(text)
-    return _RENDERERS[name] if name is not None else None
+    """`gptoss` for TRL's gptoss_training file byte for byte, else None."""
+    return gptoss if text == _trl_text() else None
