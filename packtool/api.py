@@ -54,6 +54,7 @@ __all__ = [
     "synthetic_lengths",
     "read_lengths",
     "model_from_config",
+    "read_model_config",
     "model_from_params",
     "gpu_spec",
     "input_bytes",
@@ -332,6 +333,13 @@ def model_warning(model: str | None, tokenizer: str | None) -> str | None:
     from packtool.arch.config import model_warning as _model_warning
 
     return _model_warning(model, tokenizer)
+
+
+def read_model_config(model: str, need_type: bool = True) -> tuple[dict, str]:
+    """MODEL's config.json as a dict and its path, read as every command reads --model."""
+    from packtool.arch.config import read_config
+
+    return read_config(model, need_type=need_type)
 
 
 def model_config_path(model: str) -> str:

@@ -15,6 +15,8 @@ transformers 5.24 (CPU; the README shows it):
     mamba2_hybrid   Mamba-2 (+ attention, MoE)          seq_idx                  mamba-ssm, causal-conv1d
     short_conv      short conv + attention              seq_idx                  causal-conv1d
     mamba2          Mamba-2 only                        (cannot: transformers passes no seq_idx)  -
+    mamba           Mamba (v1) only: mamba, falcon_mamba (cannot: no boundary reaches the scan)  -
+    recurrent       RWKV, RecurrentGemma, xLSTM         (cannot: no boundary reaches the state)   -
 
     config.py   MODEL (a folder or a cached hub id) -> config.json as a dict (json only, no torch)
     tiny.py     the config at tiny size, every layer kind kept (torch-free until a model is built)
@@ -81,9 +83,30 @@ FAMILIES = (
         "Mamba-2 only",
         (),
         (),
-        ("mamba2", "mamba"),
-        "no input keeps documents apart: transformers' Mamba-2 model passes no seq_idx to its "
-        "scan; train these unpacked",
+        ("mamba2",),
+        "no input keeps documents apart: transformers' Mamba-2 model passes neither seq_idx nor "
+        "cu_seq_lens to its scan or its convolution, so each document's state runs on into the "
+        "next; it cannot be trained packed",
+    ),
+    Family(
+        "mamba",
+        "Mamba (v1) only",
+        (),
+        (),
+        ("mamba", "falcon_mamba"),
+        "no input keeps documents apart: transformers' Mamba model (v1, also Falcon-Mamba) passes "
+        "no document boundary to its selective scan or its convolution, so each document's state "
+        "runs on into the next; it cannot be trained packed",
+    ),
+    Family(
+        "recurrent",
+        "recurrent blocks (RWKV, RG-LRU, xLSTM), with or without attention",
+        (),
+        (),
+        ("rwkv", "recurrent_gemma", "xlstm"),
+        "no input keeps documents apart: transformers' recurrent blocks (RWKV time mixing, "
+        "RecurrentGemma's RG-LRU and convolution, xLSTM) take no document boundary, so each "
+        "document's state runs on into the next; it cannot be trained packed",
     ),
     Family(
         "gpt_oss",
@@ -148,10 +171,16 @@ def family(config) -> Family:
     return ATTENTION
 
 
+def packable(config) -> bool:
+    """Whether any batch keeps this architecture's packed documents apart (False: Mamba, Mamba-2,
+    RWKV, RecurrentGemma, xLSTM in transformers: no input reaches their recurrent state)."""
+    return bool(family(config).inputs)
+
+
 def inputs_for(config) -> tuple[str, ...]:
-    """What a packed batch must carry for this architecture (PackedCollator.for_model)."""
-    f = family(config)
-    return f.inputs or ("position_ids", "cu_seq_lens")
+    """What a packed batch must carry for this architecture (PackedCollator.for_model); () where
+    no batch keeps documents apart (`packable`)."""
+    return family(config).inputs
 
 
 def installed(module: str) -> bool:
@@ -170,8 +199,8 @@ def warning(config, where: str) -> str | None:
     name = _model_type(config) or "this model"
     if not f.inputs:
         return (
-            f"{name} ({where}) is {f.kinds}: {f.note}. `packtool verify PACK --model ...` "
-            "measures it"
+            f"{name} ({where}) is {f.kinds}: {f.note}; train it unpacked (pack with --max-docs 1). "
+            "`packtool verify PACK --model ...` measures it"
         )
     missing = missing_kernels(config)
     if not missing:

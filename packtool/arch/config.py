@@ -64,19 +64,68 @@ def config_path(model: str, allow_download: bool = False) -> str:
     )
 
 
-def read_config(model: str, allow_download: bool = False) -> tuple[dict, str]:
-    """(config.json as a dict, the path it was read from)."""
+def read_config(
+    model: str, allow_download: bool = False, *, need_type: bool = True
+) -> tuple[dict, str]:
+    """(config.json as a dict, the path it was read from): the one reader of --model for every
+    command (inspect, profile, pack, verify), so that one file gets one answer. A file that is not
+    JSON or not an object: PacktoolError (exit 1) naming the file and the fix; so is one without
+    model_type where the architecture is needed (need_type: verify, PackedCollator.for_model;
+    profile reads a FLOPs-only config's sizes without it)."""
     path = config_path(model, allow_download)
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise PacktoolError(f"--model {model}: cannot read {path}: {e}") from e
-    if not isinstance(cfg, dict) or "model_type" not in cfg:
+    except ValueError as e:
         raise PacktoolError(
-            f"--model {model}: {path} has no 'model_type'; it is not a transformers model config"
+            f"--model {model}: {path} is not JSON ({e}); give the model's config.json "
+            "(the file transformers' save_pretrained writes) or its folder"
+        ) from None
+    except OSError as e:
+        raise PacktoolError(f"--model {model}: cannot read {path}: {e}") from None
+    if not isinstance(cfg, dict) or (need_type and "model_type" not in cfg):
+        raise PacktoolError(
+            f"--model {model}: {path} has no 'model_type'; it is not a transformers model config: "
+            "give the model's config.json or its folder"
         )
     return cfg, path
+
+
+def concern(cfg: dict, where: str) -> str | None:
+    """Why packtool cannot tell whether this config's model keeps packed documents apart, in one
+    line, or None: its own Python code (auto_map: packtool never runs a model's own code), a
+    model_type the installed transformers does not know, or a model that is not a causal LM.
+    inspect/profile/pack say it as a warning; verify --model ends "not checked" with it (and, where
+    transformers has a causal-LM class for an encoder, measures that a later token moves no earlier
+    logit before it judges packing)."""
+    mt = cfg.get("model_type")
+    auto_map = cfg.get("auto_map")
+    if auto_map:
+        names = ", ".join(sorted(auto_map)) if isinstance(auto_map, dict) else str(auto_map)
+        return (
+            f"{where} names its own Python code (auto_map: {names}); packtool does not run a "
+            "model's own code, so its layers cannot be checked: verify a pack with a config "
+            "transformers ships (model_type) or check isolation in your own training code"
+        )
+    try:
+        from transformers import __version__ as version
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except ImportError:  # no transformers here: nothing to compare with
+        return None
+    if mt not in CONFIG_MAPPING_NAMES:
+        return (
+            f"{where}: model_type {mt!r} is not known to transformers {version}; packtool cannot "
+            "tell which layers it has: upgrade transformers if the model is new"
+        )
+    text = cfg.get("text_config")
+    types = {mt} | ({text.get("model_type")} if isinstance(text, dict) else set())
+    if not types & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+        return (
+            f"{where}: model_type {mt!r} is not a causal LM in transformers {version} (no "
+            "AutoModelForCausalLM class): packed causal training does not apply to it"
+        )
+    return None  # an encoder with an LM head (bert): verify --model measures it is not causal
 
 
 def folder_config(folder: str | None) -> dict | None:
@@ -96,13 +145,18 @@ def _json_or_none(path: str) -> dict | None:
 
 
 def model_warning(model: str | None, tokenizer: str | None) -> str | None:
-    """inspect/profile/pack's one-line early warning (packtool.arch.warning) for --model, or for a
-    --tokenizer folder that holds the model's config.json; None when there is nothing to say."""
+    """inspect/profile/pack's one-line early warning for --model (read by read_config: a file that
+    is not a model config is an error in every command), or for a --tokenizer folder that holds the
+    model's config.json; None when there is nothing to say. The warning is `concern` (own code,
+    unknown model_type, not a causal LM) or else packtool.arch.warning (kernels missing here)."""
     from packtool import arch
 
     if model:
-        path = config_path(model)
-        cfg = _json_or_none(path)  # a config without model_type: nothing to warn about
-        return arch.warning(cfg, path) if cfg else None
-    cfg = folder_config(tokenizer)
-    return arch.warning(cfg, f"{tokenizer}/config.json") if cfg else None
+        cfg, path = read_config(model, need_type=False)
+        if "model_type" not in cfg:  # a FLOPs-only config (profile's sizes): nothing to judge
+            return None
+    else:
+        cfg, path = folder_config(tokenizer), f"{tokenizer}/config.json"
+        if not cfg:
+            return None
+    return concern(cfg, path) or arch.warning(cfg, path)

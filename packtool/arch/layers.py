@@ -6,24 +6,40 @@
     kind                 module class names (transformers 5.x)           mixes tokens by
     full attention       *Attention (no window)                          softmax over the row
     sliding attention    *Attention with a window (layer_types / config)  softmax over the window
-    linear attention     *GatedDeltaNet, *LinearAttention                 a recurrent state (chunked)
+    linear attention     *GatedDeltaNet, *LinearAttention, *Lightning*    a recurrent state (chunked)
     mamba                *Mixer, *Mamba*Layer, *Mamba*Block               a selective scan + conv
     conv                 *ShortConv, *TokenConv, *CausalConv              a causal convolution
+    recurrent            *RecurrentBlock, Rwkv*, *LSTM*Layer|Block        a recurrent state
     moe                  *Moe, *MoE, *SparseMoeBlock, *Experts            nothing: routing is per
                                                                          token (checked anyway)
 
 Dense MLPs and norms act per token and are not tracked. Classes are matched by name because every
-family defines its own (Qwen3_5GatedDeltaNet, NemotronHMamba2Mixer, Lfm2ShortConv, ...).
+family defines its own (Qwen3_5GatedDeltaNet, NemotronHMamba2Mixer, Lfm2ShortConv, ...); where the
+config declares the layer's type (layer_types, layers_block_type), an attention-named module of a
+"linear_attention" layer is linear attention (MiniMaxLightningAttention). A name is only a label:
+which layer leaks is measured per decoder layer by the probe (model_forwards), never read from it.
 """
 
 from __future__ import annotations
 
 import re
 
-KINDS = ("full attention", "sliding attention", "linear attention", "mamba", "conv", "moe")
+KINDS = (
+    "full attention",
+    "sliding attention",
+    "linear attention",
+    "mamba",
+    "conv",
+    "recurrent",
+    "moe",
+)
 
 _RULES = (  # the first rule whose pattern ends the class name wins
-    ("linear attention", re.compile(r"(GatedDeltaNet|LinearAttention|DeltaNet)$")),
+    ("linear attention", re.compile(r"(GatedDeltaNet|LinearAttention|DeltaNet|Lightning\w*)$")),
+    (
+        "recurrent",
+        re.compile(r"(RecurrentBlock|^Rwkv\w*(Attention|FeedForward)|LSTM\w*(Layer|Block))$"),
+    ),
     ("attention", re.compile(r"(Attention|Attn)$")),
     ("mamba", re.compile(r"(Mixer|Mamba\w*Layer|Mamba\w*Block)$")),
     ("conv", re.compile(r"(ShortConv|TokenConv|CausalConv)$")),
@@ -42,12 +58,26 @@ def decoder_layers(model):
     return best
 
 
+def layer_types(config) -> list:
+    """The config's declared type per layer (layer_types, else layers_block_type), or []."""
+    for name in ("layer_types", "layers_block_type", "block_types"):
+        try:
+            v = getattr(config, name, None)
+        except Exception:
+            v = None
+        if isinstance(v, list) and v:
+            return v
+    return []
+
+
 def _kind_of(module, layer_type: str | None) -> str | None:
     name = type(module).__name__
     for kind, pattern in _RULES:
         if pattern.search(name):
             if kind != "attention":
                 return kind
+            if (layer_type or "").startswith("linear"):
+                return "linear attention"
             window = getattr(module, "sliding_window", None)
             sliding = (layer_type or "").startswith(("sliding", "chunked")) or (
                 isinstance(window, int) and window > 0
@@ -62,7 +92,7 @@ def tracked(model, config) -> list[tuple[int, str, str, object]]:
     layers = decoder_layers(model)
     if layers is None:
         return []
-    types = getattr(config, "layer_types", None) or []
+    types = layer_types(config)
     out = []
     for i, layer in enumerate(layers):
         layer_type = types[i] if i < len(types) and isinstance(types[i], str) else None

@@ -220,7 +220,15 @@ def cut(cfg, layers: int):
         per_layer = (isinstance(v, list) and all(isinstance(x, str) for x in v)) or (
             isinstance(v, str) and "pattern" in name
         )
-        if per_layer and len(v) == full:
+        flags = (  # per-layer 0/1 flags (no_rope_layers): cut like a per-layer list
+            isinstance(v, list)
+            and len(v) == full
+            and v
+            and all(isinstance(x, int) for x in v)
+            and set(v) <= {0, 1}
+            and not name.endswith(("_idxs", "_ids", "_indices"))
+        )
+        if (per_layer or flags) and len(v) == full:
             setattr(cfg, name, v[:layers])
         elif (
             isinstance(v, list)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated
 
@@ -19,7 +18,7 @@ from packtool.commands.options import (
 )
 from packtool.commands.output import Output
 from packtool.config import ProfileConfig
-from packtool.errors import PacktoolError, UsageError
+from packtool.errors import UsageError
 
 OptData = Annotated[
     list[str] | None,
@@ -44,13 +43,8 @@ def parse_count(text: str, option: str) -> float:
 def load_model(model: str | None, params: str | None, layers: int | None, hidden: int | None):
     if model and params:
         raise UsageError("give either --model CONFIG.json or --params/--layers/--hidden, not both")
-    if model:
-        path = api.model_config_path(model)  # a folder, its config.json, or a cached hub id
-        try:
-            with open(path) as f:
-                cfg = json.load(f)
-        except (OSError, ValueError) as e:
-            raise PacktoolError(f"--model {path}: not valid JSON ({e})") from None
+    if model:  # a folder, its config.json, or a cached hub id: read as every command reads it
+        cfg, path = api.read_model_config(model, need_type=False)
         return api.model_from_config(cfg, path)
     if params is None:
         if layers is not None or hidden is not None:

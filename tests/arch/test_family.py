@@ -26,6 +26,10 @@ from packtool.errors import PacktoolError, UsageError
         ({"model_type": "lfm2"}, "short_conv"),
         ({"model_type": "gpt_oss"}, "gpt_oss"),
         ({"model_type": "mamba2"}, "mamba2"),
+        ({"model_type": "mamba"}, "mamba"),
+        ({"model_type": "falcon_mamba", "layer_types": ["linear_attention"]}, "mamba"),
+        ({"model_type": "rwkv"}, "recurrent"),
+        ({"model_type": "recurrent_gemma"}, "recurrent"),
         # an architecture the table does not name: its layer types decide
         (
             {"model_type": "new_hybrid", "layer_types": ["linear_attention", "full_attention"]},
@@ -49,7 +53,9 @@ def test_warning_names_missing_kernels(monkeypatch):
     w = arch.warning({"model_type": "qwen3_5"}, "cfg/")
     assert "flash-linear-attention and causal-conv1d" in w and "seq_idx" in w and "cfg/" in w
     assert arch.warning({"model_type": "llama"}, "cfg/") is None
-    assert "train these unpacked" in arch.warning({"model_type": "mamba2"}, "cfg/")
+    assert "train it unpacked" in arch.warning({"model_type": "mamba2"}, "cfg/")
+    assert "Mamba model (v1" in arch.warning({"model_type": "mamba"}, "cfg/")  # not "Mamba-2"
+    assert "--max-docs 1" in arch.warning({"model_type": "rwkv"}, "cfg/")
 
 
 def test_no_warning_with_kernels(monkeypatch):
@@ -74,7 +80,7 @@ def test_read_config_errors(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="not in the local cache; add --allow-download"):
         read_config("nobody-xyz/not-a-model")
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(PacktoolError, match="cannot read"):
+    with pytest.raises(PacktoolError, match="is not JSON"):
         read_config(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(PacktoolError, match="no 'model_type'"):
@@ -137,3 +143,77 @@ def test_commands_warn_before_tokenizing(tmp_path, monkeypatch):
     assert r.exit_code != 0 and r.output.index("warning: qwen3_next") < r.output.index("error")
     r = runner.invoke(app, ["inspect", str(data), "--model", str(tmp_path / "missing")])
     assert r.exit_code == 2 and "no such file or folder" in r.output
+
+
+def test_declared_kinds_per_layer():
+    """Every way a config declares its layers, in its own words; the prefix holding them all."""
+    from packtool.arch import declared
+
+    minimax = {"num_hidden_layers": 4, "layer_types": ["full_attention", "linear_attention"] * 2}
+    assert declared.kinds(minimax) == {"layer_types=full_attention", "layer_types=linear_attention"}
+    assert declared.prefix(minimax) == 2
+    nemotron = {"num_hidden_layers": 5, "hybrid_override_pattern": "M-M*-"}
+    assert declared.prefix(nemotron) == 4
+    lfm2 = {"num_hidden_layers": 4, "full_attn_idxs": [2]}
+    assert declared.per_layer(lfm2)[2] == ("full_attn_idxs",) and declared.prefix(lfm2) == 3
+    jamba = {"num_hidden_layers": 16, "attn_layer_period": 8, "attn_layer_offset": 4}
+    assert declared.prefix(jamba) == 5
+    small = {**minimax, "num_hidden_layers": 1, "layer_types": ["full_attention"]}
+    assert declared.missing(minimax, small) == ["layer_types=linear_attention"]
+    assert declared.word("layer_types=linear_attention") == "linear_attention"
+    assert declared.kinds({"num_hidden_layers": 2, "layer_rope_theta": [1.0, 2.0]}) == set()
+
+
+def test_concern_own_code_unknown_type_encoder():
+    from packtool.arch.config import concern
+
+    own = concern({"model_type": "llama", "auto_map": {"AutoConfig": "x.C"}}, "m/")
+    assert "does not run a model's own code" in own and "auto_map: AutoConfig" in own
+    assert "not known to transformers" in concern({"model_type": "no_such_xyz"}, "m/")
+    assert "not a causal LM" in concern({"model_type": "t5"}, "m/")
+    assert concern({"model_type": "llama"}, "m/") is None
+    assert (
+        concern({"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text"}}, "m")
+        is None
+    )
+    assert (
+        concern({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}}, "m") is None
+    )
+
+
+@pytest.mark.parametrize("command", ["inspect", "profile", "pack", "verify"])
+def test_one_rule_for_model_in_every_command(tmp_path, command):
+    """--model read by one function: a file that is not JSON is the same one-line error (exit 1)
+    in all four commands; an auto_map config is the same one-line warning in inspect/profile/pack."""
+    from typer.testing import CliRunner
+
+    from packtool.cli import app
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{not json")
+    args = {
+        "inspect": ["inspect", str(data)],
+        "profile": ["profile", "--synthetic", "lognormal:median=50,n=100"],
+        "pack": ["pack", str(data), "--len", "64", "--out", str(tmp_path / "p")],
+        "verify": ["verify", str(tmp_path)],
+    }[command]
+    if command == "verify":
+        (tmp_path / "manifest.json").write_text("{}")
+    r = CliRunner().invoke(app, [*args, "--model", str(model)])
+    assert r.exit_code == 1, r.output
+    assert "config.json is not JSON" in r.output and "Traceback" not in r.output
+    if command == "verify":
+        return
+    sizes = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128}
+    sizes |= {"num_attention_heads": 4, "vocab_size": 512}  # profile's FLOPs read them
+    (model / "config.json").write_text(
+        json.dumps({"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "x.M"}, **sizes})
+    )
+    r = CliRunner().invoke(app, [*args, "--model", str(model)])
+    assert "warning:" in r.output and "does not run a model's own code" in r.output, r.output
+    (model / "config.json").write_text(json.dumps({"model_type": "no_such_xyz", **sizes}))
+    r = CliRunner().invoke(app, [*args, "--model", str(model)])
+    assert "warning:" in r.output and "'no_such_xyz' is not known to transformers" in r.output

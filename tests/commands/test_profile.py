@@ -267,7 +267,7 @@ def test_bad_input_exit_1(tmp_path):
     assert res.exit_code == 1 and "no hidden size" in res.stderr
     cfg.write_text("{not json")
     res = run("--synthetic", SPEC, "--model", str(cfg))
-    assert res.exit_code == 1 and "not valid JSON" in res.stderr
+    assert res.exit_code == 1 and "is not JSON" in res.stderr
 
 
 def test_loss_tokens_cut_over_sliced_chunks():
