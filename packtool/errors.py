@@ -1,6 +1,8 @@
 """The error types the CLI turns into one-line messages and exit codes.
 
-Raise `PacktoolError` for bad input (exit 1) and `UsageError` for bad options (exit 2). The message
+Raise `PacktoolError` for bad input (exit 1), `UsageError` for bad options (exit 2) and
+`NotChecked` where a check asked for could not be run (exit 3: not a pass, and not a finding that
+the input is bad; a CI step still stops on it, being non-zero). The message
 names the value, the limit and the fix, e.g.
 "example 1832 has 9120 tokens > --len 4096; use --overflow truncate|split or raise --len".
 """
@@ -16,6 +18,13 @@ class UsageError(PacktoolError):
     """Bad options or option values: exit code 2."""
 
     exit_code = 2
+
+
+class NotChecked(PacktoolError):
+    """A check that could not be run on what was asked (verify --model on an architecture it
+    cannot build or bound): exit code 3, "not checked: ..." rather than a failure."""
+
+    exit_code = 3
 
 
 class Interrupt:

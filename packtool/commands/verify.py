@@ -97,7 +97,8 @@ def verify(
         ),
     ] = None,
 ) -> None:
-    """Prove a pack is safe to train on; exit 0 only if every check passes (1: a check failed, 2: bad usage)."""
+    """Prove a pack is safe to train on; exit 0 only if every check passes (1: a check failed, 2: bad
+    usage, 3: a check asked for could not be run, e.g. --model on an architecture verify cannot build)."""
     from packtool.report.verify import render_verify, verify_json
 
     if self_test and path:
@@ -154,4 +155,4 @@ def verify(
         ),
     )
     if not result.passed:
-        raise typer.Exit(1)
+        raise typer.Exit(result.exit_code)

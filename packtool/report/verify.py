@@ -4,7 +4,8 @@ JSON top-level keys (schema "packtool.verify/v1"): schema, path, passed, self_te
 kernels (what computed attention in the isolation checks that ran, with their models; empty
 when none ran), kernel_calls ({backend: {model: {varlen_calls, varlen_tokens, dense_calls,
 forwards, attention_layers}}}: counted, not inferred), timings_s, config, checks [{name, status
-(pass|fail|skip), passed, message, evidence}]. The "FlashAttention kernel" check's evidence holds
+(pass|fail|skip|not_checked), passed, message, evidence}], status (passed | failed | not checked),
+not_checked (names: checks asked for that could not be run, exit code 3). The "FlashAttention kernel" check's evidence holds
 the totals, the expected call count, the trial call and any `auto` fallback notes.
 """
 
@@ -14,7 +15,12 @@ from collections import Counter
 from typing import Any
 
 SCHEMA = "packtool.verify/v1"
-STATUS = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]", "skip": "[yellow]SKIP[/]"}
+STATUS = {
+    "pass": "[green]PASS[/]",
+    "fail": "[bold red]FAIL[/]",
+    "skip": "[yellow]SKIP[/]",
+    "not_checked": "[bold yellow]NOT CHECKED[/]",
+}
 
 
 def verify_json(result) -> dict[str, Any]:
@@ -94,6 +100,8 @@ def render_verify(result, console, verbosity: int = 1) -> None:
         _kernel_lines(result, console)
     for c in result.failed:
         console.print(f"[bold red]FAIL[/] {c.name}: {c.message}", soft_wrap=True)
+    for c in result.not_checked:
+        console.print(f"[bold yellow]NOT CHECKED[/] {c.name}: {c.message}", soft_wrap=True)
     if verbosity == 0:
         _last_line(result, console)
         return
@@ -143,9 +151,16 @@ def _last_line(result, console) -> None:
             f"[bold green]verify passed[/]: {len(result.checks) - skipped} checks"
             + (f", {skipped} skipped" if skipped else "")
         )
-    else:
+    elif result.failed:
         names = ", ".join(c.name for c in result.failed)
         console.print(
             f"[bold red]verify failed[/]: {len(result.failed)} of {len(result.checks)} checks ({names})",
+            soft_wrap=True,
+        )
+    else:  # nothing failed, but what was asked was not checked: never a pass (exit code 3)
+        names = ", ".join(c.name for c in result.not_checked)
+        console.print(
+            f"[bold yellow]verify not checked[/]: {len(result.not_checked)} of "
+            f"{len(result.checks)} checks could not be run ({names}); nothing failed",
             soft_wrap=True,
         )

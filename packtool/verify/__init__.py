@@ -42,16 +42,21 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Check:
-    """One verified property. `skipped` checks are neither passed nor failed (shown, never hidden)."""
+    """One verified property. `skipped` checks are neither passed nor failed (shown, never hidden);
+    `unchecked` ones could not be run on what was asked (an architecture verify --model cannot
+    build, a layer kind its tiny copy lacks): never a pass, not a failure either (exit code 3)."""
 
     name: str
     passed: bool
     message: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
     skipped: bool = False
+    unchecked: bool = False
 
     @property
     def status(self) -> str:
+        if self.unchecked:
+            return "not_checked"
         return "skip" if self.skipped else ("pass" if self.passed else "fail")
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,8 +17,7 @@ import importlib.util
 
 import numpy as np
 
-from packtool.errors import PacktoolError
-from packtool.verify import Check
+from packtool.errors import NotChecked, PacktoolError
 from packtool.verify.sampling import Sample, packed
 from packtool.verify.tiny_models import quiet_transformers, tf_version
 
@@ -60,42 +59,61 @@ def pad(sample: Sample, length: int) -> Sample:
     return packed(sample.shard, sample.row, docs, length, sample.synthetic)
 
 
-def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: int):
-    """(model, tiny config, attention implementation, kinds per layer) or PacktoolError."""
+def _refuse(cfg_dict: dict, where: str) -> None:
+    """NotChecked, before transformers is asked, for a config verify --model cannot check here
+    (a model's own Python code, a model_type transformers does not know, not a causal LM)."""
+    from packtool.arch.config import concern
+
+    why = concern(cfg_dict, where)
+    if why:
+        raise NotChecked(why)
+
+
+def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: int, progress=None):
+    """(model, tiny config, attention implementation, kinds per layer, declared kinds missing from
+    the tiny copy) or NotChecked."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from packtool.arch import layers, tiny
+    from packtool.arch import declared, layers, tiny
 
+    say = progress or (lambda text: None)
     mt = cfg_dict.get("model_type")
     try:
-        full = AutoConfig.from_pretrained(path, local_files_only=True)
+        full = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as e:
-        raise PacktoolError(
+        raise NotChecked(
             f"transformers {tf_version()} cannot read a {mt!r} config ({type(e).__name__}: "
             f"{_line(e)}); verify never runs remote code: upgrade transformers if it is new"
         ) from e
     docs = [int(n) for s in samples for n in s.seq_lengths if n > 1]
     window = max(2, min(docs) // 2) if docs else 2
     pack_len = max(len(s.input_ids) for s in samples)
+    say(f"building a tiny {mt}")
     try:
         wide = tiny.widths(full, pack_len=pack_len, window=window)
         with torch.device("meta"):
             meta = AutoModelForCausalLM.from_config(wide)
-        cfg = tiny.cut(wide, layers.shortest_prefix(layers.layer_kinds(meta, wide)))
+        # every layer kind the modules show and every kind the config declares, once at least
+        depth = max(layers.shortest_prefix(layers.layer_kinds(meta, wide)), declared.prefix(wide))
+        cfg = tiny.cut(wide, depth)
         with torch.device("meta"):
-            size = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+            small = AutoModelForCausalLM.from_config(cfg)
+        size = sum(p.numel() for p in small.parameters())
     except Exception as e:
-        raise PacktoolError(
+        raise NotChecked(
             f"cannot build a tiny {mt} for the check ({type(e).__name__}: {_line(e)}); "
             "this architecture is not covered by verify --model"
         ) from e
     if size > MAX_PARAMS:  # widths in fields tiny.py does not know (sub-configs): not tiny
-        raise PacktoolError(
+        raise NotChecked(
             f"cannot build a tiny {mt} for the check: at the widths packtool sets it still has "
             f"{size / 1e6:.0f}M parameters (its sizes live in fields packtool does not shrink); "
             "this architecture is not covered by verify --model"
         )
+    missing = declared.missing(wide, cfg)
+    built = {k for ks in layers.layer_kinds(small, cfg) for k in ks}
+    missing += sorted(k for ks in layers.layer_kinds(meta, wide) for k in ks if k not in built)
     dtype = torch.float32
     last = None
     flash = device == "cuda" and importlib.util.find_spec("flash_attn") is not None
@@ -106,10 +124,10 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
             if attn == "flash_attention_2":
                 dtype = torch.bfloat16
             model = model.to(device=device, dtype=dtype).eval()
-            return model, cfg, attn, layers.layer_kinds(model, cfg)
+            return model, cfg, attn, layers.layer_kinds(model, cfg), sorted(set(missing))
         except Exception as e:  # this attention implementation is not offered: the next one
             last = e
-    raise PacktoolError(
+    raise NotChecked(
         f"cannot build a tiny {mt} for the check ({type(last).__name__}: {_line(last)})"
     )
 
@@ -118,48 +136,87 @@ def _line(e) -> str:
     return " ".join(str(e).split())[:300]
 
 
-def run(cfg_dict: dict, path: str, where: str, samples: list[Sample], device: str, seed: int):
-    """([Check, Check], the report dict) for the sampled rows through the tiny model of the
-    config at `path` (read as `cfg_dict`; `where` is how the user named it)."""
+def run(
+    cfg_dict: dict,
+    path: str,
+    where: str,
+    samples: list[Sample],
+    device: str,
+    seed: int,
+    progress=None,
+):
+    """([Check, Check] or [a not-checked Check], the report dict) for the sampled rows through
+    the tiny model of the config at `path` (read as `cfg_dict`; `where` is how the user named it).
+    What cannot be built or run is "not checked" (NotChecked's words), never a pass."""
+    from packtool.verify.model_text import not_checked_check
+
+    try:
+        _refuse(cfg_dict, where)
+        return _run(cfg_dict, path, where, samples, device, seed, progress)
+    except NotChecked as e:
+        report = {
+            "model": where,
+            "model_type": cfg_dict.get("model_type"),
+            "status": "not checked",
+            "reason": str(e),
+            "transformers": tf_version(),
+        }
+        return [not_checked_check(str(e))], report
+
+
+def _run(cfg_dict, path, where, samples, device, seed, progress):
     import torch
 
     from packtool import arch
     from packtool.arch import layers
     from packtool.arch.tiny import VOCAB
     from packtool.verify import model_forwards as mf
+    from packtool.verify import model_text
 
+    say = progress or (lambda text: None)
     quiet_transformers()
     rows = [r for r in (fit(s, TOKENS[device]) for s in samples) if r is not None]
     if not rows:
         raise PacktoolError("verify --model: no sampled row holds two documents")
     width = max(len(r.input_ids) for r in rows)  # rows cut short of the budget: one batch shape
     rows = [pad(r, width) for r in rows]
-    model, cfg, attn, kinds = build(cfg_dict, path, rows, device, seed)
+    model, cfg, attn, kinds, missing = build(cfg_dict, path, rows, device, seed, progress)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     tol = TOL.get(dtype, 1e-4)
     fam = arch.family(cfg_dict)
     needs = arch.inputs_for(cfg_dict)
     given = "+seq_idx" if "seq_idx" in needs else "+cu_seq_lens"
-    recorder = mf.Recorder(layers.tracked(model, cfg))
+    decoder = layers.decoder_layers(model)
+    whole = [(i, "", "layer", m) for i, m in enumerate(decoder if decoder is not None else [])]
+    recorder = mf.Recorder(whole + layers.tracked(model, cfg))
     batch_rows = 4
     try:
+        if (moved := mf.causal_probe(model, rows[0], VOCAB, device)) > tol:  # hooks not yet on
+            raise NotChecked(
+                f"{cfg_dict.get('model_type')} is not a causal LM as built here: changing a "
+                f"document's last token moves the logits before it by {moved:.2g} (it attends "
+                "both ways, an encoder); packed causal training does not apply to it"
+            )
         with torch.no_grad(), recorder:
+            say(f"running {len(rows)} rows alone")
             alone = [mf.run_alone(model, recorder, s, VOCAB, device) for s in rows]
             sets = {}
-            for name in mf.INPUT_SETS:  # probe runs (which module leaks): the first leaking set
+            for name in mf.INPUT_SETS:  # probe runs (which layer leaks): the first leaking set
+                say(f"running {len(rows)} rows packed, {name}")
                 probe = tol if not any(r.modules for r in sets.values()) else None
                 sets[name] = mf.run_set(
                     model, recorder, name, rows, alone, VOCAB, device, batch_rows, probe
                 )
         control = mf.run_control(model, rows, alone, VOCAB, device, batch_rows)
+    except NotChecked:
+        raise
     except Exception as e:  # the tiny model does not run unpacked: not a finding about packing
-        raise PacktoolError(
+        raise NotChecked(
             f"the tiny {cfg_dict.get('model_type')} built for the check does not run "
             f"({type(e).__name__}: {_line(e)}); this architecture is not covered by verify --model"
         ) from e
     exact = {n: r.error is None and r.logits <= tol for n, r in sets.items()}
     minimum = next((n for n in mf.INPUT_SETS if exact[n]), None)
-    by_kind = _by_kind(sets, recorder.modules, tol)
     report = {
         "model": where,
         "model_type": cfg_dict.get("model_type"),
@@ -168,6 +225,8 @@ def run(cfg_dict: dict, path: str, where: str, samples: list[Sample], device: st
         "dtype": dtype,
         "device": device,
         "layers": [list(k) for k in kinds],
+        "layer_types": model_text.layer_words(cfg, kinds),
+        "not_built": missing,
         "rows": len(rows),
         "tokens_per_row": max(len(r.input_ids) for r in rows),
         "documents": sum(len(r.seq_lengths) for r in rows),
@@ -176,23 +235,25 @@ def run(cfg_dict: dict, path: str, where: str, samples: list[Sample], device: st
         "control": control,
         "minimum": minimum,
         "collator": given,
-        "leaks": by_kind,
+        "leaks": _by_kind(sets, recorder.modules, tol),
+        "leaking_layers": _by_layer(sets, recorder.modules, tol),
         "missing_kernels": arch.missing_kernels(cfg_dict),
         "transformers": tf_version(),
     }
-    return [_isolation_check(report, sets, fam), _control_check(report)], report
+    iso = model_text.isolation_check(report, sets, fam)
+    report["status"] = "passed" if iso.passed else "not checked" if iso.unchecked else "failed"
+    return [iso, model_text.control_check(report, POWER)], report
 
 
 def _by_kind(sets, modules, tol) -> dict:
-    """kind -> {set: {"diff": max, "layers": [...]}} for the modules that leak."""
-    kind_of = {f"layer {i} {path}": kind for i, path, kind, _ in modules}
+    """kind -> {set: {"diff": max, "layers": [...]}} for the token-mixing modules that leak fed
+    their clean input."""
+    kind_of = {f"layer {i} {path}": kind for i, path, kind, _ in modules if path}
     out: dict = {}
     for name, r in sets.items():
         for key, d in r.modules.items():
-            if d > tol:
-                e = out.setdefault(kind_of.get(key, "?"), {}).setdefault(
-                    name, {"diff": 0.0, "layers": []}
-                )
+            if d > tol and key in kind_of:
+                e = out.setdefault(kind_of[key], {}).setdefault(name, {"diff": 0.0, "layers": []})
                 e["diff"] = max(e["diff"], d)
                 layer = int(key.split()[1])
                 if layer not in e["layers"]:
@@ -200,86 +261,32 @@ def _by_kind(sets, modules, tol) -> dict:
     return out
 
 
-def _needs(error: str) -> str | None:
-    """The package a transformers refusal names ("... without `causal_conv1d`"), as pip names it."""
-    import re
-
-    from packtool.arch import KERNELS
-
-    m = re.search(r"without `([^`]+)`", error)
-    return m and KERNELS.get(m.group(1), m.group(1).replace("_", "-"))
-
-
-def cells(report: dict) -> dict[str, str]:
-    """Per input set, in words: 'exact (3e-07)', 'leaks 0.98', 'refused: needs causal-conv1d'."""
-    out = {}
-    for name, r in report["matrix"].items():
-        if r["error"]:
-            need = _needs(r["error"])
-            out[name] = f"refused: needs {need}" if need else f"error: {r['error'][:80]}"
-        elif r["logits"] <= report["tolerance"]:
-            out[name] = f"exact ({r['logits']:.0e})"
+def _by_layer(sets, modules, tol) -> dict:
+    """set -> [{"layer": i, "diff": d, "modules": [class names]}]: the decoder layers whose output
+    differs although their input was the clean one (the probe: where the leak happens)."""
+    classes, whole = {}, {}
+    for i, path, _, module in modules:
+        if path:
+            classes.setdefault(i, []).append((f"layer {i} {path}", type(module).__name__))
         else:
-            out[name] = f"leaks {r['logits']:.2g}"
+            whole[i] = type(module).__name__
+    out = {}
+    for name, r in sets.items():
+        found = []
+        for key, d in r.modules.items():
+            parts = key.split()
+            if len(parts) == 2 and d > tol:  # "layer i": a whole decoder layer
+                i = int(parts[1])
+                own = classes.get(i, [])
+                leaking = [c for k, c in own if r.modules.get(k, 0.0) > tol]
+                names = leaking or [c for _, c in own] or [whole.get(i, "?")]
+                found.append({"layer": i, "diff": d, "modules": sorted(set(names))})
+        if found:
+            out[name] = sorted(found, key=lambda e: e["layer"])
     return out
 
 
-def _isolation_check(report: dict, sets, fam) -> Check:
-    given = report["collator"]
-    r = sets[given]
-    mt = report["model_type"]
-    words = cells(report)
-    matrix = "; ".join(f"{n}: {w}" for n, w in words.items())
-    if r.error is None and r.logits <= report["tolerance"]:
-        return Check(
-            "model isolation",
-            True,
-            f"{mt}: documents stay apart with the batch PackedCollator.for_model gives "
-            f"({given}; the minimum here: {report['minimum']}), max difference {r.logits:.0e}",
-            evidence={"inputs": matrix},
-        )
-    where = "; ".join(
-        f"{kind} (layer {', '.join(map(str, v[k]['layers']))}) differs by {v[k]['diff']:.2g} "
-        f"with {k}"
-        for kind, v in report["leaks"].items()
-        for k in list(v)[:1]
-    )
-    missing = report["missing_kernels"]
-    if report["minimum"] is not None:
-        fix = f"train with the {report['minimum']} inputs (PackedCollator(...) options)"
-    elif missing:
-        fix = (
-            f"install {' and '.join(missing)} (CUDA) and train with PackedCollator.for_model(model)"
-        )
-    elif fam.name == "attention":  # the table expects nothing to do: this implementation differs
-        fix = (
-            "this model's transformers code does not keep packed documents apart with these "
-            "inputs (its mask ignores position_ids, or positions are its own): train it unpacked, "
-            "or run this check on the CUDA machine with flash-attention installed"
-        )
-    else:
-        fix = fam.note
-    msg = (
-        f"{mt} mixes packed documents here ({report['attention']}, {report['device']}): "
-        f"{where or f'logits differ by {r.logits:.2g}'}; inputs: {matrix}. "
-        + (
-            "Packed training of this model is not safe on this machine. "
-            if report["minimum"] is None
-            else ""
-        )
-        + f"Fix: {fix}"
-    )
-    return Check("model isolation", False, msg, evidence={"inputs": matrix})
+def cells(report: dict) -> dict[str, str]:
+    from packtool.verify.model_text import cells as _cells
 
-
-def _control_check(report: dict) -> Check:
-    need = POWER * report["tolerance"]
-    ok = report["control"] > need
-    msg = (
-        f"positions through the row, no boundaries: documents differ by {report['control']:.2g} "
-        f"(> {need:.0e}): the check would see a leak"
-        if ok
-        else f"the control differs by only {report['control']:.2g} (<= {need:.0e}): the check has "
-        "no power on these rows (documents too short?)"
-    )
-    return Check("model control", ok, msg)
+    return _cells(report)

@@ -4,7 +4,7 @@ For every sampled row and every input set (what `PackedCollator` gives, `INPUT_S
 
     packed     [A A A A B B B pad pad]  the collator's batch, as the trainer gives it: model(**batch)
     alone      [A A A A]  [B B B]       each document on its own, positions 0..n-1 (the truth)
-    probe      the packed batch again, every tracked module (packtool.arch.layers) fed the clean
+    probe      the packed batch again, every decoder layer and every tracked module in it fed the clean
                input (the alone runs' input to the same module, laid out as in the row) so that its
                output difference is its own leak, not one carried in from the layers below
     control    [A A A A B B B pad pad]  positions 0..L-1, no boundaries: must differ, or the check
@@ -146,6 +146,25 @@ def run_alone(model, recorder, sample, vocab: int, device):
     return out
 
 
+def causal_probe(model, sample, vocab: int, device) -> float:
+    """How much the logits before a document's last token move when that token changes (0 for a
+    causal model; an encoder attending both ways moves them)."""
+    import torch
+
+    row = tensors([sample], device, vocab=vocab)[0]
+    a, b = sample.bounds[0]
+    ids = row[:, a:b]
+    if ids.shape[1] < 2:
+        return 0.0
+    other = ids.clone()
+    other[0, -1] = (other[0, -1] + 1) % vocab
+    pos = torch.arange(b - a, device=device)[None]
+    with torch.no_grad():
+        x = model(input_ids=ids, position_ids=pos, use_cache=False).logits[0, :-1]
+        y = model(input_ids=other, position_ids=pos, use_cache=False).logits[0, :-1]
+    return _rel_diff(y, x)
+
+
 def _rel_diff(x, ref) -> float:
     """max |x - ref| over the largest |ref| (1 where ref is all zeros), in float32."""
     ref = ref.float()
@@ -238,7 +257,7 @@ def run_set(
         recorder.clean = None
         for k, d in _module_diffs(recorder, rows, alone, start).items():
             layer, path, kind, _ = recorder.modules[k]
-            key = f"layer {layer} {path}"
+            key = f"layer {layer} {path}".strip()
             res.modules[key] = max(res.modules.get(key, 0.0), d)
     return res
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from packtool import schema
 from packtool.config import VerifyConfig  # noqa: F401  (re-exported: verify.run.VerifyConfig)
-from packtool.errors import UsageError
+from packtool.errors import NotChecked, UsageError
 from packtool.verify import Check
 from packtool.verify.kernel_check import flash_check, kernel_calls
 
@@ -28,6 +28,7 @@ DEFAULT_ROWS = {"cpu": 4, "cuda": 16}
 # the sdpa path's packed mask is L^2, a forward of 2 rows costs 0.05 / 0.18 / 0.74 CPU-s at 1024 /
 # 2048 / 4096 slots (the demo's verify: 7-10 CPU-s in all, 21-25 with whole rows); CUDA: whole rows
 ROW_TOKENS = {"cpu": 1024, "cuda": None}
+NOT_CHECKED = NotChecked.exit_code
 MODEL_ROWS = 16  # --model: rows cut to model_check.TOKENS, so 16 of them fit the same time
 
 
@@ -50,14 +51,25 @@ class VerifyResult:
 
     @property
     def failed(self) -> list[Check]:
-        return [c for c in self.checks if not c.passed and not c.skipped]
+        return [c for c in self.checks if not c.passed and not c.skipped and not c.unchecked]
+
+    @property
+    def not_checked(self) -> list[Check]:
+        return [c for c in self.checks if c.unchecked]
+
+    @property
+    def exit_code(self) -> int:
+        """0 passed, 1 a check failed, 3 nothing failed but a check asked for was not run."""
+        return 0 if self.passed else 1 if self.failed else NOT_CHECKED
 
     def to_dict(self) -> dict:
         return {
             "path": self.path,
             "passed": self.passed,
             "self_test": self.self_test,
+            "status": "passed" if self.passed else "failed" if self.failed else "not checked",
             "failed": [c.name for c in self.failed],
+            "not_checked": [c.name for c in self.not_checked],
             "kernels": self.kernels,
             "kernel_calls": self.kernel_calls,
             "timings_s": {k: round(v, 3) for k, v in self.timings.items()},
@@ -172,7 +184,7 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     (model_check) instead of the two generic tiny models."""
     from packtool.arch.config import read_config
     from packtool.verify import backends as bk
-    from packtool.verify import model_check
+    from packtool.verify import model_bound
 
     # a bad --model: before any scan
     cfg_dict, config_file = read_config(cfg.model, cfg.allow_download)
@@ -190,12 +202,14 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
         )
         return res
     t1 = time.perf_counter()
-    model_checks, res.model = model_check.run(
+    model_checks, res.model = model_bound.bounded(
         cfg_dict, config_file, cfg.model, samples, device, cfg.seed
     )
     res.checks.extend(model_checks)
     res.timings["isolation"] = time.perf_counter() - t1
     m = res.model
+    if "layers" not in m:  # not checked: nothing was built
+        return res
     res.kernels = [
         f"model: tiny {m['model_type']} ({_n(len(m['layers']), 'layer')}: "
         f"{', '.join('+'.join(k) or '-' for k in m['layers'])}), {m['attention']} "
