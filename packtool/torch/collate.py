@@ -115,10 +115,12 @@ class PackedCollator:
         seq_idx where the architecture has Mamba, conv or linear-attention layers
         (`packtool.arch.inputs_for`). model_or_config: a model (its .config), a PretrainedConfig,
         a config.json dict, or a model folder / config.json path / cached hub id (its config.json
-        is read). Options (drop_padding, fixed_docs) pass through."""
+        is read). Options (drop_padding, fixed_docs) pass through. Architectures no batch keeps
+        apart (Mamba, Mamba-2, RWKV, RecurrentGemma, xLSTM: `packtool.arch.packable`): ValueError
+        saying why and what to do, never a collator."""
         import os
 
-        from packtool.arch import inputs_for
+        from packtool.arch import family, inputs_for, packable
 
         config = getattr(model_or_config, "config", model_or_config)
         if isinstance(config, (str, os.PathLike)):
@@ -130,7 +132,16 @@ class PackedCollator:
                 f"PackedCollator.for_model takes a model, its config, a config.json dict or a model "
                 f"folder; got {type(model_or_config).__name__} (no model_type to read)"
             )
-        needs = inputs_for(dict(config) if isinstance(config, Mapping) else config)
+        config = dict(config) if isinstance(config, Mapping) else config
+        if not packable(config):
+            f = family(config)
+            mt = config.get("model_type") if isinstance(config, dict) else config.model_type
+            raise ValueError(
+                f"{mt} cannot be trained packed ({f.kinds}): {f.note}. Train it unpacked: pack "
+                "with `packtool pack ... --max-docs 1` (one document per row) and use "
+                "PackedCollator() on that pack"
+            )
+        needs = inputs_for(config)
         if mode == "flex" and "seq_idx" in needs and options.get("seq_idx", True):
             raise ValueError(
                 "this architecture's Mamba / conv / linear-attention layers keep packed documents "

@@ -103,3 +103,13 @@ def test_for_model_flex():
     assert PackedCollator.for_model({"model_type": "llama"}, "flex").mode == "flex"
     with pytest.raises(ValueError, match="mode='flex' batches do not carry"):
         PackedCollator.for_model({"model_type": "nemotron_h"}, "flex")
+
+
+@pytest.mark.parametrize(
+    "model_type", ["mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma"]
+)
+def test_for_model_refuses_what_cannot_be_trained_packed(model_type):
+    """README "Hybrid models": such models cannot be trained packed; for_model says so and what
+    to do, instead of handing out a collator whose batches mix their documents."""
+    with pytest.raises(ValueError, match=rf"{model_type} cannot be trained packed.*--max-docs 1"):
+        PackedCollator.for_model({"model_type": model_type})
