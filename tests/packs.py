@@ -163,3 +163,19 @@ def merge_first_two(table, keep_source: bool):
         src[r] = [src[r][0], *src[r][2:]]
     cols = dict(seq_lengths=seq, document_id=doc, position_ids=pos, source_index=src)
     return r, merged_src, a, b, st.replace_columns(table, **cols)
+
+
+def model_samples(rows: int = 2, lens=(24, 17, 9), pack_len: int = 56):
+    """Rows for verify --model's checks (verify.sampling.Sample): random ids, every token trained
+    but the pad tail, positions restarting at each of `lens`' documents."""
+    from packtool.verify.sampling import Sample
+
+    rng = np.random.default_rng(3)
+    out = []
+    for r in range(rows):
+        ids = rng.integers(0, 5000, pack_len).astype(np.int32)
+        labels = ids.copy()
+        labels[sum(lens) :] = schema.IGNORE_INDEX
+        pos = schema.position_ids(list(lens), pack_len).astype(np.int32)
+        out.append(Sample("s", r, ids, labels, pos, np.array(lens)))
+    return out

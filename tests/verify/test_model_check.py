@@ -7,17 +7,17 @@ import importlib.util
 import json
 import re
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from packs import model_samples  # noqa: E402
+
 from packtool import schema  # noqa: E402
 from packtool.cli import app  # noqa: E402
 from packtool.verify import model_bound, model_check  # noqa: E402
-from packtool.verify.sampling import Sample  # noqa: E402
 
 KERNELS = [k for k in ("fla", "causal_conv1d", "mamba_ssm") if importlib.util.find_spec(k)]
 no_kernels = pytest.mark.skipif(bool(KERNELS), reason=f"kernel packages installed: {KERNELS}")
@@ -50,18 +50,6 @@ MATRIX = [
 ]
 
 
-def _samples(rows: int = 2, lens=(24, 17, 9), pack_len: int = 56) -> list[Sample]:
-    rng = np.random.default_rng(3)
-    out = []
-    for r in range(rows):
-        ids = rng.integers(0, 5000, pack_len).astype(np.int32)
-        labels = ids.copy()
-        labels[sum(lens) :] = schema.IGNORE_INDEX
-        pos = schema.position_ids(list(lens), pack_len).astype(np.int32)
-        out.append(Sample("s", r, ids, labels, pos, np.array(lens)))
-    return out
-
-
 def _config(tmp_path, model_type: str, overrides: dict):
     from transformers import AutoConfig
 
@@ -82,7 +70,7 @@ FAST = {"llama", "qwen3_5", "nemotron_h"}  # the issue's pass / fail cases run i
 )
 def test_matrix(tmp_path, model_type, overrides, expected):
     cfg, path, _ = _config(tmp_path, model_type, overrides)
-    checks, report = model_check.run(cfg, path, model_type, _samples(), "cpu", 0)
+    checks, report = model_check.run(cfg, path, model_type, model_samples(), "cpu", 0)
     cells = model_check.cells(report)
     got = tuple(re.sub(r" \(.*| [0-9.e+-]+$", "", c) for c in cells.values())
     assert got == expected, cells
@@ -98,7 +86,7 @@ def test_matrix(tmp_path, model_type, overrides, expected):
 
 def test_every_layer_kind_kept(tmp_path):
     cfg, path, _ = _config(tmp_path, "qwen3_next", {})
-    _, report = model_check.run(cfg, path, "qwen3_next", _samples(1), "cpu", 0)
+    _, report = model_check.run(cfg, path, "qwen3_next", model_samples(1), "cpu", 0)
     kinds = {k for layer in report["layers"] for k in layer}
     assert kinds == {"linear attention", "full attention", "moe"}
     assert len(report["layers"]) == 4  # 3 linear + 1 full: the shortest prefix with every kind
@@ -108,7 +96,7 @@ def test_sliding_window_below_documents(tmp_path):
     from packtool.arch import tiny
 
     cfg, path, _ = _config(tmp_path, "gemma3", {})
-    _, report = model_check.run(cfg, path, "gemma3", _samples(1), "cpu", 0)
+    _, report = model_check.run(cfg, path, "gemma3", model_samples(1), "cpu", 0)
     assert "sliding attention" in {k for layer in report["layers"] for k in layer}
     from transformers import AutoConfig
 
@@ -126,17 +114,17 @@ def test_control_without_power():
 
 
 def test_fit_keeps_two_documents():
-    s = _samples(1, lens=(40, 10), pack_len=56)[0]
+    s = model_samples(1, lens=(40, 10), pack_len=56)[0]
     cut = model_check.fit(s, 24)
     assert list(cut.seq_lengths) == [12, 10] and len(cut.input_ids) == 22
     assert cut.position_ids.tolist() == [*range(12), *range(10)]
-    assert model_check.fit(_samples(1, lens=(50,), pack_len=56)[0], 24) is None
+    assert model_check.fit(model_samples(1, lens=(50,), pack_len=56)[0], 24) is None
 
 
 def test_rows_of_different_lengths_batch_together(tmp_path):
     """Rows whose documents fill the pack to different lengths (pad tails of their own) are cut
     by fit to different lengths: they are padded to one width and batched, not a stack error."""
-    rows = _samples(1, lens=(24, 17, 9)) + _samples(1, lens=(20, 10))
+    rows = model_samples(1, lens=(24, 17, 9)) + model_samples(1, lens=(20, 10))
     cut = [model_check.fit(s, 1024) for s in rows]
     assert [len(c.input_ids) for c in cut] == [50, 30]
     padded = model_check.pad(cut[1], 50)
@@ -181,7 +169,12 @@ def test_recorder_leaves_a_module_called_twice_per_forward_alone():
 def test_unknown_model_type_is_not_checked(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "no_such_arch_xyz"}))
     (check,), report = model_check.run(
-        {"model_type": "no_such_arch_xyz"}, str(tmp_path / "config.json"), "x", _samples(), "cpu", 0
+        {"model_type": "no_such_arch_xyz"},
+        str(tmp_path / "config.json"),
+        "x",
+        model_samples(),
+        "cpu",
+        0,
     )
     assert check.unchecked and not check.passed and check.status == "not_checked"
     assert "model_type 'no_such_arch_xyz' is not known to transformers" in check.message
@@ -249,7 +242,7 @@ def test_minimax_default_builds_its_linear_attention_and_names_the_leaking_layer
     *Attention): the tiny copy keeps one, and the probe names the layer that leaked, by index and
     declared type, not a guess from the first layer."""
     cfg, path, _ = _config(tmp_path, "minimax", {})
-    (isolation, _), report = model_check.run(cfg, path, "minimax", _samples(1), "cpu", 0)
+    (isolation, _), report = model_check.run(cfg, path, "minimax", model_samples(1), "cpu", 0)
     assert report["layer_types"] == ["full_attention", "linear_attention"]
     assert report["not_built"] == [] and not isolation.passed and not isolation.unchecked
     assert "layer 1 (linear_attention: MiniMaxLightningAttention) differs by" in isolation.message
@@ -261,7 +254,7 @@ def test_minimax_default_builds_its_linear_attention_and_names_the_leaking_layer
 def test_minimax_two_layers_blames_layer_0(tmp_path):
     over = {"layer_types": ["linear_attention", "full_attention"], "num_hidden_layers": 2}
     cfg, path, _ = _config(tmp_path, "minimax", over)
-    (isolation, _), report = model_check.run(cfg, path, "minimax", _samples(1), "cpu", 0)
+    (isolation, _), report = model_check.run(cfg, path, "minimax", model_samples(1), "cpu", 0)
     assert "layer 0 (linear_attention: MiniMaxLightningAttention)" in isolation.message
     assert "full attention (layer 0)" not in isolation.message
 
@@ -273,7 +266,7 @@ def test_a_declared_kind_not_built_is_not_checked(tmp_path, monkeypatch):
 
     cfg, path, _ = _config(tmp_path, "llama", {"num_hidden_layers": 2})
     monkeypatch.setattr(declared, "missing", lambda full, small: ["layer_types=linear_attention"])
-    (isolation, _), report = model_check.run(cfg, path, "llama", _samples(1), "cpu", 0)
+    (isolation, _), report = model_check.run(cfg, path, "llama", model_samples(1), "cpu", 0)
     assert isolation.unchecked and not isolation.passed
     assert "linear_attention not checked" in isolation.message
     assert report["status"] == "not checked"
@@ -309,13 +302,17 @@ def test_an_encoder_is_not_checked(tmp_path, clean_pack):
 def test_the_bound_ends_not_checked(tmp_path):
     """A check past its wall-clock limit ends 'not checked: ... exceeded N s', its process killed."""
     cfg, path, _ = _config(tmp_path, "llama", {})
-    (check,), report = model_bound.bounded(cfg, path, "llama", _samples(1), "cpu", 0, limit_s=0.01)
+    (check,), report = model_bound.bounded(
+        cfg, path, "llama", model_samples(1), "cpu", 0, limit_s=0.01
+    )
     assert check.unchecked and "exceeded 0 s" in check.message
-    (check,), _ = model_bound.bounded(cfg, path, "llama", _samples(1), "cpu", 0, memory=1)
+    (check,), _ = model_bound.bounded(cfg, path, "llama", model_samples(1), "cpu", 0, memory=1)
     assert check.unchecked and "GiB of memory" in check.message
 
 
 def test_the_bound_returns_the_result(tmp_path):
     cfg, path, _ = _config(tmp_path, "llama", {"num_hidden_layers": 1})
-    (isolation, control), report = model_bound.bounded(cfg, path, "llama", _samples(1), "cpu", 0)
+    (isolation, control), report = model_bound.bounded(
+        cfg, path, "llama", model_samples(1), "cpu", 0
+    )
     assert isolation.passed and control.passed and report["status"] == "passed"

@@ -12,28 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from packtool import schema  # noqa: E402
-from packtool.verify.sampling import Sample  # noqa: E402
+from packs import model_samples  # noqa: E402
 
 LIMIT_S = 60  # per architecture in the sweep (verify's own bound is model_bound.LIMIT_S)
-
-
-def _samples(rows: int = 2, lens=(24, 17, 9), pack_len: int = 56) -> list[Sample]:
-    rng = np.random.default_rng(3)
-    out = []
-    for r in range(rows):
-        ids = rng.integers(0, 5000, pack_len).astype(np.int32)
-        labels = ids.copy()
-        labels[sum(lens) :] = schema.IGNORE_INDEX
-        pos = schema.position_ids(list(lens), pack_len).astype(np.int32)
-        out.append(Sample("s", r, ids, labels, pos, np.array(lens)))
-    return out
 
 
 def model_types() -> list[str]:
@@ -57,7 +43,7 @@ def check_one(mt: str, folder: Path, limit_s: float = LIMIT_S) -> dict:
     path = folder / "config.json"
     t0 = time.perf_counter()
     checks, report = model_bound.bounded(
-        json.loads(path.read_text()), str(path), mt, _samples(), "cpu", 0, limit_s=limit_s
+        json.loads(path.read_text()), str(path), mt, model_samples(), "cpu", 0, limit_s=limit_s
     )
     seconds = time.perf_counter() - t0
     iso = checks[0]
