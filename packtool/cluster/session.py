@@ -12,13 +12,9 @@
     s.failure(e) -> PacktoolError                     a worker's PacktoolError as it was raised,
                                                       anything else as one line naming it
 
-A local cluster starts on a thread of its own (`ray.init`), which keeps it and stops it at the
-end. Its Ray folder is named by the driver (cluster.reaper: <tmp>/packtool-ray-<pid>-<host>,
-removed at the end, kept with its logs after an error), and a watcher process stops the cluster's
-processes and removes the folder when the driver dies without stopping it (kill -9): Ray's GCS and
-raylet die with the thread that started them (PR_SET_PDEATHSIG), its agents did not. Every Ray
-run first stops and removes the clusters of drivers that died with their watcher, one line each
-in `leftovers`. It starts lean (`_start_local`: no autoscaler
+A local cluster starts on a thread of its own (`ray.init`: 2-3 s on a 2-core box, most of it
+waiting for Ray's processes), which keeps it and stops it at the end: Ray's processes die with
+the thread that started them (PR_SET_PDEATHSIG). It starts lean (`_start_local`: no autoscaler
 monitor, log monitor or dashboard API server; its workers at nice 0, not Ray's 15). The driver is
 one of its `workers`, in every run when there are two or more (Ray then has `workers` - 1 CPUs:
 one worker process fewer to start and warm up), else while the cluster starts: a thread of the
@@ -40,22 +36,19 @@ stage reports with its results (and whether the driver ran it).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from packtool.cluster import reaper
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import leftovers
 
 PARTS_PREFIX = ".packtool-ray-parts-"  # + <pid>-<host>-XXXXXXXX (io.leftovers)
 _DRIVER_PID: int | None = None  # the process that holds a Session (memory(): "driver")
-_RAY_LOGS = "/tmp/ray/session_latest/logs on the node"
-_LOGS = _RAY_LOGS  # Ray's logs, in `failure`'s message (a local cluster's: in its folder)
 
 
 class Session:
@@ -79,8 +72,6 @@ class Session:
         self._stop = threading.Event()
         self._owner: threading.Thread | None = None  # the thread that starts and stops a local one
         self._failed: BaseException | None = None
-        self._folder: Path | None = None  # a local cluster's Ray folder (cluster.reaper)
-        self._watcher: reaper.Watcher | None = None
 
     def __enter__(self) -> Session:
         from packtool.cluster import ray_missing
@@ -90,10 +81,8 @@ class Session:
             raise UsageError(why)
         import ray
 
-        global _DRIVER_PID, _LOGS
+        global _DRIVER_PID
         _DRIVER_PID = os.getpid()
-        _LOGS = _RAY_LOGS
-        self.leftovers += reaper.remove_dead()
         if ray.is_initialized():
             self._joined()
         elif self.address:
@@ -107,7 +96,6 @@ class Session:
         return self
 
     def _init(self) -> None:
-        global _LOGS
         import ray
 
         kw = {"log_to_driver": False, "logging_level": logging.ERROR, "configure_logging": True}
@@ -115,25 +103,15 @@ class Session:
             if self.address:
                 ray.init(address=self.address, **kw)
             else:
-                try:
-                    self._folder = reaper.make()
-                except OSError as e:
-                    raise PacktoolError(
-                        f"a local Ray cluster: cannot make its folder: {_line(e)}"
-                    ) from None
-                self._watcher = reaper.watch(self._folder)
-                _LOGS = str(self._folder / "session_latest" / "logs")
-                with reaper.marked(self._folder):  # (Ray's processes started meanwhile)
-                    _start_local(  # "local": a new cluster, never one `ray start` left behind
-                        address="local",
-                        _temp_dir=str(self._folder),
-                        num_cpus=self.workers - self.driver_works,
-                        include_dashboard=False,
-                        # Ray runs its workers at nice 15 (its own processes keep priority):
-                        # beside any other work on the machine they would wait; the driver at 0
-                        _system_config={"worker_niceness": 0},
-                        **kw,
-                    )
+                _start_local(  # "local": a new cluster, never one `ray start` left behind
+                    address="local",
+                    num_cpus=self.workers - self.driver_works,
+                    include_dashboard=False,
+                    # Ray runs its workers at nice 15 (its own processes keep priority): beside
+                    # any other work on the machine they would wait; the driver runs at 0
+                    _system_config={"worker_niceness": 0},
+                    **kw,
+                )
         except ConnectionError as e:
             raise UsageError(
                 f"--ray-address {self.address}: cannot join a Ray cluster there ({_line(e)}); "
@@ -181,32 +159,18 @@ class Session:
             raise self._failed
         return True
 
-    def __exit__(self, kind, *exc) -> bool:
+    def __exit__(self, *exc) -> bool:
         for folder in self._scratch:
             shutil.rmtree(folder, ignore_errors=True)
         if self._owner is not None:
             self._stop.set()
             while self._owner.is_alive():  # (a local cluster still starting: up, then stopped)
                 self._owner.join(0.1)
-            self._end_local(failed=kind is not None and issubclass(kind, Exception))
         elif self.started:  # joined at --ray-address: this leaves it running
             import ray
 
             ray.shutdown()
         return False
-
-    def _end_local(self, failed: bool) -> None:
-        """After ray.shutdown: what is left of the cluster stopped, its folder removed (kept with
-        its logs, and marked as ended, after an error: `failure` names them), the watcher told."""
-        if self._folder is not None:
-            reaper.stop(self._folder)
-            if failed and self._folder.exists():
-                with contextlib.suppress(OSError):
-                    (self._folder / reaper.ENDED).touch()
-            else:
-                shutil.rmtree(self._folder, ignore_errors=True)
-        if self._watcher is not None:
-            self._watcher.done()
 
     def scratch(self) -> Path:
         """A new empty folder for a run's encoded parts (cluster.parts), removed by `drop` or at
@@ -294,7 +258,7 @@ class Session:
         if type(root).__module__ not in ("builtins", "__main__"):
             name = f"{type(root).__module__}.{name}"
         return PacktoolError(
-            f"a Ray worker failed: {name}: {text}; nothing was written (Ray logs: {_LOGS})"
+            f"a Ray worker failed: {name}: {text}; nothing was written (Ray logs: /tmp/ray/session_latest/logs on the node)"
         )
 
 
