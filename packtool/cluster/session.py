@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
