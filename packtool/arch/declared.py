@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from packtool.arch.layers import shortest_prefix
+
 _LIST_NAMES = re.compile(r"(layer_types|block_type|block_types|attention_layers|attn_layers)$")
 _INDEX_NAMES = re.compile(r"(_idxs|_ids|_indices|_layers)$")
 _NOT_KINDS = re.compile(
@@ -96,14 +98,7 @@ def kinds(cfg) -> set[str]:
 
 def prefix(cfg) -> int:
     """The number of leading layers that declare every kind of the whole stack at least once."""
-    layers = per_layer(cfg)
-    wanted = {k for layer in layers for k in layer}
-    seen: set[str] = set()
-    for i, layer in enumerate(layers):
-        seen.update(layer)
-        if seen >= wanted:
-            return i + 1
-    return len(layers)
+    return shortest_prefix(per_layer(cfg))
 
 
 def missing(full, small) -> list[str]:
