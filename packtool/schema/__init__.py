@@ -1,9 +1,8 @@
 """The pack contract: what `packtool pack` writes and everything else reads.
 
-    columns.py    constants (IGNORE_INDEX, column names, SCHEMA_VERSION), the Arrow schema of a shard
-                  and the one shard-schema check
-    layout.py     the row layout: documents padded to a multiple of N, K entries per row (fixed docs)
-    segments.py   where attention may look: documents and the pad tail, as cu_seqlens / position_ids
+    shard.py      a shard: constants (IGNORE_INDEX, column names, SCHEMA_VERSION), its Arrow schema and
+                  the one shard-schema check; the row layout (documents padded to a multiple of N,
+                  K entries per row); the segments, where attention may look (cu_seqlens, position_ids)
     manifest.py   manifest.json as a typed Manifest (to/from JSON) and the conservation rules
     rows.py       the row check: every slot of a batch of rows against its seq_lengths (verify, export)
     notices.py    structured warnings (code, message, count, items)
@@ -11,7 +10,17 @@
 Pure: numpy only (pyarrow is imported inside the functions that take or build Arrow schemas).
 """
 
-from packtool.schema.columns import (
+from packtool.schema.manifest import (
+    Counts,
+    Manifest,
+    ManifestError,
+    Tokens,
+    conservation_problems,
+    is_pack_manifest,
+    read_pack_manifest,
+)
+from packtool.schema.notices import Notice
+from packtool.schema.shard import (
     COLUMNS,
     DATA_DIR,
     FORBIDDEN_COLUMNS,
@@ -23,29 +32,17 @@ from packtool.schema.columns import (
     SCHEMA_VERSION,
     TOKEN_COLUMNS,
     UNPADDED_COLUMN,
+    Layout,
     arrow_schema,
-    pack_len_of,
-    shard_name,
-    shard_schema_problems,
-)
-from packtool.schema.layout import Layout
-from packtool.schema.manifest import (
-    Counts,
-    Manifest,
-    ManifestError,
-    Tokens,
-    conservation_problems,
-    is_pack_manifest,
-    read_pack_manifest,
-)
-from packtool.schema.notices import Notice
-from packtool.schema.segments import (
     cu_seqlens,
     cu_seqlens_unpadded,
     document_ids,
+    pack_len_of,
     position_ids,
     row_segments,
     segment_starts,
+    shard_name,
+    shard_schema_problems,
 )
 
 __all__ = [

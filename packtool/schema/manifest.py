@@ -20,7 +20,7 @@
       tokens   Tokens                           in, out, cut, loss_in, loss_out, loss_first_token, loss_cut, pad
       fill, lower_bound_rows, docs_per_row      how full the rows are
       shards                                    [{file, rows, bytes, sha256}]
-      pad_to_multiple, fixed_docs               the row layout (schema/layout.py): written only when
+      pad_to_multiple, fixed_docs               the row layout (schema/shard.py): written only when
                                                 not 1 / false, with tokens.doc_pad (pad slots inside
                                                 documents), so default packs keep their bytes
 
@@ -38,7 +38,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from packtool.schema.columns import MANIFEST, SCHEMA_VERSION
+from packtool.schema.shard import MANIFEST, SCHEMA_VERSION
 
 
 class ManifestError(ValueError):
@@ -127,7 +127,7 @@ class Manifest:
     lower_bound_rows: int
     docs_per_row: dict[str, Any]
     shards: list[dict[str, Any]]
-    pad_to_multiple: int = 1  # the layout (schema/layout.py); written only when not the default
+    pad_to_multiple: int = 1  # the layout (schema/shard.py); written only when not the default
     fixed_docs: bool = False
     # keys a later writer added: kept as they are
     extra: dict[str, Any] = field(default_factory=dict)

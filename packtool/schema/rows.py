@@ -10,7 +10,7 @@ copy when possible), the list columns as (offsets from 0, values), the scalars a
     cols["num_tokens"], cols["num_loss_tokens"]  (R,)
 
 From `seq_lengths` alone the expected columns are rebuilt with a handful of whole-array passes (the
-segment rule of docs/ARCHITECTURE.md, "Schema": `segments.segment_starts`) and compared:
+segment rule of docs/ARCHITECTURE.md, "Schema": `shard.segment_starts`) and compared:
 
     seq_lengths [4, 3], L = 9     marks at row, document and pad-tail starts, running max
     segment start          0 0 0 0 4 4 4  7  7
@@ -19,7 +19,7 @@ segment rule of docs/ARCHITECTURE.md, "Schema": `segments.segment_starts`) and c
     label must be -100     x . . . x . . x  x       IGNORE_INDEX: each document's first token, padding
     label == input_id      . o o o . o o .  .       wherever the label is not IGNORE_INDEX
 
-Layouts (layout.Layout): with --pad-to-multiple N the documents' slots are `seq_lengths` and their
+Layouts (shard.Layout): with --pad-to-multiple N the documents' slots are `seq_lengths` and their
 real tokens `seq_lengths_unpadded` (cols["unp_off"], cols["unp_val"]); the slots past a document's
 real tokens are its padding (pad id, label -100, same document_id, positions continuing), and
 seq_lengths[i] must be ceil(unpadded[i]/N)*N. With fixed docs (K) every row lists exactly K entries,
@@ -39,15 +39,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from packtool.schema.columns import (
+from packtool.schema.shard import (
     COLUMNS,
     IGNORE_INDEX,
     PAD_DOCUMENT_ID,
     TOKEN_COLUMNS,
     UNPADDED_COLUMN,
+    Layout,
+    segment_starts,
 )
-from packtool.schema.layout import Layout
-from packtool.schema.segments import segment_starts
 
 # the row checks' names (verify's report and `--json` readers match them; verify/names.py)
 SEQ = "seq_lengths"

@@ -1,14 +1,125 @@
-"""The segment rule (documents, then the pad tail as its own segment) against the writer's kernel.
-
-The kernel lays rows out at speed; `schema.segments` states the rule. Over a grid of rows they must
-agree slot for slot, and the closed forms below (sums, counts) must hold for every row."""
+"""schema/shard.py: the one shard-schema check (on the v1 fixture's shard and damaged schemas), the
+row layout (--pad-to-multiple, --fixed-docs: slots per document, what a manifest records, default
+layouts keeping earlier packs' bytes), and the segment rule (documents, then the pad tail as its own
+segment) against the writer's kernel, slot for slot over a grid of rows."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from paths import TESTS
 
 from packtool import kernels, schema
+
+SHARD = TESTS / "fixtures" / "v1_pack" / "data" / "train-00000-of-00001.parquet"
+
+
+def test_a_written_shard_matches_the_schema():
+    got = pq.ParquetFile(SHARD).schema_arrow
+    assert schema.pack_len_of(got) == 2048
+    assert schema.shard_schema_problems(got, 2048) == []
+    assert got.names == list(schema.COLUMNS)
+
+
+def test_problems_are_named():
+    good = schema.arrow_schema(16)
+    assert schema.shard_schema_problems(good, 32) == [
+        f"column {c} is fixed_size_list<item: int32>[16], expected fixed_size_list<item: int32>[32]"
+        for c in schema.TOKEN_COLUMNS
+    ]
+    masked = good.append(pa.field("attention_mask", pa.list_(pa.int8(), 16)))
+    assert (
+        schema.shard_schema_problems(masked, 16)[0]
+        == "forbidden column 'attention_mask' (schema v1 has none)"
+    )
+    dropped = good.remove(good.get_field_index("labels"))
+    assert schema.shard_schema_problems(dropped, 16) == ["column labels is missing"]
+    extra = good.append(pa.field("weights", pa.float32()))
+    assert schema.shard_schema_problems(extra, 16) == ["unexpected columns ['weights']"]
+    v2 = good.with_metadata({b"packtool_schema_version": b"2"})
+    assert schema.shard_schema_problems(v2, 16) == ["schema version 2 != 1"]
+    assert schema.pack_len_of(pa.schema([pa.field("x", pa.int32())])) is None
+
+
+def test_padded_packs_have_seq_lengths_unpadded_and_only_they():
+    padded = schema.arrow_schema(16, padded=True)
+    assert padded.names == [*schema.arrow_schema(16).names, schema.UNPADDED_COLUMN]
+    assert schema.shard_schema_problems(padded, 16, padded=True) == []
+    assert schema.shard_schema_problems(schema.arrow_schema(16), 16, padded=True) == [
+        "column seq_lengths_unpadded is missing"
+    ]
+    assert schema.shard_schema_problems(padded, 16) == [
+        "unexpected columns ['seq_lengths_unpadded']"
+    ]
+
+
+V1 = TESTS / "fixtures" / "v1_pack"
+
+
+def _v1() -> dict:
+    return json.loads((V1 / "manifest.json").read_text())
+
+
+def test_slots_round_each_document_up_to_the_multiple():
+    lay = schema.Layout(pad_to_multiple=8)
+    assert lay.slots([1, 7, 8, 9, 16, 0]).tolist() == [8, 8, 8, 16, 16, 0]
+    assert lay.padded and lay != schema.Layout()
+    assert schema.Layout().slots(np.array([3, 5])).tolist() == [3, 5]
+    assert not schema.Layout().padded and not schema.Layout().fixed_docs
+
+
+def test_layout_from_manifest():
+    assert schema.Layout.from_manifest(_v1()) == schema.Layout()  # written before the options
+    m = {"pad_to_multiple": 8, "fixed_docs": True, "max_docs": 16}
+    assert schema.Layout.from_manifest(m) == schema.Layout(8, 16)
+    assert schema.Layout.from_manifest({"fixed_docs": False, "max_docs": 16}).fixed_docs == 0
+    # damaged values count as the default (the manifest check reports them)
+    assert schema.Layout.from_manifest({"pad_to_multiple": "8", "fixed_docs": 1}) == schema.Layout()
+    assert schema.Layout.from_manifest(None) == schema.Layout()
+
+
+def test_layout_fields_round_trip_and_default_manifests_keep_their_keys():
+    d = _v1()
+    m = schema.Manifest.from_json(d)
+    assert m.pad_to_multiple == 1 and m.fixed_docs is False and m.tokens.doc_pad is None
+    out = m.to_json()
+    assert list(out) == list(d) and "doc_pad" not in out["tokens"]  # default: nothing new written
+    d2 = dict(d, pad_to_multiple=8, fixed_docs=True)
+    d2["tokens"] = dict(d["tokens"], doc_pad=12)
+    m2 = schema.Manifest.from_json(d2)
+    assert (m2.pad_to_multiple, m2.fixed_docs, m2.tokens.doc_pad) == (8, True, 12)
+    assert m2.to_json() == d2
+
+
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("pad_to_multiple", "8", "pad_to_multiple is not an integer"),
+        ("pad_to_multiple", True, "pad_to_multiple is not an integer"),
+        ("fixed_docs", 1, "fixed_docs is not true or false"),
+    ],
+)
+def test_bad_layout_values_are_named(key, value, match):
+    with pytest.raises(schema.ManifestError, match=match):
+        schema.Manifest.from_json(dict(_v1(), **{key: value}))
+
+
+def test_conservation_bounds_the_padding_inside_documents():
+    d = _v1()
+    t = dict(d["tokens"], doc_pad=d["tokens"]["pad"])
+    assert schema.conservation_problems(d["counts"], t) == []
+    t["doc_pad"] = d["tokens"]["pad"] + 1
+    assert any(
+        "doc_pad" in p and "> tokens.pad" in p for p in schema.conservation_problems(d["counts"], t)
+    )
+    t["doc_pad"] = -1
+    assert any(
+        "doc_pad -1 is not a count" in p for p in schema.conservation_problems(d["counts"], t)
+    )
 
 
 def _kernel_row(seq_lengths: list[int], pack_len: int, real: list[int] | None = None):
