@@ -55,7 +55,7 @@ def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
 
 def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str, Any]:
     from packtool.formats import AUTO, FormatError
-    from packtool.formats.columns import ColumnCheck
+    from packtool.formats.detect import ColumnCheck
     from packtool.formats.normalize import normalize
     from packtool.io.readers import iter_records
     from packtool.tokenization.decide import is_pretokenized, record_format

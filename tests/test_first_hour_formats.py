@@ -15,8 +15,7 @@ from packtool.cli import app
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
 from packtool.formats import FormatError
-from packtool.formats.columns import ColumnCheck
-from packtool.formats.detect import detect_format, sft_refusal
+from packtool.formats.detect import ColumnCheck, detect_format, sft_refusal
 from packtool.formats.normalize import normalize
 from packtool.io.readers import iter_batches
 from packtool.io.sources import locate

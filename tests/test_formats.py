@@ -541,7 +541,7 @@ def test_a_plain_turn_is_read_as_the_general_path_reads_it(turn, roles):
     error), with and without a --role map (which turns the shortcut off)."""
     from packtool.config import ReadConfig
     from packtool.formats import FormatError
-    from packtool.formats.columns import read_plan
+    from packtool.formats.detect import read_plan
     from packtool.formats.turns import _read_turn, _turn
 
     plan = read_plan(ReadConfig(roles=roles))

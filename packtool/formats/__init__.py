@@ -1,7 +1,7 @@
 """Detect a record's format and normalize it to one Example shape. Pure stdlib, plain dicts.
 
-    columns.py    --column / --role compiled once (ReadPlan), the column check (ColumnCheck)
-    detect.py     a record's format and why (detect_format); preference and KTO refused (sft_refusal)
+    detect.py     --column / --role compiled once (ReadPlan), the column check (ColumnCheck); a
+                  record's format and why (detect_format); preference and KTO refused (sft_refusal)
     normalize.py  record → Example, one function per format (normalize); template_messages
     turns.py      turns, typed content parts, tool calls and tools → Message dicts (read_turns)
 

@@ -1,14 +1,202 @@
-"""A record's format, from its keys (or --format when forced), and why; preference and KTO records
-refused as plain SFT (sft_refusal), with the fix."""
+"""What a record's keys mean: --column and --role compiled once per ReadConfig (ReadPlan), the check
+that every --column mapping matches something in the input (ColumnCheck), and the record's format
+from its keys (or --format when forced) and why; preference and KTO records refused as plain SFT
+(sft_refusal), with the fix. Our field names: RECORD_FIELDS (top level), TURN_FIELDS (inside a
+turn); our roles and ShareGPT tags: ROLE_TAGS."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
-from packtool.formats import PLAIN_PROMPT_COMPLETION, FormatError
-from packtool.formats.columns import ReadPlan, keys_text, read_plan, rename
+from packtool.formats import FORMATS, PLAIN_PROMPT_COMPLETION, FormatError
+
+# Role names and ShareGPT tags -> (our role, whether the content is a JSON tool call).
+ROLE_TAGS: dict[str, tuple[str, bool]] = {
+    "system": ("system", False),
+    "user": ("user", False),
+    "assistant": ("assistant", False),
+    "tool": ("tool", False),
+    "human": ("user", False),
+    "gpt": ("assistant", False),
+    "function_call": ("assistant", True),
+    "observation": ("tool", False),
+}
+
+
+KNOWN_ROLES_TEXT = (
+    "system, user, assistant, tool (ShareGPT tags: human, gpt, function_call, observation)"
+)
+
+
+# Our top-level field names (what the formats read; targets of --column) and the turn-level ones.
+RECORD_FIELDS = (
+    "messages", "conversations", "tools", "prompt", "completion",
+    "instruction", "input", "output", "history", "system", "text", "conversation",
+)  # fmt: skip
+
+
+TURN_FIELDS = ("role", "content")
+ROLE_KEYS = ("role", "from")  # where a turn's role and content are, unless --column says otherwise
+CONTENT_KEYS = ("content", "value")
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """A ReadConfig compiled once: renames and role map as dicts."""
+
+    renames: dict[str, str]  # their column -> our column
+    back: dict[str, str]  # our column -> their column (for messages)
+    role_keys: tuple[str, ...]
+    content_keys: tuple[str, ...]
+    roles: dict[str, str]  # their role -> our role or tag
+
+    @property
+    def plain(self) -> bool:
+        """No --column role/content and no --role: a turn's role and content keys are the default ones."""
+        return not self.roles and self.role_keys == ROLE_KEYS and self.content_keys == CONTENT_KEYS
+
+
+@lru_cache(maxsize=32)
+def read_plan(cfg: ReadConfig) -> ReadPlan:
+    renames: dict[str, str] = {}
+    role_keys, content_keys = ROLE_KEYS, CONTENT_KEYS
+    for ours, theirs in cfg.columns:
+        if ours == "role":
+            role_keys = (theirs,)
+        elif ours == "content":
+            content_keys = (theirs,)
+        elif ours in RECORD_FIELDS:
+            renames[theirs] = ours
+        else:
+            backwards = (
+                f"; the form is --column FIELD=COLUMN (our field, then your column): "
+                f"--column {theirs}={ours}"
+                if theirs in RECORD_FIELDS + TURN_FIELDS
+                else ""
+            )
+            raise UsageError(
+                f"--column {ours}={theirs}: {ours!r} is not one of our names "
+                f"({', '.join(RECORD_FIELDS + TURN_FIELDS)}){backwards}"
+            )
+    roles: dict[str, str] = {}
+    for theirs, ours in cfg.roles:
+        if ours not in ROLE_TAGS:
+            raise UsageError(
+                f"--role {theirs}={ours}: {ours!r} is not a role; use one of {KNOWN_ROLES_TEXT}"
+            )
+        roles[theirs] = ours
+    if cfg.format is not None and cfg.format not in FORMATS:
+        raise UsageError(f"--format {cfg.format!r} is not one of {'|'.join(FORMATS)}")
+    back = {ours: theirs for theirs, ours in renames.items()}
+    return ReadPlan(renames, back, role_keys, content_keys, roles)
+
+
+def rename(record: dict, renames: dict[str, str]) -> dict:
+    # A mapped column wins over a column that already has our name; swaps (a=b, b=a) work.
+    out = {k: v for k, v in record.items() if k not in renames}
+    for theirs, ours in renames.items():
+        if theirs in record:
+            out[ours] = record[theirs]
+    return out
+
+
+def keys_text(record: dict) -> str:
+    return ", ".join(repr(k) for k in record) or "none"
+
+
+class ColumnCheck:
+    """Every --column mapping must match in at least one record of the input: its column (a
+    top-level key, or a key of a turn for role / content) is seen somewhere, else a UsageError names
+    the mapping, the columns seen and, when it reads backwards, the form FIELD=COLUMN. A mapping
+    that matches nothing would be silently ignored (the file's own `messages` read, say).
+
+        feed(record) / feed_raw(json bytes) / feed_names(arrow field names)   until `done`
+        problem(what)   the message, or None when every mapping matched
+
+    Raw JSON is tested as bytes (`"dialog"` appears in the text): no parse, and a false match only
+    lets a mapping through that a record's value names."""
+
+    SEEN = 3  # records whose top-level keys the message quotes
+
+    def __init__(self, cfg: ReadConfig):
+        read_plan(cfg)  # a name that is not ours fails first, with its own message
+        self.pending = {(ours, theirs) for ours, theirs in cfg.columns}
+        self._needles = {pair: json.dumps(pair[1]).encode() for pair in self.pending}
+        self.seen: list[str] = []
+        self.records = 0
+        self._quoted = 0
+
+    @property
+    def done(self) -> bool:
+        return not self.pending
+
+    def _keys_of(self, keys) -> None:
+        if self._quoted < self.SEEN:
+            self._quoted += 1
+            self.seen += [k for k in keys if k not in self.seen]
+
+    def feed(self, record: Any) -> None:
+        self.records += 1
+        if not isinstance(record, dict):
+            return
+        self._keys_of(record)
+        self._matched(lambda ours, theirs: _has_column(record, ours, theirs))
+
+    def feed_raw(self, raw: bytes) -> None:
+        self.records += 1
+        if self._quoted < self.SEEN:
+            try:
+                rec = json.loads(raw)
+                if isinstance(rec, dict):
+                    self._keys_of(rec)
+            except ValueError:
+                pass
+        self._matched(lambda *pair: self._needles[pair] in raw)
+
+    def feed_names(self, top: list[str], nested: set[str], rows: int) -> None:
+        self.records += rows
+        self._keys_of(top)
+        self._matched(lambda ours, theirs: theirs in (nested if ours in TURN_FIELDS else top))
+
+    def _matched(self, match) -> None:
+        self.pending = {pair for pair in self.pending if not match(*pair)}
+
+    def problem(self, what: str) -> str | None:
+        if not self.pending:
+            return None
+        ours, theirs = sorted(self.pending)[0]
+        where = "key of a turn" if ours in TURN_FIELDS else "column"
+        seen = ", ".join(repr(k) for k in self.seen) or "none"
+        msg = (
+            f"--column {ours}={theirs}: no {where} {theirs!r} in any of the {self.records:,} records "
+            f"of {what} (columns seen: {seen}); the form is --column FIELD=COLUMN (our field, then "
+            "the column in your data)"
+        )
+        if ours in self.seen:
+            msg += f"; the records have {ours!r} itself: drop this --column"
+            if theirs in RECORD_FIELDS + TURN_FIELDS:
+                msg += f", or if it is written backwards, use --column {theirs}={ours}"
+        more = len(self.pending) - 1
+        return msg + (f" ({more} more --column mapping(s) match nothing)" if more else "")
+
+
+def _has_column(record: dict, ours: str, key: str) -> bool:
+    """Whether the --column ours=key mapping matches `record`: a top-level key, or for role /
+    content a key of one of its first 64 turns."""
+    if ours not in TURN_FIELDS:
+        return key in record
+    for value in record.values():
+        if isinstance(value, list):
+            for turn in value[:64]:
+                if isinstance(turn, dict) and key in turn:
+                    return True
+    return False
+
 
 _FORMAT_KEYS = (
     ("messages", "messages"),

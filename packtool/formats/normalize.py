@@ -8,8 +8,15 @@ from typing import Any
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
 from packtool.formats import AUTO, FORMATS, FormatError
-from packtool.formats.columns import ROLE_TAGS, ReadPlan, keys_text, read_plan, rename
-from packtool.formats.detect import detect_format, sft_refusal
+from packtool.formats.detect import (
+    ROLE_TAGS,
+    ReadPlan,
+    detect_format,
+    keys_text,
+    read_plan,
+    rename,
+    sft_refusal,
+)
 from packtool.formats.turns import first_of, make_example, make_message, read_tools, read_turns
 
 

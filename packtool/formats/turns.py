@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from packtool.formats import FormatError
-from packtool.formats.columns import KNOWN_ROLES_TEXT, ROLE_TAGS, ReadPlan, keys_text
+from packtool.formats.detect import KNOWN_ROLES_TEXT, ROLE_TAGS, ReadPlan, keys_text
 
 _TEXT_PARTS = frozenset(("text", "input_text", "output_text"))
 _REASONING_PARTS = frozenset(("reasoning", "thinking"))

@@ -47,7 +47,7 @@ import orjson
 from packtool.config import ReadConfig
 from packtool.data.provenance import where
 from packtool.errors import PacktoolError, UsageError
-from packtool.formats.columns import ColumnCheck
+from packtool.formats.detect import ColumnCheck
 from packtool.io.files import as_utf8, max_record_bytes, open_data, record_lines, text_codec
 from packtool.io.sources import COMPRESSED, Located, data_kind, locate
 
@@ -455,7 +455,7 @@ def _json_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[Ra
 
 def _unwrap(obj: dict, cfg: ReadConfig) -> dict | list:
     """{"data": [{...}, ...]} -> the list; any other object is one record (see module docstring)."""
-    from packtool.formats.columns import RECORD_FIELDS
+    from packtool.formats.detect import RECORD_FIELDS
 
     if len(obj) != 1:
         return obj
