@@ -124,7 +124,7 @@ def load_tokenized(
 
     warm = None
     if pack is not None and engine is None:
-        from packtool.pack.warm import warm as warm_pack
+        from packtool.pack import warm as warm_pack
 
         warm = partial(warm_pack, pack)
     with idle.meanwhile(warm):

@@ -86,7 +86,7 @@ class ReadConfig:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One input of a mixture, `DATA::key=value,...` (packtool.commands.common.parse_inputs): where
+    """One input of a mixture, `DATA::key=value,...` (packtool.commands.options.parse_inputs): where
     it is, how it is read (the global read options with its own keys in place) and its weight
     (copies = ceil(weight); the last copy of a fractional weight is a seeded subsample)."""
 

@@ -32,7 +32,7 @@ def test_a_pack_run_imports_numba_only_when_it_packs():
     """Until the tokenizer resolves and its fast backend starts building, a `pack` run imports no
     numba (~0.4 s): the pack stage's warm-up imports it while the run waits (pack.warm)."""
     code = (
-        "import sys, packtool.commands.pack, packtool.report.pack, packtool.pack.warm, "
+        "import sys, packtool.commands.pack, packtool.report.pack, packtool.pack, "
         "packtool.pack.overflow; print('numba' in sys.modules); "
         "from packtool.pack import PackResult, pack_tokenized; print('numba' in sys.modules)"
     )

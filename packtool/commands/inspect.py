@@ -7,8 +7,14 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.common import warn_model
-from packtool.commands.options import Data, JsonOpt, ModelOpt, TokenizeArgs, tokenize_options
+from packtool.commands.options import (
+    Data,
+    JsonOpt,
+    ModelOpt,
+    TokenizeArgs,
+    tokenize_options,
+    warn_model,
+)
 from packtool.commands.output import Output
 
 

@@ -8,8 +8,15 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.common import parse_inputs, warn_model
-from packtool.commands.options import Inputs, JsonOpt, ModelOpt, TokenizeArgs, tokenize_options
+from packtool.commands.options import (
+    Inputs,
+    JsonOpt,
+    ModelOpt,
+    TokenizeArgs,
+    parse_inputs,
+    tokenize_options,
+    warn_model,
+)
 from packtool.commands.output import Output
 from packtool.config import PackConfig
 from packtool.report.tokenized import announce

@@ -8,13 +8,14 @@ from typing import Annotated
 import typer
 
 from packtool import api
-from packtool.commands.common import parse_inputs, warn_model
 from packtool.commands.options import (
     INPUTS_HELP,
     JsonOpt,
     ModelOpt,
     TokenizeArgs,
+    parse_inputs,
     tokenize_options,
+    warn_model,
 )
 from packtool.commands.output import Output
 from packtool.config import ProfileConfig

@@ -1,5 +1,6 @@
 """The options of the commands: the tokenization bundle declared once, --help shows flags as
-flags and usage lines name DATA/PACK/OUT, and the commands reach the library through packtool.api."""
+flags and usage lines name DATA/PACK/OUT, the commands reach the library through packtool.api; several
+DATA arguments, each with `::key=value,...` options (mixtures)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typer.testing import CliRunner
 
 from packtool.cli import app
 from packtool.commands import options
-from packtool.config import TokenizeConfig
+from packtool.commands.options import INPUT_KEYS, parse_inputs
+from packtool.config import InputSpec, ReadConfig, TokenizeConfig
 from packtool.errors import UsageError
 
 COMMANDS = Path(options.__file__).parent
@@ -201,3 +203,82 @@ def test_pack_args_read_back_as_the_same_options_of_pack():
     ctx = cmd.make_context("pack", ["d.jsonl", "--len", "4096", "--out", "o", *words])
     assert ctx.params["data"] == ["d.jsonl"]
     assert (ctx.params["strict_labels"], ctx.params["on_error"]) == (True, "skip")
+
+
+def test_one_data_without_options_is_read_as_always():
+    assert parse_inputs(["data.jsonl"], ReadConfig()) is None
+    assert parse_inputs(["folder/"], ReadConfig(format="alpaca")) is None
+
+
+def test_a_single_data_with_options_is_a_mixture_of_one():
+    (only,) = parse_inputs(["a.json::weight=2"], ReadConfig())
+    assert only == InputSpec("a.json::weight=2", "a.json", ReadConfig(), 2.0)
+
+
+def test_options_replace_the_global_values_per_input():
+    base = ReadConfig(format="messages", limit=50, columns=(("messages", "conv"),))
+    a, b, c, d = parse_inputs(
+        [
+            "chats.jsonl",
+            "alpaca.json::format=alpaca",
+            "tools/::weight=0.5,split=test",
+            "x.parquet::column=messages=dialog,role=bot=assistant,role=human=user,weight=2,limit=7",
+        ],
+        base,
+    )
+    assert a == InputSpec("chats.jsonl", "chats.jsonl", base, 1.0)
+    assert b.data == "alpaca.json" and b.read.format == "alpaca" and b.read.limit == 50
+    assert b.read.columns == (("messages", "conv"),)  # not overridden: the global value
+    assert (c.data, c.weight, c.read.split, c.read.format) == ("tools/", 0.5, "test", "messages")
+    assert d.read.columns == (("messages", "dialog"),)  # the whole list replaced
+    assert d.read.roles == (("bot", "assistant"), ("human", "user"))
+    assert (d.weight, d.read.limit, d.read.format) == (2.0, 7, "messages")
+    assert d.spec.startswith("x.parquet::column=")
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        (
+            "a.json::colour=red",
+            r"input 'a.json::colour=red': unknown key 'colour'; an input takes format=",
+        ),
+        (
+            "a.json::train-on=all",
+            r"train-on is a global option \(one tokenizer .*pass --train-on once",
+        ),
+        ("a.json::tokenizer=x", r"tokenizer is a global option.*--tokenizer"),
+        ("a.json::chat_template=x", r"chat-template is a global option.*--chat-template"),
+        (
+            "a.json::weight=0",
+            r"weight=0.0 must be a number > 0 and at most 1000 .*e.g. ::weight=0.5",
+        ),
+        ("a.json::weight=-1", r"weight=-1.0 must be a number > 0"),
+        ("a.json::weight=inf", r"weight=inf must be a number > 0"),
+        ("a.json::weight=1e9", r"weight=1000000000.0 must be a number > 0 and at most 1000"),
+        ("a.json::weight=half", r"weight='half' is not a number; e.g. ::weight=0.5"),
+        ("a.json::limit=0", r"limit=0 must be >= 1"),
+        ("a.json::limit=2.5", r"limit='2.5' is not a number"),
+        (
+            "a.json::column=messages",
+            r"column='messages' is not NAME=NAME; e.g. ::column=messages=dialog",
+        ),
+        ("a.json::role==assistant", r"role='=assistant' is not NAME=NAME"),
+        ("a.json::format", r"format has no value; write format=VALUE"),
+        ("a.json::weight=1,weight=2", r"weight is given twice"),
+        ("::weight=1", r"nothing before '::'"),
+    ],
+)
+def test_bad_options_are_one_line_usage_errors_naming_the_input(spec, match):
+    with pytest.raises(UsageError, match=match) as e:
+        parse_inputs(["ok.jsonl", spec], ReadConfig())
+    assert "\n" not in str(e.value) and spec.split("::")[0] in str(e.value)
+
+
+def test_every_key_is_documented_in_the_readme():
+    from tests.paths import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Mixtures: several inputs", 1)[1].split("\n## ", 1)[0]
+    for key in INPUT_KEYS:
+        assert f"`{key}`" in section, key

@@ -1,4 +1,4 @@
-"""pack.warm: a toy pack with the run's options, leaving nothing behind."""
+"""pack.warm (pack/__init__.py): a toy pack with the run's options, leaving nothing behind."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import tempfile
 import pytest
 
 from packtool.config import PackConfig
-from packtool.pack.warm import warm
+from packtool.pack import warm
 
 
 @pytest.mark.parametrize(
