@@ -295,8 +295,8 @@ def _late_sigint(signum, frame):
 
 # the cyclic collector's young generation runs every GC_YOUNG net allocations, not Python's 700: a
 # command builds large object graphs that live until it ends (transformers' and numba's imports, a
-# tokenizer JSON's parse), and with the default every 25% of growth walks all of them again
-# (0.04-0.13 s a full collection in a cold chat run, none of which freed anything)
+# tokenizer JSON's parse), and with the default every 25% of growth walks all of them again, freeing
+# nothing
 GC_YOUNG = 50_000
 
 
@@ -319,7 +319,7 @@ def _arm_late_sigint() -> None:
 
 def _exit_now(code) -> None:
     """End the process as the interpreter would, less the teardown of its modules and objects:
-    0.7-0.8 s after a chat run (transformers, jinja, two Rust tokenizers) that no one waits for.
+    after a chat run (transformers, jinja, two Rust tokenizers) it is time no one needs to wait for.
     What an exit must still do is done in the interpreter's order: threads joined (and
     concurrent.futures' exit hooks), atexit handlers (weakref finalizers, temp folders), both
     streams flushed. Returns (a normal exit follows) where this interpreter lacks the hook."""

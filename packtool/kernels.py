@@ -14,9 +14,8 @@ Deterministic tie-breaks, mirrored by the brute-force oracle in tests/test_plan.
                was touched (opened or given a document) most recently.  A row that reaches capacity 0
                or `max_docs` documents is closed and never offered again.
 
-Measured on the 2-core dev box (1M lognormal lengths, L=4096): BFD 42M docs/s, FFD 16M docs/s,
-rows within 1.0001x of ceil(tokens/L) (benchmarks/README.md).  The core never imports pyarrow,
-rich or typer.
+Speed and rows against ceil(tokens/L): benchmarks/README.md, "Pack". The core never imports
+pyarrow, rich or typer.
 """
 
 from __future__ import annotations
@@ -138,7 +137,7 @@ def best_fit(sizes, pack_len, max_docs):
     """Best fit over `sizes` (lengths in processing order): the row with the least room that fits.
 
     Returns (row int64[n] per processing position, num_rows).  Working on the processing order
-    keeps every array access sequential except the per-row state (measured 4x faster at n=1M).
+    keeps every array access sequential except the per-row state.
     """
     n = sizes.shape[0]
     row = np.empty(n, dtype=np.int64)
@@ -403,7 +402,7 @@ def copy_rows(
             if row[c] != ignore_index:
                 first_loss += 1
             row[c] = ignore_index
-            for t in range(c + 1, c + n):  # branchless count: 1.4x faster than testing in the copy
+            for t in range(c + 1, c + n):  # branchless count, not a test in the copy
                 loss += row[t] != ignore_index
         num_loss[j] = loss
     return num_loss, first_loss

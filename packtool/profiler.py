@@ -10,8 +10,8 @@ FLOP projection, one --len or a sweep of several.
 
 One --len (what pack would write, strategies, costs) is packtool.predict's `at_len`.
 
-No rendering here. Everything is computed on whole arrays (numpy + the packer's numba kernels):
-10M lengths profile in a few seconds (benchmarks/bench_profile.py).
+No rendering here. Everything is computed on whole arrays (numpy + the packer's numba kernels;
+benchmarks/bench_profile.py times it).
 """
 
 from __future__ import annotations

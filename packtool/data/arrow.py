@@ -37,7 +37,7 @@ _ARROW_TYPES = {
 
 def arrow_array(values: np.ndarray):
     """A pyarrow array over a contiguous int32/int64/uint8 numpy array, zero-copy. (pa.array(ndarray)
-    would import pandas, 0.3 s, in every process that builds a batch.)"""
+    would import pandas in every process that builds a batch.)"""
     import pyarrow as pa
 
     values = np.ascontiguousarray(values)

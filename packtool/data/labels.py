@@ -88,7 +88,7 @@ def labels_into(ids: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarra
     """out[i] = ids[i] where mask[i] (0 or 1) else -100, for flat int32 ids and out, uint8 mask.
 
     As (ids + 100) * mask - 100 in uint32 (wrapping, so exact for every int32 id): three streaming
-    passes, ~10x faster than np.copyto(out, ids, where=mask) (2.3 against 25 ms for 4M tokens)."""
+    passes, where np.copyto(out, ids, where=mask) is a masked copy element by element."""
     u = out.view(np.uint32)
     np.add(ids.view(np.uint32), np.uint32(-IGNORE_INDEX), out=u)
     np.multiply(u, mask, out=u)

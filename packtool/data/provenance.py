@@ -33,7 +33,7 @@ class SkippedRecord:
     record: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        # a dict literal, not dataclasses.asdict: that deep-copies, ~30x slower, per skipped record
+        # a dict literal, not dataclasses.asdict: that deep-copies, per skipped record
         out = {
             "source_index": self.source_index,
             "file": self.file,

@@ -136,8 +136,8 @@ class _Rows:
 
 def save_object_npy(path: Path, arr: np.ndarray) -> None:
     """np.save of an object array, without np.save's second copy of the data: its pickler memoizes
-    the bytes each element array pickles to, holding them all until the end (peak 2x the export,
-    measured). A pickler in fast mode (no memo; the rows are a tree, nothing is shared) streams
+    the bytes each element array pickles to, holding them all until the end (a peak of twice the
+    export). A pickler in fast mode (no memo; the rows are a tree, nothing is shared) streams
     protocol-4 frames to the file instead. np.load(path, allow_pickle=True) reads it as any .npy."""
     import pickle
 

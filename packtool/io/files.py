@@ -57,9 +57,9 @@ class HashedSink:
                      block B  ◀── filled meanwhile              this sink's own thread
         close()  ──▶ the last, partial block: written without O_DIRECT (fcntl clears it)
 
-    Why: on this project's VMs a page the kernel has not handed out lately costs ~6 s of system CPU
-    a GiB to fill (anonymous memory and page cache alike; benchmarks/README.md, "Pre-tokenized
-    input: 1M rows"), and shards are not read again by the pack. A direct write waits for the
+    Why: on VMs that back memory at its first touch, a page the kernel has not handed out lately
+    costs system CPU to fill (anonymous memory and page cache alike; benchmarks/README.md,
+    "Pre-tokenized input"), and shards are not read again by the pack. A direct write waits for the
     disk, so a full block is written by a thread while the caller (pyarrow's encoder) fills the
     other. Where O_DIRECT is refused (tmpfs, some network or FUSE file systems: EINVAL at open or
     at a write), the writes are plain ones.

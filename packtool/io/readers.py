@@ -53,7 +53,7 @@ from packtool.io.sources import COMPRESSED, Located, data_kind, locate
 
 BATCH_RECORDS = 1024  # records per batch
 ARROW_BATCH_RECORDS = 8192  # rows per batch of Parquet / Arrow input: decoded in bulk, and often
-# pre-tokenized, where a batch costs ~5 ms of fixed overhead whatever its size
+# pre-tokenized, where a batch has a fixed overhead whatever its size
 BATCH_BYTES = 8 << 20  # and at most about this much JSON text per batch
 
 
@@ -241,7 +241,7 @@ class RawBatch:
 def parse_json_record(raw: bytes) -> tuple[dict | None, str | None]:
     """One JSON object from bytes: (record, None) or (None, why). Never raises.
 
-    orjson first (about 3x faster than json); where it refuses, the standard library decides, so
+    orjson first (the faster parser); where it refuses, the standard library decides, so
     NaN/Infinity literals and integers beyond 64 bits load as they always did. Lone surrogate
     escapes (which no tokenizer can encode), nesting deeper than 1024 and integers of more than 4300
     digits are errors naming the column."""

@@ -7,11 +7,10 @@
         manifest.json                  written last
     rename → OUT                        only after every shard and the manifest are on disk
 
-Parquet settings (measured per column on 1024 rows x 4096, random ids, one core): zstd level 1 and
-PLAIN encoding everywhere (position_ids/document_id compress 100-500x with it, faster than DELTA;
-BYTE_STREAM_SPLIT would shave 20% off input_ids but needs pyarrow >= 17 to read), no dictionaries
-(token ids overflow them and fall back after wasting the work), statistics on the scalar columns
-only.  ~25M tokens/s of encoding per core; files ~0.29x the raw int32 size on random ids.
+Parquet settings (chosen per column on random ids): zstd level 1 and PLAIN encoding everywhere
+(position_ids/document_id compress well with it, and it encodes faster than DELTA; BYTE_STREAM_SPLIT
+needs pyarrow >= 17 to read), no dictionaries (token ids overflow them and fall back after wasting
+the work), statistics on the scalar columns only.
 A shard goes to its file through files.HashedSink: its sha256 is taken as it is written (no read
 back after close) and its blocks bypass the page cache (O_DIRECT), since the pack never reads it.
 """
@@ -38,10 +37,8 @@ from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard che
 
 # token slots (4 int32 columns) per row group (256 rows at --len 4096): bounds the write buffers.
 # 16 MiB, not 64: on VMs that back memory at its first touch the first block's buffers and
-# pyarrow's encoding memory cost ~8 s of system time a GiB; a one-shard pack of 20k conversations
-# wrote in 0.38-0.85 s against 1.08-1.64 s (side by side, benchmarks/README.md); 1M pre-tokenized
-# rows took as long either way (3 rounds), with VmHWM 0.81 against 1.04 GiB; 8 MiB was slower at
-# 200k rows (more blocks, each with its fixed cost)
+# pyarrow's encoding memory cost system time by the GiB, and a smaller block means less of it and a
+# lower peak; 8 MiB pays more blocks, each with its fixed cost (benchmarks/README.md, "Pack")
 ROW_GROUP_BYTES = 16 << 20
 
 

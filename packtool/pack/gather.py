@@ -11,8 +11,7 @@ Located: per piece the address of its first token in both columns  ──copy_ro
 FileGather: pread each block's pieces into two staging buffers instead of touching the map
 
 Addresses, not a list of chunk arrays: the kernels take int64 addresses (kernels.int32_at), so a
-fresh process compiles nothing (a numba.typed.List compiled its methods in every process: 0.2-0.3 s
-of a 1.2 s pack stage, more under a profiler).
+fresh process compiles nothing (a numba.typed.List compiles its methods in every process).
 ListColumn keeps the chunks alive while the addresses are used.
 """
 
@@ -124,7 +123,7 @@ class FileGather:
     positions of the file, and the page cache maps large folios whole, so 5,000 random 3 KB reads
     map ~900 MB of a 1 GB file. Resident memory (VmHWM) would grow to the size of the input. With
     pread the pages stay in the page cache (shared, reclaimable) and this process holds only the
-    staging buffers: 2 x one row group of tokens. Cost: ~2 us a piece and column.
+    staging buffers: 2 x one row group of tokens.
 
         staging  ids  [piece q0 tokens | piece q1 tokens | ...]   (block order)
                  labs [piece q0 labels | piece q1 labels | ...]
@@ -153,7 +152,7 @@ class FileGather:
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
         """copy_rows' token arguments for pieces `pcs`, read into the staging buffers (Located.stage's
         shape: local pieces and lengths, the address of each in the staging buffers). The reads are
-        one kernel call a column (kernels.pread_pieces: ~1 us of Python a piece saved, no GIL)."""
+        one kernel call a column (kernels.pread_pieces: no Python per piece, no GIL)."""
         n = piece_len[pcs].astype(np.int64)
         first = np.zeros(len(pcs), dtype=np.int64)  # byte offset of piece q in the staging buffer
         np.cumsum(4 * n[:-1], out=first[1:])

@@ -183,9 +183,9 @@ def write_shards(
 def buffer_sets(R: int, shard_rows: int, group_rows: int, writers: int) -> list[int]:
     """Buffer sets of each writer thread (writer w writes shards w, w + writers, ...): two, so that
     the main thread gathers a block while the writer encodes the one before, where the writer has
-    more than two blocks; else one. With two blocks the overlap is one block's gather (~0.01 s of
-    ~0.1 s encoding at 256 x 4,096) and a second set is 16 MiB of new memory (~0.13 s of system
-    time on a VM that backs memory at first touch, benchmarks/README.md)."""
+    more than two blocks; else one. With two blocks the overlap is one block's gather, small beside
+    its encoding, and a second set is 16 MiB of new memory (system time on a VM that backs memory at
+    first touch)."""
     blocks = [0] * writers
     for s in range(-(-R // shard_rows)):
         rows = min(R, (s + 1) * shard_rows) - s * shard_rows
@@ -193,11 +193,10 @@ def buffer_sets(R: int, shard_rows: int, group_rows: int, writers: int) -> list[
     return [2 if b > 2 else 1 for b in blocks]
 
 
-# token slots from which writer processes may pay for their start-up (~0.1 s: 20k documents, 13M
-# tokens, took 0.9 s with 2 processes against 0.8 s in one).
+# token slots from which writer processes may pay for their start-up (below it, one process wins).
 PROCESS_MIN_TOKENS = 1 << 26
 # cores one writing process keeps busy (its gather in the main thread, encoding in writer threads):
-# on 2 cores, 2 processes were 0.79x as fast as one (benchmarks/README.md, "Shards written in
+# on 2 cores, 2 processes were slower than one (benchmarks/README.md, "Shards written in
 # processes"), so a process is started per 2 cores the run may use, never more than --num-proc.
 CORES_PER_PROCESS = 2
 _JOB: tuple | None = None  # write_in_processes' arguments, inherited by its forked processes
@@ -289,8 +288,8 @@ class WriterPool:
     """`n` writer threads; tasks given to one thread run in submission order.  After any failure
     the remaining tasks of every thread are skipped and the open writers are aborted.
 
-    pyarrow's Parquet encoder and the numba gather kernels (nogil) release the GIL: on the 2-core
-    box, 2 writers + gather in the main thread measured 1.5x faster than one thread doing it all.
+    pyarrow's Parquet encoder and the numba gather kernels (nogil) release the GIL, so writers and
+    the gather in the main thread run side by side.
     """
 
     def __init__(self, n: int):
