@@ -38,7 +38,8 @@ from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard che
 # token slots (4 int32 columns) per row group (256 rows at --len 4096): bounds the write buffers.
 # 16 MiB, not 64: on VMs that back memory at its first touch the first block's buffers and
 # pyarrow's encoding memory cost system time by the GiB, and a smaller block means less of it and a
-# lower peak; 8 MiB pays more blocks, each with its fixed cost (benchmarks/README.md, "Pack")
+# lower peak; 8 MiB pays more blocks, each with its fixed cost (measured side by side: git
+# history of benchmarks/README.md, 2026-12-03)
 ROW_GROUP_BYTES = 16 << 20
 
 
