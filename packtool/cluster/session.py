@@ -43,6 +43,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from packtool.cluster import agents
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import leftovers
 
@@ -101,7 +102,8 @@ class Session:
         try:
             if self.address:
                 ray.init(address=self.address, **kw)
-            else:
+            else:  # Ray agents a killed driver's cluster left are stopped first, and said
+                self.leftovers += agents.stop_left_behind()
                 _start_local(  # "local": a new cluster, never one `ray start` left behind
                     address="local",
                     num_cpus=self.workers - self.driver_works,
