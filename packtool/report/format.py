@@ -1,8 +1,8 @@
-"""The small text formatters the report modules share: numbers, shares, plurals, bytes.
+"""The small text formatters the report modules share: numbers, shares, plurals, bytes, bars.
 
     num(1234) "1,234"    num(2.5, 1) "2.5"    count(1_620_000) "1.62M"    si(2.0e9) "2G"
     pct(0.9997) "99.97%" (never "100.0%" below 1)    pct_small(0.0003) "0.03%" (never "0.0%")
-    plural(3, "row") "3 rows"    size(3_500_000) "3.3 MiB"
+    plural(3, "row") "3 rows"    size(3_500_000) "3.3 MiB"    bar(5, 10, 5) "██▌" (eighths)
 
 GPU time is stats.advice.gpu_time ("4.1 min"). Stdlib only: report/pack.py and report/export.py
 stay light.
@@ -62,3 +62,14 @@ def size(n: int) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+_EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+def bar(value: float, full: float, width: int) -> str:
+    """A left-aligned bar of `width` cells, 1/8-cell resolution; a non-zero value shows at least ▏."""
+    if full <= 0 or value <= 0:
+        return ""
+    eighths = max(1, round(value / full * width * 8))
+    return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")

@@ -2,26 +2,18 @@
 lead with (best_strategy, headline) and what to do (stats.advice.recommend, shown last). The PNG is
 packtool.report.profile_png (write_png is re-exported here).
 
-JSON top-level keys (schema "packtool.profile/v1"; keys are only ever added):
-    schema, packtool_version, source, options, counts, lengths, loss_tokens_per_example,
-    truncation, pack, strategies, flops, histogram, random_batch_waste, sweep, recommendation,
-    notes, timings
-`truncation` (the v1 name) is what --overflow (options.overflow) takes from the examples longer
-than --len; `pack` is what `packtool pack` with the same --len and --overflow writes in its
-manifest (predict.at_len: rows, documents, tokens cut, examples dropped / truncated / split, ...).
-`strategies` maps a fixed id (stats.STRATEGY_LABELS order) to the same keys for every strategy
-(STRATEGY_KEYS; null where a key does not apply), all simulated on the pieces pack would pack:
+JSON (schema "packtool.profile/v1"; keys are only ever added): schema, packtool_version, source,
+options, counts, lengths, loss_tokens_per_example, truncation (what --overflow takes from examples
+over --len), pack (what `packtool pack` with the same --len and --overflow writes: predict.at_len),
+strategies, flops, histogram, random_batch_waste, sweep, recommendation, notes, timings.
 
-    "strategies": {
-      "pad_to_len":    {"label": "pad to --len", "rows": …, …, "docs_per_row": null, …},
-      "random_padded": {…},
-      …
-      "packed_ffd_dense": {…, "docs_per_row": 3.1, …, "gpu_hours": null (without --gpu), …}
-    }
+    "strategies": {"pad_to_len": {"label": "pad to --len", "rows": …, "docs_per_row": null, …}, …,
+                   "packed_ffd_dense": {…, "docs_per_row": 3.1, "gpu_hours": null (no --gpu), …}}
+                  (fixed ids in stats.STRATEGY_LABELS order, the same STRATEGY_KEYS for each)
     "sweep": null, or per --len {**pack, "strategies": {id: {rows, occupancy, attention_waste,
              relative_flops, flops, gpu_hours}}}  (profiler.profile_lens with several --len values)
-    "recommendation": stats.advice.Recommendation.to_json(): strategy, pack_len, overflow, the
-             reasons, cut, rows, command, hints, candidates (what each policy takes per --len)
+    "recommendation": advice.Recommendation.to_json(): strategy, pack_len, overflow, reasons, cut,
+             rows, command, hints, candidates (what each policy takes per --len)
 """
 
 from __future__ import annotations
@@ -31,7 +23,7 @@ from typing import Any
 
 from packtool import stats
 from packtool.profiler import ProfileResult
-from packtool.report.format import count, num, pct, pct_small, si
+from packtool.report.format import bar, count, num, pct, pct_small, si
 from packtool.report.profile_png import write_png  # noqa: F401  (re-exported: report.profile.write_png)
 from packtool.stats import advice
 
@@ -141,17 +133,6 @@ def _saved(cost: dict[str, Any], base: str) -> str:
     if h >= 0:
         return f"{advice.gpu_time(h)} ({share:.0%})"
     return f"{advice.gpu_time(-h)} more"
-
-
-_EIGHTHS = " ▏▎▍▌▋▊▉█"
-
-
-def bar(value: float, full: float, width: int) -> str:
-    """A left-aligned bar of `width` cells, 1/8-cell resolution; a non-zero value shows at least ▏."""
-    if full <= 0 or value <= 0:
-        return ""
-    eighths = max(1, round(value / full * width * 8))
-    return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
 
 
 def histogram_lines(r: ProfileResult, width: int = 40) -> list[tuple[str, str, str, str]]:
@@ -453,8 +434,7 @@ def sweep_table(r: ProfileResult, console=None):
 
 
 def _table(title: str, columns):
-    """A table of the strategies or the sweep: the title on the left, columns right-aligned but
-    the strategy names."""
+    """A table of the strategies or the sweep: title on the left, columns right-aligned but names."""
     from rich import box
     from rich.table import Table
 
