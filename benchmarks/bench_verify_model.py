@@ -3,7 +3,7 @@
     python benchmarks/bench_verify_model.py [--rows 16] [--models llama,qwen3_5_text,...]
 
 The pack: `packtool sample` (600 chats) packed at --len 4096 with the built-in tokenizer. Each
-model: its config class's default config saved as config.json (lfm2 given conv layers), then
+model: its preset config (packtool.arch.tiny.full: the default, lfm2 given conv layers), then
 `packtool verify PACK --model DIR --rows N --json -` timed: wall seconds, CPU seconds of the
 process (user + system), peak RSS (VmHWM, from the process's rusage), the result and the input set
 that keeps documents apart here. The goal (issue 22): every architecture under 30 s on 2 cores.
@@ -21,18 +21,19 @@ import sys
 import tempfile
 import time
 
-MODELS = {
-    "llama": {},
-    "qwen3": {},
-    "gemma3": {},
-    "qwen3_5_text": {},
-    "qwen3_next": {},
-    "nemotron_h": {},
-    "falcon_h1": {},
-    "lfm2": {"layer_types": ["conv", "conv", "full_attention"], "num_hidden_layers": 3},
-    "gpt_oss": {},
-    "mamba2": {},
-}
+# the architectures timed; each one's config is arch.tiny.full(model_type) (PRESETS: one table)
+MODELS = (
+    "llama",
+    "qwen3",
+    "gemma3",
+    "qwen3_5_text",
+    "qwen3_next",
+    "nemotron_h",
+    "falcon_h1",
+    "lfm2",
+    "gpt_oss",
+    "mamba2",
+)
 
 
 def _status(pid: int) -> dict[str, float]:
@@ -75,9 +76,9 @@ def main() -> None:
     args = ap.parse_args()
     import torch
     import transformers
-    from transformers import AutoConfig
 
     import packtool
+    from packtool.arch import tiny
 
     work = tempfile.mkdtemp(prefix="bench-verify-model-")
     env = dict(os.environ, HF_HUB_OFFLINE="1", PACKTOOL_CACHE=os.path.join(work, "cache"))
@@ -103,7 +104,7 @@ def main() -> None:
     worst = 0.0
     for mt in args.models.split(","):
         folder = os.path.join(work, "configs", mt)
-        AutoConfig.for_model(mt, **MODELS.get(mt, {})).save_pretrained(folder)
+        tiny.full(mt).save_pretrained(folder)
         argv = [*cli, "verify", f"{work}/packed", "--model", folder, "--rows", str(args.rows)]
         out, err, rc, wall, cpu, hwm, anon = run([*argv, "--json", "-"], env)
         try:

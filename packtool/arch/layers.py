@@ -17,7 +17,7 @@ Dense MLPs and norms act per token and are not tracked. Classes are matched by n
 family defines its own (Qwen3_5GatedDeltaNet, NemotronHMamba2Mixer, Lfm2ShortConv, ...); where the
 config declares the layer's type (layer_types, layers_block_type), an attention-named module of a
 "linear_attention" layer is linear attention (MiniMaxLightningAttention). A name is only a label:
-which layer leaks is measured per decoder layer by the probe (model_forwards), never read from it.
+which layer leaks is measured per decoder layer by the probe (verify/forwards.py), never read from it.
 """
 
 from __future__ import annotations

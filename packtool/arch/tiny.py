@@ -16,6 +16,12 @@ classified by its modules (`layer_kinds`), and the depth cut to the shortest pre
 holds every kind (gemma3: 5 sliding + 1 full -> 6 layers; qwen3.5: 3 linear + 1 full -> 4).
 Per-layer lists of the config (layer_types, layers_block_type, a hybrid pattern string) are cut
 with it; lists of layer indices keep those below the cut.
+
+PRESETS is the one table of the architectures packtool builds itself: model_type -> what its
+default config (`AutoConfig.for_model`) is given. verify's isolation check runs the tiny "llama"
+(RoPE, grouped-query attention) and "gpt2" (learned absolute positions) of it, cut to two layers;
+the tests, benchmarks/bench_verify_model.py and benchmarks/gpu_check.sh save `full(mt)` as
+config.json and run `verify --model` on it.
 """
 
 from __future__ import annotations
@@ -72,6 +78,22 @@ _WIDTHS = {
     "hidden_size_per_layer_input": 16,
     "vocab_size_per_layer_input": VOCAB,
     "global_head_dim": 2 * HEAD_DIM,
+}
+# model_type -> overrides of its default config (see the module docstring)
+PRESETS = {
+    "llama": {"num_key_value_heads": 8},  # grouped-query, as Llama 3 (tiny: 4 query, 2 kv heads)
+    "gpt2": {},
+    "qwen3": {},
+    "gemma3": {},
+    "qwen3_5": {},
+    "qwen3_5_text": {},
+    "qwen3_next": {},
+    "nemotron_h": {},
+    "falcon_h1": {},
+    "lfm2": {"layer_types": ["conv", "conv", "full_attention"], "num_hidden_layers": 3},  # conv
+    "gpt_oss": {},
+    "mamba2": {},
+    "minimax": {},
 }
 _EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOPK = ("num_experts_per_tok", "moe_topk", "top_k")
@@ -238,3 +260,25 @@ def cut(cfg, layers: int):
         ):
             setattr(cfg, name, [i for i in v if i < layers])
     return cfg
+
+
+def full(model_type: str):
+    """The preset's full-size config (transformers' default for model_type, PRESETS' overrides)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(model_type, **PRESETS[model_type])
+
+
+def preset(model_type: str, *, pack_len: int, layers: int):
+    """A preset at tiny width, its first `layers` layers (the isolation check's models)."""
+    return cut(widths(full(model_type), pack_len=pack_len, window=pack_len), layers)
+
+
+def build(cfg, attn: str, device, dtype: str, seed: int):
+    """The model of a tiny config: seeded random weights, attention `attn`, on `device` in `dtype`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
+    return model.to(device=device, dtype=getattr(torch, dtype)).eval()

@@ -8,14 +8,16 @@
       names.py         the integrity checks' names, in report order
     sampling.py      the rows isolation runs on: chosen during the scan, or built from single documents;
                      on CPU each cut to a prefix that keeps its first two documents whole (crop)
-    isolation.py     the isolation layer: per (model, backend) the runs, then one Check per comparison
-      tiny_models.py   the two tiny random-weight decoders (Llama: RoPE, GPT-2: absolute positions)
-      forwards.py      packed / alone / swapped / last-token / control runs and their differences
-      tolerances.py    what counts as equal per dtype (constants)
+    isolation.py     the isolation layer: per (preset model of arch.tiny, backend) the runs
+      forwards.py      the runs of both isolation checks (packed / alone / swapped / last-token /
+                       control; --model's input sets and per-module probe) and their differences
+      tolerances.py    what counts as equal per dtype, for both checks: the one table (constants)
+      messages.py      every Check the isolation checks, the FlashAttention check and --model report
       measure.py       measure_tolerances: max |Δ| of correct rows per comparison, on a GPU
+    model_check.py   --model: a tiny copy of the user's architecture (arch) fed PackedCollator's batch
+      model_bound.py   that check in a spawned child, bounded in time, memory and threads
     backends.py      which attention kernel runs, the varlen functions transformers calls, the
                      counted calls (what really ran), auto's capability check and trial call
-    kernel_check.py  the "FlashAttention kernel" check, from the counted calls
     selftest.py      builds its own pack in a temporary folder and verifies it
     sources/         verify --sources: tokenize the sources again and compare every document
       names.py         the sources checks' names, in report order; Stop

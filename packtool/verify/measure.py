@@ -11,9 +11,8 @@ benchmarks/gpu_check.sh runs it; verify itself never does.
 from __future__ import annotations
 
 from packtool.verify.backends import Backend
-from packtool.verify.isolation import run_isolation
+from packtool.verify.isolation import MODELS, run_isolation
 from packtool.verify.selftest import sample_rows
-from packtool.verify.tiny_models import MODELS
 
 COMPARISONS = {
     "logits": "packed~alone",

@@ -74,7 +74,7 @@ def bounded(
     """model_check.run in a child process within the bounds; (checks, report) as run gives them."""
     from packtool.errors import PacktoolError
     from packtool.verify import model_check
-    from packtool.verify.model_text import not_checked_check
+    from packtool.verify.messages import not_checked_check
 
     args = (cfg_dict, path, where, samples, device, seed)
     if device != "cpu":

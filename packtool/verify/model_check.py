@@ -3,12 +3,13 @@
     config.json (arch.config) ──▶ family (arch: what the batch needs, which kernels)
     sampled rows (integrity) ──fit──▶ rows of <= TOKENS[device] tokens, >= 2 documents each
     tiny model (arch.tiny: every layer kind once, random weights, attention sdpa | eager | flash)
-    per input set (model_forwards.INPUT_SETS): packed vs alone, per module when it differs
-    control (positions through the row, no boundaries): must differ
+    per input set (forwards.INPUT_SETS): packed vs alone, per module when it differs
+    control (positions through the row, no boundaries): must differ by MODEL_POWER x MODEL_TOL
 
-Checks: "model isolation" (the batch PackedCollator.for_model gives keeps documents apart),
-"model control" (the check has power). The report's matrix carries every set's difference or
-error, the minimum set that keeps documents apart here, and per layer kind where it leaks.
+Checks (worded in messages.py): "model isolation" (the batch PackedCollator.for_model gives keeps
+documents apart), "model control" (the check has power). The report's matrix carries every set's
+difference or error, the minimum set that keeps documents apart here, and per layer kind where it
+leaks.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import importlib.util
 import numpy as np
 
 from packtool.errors import NotChecked, PacktoolError
+from packtool.verify.forwards import quiet_transformers, tf_version
+from packtool.verify.messages import cells  # noqa: F401  (report/verify.py reads it here)
 from packtool.verify.sampling import Sample, packed
-from packtool.verify.tiny_models import quiet_transformers, tf_version
+from packtool.verify.tolerances import MODEL_POWER as POWER
+from packtool.verify.tolerances import MODEL_TOL as TOL
 
 TOKENS = {"cpu": 1024, "cuda": 8192}  # row prefix run per sample (CPU attention is L^2 per row)
-TOL = {"float32": 1e-4, "bfloat16": 2e-2}  # relative logits difference that still counts as equal
-POWER = 10  # the control must differ by POWER x the tolerance
 MAX_PARAMS = 20_000_000  # a tiny copy has < 2M; more means its widths were not shrunk
 
 
@@ -114,16 +116,12 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
     missing = declared.missing(wide, cfg)
     built = {k for ks in layers.layer_kinds(small, cfg) for k in ks}
     missing += sorted(k for ks in layers.layer_kinds(meta, wide) for k in ks if k not in built)
-    dtype = torch.float32
     last = None
     flash = device == "cuda" and importlib.util.find_spec("flash_attn") is not None
     for attn in ("flash_attention_2",) * flash + ("sdpa", "eager"):
         try:
-            torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
-            if attn == "flash_attention_2":
-                dtype = torch.bfloat16
-            model = model.to(device=device, dtype=dtype).eval()
+            dtype = "bfloat16" if attn == "flash_attention_2" else "float32"
+            model = tiny.build(cfg, attn, device, dtype, seed)
             return model, cfg, attn, layers.layer_kinds(model, cfg), sorted(set(missing))
         except Exception as e:  # this attention implementation is not offered: the next one
             last = e
@@ -148,7 +146,7 @@ def run(
     """([Check, Check] or [a not-checked Check], the report dict) for the sampled rows through
     the tiny model of the config at `path` (read as `cfg_dict`; `where` is how the user named it).
     What cannot be built or run is "not checked" (NotChecked's words), never a pass."""
-    from packtool.verify.model_text import not_checked_check
+    from packtool.verify.messages import not_checked_check
 
     try:
         _refuse(cfg_dict, where)
@@ -169,9 +167,8 @@ def _run(cfg_dict, path, where, samples, device, seed, progress):
 
     from packtool import arch
     from packtool.arch import layers
-    from packtool.arch.tiny import VOCAB
-    from packtool.verify import model_forwards as mf
-    from packtool.verify import model_text
+    from packtool.verify import forwards as mf
+    from packtool.verify import messages
 
     say = progress or (lambda text: None)
     quiet_transformers()
@@ -191,7 +188,7 @@ def _run(cfg_dict, path, where, samples, device, seed, progress):
     recorder = mf.Recorder(whole + layers.tracked(model, cfg))
     batch_rows = 4
     try:
-        if (moved := mf.causal_probe(model, rows[0], VOCAB, device)) > tol:  # hooks not yet on
+        if (moved := mf.causal_probe(model, rows[0], device)) > tol:  # hooks not yet on
             raise NotChecked(
                 f"{cfg_dict.get('model_type')} is not a causal LM as built here: changing a "
                 f"document's last token moves the logits before it by {moved:.2g} (it attends "
@@ -199,15 +196,15 @@ def _run(cfg_dict, path, where, samples, device, seed, progress):
             )
         with torch.no_grad(), recorder:
             say(f"running {len(rows)} rows alone")
-            alone = [mf.run_alone(model, recorder, s, VOCAB, device) for s in rows]
+            alone = mf.run_alone(model, rows, device, recorder=recorder)
             sets = {}
             for name in mf.INPUT_SETS:  # probe runs (which layer leaks): the first leaking set
                 say(f"running {len(rows)} rows packed, {name}")
                 probe = tol if not any(r.modules for r in sets.values()) else None
                 sets[name] = mf.run_set(
-                    model, recorder, name, rows, alone, VOCAB, device, batch_rows, probe
+                    model, recorder, name, rows, alone, device, batch_rows, probe
                 )
-        control = mf.run_control(model, rows, alone, VOCAB, device, batch_rows)
+        control = mf.run_control(model, rows, alone, device, batch_rows)
     except NotChecked:
         raise
     except Exception as e:  # the tiny model does not run unpacked: not a finding about packing
@@ -225,7 +222,7 @@ def _run(cfg_dict, path, where, samples, device, seed, progress):
         "dtype": dtype,
         "device": device,
         "layers": [list(k) for k in kinds],
-        "layer_types": model_text.layer_words(cfg, kinds),
+        "layer_types": messages.layer_words(cfg, kinds),
         "not_built": missing,
         "rows": len(rows),
         "tokens_per_row": max(len(r.input_ids) for r in rows),
@@ -240,9 +237,9 @@ def _run(cfg_dict, path, where, samples, device, seed, progress):
         "missing_kernels": arch.missing_kernels(cfg_dict),
         "transformers": tf_version(),
     }
-    iso = model_text.isolation_check(report, sets, fam)
+    iso = messages.isolation_check(report, sets, fam)
     report["status"] = "passed" if iso.passed else "not checked" if iso.unchecked else "failed"
-    return [iso, model_text.control_check(report, POWER)], report
+    return [iso, messages.control_check(report, POWER)], report
 
 
 def _by_kind(sets, modules, tol) -> dict:
@@ -284,9 +281,3 @@ def _by_layer(sets, modules, tol) -> dict:
         if found:
             out[name] = sorted(found, key=lambda e: e["layer"])
     return out
-
-
-def cells(report: dict) -> dict[str, str]:
-    from packtool.verify.model_text import cells as _cells
-
-    return _cells(report)

@@ -4,7 +4,7 @@
     backends.resolve          which kernels run (a backend that cannot run here: a usage error)
     integrity (every row, numpy)  ──samples rows with >= 2 documents──▶  isolation (tiny models)
                                   (none: sampling.synthesize builds rows of two from the pack's own)
-    kernel_check.flash_check  whether a FlashAttention varlen kernel ran, from counted calls
+    messages.flash_check      whether a FlashAttention varlen kernel ran, from counted calls
 
 The result passes only when every check passes; skipped checks (e.g. the FlashAttention kernel on
 a machine without CUDA) are reported as such and never count as passes of what they skip
@@ -21,12 +21,10 @@ from packtool import schema
 from packtool.config import VerifyConfig  # noqa: F401  (re-exported: verify.run.VerifyConfig)
 from packtool.errors import NotChecked, UsageError
 from packtool.verify import Check
-from packtool.verify.kernel_check import flash_check, kernel_calls
 
 DEFAULT_ROWS = {"cpu": 4, "cuda": 16}
 # CPU: each row runs as its first 1024 slots or more, its first two documents whole (sampling.crop):
-# the sdpa path's packed mask is L^2, a forward of 2 rows costs 0.05 / 0.18 / 0.74 CPU-s at 1024 /
-# 2048 / 4096 slots (the demo's verify: 7-10 CPU-s in all, 21-25 with whole rows); CUDA: whole rows
+# the sdpa path's packed mask is L^2 per row (benchmarks/README.md times it); CUDA: whole rows
 ROW_TOKENS = {"cpu": 1024, "cuda": None}
 NOT_CHECKED = NotChecked.exit_code
 MODEL_ROWS = 16  # --model: rows cut to model_check.TOKENS, so 16 of them fit the same time
@@ -124,6 +122,9 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
             Check("isolation", False, "not run (--rows 0): integrity only", skipped=True)
         )
         return res
+    from packtool.verify.isolation import kernel_calls
+    from packtool.verify.messages import flash_check
+
     t1 = time.perf_counter()
     iso = _isolation(cfg, summary, backends, rows)
     res.checks.extend(iso)

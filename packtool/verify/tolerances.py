@@ -1,4 +1,4 @@
-"""What counts as equal in the isolation check, per dtype (constants only).
+"""What counts as equal in verify's isolation checks, per dtype: the one table (constants only).
 
     comparison            float32   bfloat16               why
     packed vs alone       1e-4      BF16_LOGIT_TOL 0.125    same backend: only the reduction order differs
@@ -6,9 +6,12 @@
     swap A                0 (exact) BF16_SWAP_TOL 1e-3      same shapes and tiles: bit-exact expected
     causal probe          0         0                       masked scores contribute exactly 0
     loss sums             2e-4      0.05                    x sqrt(loss tokens + 1): errors add like a walk
-    control               must miss every tolerance by CONTROL_MARGIN
+    control               must miss every tolerance by CONTROL_MARGIN 2
+    --model packed~alone  1e-4      2e-2 (MODEL_TOL)        relative: max |Δ| / max |logit|
+    --model control       must differ by MODEL_POWER 10 x MODEL_TOL
 
-Tolerances are max |difference| of logits (magnitude ~4-5 for the tiny models).
+Tolerances are max |difference| of logits (magnitude ~4-5 for the tiny models); verify --model's
+are relative (forwards.py), so a model's logit scale does not move them.
 measure.measure_tolerances (run by benchmarks/gpu_check.sh) prints the max |Δ| per model and
 comparison beside them, to set the bf16 numbers from data.
 """
@@ -43,3 +46,7 @@ CAUSAL_TOL = 0.0
 # cross-entropy term (~log(vocab) = 6.9), far above it. Measured bf16 noise: <= 0.35 per document.
 LOSS_TOL = {"float32": 2e-4, "bfloat16": 0.05}
 CONTROL_MARGIN = 2.0  # the control must miss every tolerance by at least this factor
+# verify --model (model_check.py): relative logits difference that still counts as equal, per
+# dtype (bf16 where the FlashAttention implementation runs), and the control's margin over it
+MODEL_TOL = {"float32": 1e-4, "bfloat16": 2e-2}
+MODEL_POWER = 10

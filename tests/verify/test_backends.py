@@ -29,15 +29,15 @@ pytest.importorskip("transformers")
 import torch.nn.functional as F  # noqa: E402
 
 from packtool import schema  # noqa: E402
+from packtool.arch import tiny  # noqa: E402
 from packtool.errors import UsageError  # noqa: E402
 from packtool.verify import backends as bk  # noqa: E402
 from packtool.verify import isolation as iso  # noqa: E402
 from packtool.verify import selftest as st  # noqa: E402
-from packtool.verify import tiny_models as tm  # noqa: E402
 from packtool.verify.run import VerifyConfig, verify  # noqa: E402
 
 L = 128
-HEADS = {"llama": (tm.HEADS, tm.KV_HEADS), "gpt2": (tm.HEADS, tm.HEADS)}
+HEADS = {"llama": (tiny.HEADS, 2), "gpt2": (tiny.HEADS, tiny.HEADS)}  # llama: grouped-query
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from packtool.arch import tiny  # noqa: E402
 from packtool.errors import UsageError  # noqa: E402
 from packtool.verify import backends as bk  # noqa: E402
 from packtool.verify import isolation as iso  # noqa: E402
 from packtool.verify import selftest as st  # noqa: E402
-from packtool.verify import tiny_models as tm  # noqa: E402
 from packtool.verify import tolerances as tol  # noqa: E402
 
 L = 192
@@ -204,7 +204,7 @@ def _leak(impl: str, kind: str = "llama", **call):
     logging.set_verbosity_error()
     backend = bk.Backend(impl, impl, impl, "cpu", "float32", False, True)
     model = iso.build_model(kind, backend, 64, 0)
-    ids = torch.randint(0, tm.VOCAB, (1, 48), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, tiny.VOCAB, (1, 48), generator=torch.Generator().manual_seed(0))
     pos = torch.cat([torch.arange(20), torch.arange(28)])[None]
     with torch.no_grad():
         packed = model(input_ids=ids, position_ids=pos, **call).logits

@@ -22,39 +22,35 @@ from packtool.verify import model_bound, model_check  # noqa: E402
 KERNELS = [k for k in ("fla", "causal_conv1d", "mamba_ssm") if importlib.util.find_spec(k)]
 no_kernels = pytest.mark.skipif(bool(KERNELS), reason=f"kernel packages installed: {KERNELS}")
 
-# model_type, config overrides, expected cells (position_ids, +cu_seq_lens, +seq_idx) on a CPU
-# without kernel packages, transformers 5.24: "exact", "leaks", or "refused: needs PKG"
+# model_type (its config: arch.tiny.PRESETS, the table the benchmarks use too), expected cells
+# (position_ids, +cu_seq_lens, +seq_idx) on a CPU without kernel packages, transformers 5.25:
+# "exact", "leaks", or "refused: needs PKG"
 MATRIX = [
-    ("llama", {}, ("exact", "exact", "exact")),
-    ("qwen3", {}, ("exact", "exact", "exact")),
-    ("gemma3", {}, ("exact", "exact", "exact")),
-    (
-        "qwen3_5",
-        {},
-        ("leaks", "refused: needs flash-linear-attention", "refused: needs causal-conv1d"),
-    ),
+    ("llama", ("exact", "exact", "exact")),
+    ("qwen3", ("exact", "exact", "exact")),
+    ("gemma3", ("exact", "exact", "exact")),
+    ("qwen3_5", ("leaks", "refused: needs flash-linear-attention", "refused: needs causal-conv1d")),
     (
         "qwen3_next",
-        {},
         ("leaks", "refused: needs flash-linear-attention", "refused: needs causal-conv1d"),
     ),
-    ("nemotron_h", {}, ("leaks", "leaks", "refused: needs causal-conv1d")),
-    ("falcon_h1", {}, ("leaks", "leaks", "refused: needs causal-conv1d")),
-    (
-        "lfm2",
-        {"layer_types": ["conv", "conv", "full_attention"], "num_hidden_layers": 3},
-        ("leaks", "leaks", "refused: needs causal-conv1d"),
-    ),
-    ("gpt_oss", {}, ("leaks", "leaks", "leaks")),  # eager on CPU: its mask ignores position_ids
-    ("mamba2", {}, ("leaks", "leaks", "leaks")),  # its scan is never given seq_idx
+    ("nemotron_h", ("leaks", "leaks", "refused: needs causal-conv1d")),
+    ("falcon_h1", ("leaks", "leaks", "refused: needs causal-conv1d")),
+    ("lfm2", ("leaks", "leaks", "refused: needs causal-conv1d")),
+    ("gpt_oss", ("leaks", "leaks", "leaks")),  # eager on CPU: its mask ignores position_ids
+    ("mamba2", ("leaks", "leaks", "leaks")),  # its scan is never given seq_idx
 ]
 
 
-def _config(tmp_path, model_type: str, overrides: dict):
+def _config(tmp_path, model_type: str, overrides: dict | None = None):
+    """The preset of model_type (with `overrides` on top) saved as config.json."""
     from transformers import AutoConfig
 
+    from packtool.arch.tiny import PRESETS
+
     folder = tmp_path / model_type
-    AutoConfig.for_model(model_type, **overrides).save_pretrained(folder)
+    over = {**PRESETS.get(model_type, {}), **(overrides or {})}
+    AutoConfig.for_model(model_type, **over).save_pretrained(folder)
     path = folder / "config.json"
     return json.loads(path.read_text()), str(path), folder
 
@@ -64,12 +60,12 @@ FAST = {"llama", "qwen3_5", "nemotron_h"}  # the issue's pass / fail cases run i
 
 @no_kernels
 @pytest.mark.parametrize(
-    ("model_type", "overrides", "expected"),
+    ("model_type", "expected"),
     [pytest.param(*m, marks=[] if m[0] in FAST else [pytest.mark.slow]) for m in MATRIX],
     ids=[m[0] for m in MATRIX],
 )
-def test_matrix(tmp_path, model_type, overrides, expected):
-    cfg, path, _ = _config(tmp_path, model_type, overrides)
+def test_matrix(tmp_path, model_type, expected):
+    cfg, path, _ = _config(tmp_path, model_type)
     checks, report = model_check.run(cfg, path, model_type, model_samples(), "cpu", 0)
     cells = model_check.cells(report)
     got = tuple(re.sub(r" \(.*| [0-9.e+-]+$", "", c) for c in cells.values())
@@ -85,7 +81,7 @@ def test_matrix(tmp_path, model_type, overrides, expected):
 
 
 def test_every_layer_kind_kept(tmp_path):
-    cfg, path, _ = _config(tmp_path, "qwen3_next", {})
+    cfg, path, _ = _config(tmp_path, "qwen3_next")
     _, report = model_check.run(cfg, path, "qwen3_next", model_samples(1), "cpu", 0)
     kinds = {k for layer in report["layers"] for k in layer}
     assert kinds == {"linear attention", "full attention", "moe"}
@@ -95,7 +91,7 @@ def test_every_layer_kind_kept(tmp_path):
 def test_sliding_window_below_documents(tmp_path):
     from packtool.arch import tiny
 
-    cfg, path, _ = _config(tmp_path, "gemma3", {})
+    cfg, path, _ = _config(tmp_path, "gemma3")
     _, report = model_check.run(cfg, path, "gemma3", model_samples(1), "cpu", 0)
     assert "sliding attention" in {k for layer in report["layers"] for k in layer}
     from transformers import AutoConfig
@@ -106,7 +102,7 @@ def test_sliding_window_below_documents(tmp_path):
 
 def test_control_without_power():
     """Rows whose later documents are one token long cannot show a leak: the control says so."""
-    from packtool.verify.model_text import control_check
+    from packtool.verify.messages import control_check
 
     report = {"control": 0.0, "tolerance": 1e-4}
     check = control_check(report, model_check.POWER)
@@ -131,7 +127,7 @@ def test_rows_of_different_lengths_batch_together(tmp_path):
     assert len(padded.input_ids) == 50 and list(padded.seq_lengths) == [20, 10]
     assert padded.position_ids.tolist() == [*range(20), *range(10), *range(20)]
     assert (padded.labels[30:] == schema.IGNORE_INDEX).all()
-    cfg, path, _ = _config(tmp_path, "llama", {})
+    cfg, path, _ = _config(tmp_path, "llama")
     (isolation, control), report = model_check.run(cfg, path, "llama", rows, "cpu", 0)
     assert isolation.passed and control.passed, (isolation.message, control.message)
     assert report["rows"] == 2 and report["tokens_per_row"] == 50
@@ -142,7 +138,7 @@ def test_recorder_leaves_a_module_called_twice_per_forward_alone():
     its input is ambiguous, so the probe neither records nor substitutes it."""
     import torch
 
-    from packtool.verify.model_forwards import Recorder
+    from packtool.verify.forwards import Recorder
 
     shared, once = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
 
@@ -185,12 +181,12 @@ runner = CliRunner()
 
 
 def test_cli_passes_llama_and_fails_qwen3_5(tmp_path, clean_pack):
-    _, _, llama = _config(tmp_path, "llama", {})
+    _, _, llama = _config(tmp_path, "llama")
     r = runner.invoke(app, ["verify", str(clean_pack), "--model", str(llama), "--rows", "2"])
     assert r.exit_code == 0, r.output
     assert "inputs  position_ids" in r.output and "exact" in r.output
     out = tmp_path / "v.json"
-    _, _, qwen = _config(tmp_path, "qwen3_5", {})
+    _, _, qwen = _config(tmp_path, "qwen3_5")
     r = runner.invoke(
         app, ["verify", str(clean_pack), "--model", str(qwen), "--rows", "2", "--json", str(out)]
     )
@@ -219,7 +215,7 @@ def test_cli_usage_errors(tmp_path, clean_pack):
 
 
 def test_rows_0_integrity_only_with_its_rate(tmp_path, clean_pack):
-    _, _, folder = _config(tmp_path, "llama", {})
+    _, _, folder = _config(tmp_path, "llama")
     r = runner.invoke(
         app, ["verify", str(clean_pack), "--model", str(folder), "--rows", "0", "--json", "-"]
     )
@@ -241,7 +237,7 @@ def test_minimax_default_builds_its_linear_attention_and_names_the_leaking_layer
     """MiniMax declares linear_attention layers (MiniMaxLightningAttention, a class named
     *Attention): the tiny copy keeps one, and the probe names the layer that leaked, by index and
     declared type, not a guess from the first layer."""
-    cfg, path, _ = _config(tmp_path, "minimax", {})
+    cfg, path, _ = _config(tmp_path, "minimax")
     (isolation, _), report = model_check.run(cfg, path, "minimax", model_samples(1), "cpu", 0)
     assert report["layer_types"] == ["full_attention", "linear_attention"]
     assert report["not_built"] == [] and not isolation.passed and not isolation.unchecked
@@ -289,7 +285,7 @@ def test_remote_code_refused_before_transformers_is_asked(tmp_path, clean_pack, 
 
 
 def test_an_encoder_is_not_checked(tmp_path, clean_pack):
-    _, _, bert = _config(tmp_path, "bert", {})
+    _, _, bert = _config(tmp_path, "bert")
     r = runner.invoke(
         app, ["verify", str(clean_pack), "--model", str(bert), "--rows", "1", "--json", "-"]
     )
@@ -301,7 +297,7 @@ def test_an_encoder_is_not_checked(tmp_path, clean_pack):
 
 def test_the_bound_ends_not_checked(tmp_path):
     """A check past its wall-clock limit ends 'not checked: ... exceeded N s', its process killed."""
-    cfg, path, _ = _config(tmp_path, "llama", {})
+    cfg, path, _ = _config(tmp_path, "llama")
     (check,), report = model_bound.bounded(
         cfg, path, "llama", model_samples(1), "cpu", 0, limit_s=0.01
     )
