@@ -394,7 +394,7 @@ def per_segment_attention(q, k, v, bounds: list[int], scale):
     for s, e in zip(bounds[:-1], bounds[1:], strict=True):
         if e <= s:
             continue
-        # 4-D [1, H, n, D]: with 3-D inputs torch 2.13 takes the math path on CPU (14x slower at 4096)
+        # 4-D [1, H, n, D]: with 3-D inputs torch takes its slow math path on CPU
         qs, ks, vs = (t[s:e].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
         out[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)[
             0

@@ -35,7 +35,7 @@ a Stop (names.py) is a failure that leaves nothing to compare: the later checks 
 not run.
 
 Cost: the tokenization (as `pack`), one more sha256 of the sources, and a few whole-array passes
-over the shards' tokens (~0.1 s per million tokens); `--sample N` compares N records only.
+over the shards' tokens; `--sample N` compares N records only.
 """
 
 from __future__ import annotations
