@@ -13,7 +13,6 @@
                        control; --model's input sets and per-module probe) and their differences
       tolerances.py    what counts as equal per dtype, for both checks: the one table (constants)
       messages.py      every Check the isolation checks, the FlashAttention check and --model report
-      measure.py       measure_tolerances: max |Δ| of correct rows per comparison, on a GPU
     model_check.py   --model: a tiny copy of the user's architecture (arch) fed PackedCollator's batch
       model_bound.py   that check in a spawned child, bounded in time, memory and threads
     backends.py      which attention kernel runs, the varlen functions transformers calls, the

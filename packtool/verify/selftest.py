@@ -91,7 +91,7 @@ def build_self_test_pack(
 def sample_rows(pack_len: int, rows: int, *, seed: int = 0, max_len: int | None = None):
     """`rows` isolation Samples laid out as the packer lays rows out (documents back to back,
     IGNORE_INDEX on each first label, positions by schema.position_ids), without writing a
-    pack: what `measure.measure_tolerances` runs on. Documents are 8..max_len tokens
+    pack: what benchmarks/gpu_check.sh measures the tolerances on. Documents are 8..max_len tokens
     (default pack_len // 3), so every row holds >= 2 of them."""
     from packtool.verify.sampling import packed
 

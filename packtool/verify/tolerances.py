@@ -12,7 +12,7 @@
 
 Tolerances are max |difference| of logits (magnitude ~4-5 for the tiny models); verify --model's
 are relative (forwards.py), so a model's logit scale does not move them.
-measure.measure_tolerances (run by benchmarks/gpu_check.sh) prints the max |Δ| per model and
+benchmarks/gpu_check.sh (its probe step, measure_tolerances) prints the max |Δ| per model and
 comparison beside them, to set the bf16 numbers from data.
 """
 
