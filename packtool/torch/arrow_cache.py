@@ -53,10 +53,14 @@ def convert_shard(
     sha256: str | None = None,
     verify_checksum: bool = False,
     padded: bool = False,
+    extra: tuple = (),
 ) -> None:
     """Write Parquet shard `src` (rows of `pack_len` tokens, `rows` of them per the manifest; with
-    seq_lengths_unpadded when the manifest says `padded`) to the Arrow IPC file `dest`, atomically. PacktoolError when the shard is missing, does not match
-    `sha256` (checked only with verify_checksum), breaks the shard schema or has another row count."""
+    seq_lengths_unpadded when the manifest says `padded`) to the Arrow IPC file `dest`, atomically.
+    `extra`: pyarrow fields of list columns the pack's task adds to schema v1 (a preference pack's
+    `side`), each required with exactly that type and kept after the v1 columns. PacktoolError
+    when the shard is missing, does not match `sha256` (checked only with verify_checksum), breaks
+    the shard schema or has another row count."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -69,7 +73,17 @@ def convert_shard(
             f"shard {src} does not match its sha256 in the manifest; re-run `packtool pack`"
         )
     pf = pq.ParquetFile(src)
-    problems = schema.shard_schema_problems(pf.schema_arrow, pack_len, padded)
+    got = pf.schema_arrow
+    problems = []
+    for f in extra:  # the task's columns, checked here; the v1 check sees the shard without them
+        i = got.get_field_index(f.name)
+        if i < 0:
+            problems.append(f"column {f.name} is missing")
+        else:
+            if not got.field(i).type.equals(f.type):
+                problems.append(f"column {f.name} is {got.field(i).type}, expected {f.type}")
+            got = got.remove(i)
+    problems += schema.shard_schema_problems(got, pack_len, padded)
     if problems:
         raise PacktoolError(
             f"shard {src} is not a schema v{schema.SCHEMA_VERSION} shard with pack_len {pack_len}: "
@@ -80,6 +94,8 @@ def convert_shard(
             f"shard {src} has {pf.metadata.num_rows} rows, the manifest says {rows}"
         )
     expected = schema.arrow_schema(pack_len, padded)
+    for f in extra:
+        expected = expected.append(pa.field(f.name, f.type, nullable=False))
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
@@ -108,9 +124,10 @@ class MappedShard:
         if table.num_rows != rows:
             raise PacktoolError(f"cached {path} has {table.num_rows} rows, expected {rows}")
         self.path = path
-        self.lists = schema.LIST_COLUMNS + (
-            (schema.UNPADDED_COLUMN,) if schema.UNPADDED_COLUMN in table.column_names else ()
-        )
+        # v1's list columns, seq_lengths_unpadded when present, and any column convert_shard was
+        # given as `extra` (all of them lists aligned with seq_lengths)
+        known = (*schema.TOKEN_COLUMNS, *schema.LIST_COLUMNS, *schema.SCALAR_COLUMNS)
+        self.lists = schema.LIST_COLUMNS + tuple(n for n in table.column_names if n not in known)
         self.chunks: list[dict[str, Any]] = []
         for j in range(table.column("input_ids").num_chunks):
             c: dict[str, Any] = {}

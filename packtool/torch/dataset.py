@@ -40,7 +40,13 @@ class PackedDataset(torch.utils.data.Dataset):
 
     verify_checksums=True hashes every shard against the manifest before converting (slow on
     big packs; `packtool verify` is the place for that).
+
+    The manifest's `task` must be this class's: an SFT pack (`task` absent or "sft") here, a
+    preference pack (`"task": "preference"`) in `PairDataset`. Read as SFT, a preference pack
+    would train the rejected answers: PacktoolError.
     """
+
+    task = "sft"
 
     def __init__(
         self,
@@ -57,6 +63,9 @@ class PackedDataset(torch.utils.data.Dataset):
                 "create one with `packtool pack DATA --len 4096 --out DIR`"
             )
         self.manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+        task = self.manifest.get("task") or "sft"
+        if task != self.task:
+            raise PacktoolError(self._wrong_task(manifest_path, task))
         self.pack_len = int(self.manifest["pack_len"])
         shards = self.manifest.get("shards") or []
         if not shards:
@@ -75,6 +84,18 @@ class PackedDataset(torch.utils.data.Dataset):
             )
         self.layout = schema.Layout.from_manifest(self.manifest)
         self._views: list[MappedShard] | None = None  # opened lazily (and again in each worker)
+
+    def _wrong_task(self, manifest_path: Path, task: str) -> str:
+        if task == "preference":
+            return (
+                f"{manifest_path} is a preference pack (chosen/rejected pairs): read it with "
+                "packtool.torch.PairDataset; read as SFT it would train the rejected answers"
+            )
+        return f"{manifest_path} declares task {task!r}; PackedDataset reads SFT packs only"
+
+    def _extra_fields(self) -> tuple:
+        """pyarrow fields of the list columns this task adds to schema v1 (SFT: none)."""
+        return ()
 
     def _shard_path(self, file: str) -> Path:
         # the manifest names shards relative to the pack folder ("data/train-...parquet"); a bare
@@ -130,6 +151,7 @@ class PackedDataset(torch.utils.data.Dataset):
                     sha256=self._shard_sha[s],
                     verify_checksum=self.verify_checksums,
                     padded=self.layout.padded,
+                    extra=self._extra_fields(),
                 )
             views.append(MappedShard(path, pack_len=self.pack_len, rows=self.shard_rows[s]))
         return views
@@ -155,7 +177,8 @@ class PackedDataset(torch.utils.data.Dataset):
             name: torch.from_numpy(row[name].astype(np.int64))
             for name in ("input_ids", "labels", "position_ids")
         }
-        copied = ("document_id", *schema.LIST_COLUMNS, schema.UNPADDED_COLUMN)
-        item.update({name: torch.from_numpy(row[name].copy()) for name in copied if name in row})
+        # document_id, the list columns (seq_lengths_unpadded, a task's own such as `side`)
+        copied = [n for n in row if n not in item and n not in schema.SCALAR_COLUMNS]
+        item.update({name: torch.from_numpy(row[name].copy()) for name in copied})
         item.update({name: int(row[name]) for name in schema.SCALAR_COLUMNS})
         return item
