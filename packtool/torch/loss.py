@@ -69,6 +69,14 @@ def global_loss_tokens(
     total = torch.zeros((), dtype=torch.int64)
     for mb in micro_batches:
         total += count_loss_tokens(_labels_of(mb), shift=shift).cpu()
+    return sum_over_ranks(total, group=group, device=device)
+
+
+def sum_over_ranks(
+    total: torch.Tensor, *, group: Any = None, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """A count of this rank, summed over the ranks of `group` when torch.distributed is initialized
+    (every rank must call it), on `device` (default: where it is; CUDA for an nccl group)."""
     if device is not None:
         total = total.to(device)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
