@@ -1,0 +1,34 @@
+"""profile's strategies for preference pairs (stats/pairs.py) against a direct count."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packtool.pack.pairs import plan_pairs
+from packtool.stats.pairs import simulate_pairs
+
+
+def test_padded_pair_batches_pad_both_sides_to_the_longest_of_the_batch():
+    rng = np.random.default_rng(0)
+    e = rng.integers(1, 50, 2 * 101)
+    got = simulate_pairs(e, 100, batch_size=8, seed=3)
+    order = np.random.default_rng(3).permutation(101)
+    slots = work = 0
+    for b in range(0, 101, 8):
+        batch = order[b : b + 8]
+        sides = np.concatenate([e[2 * batch], e[2 * batch + 1]])
+        slots += sides.size * sides.max()
+        work += sides.size * sides.max() ** 2
+    padded = got["pair_padded"]
+    assert (padded.slots, padded.attention_work, padded.tokens) == (slots, work, int(e.sum()))
+    assert padded.steps == 13 and padded.rows == 202
+
+
+def test_packed_pairs_are_the_rows_pack_plans():
+    e = np.random.default_rng(1).integers(1, 60, 2 * 300)
+    got = simulate_pairs(e, 128, batch_size=8)
+    rows = plan_pairs(e, 128, "bfd", "sorted", 0, 0).num_rows
+    varlen, dense = got["pair_packed_varlen"], got["pair_packed_dense"]
+    assert varlen.rows == dense.rows == rows and varlen.slots == rows * 128
+    assert varlen.attention_work == int((e * e).sum()) and dense.attention_work == rows * 128 * 128
+    assert varlen.occupancy > got["pair_padded"].occupancy
