@@ -428,7 +428,7 @@ import numpy as np
 from gpucheck import DEVICE, OUT, check, done, ensure_pack, wrapped_kernel
 
 from packtool.verify import backends as bk
-from packtool.verify import names
+from packtool.verify import scan
 from packtool.verify import selftest as st
 from packtool.verify.run import VerifyConfig, verify
 
@@ -444,7 +444,7 @@ if not os.path.isdir(broken):  # every row's positions count on across documents
 res = verify(VerifyConfig(path=broken, device=DEVICE, rows=4))
 failed = [c.name for c in res.failed]
 print(f"  damaged pack (positions not reset in any row): failed {failed}")
-check(not res.passed and names.POS in failed, "damaged pack fails the position check")
+check(not res.passed and scan.POS in failed, "damaged pack fails the position check")
 check(any(n.startswith("isolation gpt2/") and n.endswith(" logits") for n in failed),
       "damaged pack fails the GPT-2 isolation logits (absolute positions)")
 name = bk.resolve("auto", DEVICE)[0].name

@@ -3,9 +3,9 @@
     run.py           VerifyConfig (packtool.config) -> VerifyResult: the one entry point the CLI calls
     integrity.py     the integrity layer's walk: shards, batches, one list of Checks (no model)
       audit.py         the files against the contract: manifest, shard list, sha256, Arrow schema
-      scan.py          the vectorized row scan of a batch, and the text naming a failing slot
+      scan.py          the vectorized row scan of a batch, the text naming a failing slot, and
+                       the integrity checks' names in report order
       accounting.py    where every example and token went: the manifest's arithmetic and the rows
-      names.py         the integrity checks' names, in report order
     sampling.py      the rows isolation runs on: chosen during the scan, or built from single documents;
                      on CPU each cut to a prefix that keeps its first two documents whole (crop)
     isolation.py     the isolation layer: per (preset model of arch.tiny, backend) the runs

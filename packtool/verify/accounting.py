@@ -23,8 +23,7 @@ from packtool import schema
 from packtool.schema.manifest import CONSERVED_COUNTS
 from packtool.verify import Check
 from packtool.verify.audit import is_int, value
-from packtool.verify.names import CONSERVE, COUNTS, SRC
-from packtool.verify.scan import Failures, Totals
+from packtool.verify.scan import CONSERVE, COUNTS, SRC, Failures, Totals
 
 LISTS = ("skipped", "dropped", "truncated", "split")
 

@@ -19,7 +19,7 @@ import os
 
 from packtool import schema
 from packtool.verify import Check
-from packtool.verify.names import MANIFEST_CHECK, SHARDS
+from packtool.verify.scan import MANIFEST_CHECK, SHARDS
 
 
 def is_int(v) -> bool:

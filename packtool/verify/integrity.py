@@ -15,7 +15,7 @@
 
 Each failure names the check, the shard, the row and the position; the first few per check are kept
 as evidence, the rest are counted (see docs/ARCHITECTURE.md, "Verify"); the check names are
-names.py's.
+scan.py's.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import numpy as np
 from packtool import schema
 from packtool.io.shards import sha256_file
 from packtool.verify import Check, accounting, audit, scan
-from packtool.verify.names import (
+from packtool.verify.sampling import Sampler
+from packtool.verify.scan import (
     CONSERVE,
     COUNTS,
     LAYOUT_CHECKS,
@@ -38,10 +39,11 @@ from packtool.verify.names import (
     SCHEMA,
     SHARDS,
     SRC,
+    Failures,
+    Totals,
     row_checks,
+    scan_rows,
 )
-from packtool.verify.sampling import Sampler
-from packtool.verify.scan import Failures, Totals, scan_rows
 
 BATCH_TOKENS = 1 << 22  # rows per decoded batch ~ 4M tokens: 4 int32 columns = 64 MB
 

@@ -6,6 +6,16 @@ schema/rows.py, shared with export; here is what verify keeps of it.
     Totals        what the scan counted over the whole pack (accounting compares it with the manifest)
     examples      a batch's failing rows of one check as evidence: shard, row, position, message
     passed_text   the message of a row check that no row failed
+
+The integrity checks' names, in report order (tests, the report and `--json` readers match them):
+
+    MANIFEST_CHECK    the manifest itself                       audit.manifest_check
+    SCHEMA, NO_MASK   each shard's Arrow schema                 audit.shard_schema
+    ROW_CHECKS        every slot of every row                   scan_rows (schema/rows.py)
+    LAYOUT_CHECKS     padded documents, fixed docs per row      scan_rows (packs with that layout)
+    SHARDS            shards on disk against the manifest       audit.shards_check
+    SRC               where each document came from             scan_rows, accounting.source_check
+    COUNTS, CONSERVE  the manifest's numbers against the rows   accounting.counts_check, ...
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool import schema
-from packtool.schema.rows import (  # noqa: F401  (the row check, re-exported for verify)
+from packtool.schema.rows import (  # noqa: F401  (the row check and its names, for verify)
     DOC,
     DOC_PAD,
     FIXED,
@@ -36,6 +46,19 @@ from packtool.schema.rows import (  # noqa: F401  (the row check, re-exported fo
 )
 
 MAX_EXAMPLES = 5
+MANIFEST_CHECK = "manifest"
+SCHEMA = "schema"
+NO_MASK = "no attention_mask"
+SHARDS = "shards on disk"
+COUNTS = "manifest counts"
+CONSERVE = "conservation"
+ROW_CHECKS = (SEQ, DOC, POS, LAB_MASK, LAB_EQ, PAD, NTOK, NLOSS)
+LAYOUT_CHECKS = (UNPAD, DOC_PAD, FIXED)
+
+
+def row_checks(padded: bool, fixed: bool) -> tuple[str, ...]:
+    """The row checks a pack of this layout gets: ROW_CHECKS, then the layout's own."""
+    return ROW_CHECKS + ((UNPAD, DOC_PAD) if padded else ()) + ((FIXED,) if fixed else ())
 
 
 @dataclass

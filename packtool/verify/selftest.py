@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from packtool import schema
-from packtool.verify import Check, names
+from packtool.verify import Check, scan
 
 SELF_TEST_PAD_ID = 0
 SELF_TEST_DOCS = 160  # documents of 8..pack_len // 3 tokens: all packed whole, several per row
@@ -265,7 +265,7 @@ def _layout_check(tmp: str, seed: int) -> Check:
     ids = token_column(table, "input_ids")
     lab[hit[0], hit[1]] = ids[hit[0], hit[1]]
     write_shard(broken, rel, replace_columns(table, labels=lab))
-    bad = next(c for c in integ.check_integrity(broken)[0] if c.name == names.DOC_PAD)
+    bad = next(c for c in integ.check_integrity(broken)[0] if c.name == scan.DOC_PAD)
     caught = not bad.passed and f" row {hit[0]} position {hit[1]} " in bad.message
     return Check(
         name,
@@ -273,7 +273,7 @@ def _layout_check(tmp: str, seed: int) -> Check:
         "passes integrity; a label on a document's padding is caught → " + bad.message
         if caught
         else "a label on a document's padding PASSED the document padding check",
-        {"check": names.DOC_PAD},
+        {"check": scan.DOC_PAD},
     )
 
 
@@ -297,7 +297,7 @@ def run_self_test(cfg):
         broken = os.path.join(tmp, "broken")
         _break_positions(out, broken)
         checks, _ = integ.check_integrity(broken)
-        pos = next(c for c in checks if c.name == names.POS)
+        pos = next(c for c in checks if c.name == scan.POS)
         caught = not pos.passed and " row 0 " in pos.message
         result.checks.append(_layout_check(tmp, cfg.seed))
         result.checks.insert(0, built)
@@ -309,7 +309,7 @@ def run_self_test(cfg):
                 if caught
                 else "a copy with positions not reset in row 0 PASSED the position check: "
                 "integrity has no power",
-                {"check": names.POS},
+                {"check": scan.POS},
             )
         )
     result.self_test = True

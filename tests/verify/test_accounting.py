@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from packtool import schema
-from packtool.verify import audit, names
+from packtool.verify import audit, scan
 from packtool.verify import selftest as st
 
 
@@ -40,7 +40,7 @@ def test_document_packed_twice(pack, failed_of):
     r = next(i for i, s in enumerate(src) if len(s) >= 2)
     src[r][1] = src[r][0]
     st.write_shard(str(pack), rel, st.replace_columns(table, source_index=src))
-    msg = failed_of(pack)[names.SRC].message
+    msg = failed_of(pack)[scan.SRC].message
     assert f"source_index {src[r][0]} appears 2 times" in msg and "packed twice" in msg
 
 
@@ -54,7 +54,7 @@ def test_duplicated_row_names_both_rows(pack, failed_of):
     failed = failed_of(pack)
     v = min(src[0])
     k = src[0].index(v)
-    msg = failed[names.SRC].message
+    msg = failed[scan.SRC].message
     assert msg.startswith(
         f"source_index {v} appears 2 times ({rel} row 0 document {k}, {rel} row {last} document "
         f"{k}), expected 1"
@@ -65,7 +65,7 @@ def test_duplicated_row_names_both_rows(pack, failed_of):
     )
     lost = sorted(src[last])[0]
     assert re.search(
-        rf"in the rows: source_index {lost}\b.* in no row", failed[names.CONSERVE].message
+        rf"in the rows: source_index {lost}\b.* in no row", failed[scan.CONSERVE].message
     )
 
 
@@ -90,8 +90,8 @@ def test_merged_documents_name_the_lost_source_index(pack, failed_of):
         ),
     )
     failed = failed_of(pack)
-    assert set(failed) >= {names.CONSERVE} and not set(failed) & set(names.ROW_CHECKS)
-    msg = failed[names.CONSERVE].message
+    assert set(failed) >= {scan.CONSERVE} and not set(failed) & set(scan.ROW_CHECKS)
+    msg = failed[scan.CONSERVE].message
     assert (
         f"documents expected, {sum(len(x) for x in _all_sources(pack))} in the rows: source_index {gone} is in "
         "no row and not listed as skipped or dropped (merged into another document" in msg
@@ -100,14 +100,14 @@ def test_merged_documents_name_the_lost_source_index(pack, failed_of):
 
 def test_conservation_tokens(pack, failed_of):
     _edit_manifest(pack, lambda m: m["tokens"].update({"in": m["tokens"]["in"] + 5}))
-    assert "tokens in" in failed_of(pack)[names.CONSERVE].message
+    assert "tokens in" in failed_of(pack)[scan.CONSERVE].message
 
 
 def test_conservation_examples(pack, failed_of):
     _edit_manifest(
         pack, lambda m: m["counts"].update({"examples_read": m["counts"]["examples_read"] + 1})
     )
-    assert "examples_read" in failed_of(pack)[names.CONSERVE].message
+    assert "examples_read" in failed_of(pack)[scan.CONSERVE].message
 
 
 def test_conservation_is_the_contracts_arithmetic_then_the_rows(pack, failed_of):
@@ -127,7 +127,7 @@ def test_conservation_is_the_contracts_arithmetic_then_the_rows(pack, failed_of)
         edited["tokens"],
         {k: edited[k] for k in ("skipped", "dropped", "truncated", "split")},
     )
-    msg = failed_of(pack)[names.CONSERVE].message
+    msg = failed_of(pack)[scan.CONSERVE].message
     assert want and msg.startswith("; ".join(want)), msg
     docs = m["counts"]["packed"] + 1 + m["counts"]["truncated"] + m["counts"]["split_parts"]
     assert (
@@ -144,4 +144,4 @@ def test_dropped_but_packed(pack, failed_of):
             m["counts"].update({"dropped": 1}),
         ),
     )
-    assert "source_index 0 is listed as dropped" in failed_of(pack)[names.SRC].message
+    assert "source_index 0 is listed as dropped" in failed_of(pack)[scan.SRC].message

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from packtool import schema
-from packtool.verify import audit, names
+from packtool.verify import audit, scan
 from packtool.verify import selftest as st
 
 L = 128
@@ -31,9 +31,9 @@ def test_rows_missing_versus_manifest(pack, failed_of):
     failed = failed_of(pack)
     assert (
         f"{rel} has {n - 3} rows, the manifest says {n}: rows {n - 3}..{n - 1} are missing"
-        in failed[names.SHARDS].message
+        in failed[scan.SHARDS].message
     )
-    assert "counts.rows" in failed[names.COUNTS].message
+    assert "counts.rows" in failed[scan.COUNTS].message
 
 
 def test_shard_bytes_altered(pack, failed_of):
@@ -43,8 +43,8 @@ def test_shard_bytes_altered(pack, failed_of):
     data[len(data) // 2] ^= 0xFF
     open(path, "wb").write(bytes(data))
     failed = failed_of(pack)
-    assert f"{rel} sha256 is" in failed[names.SHARDS].message
-    assert "changed after packing" in failed[names.SHARDS].message
+    assert f"{rel} sha256 is" in failed[scan.SHARDS].message
+    assert "changed after packing" in failed[scan.SHARDS].message
 
 
 def test_attention_mask_column_added(pack, failed_of):
@@ -54,10 +54,10 @@ def test_attention_mask_column_added(pack, failed_of):
     ones = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(table.num_rows * L, np.int32)), L)
     st.write_shard(str(pack), rel, table.append_column("attention_mask", ones))
     failed = failed_of(pack)
-    assert set(failed) == {names.NO_MASK}
+    assert set(failed) == {scan.NO_MASK}
     assert (
         f"{rel} has an attention_mask column (rows 0..{table.num_rows - 1})"
-        in failed[names.NO_MASK].message
+        in failed[scan.NO_MASK].message
     )
 
 
@@ -66,7 +66,7 @@ def test_missing_and_extra_shards(pack, failed_of):
     os.remove(os.path.join(pack, rel))
     extra = f"{schema.DATA_DIR}/train-00099-of-00099.parquet"
     st.write_shard(str(pack), extra, table, fix_manifest=False)
-    msg = failed_of(pack)[names.SHARDS].message
+    msg = failed_of(pack)[scan.SHARDS].message
     assert f"{rel} is listed in the manifest ({table.num_rows} rows) but missing on disk" in msg
     assert (
         f"{extra} is on disk but not in the manifest (rows 0..{table.num_rows - 1} unaccounted)"
@@ -82,7 +82,7 @@ def test_missing_manifest(pack, failed_of):
 
 def test_wrong_pack_len_in_manifest(pack, failed_of):
     _edit_manifest(pack, lambda m: m.update({"pack_len": L * 2}))
-    assert "fixed_size_list" in failed_of(pack)[names.SCHEMA].message
+    assert "fixed_size_list" in failed_of(pack)[scan.SCHEMA].message
 
 
 def test_schema_problems_are_the_contracts_without_the_forbidden_column(pack):
@@ -116,7 +116,7 @@ def test_manifest_pack_len_must_be_a_positive_int(pack, value, checks_of):
     by_name, summary = checks_of(pack)
     assert not by_name["manifest"].passed
     assert f"pack_len {value!r} is not a positive integer" in by_name["manifest"].message
-    assert summary["pack_len"] == L and by_name[names.POS].passed
+    assert summary["pack_len"] == L and by_name[scan.POS].passed
 
 
 def _garble(pack, index: int) -> str:
@@ -131,10 +131,10 @@ def test_garbage_shard_is_a_failed_check_not_a_crash(pack, failed_of):
     rel = _garble(pack, 1)
     failed = failed_of(pack)
     assert re.search(
-        rf"{rel}: not a readable Parquet file \(ArrowInvalid: ", failed[names.SCHEMA].message
+        rf"{rel}: not a readable Parquet file \(ArrowInvalid: ", failed[scan.SCHEMA].message
     )
-    assert f"{rel} could not be read: the manifest's" in failed[names.SHARDS].message
-    assert f"{rel} sha256 is" in failed[names.SHARDS].message
+    assert f"{rel} could not be read: the manifest's" in failed[scan.SHARDS].message
+    assert f"{rel} sha256 is" in failed[scan.SHARDS].message
 
 
 def test_garbage_first_shard_and_no_pack_len_in_manifest(pack, checks_of):
@@ -143,7 +143,7 @@ def test_garbage_first_shard_and_no_pack_len_in_manifest(pack, checks_of):
     _edit_manifest(pack, lambda m: m.pop("pack_len"))
     by_name, summary = checks_of(pack)
     assert "pack_len None is not a positive integer" in by_name["manifest"].message
-    assert f"{rel}: not a readable Parquet file" in by_name[names.SCHEMA].message
+    assert f"{rel}: not a readable Parquet file" in by_name[scan.SCHEMA].message
     assert summary["pack_len"] == L and summary["rows"] > 0  # the readable shard was scanned
 
 
@@ -151,16 +151,16 @@ def test_garbage_first_shard_and_no_pack_len_in_manifest(pack, checks_of):
     ("edit", "check", "match"),
     [
         (lambda m: m.update(pad_id="0"), "manifest", r"pad_id '0' is not an integer"),
-        (lambda m: m.update(counts=[1]), names.CONSERVE, r"counts\.examples_read, .* not recorded"),
-        (lambda m: m["tokens"].update({"in": "5"}), names.CONSERVE, r"wrong type \(TypeError: "),
+        (lambda m: m.update(counts=[1]), scan.CONSERVE, r"counts\.examples_read, .* not recorded"),
+        (lambda m: m["tokens"].update({"in": "5"}), scan.CONSERVE, r"wrong type \(TypeError: "),
         (
             lambda m: m.update(split=[{"source_index": "a", "parts": 2}]),
-            names.SRC,
+            scan.SRC,
             r"wrong type \(ValueError: ",
         ),
         (
             lambda m: m["shards"][0].update(rows="12"),
-            names.SHARDS,
+            scan.SHARDS,
             r"has 12 rows, the manifest says '12'",
         ),
     ],
@@ -171,7 +171,7 @@ def test_manifest_value_of_wrong_type_fails_its_check(pack, edit, check, match, 
     failed = failed_of(pack)
     assert check in failed, sorted(failed)
     assert re.search(match, failed[check].message), failed[check].message
-    assert names.PAD not in failed  # a string pad id is not compared with the int token ids
+    assert scan.PAD not in failed  # a string pad id is not compared with the int token ids
 
 
 def test_an_api_caller_can_give_the_pack_folder_with_a_tilde(pack, monkeypatch):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from packtool import schema
-from packtool.verify import names
+from packtool.verify import scan
 from packtool.verify import selftest as st
 
 L = 128
@@ -27,16 +27,16 @@ def test_clean_pack_passes_every_check(clean_pack, checks_of):
         c.message for c in by_name.values() if not c.passed
     ]
     for name in (
-        *names.ROW_CHECKS,
-        names.SCHEMA,
-        names.NO_MASK,
-        names.SHARDS,
-        names.SRC,
-        names.COUNTS,
-        names.CONSERVE,
+        *scan.ROW_CHECKS,
+        scan.SCHEMA,
+        scan.NO_MASK,
+        scan.SHARDS,
+        scan.SRC,
+        scan.COUNTS,
+        scan.CONSERVE,
     ):
         assert name in by_name
-    assert summary["rows"] == by_name[names.COUNTS].evidence["rows"] > 0
+    assert summary["rows"] == by_name[scan.COUNTS].evidence["rows"] > 0
 
 
 def test_real_packer_packs_pass(tmp_path, failed_of):

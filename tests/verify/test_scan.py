@@ -9,7 +9,7 @@ import pytest
 from packs import merge_first_two  # noqa: E402  (fixture damage)
 
 from packtool import schema
-from packtool.verify import names, scan
+from packtool.verify import scan
 from packtool.verify import selftest as st
 
 L = 128
@@ -40,11 +40,11 @@ def _oracle(cols, pad_id):
         pad = doc < 0
         lab, ids = cols["labels"][r], cols["input_ids"][r]
         masks = {
-            names.DOC: cols["document_id"][r] != doc,
-            names.POS: cols["position_ids"][r] != pos,
-            names.LAB_MASK: (first | pad) & (lab != IGNORE),
-            names.LAB_EQ: ~(first | pad) & (lab != IGNORE) & (lab != ids),
-            names.PAD: pad & (ids != pad_id),
+            scan.DOC: cols["document_id"][r] != doc,
+            scan.POS: cols["position_ids"][r] != pos,
+            scan.LAB_MASK: (first | pad) & (lab != IGNORE),
+            scan.LAB_EQ: ~(first | pad) & (lab != IGNORE) & (lab != ids),
+            scan.PAD: pad & (ids != pad_id),
         }
         for name, bad in masks.items():
             if bad.any():
@@ -77,7 +77,7 @@ def test_scan_matches_oracle_on_random_corruption(clean_pack, column):
             cols[column][r, p] += int(rng.choice([-2, -1, 1, 5]))
         got = scan.scan_rows(cols, pad_id=0)
         want = _oracle(cols, 0)
-        for name in (names.DOC, names.POS, names.LAB_MASK, names.LAB_EQ, names.PAD):
+        for name in (scan.DOC, scan.POS, scan.LAB_MASK, scan.LAB_EQ, scan.PAD):
             have = (
                 dict(zip(got[name]["rows"].tolist(), got[name]["pos"].tolist(), strict=True))
                 if name in got
@@ -110,8 +110,8 @@ def test_positions_not_reset(pack, failed_of):
     st.write_shard(str(pack), rel, st.replace_columns(table, position_ids=pos))
     failed = failed_of(pack)
     a = seq[r][0]
-    assert set(failed) == {names.POS}
-    assert failed[names.POS].message.startswith(
+    assert set(failed) == {scan.POS}
+    assert failed[scan.POS].message.startswith(
         f"{rel} row {r} position {a} (document 1): position_id {a}, expected 0"
     )
 
@@ -127,7 +127,7 @@ def test_first_label_not_masked(pack, expect_failure):
     st.write_shard(str(pack), rel, st.replace_columns(table, labels=lab, num_loss_tokens=nloss))
     expect_failure(
         pack,
-        names.LAB_MASK,
+        scan.LAB_MASK,
         rf"^{rel} row {r} position {a} \(first token of document 1\): label \d+, must be -100",
     )
 
@@ -153,10 +153,10 @@ def test_token_moved_across_document_boundary(pack, failed_of):
         st.replace_columns(table, seq_lengths=seq, document_id=doc, position_ids=pos),
     )
     failed = failed_of(pack)
-    assert set(failed) == {names.LAB_MASK}
+    assert set(failed) == {scan.LAB_MASK}
     assert (
         f"{rel} row {r} position {a - 1} (first token of document 1)"
-        in failed[names.LAB_MASK].message
+        in failed[scan.LAB_MASK].message
     )
 
 
@@ -175,7 +175,7 @@ def test_token_swapped_across_boundary_breaks_labels(pack, expect_failure):
     st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids))
     expect_failure(
         pack,
-        names.LAB_EQ,
+        scan.LAB_EQ,
         rf"^{rel} row {r} position {a - 1} \(document 0\): label \d+ != input_id \d+",
     )
 
@@ -188,8 +188,8 @@ def test_document_id_disagrees_with_seq_lengths(pack, failed_of):
     doc[r, a] = 0  # B's first slot claimed by A
     st.write_shard(str(pack), rel, st.replace_columns(table, document_id=doc))
     failed = failed_of(pack)
-    assert set(failed) == {names.DOC}
-    assert failed[names.DOC].message.startswith(
+    assert set(failed) == {scan.DOC}
+    assert failed[scan.DOC].message.startswith(
         f"{rel} row {r} position {a}: document_id 0, but seq_lengths put document 1 there"
     )
 
@@ -200,7 +200,7 @@ def test_seq_lengths_overflowing_the_row(pack, failed_of):
     seq[3] = [*seq[3], L]
     st.write_shard(str(pack), rel, st.replace_columns(table, seq_lengths=seq))
     failed = failed_of(pack)
-    assert f"{rel} row 3: seq_lengths declare" in failed[names.SEQ].message
+    assert f"{rel} row 3: seq_lengths declare" in failed[scan.SEQ].message
 
 
 @pytest.mark.parametrize("column", ["num_tokens", "num_loss_tokens"])
@@ -210,7 +210,7 @@ def test_scalar_counts(pack, column, failed_of):
     v[2] += 1
     st.write_shard(str(pack), rel, st.replace_columns(table, **{column: v}))
     failed = failed_of(pack)
-    name = names.NTOK if column == "num_tokens" else names.NLOSS
+    name = scan.NTOK if column == "num_tokens" else scan.NLOSS
     assert failed[name].message.startswith(f"{rel} row 2: {column} {v[2]}")
 
 
@@ -222,7 +222,7 @@ def test_pad_tail_with_wrong_token(pack, failed_of):
     ids[r, L - 1] = 7
     st.write_shard(str(pack), rel, st.replace_columns(table, input_ids=ids))
     assert (
-        failed_of(pack)[names.PAD].message
+        failed_of(pack)[scan.PAD].message
         == f"{rel} row {r} position {L - 1} (padding): input_id 7 != pad id 0"
     )
 
@@ -232,7 +232,7 @@ def test_merged_documents_with_both_source_indices_name_the_row(pack, failed_of)
     r, src_r, _, _, merged = merge_first_two(table, keep_source=True)
     st.write_shard(str(pack), rel, merged)
     seq_r = merged.column("seq_lengths").to_pylist()[r]
-    msg = failed_of(pack)[names.SRC].message
+    msg = failed_of(pack)[scan.SRC].message
     assert msg.startswith(
         f"{rel} row {r}: {len(src_r)} source_index entries for {len(seq_r)} documents "
         f"(source_index {src_r}, seq_lengths {seq_r}): documents merged (a boundary lost)"
@@ -289,13 +289,13 @@ def test_a_padded_fixed_docs_pack_passes_with_its_layout_checks(clean_layout_pac
     assert not [n for n, c in by.items() if not c.passed], {
         n: c.message for n, c in by.items() if not c.passed
     }
-    assert {names.UNPAD, names.DOC_PAD, names.FIXED} <= set(by)
-    assert by[names.COUNTS].passed and summary["documents"] == 50
+    assert {scan.UNPAD, scan.DOC_PAD, scan.FIXED} <= set(by)
+    assert by[scan.COUNTS].passed and summary["documents"] == 50
 
 
 def test_default_packs_get_no_layout_checks(clean_pack, checks_of):
     by, _ = checks_of(clean_pack)
-    assert not {names.UNPAD, names.DOC_PAD, names.FIXED} & set(by)
+    assert not {scan.UNPAD, scan.DOC_PAD, scan.FIXED} & set(by)
 
 
 @pytest.mark.parametrize("what", ["label", "input_id"])
@@ -309,7 +309,7 @@ def test_damaged_document_padding_is_named(layout_pack, expect_failure, what):
     want = "label 4242, must be -100" if what == "label" else "input_id 4242 != pad id 0"
     expect_failure(
         layout_pack,
-        names.DOC_PAD,
+        scan.DOC_PAD,
         rf"^{rel} row {r} position {p} \(padding of document {d}\): {want}",
     )
 
@@ -327,7 +327,7 @@ def test_a_wrong_unpadded_length_is_named(layout_pack, expect_failure):
     )
     expect_failure(
         layout_pack,
-        names.UNPAD,
+        scan.UNPAD,
         rf"^{rel} row {r} document 1: seq_lengths_unpadded {got}, but seq_lengths {slots}; "
         r"each must be ceil\(unpadded / 8\) \* 8",
     )
@@ -347,7 +347,7 @@ def test_a_non_trailing_empty_entry_is_named(layout_pack, expect_failure):
     st.write_shard(str(layout_pack), rel, st.replace_columns(table, **ls))
     expect_failure(
         layout_pack,
-        names.FIXED,
+        scan.FIXED,
         rf"^{rel} row {r} document {e}: \d+ slots after an empty entry; with fixed docs the empty "
         "entries",
     )
@@ -361,7 +361,7 @@ def test_fixed_docs_lists_of_another_length_and_bad_empty_sources(layout_pack, f
         ls[c][r] = ls[c][r][:-1]  # one empty entry less
     ls["source_index"][r + 1][-1] = 3 if ls["seq_lengths"][r + 1][-1] == 0 else -1
     st.write_shard(str(layout_pack), rel, st.replace_columns(table, **ls))
-    f = failed_of(layout_pack)[names.FIXED]
+    f = failed_of(layout_pack)[scan.FIXED]
     assert f.message.startswith(
         f"{rel} row {r}: {K - 1} seq_lengths entries, fixed docs needs exactly {K} (--max-docs)"
     ), f.message
@@ -379,7 +379,7 @@ def test_the_manifest_doc_pad_is_checked_against_the_rows(layout_pack, failed_of
     m["tokens"]["doc_pad"] = have + 1
     shards.write_manifest(layout_pack, m)
     assert f"tokens.doc_pad is {have + 1} in the manifest, {have} on disk" in (
-        failed_of(layout_pack)[names.COUNTS].message
+        failed_of(layout_pack)[scan.COUNTS].message
     )
     m["tokens"]["doc_pad"] = m["tokens"]["pad"] + 1
     m["pad_to_multiple"] = 12  # not a divisor of pack_len 128
@@ -387,6 +387,6 @@ def test_the_manifest_doc_pad_is_checked_against_the_rows(layout_pack, failed_of
     failed = failed_of(layout_pack)
     assert (
         "pack_len 128 is not a multiple of pad_to_multiple 12"
-        in failed[names.MANIFEST_CHECK].message
+        in failed[scan.MANIFEST_CHECK].message
     )
-    assert "> tokens.pad" in failed[names.CONSERVE].message
+    assert "> tokens.pad" in failed[scan.CONSERVE].message
