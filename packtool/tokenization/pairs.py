@@ -1,0 +1,67 @@
+"""A batch of encoded preference pairs checked side against side: each pair's shared prompt.
+
+The encode step encodes a pair record as two examples, chosen then rejected, each the prompt +
+its answer rendered whole (apply_chat_template(prompt + [answer])):
+
+    example 2k      chosen     ids    p0 p1 p2 p3 a0 a1 a2        labels -100 ×4, a0 a1 a2
+    example 2k+1    rejected   ids    p0 p1 p2 p3 b0 b1           labels -100 ×4, b0 b1
+                                      └ prompt ┘ = the leading -100 run, 4 tokens on both sides
+
+    check_pairs(ids, labels, offsets, errors) -> (prompt_lengths int32[2n], why[n])
+
+A pair is kept only when both sides encoded, each trains a token, and both start with the same
+prompt: the same number of untrained tokens, the same ids there. Otherwise `why` says which side
+failed and how, and the whole pair is refused (one record: no side is ever packed alone).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packtool.schema import IGNORE_INDEX
+
+SIDES = ("chosen", "rejected")
+
+
+def check_pairs(
+    ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray, errors: list[str | None]
+) -> tuple[np.ndarray, list[str | None]]:
+    """Per example its prompt length (the leading untrained run), per pair None or why it is refused."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    start, length = offsets[:-1], np.diff(offsets)
+    trained_at = np.flatnonzero(labels != IGNORE_INDEX)
+    after = np.append(trained_at, offsets[-1])[np.searchsorted(trained_at, start)]
+    prompt = np.minimum(after - start, length).astype(np.int32)
+    c, r = start[0::2], start[1::2]
+    n = np.where(prompt[0::2] == prompt[1::2], prompt[0::2], 0).astype(np.int64)
+    k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    differ = ids[np.repeat(c, n) + k] != ids[np.repeat(r, n) + k]
+    suspect = (prompt[0::2] != prompt[1::2]) | (prompt == length)[0::2] | (prompt == length)[1::2]
+    suspect[np.unique(np.repeat(np.arange(n.size), n)[differ])] = True
+    failed = np.array([e is not None for e in errors], dtype=bool)
+    suspect |= failed[0::2] | failed[1::2]
+    why: list[str | None] = [None] * n.size
+    for k in np.flatnonzero(suspect).tolist():
+        why[k] = _pair_problem(ids, offsets, errors, prompt, 2 * k, 2 * k + 1)
+    return prompt, why
+
+
+def _pair_problem(ids, offsets, errors, prompt, c, r) -> str | None:
+    for side, i in zip(SIDES, (c, r), strict=True):
+        if errors[i] is not None:
+            return f"{side}: {errors[i]}"
+        if prompt[i] == offsets[i + 1] - offsets[i]:
+            return f"'{side}' trains no token: its answer is empty or carries no loss"
+    p_c, p_r = int(prompt[c]), int(prompt[r])
+    a = ids[offsets[c] : offsets[c] + p_c]
+    b = ids[offsets[r] : offsets[r] + p_r]
+    if p_c == p_r and np.array_equal(a, b):
+        return None
+    m = min(p_c, p_r)
+    diff = np.flatnonzero(a[:m] != b[:m])
+    at = int(diff[0]) if diff.size else m
+    return (
+        f"chosen and rejected do not start with the same prompt tokens (untrained runs of {p_c} and "
+        f"{p_r} tokens, first different at token {at}): a token merged across the prompt/answer "
+        "boundary, or a template that renders the prompt by what follows it; the pair is not packed"
+    )
