@@ -287,3 +287,64 @@ def test_two_gloo_ranks_equal_trl(pairs, pack, tmp_path):
     out = torch.load(tmp_path / "rank0.pt")
     assert out["pairs"] == len(pairs) and sorted(out["local_pairs"]) != [4, 4]  # unequal shares
     assert_exact(out["loss"], want, out["grads"], want_grads, "gloo")
+
+
+class PairTrainer(transformers.Trainer):
+    """Trainer on a PairDataset: DPO-family loss normalised over the pairs of the whole step."""
+
+    loss_is_scaled_for_ga = True  # compute_loss divides by the step's pair count itself
+
+    def __init__(self, *args, refs, loss="sigmoid", beta=0.1, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.refs, self.loss_kw = refs, {"loss": loss, "beta": beta}
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batches, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
+        return batches, global_pairs(batches, device=device)  # pairs of the step, all ranks
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        out = model(**model_inputs(inputs))
+        logps, counts = sequence_logps(out.logits, inputs)
+        ref = self.refs.for_batch(inputs)
+        loss_sum, _ = pair_loss(logps, ref, counts=counts, **self.loss_kw)
+        loss = loss_sum / num_items_in_batch * self.accelerator.num_processes  # DDP averages
+        return (loss, out) if return_outputs else loss
+
+
+def test_hf_trainer_recipe_equals_trl(tmp_path):
+    """The README's Hugging Face Trainer recipe (PairTrainer, as written there): one step of plain
+    SGD (lr 1, no clipping) over micro-batches of 1 and 3 pairs (gradient_accumulation_steps=2)
+    moves every weight by minus TRL's gradient on the same 4 pairs unpacked."""
+    pairs = make_pairs(8, seed=5, vocab=VOCAB)[:4]
+    write_pair_pack(tmp_path / "pack", pairs, 96, rows=[[0], [1, 2, 3]])
+    ds = PairDataset(tmp_path / "pack", cache_dir=tmp_path / "c")
+    collator = ds.collator("hf")
+    refs = ReferenceLogps.compute(tiny_llama(1), [collator([ds[i]]) for i in range(len(ds))])
+    _, want_grads = trl_loss_and_grads(pairs, "sigmoid", tmp_path / "trl")
+    model = tiny_llama(0)
+    before = {k: p.detach().clone() for k, p in model.named_parameters()}
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=2,
+        max_steps=1,
+        learning_rate=1.0,
+        lr_scheduler_type="constant",
+        optim="sgd",
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+        remove_unused_columns=False,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = PairTrainer(
+        model=model, args=args, train_dataset=ds, data_collator=collator, refs=refs, beta=BETA
+    )
+    trainer.train()
+    moved = {k: before[k] - p.detach() for k, p in model.named_parameters()}  # lr 1: the gradient
+    diff = max_diff(moved, want_grads)
+    print(f"HF Trainer recipe: grads |diff| {diff:.1e}")
+    assert diff <= ATOL
