@@ -30,9 +30,7 @@ count the e-s-1 lengths); pad_cu_seqlens reads max_samples_per_bin, dataset_max_
 min_packed_seqlen from it.
 
 Memory: the .npy format is one pickled object array, so the whole export is in memory before it is
-written: ~5 bytes per token (int32 ids + bool mask, as numpy arrays, never Python lists) plus ~0.7
-KB per row. The pack is read one batch of ~1M slots at a time, and `save_object_npy` streams the
-pickle to disk without a second copy. Measured: README, "Export to NeMo / Megatron-Bridge".
+written (~5 bytes per token, as numpy arrays); `save_object_npy` streams it without a second copy.
 """
 
 from __future__ import annotations

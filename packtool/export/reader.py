@@ -2,12 +2,9 @@
 
     PackReader(PACK)   manifest.json read and typed, its own arithmetic checked (conservation:
                        schema.conservation_problems); one-line error for anything else
-      .batches()  for each shard (manifest order), for each Arrow batch of ~1M token slots:
-
-        every row checked as verify checks it (schema/rows.py: document_id and position_ids
-        against seq_lengths, labels -100 or their own token, -100 on document starts and pad, the
-        pad id, num_tokens, num_loss_tokens, source_index entries, the manifest's layout); the
-        first failing row is the error, naming shard, row and slot
+      .batches()  for each shard (manifest order), for each Arrow batch of ~1M token slots, every
+                  row checked as verify checks it (schema/rows.py); the first failing row is the
+                  error, naming shard, row and slot
 
         row            0                                  1
         slots          a0 a1 a2 a3 | b0 b1 b2 | pad pad    c0 c1 c2 ...
@@ -26,13 +23,8 @@ The checksums alone prove only that the shards are the ones the manifest names; 
 what makes an export of a damaged pack (a shard edited and its sha256 re-signed) fail instead of
 writing documents cut at the wrong boundary.
 
-A `seq_lengths_unpadded` column (a `--pad-to-multiple` layout: `seq_lengths` counts each
-document's padded slots, the real tokens come first and the pad slots after them hold pad_id and
-label -100) is honoured: only the real tokens are kept. Empty documents (seq_lengths 0,
-source_index -1: a `--fixed-docs` layout) are skipped.
-
-Memory: one decoded batch (~1M slots: the Arrow columns, the row check's int32 passes, the gathered
-tokens and labels, int64 indices) plus what the caller keeps of it.
+With `--pad-to-multiple` only each document's real tokens (`seq_lengths_unpadded`) are kept; the
+empty documents of `--fixed-docs` are skipped. Memory: one decoded batch plus what the caller keeps.
 """
 
 from __future__ import annotations

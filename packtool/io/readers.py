@@ -7,29 +7,16 @@ Dataset), as a stream of raw records, batch by batch.
     x.parquet                           pyarrow, 8192-row batches       the path / None
     a save_to_disk folder or hub id     its Arrow dataset               the folder or id
 
-Records come in batches (`RawBatch`, one file each) exactly as stored: no column mapping, no
-format work (packtool.formats does that). Each --column mapping is checked here against the stream
-(formats.ColumnCheck): one that matches no record read is a UsageError at the end of the input. JSON Lines stay bytes until the encode step parses them
-(in a worker process, with orjson); a line or element that cannot be parsed is reported with its
-reason, so the caller can stop on it or skip and count it (`--on-error`). The index of a record
-counts every record read across all files, malformed ones included; it is its `source_index`.
-Messages name a record within its own file, never by that index: `data.jsonl:12` (its line) or
-`data.json record 3` (its 0-based position in that file: `RawRecord.position`, `RawBatch.offset`).
+Records come in batches (`RawBatch`, one file each) exactly as stored (packtool.formats maps and
+normalizes them); each --column is checked against the stream (formats.ColumnCheck). JSON Lines stay
+bytes until the encode step parses them. A record's index counts every record read across all
+files, malformed ones included: its `source_index`; messages name a record within its own file
+(`data.jsonl:12`, `data.json record 3`). `cfg.limit` is applied here, so a limited run reads a prefix.
 
-`cfg.limit` is applied here: at most `limit` records are read, malformed ones included, so a
-limited run reads a prefix of the input whatever happens downstream.
-
-A `.json` file holds a list of records or one record. One exception, because it is unambiguous: an
-object with a single key whose value is a list of objects, where the key is not a field any format
-reads (messages, conversations, text, ...) nor a column mapped with --column, is a wrapper, and its
-list holds the records: {"data": [{...}, {...}]}. A `.json` file that is really JSON Lines (its
-first line is a whole JSON object) is read as JSON Lines.
-
-JSON text is UTF-8, UTF-16 or UTF-32 (io.files.text_codec: a BOM, or the NULs around the first
-character), read as UTF-8. Memory: jsonl streams one batch of lines at a time, and a line longer than
-io.files.max_record_bytes (PACKTOOL_MAX_RECORD_MIB) is read through, never held, and refused as a
-bad record with its size; parquet one batch; Arrow datasets are memory-mapped; a .json file is held
-whole.
+A `.json` file holds a list of records, one record, or a wrapper {"data": [{...}, ...]} (one key no
+format reads, holding a list of objects); one whose first line is a whole object is JSON Lines.
+Memory: jsonl one batch of lines (a line over io.files.max_record_bytes is read through and refused),
+parquet one batch, Arrow memory-mapped, a .json file whole.
 """
 
 from __future__ import annotations

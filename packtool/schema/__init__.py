@@ -10,6 +10,8 @@
 Pure: numpy only (pyarrow is imported inside the functions that take or build Arrow schemas).
 """
 
+# ruff: noqa: F401  (the names below are re-exported)
+
 from packtool.schema.manifest import (
     Counts,
     Manifest,
@@ -44,36 +46,3 @@ from packtool.schema.shard import (
     shard_name,
     shard_schema_problems,
 )
-
-__all__ = [
-    "COLUMNS",
-    "DATA_DIR",
-    "FORBIDDEN_COLUMNS",
-    "IGNORE_INDEX",
-    "LIST_COLUMNS",
-    "MANIFEST",
-    "PAD_DOCUMENT_ID",
-    "SCALAR_COLUMNS",
-    "SCHEMA_VERSION",
-    "TOKEN_COLUMNS",
-    "UNPADDED_COLUMN",
-    "arrow_schema",
-    "pack_len_of",
-    "shard_name",
-    "shard_schema_problems",
-    "Layout",
-    "Counts",
-    "Manifest",
-    "ManifestError",
-    "Tokens",
-    "conservation_problems",
-    "is_pack_manifest",
-    "read_pack_manifest",
-    "Notice",
-    "cu_seqlens",
-    "cu_seqlens_unpadded",
-    "document_ids",
-    "position_ids",
-    "row_segments",
-    "segment_starts",
-]

@@ -29,10 +29,8 @@ empty ones (0, source_index -1) only at the end:
     document padding       . . . x . . . . . . . .      pad id, label -100 (check "document padding")
     num_tokens             7 (real tokens)
 
-No Python loop runs per row or per token: the cost is ~20 passes over int32 buffers (the README
-has the numbers). A failing row is reported once per check, at its first bad slot; `describe` turns
-that slot into the one line a person reads (verify keeps the first few of each check as evidence,
-export stops at the first).
+No Python loop runs per row or per token. A failing row is reported once per check, at its first
+bad slot; `describe` turns that slot into the one line a person reads.
 """
 
 from __future__ import annotations

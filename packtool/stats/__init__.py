@@ -17,11 +17,11 @@ No typer, rich, pyarrow, transformers or matplotlib here (docs/ARCHITECTURE.md, 
     advice.py       the decision in words: choose_len (with reasons), recommend → Recommendation
                     (strategy, --len, --overflow, what is cut, the `packtool pack` command)
 
-Every public name of lengths, strategies and flops is re-exported here, so `stats.describe`,
-`stats.simulate`, `stats.model_from_config` … name the same objects as the submodules'. The
-synthetic lengths, the --len sweep, the choice and the advice stay in their own namespaces:
-`from packtool.stats import advice, choice, sweep, synthetic`.
+The public names of lengths, strategies and flops are re-exported here (`stats.describe`); the
+other submodules stay in their own namespaces (`stats.advice.recommend`).
 """
+
+# ruff: noqa: F401  (the names below are re-exported)
 
 from __future__ import annotations
 
@@ -59,47 +59,3 @@ from packtool.stats.strategies import (
     simulate,
     truncate,
 )
-
-__all__ = [
-    # lengths
-    "PERCENTILES",
-    "Histogram",
-    "describe",
-    "length_histogram",
-    "nice_step",
-    # strategies
-    "OVERFLOW_NOTES",
-    "OVERFLOW_POLICY",
-    "PACK_MAX_DOCS",
-    "PACK_ORDER",
-    "PACK_SEED",
-    "STRATEGY_LABELS",
-    "StrategyResult",
-    "length_grouped",
-    "overflow_note",
-    "packed",
-    "pad_to_len",
-    "padded_batches",
-    "padding_free",
-    "random_padded",
-    "simulate",
-    "truncate",
-    # flops
-    "ATTENTION_CONVENTION",
-    "FLOPS_FORMULA",
-    "GPU_PEAK_TFLOPS",
-    "REFERENCE_CONFIG",
-    "GpuSpec",
-    "ModelSpec",
-    "gpu_hours",
-    "gpu_spec",
-    "model_from_config",
-    "model_from_params",
-    "reference_model",
-    "training_flops",
-    # submodules in their own namespace: --synthetic / --lengths, --len sweeps, the recommendation
-    "advice",
-    "choice",
-    "sweep",
-    "synthetic",
-]
