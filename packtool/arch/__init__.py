@@ -19,8 +19,9 @@ transformers 5.24 (CPU; the README shows it):
     recurrent       RWKV, RecurrentGemma, xLSTM         (cannot: no boundary reaches the state)   -
 
     config.py   MODEL (a folder or a cached hub id) -> config.json as a dict (json only, no torch)
-    tiny.py     the config at tiny size, every layer kind kept (torch-free until a model is built)
-    layers.py   a built model's decoder layers and their token-mixing modules, by kind
+    tiny.py     the config at tiny size, every layer kind kept (torch-free until a model is built);
+                PRESETS, the architectures packtool builds itself
+    layers.py   the kinds of each layer: declared by the config, and in a built model by module
 
 Nothing here imports torch or transformers at module level: `family`, `inputs_for` and `warning`
 read the config dict only, so inspect/profile/pack can warn before tokenizing.
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+
+from packtool.arch.layers import field as _get
 
 # import name -> pip distribution
 KERNELS = {
@@ -132,11 +135,6 @@ _RECURRENT_TYPES = {
     "mamba": "mamba2_hybrid",
     "conv": "short_conv",
 }
-
-
-def _get(config, key: str):
-    """A config.json dict's key or a PretrainedConfig's attribute; None when absent."""
-    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
 def _model_type(config) -> str:

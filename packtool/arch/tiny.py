@@ -29,6 +29,8 @@ from __future__ import annotations
 import copy
 import re
 
+from packtool.arch.layers import field as _get
+
 HIDDEN = 64
 HEADS = 4
 HEAD_DIM = 16
@@ -110,14 +112,6 @@ def text_config(config):
     if sub is not None and getattr(sub, "model_type", None) in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return sub
     return config
-
-
-def _get(cfg, name: str):
-    """cfg.name, or None: also where the config refuses a global read (a per-layer attribute)."""
-    try:
-        return getattr(cfg, name, None)
-    except Exception:
-        return None
 
 
 def _ints(cfg, names) -> list[tuple[str, int]]:

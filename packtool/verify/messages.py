@@ -338,7 +338,7 @@ def fix(report: dict, sets, fam) -> str:
 
 
 def isolation_check(report: dict, sets, fam) -> Check:
-    from packtool.arch.declared import word
+    from packtool.arch.layers import word
 
     given = report["collator"]
     r = sets[given]

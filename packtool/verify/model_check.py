@@ -77,7 +77,7 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from packtool.arch import declared, layers, tiny
+    from packtool.arch import layers, tiny
 
     say = progress or (lambda text: None)
     mt = cfg_dict.get("model_type")
@@ -97,7 +97,7 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
         with torch.device("meta"):
             meta = AutoModelForCausalLM.from_config(wide)
         # every layer kind the modules show and every kind the config declares, once at least
-        depth = max(layers.shortest_prefix(layers.layer_kinds(meta, wide)), declared.prefix(wide))
+        depth = max(layers.shortest_prefix(layers.layer_kinds(meta, wide)), layers.declared_prefix(wide))
         cfg = tiny.cut(wide, depth)
         with torch.device("meta"):
             small = AutoModelForCausalLM.from_config(cfg)
@@ -113,7 +113,7 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
             f"{size / 1e6:.0f}M parameters (its sizes live in fields packtool does not shrink); "
             "this architecture is not covered by verify --model"
         )
-    missing = declared.missing(wide, cfg)
+    missing = layers.not_built(wide, cfg)
     built = {k for ks in layers.layer_kinds(small, cfg) for k in ks}
     missing += sorted(k for ks in layers.layer_kinds(meta, wide) for k in ks if k not in built)
     last = None

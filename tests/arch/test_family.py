@@ -147,21 +147,24 @@ def test_commands_warn_before_tokenizing(tmp_path, monkeypatch):
 
 def test_declared_kinds_per_layer():
     """Every way a config declares its layers, in its own words; the prefix holding them all."""
-    from packtool.arch import declared
+    from packtool.arch import layers
 
     minimax = {"num_hidden_layers": 4, "layer_types": ["full_attention", "linear_attention"] * 2}
-    assert declared.kinds(minimax) == {"layer_types=full_attention", "layer_types=linear_attention"}
-    assert declared.prefix(minimax) == 2
+    assert layers.declared_kinds(minimax) == {
+        "layer_types=full_attention",
+        "layer_types=linear_attention",
+    }
+    assert layers.declared_prefix(minimax) == 2
     nemotron = {"num_hidden_layers": 5, "hybrid_override_pattern": "M-M*-"}
-    assert declared.prefix(nemotron) == 4
+    assert layers.declared_prefix(nemotron) == 4
     lfm2 = {"num_hidden_layers": 4, "full_attn_idxs": [2]}
-    assert declared.per_layer(lfm2)[2] == ("full_attn_idxs",) and declared.prefix(lfm2) == 3
+    assert layers.declared(lfm2)[2] == ("full_attn_idxs",) and layers.declared_prefix(lfm2) == 3
     jamba = {"num_hidden_layers": 16, "attn_layer_period": 8, "attn_layer_offset": 4}
-    assert declared.prefix(jamba) == 5
+    assert layers.declared_prefix(jamba) == 5
     small = {**minimax, "num_hidden_layers": 1, "layer_types": ["full_attention"]}
-    assert declared.missing(minimax, small) == ["layer_types=linear_attention"]
-    assert declared.word("layer_types=linear_attention") == "linear_attention"
-    assert declared.kinds({"num_hidden_layers": 2, "layer_rope_theta": [1.0, 2.0]}) == set()
+    assert layers.not_built(minimax, small) == ["layer_types=linear_attention"]
+    assert layers.word("layer_types=linear_attention") == "linear_attention"
+    assert layers.declared_kinds({"num_hidden_layers": 2, "layer_rope_theta": [1.0, 2.0]}) == set()
 
 
 def test_concern_own_code_unknown_type_encoder():

@@ -258,10 +258,10 @@ def test_minimax_two_layers_blames_layer_0(tmp_path):
 def test_a_declared_kind_not_built_is_not_checked(tmp_path, monkeypatch):
     """All layers built keep documents apart, but the config declares a kind the tiny copy lacks:
     'not checked' naming it, never a pass."""
-    from packtool.arch import declared
+    from packtool.arch import layers
 
     cfg, path, _ = _config(tmp_path, "llama", {"num_hidden_layers": 2})
-    monkeypatch.setattr(declared, "missing", lambda full, small: ["layer_types=linear_attention"])
+    monkeypatch.setattr(layers, "not_built", lambda full, small: ["layer_types=linear_attention"])
     (isolation, _), report = model_check.run(cfg, path, "llama", model_samples(1), "cpu", 0)
     assert isolation.unchecked and not isolation.passed
     assert "linear_attention not checked" in isolation.message
