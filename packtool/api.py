@@ -4,15 +4,6 @@ Light at import: only packtool.config (pure) is imported here, so the CLI import
 `--help`; every heavy module (numpy, pyarrow, tokenizers, torch) is imported inside the function
 that needs it. The configs are re-exported (`from packtool.api import TokenizeConfig, pack`), and
 TokenizedData too, on first use.
-
-    engine            engine (local, or a Ray cluster: packtool.cluster)
-    read + tokenize   load_tokenized, inspect_example
-    profile           profile, parse_lens, synthetic_lengths, read_lengths, model_from_config,
-                      model_from_params, gpu_spec
-    pack              check_output, check_cache, input_bytes, pack
-    verify            verify, self_test, check_sources
-    demo data         write_sample
-    export            export
 """
 
 from __future__ import annotations
@@ -340,10 +331,3 @@ def read_model_config(model: str, need_type: bool = True) -> tuple[dict, str]:
     from packtool.arch.config import read_config
 
     return read_config(model, need_type=need_type)
-
-
-def model_config_path(model: str) -> str:
-    """The config.json of MODEL (a folder, the file, or a cached hub id); UsageError otherwise."""
-    from packtool.arch.config import config_path
-
-    return config_path(model)

@@ -1,10 +1,8 @@
 """The command line: thin typer commands and the one error boundary.
 
-Each command (packtool.commands) parses its options (commands.options), builds a frozen config,
-calls `packtool.api` and hands the result to its output object (commands.output). Errors become one
-line on stderr: exit 1 for bad input, 2 for bad usage; tracebacks only with PACKTOOL_DEBUG=1.
-Nothing heavy (torch, transformers, numpy, rich) is imported at module level; see
-docs/ARCHITECTURE.md, "Module map".
+Each command (packtool.commands) builds a frozen config, calls `packtool.api` and hands the result
+to its output object (commands.output); errors are one line on stderr (`guard`). Nothing heavy is
+imported at module level.
 """
 
 from __future__ import annotations

@@ -8,10 +8,8 @@
     VerifyConfig    what `verify` checks and with which kernel    (verify)
     EngineConfig    where profile and pack run: here, or on Ray   (profile, pack)
 
-A bad value raises UsageError in `__post_init__`, naming the option, the value and what is allowed,
-so `TokenizeConfig(train_on="bogus")` in Python fails exactly as `--train-on bogus` does. Options are
-named as on the command line (`--train-on`); the field is the same word with underscores.
-Pure: no numpy, no heavy imports (the CLI imports this module before `--help`).
+A bad value raises UsageError in `__post_init__`, so `TokenizeConfig(train_on="bogus")` fails as
+`--train-on bogus` does. Pure: no heavy imports (the CLI imports this module before `--help`).
 """
 
 from __future__ import annotations

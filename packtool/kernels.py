@@ -13,9 +13,7 @@ Deterministic tie-breaks, mirrored by the brute-force oracle in tests/test_plan.
     best fit:  the smallest remaining capacity that fits; among rows with that capacity, the one that
                was touched (opened or given a document) most recently.  A row that reaches capacity 0
                or `max_docs` documents is closed and never offered again.
-
-Speed and rows against ceil(tokens/L): benchmarks/README.md, "Pack". The core never imports
-pyarrow, rich or typer.
+The core never imports pyarrow, rich or typer.
 """
 
 from __future__ import annotations

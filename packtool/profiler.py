@@ -8,10 +8,7 @@ FLOP projection, one --len or a sweep of several.
     either, several --len ──profile_lens──▶ a SweepPoint per --len, then the full profile at the
                                             --len the advice picks, the sweep attached
 
-One --len (what pack would write, strategies, costs) is packtool.predict's `at_len`.
-
-No rendering here. Everything is computed on whole arrays (numpy + the packer's numba kernels;
-benchmarks/bench_profile.py times it).
+One --len is packtool.predict's `at_len`. No rendering here; everything is computed on whole arrays.
 """
 
 from __future__ import annotations

@@ -6,10 +6,8 @@ A long step of the library (tokenizing, reading pre-tokenized input, writing sha
     with reporter(progress).stage("tokenizing", unit="examples", detail="2 processes") as stage:
         stage.advance(count=1024, tokens=371_000)   # or stage.update(done, total)
 
-`progress` is what a library function was given: a Reporter (the CLI hands over its output object,
-packtool.commands.output.Output), True (the default `Terminal`), or False/None (nothing at all).
-
-`Terminal` draws on stderr only: a live bar on a terminal, one summary line per stage otherwise.
+`progress` is a Reporter (the CLI's commands.output.Output), True (`Terminal`: stderr, a live bar
+on a terminal, one summary line per stage otherwise) or False/None (nothing at all).
 
     terminal: tokenizing (2 processes) ━━━━━━  20,000 examples  7.3M tokens  2.1M tokens/s  0:00:03
     log:      tokenizing (2 processes): 20,000 examples, 7.3M tokens in 3.4 s (5,882 examples/s, 2.1M tokens/s)

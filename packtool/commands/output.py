@@ -6,15 +6,9 @@
         result = api.profile(td, cfg, on_stage=stage.step)
     out.report(to_json(result), lambda console: render(result, console))
 
-- Human output goes to stderr (a rich Console), so `--json -` keeps stdout for the JSON alone.
-- `--json PATH` writes the report there (folders created) and the human output still shows;
-  `--json -` writes it to stdout and shows no human report and no progress.
-- quiet: no progress (a command passes its own verbosity to its renderer).
-- Progress (packtool.progress.Reporter): on a terminal, live rich bars and spinners; otherwise one
-  plain line per stage when it ends, e.g. `tokenizing: 3,456 examples, 1.2M tokens in 2.1 s (...)`;
-  none under `--json -` or quiet.
-
-rich is imported when something is printed, never at import (`packtool --help` stays fast).
+Human output and progress go to stderr, so `--json -` keeps stdout for the JSON alone (and shows
+no human report and no progress); `--json PATH` writes the report there and the human output still
+shows; quiet: no progress. rich is imported when something is printed, never at import.
 """
 
 from __future__ import annotations
@@ -50,7 +44,6 @@ class Output:
 
     @property
     def console(self):
-        """The rich Console on stderr."""
         if self._console is None:
             from rich.console import Console
 

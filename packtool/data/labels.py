@@ -11,18 +11,8 @@
     input_ids  [  5,    9, 2, 7]
     labels     [-100, -100, 2, 7]    ⇔    loss_mask [0, 0, 1, 1]   (bits, least significant first)
 
-The cache entry stores the mask where it can (packtool.tokenization.cache.EntryWriter): 1/32 of the
-bytes of labels. A list<uint8> mask (0/1 a byte, as entries of format 3 held) reads the same.
-Readers get labels through
-
-    stored(table)               "labels" | "loss_mask"
-    labels_column(table)        the labels as list<int32> chunks (from a mask: built, 4 bytes a token)
-    take_labels(table, rows)    the labels of some rows, as one list<int32> array
-    loss_after(table, rows, k)  per row: loss tokens at positions >= k (reads only those rows)
-    with_labels(table)          the table with a labels column (a mask becomes labels, in place)
-    masked_batch(batch)         a labels batch as a loss_mask batch, or None when a label is neither
-                                its id nor -100
-    mask_bits(arr)              a boolean (or uint8) Arrow array as uint8 0/1 numpy
+The cache entry stores the mask where it can (1/32 of the bytes of labels); a list<uint8> mask
+(cache entries of format 3) reads the same. Readers get labels through the functions below.
 """
 
 from __future__ import annotations

@@ -5,11 +5,9 @@ of those whose owner died (kill -9, a crash, a machine lost) by the next run tha
     .OUT.packtool-old-<pid>-<host>-XXXXXXXX     the OUT it replaces, for the moment of the swap
     .packtool-ray-parts-<pid>-<host>-XXXXXXXX   a Ray run's encoded parts (cluster.session)
 
-<pid> is the process that made the folder, <host> 8 hex digits of its machine's name: a folder is
-taken for dead only when it was made on this machine and no process has its pid (the tokenization
-cache's `work-<pid>-<n>` folders follow the same rule, tokenization.cache.remove_stale_work). A
-run on another machine that shares the folder (an NFS home, a cluster's shared storage) is never
-touched, nor a live run here, nor a folder named otherwise (an older packtool's: no pid to ask).
+A folder is taken for dead only when it was made on this machine (<host>: its name, hashed) and no
+process has its <pid>; another machine's run on shared storage, a live run and a folder named
+otherwise are never touched.
 
 An `old` folder whose OUT is missing holds the only copy of the OUT that a run was replacing when
 it died: it is kept, and said, never removed.

@@ -11,8 +11,7 @@ Parquet settings (chosen per column on random ids): zstd level 1 and PLAIN encod
 (position_ids/document_id compress well with it, and it encodes faster than DELTA; BYTE_STREAM_SPLIT
 needs pyarrow >= 17 to read), no dictionaries (token ids overflow them and fall back after wasting
 the work), statistics on the scalar columns only.
-A shard goes to its file through files.HashedSink: its sha256 is taken as it is written (no read
-back after close) and its blocks bypass the page cache (O_DIRECT), since the pack never reads it.
+A shard goes to its file through files.HashedSink (sha256 as written, O_DIRECT).
 """
 
 from __future__ import annotations

@@ -11,11 +11,8 @@
 Layout (schema.Layout): with --pad-to-multiple N the plan is made over each piece's ceil(n/N)*N
 slots and the kernel writes the padding; --fixed-docs writes K = --max-docs entries a row.
 
-Memory: the per-document arrays (lengths, pieces, plan: ~100 bytes per document) plus one row group
-(<= 16 MiB of token slots) and the Parquet writer's buffer for it.  Tokens are never Python objects.
-
-Accounting is checked, not assumed, before the pack is published (schema.conservation_problems,
-plus: every example is a piece or dropped; the rows written are the rows planned).
+Memory: ~100 bytes per document plus one row group (<= 16 MiB of token slots). Accounting is
+checked before the pack is published (schema.conservation_problems).
 """
 
 from __future__ import annotations

@@ -99,8 +99,7 @@ def write_shards(
     come from `loc` in place, or staged by `gather` (pread from the cache file).
 
     `first_shard`, `total_shards`: the rows are shards first_shard, first_shard + 1, ... of a pack
-    of total_shards (a Ray worker or a writer process writes one shard of a pack; the names and
-    bytes are the same). Threads and buffers: the module docstring.
+    of total_shards (a Ray worker or a writer process writes one shard of a pack).
     """
     plan, row_order, shard_rows, layout = job.plan, job.row_order, job.shard_rows, job.layout
     piece_len, slot_len = job.pieces.length, job.slots

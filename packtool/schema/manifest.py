@@ -24,11 +24,9 @@
                                                 not 1 / false, with tokens.doc_pad (pad slots inside
                                                 documents), so default packs keep their bytes
 
-`to_json` writes the keys in this order (the bytes of a pack do not change with this class) and
-keeps any key it does not know; `from_json` reads every v1 manifest written so far, naming the
-first key that is missing or of the wrong type. `conservation_problems` is the one statement of
-where examples and tokens go; the writer checks it before it publishes a pack, verify checks it
-again from the manifest alone and against the rows on disk.
+`to_json` writes the keys in this order and keeps any key it does not know; `from_json` names the
+first key missing or of the wrong type. `conservation_problems` is the one statement of where
+examples and tokens go (the writer and verify both check it).
 """
 
 from __future__ import annotations

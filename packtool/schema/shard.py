@@ -29,11 +29,9 @@ has B*(K+1)+1 cu_seqlens entries whatever the rows hold:
     source_index        [i_a, i_b, -1]      num_tokens 7 (real tokens only)
     segments            [4, 4, 0, 4]        cu_seqlens_unpadded counts real tokens, 0 for the tail
 
-The layout is recorded in the manifest (`pad_to_multiple`, `fixed_docs`) only when it is not the
-default, so packs without it keep their bytes. The writer's numba kernel (`kernels.layout_rows`)
-lays rows out by this rule; verify's row scan, the isolation check and the trainer-side collator
-build their segments with these functions, and tests compare the two. A varlen kernel given whole
-rows must see the pad tail as a segment, or those slots are in no segment at all.
+The manifest records the layout only when it is not the default, so default packs keep their bytes.
+The writer's kernel (`kernels.layout_rows`) lays rows out by this rule; every reader's segments
+come from these functions.
 
 There is deliberately no `attention_mask` column (an all-ones mask beside packed position_ids makes
 transformers' sdpa/eager paths attend across documents).

@@ -10,9 +10,8 @@ stats/choice.py's; this module words it.
                                    cut        tokens, examples, loss tokens
                                    command    packtool pack DATA --len N [--overflow split] --out packed/
 
-It lives in stats/ and not in report/ because the words are part of the result, not of a display:
-the Recommendation's JSON (profile --json) carries the reasons and the command, the same for the
-terminal, the PNG and a Python caller; like the rest of stats/ it is plain Python (no rich).
+It lives in stats/, not report/: the words are part of the result (the Recommendation's JSON
+carries the reasons and the command for the terminal, the PNG and a Python caller).
 
 Every ratio is printed as "N× fewer", "about the same" or "N× more": never a negative saving.
 """

@@ -12,11 +12,8 @@
     --len 1024:4096:1024         [1024, 2048, 3072, 4096]
     --len 512,1024-4096          [512, 1024, 2048, 4096]
 
-A bad value is one UsageError line naming --len, the value and an example (parse_lens). Each value
-is checked against config.MAX_PACK_LEN when the profiler builds its ProfileConfig.
-
-One SweepPoint per value (built by packtool.profiler.profile_lens from the same per---len
-computation as a full profile):
+One SweepPoint per value (packtool.profiler.profile_lens, from the same per---len computation as a
+full profile):
 
     SweepPoint
       pack        {"len", "overflow", "rows", "documents", "tokens_cut", "tokens_cut_share",
