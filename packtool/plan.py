@@ -105,3 +105,14 @@ def plan_packs(
         row, num_rows = kernels.first_fit(sizes, pack_len, max_docs, min(n, bound))
     row_offsets, doc_order = kernels.group_by_row(seq, row, num_rows)
     return PackPlan(row_offsets=row_offsets, doc_order=doc_order, pack_len=pack_len)
+
+
+def plan_pairs(
+    slots: np.ndarray, pack_len: int, strategy: str, order: str, max_docs: int, seed: int
+) -> PackPlan:
+    """Plan pieces that come in pairs (2u, 2u+1) so that each pair shares a row, chosen first.
+    `max_docs` counts documents (a pair is two)."""
+    unit = slots[0::2] + slots[1::2]
+    plan = plan_packs(unit, pack_len, strategy, order, max_docs // 2, seed)
+    doc_order = np.stack([2 * plan.doc_order, 2 * plan.doc_order + 1], axis=1).ravel()
+    return PackPlan(plan.row_offsets * 2, doc_order.astype(np.int64), pack_len)

@@ -12,8 +12,7 @@ pair k, both from the same record. Each side is prompt (labels -100) + answer.
                   token would be left on a side
     split, error  refused: a pair split across rows cannot be trained; error names the first pair
 
-    plan_pairs(slots, ...)  plans unit k of slots[2k] + slots[2k+1] with plan.plan_packs, then
-                            lists its two documents adjacently: row_offsets * 2, doc_order 2u, 2u+1
+    plan.plan_pairs(slots, ...) then plans pair k as one unit of slots[2k] + slots[2k+1]
 
 Pure numpy: profile uses the same functions to predict what pack will do.
 """
@@ -24,7 +23,6 @@ import numpy as np
 
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import Pieces
-from packtool.plan import PackPlan, plan_packs
 
 TOO_LONG = "pair longer than --len"
 NO_ROOM = "prompt too long: truncating to --len leaves no trained token on a side"
@@ -99,14 +97,3 @@ def apply_pair_overflow(
         split=none,
         split_parts=none,
     )
-
-
-def plan_pairs(
-    slots: np.ndarray, pack_len: int, strategy: str, order: str, max_docs: int, seed: int
-) -> PackPlan:
-    """Plan pieces that come in pairs (2u, 2u+1) so that each pair shares a row, chosen first.
-    `max_docs` counts documents (a pair is two)."""
-    unit = slots[0::2] + slots[1::2]
-    plan = plan_packs(unit, pack_len, strategy, order, max_docs // 2, seed)
-    doc_order = np.stack([2 * plan.doc_order, 2 * plan.doc_order + 1], axis=1).ravel()
-    return PackPlan(plan.row_offsets * 2, doc_order.astype(np.int64), pack_len)

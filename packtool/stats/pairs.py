@@ -5,7 +5,7 @@ attention work), on the pieces `pack` would write (pack/pairs.apply_pair_overflo
     pair_padded         TRL's preference collator: a batch's chosen and rejected sequences
                         padded together to the longest of both
                         shuffled [(6,2) (3,5)] [(4,4)]  → slots 4·6 + 2·4 = 32, work 4·6² + 2·4²
-    pair_packed_varlen  rows of L holding whole pairs (pack/pairs.plan_pairs, pack's defaults),
+    pair_packed_varlen  rows of L holding whole pairs (plan.plan_pairs, pack's defaults),
                         each document attended alone: slots R·L, work Σ e²
     pair_packed_dense   the same rows under one dense mask per row: work R·L²
 """
@@ -29,7 +29,7 @@ def simulate_pairs(
     """The strategies over pieces in pairs: `lengths` int[2n], chosen at 2k, rejected at 2k+1
     (each <= pack_len, a pair's sum <= pack_len); `batch_size` pairs a padded batch, rows a
     packed one; `seed` shuffles the padded batches (profile's --seed)."""
-    from packtool.pack.pairs import plan_pairs
+    from packtool.plan import plan_pairs
 
     e = np.asarray(lengths, dtype=np.int64)
     n = e.size // 2

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from packtool.errors import PacktoolError, UsageError
-from packtool.pack.pairs import NO_ROOM, TOO_LONG, apply_pair_overflow, pair_cut, plan_pairs
+from packtool.pack.pairs import NO_ROOM, TOO_LONG, apply_pair_overflow, pair_cut
+from packtool.plan import plan_pairs
 
 LENGTHS = np.array([9, 6, 5, 3, 12, 12])  # pairs: (9, 6) (5, 3) (12, 12)
 PROMPTS = np.array([4, 4, 2, 2, 10, 10])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packtool.pack.pairs import plan_pairs
+from packtool.plan import plan_pairs
 from packtool.stats.pairs import simulate_pairs
 
 
