@@ -9,14 +9,20 @@ garbage collector leaves what they inherit alone.
     worker   ignore_sigint()                 its first step (a pool's initializer): SIGINT
                                               ignored, then unblocked (it inherited the mask)
 
+    ordered_map(fn, items, num_proc)  the local executor: (item, fn(item)) in input order, here
+                                      (one process) or in forked workers that inherit fn; it
+                                      knows nothing of what fn does
+
 Where the platform has no pthread_sigmask, nothing is blocked and a worker only ignores SIGINT.
 """
 
 from __future__ import annotations
 
 import gc
+import multiprocessing as mp
 import signal
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 _MASK = hasattr(signal, "pthread_sigmask")
@@ -53,3 +59,50 @@ def ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if _MASK:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+IN_FLIGHT_PER_WORKER = 2
+
+_WORKER_FN: Callable | None = None  # a worker process's fn (set once, at its start)
+
+
+def _worker_init(fn: Callable) -> None:
+    global _WORKER_FN
+    ignore_sigint()  # Ctrl-C is the parent's to handle (blocked by start_pool around the fork)
+    _WORKER_FN = fn
+
+
+def _worker_call(item):
+    return _WORKER_FN(item)
+
+
+def start_pool(fn: Callable, num_proc: int):
+    """A pool of `num_proc` workers that inherit `fn` (forked where the platform can), forked in
+    forking_workers: a Ctrl-C waits until every worker ignores it, then reaches the parent alone."""
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    with forking_workers():
+        return mp.get_context(method).Pool(num_proc, initializer=_worker_init, initargs=(fn,))
+
+
+def ordered_map(fn: Callable, items: Iterable, num_proc: int) -> Iterator[tuple]:
+    """(item, fn(item)) for every item, in input order. `items` is read lazily: at most
+    IN_FLIGHT_PER_WORKER items per worker are in flight, so memory does not grow with the input."""
+    if num_proc <= 1:
+        for item in items:
+            yield item, fn(item)
+        return
+    pool = start_pool(fn, num_proc)
+    try:
+        pending: deque = deque()
+        for item in items:
+            pending.append((item, pool.apply_async(_worker_call, (item,))))
+            if len(pending) >= num_proc * IN_FLIGHT_PER_WORKER:
+                done, res = pending.popleft()
+                yield done, res.get()
+        while pending:
+            done, res = pending.popleft()
+            yield done, res.get()
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()

@@ -5,7 +5,7 @@ record whose format is found, as the pipeline decides it; pre-tokenized by decid
 normalizes it, runs the reference step that tokenization.run_plan builds for `profile`/`pack` on a
 batch of that one record, with the renderer the plan's fast path uses (native or MiniJinja: no
 transformers import; jinja with --tokenizer-backend fastokens, whose step is then compared with it
-by fast_check.compare), and splits the token stream into runs of trained / untrained tokens for
+by run_plan.compare), and splits the token stream into runs of trained / untrained tokens for
 display:
 
     runs = [{"text": "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n", "loss": False, "tokens": 9},
@@ -118,8 +118,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
 
     from packtool.io.readers import RawBatch
     from packtool.tokenization.decide import FileDecision
-    from packtool.tokenization.fast_check import FastCheck, compare
-    from packtool.tokenization.run_plan import plan_run
+    from packtool.tokenization.run_plan import FastCheck, compare, plan_run
 
     try:  # fmt None: no record of its file up to it fits a format; normalizing says why (its keys)
         example = normalize(target.record, fmt or AUTO, cfg.read)

@@ -68,11 +68,11 @@ def probe(path: str, read: ReadConfig, fmt: str, n: int, setup, reference):
     """The fast step (the encode tasks' Setup, tokenize.encode_part: a worker builds its
     tokenizer once for both) and the reference step (Shared arguments) on the first `n` records of
     the file's first batch: None when they agree, else where they first differ
-    (tokenization.fast_check.compare). The reference first: in the driver, the fast backend is
+    (tokenization.run_plan.compare). The reference first: in the driver, the fast backend is
     still building on its thread meanwhile (as the local engine's first probe)."""
     from packtool.cluster.session import fetch_once
     from packtool.io import readers
-    from packtool.tokenization.fast_check import compare
+    from packtool.tokenization.run_plan import compare
 
     fast, reference = fetch_once(setup).encode_step(), fetch_once(reference)
     first = next(iter(readers.part_batches(path, read, None)))

@@ -22,6 +22,7 @@ raises the first in reading order, with its file and line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from contextlib import nullcontext
@@ -203,9 +204,11 @@ def load_tokenized(
     data: str, cfg: TokenizeConfig, session: Session, progress: bool | Reporter = True
 ) -> TokenizedData:
     """`data` (a file, folder or glob of JSON Lines, JSON or Parquet) read and tokenized on the
-    cluster of `session`: a TokenizedData with lengths and no table, its rows in `.rows`."""
+    cluster of `session`: a TokenizedData with lengths and no table, its rows in `.rows`. The run,
+    its retry on the reference path and its Stats and meta are tokenization.pipeline's; this
+    executor maps the plan's step over the parts (encode_part) and the probes (files.probe)."""
     from packtool.tokenization.decide import input_kind
-    from packtool.tokenization.fast_check import FastCheck, UseReference
+    from packtool.tokenization.pipeline import Run, checked
     from packtool.tokenization.run_plan import check_backend, plan_run
     from packtool.tokenization.source import RecordSource, not_a_pack
 
@@ -240,36 +243,25 @@ def load_tokenized(
         fmts = {d.file: d.fmt for d in decisions}
         parts = [(i.path, p) for i in infos for p in i.parts]
         folder = session.scratch() if session.keep_tokens else None
-        while True:  # a difference: again on the reference path (not probed)
-            check, probes = FastCheck.of(plan), []
+
+        def attempt(run, check, stats):
+            plan, probes = run.plan, []
             stop = cfg.read.on_error == "error"
             setup = Shared(Setup(plan.step, cfg.read, parts, fmts, stop, plan.built))
             if check is not None and cfg.read.limit is None:  # the probes are known: with the parts
                 probes = _probes(cfg, check, plan, setup, decisions, lambda d: d.first_len)
             got, results = _encode(session, setup, parts, folder, probes)
             counted = _count(got, parts, cfg.read.limit)
-            if check is None:
-                backend = plan.backend
-                break
-            if not probes:  # --limit: the heads of the files it reaches, as far as it reaches
+            if check is not None and not probes:  # --limit: the heads of the files it reaches
                 probes = _probes(cfg, check, plan, setup, decisions, counted.first_len)
-                try:
-                    results = session.run(file_tasks.probe, probes)
-                except Exception as e:  # noqa: BLE001
-                    raise session.failure(e) from None
-                results = [(p[3], where) for p, where in zip(probes, results, strict=True)]
-            try:
-                for n, where in results:
-                    check.conclude(n, where)
-            except UseReference as e:
-                plan = plan.on_difference(str(e))
-                continue
-            backend = check.report or plan.backend
-            break
+                results = _encode(session, setup, [], None, probes)[1]
+            for n, where in results:
+                stats.conclude(check, n, where)
+            return got, counted
+
+        run, stats, (got, counted) = checked(Run(data, cfg, source, decisions, plan), attempt)
         order = _reading_order(got, counted, cfg.read.limit)
-        data_out = _assemble(
-            data, cfg, source, plan, decisions, backend, got, counted, parts, order
-        )
+        data_out = _assemble(run, stats, got, counted, parts, order)
         bar.advance(len(data_out), int(data_out.lengths.sum()))
     data_out.warnings = [*data_out.warnings, *session.leftovers]
     data_out.rows = ClusterRows(
@@ -346,30 +338,23 @@ def _reading_order(got: _Collected, counted: _Counted, limit: int | None) -> np.
     return order[gidx[order] < end]
 
 
-def _assemble(
-    data, cfg, source, plan, decisions, backend, got: _Collected, counted: _Counted, parts, order
-) -> TokenizedData:
-    """The TokenizedData the local pipeline would hand on, from what the parts reported (its
-    rows: the collected ones in `order`)."""
-    from packtool.tokenization.run_meta import (
-        Tally,
-        check_strict_labels,
-        meta_fields,
-        no_examples,
-        run_meta,
-    )
+def _assemble(run, stats, got: _Collected, counted: _Counted, parts, order) -> TokenizedData:
+    """The TokenizedData the local engine would hand on, from what the parts reported (its rows:
+    the collected ones in `order`): the parts' counts filled into the run's Stats, then the
+    pipeline's meta."""
+    from packtool.tokenization.pipeline import check_strict_labels, meta, meta_fields, no_examples
 
+    cfg, source = run.cfg, run.source
     end = cfg.read.limit if cfg.read.limit is not None else np.iinfo(np.int64).max  # --limit
     gidx = (counted.part_start[got.part] + got.source_index)[order]
     lengths, loss = got.length[order], got.num_loss_tokens[order]
     per_file = counted.per_file
-    read = [d for d in decisions if per_file.get(d.file, 0)]  # the files a local run reads
+    read = [d for d in run.decisions if per_file.get(d.file, 0)]  # the files a local run reads
     for d in read:
         source.count(d.file, per_file[d.file])
-    tally = Tally()
     for k, (path, _) in enumerate(parts):
-        meta, start = got.metas[k], int(counted.part_start[k])
-        for index, line, position, why in meta["rejects"]:
+        part, start = got.metas[k], int(counted.part_start[k])
+        for index, line, position, why in part["rejects"]:
             if start + index >= end:
                 break
             source.reject_at(
@@ -379,23 +364,23 @@ def _assemble(
                 why,
                 counted.position_offset[k] + position,
             )
-        tally.special += [start + i for i in meta["special"] if start + i < end]
-        tally.notes += [(start + i, x) for i, x in meta["notes"] if start + i < end]
-        tally.removed += meta["removed"]
+        stats.special += [start + i for i in part["special"] if start + i < end]
+        stats.notes += [(start + i, x) for i, x in part["notes"] if start + i < end]
+        stats.removed += part["removed"]
     if not lengths.shape[0]:
-        raise no_examples(data, source)
-    tally.zero_loss = gidx[loss == 0].tolist()
-    tally.special.sort()
-    tally.notes.sort(key=lambda n: n[0])
-    meta = run_meta(source, cfg, plan, read, tally, backend)
-    meta = json.loads(json.dumps(meta, default=str))  # as a cache entry stores it
+        raise no_examples(run)
+    stats.zero_loss = gidx[loss == 0].tolist()
+    stats.special.sort()
+    stats.notes.sort(key=lambda n: n[0])
+    run = dataclasses.replace(run, decisions=read)
+    stored = json.loads(json.dumps(meta(run, stats), default=str))  # as a cache entry stores it
     return check_strict_labels(
         TokenizedData(
             table=None,
             lengths=lengths.astype(np.int32),
             loss_counts=loss.astype(np.int32),
             source_index=gidx.astype(np.int64),
-            **meta_fields(meta),
+            **meta_fields(stored),
         ),
         cfg,
     )

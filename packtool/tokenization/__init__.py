@@ -15,13 +15,13 @@ One chat record → input_ids + labels, in four files (read in this order):
 
 A run, decided once and executed (locally here, on Ray by packtool.cluster with the same plan):
 
-    pipeline.py      load_tokenized: cache → decide → plan → execute → finish
+    pipeline.py      load_tokenized: cache → decide → plan → executor.map(step, parts) →
+                     probes / retry → commit; Run, Stats, the finished run's meta
       decide.py      each file's FileDecision (input kind, format), from its leading batches
-      run_plan.py    RunPlan (steps, tokenizer, template, BackendReport) from plan_run(cfg, decisions)
-      fast_check.py  FastCheck: the fast path against the reference on each file's head (a
-                     difference: the run continues on the reference path)
-      execute.py     the local executor: the plan's step in num_proc worker processes, in order
-      run_meta.py    the finished run's meta (formats, warnings, label audit, backend)
+      run_plan.py    RunPlan (steps, tokenizer, template, BackendReport) from plan_run(cfg,
+                     decisions); FastCheck: the fast path against the reference on each file's
+                     head (a difference: the run continues on the reference path)
+    ../forking.py    ordered_map: the local executor (worker processes, in order)
 
 Around it:
 

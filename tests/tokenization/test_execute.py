@@ -1,10 +1,10 @@
-"""The local executor's worker pool: what the workers inherit from this process."""
+"""The local executor's worker pool (packtool.forking): what the workers inherit from this process."""
 
 from __future__ import annotations
 
 import gc
 
-from packtool.tokenization import execute
+from packtool import forking
 
 
 def _frozen_in_worker(_):
@@ -15,7 +15,7 @@ def test_workers_collect_without_walking_what_they_inherit():
     """The objects alive at the fork are frozen in the workers (their collections neither walk
     nor copy-on-write them: 0.3-0.4 s a worker in a cold Llama 3 run), not in this process."""
     assert gc.get_freeze_count() == 0
-    pool = execute._start_pool(None, None, 2)
+    pool = forking.start_pool(None, 2)
     try:
         results = pool.map(_frozen_in_worker, range(2))
     finally:

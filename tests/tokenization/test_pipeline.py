@@ -469,7 +469,7 @@ def test_fast_check_probes_and_reports():
     import pytest
 
     from packtool.errors import PacktoolError
-    from packtool.tokenization import fast_check as fc
+    from packtool.tokenization import run_plan as fc
     from packtool.tokenization.run_plan import BackendReport
 
     def fast(renderer, requested):

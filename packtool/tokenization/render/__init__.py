@@ -13,7 +13,7 @@ for the conversations it covers; what it does not cover goes one step down, per 
 
 A run's fast path (run_plan.RunPlan.step) is fastokens with the renderer `best` picks ("native",
 "compiled": the chain above from its top; "jinja": a template MiniJinja cannot compile); its
-reference path is tokenizers with jinja alone. fast_check compares the two on each run's first
+reference path is tokenizers with jinja alone. run_plan.FastCheck compares the two on each run's first
 examples; on a difference the run continues on the reference path (RunPlan.on_difference) and
 its report says so:
 

@@ -10,7 +10,7 @@ It covers exactly what `templates/chatml-train.jinja` does with the messages `fo
 else (a non-string content, a tool call without a name, ...) raises `NotNative` and the next
 renderer of the chain (packtool.tokenization.render) renders that example. It is used only when
 the template's bytes are the built-in file's, and every run checks it: the start-up probe compares it, tokenized, with the
-jinja + `tokenizers` reference path on the run's first examples (packtool.tokenization.fast_check).
+jinja + `tokenizers` reference path on the run's first examples (packtool.tokenization.run_plan.FastCheck).
 """
 
 from __future__ import annotations
