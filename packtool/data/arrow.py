@@ -32,11 +32,12 @@ _ARROW_TYPES = {
     np.dtype(np.int32): "int32",
     np.dtype(np.int64): "int64",
     np.dtype(np.uint8): "uint8",
+    np.dtype(np.int8): "int8",
 }
 
 
 def arrow_array(values: np.ndarray):
-    """A pyarrow array over a contiguous int32/int64/uint8 numpy array, zero-copy. (pa.array(ndarray)
+    """A pyarrow array over a contiguous int32/int64/uint8/int8 numpy array, zero-copy. (pa.array(ndarray)
     would import pandas in every process that builds a batch.)"""
     import pyarrow as pa
 

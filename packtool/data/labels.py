@@ -139,18 +139,20 @@ def take_labels(table, rows):
     return _batch_labels(b.column(0), b.column(1))
 
 
-def loss_after(table, rows: np.ndarray, start: int) -> np.ndarray:
-    """Per row of `rows` (ascending): its loss tokens at positions >= start. Reads those rows only."""
+def loss_after(table, rows: np.ndarray, start) -> np.ndarray:
+    """Per row of `rows` (ascending): its loss tokens at positions >= start (one int, or one per
+    row). Reads those rows only."""
     name = stored(table)
     out = np.zeros(len(rows), dtype=np.int64)
     rows = np.asarray(rows, dtype=np.int64)
+    starts = np.broadcast_to(np.asarray(start, dtype=np.int64), rows.shape)
     first = 0
     for chunk in table.column(name).chunks:
         at = np.flatnonzero((rows >= first) & (rows < first + len(chunk)))
         if at.size:
             off, vals = flat(chunk)
             for k, r in zip(at.tolist(), (rows[at] - first).tolist(), strict=True):
-                v = vals[off[r] + start : off[r + 1]]
+                v = vals[off[r] + starts[k] : off[r + 1]]
                 out[k] = np.count_nonzero(v if name == LOSS_MASK else v != IGNORE_INDEX)
         first += len(chunk)
     return out

@@ -63,6 +63,10 @@ class TokenizedData:
     mapped_files: list[tuple[str, int, int]] = field(default_factory=list)
     # a mixture's inputs and their source-index blocks; empty for one input
     inputs: list[InputBlock] = field(default_factory=list)
+    # "preference": rows 2k and 2k+1 are pair k (chosen, rejected; one source_index), each
+    # side's prompt the leading prompt_lengths[i] tokens (untrained, the same ids on both sides)
+    task: str = "sft"
+    prompt_lengths: np.ndarray | None = None  # int32[n], preference only
     rows: Any = None  # where the token rows are when `table` is None: the Ray engine's
     # packtool.cluster.tokenize.ClusterRows (part files on the cluster), whose `write` packs them
 

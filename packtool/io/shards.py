@@ -67,9 +67,11 @@ def rows_table(
     num_tokens,
     num_loss_tokens,
     unpadded=None,
+    side=None,
 ):
     """Wrap [k, L] int32 arrays and CSR lists as a schema-v1 table without copying token data;
-    `unpadded` (a pack with --pad-to-multiple N > 1): the seq_lengths_unpadded lists."""
+    `unpadded` (a pack with --pad-to-multiple N > 1): the seq_lengths_unpadded lists; `side` (a
+    preference pack): each document's side, 0 chosen or 1 rejected."""
     import pyarrow as pa
 
     pack_len = input_ids.shape[1]
@@ -86,13 +88,19 @@ def rows_table(
     arrays += [arrow_array(a.astype(np.int32)) for a in (num_tokens, num_loss_tokens)]
     if unpadded is not None:
         arrays.append(listed(unpadded))
-    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema(pack_len, unpadded is not None))
+    if side is not None:
+        arrays.append(listed(side, np.int8))
+    return pa.Table.from_arrays(
+        arrays, schema=schema.arrow_schema(pack_len, unpadded is not None, side is not None)
+    )
 
 
 class ShardWriter:
     """One shard file: append row groups, then `close()` → {file, rows, sha256}."""
 
-    def __init__(self, root: Path, index: int, total: int, pack_len: int, padded: bool = False):
+    def __init__(
+        self, root: Path, index: int, total: int, pack_len: int, padded=False, pairs=False
+    ):
         import pyarrow.parquet as pq
 
         self.relpath = f"{schema.DATA_DIR}/{schema.shard_name(index, total)}"
@@ -104,7 +112,7 @@ class ShardWriter:
         try:
             with naming(self.path):
                 self._writer = pq.ParquetWriter(
-                    self._sink, schema.arrow_schema(pack_len, padded), **writer_options()
+                    self._sink, schema.arrow_schema(pack_len, padded, pairs), **writer_options()
                 )
         except BaseException:
             self._sink.close()

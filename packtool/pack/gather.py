@@ -229,13 +229,17 @@ def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: 
             )
     prow = trow[pieces.row]
     tails = 0
+    if pieces.truncated.size:  # a truncated example is one piece, from its start: what it keeps
+        kept = np.zeros(lengths.shape[0], dtype=np.int64)
+        kept[pieces.row] = pieces.length
+        keep = kept[pieces.truncated]  # L, or a pair's cut (pack.pairs)
     if pieces.truncated.size and masked:
-        tails = int(labels.loss_after(table, trow[pieces.truncated], L).sum())
+        tails = int(labels.loss_after(table, trow[pieces.truncated], keep).sum())
     elif pieces.truncated.size:
         tr = trow[pieces.truncated]
         tails = int(
             kernels.count_not_equal(
-                lab.first[tr] + 4 * L, lengths[pieces.truncated] - L, schema.IGNORE_INDEX
+                lab.first[tr] + 4 * keep, lengths[pieces.truncated] - keep, schema.IGNORE_INDEX
             ).sum()
         )
     return Located(

@@ -139,3 +139,32 @@ def _round_len(n: int) -> int:
     if n <= 8192:
         return 1 << max(int(n - 1).bit_length(), 0)
     return -(-n // 4096) * 4096
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """What became of each example, as the manifest lists it: example e is dataset row e (SFT), or
+    pair e, rows 2e and 2e + 1 (preference: pack.pairs.pair_outcomes)."""
+
+    length: np.ndarray  # int64[n]: tokens of each example (a pair: both sides)
+    source: np.ndarray  # int64[n]: its source_index
+    dropped: np.ndarray  # examples dropped, with dropped_reason
+    dropped_reason: list[str]
+    truncated: np.ndarray  # examples truncated, each losing cut[i] tokens
+    cut: np.ndarray
+    split: np.ndarray
+    split_parts: np.ndarray
+
+
+def outcomes(lengths: np.ndarray, source: np.ndarray, pieces: Pieces, pack_len: int) -> Outcomes:
+    """One example a dataset row: a truncated one keeps pack_len tokens."""
+    return Outcomes(
+        lengths,
+        source,
+        pieces.dropped,
+        pieces.dropped_reason,
+        pieces.truncated,
+        lengths[pieces.truncated] - pack_len,
+        pieces.split,
+        pieces.split_parts,
+    )

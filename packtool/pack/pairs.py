@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.errors import PacktoolError, UsageError
-from packtool.pack.overflow import Pieces
+from packtool.pack.overflow import Outcomes, Pieces
 
 TOO_LONG = "pair longer than --len"
 NO_ROOM = "prompt too long: truncating to --len leaves no trained token on a side"
@@ -96,4 +96,63 @@ def apply_pair_overflow(
         truncated=truncated.astype(np.int64),
         split=none,
         split_parts=none,
+    )
+
+
+def pair_outcomes(lengths: np.ndarray, source: np.ndarray, pieces: Pieces) -> Outcomes:
+    """One example a pair (rows 2e, 2e + 1): its length both sides', a truncated pair's cut both
+    sides' cuts."""
+    length = lengths[0::2] + lengths[1::2]
+    kept = np.zeros(lengths.shape[0], dtype=np.int64)
+    kept[pieces.row] = pieces.length
+    truncated = np.unique(pieces.truncated // 2)
+    cut = length[truncated] - kept[2 * truncated] - kept[2 * truncated + 1]
+    none = np.zeros(0, dtype=np.int64)
+    return Outcomes(
+        length,
+        source[0::2],
+        pieces.dropped[0::2] // 2,
+        pieces.dropped_reason[0::2],
+        truncated,
+        cut,
+        none,
+        none,
+    )
+
+
+def pair_manifest(pieces: Pieces, data) -> dict:
+    """The manifest's `preference` object: pairs packed, the layout, the sides' codes, and the pairs
+    whose sides TRL would tokenize otherwise (tokenization counts them: data.options)."""
+    out = {
+        "pairs": int(pieces.row.shape[0] // 2),
+        "layout": "each pair two adjacent documents in one row, chosen first; both carry the "
+        "record's source_index",
+        "sides": {"chosen": 0, "rejected": 1},
+    }
+    unlike = (data.options or {}).get("pairs_unlike_trl")
+    if unlike is not None:
+        out["unlike_trl"] = unlike
+    return out
+
+
+def pair_overflow_loss(oc: Outcomes, pack_len: int, overflow: str) -> str | None:
+    """The warning when --overflow loses more than LOSS_SHARE of the pairs or their tokens, with
+    the --len that fits 99% of the pairs and the one that fits the longest (as overflow_loss)."""
+    from packtool.pack.overflow import LOSS_SHARE, _round_len
+
+    lost = oc.dropped if overflow == "drop" else oc.truncated if overflow == "truncate" else None
+    n, total = int(oc.length.shape[0]), int(oc.length.sum())
+    if lost is None or not n or not lost.size:
+        return None
+    cut = int(oc.length[lost].sum()) if overflow == "drop" else int(oc.cut.sum())
+    if lost.size / n <= LOSS_SHARE and cut / max(total, 1) <= LOSS_SHARE:
+        return None
+    p99, longest = int(np.ceil(np.percentile(oc.length, 99))), int(oc.length.max())
+    fits = [f"--len {_round_len(p99)} (fits 99% of the pairs)"] if p99 > pack_len else []
+    fits.append(f"--len {_round_len(longest)} (fits the longest pair, {longest:,} tokens)")
+    what = "drops" if overflow == "drop" else "truncates"
+    return (
+        f"--overflow {overflow} {what} {lost.size:,} of {n:,} pairs ({100 * lost.size / n:.1f}%) "
+        f"and {cut:,} of {total:,} tokens ({100 * cut / max(total, 1):.1f}%): chosen + rejected "
+        f"longer than --len {pack_len}; use {' / '.join(fits)}"
     )

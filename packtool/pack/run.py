@@ -32,7 +32,13 @@ from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate_rows
-from packtool.pack.overflow import apply_overflow, overflow_loss
+from packtool.pack.overflow import apply_overflow, outcomes, overflow_loss
+from packtool.pack.pairs import (
+    apply_pair_overflow,
+    pair_manifest,
+    pair_outcomes,
+    pair_overflow_loss,
+)
 from packtool.pack.write import (
     Progress,
     WriteJob,
@@ -41,7 +47,7 @@ from packtool.pack.write import (
     write_in_processes,
     write_shards,
 )
-from packtool.plan import lower_bound_rows, plan_packs
+from packtool.plan import lower_bound_rows, plan_packs, plan_pairs
 from packtool.schema import notices
 
 
@@ -95,7 +101,11 @@ def pack_tokenized(
             f"tokenized data is inconsistent: {n} lengths, "
             f"{src.shape[0]} source indices, {loss_counts.shape[0]} loss counts"
         )
-    pieces = apply_overflow(lengths, src, L, cfg.overflow)
+    pairs = data.task == "preference"
+    if pairs:
+        pieces = apply_pair_overflow(lengths, data.prompt_lengths, src, L, cfg.overflow)
+    else:
+        pieces = apply_overflow(lengths, src, L, cfg.overflow)
     if pieces.row.shape[0] == 0:
         raise PacktoolError(
             f"nothing to pack: all {n} examples were dropped (longest {int(lengths.max())} "
@@ -103,7 +113,9 @@ def pack_tokenized(
         )
     layout = schema.Layout(cfg.pad_to_multiple, cfg.max_docs if cfg.fixed_docs else 0)
     slots = layout.slots(pieces.length)  # planned padded: <= L exactly when the real length is
-    plan = plan_packs(slots, L, cfg.strategy, cfg.order, cfg.max_docs, cfg.seed)
+    plan = (plan_pairs if pairs else plan_packs)(
+        slots, L, cfg.strategy, cfg.order, cfg.max_docs, cfg.seed
+    )
     t_plan = time.perf_counter()
 
     R = plan.num_rows
@@ -111,27 +123,31 @@ def pack_tokenized(
     row_order = rng.permutation(R).astype(np.int64) if cfg.shuffle else np.arange(R, dtype=np.int64)
     pad_id, pad_from = pad_id_of(data.tokenizer or {})
     shard_rows = cfg.effective_shard_rows()
-    job = WriteJob(plan, row_order, pieces, slots, layout, pad_id, shard_rows, progress, procs)
+    job = WriteJob(
+        plan, row_order, pieces, slots, layout, pad_id, shard_rows, progress, procs, pairs
+    )
     leftover: list[str] = []  # folders of runs that died, removed beside out
     with shards.atomic_output(out, cfg.force, said=leftover) as tmp:
         written = (writer or write_local)(tmp, data, job)
-        truncated_cut = int((lengths[pieces.truncated] - L).sum())
+        oc = pair_outcomes(lengths, src, pieces) if pairs else outcomes(lengths, src, pieces, L)
+        n_ex = oc.length.shape[0]
+        truncated_cut = int(oc.cut.sum())
         counts = {
             "examples_read": int(data.num_read),
             "skipped": len(data.skipped),
-            "tokenized": n,
-            "packed": n - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
-            "truncated": int(pieces.truncated.size),
-            "split": int(pieces.split.size),
-            "split_parts": int(pieces.split_parts.sum()),
-            "dropped": int(pieces.dropped.size),
+            "tokenized": n_ex,
+            "packed": n_ex - int(oc.truncated.size + oc.split.size + oc.dropped.size),
+            "truncated": int(oc.truncated.size),
+            "split": int(oc.split.size),
+            "split_parts": int(oc.split_parts.sum()),
+            "dropped": int(oc.dropped.size),
             "documents": written.documents,
             "rows": written.rows,
         }
         tokens = {
             "in": int(lengths.sum()),
             "out": written.tokens,
-            "cut": int(lengths[pieces.dropped].sum()) + truncated_cut,
+            "cut": int(oc.length[oc.dropped].sum()) + truncated_cut,
             "loss_in": int(loss_counts.sum()),
             "loss_out": written.loss,
             "loss_first_token": written.loss_first_token,
@@ -141,8 +157,10 @@ def pack_tokenized(
         if layout.padded:
             tokens["doc_pad"] = written.doc_pad
         # a mixture's inputs with their counts ([]: one input, not written)
-        inputs = data.inputs_manifest(src[pieces.dropped], src[pieces.truncated], src[pieces.split])
-        _check_conservation(counts, tokens, inputs, job, written)
+        inputs = data.inputs_manifest(
+            oc.source[oc.dropped], oc.source[oc.truncated], oc.source[oc.split]
+        )
+        _check_conservation(counts, tokens, inputs, job, written, n)
         docs = plan.docs_per_row()
         manifest = schema.Manifest(
             schema_version=schema.SCHEMA_VERSION,
@@ -167,16 +185,16 @@ def pack_tokenized(
             counts=schema.Counts(**counts),
             skipped=[r.to_json() for r in data.skipped],
             dropped=[
-                {"source_index": int(src[i]), "length": int(lengths[i]), "reason": why}
-                for i, why in zip(pieces.dropped.tolist(), pieces.dropped_reason, strict=True)
+                {"source_index": int(oc.source[i]), "length": int(oc.length[i]), "reason": why}
+                for i, why in zip(oc.dropped.tolist(), oc.dropped_reason, strict=True)
             ],
             truncated=[
-                {"source_index": int(src[i]), "length": int(lengths[i]), "cut": int(lengths[i]) - L}
-                for i in pieces.truncated.tolist()
+                {"source_index": int(oc.source[i]), "length": int(oc.length[i]), "cut": int(c)}
+                for i, c in zip(oc.truncated.tolist(), oc.cut.tolist(), strict=True)
             ],
             split=[
-                {"source_index": int(src[i]), "length": int(lengths[i]), "parts": int(p)}
-                for i, p in zip(pieces.split.tolist(), pieces.split_parts.tolist(), strict=True)
+                {"source_index": int(oc.source[i]), "length": int(oc.length[i]), "parts": int(p)}
+                for i, p in zip(oc.split.tolist(), oc.split_parts.tolist(), strict=True)
             ],
             tokens=schema.Tokens.from_json(tokens),
             fill=round(written.tokens / (written.rows * L), 6),
@@ -190,27 +208,39 @@ def pack_tokenized(
             shards=written.shards,
             pad_to_multiple=cfg.pad_to_multiple,
             fixed_docs=cfg.fixed_docs,
+            task=data.task,
+            preference=pair_manifest(pieces, data) if pairs else {},
         ).to_json()
         shards.write_manifest(tmp, manifest)
     t_end = time.perf_counter()
     warnings = [schema.Notice(notices.INPUT, str(w)) for w in getattr(data, "warnings", []) or []]
     warnings += [schema.Notice(notices.LEFTOVER, line) for line in leftover]
+    unit = "pair(s)" if pairs else "example(s)"
+    keeps = "each side keeps a trained token" if pairs else "--overflow split keeps them"
     said = {
-        notices.TRUNCATED: f"truncated {counts['truncated']} example(s) to --len {L}: "
-        f"{truncated_cut} tokens cut (listed under 'truncated' in the manifest); --overflow split "
-        "keeps them",
-        notices.DROPPED: f"dropped {counts['dropped']} example(s) (listed under 'dropped' in the "
+        notices.TRUNCATED: f"truncated {counts['truncated']} {unit} to --len {L}: "
+        f"{truncated_cut} tokens cut (listed under 'truncated' in the manifest); {keeps}",
+        notices.DROPPED: f"dropped {counts['dropped']} {unit} (listed under 'dropped' in the "
         "manifest)",
     }
     for what, message in said.items():  # the notice codes are the manifest's keys
         if counts[what]:
             listed = [x["source_index"] for x in manifest[what]]
             warnings.append(schema.Notice(what, message, counts[what], listed))
-    loss = overflow_loss(lengths, pieces, L, cfg.overflow)
-    if loss is not None:
+    if pairs:
+        loss = pair_overflow_loss(oc, L, cfg.overflow)
+        lost = oc.dropped if cfg.overflow == "drop" else oc.truncated
+    else:
+        loss = overflow_loss(lengths, pieces, L, cfg.overflow)
         lost = pieces.dropped if cfg.overflow == "drop" else pieces.truncated
+    if loss is not None:
         warnings.append(
-            schema.Notice(notices.OVERFLOW_LOSS, loss, int(lost.size), src[lost][:1000].tolist())
+            schema.Notice(
+                notices.OVERFLOW_LOSS,
+                loss,
+                int(lost.size),
+                oc.source[lost][:1000].tolist() if pairs else src[lost][:1000].tolist(),
+            )
         )
     return PackResult(
         out=str(out),
@@ -251,22 +281,24 @@ def write_local(tmp: Path, data: TokenizedData, job: WriteJob) -> Written:
 
 
 def _check_conservation(
-    counts: dict, tokens: dict, inputs: list, job: WriteJob, written: Written
+    counts: dict, tokens: dict, inputs: list, job: WriteJob, written: Written, n: int
 ) -> None:
     """The contract's conservation rules (schema.conservation_problems, per input too for a
     mixture) plus what only the writer can check: every example is a piece or dropped, the rows
     written are the rows planned, and the padding written inside documents is the padding the
     layout plans."""
     problems = schema.conservation_problems(counts, tokens, inputs=inputs)
-    pieces, n, R = job.pieces, counts["tokenized"], job.plan.num_rows
+    pieces, R = job.pieces, job.plan.num_rows  # n: dataset rows (a pair's sides are two)
     planned_pad = int((job.slots - pieces.length).sum())
     if written.doc_pad != planned_pad or tokens.get("doc_pad", 0) != planned_pad:
         problems.append(
             f"wrote {written.doc_pad} pad slots inside documents; the layout plans {planned_pad}"
         )
     unpacked = np.flatnonzero(np.bincount(pieces.row, minlength=n) == 0)
-    if not np.array_equal(unpacked, pieces.dropped):  # dropped: sorted, each example once
+    if not np.array_equal(unpacked, pieces.dropped):  # dropped: sorted, each row once
         problems.append("an example is neither packed nor listed as dropped")
+    if job.pairs and not (np.array_equal(pieces.row[1::2], pieces.row[0::2] + 1)):
+        problems.append("a pair's sides are not planned together")
     m = pieces.row.shape[0]
     if (counts["documents"], counts["rows"], sum(e["rows"] for e in written.shards)) != (m, R, R):
         problems.append(

@@ -69,22 +69,24 @@ class WriteJob:
     shard_rows: int
     progress: Progress | None = None
     procs: int = 1  # writer processes allowed (pack.run.write_local; 1: this process's threads)
+    pairs: bool = False  # a preference pack: pieces 2k, 2k+1 a pair; the side column written
 
 
-def row_lists(seq_off, slots, real, source, fixed: int):
-    """(offsets, seq_lengths, unpadded, source_index) of a block's rows: the CSR lists as they are,
-    or K = `fixed` entries per row, the documents first, then 0 (source_index -1)."""
+def row_lists(seq_off, slots, real, source, fixed: int, side=None):
+    """(offsets, seq_lengths, unpadded, source_index, side) of a block's rows: the CSR lists as they
+    are, or K = `fixed` entries per row, the documents first, then 0 (source_index -1, side 0)."""
     if not fixed:
-        return seq_off, slots, real, source
+        return seq_off, slots, real, source, side
     k = seq_off.shape[0] - 1
     nd = np.diff(seq_off)
     at = np.arange(slots.shape[0], dtype=np.int64) + np.repeat(
         np.arange(k, dtype=np.int64) * fixed - seq_off[:-1], nd
     )
-    out = [np.full(k * fixed, empty, np.int64) for empty in (0, 0, -1)]  # empty entries
-    for dst, src in zip(out, (slots, real, source), strict=True):
+    cols = (slots, real, source, np.zeros(slots.shape[0], np.int64) if side is None else side)
+    out = [np.full(k * fixed, empty, np.int64) for empty in (0, 0, -1, 0)]  # empty entries
+    for dst, src in zip(out, cols, strict=True):
         dst[at] = src
-    return (np.arange(k + 1, dtype=np.int64) * fixed, *out)
+    return (np.arange(k + 1, dtype=np.int64) * fixed, *out[:3], None if side is None else out[3])
 
 
 def write_shards(
@@ -119,7 +121,12 @@ def write_shards(
             open_writers = [
                 pool.opened(
                     shards.ShardWriter(
-                        tmp, first_shard + s, total_shards or num_shards, L, layout.padded
+                        tmp,
+                        first_shard + s,
+                        total_shards or num_shards,
+                        L,
+                        layout.padded,
+                        job.pairs,
                     )
                 )
                 for s in members
@@ -155,12 +162,14 @@ def write_shards(
                     num_loss, first = kernels.copy_rows(
                         seq_off, dest_col, *tokens.stage(pcs, piece_len), *block[:2], IGNORE_INDEX
                     )
-                    offsets, slots, real, source = row_lists(
-                        seq_off, slot_len[pcs], piece_len[pcs], loc.source[pcs], layout.fixed_docs
-                    )
+                    side = job.pieces.row[pcs] & 1 if job.pairs else None  # chosen at even rows
+                    offsets, slots, real, source, side = row_lists(
+                        seq_off, slot_len[pcs], piece_len[pcs], loc.source[pcs],
+                        layout.fixed_docs, side,
+                    )  # fmt: skip
                     unpadded = real if layout.padded else None
                     table = shards.rows_table(
-                        *block, offsets, slots, source, num_tokens, num_loss, unpadded
+                        *block, offsets, slots, source, num_tokens, num_loss, unpadded, side
                     )
                     pool.submit(w, open_writers[w].write, table)
                     out.doc_pad += int((slot_len[pcs] - piece_len[pcs]).sum())

@@ -32,6 +32,7 @@ from packtool.schema.shard import (
     PAD_DOCUMENT_ID,
     SCALAR_COLUMNS,
     SCHEMA_VERSION,
+    SIDE_COLUMN,
     TOKEN_COLUMNS,
     UNPADDED_COLUMN,
     Layout,

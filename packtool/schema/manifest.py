@@ -88,8 +88,21 @@ class Tokens:
 
 _TOKEN_KEYS = ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut", "pad")
 # written only when not these (one input; the default layout): other packs keep their bytes
-_OPTIONAL = {"inputs": [], "pad_to_multiple": 1, "fixed_docs": False, "not_read": []}
-_TYPES = {int: "an integer", bool: "true or false", dict: "an object", list: "a list"}
+_OPTIONAL = {
+    "inputs": [],
+    "pad_to_multiple": 1,
+    "fixed_docs": False,
+    "not_read": [],
+    "task": "sft",
+    "preference": {},
+}
+_TYPES = {
+    int: "an integer",
+    bool: "true or false",
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+}
 
 
 @dataclass
@@ -127,6 +140,11 @@ class Manifest:
     shards: list[dict[str, Any]]
     pad_to_multiple: int = 1  # the layout (schema/shard.py); written only when not the default
     fixed_docs: bool = False
+    # "preference": each example is a pair, packed as two adjacent documents (chosen, rejected) in
+    # one row, the shards' `side` column says which; `preference` then holds {pairs, layout, sides,
+    # ...} (pack/run.py); both written only for preference packs
+    task: str = "sft"
+    preference: dict[str, Any] = field(default_factory=dict)
     # keys a later writer added: kept as they are
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -178,6 +196,8 @@ class Manifest:
             "pad_to_multiple": int,
             "fixed_docs": bool,
             "not_read": list,
+            "task": str,
+            "preference": dict,
         }  # only when recorded
         for name, typ in types.items():
             if name in kw and not (_int(kw[name]) if typ is int else isinstance(kw[name], typ)):

@@ -51,6 +51,7 @@ PAD_DOCUMENT_ID = -1
 TOKEN_COLUMNS = ("input_ids", "labels", "position_ids", "document_id")
 LIST_COLUMNS = ("seq_lengths", "source_index")
 UNPADDED_COLUMN = "seq_lengths_unpadded"  # only in packs written with --pad-to-multiple N > 1
+SIDE_COLUMN = "side"  # only in preference packs: per document 0 (chosen) or 1 (rejected)
 SCALAR_COLUMNS = ("num_tokens", "num_loss_tokens")
 COLUMNS = TOKEN_COLUMNS + LIST_COLUMNS + SCALAR_COLUMNS
 FORBIDDEN_COLUMNS = ("attention_mask",)
@@ -64,9 +65,10 @@ def shard_name(index: int, total: int) -> str:
     return f"train-{index:05d}-of-{total:05d}.parquet"
 
 
-def arrow_schema(pack_len: int, padded: bool = False):
+def arrow_schema(pack_len: int, padded: bool = False, pairs: bool = False):
     """The exact Arrow schema of a v1 shard for rows of `pack_len` tokens; `padded` (a pack written
-    with --pad-to-multiple N > 1) adds the list<int32> column seq_lengths_unpadded at the end."""
+    with --pad-to-multiple N > 1) adds the list<int32> column seq_lengths_unpadded, `pairs` (a
+    preference pack) then the list<int8> column side, at the end."""
     import pyarrow as pa
 
     fixed, ints = pa.list_(pa.int32(), pack_len), pa.list_(pa.int32())
@@ -74,6 +76,8 @@ def arrow_schema(pack_len: int, padded: bool = False):
     fields = [pa.field(n, t, nullable=False) for n, t in zip(COLUMNS, types, strict=True)]
     if padded:
         fields.append(pa.field(UNPADDED_COLUMN, ints, nullable=False))
+    if pairs:
+        fields.append(pa.field(SIDE_COLUMN, pa.list_(pa.int8()), nullable=False))
     return pa.schema(fields, metadata={b"packtool_schema_version": str(SCHEMA_VERSION).encode()})
 
 
@@ -83,13 +87,16 @@ def pack_len_of(got) -> int | None:
     return None if i < 0 else getattr(got.field(i).type, "list_size", None)
 
 
-def shard_schema_problems(got, pack_len: int, padded: bool = False) -> list[str]:
+def shard_schema_problems(
+    got, pack_len: int, padded: bool = False, pairs: bool = False
+) -> list[str]:
     """What is wrong with a shard's Arrow schema `got` for rows of `pack_len` tokens (empty: nothing);
-    `padded`: the manifest says the pack was written with --pad-to-multiple N > 1.
+    `padded`: the manifest says the pack was written with --pad-to-multiple N > 1; `pairs`: it is
+    a preference pack.
 
     The one shard-schema check: verify reports the problems, the trainer-side dataset refuses the
     shard. A forbidden column (attention_mask) is named first: it is the mistake that matters."""
-    want = arrow_schema(pack_len, padded)
+    want = arrow_schema(pack_len, padded, pairs)
     problems = [
         f"forbidden column {c!r} (schema v{SCHEMA_VERSION} has none)"
         for c in FORBIDDEN_COLUMNS

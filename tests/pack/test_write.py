@@ -144,14 +144,16 @@ def test_same_options_give_the_same_bytes(tmp_path):
 
 def test_row_lists_pad_every_row_to_k_entries():
     seq_off = np.array([0, 2, 3], np.int64)
-    off, slots, real, src = row_lists(
+    off, slots, real, src, side = row_lists(
         seq_off, np.array([4, 4, 8]), np.array([3, 4, 5]), np.array([7, 2, 9]), 3
     )
-    assert off.tolist() == [0, 3, 6]
+    assert side is None and off.tolist() == [0, 3, 6]
     assert slots.tolist() == [4, 4, 0, 8, 0, 0] and real.tolist() == [3, 4, 0, 5, 0, 0]
     assert src.tolist() == [7, 2, -1, 9, -1, -1]
     same = row_lists(seq_off, np.array([4, 4, 8]), np.array([3, 4, 5]), np.array([7, 2, 9]), 0)
     assert same[0] is seq_off
+    *_, side = row_lists(seq_off, *[np.array([4, 4, 8])] * 3, 3, side=np.array([0, 1, 0]))
+    assert side.tolist() == [0, 1, 0, 0, 0, 0]  # empty entries: side 0, source_index -1
 
 
 @pytest.mark.parametrize(
