@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from packtool.schema import SIDE_COLUMN
 from packtool.torch.dataset import PackedDataset
 
-SIDE_COLUMN = "side"
 CHOSEN, REJECTED = 0, 1
 
 
@@ -44,8 +44,8 @@ class PairDataset(PackedDataset):
 
     @property
     def pairs(self) -> int | None:
-        """The pack's pair count (manifest counts.pairs)."""
-        n = self.manifest.get("counts", {}).get("pairs")
+        """The pack's pair count (manifest preference.pairs)."""
+        n = (self.manifest.get("preference") or {}).get("pairs")
         return None if n is None else int(n)
 
     def collator(self, mode: str = "hf", **kwargs):
