@@ -38,10 +38,11 @@ def listed(m: dict | None, key: str) -> list[dict]:
 # source_index: each document once (split parts `parts` times), nothing dropped packed
 
 
-def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
+def source_check(manifest: dict | None, fail: Failures, tot: Totals, each: int = 1) -> Check:
     """No source_index twice, except the parts of a document the manifest lists under `split`
     (exactly `parts` times); nothing listed as dropped appears in the rows. `fail`: rows whose
-    source_index entries do not match their documents (the scan's per-row check)."""
+    source_index entries do not match their documents (the scan's per-row check). `each`: the
+    documents one example makes (a preference pack's pair: 2, one a side)."""
     if fail.count:
         return Check(
             SRC, False, fail.message(), {"rows_failed": fail.count, "first": fail.examples}
@@ -52,7 +53,7 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
         int(x.get("source_index", -1)): int(x.get("parts", 0)) for x in listed(manifest, "split")
     }
     ev = {"documents": int(src.size), "unique": int(uniq.size), "split_documents": len(split)}
-    want = np.ones(uniq.size, np.int64)
+    want = np.full(uniq.size, each, np.int64)
     if split:
         keys = np.fromiter(split.keys(), np.int64, len(split))
         ok = np.isin(keys, uniq)
@@ -78,6 +79,8 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
             + (
                 " (its split parts)"
                 if v in split
+                else " (a pair's two sides, one each: a side lost or packed twice)"
+                if each == 2
                 else " (a document packed twice; only parts of split documents may repeat)"
             )
             + _duplicate_rows(tot, hits)
@@ -102,7 +105,12 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals) -> Check:
     return Check(
         SRC,
         True,
-        "no document packed twice" + (f" ({len(split)} split into parts)" if split else ""),
+        (
+            "every pair's source_index on its two sides only"
+            if each == 2
+            else "no document packed twice"
+        )
+        + (f" ({len(split)} split into parts)" if split else ""),
         ev,
     )
 
@@ -221,7 +229,8 @@ def conservation_check(m: dict, tot: Totals) -> Check:
     """Every example read is skipped, dropped or packed (whole, truncated or split), and tokens in =
     out + cut: the manifest's own arithmetic (schema.conservation_problems), then the rows against it
 
-        documents     = packed + truncated + split_parts          (= documents in the rows)
+        documents     = packed + truncated + split_parts          (= documents in the rows;
+                                                                   twice that for pairs)
         distinct source_index in the rows = packed + truncated + split
     """
     c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
@@ -237,6 +246,8 @@ def conservation_check(m: dict, tot: Totals) -> Check:
     v = {k: c.get(k) for k in CONSERVED_COUNTS}
     if all(is_int(x) for x in v.values()):  # the rows against the counts
         docs = v["packed"] + v["truncated"] + v["split_parts"]
+        if m.get("task") == "preference":  # an example is a pair: two documents
+            docs *= 2
         whole = v["packed"] + v["truncated"] + v["split"]
         uniq = int(np.unique(tot.all_sources()).size)
         missing = _missing_sources(m, tot) if docs != tot.documents or uniq != whole else ""

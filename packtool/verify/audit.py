@@ -133,7 +133,7 @@ def open_shard(path: str):
 
 
 def shard_schema(
-    pf, shard: str, pack_len: int | None, padded: bool = False
+    pf, shard: str, pack_len: int | None, padded: bool = False, pairs: bool = False
 ) -> tuple[str | None, str | None, bool]:
     """(schema problem, attention_mask problem, scannable) of one opened shard. The forbidden
     column is its own check (no attention_mask), so the schema problem leaves it out;
@@ -149,14 +149,18 @@ def shard_schema(
             f"position_ids makes sdpa/eager attend across documents; drop the column"
         )
     if pack_len:  # shard_schema_problems names the forbidden columns first: they are reported above
-        problems = schema.shard_schema_problems(sch, pack_len, padded)[len(forbidden) :]
+        problems = schema.shard_schema_problems(sch, pack_len, padded, pairs)[len(forbidden) :]
         problem = "; ".join(problems) or None
     else:
         problem = "pack_len unknown"
     scannable = (
         all(
             sch.get_field_index(c) >= 0
-            for c in (*schema.COLUMNS, *([schema.UNPADDED_COLUMN] if padded else []))
+            for c in (
+                *schema.COLUMNS,
+                *([schema.UNPADDED_COLUMN] if padded else []),
+                *([schema.SIDE_COLUMN] if pairs else []),
+            )
         )
         and schema.pack_len_of(sch) == pack_len
     )

@@ -28,7 +28,7 @@ import numpy as np
 
 from packtool import schema
 from packtool.io.shards import sha256_file
-from packtool.verify import Check, accounting, audit, scan
+from packtool.verify import Check, accounting, audit, pairs, scan
 from packtool.verify.sampling import Sampler
 from packtool.verify.scan import (
     CONSERVE,
@@ -54,7 +54,9 @@ class _Walk:
     problems of the schema, no-attention_mask and unreadable-shard kinds."""
 
     fails: dict[str, Failures] = field(
-        default_factory=lambda: {n: Failures() for n in (*ROW_CHECKS, *LAYOUT_CHECKS, SRC)}
+        default_factory=lambda: {
+            n: Failures() for n in (*ROW_CHECKS, *LAYOUT_CHECKS, SRC, *pairs.PAIR_CHECKS)
+        }
     )
     tot: Totals = field(default_factory=Totals)
     shard_rows: dict[str, int] = field(default_factory=dict)
@@ -82,6 +84,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
             break
     pad_id = audit.manifest_pad_id(manifest)
     layout = schema.Layout.from_manifest(manifest)
+    paired = isinstance(manifest, dict) and manifest.get("task") == "preference"
     checks = [audit.manifest_check(path, manifest, why)]
     if not shards:
         checks.append(
@@ -105,7 +108,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
             walk.read_bad.append(f"{shard}: {bad}")
             continue
         walk.shard_rows[shard] = pf.metadata.num_rows
-        problem, mask, scannable = audit.shard_schema(pf, shard, pack_len, layout.padded)
+        problem, mask, scannable = audit.shard_schema(pf, shard, pack_len, layout.padded, paired)
         walk.mask_bad += [mask] if mask else []
         walk.schema_bad += [f"{shard}: {problem}"] if problem else []
         if not scannable:
@@ -114,7 +117,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
             )
             continue
         try:
-            _scan_shard(pf, shard, pack_len, pad_id, walk, samplers, layout)
+            _scan_shard(pf, shard, pack_len, pad_id, walk, samplers, layout, paired)
         except Exception as e:  # a corrupt file: name it, do not crash the whole report
             walk.read_bad.append(f"{shard}: could not decode rows ({type(e).__name__}: {e})")
 
@@ -131,13 +134,17 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         Check(NO_MASK, not walk.mask_bad, "; ".join(walk.mask_bad) or "no attention_mask column")
     )
     checks.extend(_row_checks(walk, pack_len, pad_id, layout))
+    if paired:
+        checks.extend(_pair_checks(walk))
     hashes_done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
     tot = walk.tot
     checks.append(
         audit.guarded(SHARDS, audit.shards_check, manifest, shards, walk.shard_rows, hashes_done)
     )
-    checks.append(audit.guarded(SRC, accounting.source_check, manifest, walk.fails[SRC], tot))
+    checks.append(
+        audit.guarded(SRC, accounting.source_check, manifest, walk.fails[SRC], tot, 1 + paired)
+    )
     if manifest is not None:
         checks.append(
             audit.guarded(COUNTS, accounting.counts_check, manifest, tot, pack_len, layout)
@@ -165,10 +172,13 @@ def _scan_shard(
     walk: _Walk,
     samplers: tuple[Sampler, Sampler],
     layout: schema.Layout,
+    paired: bool = False,
 ) -> None:
-    """Scan every row of one shard, batch by batch, into `walk`; rows are offered to the samplers."""
+    """Scan every row of one shard, batch by batch, into `walk`; rows are offered to the samplers.
+    A preference pack's rows are checked against the pair rules too (verify/pairs.py)."""
     row0 = 0
     columns = [*schema.COLUMNS, *([schema.UNPADDED_COLUMN] if layout.padded else [])]
+    columns += [schema.SIDE_COLUMN] if paired else []
     for batch in pf.iter_batches(
         batch_size=max(1, BATCH_TOKENS // pack_len), columns=columns, use_threads=True
     ):
@@ -184,6 +194,14 @@ def _scan_shard(
         walk.tot.add(t, cols, shard, row0)
         for name, r in res.items():
             walk.fails[name].add(int(r["rows"].size), scan.examples(name, r, cols, shard, row0))
+        if paired:
+            _, side = scan.flat_list(batch.column(schema.SIDE_COLUMN))
+            found = pairs.pair_checks(
+                cols["input_ids"], cols["labels"], cols["seq_val"], cols["seq_off"],
+                cols["src_val"], side,
+            )  # fmt: skip
+            for name, (count, shown) in found.items():
+                walk.fails[name].add(count, _pair_examples(shown, shard, row0))
         row0 += R
 
 
@@ -201,4 +219,32 @@ def _row_checks(
             out.append(Check(name, False, f.message(), ev))
         else:
             out.append(Check(name, True, scan.passed_text(name, pad_id), dict(ev_common)))
+    return out
+
+
+def _pair_examples(shown: list[tuple[int, int, str]], shard: str, row0: int) -> list[dict]:
+    """pairs.pair_checks' failures as the scan's evidence entries."""
+    return [
+        {
+            "shard": shard,
+            "row": row0 + r,
+            "position": None if pos < 0 else pos,
+            "message": f"{shard} row {row0 + r}: {text}",
+        }
+        for r, pos, text in shown
+    ]
+
+
+def _pair_checks(walk: _Walk) -> list[Check]:
+    """One Check per pair rule of a preference pack (verify/pairs.py)."""
+    out = []
+    for name in pairs.PAIR_CHECKS:
+        f = walk.fails[name]
+        ev = {"rows_scanned": walk.tot.rows}
+        if f.count:
+            out.append(
+                Check(name, False, f.message(), {**ev, "failed": f.count, "first": f.examples})
+            )
+        else:
+            out.append(Check(name, True, pairs.PASSED[name], ev))
     return out

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-PAIR_SIDES = "pair_sides"
-PAIR_SOURCE = "pair_source"
-PAIR_PROMPT = "pair_prompt"
-PAIR_TRAINED = "pair_trained"
+PAIR_SIDES = "pair sides"
+PAIR_SOURCE = "pair source"
+PAIR_PROMPT = "pair prompt"
+PAIR_TRAINED = "pair trained"
 PAIR_CHECKS = (PAIR_SIDES, PAIR_SOURCE, PAIR_PROMPT, PAIR_TRAINED)
 PASSED = {
     PAIR_SIDES: "every row: whole pairs, chosen then rejected, adjacent",

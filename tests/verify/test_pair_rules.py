@@ -4,6 +4,8 @@ a side with nothing trained."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -94,3 +96,48 @@ def test_fixed_docs_empty_entries_are_no_documents():
     off = np.array([0, 4, 8])
     fails = pair_checks(ids, labels, seq, off, src, side)
     assert {k: v[0] for k, v in fails.items()} == dict.fromkeys(PAIR_CHECKS, 0)
+
+
+def test_verify_passes_a_real_pair_pack_and_catches_damage_to_it(tmp_path):
+    """check_integrity on a pack that pack_tokenized wrote from pairs, then with a pair's sides
+    swapped in a shard (the side column edited, checksums re-signed as a careful forger would)."""
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pack"))
+    from test_pair_pack import pair_data
+
+    from packtool.pack import PackConfig, pack_tokenized
+    from packtool.verify.integrity import check_integrity
+
+    out = tmp_path / "p"
+    pack_tokenized(pair_data(), PackConfig(pack_len=128), out)
+    checks, _ = check_integrity(str(out))
+    assert all(c.passed for c in checks), [c.message for c in checks if not c.passed]
+    assert {c.name for c in checks} >= set(PAIR_CHECKS)
+
+    shard = next((out / "data").glob("*.parquet"))
+    table = pq.read_table(shard)
+    side = table.column("side").to_pylist()
+    side[0][0], side[0][1] = 1, 0  # the first pair's sides swapped
+    table = table.set_column(
+        table.schema.get_field_index("side"), "side", pa.array(side, pa.list_(pa.int8()))
+    )
+    pq.write_table(table, shard)
+    _resign(out)
+    failed = {c.name for c in check_integrity(str(out))[0] if not c.passed}
+    assert failed == {PAIR_SIDES}
+
+
+def _resign(out):
+    import hashlib
+    import json
+
+    m = json.loads((out / "manifest.json").read_text())
+    for s in m["shards"]:
+        path = out / s["file"]
+        s["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        s["bytes"] = path.stat().st_size
+    (out / "manifest.json").write_text(json.dumps(m))

@@ -10,7 +10,7 @@ from packs import merge_first_two  # noqa: E402  (fixture damage)
 from sources_pack import cli, edit_manifest, failed, manifest, verify  # noqa: E402
 
 from packtool import schema
-from packtool.verify import audit, names
+from packtool.verify import audit, scan
 from packtool.verify import selftest as st
 from packtool.verify.sources import names as vs
 
@@ -53,7 +53,7 @@ def test_merged_documents_named_by_row(pack):
     edit_manifest(pack, lambda m: m["counts"].update(documents=m["counts"]["documents"] - 1))
     code, checks = verify(pack)
     assert code == 1
-    msg = checks[names.CONSERVE]["message"]
+    msg = checks[scan.CONSERVE]["message"]
     assert (
         f"source_index {srcs[1]} is in no row and not listed as skipped or dropped (merged into another document"
         in msg
@@ -81,7 +81,7 @@ def test_merged_documents_keeping_both_source_indices_named_by_row(pack):
     st.write_shard(str(pack), rel, merged)
     code, checks = verify(pack)
     assert code == 1
-    msg = checks[names.SRC]["message"]
+    msg = checks[scan.SRC]["message"]
     assert msg.startswith(
         f"{rel} row {r}: {len(srcs)} source_index entries for {len(srcs) - 1} documents "
         f"(source_index {srcs}, seq_lengths [{a + b}"
@@ -99,7 +99,7 @@ def test_duplicated_row_named_by_rows(pack):
     src0 = table.column("source_index").to_pylist()[0]
     code, checks = verify(pack)
     assert code == 1
-    msg = checks[names.SRC]["message"]
+    msg = checks[scan.SRC]["message"]
     v = min(src0)  # the smallest repeated index is named
     k = src0.index(v)
     assert msg.startswith(
