@@ -30,8 +30,10 @@ import numpy as np
 from packtool import schema, stats
 from packtool.config import ProfileConfig
 from packtool.errors import PacktoolError, UsageError
-from packtool.pack.overflow import apply_overflow, overflow_loss
+from packtool.pack.overflow import apply_overflow, outcomes, overflow_loss
+from packtool.pack.pairs import apply_pair_overflow, pair_outcomes, pair_overflow_loss
 from packtool.stats.choice import share
+from packtool.stats.pairs import simulate_pairs
 from packtool.stats.sweep import SweepPoint
 
 BASELINES = ("pad_to_len", "random_padded")
@@ -45,10 +47,28 @@ class Examples:
     source_index: np.ndarray  # int64[n]: what an --overflow error names
     loss_counts: np.ndarray | None  # int64[n] or None (bare lengths)
     data: Any = None  # TokenizedData: its labels give truncation's loss cut
+    # preference pairs: example k is pair k, its length both sides'; sides int64[2n] (chosen 2k,
+    # rejected 2k+1) and each side's prompt are what pack's pair overflow reads
+    sides: np.ndarray | None = None
+    prompts: np.ndarray | None = None
 
     @property
     def nonempty(self) -> np.ndarray:
         return self.lengths > 0
+
+
+def pair_examples(data) -> Examples:
+    """A preference TokenizedData as profile sees it: one example a pair."""
+    sides = np.ascontiguousarray(data.lengths, dtype=np.int64)
+    loss = np.asarray(data.loss_counts, dtype=np.int64)
+    return Examples(
+        lengths=sides[0::2] + sides[1::2],
+        source_index=np.asarray(data.source_index, dtype=np.int64)[0::2],
+        loss_counts=loss[0::2] + loss[1::2],
+        data=data,
+        sides=sides,
+        prompts=np.asarray(data.prompt_lengths, dtype=np.int64),
+    )
 
 
 def examples_of(lengths, loss_counts=None, source_index=None, data=None) -> Examples:
@@ -111,11 +131,17 @@ def costs_of(
     return out
 
 
-def loss_tokens_cut(data, pack_len: int) -> int | None:
+def loss_tokens_cut(data, pack_len: int, pieces=None) -> int | None:
     """Loss tokens beyond position `pack_len` in the over-length examples (what truncation would
-    take from training; pack's tokens.loss_cut for --overflow truncate). Reads only those
-    examples' labels. None when labels are unavailable."""
+    take from training; pack's tokens.loss_cut for --overflow truncate), or, with the `pieces` of
+    a pair overflow, beyond each truncated side's cut. Reads only those examples' labels. None
+    when labels are unavailable."""
     idx = np.flatnonzero(np.asarray(data.lengths) > pack_len)
+    keep = pack_len
+    if pieces is not None and data.task == "preference":
+        kept = np.zeros(len(data.lengths), dtype=np.int64)
+        kept[pieces.row] = pieces.length
+        idx, keep = pieces.truncated, kept[pieces.truncated]
     if idx.size == 0:
         return 0
     table = getattr(data, "table", None)
@@ -129,7 +155,7 @@ def loss_tokens_cut(data, pack_len: int) -> int | None:
     names = table.column_names
     if labels.LABELS not in names and labels.LOSS_MASK not in names:
         return None
-    return int(labels.loss_after(table, idx, pack_len).sum())  # only the over-length rows are read
+    return int(labels.loss_after(table, idx, keep).sum())  # only the over-length rows are read
 
 
 def nothing_to_pack(inp: Examples, cfg: ProfileConfig) -> PacktoolError:
@@ -151,8 +177,16 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
     """Pack's overflow, then every strategy on its pieces, at cfg.pack_len."""
     t0 = time.perf_counter()
     L, lengths = cfg.pack_len, inp.lengths
+    pairs = inp.sides is not None
     # --overflow error: PacktoolError, as pack
-    pieces = apply_overflow(lengths, inp.source_index, L, cfg.overflow)
+    if pairs:
+        pieces = apply_pair_overflow(
+            inp.sides, inp.prompts, np.repeat(inp.source_index, 2), L, cfg.overflow
+        )
+        oc = pair_outcomes(inp.sides, np.repeat(inp.source_index, 2), pieces)
+    else:
+        pieces = apply_overflow(lengths, inp.source_index, L, cfg.overflow)
+        oc = outcomes(lengths, inp.source_index, pieces, L)
     n_all = int(lengths.size)
     nonempty = int(np.count_nonzero(lengths))
     over = int(np.count_nonzero(lengths > L))
@@ -160,18 +194,19 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
     tokens_out = int(pieces.length.sum())
     dropped_loss = None
     if inp.loss_counts is not None:
-        dropped_loss = int(inp.loss_counts[pieces.dropped].sum())
-    elif not np.any(lengths[pieces.dropped] > 0):
+        dropped_loss = int(inp.loss_counts[oc.dropped].sum())
+    elif not np.any(lengths[oc.dropped] > 0):
         dropped_loss = 0  # only empty examples dropped: no loss token among them
     tails = 0  # loss tokens in the cut-off tails of the truncated examples (pack's loss_cut_tails)
     if pieces.truncated.size:
-        tails = None if inp.data is None else loss_tokens_cut(inp.data, L)
+        tails = None if inp.data is None else loss_tokens_cut(inp.data, L, pieces)
     loss_cut = None if dropped_loss is None or tails is None else dropped_loss + tails
     loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
     slots = schema.Layout(cfg.pad_to_multiple).slots(pieces.length)  # pack plans these
     doc_pad = int(slots.sum()) - tokens_out
+    simulate = simulate_pairs if pairs else stats.simulate
     strategies = (
-        stats.simulate(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
+        simulate(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
         if pieces.length.size
         else {}
     )
@@ -191,13 +226,12 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         "seed": stats.PACK_SEED,
         "pad_to_multiple": cfg.pad_to_multiple,
         "examples": n_all,
-        "examples_packed": n_all
-        - int(pieces.truncated.size + pieces.split.size + pieces.dropped.size),
-        "examples_dropped": int(pieces.dropped.size),
+        "examples_packed": n_all - int(oc.truncated.size + oc.split.size + oc.dropped.size),
+        "examples_dropped": int(oc.dropped.size),
         "examples_dropped_empty": n_all - nonempty,
-        "examples_truncated": int(pieces.truncated.size),
-        "examples_split": int(pieces.split.size),
-        "split_parts": int(pieces.split_parts.sum()),
+        "examples_truncated": int(oc.truncated.size),
+        "examples_split": int(oc.split.size),
+        "split_parts": int(oc.split_parts.sum()),
         "documents": int(pieces.length.size),
         "rows": rows,
         "lower_bound_rows": -(-(tokens_out + doc_pad) // L),
@@ -232,7 +266,9 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         strategies=strategies,
         costs=costs_of(strategies, cfg, model) if strategies else {},
         seconds=time.perf_counter() - t0,
-        loss=overflow_loss(lengths, pieces, L, cfg.overflow),
+        loss=pair_overflow_loss(oc, L, cfg.overflow)
+        if pairs
+        else overflow_loss(lengths, pieces, L, cfg.overflow),
     )
 
 

@@ -23,7 +23,15 @@ import numpy as np
 from packtool import stats
 from packtool.config import ProfileConfig  # noqa: F401  (re-exported: profiler.ProfileConfig)
 from packtool.errors import PacktoolError, UsageError
-from packtool.predict import AtLen, Examples, at_len, examples_of, nothing_to_pack, sweep_point
+from packtool.predict import (
+    AtLen,
+    Examples,
+    at_len,
+    examples_of,
+    nothing_to_pack,
+    pair_examples,
+    sweep_point,
+)
 from packtool.schema.notices import group_reasons
 from packtool.stats import choice
 from packtool.stats.sweep import SweepPoint, parse_lens  # noqa: F401  (re-exported: profiler.parse_lens)
@@ -120,7 +128,9 @@ def _profile(
     points, done = swept or (None, {})
     given = [p.pack_len for p in points] if points else [cfg.pack_len]
     cuts = choice.cuts_by_len(kept, kept_loss, choice.candidate_lens(dist["max"], given))
-    totals = choice.Totals(n, tokens, counts["loss_tokens"], int(dist["max"]), empty)
+    totals = choice.Totals(
+        n, tokens, counts["loss_tokens"], int(dist["max"]), empty, inp.sides is not None
+    )
     by_len = {p.pack_len: p for p in points} if points else None
     picked = choice.pick_len(cuts, totals, given, by_len, cfg.pad_to_multiple)
     if points:
@@ -195,9 +205,16 @@ def _input(data_or_lengths, source: dict[str, Any] | None) -> tuple[Examples, di
     x = data_or_lengths
     if not _is_data(x):
         return examples_of(x), {"source": source or {"kind": "lengths"}}
-    return examples_of(x.lengths, x.loss_counts, getattr(x, "source_index", None), data=x), {
+    pairs = getattr(x, "task", "sft") == "preference"  # one example a pair (predict.pair_examples)
+    inp = (
+        pair_examples(x)
+        if pairs
+        else examples_of(x.lengths, x.loss_counts, getattr(x, "source_index", None), data=x)
+    )
+    return inp, {
         "source": {
             "kind": "data",
+            **({"task": "preference"} if pairs else {}),
             "format": getattr(x, "format", ""),
             "tokenizer": dict(getattr(x, "tokenizer", {}) or {}),
             "cache_hit": bool(getattr(x, "cache_hit", False)),

@@ -29,27 +29,11 @@ from packtool.stats import advice
 
 SCHEMA = "packtool.profile/v1"
 STRATEGY_KEYS = (
-    "label",
-    "rows",
-    "steps",
-    "tokens",
-    "slots",
-    "pad_slots",
-    "occupancy",
-    "padding_fraction",
-    "attention_work",
-    "attention_waste",
-    "docs_per_row",
-    "flops",
-    "flops_linear",
-    "flops_attention",
-    "relative_flops",
-    "saving_vs_pad_to_len",
-    "saving_vs_random_padded",
-    "gpu_hours",
-    "gpu_hours_saved_vs_pad_to_len",
-    "gpu_hours_saved_vs_random_padded",
-)
+    "label", "rows", "steps", "tokens", "slots", "pad_slots", "occupancy", "padding_fraction",
+    "attention_work", "attention_waste", "docs_per_row", "flops", "flops_linear",
+    "flops_attention", "relative_flops", "saving_vs_pad_to_len", "saving_vs_random_padded",
+    "gpu_hours", "gpu_hours_saved_vs_pad_to_len", "gpu_hours_saved_vs_random_padded",
+)  # fmt: skip
 # terminal labels, short enough for an 80-column table
 SHORT_LABELS = {
     "pad_to_len": "pad to --len",
@@ -60,6 +44,16 @@ SHORT_LABELS = {
     "packed_bfd_dense": "packed BFD dense",
     "packed_ffd_varlen": "packed FFD varlen",
     "packed_ffd_dense": "packed FFD dense",
+}
+PAIR_SHORT_LABELS = {  # preference pairs (stats/pairs.py)
+    **SHORT_LABELS,
+    "pad_to_len": "sides to --len",
+    "random_padded": "pairs, padded (TRL)",
+    "length_grouped": "grouped pairs",
+    "packed_bfd_varlen": "pairs BFD varlen",
+    "packed_bfd_dense": "pairs BFD dense",
+    "packed_ffd_varlen": "pairs FFD varlen",
+    "packed_ffd_dense": "pairs FFD dense",
 }
 
 
@@ -171,6 +165,7 @@ def render(r: ProfileResult, console) -> None:
 
     cfg = r.config
     src = r.source
+    short = PAIR_SHORT_LABELS if src.get("task") == "preference" else SHORT_LABELS
     what = src.get("data") or src.get("spec") or src.get("path") or src.get("kind")
     if src.get("inputs"):  # a mixture: the per-input table below names them
         what = f"{len(src['inputs'])} inputs"
@@ -264,7 +259,7 @@ def render(r: ProfileResult, console) -> None:
     for name, st in r.strategies.items():
         cost = r.costs[name]
         s.add_row(
-            SHORT_LABELS.get(name, name),
+            short.get(name, name),
             count(st.rows),
             count(st.steps),
             pct(st.occupancy),
@@ -282,7 +277,7 @@ def render(r: ProfileResult, console) -> None:
         for name in r.strategies:
             cost = r.costs[name]
             g.add_row(
-                SHORT_LABELS.get(name, name),
+                short.get(name, name),
                 si(cost["flops"]),
                 advice.gpu_time(cost["gpu_hours"]),
                 *("–" if name == b else _saved(cost, b) for b in ("pad_to_len", "random_padded")),

@@ -66,11 +66,16 @@ def _pct(x: float | None) -> str:
     return f"{x:.2%}" if x < 0.01 else f"{x:.1%}"
 
 
+def _unit(t: Totals) -> str:
+    """What one example is: a pair of preference data, else an example."""
+    return "pair" if t.pairs else "example"
+
+
 def _over_text(c: dict, t: Totals) -> str:
     """'3 examples (1.0%) are longer, holding 7.2% of tokens (6.3% of loss tokens)'."""
     k = c["examples_over"]
     text = (
-        f"{_plural(k, 'example')} ({_pct(share(k, t.examples))}) {'is' if k == 1 else 'are'} longer, "
+        f"{_plural(k, _unit(t))} ({_pct(share(k, t.examples))}) {'is' if k == 1 else 'are'} longer, "
         f"holding {_pct(share(c['tokens_over'], t.tokens))} of tokens"
     )
     loss = share(c["loss_tokens_over"], t.loss_tokens)
@@ -93,11 +98,19 @@ def _overflow_reason(c: dict, t: Totals, overflow: str) -> str:
             "no example is longer than --len: --overflow does not matter (drop is pack's default)"
         )
     trunc = (
-        f"truncate would cut the ends of {_plural(k, 'example')} ({c['tokens_truncated']:,} tokens)"
+        f"truncate would cut the ends of {_plural(k, _unit(t))} ({c['tokens_truncated']:,} tokens)"
     )
+    if overflow == "truncate":  # pairs: what keeps every pair (split would part its sides)
+        them = "it" if k == 1 else "them"
+        return (
+            f"truncate: dropping {them} would lose {_pct(share(c['tokens_over'], t.tokens))} of "
+            f"tokens (more than {MAX_LOST_SHARE:.0%}); a pair cannot be split across rows, so "
+            f"truncate cuts the answers of {_plural(k, 'pair')} ({c['tokens_truncated']:,} tokens), "
+            "each side keeping a trained token"
+        )
     if overflow == "drop":
         return (
-            f"drop (pack's default): leaving out {_plural(k, 'example')} loses only "
+            f"drop (pack's default): leaving out {_plural(k, _unit(t))} loses only "
             f"{_pct(share(c['tokens_over'], t.tokens))} of tokens (at most {MAX_LOST_SHARE:.0%}); {trunc}"
         )
     them = "it" if k == 1 else "them"
@@ -292,6 +305,11 @@ class Recommendation:
             if not c["examples_empty"]
             else f" ({_plural(c['examples_empty'], 'empty example')} dropped)"
         )
+        if self.overflow == "truncate" and c.get("examples_truncated"):
+            return (
+                f"cuts {c['tokens']:,} tokens ({_pct(c['tokens_share'])}) from the answers of "
+                f"{_plural(c['examples_truncated'], 'pair')}{empty}"
+            )
         if self.overflow == "split" and c["examples_split"]:
             return (
                 f"nothing cut; {_plural(c['examples_split'], 'example')} split into {c['split_parts']:,} "
@@ -305,7 +323,7 @@ class Recommendation:
             if c["loss_tokens"] is None
             else f", {c['loss_tokens']:,} loss tokens ({_pct(c['loss_tokens_share'])})"
         )
-        return f"drops {_plural(over, 'example')}: {c['tokens']:,} tokens ({_pct(c['tokens_share'])}){loss}{empty}"
+        return f"drops {_plural(over, c.get('unit', 'example'))}: {c['tokens']:,} tokens ({_pct(c['tokens_share'])}){loss}{empty}"
 
     def summary(self) -> str:
         """One line for a title: strategy, --len, overflow and the saving."""

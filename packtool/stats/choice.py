@@ -31,6 +31,7 @@ The rules (constants below; docs/ARCHITECTURE.md, "Semantics", Overflow, for wha
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +126,7 @@ class Totals:
     loss_tokens: int | None
     longest: int
     empty: int = 0
+    pairs: bool = False  # preference pairs: what keeps every example is truncate (split is refused)
 
 
 def share(part: int | None, whole: int | None) -> float | None:
@@ -188,6 +190,13 @@ def pick_len(
     """--len and --overflow by the rules of the module docstring. `cuts` must hold every given
     length and, for one given length, the powers of two above it (candidate_lens); with
     --pad-to-multiple N (`multiple`) only the lengths pack takes with it (multiples of N)."""
+    pick = _pick_len(cuts, totals, given, points, multiple)
+    if totals.pairs and pick.overflow == "split":  # a pair cannot be split: its answers are cut
+        return dataclasses.replace(pick, overflow="truncate")
+    return pick
+
+
+def _pick_len(cuts, totals, given, points, multiple) -> LenPick:
     given = sorted({int(g) for g in given})
     t = totals
     if len(given) == 1:
@@ -216,10 +225,26 @@ def pick_len(
 
 
 def cut_at(c: dict, t: Totals, overflow: str) -> dict[str, Any]:
-    """What pack cuts at one --len (c: its cuts_by_len entry) with --overflow drop or split."""
-    split = overflow == "split"
+    """What pack cuts at one --len (c: its cuts_by_len entry) with --overflow drop or split, or
+    truncate for pairs (their loss cut unknown from lengths alone)."""
     over = c["examples_over"]
+    if overflow == "truncate":
+        return {
+            "unit": "pair",
+            "examples_over": over,
+            "tokens": c["tokens_truncated"],
+            "tokens_share": share(c["tokens_truncated"], t.tokens),
+            "examples_dropped": t.empty,
+            "examples_empty": t.empty,
+            "examples_split": 0,
+            "split_parts": 0,
+            "examples_truncated": over,
+            "loss_tokens": None,
+            "loss_tokens_share": None,
+        }
+    split = overflow == "split"
     return {
+        **({"unit": "pair"} if t.pairs else {}),
         "examples_over": over,
         "tokens": 0 if split else c["tokens_over"],
         "tokens_share": 0.0 if split else share(c["tokens_over"], t.tokens),
@@ -244,6 +269,7 @@ def totals_of(r) -> Totals:
         loss_tokens=c.get("loss_tokens"),
         longest=int(r.lengths["max"] or 0),
         empty=int(c.get("examples_empty") or 0),
+        pairs=r.source.get("task") == "preference",
     )
 
 

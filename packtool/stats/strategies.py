@@ -82,7 +82,7 @@ class StrategyResult:
 
     @property
     def label(self) -> str:
-        return STRATEGY_LABELS.get(self.name, self.name)
+        return self.extra.get("label") or STRATEGY_LABELS.get(self.name, self.name)
 
     @property
     def occupancy(self) -> float:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.plan import plan_pairs
+from packtool.stats import STRATEGY_LABELS
 from packtool.stats.pairs import simulate_pairs
 
 
-def test_padded_pair_batches_pad_both_sides_to_the_longest_of_the_batch():
+def test_random_pair_batches_pad_both_sides_to_the_longest_of_the_batch():
     rng = np.random.default_rng(0)
     e = rng.integers(1, 50, 2 * 101)
-    got = simulate_pairs(e, 100, batch_size=8, seed=3)
+    got = simulate_pairs(e, 100, batch_size=8, group_window=64, seed=3)
+    assert list(got) == list(STRATEGY_LABELS)  # the SFT names, so the report reads them alike
     order = np.random.default_rng(3).permutation(101)
     slots = work = 0
     for b in range(0, 101, 8):
@@ -19,16 +21,21 @@ def test_padded_pair_batches_pad_both_sides_to_the_longest_of_the_batch():
         sides = np.concatenate([e[2 * batch], e[2 * batch + 1]])
         slots += sides.size * sides.max()
         work += sides.size * sides.max() ** 2
-    padded = got["pair_padded"]
+    padded = got["random_padded"]
     assert (padded.slots, padded.attention_work, padded.tokens) == (slots, work, int(e.sum()))
     assert padded.steps == 13 and padded.rows == 202
+    assert padded.label == "random pair batches, padded (TRL)"
+    grouped = got["length_grouped"]
+    assert grouped.tokens == padded.tokens and grouped.slots <= padded.slots
 
 
 def test_packed_pairs_are_the_rows_pack_plans():
     e = np.random.default_rng(1).integers(1, 60, 2 * 300)
-    got = simulate_pairs(e, 128, batch_size=8)
-    rows = plan_pairs(e, 128, "bfd", "sorted", 0, 0).num_rows
-    varlen, dense = got["pair_packed_varlen"], got["pair_packed_dense"]
-    assert varlen.rows == dense.rows == rows and varlen.slots == rows * 128
-    assert varlen.attention_work == int((e * e).sum()) and dense.attention_work == rows * 128 * 128
-    assert varlen.occupancy > got["pair_padded"].occupancy
+    got = simulate_pairs(e, 128, batch_size=8, group_window=64)
+    for algo in ("bfd", "ffd"):
+        rows = plan_pairs(e, 128, algo, "sorted", 0, 0).num_rows
+        varlen, dense = got[f"packed_{algo}_varlen"], got[f"packed_{algo}_dense"]
+        assert varlen.rows == dense.rows == rows and varlen.slots == rows * 128
+        assert varlen.attention_work == int((e * e).sum()) == got["padding_free"].attention_work
+        assert dense.attention_work == rows * 128 * 128
+    assert got["packed_bfd_varlen"].occupancy > got["random_padded"].occupancy
