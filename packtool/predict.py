@@ -31,9 +31,7 @@ from packtool import schema, stats
 from packtool.config import ProfileConfig
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow, outcomes, overflow_loss
-from packtool.pack.pairs import apply_pair_overflow, pair_outcomes, pair_overflow_loss
 from packtool.stats.choice import share
-from packtool.stats.pairs import simulate_pairs
 from packtool.stats.sweep import SweepPoint
 
 BASELINES = ("pad_to_len", "random_padded")
@@ -179,7 +177,10 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
     L, lengths = cfg.pack_len, inp.lengths
     pairs = inp.sides is not None
     # --overflow error: PacktoolError, as pack
-    if pairs:
+    if pairs:  # preference pairs: pack's pair rules, pair batching
+        from packtool.pack.pairs import apply_pair_overflow, pair_outcomes, pair_overflow_loss
+        from packtool.stats.pairs import simulate_pairs
+
         pieces = apply_pair_overflow(
             inp.sides, inp.prompts, np.repeat(inp.source_index, 2), L, cfg.overflow
         )

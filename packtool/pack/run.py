@@ -33,12 +33,6 @@ from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate_rows
 from packtool.pack.overflow import apply_overflow, outcomes, overflow_loss
-from packtool.pack.pairs import (
-    apply_pair_overflow,
-    pair_manifest,
-    pair_outcomes,
-    pair_overflow_loss,
-)
 from packtool.pack.write import (
     Progress,
     WriteJob,
@@ -102,7 +96,14 @@ def pack_tokenized(
             f"{src.shape[0]} source indices, {loss_counts.shape[0]} loss counts"
         )
     pairs = data.task == "preference"
-    if pairs:
+    if pairs:  # preference runs only: the pair rules (pack/pairs.py)
+        from packtool.pack.pairs import (
+            apply_pair_overflow,
+            pair_manifest,
+            pair_outcomes,
+            pair_overflow_loss,
+        )
+
         pieces = apply_pair_overflow(lengths, data.prompt_lengths, src, L, cfg.overflow)
     else:
         pieces = apply_overflow(lengths, src, L, cfg.overflow)
