@@ -57,9 +57,8 @@ def force(what: str) -> None:
     compiled or native one), "nocut" (inspect builds the whole tokenizer), "" (as it is)."""
     if what in ("compiled", "jinja"):
         from packtool.tokenization import render
-        from packtool.tokenization.render import renderer
 
-        renderer.native_for = lambda text: None  # no native renderer at the chain's top
+        render.native_for = lambda text: None  # no native renderer at the chain's top
         own = render.best
 
         def best(template):
@@ -71,9 +70,7 @@ def force(what: str) -> None:
         render.best = best  # (before run_plan imports it)
     if what == "nocut":
         from packtool.tokenization import cut
-        from packtool.tokenization.backends import rust_tokenizer
-
-        cut.CutBackend._cut = lambda self, texts: rust_tokenizer(self.backend_json)
+        cut.CutBackend._cut = lambda self, texts: self.engines.rust()
 
 
 def timed(args: list[str], env: dict, what: str) -> tuple[float, float]:

@@ -72,8 +72,7 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
 
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import TokenizerSpec, load_tokenizer
-    from packtool.tokenization.render import best
-    from packtool.tokenization.render.renderer import native_for
+    from packtool.tokenization.render import best, native_for
     from packtool.tokenization.template_probe import choose
 
     if not tk.tools:  # Llama 3's template renders no tools: both paths get the records without

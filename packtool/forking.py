@@ -9,9 +9,9 @@ garbage collector leaves what they inherit alone.
     worker   ignore_sigint()                 its first step (a pool's initializer): SIGINT
                                               ignored, then unblocked (it inherited the mask)
 
-    ordered_map(fn, items, num_proc)  the local executor: (item, fn(item)) in input order, here
-                                      (one process) or in forked workers that inherit fn; it
-                                      knows nothing of what fn does
+    ordered_map(fn, items, num_proc)  the local executor: (item, its pending fn(item)) in input
+                                      order, here (one process) or in forked workers that
+                                      inherit fn; it knows nothing of what fn does
 
 Where the platform has no pthread_sigmask, nothing is blocked and a worker only ignores SIGINT.
 """
@@ -44,7 +44,7 @@ def sigint_blocked() -> Iterator[None]:
 def forking_workers() -> Iterator[None]:
     """Around forking worker processes: SIGINT blocked (sigint_blocked), and this process's objects
     frozen (gc.freeze), so that the workers' collections neither walk nor copy-on-write the heap
-    they inherit (transformers, numba: 0.3-0.4 s a tokenizing worker in a cold Llama 3 run). On
+    they inherit (transformers, numba). On
     leaving, this process's objects are collected as before."""
     gc.freeze()
     try:
@@ -84,12 +84,27 @@ def start_pool(fn: Callable, num_proc: int):
         return mp.get_context(method).Pool(num_proc, initializer=_worker_init, initargs=(fn,))
 
 
+class _Done:
+    """fn(item) computed here: the AsyncResult interface (get, ready) of a pool's result."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def get(self):
+        return self.value
+
+    def ready(self) -> bool:
+        return True
+
+
 def ordered_map(fn: Callable, items: Iterable, num_proc: int) -> Iterator[tuple]:
-    """(item, fn(item)) for every item, in input order. `items` is read lazily: at most
-    IN_FLIGHT_PER_WORKER items per worker are in flight, so memory does not grow with the input."""
+    """(item, result) for every item, in input order; result.get() is fn(item) (result.ready():
+    done). `items` is read lazily, IN_FLIGHT_PER_WORKER items per worker submitted ahead of the
+    one yielded, so memory does not grow with the input when the caller gets each result in turn
+    (a caller may keep a few results to get later)."""
     if num_proc <= 1:
         for item in items:
-            yield item, fn(item)
+            yield item, _Done(fn(item))
         return
     pool = start_pool(fn, num_proc)
     try:
@@ -97,12 +112,11 @@ def ordered_map(fn: Callable, items: Iterable, num_proc: int) -> Iterator[tuple]
         for item in items:
             pending.append((item, pool.apply_async(_worker_call, (item,))))
             if len(pending) >= num_proc * IN_FLIGHT_PER_WORKER:
-                done, res = pending.popleft()
-                yield done, res.get()
+                yield pending.popleft()
         while pending:
-            done, res = pending.popleft()
-            yield done, res.get()
+            yield pending.popleft()
         pool.close()
+        pool.join()  # every task done: the results a caller kept are ready before the pool ends
     finally:
         pool.terminate()
         pool.join()

@@ -1,6 +1,6 @@
 """`packtool inspect`: one example, as the trainer will see it.
 
-Reads up to record N (its file's format: tokenization.decide.record_format of the file's first
+Reads up to record N (its file's format: tokenization.source.record_format of the file's first
 record whose format is found, as the pipeline decides it; pre-tokenized by decide.is_pretokenized),
 normalizes it, runs the reference step that tokenization.run_plan builds for `profile`/`pack` on a
 batch of that one record, with the renderer the plan's fast path uses (native or MiniJinja: no
@@ -28,9 +28,7 @@ class _Decoder:
     the one that encoded the example (cut to its words: tokenization.cut)."""
 
     def __init__(self, spec, tok=None):
-        from packtool.tokenization.backends import rust_tokenizer
-
-        self._tok = tok if tok is not None else rust_tokenizer(spec.backend_json)
+        self._tok = tok if tok is not None else spec.engines.rust()
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -58,7 +56,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     from packtool.formats.detect import ColumnCheck
     from packtool.formats.normalize import normalize
     from packtool.io.readers import iter_records
-    from packtool.tokenization.decide import is_pretokenized, record_format
+    from packtool.tokenization.source import is_pretokenized, record_format
 
     if index < 0:
         raise UsageError(f"--index {index} must be >= 0")
@@ -117,8 +115,8 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         }
 
     from packtool.io.readers import RawBatch
-    from packtool.tokenization.decide import FileDecision
     from packtool.tokenization.run_plan import FastCheck, compare, plan_run
+    from packtool.tokenization.source import FileDecision
 
     try:  # fmt None: no record of its file up to it fits a format; normalizing says why (its keys)
         example = normalize(target.record, fmt or AUTO, cfg.read)

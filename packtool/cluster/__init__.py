@@ -30,7 +30,7 @@ temporary folder (the Python API on a local cluster); `profile` keeps none (Sess
 A task holds one batch while tokenizing, and one row group's staging buffers while writing.
 
 The Ray engine decides nothing of its own: the input's kind and each file's format
-(tokenization.decide), the plan and the fast path's verdict (tokenization.run_plan), the retry on
+(tokenization.source), the plan and the fast path's verdict (tokenization.run_plan), the retry on
 the reference path, the Stats and the run's meta (tokenization.pipeline) are the local engine's objects
 on the same records; source indices, skipped records with file and line, --on-error and --limit are
 counted from what the parts report, and the writer is pack.write.write_shards on

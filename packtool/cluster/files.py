@@ -3,9 +3,9 @@ driver's own while a local cluster starts): what the local pipeline learns from 
 tokenizes it, and the fast path's probe of a file's head.
 
     file_infos(session, paths, read, part_bytes)   [FileInfo(path, size, sha256, parts, decision)]
-                              reading order; decision: tokenization.decide.decide_file's, without
+                              reading order; decision: tokenization.source.decide_file's, without
                               its batches
-    probe(path, read, fmt, n, setup, reference)    None | where the fast path first differed
+    probe(path, read, fmt, n, setup)    None | where the fast path first differed
                               (run with the encode tasks: cluster.tokenize._encode)
 
 A task's PacktoolError comes back as data, and the driver raises the first in reading order, so
@@ -21,7 +21,7 @@ from typing import Any
 
 from packtool.config import ReadConfig
 from packtool.errors import PacktoolError, UsageError
-from packtool.tokenization.decide import FileDecision, decide_file
+from packtool.tokenization.source import FileDecision, decide_file
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,9 @@ def file_infos(session, paths: list[str], read: ReadConfig, part_bytes: int) -> 
     return infos
 
 
-def probe(path: str, read: ReadConfig, fmt: str, n: int, setup, reference):
-    """The fast step (the encode tasks' Setup, tokenize.encode_part: a worker builds its
-    tokenizer once for both) and the reference step (Shared arguments) on the first `n` records of
+def probe(path: str, read: ReadConfig, fmt: str, n: int, setup):
+    """The fast step and the reference step (the encode tasks' Setup, tokenize.encode_part: one
+    spec, so a worker builds its tokenizer once for the parts and the probes) on the first `n` records of
     the file's first batch: None when they agree, else where they first differ
     (tokenization.run_plan.compare). The reference first: in the driver, the fast backend is
     still building on its thread meanwhile (as the local engine's first probe)."""
@@ -74,7 +74,8 @@ def probe(path: str, read: ReadConfig, fmt: str, n: int, setup, reference):
     from packtool.io import readers
     from packtool.tokenization.run_plan import compare
 
-    fast, reference = fetch_once(setup).encode_step(), fetch_once(reference)
+    run = fetch_once(setup)
+    fast, reference = run.step, run.reference
     first = next(iter(readers.part_batches(path, read, None)))
     first.fmt = fmt
     head = first.head(n)

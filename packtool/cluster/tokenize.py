@@ -49,31 +49,16 @@ from packtool.progress import Reporter, reporter
 @dataclass
 class Setup:
     """What every encode task of a run needs, one object in the store (a Shared argument): a
-    worker process fetches it once and keeps it, and the tokenizer its step builds (which the
-    probes use too), for the next parts it is given (session.fetch_once)."""
+    worker process fetches it once and keeps it, with the tokenizer its steps build (one spec:
+    the fast step and the reference share its engines), for the next parts it is given
+    (session.fetch_once). A spec pickles with the byte table the driver built, if any."""
 
     step: Any  # the plan's EncodeStep
+    reference: Any  # the plan's reference EncodeStep (None: no probes)
     read: Any  # ReadConfig
     parts: list[tuple[str, Any]]  # (file, part) in reading order
     fmts: dict[str, str]  # each file's format
     stop: bool  # --on-error error: a part stops at its first refused record
-    # the fast backend as the driver built it (plan.built): a worker takes its byte table (~0.3 s
-    # to make from the tokenizer's JSON) and builds only the Rust tokenizer; None: none
-    built: Any = None
-    _prepared: Any = field(default=None, repr=False)  # encode_step's, in this process
-
-    def __getstate__(self):
-        return {**self.__dict__, "_prepared": None}
-
-    def encode_step(self):
-        """The step, on `built` where there is one (a pickled step has no backend), made once in
-        each process."""
-        if self._prepared is None:
-            step = self.step
-            if self.built is not None:
-                step = step.with_backend(step.backend, step.renderer, self.built)
-            self._prepared = step
-        return self._prepared
 
 
 def encode_part(k: int, setup: Shared, folder: str | None):
@@ -82,7 +67,7 @@ def encode_part(k: int, setup: Shared, folder: str | None):
     rows (source_index in the part, length, loss) and meta."""
     run = fetch_once(setup)
     step, read, (path, part), fmts, stop = (
-        run.encode_step(),
+        run.step,
         run.read,
         run.parts[k],
         run.fmts,
@@ -107,7 +92,7 @@ def encode_part(k: int, setup: Shared, folder: str | None):
             meta["removed"] += result.removed_padding
             if out is not None:
                 out.add(result.table)
-            for c, v in cols.items():  # (np.asarray of an Arrow array imports pandas: 0.6 s)
+            for c, v in cols.items():  # (np.asarray of an Arrow array imports pandas)
                 v.append(arrow_numpy(result.table.column(c)))
             if meta["rejects"] and stop:
                 break
@@ -207,10 +192,9 @@ def load_tokenized(
     cluster of `session`: a TokenizedData with lengths and no table, its rows in `.rows`. The run,
     its retry on the reference path and its Stats and meta are tokenization.pipeline's; this
     executor maps the plan's step over the parts (encode_part) and the probes (files.probe)."""
-    from packtool.tokenization.decide import input_kind
     from packtool.tokenization.pipeline import Run, checked
     from packtool.tokenization.run_plan import check_backend, plan_run
-    from packtool.tokenization.source import RecordSource, not_a_pack
+    from packtool.tokenization.source import RecordSource, input_kind, not_a_pack
 
     check_backend(cfg)
     if cfg.read.limit is not None and cfg.read.limit < 1:
@@ -247,7 +231,7 @@ def load_tokenized(
         def attempt(run, check, stats):
             plan, probes = run.plan, []
             stop = cfg.read.on_error == "error"
-            setup = Shared(Setup(plan.step, cfg.read, parts, fmts, stop, plan.built))
+            setup = Shared(Setup(plan.step, plan.reference, cfg.read, parts, fmts, stop))
             if check is not None and cfg.read.limit is None:  # the probes are known: with the parts
                 probes = _probes(cfg, check, plan, setup, decisions, lambda d: d.first_len)
             got, results = _encode(session, setup, parts, folder, probes)
@@ -295,8 +279,7 @@ def part_bytes(paths: list[str], workers: int) -> int:
 def _probes(cfg, check, plan, setup: Shared, decisions, first_len) -> list[tuple]:
     """file_tasks.probe's arguments for each probe of `check` (FastCheck.probes)."""
     probes = check.probes([(d.file, d.fmt, first_len(d)) for d in decisions])
-    reference = Shared(plan.reference)
-    return [(f, cfg.read, fmt, n, setup, reference) for f, fmt, n in probes]
+    return [(f, cfg.read, fmt, n, setup) for f, fmt, n in probes]
 
 
 @dataclass

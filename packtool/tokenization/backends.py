@@ -44,18 +44,24 @@ char(b0) < e ⟺ b0 < B(e) and ceil_char(b1) > s ⟺ b1 > B(s). Once the text is
 normal form, every way a token's table length can differ from its real span (removed chars, a
 literal "▁" or "<0x0A>" counted as one byte) shortens it, so an equal byte sum proves every token
 exact. Normalizers that can lengthen text (Prepend, prefix spaces, Lowercase, ...) are refused by
-`byte_rules.supports_fast`; NFC can lengthen and shorten within one text (so the sum alone is not enough).
+`byte_rules.supports_fast`; NFC can lengthen and shorten within one text (so the sum alone is not
+enough). Byte lengths per model, and which tokenizers qualify: packtool.tokenization.byte_rules.
 
-Byte lengths per model, and which tokenizers qualify: packtool.tokenization.byte_rules.
+Both backends encode with one `Engines`, the built forms of one tokenizer JSON (a TokenizerSpec
+holds one: spec.engines, shared by every step, backend and template check of a run):
 
-Both classes pickle without their Rust tokenizer (rebuilt lazily in the new process) and hold no
-global state; fastokens and tokenizers are imported only when a tokenizer is built.
+    backend_json ──▶ reference   tokenizers.Tokenizer (ids and offsets: HFBackend)
+                 ──▶ fast        fastokens.Tokenizer (ids: FastBackend)
+                 ──▶ table       (ByteRules, int32[vocab + 1] byte length per id), or why not
+    preload()    fast and table built on a thread (native code: the GIL is released)
+
+Each is built once, on first use (nothing is kept at module level); Engines pickle as the JSON and
+the table, the Rust tokenizers rebuilt where they are used (fastokens, tokenizers imported then).
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
 import itertools
 import re
 import threading
@@ -63,24 +69,16 @@ import unicodedata
 
 import numpy as np
 
-from packtool.tokenization.byte_rules import ByteRules, byte_table
+from packtool.tokenization.byte_rules import ByteRules, table_of
 
 BACKENDS = ("fastokens", "hf")
 
 _BYTE_FALLBACK = re.compile(r'"byte_fallback"\s*:\s*true')
 
 
-@functools.lru_cache(maxsize=2)
-def rust_tokenizer(backend_json: str, engine: str = "tokenizers"):
-    """The Rust tokenizer (`tokenizers`, or `fastokens`) of a TokenizerSpec's backend JSON,
-    untruncated and unpadded as apply_chat_template encodes, built once per process: one for a 150k
-    vocabulary takes ~1 s to build (fastokens' ~1.7 s) and a run asks for it in several places.
-    Shared: callers never change its settings (one that must, builds its own)."""
-    return build_rust(backend_json, engine)
-
-
 def build_rust(backend_json: str, engine: str = "tokenizers"):
-    """rust_tokenizer, built anew on each call (for a JSON used once: tokenization.cut's)."""
+    """The Rust tokenizer (`tokenizers`, or `fastokens`) of a backend JSON, untruncated and
+    unpadded as apply_chat_template encodes, built anew on each call (Engines keeps one)."""
     if engine == "fastokens":
         import fastokens
 
@@ -92,6 +90,81 @@ def build_rust(backend_json: str, engine: str = "tokenizers"):
     tok.no_truncation()
     tok.no_padding()
     return tok
+
+
+class Engines:
+    """The built forms of one tokenizer JSON (module docstring), each built once, on first use,
+    under its own lock (the reference builds here while preload() builds the fast one)."""
+
+    def __init__(self, backend_json: str):
+        self.backend_json = backend_json
+        self._built: dict[str, object] = {}  # "tokenizers" | "fastokens" | "table" → built
+        self._locks = {k: threading.Lock() for k in ("tokenizers", "fastokens", "table")}
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self):
+        return {"backend_json": self.backend_json, "table": self._built.get("table")}
+
+    def __setstate__(self, state):
+        self.__init__(state["backend_json"])
+        if state["table"] is not None:
+            self._built["table"] = state["table"]
+
+    def _get(self, what: str):
+        got = self._built.get(what)
+        if got is None:
+            with self._locks[what]:
+                got = self._built.get(what)
+                if got is None:
+                    if what == "table":
+                        import orjson
+
+                        got = table_of(orjson.loads(self.backend_json))
+                    else:
+                        got = build_rust(self.backend_json, what)
+                    self._built[what] = got
+        return got
+
+    def rust(self, engine: str = "tokenizers"):
+        """The Rust tokenizer of `engine` (callers never change its settings)."""
+        return self._get(engine)
+
+    def table(self) -> tuple:
+        """(ByteRules, byte length of every token id, None), or (None, None, why not)."""
+        return self._get("table")
+
+    def preload(self) -> None:
+        """Start building the fastokens tokenizer and the byte table on a background thread."""
+        if {"fastokens", "table"} <= self._built.keys() or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._preload, name="fastokens-load", daemon=True)
+        self._thread.start()
+        # a run that fails before its first encode (a refused record) must not exit while the
+        # thread is inside native code: the interpreter would abort ("exception not rethrown")
+        atexit.register(self._thread.join)
+
+    def _preload(self) -> None:
+        try:
+            self.rust("fastokens")
+            self.table()
+        except Exception:  # raised again, in the caller's thread, by the first encode
+            pass
+
+    def wait(self) -> None:
+        """Block until preload() has finished (before forking: a fork must not copy a half-built
+        state, nor a held lock)."""
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
+            self._thread = None
+
+    def building(self) -> bool:
+        """preload()'s thread is still running."""
+        return self._thread is not None and self._thread.is_alive()
+
+
+def _engines(tokenizer) -> Engines:  # Engines, or a bare backend JSON (given its own)
+    return tokenizer if isinstance(tokenizer, Engines) else Engines(tokenizer)
 
 
 # -- the mask rule -------------------------------------------------------------------------------
@@ -193,24 +266,13 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, backend_json: str):
-        self.backend_json = backend_json
-        self._tok = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self):
-        return {"backend_json": self.backend_json}
-
-    def __setstate__(self, state):
-        self.__init__(state["backend_json"])
+    def __init__(self, tokenizer: Engines | str):
+        self.engines = _engines(tokenizer)
+        self.backend_json = self.engines.backend_json
 
     def _tokenizer(self, texts: list[str] | None = None):
         """The Rust tokenizer to encode `texts` with (here the whole one, whatever the texts)."""
-        if self._tok is None:
-            with self._lock:
-                if self._tok is None:
-                    self._tok = rust_tokenizer(self.backend_json)
-        return self._tok
+        return self.engines.rust()
 
     def encode(
         self, texts: list[str], add_special_tokens: bool = False
@@ -270,92 +332,34 @@ class FastBackend:
 
     name = "fastokens"
 
-    def __init__(self, backend_json: str):
-        self.backend_json = backend_json
+    def __init__(self, tokenizer: Engines | str):
+        self.engines = _engines(tokenizer)
+        self.backend_json = self.engines.backend_json
         self.fallbacks = 0
         # fastokens reads a literal "<0x0A>" in the text as the byte-fallback piece <0x0A>
         # (tokenizers spells it out char by char): such texts of byte-fallback models go through HF
-        self._literal_bytes = _BYTE_FALLBACK.search(backend_json) is not None
-        self._tok = None
-        self._lengths: np.ndarray | None = None
-        self._rules: ByteRules | None = None
-        self._reason: str | None = None
+        self._literal_bytes = _BYTE_FALLBACK.search(self.backend_json) is not None
         self._hf: HFBackend | None = None
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
 
     def __getstate__(self):
-        # the table is small and saves the JSON parse in a worker; the Rust tokenizer is rebuilt
-        return {
-            "backend_json": self.backend_json,
-            "fallbacks": self.fallbacks,
-            "table": (self._rules, self._lengths, self._reason),
-        }
+        return {"engines": self.engines, "fallbacks": self.fallbacks}
 
     def __setstate__(self, state):
-        self.__init__(state["backend_json"])
+        self.__init__(state["engines"])
         self.fallbacks = state["fallbacks"]
-        self._rules, self._lengths, self._reason = state["table"]
 
-    # building (fastokens.Tokenizer.from_json_str releases the GIL: preload overlaps other work)
-    def preload(self) -> None:
-        """Start building the Rust tokenizer and the byte table on a background thread."""
-        if (self._tok is None or self._lengths is None) and self._thread is None:
-            self._thread = threading.Thread(
-                target=self._preload, name="fastokens-load", daemon=True
-            )
-            self._thread.start()
-            # a run that fails before its first encode (a refused record) must not exit while the
-            # thread is inside native code: the interpreter would abort ("exception not rethrown")
-            atexit.register(self._thread.join)
+    def _tokenizer(self):
+        return self.engines.rust("fastokens")
 
-    def _preload(self) -> None:
-        try:
-            self._tokenizer(wait=False)
-            self._table(wait=False)
-        except Exception:  # raised again, in the caller's thread, by the first encode
-            pass
-
-    def wait(self) -> None:
-        """Block until preload() has finished (before forking: a fork must not copy a half-built state)."""
-        self._wait()
-
-    def building(self) -> bool:
-        """preload()'s thread is still running."""
-        t = self._thread
-        return t is not None and t.is_alive()
-
-    def _wait(self) -> None:
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join()
-            self._thread = None
-
-    def _tokenizer(self, wait: bool = True):
-        if wait:
-            self._wait()
-        if self._tok is None:
-            with self._lock:
-                if self._tok is None:
-                    self._tok = rust_tokenizer(self.backend_json, "fastokens")
-        return self._tok
-
-    def _table(self, wait: bool = True) -> tuple[ByteRules, np.ndarray]:
-        if wait:
-            self._wait()
-        if self._lengths is None and self._reason is None:
-            with self._lock:
-                if self._lengths is None and self._reason is None:
-                    self._rules, self._lengths, self._reason = byte_table(self.backend_json)
-        if self._reason is not None:
-            raise ValueError(
-                f"the fastokens backend cannot map spans for this tokenizer: {self._reason}"
-            )
-        return self._rules, self._lengths
+    def _table(self) -> tuple[ByteRules, np.ndarray]:
+        rules, lengths, reason = self.engines.table()
+        if reason is not None:
+            raise ValueError(f"the fastokens backend cannot map spans for this tokenizer: {reason}")
+        return rules, lengths
 
     def _reference(self) -> HFBackend:
         if self._hf is None:
-            self._hf = HFBackend(self.backend_json)
+            self._hf = HFBackend(self.engines)
         return self._hf
 
     def _suspects(self, texts: list[str]) -> list[int]:
@@ -485,10 +489,11 @@ def _splice(n: int, redo: list[int], flat: tuple, ref: tuple) -> tuple:
     return new_ids, new_off, new_mask
 
 
-def make_backend(name: str, backend_json: str):
-    """ "hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first); nothing is built yet."""
+def make_backend(name: str, tokenizer: Engines | str):
+    """ "hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first), on `tokenizer`'s
+    engines (a bare JSON: its own); nothing is built yet."""
     if name == "hf":
-        return HFBackend(backend_json)
+        return HFBackend(tokenizer)
     if name == "fastokens":
-        return FastBackend(backend_json)
+        return FastBackend(tokenizer)
     raise ValueError(f"unknown tokenizer backend {name!r}; expected one of {', '.join(BACKENDS)}")

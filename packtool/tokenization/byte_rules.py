@@ -14,7 +14,6 @@ differ from its table length in a way the byte sum cannot catch is refused, with
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 
@@ -149,20 +148,15 @@ def _byte_lengths(spec: dict, rules: ByteRules) -> np.ndarray:
     return out
 
 
-@functools.lru_cache(maxsize=2)
-def byte_table(backend_json: str) -> tuple[ByteRules | None, np.ndarray | None, str | None]:
-    """(rules, byte length of every token id, None), or (None, None, why not): once per process."""
-    return table_of(_loads(backend_json))
-
-
 def table_of(spec: dict) -> tuple[ByteRules | None, np.ndarray | None, str | None]:
-    """byte_table of a parsed tokenizer JSON."""
+    """(rules, byte length of every token id, None), or (None, None, why not), of a parsed
+    tokenizer JSON (backends.Engines.table keeps it)."""
     rules, reason = _byte_rules(spec)
     return (None, None, reason) if rules is None else (rules, _byte_lengths(spec, rules), None)
 
 
 def _loads(text: str):
-    """The tokenizer JSON (10+ MB for a 150k vocabulary): orjson parses it ~3x faster than json."""
+    """The tokenizer JSON (10+ MB for a 150k vocabulary), parsed by orjson."""
     import orjson
 
     return orjson.loads(text)
@@ -176,7 +170,7 @@ def _first_line(e: BaseException) -> str:
 def byte_rules_refusal(backend_json: str) -> str | None:
     """Why fastokens' spans cannot be mapped for this tokenizer JSON (the model, normalizer,
     pre-tokenizer or post-processor; see the module docstring), None when they can. Parses the
-    JSON (~0.15 s for a 200k vocabulary): TokenizerSpec decides it once and caches it."""
+    JSON: TokenizerSpec decides it once and caches it."""
     try:
         spec = _loads(backend_json)
     except ValueError as e:
@@ -194,8 +188,8 @@ def supports_fast(tokenizer, load: bool = True) -> str | None:
     cached byte_rules_refusal), else a short reason.
 
     fastokens must be importable, load the JSON, and the model / normalizer / pre-tokenizer must be
-    one whose per-token byte lengths we can derive (see the module docstring). Loading takes about a
-    second for a 150k vocabulary; `load=False` skips it (static checks only).
+    one whose per-token byte lengths we can derive (see the module docstring). `load=False` skips
+    building it (static checks only).
     """
     try:
         import fastokens
@@ -205,7 +199,7 @@ def supports_fast(tokenizer, load: bool = True) -> str | None:
         backend_json, reason = tokenizer, byte_rules_refusal(tokenizer)
     else:
         backend_json, reason = tokenizer.backend_json, tokenizer.fast_refusal
-    if reason is not None or not load:  # (load=False: the caller builds it, FastBackend.preload)
+    if reason is not None or not load:  # (load=False: the caller builds it, Engines.preload)
         return reason
     try:
         fastokens.Tokenizer.from_json_str(backend_json)

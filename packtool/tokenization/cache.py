@@ -16,7 +16,7 @@ once and the run keeps its entry in a temporary folder that is removed at exit.
 
 Trust nothing on disk: `meta.json` carries the xxh3-128 of data.arrow (hashed while it was
 written) and a checksum of its own content (format, counts, pad id, ...). `open_entry` re-hashes
-data.arrow with buffered reads (page cache, ~10 GB/s, none of it counted in our RSS) and returns
+data.arrow with buffered reads (page cache, none of it counted in our RSS) and returns
 None, after a one-line warning naming the entry and removing it, when anything differs or cannot be
 read. A run that dies leaves only a work folder, which the next run removes once its process is
 gone. Two runs on the same input write separate work folders; the first rename wins and the second
@@ -312,8 +312,8 @@ class EntryWriter:
     token instead of 4 bytes) while every label is its id or -100; the first batch where one is not
     turns the entry back into labels: the batches written so far are rewritten, once.
 
-    Writing is the kernel copying into new page-cache pages: on the 2-core dev VM ~2 s of system
-    CPU a GiB, as much as reading and checking the batches, so the two overlap. An error in the
+    Writing is the kernel copying into new page-cache pages, as costly as reading and checking
+    the batches, so the two overlap. An error in the
     thread (a full disk) is raised by the next `write` or by `commit`.
     """
 

@@ -232,13 +232,11 @@ _MARKER = re.compile(r"<\|[A-Za-z0-9_]+\|>|<｜[^｜<>]{1,40}｜>|<(?:start|end)
 _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 
 
-def _not_one_token(backend_json: str, markers: list[str]) -> list[str]:
+def _not_one_token(spec, markers: list[str]) -> list[str]:
     """The markers that are not one token: neither an added token nor a vocabulary entry, asked of
-    the Rust tokenizer the template probe builds next anyway (shared: backends.rust_tokenizer is built once
-    per process), not of a full JSON parse of the tokenizer (0.3-0.8 s for a 150k vocabulary)."""
-    from packtool.tokenization.backends import rust_tokenizer
-
-    tok = rust_tokenizer(backend_json)
+    the Rust tokenizer the template probe builds next anyway (spec.engines: one per spec), not of a
+    full JSON parse of the tokenizer."""
+    tok = spec.engines.rust()
     return [m for m in markers if tok.token_to_id(m) is None]
 
 
@@ -254,7 +252,7 @@ def check_markers(spec, template: ChatTemplate) -> None:
     markers = sorted(set(_MARKER.findall(_COMMENT.sub("", template.text))))
     if not markers:
         return
-    missing = _not_one_token(spec.backend_json, markers)
+    missing = _not_one_token(spec, markers)
     if not missing:
         return
     if template.name == "tokenizer":

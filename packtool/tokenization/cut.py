@@ -1,7 +1,7 @@
 """A BPE tokenizer cut down to the words of a few texts: the same ids and offsets, built in ms.
 
 `packtool inspect` encodes one example. Building the whole Rust tokenizer for it was most of the
-command's time: 0.3 s for Llama 3 (128k tokens, 280k merges), 0.75 s for gpt-oss (200k, 446k).
+command's time (benchmarks/README.md).
 BPE encodes each word (a piece of the pre-tokenizer, byte-level mapped) on its own, and every
 string it looks up while doing so is a contiguous substring of that word:
 
@@ -19,7 +19,7 @@ The words come from the tokenizer's own pipeline: a *shell* (the same JSON, its 
 replaced by the 256 byte-level symbols and no merges) encodes the texts; its symbols grouped by
 `word_ids` spell the words, while added tokens come out whole under their own ids.
 
-Tables, made once per tokenizer from its JSON (one parse; ~0.6 s for gpt-oss) and kept in the
+Tables, made once per tokenizer from its JSON (one parse) and kept in the
 cache as $PACKTOOL_CACHE/tokenizers/cut-<xxh3-128 of the JSON>.bin (checksummed, cache.read_bytes),
 so that a warm cut reads them without building one Python object per token:
 
@@ -54,12 +54,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packtool.tokenization.backends import HFBackend, build_rust, rust_tokenizer
+from packtool.tokenization.backends import HFBackend, build_rust
 from packtool.tokenization.loading import merge_text
 
 VERSION = 3
 _REFUSED = json.dumps({"version": VERSION, "refused": True}).encode()  # cached: cannot be cut
-MAX_SUBSTRINGS = 1_000_000  # ~0.3 s of Python at most; beyond that the whole tokenizer is cheaper
+MAX_SUBSTRINGS = 1_000_000  # beyond this many the whole tokenizer is cheaper to build
 
 
 def _key(b: bytes) -> int:
@@ -319,15 +319,15 @@ class CutBackend(HFBackend):
     be); `decoder()`: a tokenizer cut to every text encoded so far, that decodes all the ids they
     gave (an example may be encoded in several calls: a prompt, then its completion)."""
 
-    def __init__(self, backend_json: str):
-        super().__init__(backend_json)
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer)
         self.texts: list[str] = []
         self.last = None  # the tokenizer of the last call
         self.calls = 0
 
     def _tokenizer(self, texts: list[str] | None = None):
         if texts is None:
-            return rust_tokenizer(self.backend_json)
+            return self.engines.rust()
         self.texts.extend(texts)
         self.calls += 1
         self.last = self._cut(texts)
@@ -336,9 +336,9 @@ class CutBackend(HFBackend):
     def _cut(self, texts: list[str]):
         tables = tables_for(self.backend_json)
         js = cut_json(tables, texts) if tables is not None else None
-        return rust_tokenizer(self.backend_json) if js is None else build_rust(js)
+        return self.engines.rust() if js is None else build_rust(js)
 
     def decoder(self):
         if not self.texts:
-            return rust_tokenizer(self.backend_json)
+            return self.engines.rust()
         return self.last if self.calls == 1 else self._cut(self.texts)

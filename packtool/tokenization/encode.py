@@ -27,7 +27,7 @@ Control tokens inside message text and tool-call arguments (`<|im_start|>` typed
 counted, and kept as control tokens (`keep`, what apply_chat_template does), tokenized as plain
 text (`split`: such an example is tokenized piece by piece, each literal on its own with
 special-token matching off), or refused (`error`) — `--special-in-content`
-(packtool.tokenization.content_tokens). What is trained that the data does not hold is counted
+(label_audit.ContentTokens). What is trained that the data does not hold is counted
 per example (`Encoded.notes`: packtool.tokenization.label_audit).
 
 Prompt-completion strings: prompt tokens (no loss) + completion tokens + EOS (loss), tokenized
@@ -46,8 +46,7 @@ from packtool.config import ReadConfig
 from packtool.formats.normalize import template_messages
 from packtool.schema import IGNORE_INDEX
 from packtool.tokenization.chat_template import ChatTemplate, own_template
-from packtool.tokenization.content_tokens import ContentTokens
-from packtool.tokenization.label_audit import label_notes
+from packtool.tokenization.label_audit import ContentTokens, label_notes
 from packtool.tokenization.loading import TokenizerSpec
 from packtool.tokenization.render import ExampleError, Renderer, first_line
 
@@ -112,7 +111,7 @@ class Encoder:
         if self._backend is None:
             from packtool.tokenization.backends import make_backend
 
-            self._backend = make_backend(self.backend_name, self.spec.backend_json)
+            self._backend = make_backend(self.backend_name, self.spec.engines)
         return self._backend
 
     def _count(self, piece: str) -> int:
@@ -377,7 +376,8 @@ class EncodeStep:
         return {**self.__dict__, "_encoder": None}
 
     def with_backend(self, backend: str, renderer: str = "jinja", built=None) -> EncodeStep:
-        """This step on another backend and renderer; `built`: that backend, already built (or building)."""
+        """This step on another backend and renderer (the same spec: the same engines); `built`:
+        a backend object to encode with instead (inspect's CutBackend)."""
         step = replace(self, backend=backend, renderer=renderer, _encoder=None)
         if built is not None:
             step.encoder._backend = built
@@ -418,9 +418,14 @@ class EncodeStep:
                 keep.append(i)
             except FormatError as e:
                 rejects.append((i, str(e)))
-        enc = self.encoder.encode(examples)
+        if fmt == "preference":  # two sides a record, checked side against side
+            from packtool.tokenization.pairs import encode_pairs
+
+            enc, keep = encode_pairs(self.encoder, examples, keep)
+        else:
+            enc = self.encoder.encode(examples)
         good = np.array([e is None for e in enc.errors], dtype=bool)
-        rejects += [(keep[j], e) for j, e in enumerate(enc.errors) if e is not None]
+        rejects += dict.fromkeys((keep[j], e) for j, e in enumerate(enc.errors) if e is not None)
         rejects.sort()
         if not good.all():
             lens = np.diff(enc.offsets)

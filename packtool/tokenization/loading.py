@@ -212,7 +212,7 @@ class TokenizerSpec:
     `backend_json` is the Rust tokenizer exactly as transformers builds it (transformers 5 rebuilds
     some from vocab and merges, e.g. Qwen2's pre-tokenizer, so this is not always the folder's
     tokenizer.json); both tokenizer backends are built from it. Resolving it needs transformers
-    (about 2.7 s to import and load), so the spec is cached per tokenizer files and library versions
+    (imported and loaded), so the spec is cached per tokenizer files and library versions
     (`load_spec`), and a warm run never imports transformers' tokenizer classes.
     """
 
@@ -290,8 +290,22 @@ class TokenizerSpec:
             "files_hash": self.files_hash,
         }
 
+    @property
+    def engines(self):
+        """Its tokenizers, built on first use (backends.Engines: the reference and fast engines,
+        the byte table): one per spec, so a run's steps and checks share them; a pickled spec
+        carries the table, not the engines."""
+        got = self.__dict__.get("_engines")
+        if got is None:
+            from packtool.tokenization.backends import Engines
+
+            got = Engines(self.backend_json)
+            object.__setattr__(self, "_engines", got)
+        return got
+
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__, all_special_tokens=list(self.all_special_tokens))
+        d = {k: v for k, v in self.__dict__.items() if k != "_engines"}
+        return dict(d, all_special_tokens=list(self.all_special_tokens))
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TokenizerSpec:
@@ -300,8 +314,7 @@ class TokenizerSpec:
 
 def compact_merges(d: dict) -> dict | None:
     """A parsed tokenizer JSON with its BPE model's merges spelled "a b" instead of ["a", "b"] (`d`
-    left unchanged): the same merges, read ~20% faster by `tokenizers` and fastokens (Llama 3: 0.40
-    -> 0.31 s). None where the JSON stays as it is: not BPE, merges already strings, or a part that
+    left unchanged): the same merges, read faster by `tokenizers` and fastokens. None where the JSON stays as it is: not BPE, merges already strings, or a part that
     holds a space (the one case the "a b" spelling cannot say)."""
     model = d.get("model")
     if not isinstance(model, dict) or model.get("type") != "BPE":
@@ -350,7 +363,7 @@ _VERSIONED = ("transformers", "tokenizers", "jinja2", "fastokens", "trl")  # trl
 def library_versions() -> dict[str, str]:
     """Versions that change rendering or tokenization, read without importing the packages: from
     the names of the installed `{name}-{version}.dist-info` folders (what a wheel install writes;
-    one scan of sys.path, ~5 ms), else importlib.metadata (~0.1 s with its import)."""
+    one scan of sys.path), else importlib.metadata."""
     found: dict[str, str] = {}
     for entry in sys.path:
         try:
@@ -378,7 +391,7 @@ def library_versions() -> dict[str, str]:
 
 def interruptible(fn, *args):
     """`fn(*args)`, answering Ctrl-C within a fraction of a second even while `fn` sits in one long
-    C or Rust call (a large tokenizer.json parses for ~30 s, and Python runs a signal handler only
+    C or Rust call (a large tokenizer.json parses for long, and Python runs a signal handler only
     between bytecodes of the main thread).
 
         main thread:   start ─ wait 0.1 s ─ wait 0.1 s ─ … ─ result (or its exception)

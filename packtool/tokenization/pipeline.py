@@ -2,13 +2,14 @@
 
     load_tokenized(data, cfg)            the local engine (packtool.cluster.tokenize: the Ray one)
       cache_key hit ──▶ the entry, checked and memory-mapped (transformers never imported)
-      RecordSource ──RawBatch──▶ decide.decided_stream (each file's FileDecision; batch.fmt)
+      RecordSource ──RawBatch──▶ source.decided_stream (each file's FileDecision; batch.fmt)
       run_plan.plan_run ──RunPlan──▶ Run (data, cfg, source, decisions, plan, batches)
       checked(run, attempt)                attempt(run, check, stats); a probe that differs
                                            (UseReference): again on Run.again, the reference path
         local attempt: forking.ordered_map(Work(step, reference), items, num_proc)
             items   (True, probe) (False, batch) ...  a probe (FastCheck.take) just before its batch
-            probe  ──where──▶ Stats.conclude (identical, or UseReference before anything is committed)
+            probe  ──where──▶ Stats.conclude, as it is ready, and every one before a refusal is
+                   reported and at the end (identical, or UseReference before the commit)
             batch  ──StepResult──▶ rejects ──▶ RecordSource.reject (file:line; --on-error)
                                    Stats.add;  Arrow batch ──▶ EntryWriter (data.arrow)
         ──commit(meta(run, stats))──▶ tok-<key>/ ──mmap──▶ TokenizedData
@@ -37,6 +38,7 @@ import itertools
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +54,6 @@ from packtool.errors import PacktoolError
 from packtool.forking import ordered_map
 from packtool.progress import Reporter, reporter
 from packtool.tokenization import cache
-from packtool.tokenization.decide import decided_stream, formats_table, input_format
 from packtool.tokenization.loading import library_versions, load_spec, tokenizer_key
 from packtool.tokenization.run_plan import (
     BackendReport,
@@ -63,7 +64,12 @@ from packtool.tokenization.run_plan import (
     compare,
     plan_run,
 )
-from packtool.tokenization.source import RecordSource
+from packtool.tokenization.source import (
+    RecordSource,
+    decided_stream,
+    formats_table,
+    input_format,
+)
 
 SMALL_BYTES = 4 << 20  # below this much input one process is faster than starting workers
 MAX_LISTED = 20  # source indices quoted in a warning
@@ -273,16 +279,28 @@ def _tokenize(run: Run, check: FastCheck | None, stats: Stats, tok_key: str, pro
             detail=f"{num_proc} processes" if num_proc > 1 else None,
         ) as bar,
     ):
+        checking: deque = deque()  # (probe, its pending result), in input order
+
+        def settle(every: bool) -> None:  # every: before a refusal is reported, and at the end
+            while checking and (every or checking[0][1].ready()):
+                probe, res = checking.popleft()
+                stats.conclude(check, len(probe), res.get())
+
         items = _items(run.batches, check)
-        for (probe, b), result in ordered_map(Work(plan.step, plan.reference), items, num_proc):
+        for (probe, b), res in ordered_map(Work(plan.step, plan.reference), items, num_proc):
             if probe:
-                stats.conclude(check, len(b), result)
+                checking.append((b, res))
                 continue
+            result = res.get()
+            settle(every=bool(result.rejects))
             for i, why in result.rejects:
                 source.reject(b, i, why)
             writer.write(result.table)
             stats.add(result)
-            bar.advance(result.table.num_rows, int(arrow_numpy(result.table.column("length")).sum()))
+            bar.advance(
+                result.table.num_rows, int(arrow_numpy(result.table.column("length")).sum())
+            )
+        settle(every=True)
         if writer.rows == 0:
             raise no_examples(run)
         key = cache_key(source.files, cfg, tok_key, source.not_read)

@@ -292,7 +292,7 @@ def _take(vals: np.ndarray, how, total: int, dtype) -> np.ndarray:
     if how is None:
         return vals.astype(dtype, copy=False)
     if isinstance(how, np.ndarray):  # Arrow's filter: several times faster than vals[how] here
-        import pyarrow.compute as pc  # (imported here only: 30-60 ms)
+        import pyarrow.compute as pc  # (imported here only)
 
         out = pc.filter(pa.array(vals), pa.array(how)).to_numpy(zero_copy_only=True)
         return out.astype(dtype, copy=False)

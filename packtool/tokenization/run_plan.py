@@ -1,7 +1,7 @@
 """The tokenize run plan: everything decided before a record is encoded, made once, frozen.
 
     plan_run(cfg, decisions) ──▶ RunPlan
-        kind          "chat" | "pretokenized"               the input's (decide.input_kind)
+        kind          "chat" | "pretokenized"               the input's (source.input_kind)
         step          EncodeStep run over every batch        (the fast path's, when it is tried)
         reference     EncodeStep of the reference path       None: the fast path is not tried
         tokenizer     {name, pad_id, ..., chat_template, chat_template_mode}   the manifest's
@@ -51,10 +51,10 @@ from dataclasses import dataclass
 
 from packtool.config import TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
-from packtool.tokenization.decide import input_kind
 from packtool.tokenization.encode import EncodeStep
 from packtool.tokenization.loading import load_spec
 from packtool.tokenization.render import best
+from packtool.tokenization.source import input_kind
 
 BACKENDS = ("auto", "fastokens", "hf")
 
@@ -85,7 +85,6 @@ class RunPlan:
     warnings: tuple[str, ...] = ()
     label_source: str | None = None
     pretokenized: tuple[str, str] | None = None
-    built: object = dataclasses.field(default=None, compare=False, repr=False)
 
     def on_difference(self, why: str) -> RunPlan:
         """This plan on the reference path after the fast path differed on a probe (`why`)."""
@@ -94,18 +93,17 @@ class RunPlan:
             step=self.reference,
             reference=None,
             backend=BackendReport("hf", self.backend.requested, "jinja", reason=why),
-            built=None,
         )
 
     def wait(self) -> None:
         """A process must not exit (or fork) while the fast backend's preload thread is inside
         native code: wait for it."""
-        if self.built is not None:
-            self.built.wait()
+        if self.step.spec is not None:
+            self.step.spec.engines.wait()
 
     def building(self) -> bool:
         """The fast backend is still being built on its thread (this process has time to spare)."""
-        return self.built is not None and self.built.building()
+        return self.step.spec is not None and self.step.spec.engines.building()
 
 
 def check_backend(cfg: TokenizeConfig) -> None:
@@ -117,8 +115,8 @@ def check_backend(cfg: TokenizeConfig) -> None:
 
 def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     """The RunPlan of an input whose files were decided (`decisions`, reading order; those read so
-    far). `preload`: start building the fast backend now, on a thread (~1 s for a 150k vocabulary,
-    GIL released: it overlaps what follows), for a step run in this process or forked workers."""
+    far). `preload`: start building the fast backend now, on a thread (GIL released: it
+    overlaps what follows), for a step run in this process or forked workers."""
     kind, label_source = input_kind(decisions)
     if kind == "pretokenized":
         return _pretokenized_plan(cfg, label_source)
@@ -131,17 +129,12 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
         idle.later(jinja.preload)  # the probe and the reference path render with it
     spec = load_spec(cfg.tokenizer)
     why = fast_refused(spec, cfg.tokenizer_backend)
-    built = None
     if why is None and preload:
-        from packtool.tokenization.backends import FastBackend
-
-        built = FastBackend(spec.backend_json)
-        built.preload()
+        spec.engines.preload()
     try:
         template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
     except BaseException:
-        if built is not None:
-            built.wait()
+        spec.engines.wait()
         raise
     first = next((d for d in decisions if d.first_len), None)
     reference = EncodeStep(  # the reference path: tokenizers + jinja (fmt: of a batch with none)
@@ -156,7 +149,7 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     step, backend = reference, BackendReport("hf", cfg.tokenizer_backend, "jinja", reason=why)
     if why is None:
         renderer, note = best(template)
-        step = reference.with_backend("fastokens", renderer, built)
+        step = reference.with_backend("fastokens", renderer)
         backend = BackendReport("fastokens", cfg.tokenizer_backend, renderer, {"examples": 0}, note)
     return RunPlan(
         "chat",
@@ -166,7 +159,6 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
         template,
         backend,
         tuple(template_warnings(template)),
-        built=built,
     )
 
 
@@ -221,6 +213,7 @@ def template_warnings(template) -> list[str]:
         f"chat template '{template.name}' has no {{% generation %}} markers: {which} "
         "located by diffs of renders (slower; checked per example)"
     ]
+
 
 CHECK_EXAMPLES = 256  # examples encoded by both backends before fastokens is trusted
 CHECK_PER_FILE = 32  # ...and of each later file's first batch (a folder's files differ in format)

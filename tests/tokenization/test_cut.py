@@ -212,14 +212,12 @@ def test_refused_without_byte_level_or_with_a_symbol_missing():
 
 
 def test_too_many_substrings_uses_the_whole_tokenizer(monkeypatch):
-    from packtool.tokenization.backends import rust_tokenizer
-
     js = _bpe_json()
     monkeypatch.setattr(cut, "MAX_SUBSTRINGS", 10)
     assert cut.cut_json(cut.build_tables(js), ["hello lowest world"]) is None
     backend = cut.CutBackend(js)
     ids, offsets, mask = backend.encode_spans(["hello lowest"], [[(0, 5)]])
-    assert backend.decoder() is rust_tokenizer(js)
+    assert backend.decoder() is backend.engines.rust()  # the whole one, built once
     assert mask.any() and len(ids) == offsets[-1]
 
 

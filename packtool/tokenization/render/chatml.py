@@ -1,5 +1,6 @@
 """A native renderer of the built-in `chatml-train` template: the same text and generation spans as
-transformers' jinja renderer, about 20× faster (jinja is most of the CPU time of tokenizing chats).
+transformers' jinja renderer, faster (jinja is most of the CPU time of tokenizing chats; figures in
+benchmarks/README.md, "Renderers").
 
     render(messages, tools) -> (text, [(start, end), ...])    spans: each {% generation %} block
     native(messages, tools, kwargs, date) -> (text, spans, True)   the same, as renderer.native_for

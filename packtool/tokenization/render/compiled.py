@@ -1,5 +1,5 @@
 """The compiled renderer: any chat template rendered with MiniJinja (Rust), the text and the
-generation spans transformers' jinja renderer gives, 2-6x faster.
+generation spans transformers' jinja renderer gives, faster (benchmarks/README.md, "Renderers").
 
     Compiled(text, globals)              compiles the template; Unfit (why) when MiniJinja cannot
         .render(messages, tools, marks, gen_prompt) -> (text, spans | None)

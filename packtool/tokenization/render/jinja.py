@@ -5,7 +5,7 @@
         `{% generation %}` blocks (return_assistant_tokens_mask), when `marks`
     dated_text(template) -> the template's text, today's date fixed (every renderer renders it)
 
-transformers is imported on first use (~1 s): a run imports it while it would wait
+transformers is imported on first use: a run imports it while it would wait
 (run_plan.plan_run, packtool.idle), inspect and a run whose renderers cover every conversation
 never do.
 """
