@@ -418,14 +418,9 @@ class EncodeStep:
                 keep.append(i)
             except FormatError as e:
                 rejects.append((i, str(e)))
-        if fmt == "preference":  # two sides a record, checked side against side
-            from packtool.tokenization.pairs import encode_pairs
-
-            enc, keep = encode_pairs(self.encoder, examples, keep)
-        else:
-            enc = self.encoder.encode(examples)
+        enc = self.encoder.encode(examples)
         good = np.array([e is None for e in enc.errors], dtype=bool)
-        rejects += dict.fromkeys((keep[j], e) for j, e in enumerate(enc.errors) if e is not None)
+        rejects += [(keep[j], e) for j, e in enumerate(enc.errors) if e is not None]
         rejects.sort()
         if not good.all():
             lens = np.diff(enc.offsets)
