@@ -122,7 +122,28 @@ def load_tokenized(
         td = _load_tokenized(data, cfg, progress, seed, engine)
     given = data if isinstance(data, str) else [s.spec for s in data]
     td.options = {**cfg.fingerprint_dict(), "input": given, **(td.options or {})}
-    return td
+    return _pairs_checked(td, one=isinstance(data, str), engine=engine)
+
+
+def _pairs_checked(td: TokenizedData, one: bool, engine) -> TokenizedData:
+    """Data read as preference pairs marked as pairs (TokenizedData.as_pairs); pairs mixed with
+    SFT records, in a mixture or on Ray refused in one line (none of them keeps pairs whole yet)."""
+    pair_files = sorted(p for p, f in td.formats.items() if f.format == "preference")
+    if not pair_files and td.format != "preference":
+        return td
+    if len(pair_files) != len(td.formats):
+        sft = sorted(p for p, f in td.formats.items() if f.format != "preference")
+        raise UsageError(
+            f"{pair_files[0]} holds preference pairs but {sft[0]} does not: pack them as separate "
+            "inputs (or pass --format chosen-sft to train SFT on every file's chosen answers)"
+        )
+    if not one or engine is not None:
+        where = "a mixture" if not one else "--engine ray"
+        raise UsageError(
+            f"preference pairs in {where}: packtool keeps pairs whole with --engine local and one "
+            "input (a file, folder or glob) only; pack them that way"
+        )
+    return td.as_pairs()
 
 
 def _load_tokenized(data, cfg, progress, seed, engine) -> TokenizedData:

@@ -69,7 +69,8 @@ def test_preference_under_forced_chat_format_is_refused():
         FormatError, match=r"preference data .*--format messages would ignore 'chosen'"
     ):
         normalize(rec, "messages", ReadConfig(format="messages"))
-    assert normalize(rec, "preference", ReadConfig(format="preference"))["kind"] == "chat"
+    assert normalize(rec, "chosen-sft", ReadConfig(format="chosen-sft"))["kind"] == "chat"
+    assert normalize(rec, "preference", ReadConfig(format="preference"))["kind"] == "pair"
 
 
 def test_pack_kto_with_format_messages(tmp_path):

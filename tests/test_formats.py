@@ -76,6 +76,7 @@ def test_detect_forced_and_unknown_format():
         "sharegpt",
         "firefly",
         "preference",
+        "chosen-sft",
     }
 
 

@@ -117,7 +117,7 @@ class TokenizeArgs:
         "--format",
         "-f",
         help="Force the record format: messages|prompt-completion|text|alpaca|sharegpt|firefly|"
-        "preference (SFT on the chosen answers).",
+        "preference (chosen/rejected pairs, packed as pairs)|chosen-sft (SFT on the chosen answers).",
     )
     column: list[str] | None = _option(
         None,

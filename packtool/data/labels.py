@@ -194,3 +194,16 @@ def mask_schema(schema):
 
     i = schema.get_field_index(LABELS)
     return schema.set(i, pa.field(LOSS_MASK, pa.list_(pa.bool_())))
+
+
+def prompt_lengths(table) -> np.ndarray:
+    """Per row, its leading untrained run (the tokens before its first label that is not -100;
+    the whole row when none is): a preference side's prompt. int32[n]."""
+    name = stored(table)
+    out = []
+    for chunk in table.column(name).chunks:
+        off, vals = flat(chunk)
+        trained = np.flatnonzero(vals if name == LOSS_MASK else vals != IGNORE_INDEX)
+        after = np.append(trained, off[-1])[np.searchsorted(trained, off[:-1])]
+        out.append(np.minimum(after, off[1:]) - off[:-1])
+    return np.concatenate(out).astype(np.int32) if out else np.zeros(0, np.int32)

@@ -73,6 +73,15 @@ class TokenizedData:
     def __len__(self) -> int:
         return len(self.lengths)
 
+    def as_pairs(self) -> TokenizedData:
+        """Mark data tokenized from preference records (format "preference": rows 2k, 2k+1 pair
+        k) as pairs: task "preference", each side's prompt its leading untrained run."""
+        from packtool.data.labels import prompt_lengths
+
+        self.task = "preference"
+        self.prompt_lengths = prompt_lengths(self.table) if self.table is not None else None
+        return self
+
     def inputs_manifest(self, dropped, truncated, split) -> list[dict[str, Any]]:
         """The manifest's `inputs` (empty for one input): each input as given, its options, format,
         weight, block, files and counts, from the global source indices the packer dropped,

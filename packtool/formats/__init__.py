@@ -23,7 +23,7 @@ Every record, whatever its format, becomes an Example (JSON-serializable, every 
                "name": str | None}
 
 Which keys select which format, and how turns, tools and --column / --role are read: README.md,
-"Input". The caller detects once per file (tokenization/decide.py), so a folder may mix formats, one
+"Input". The caller detects once per file (tokenization/source.py), so a folder may mix formats, one
 per file; a file none of whose records fits one is normalized with AUTO, each record refused with
 what `detect_format` says of it.
 """
@@ -32,7 +32,16 @@ from __future__ import annotations
 
 from packtool.errors import PacktoolError
 
-FORMATS = ("messages", "prompt-completion", "text", "alpaca", "sharegpt", "firefly", "preference")
+FORMATS = (
+    "messages",
+    "prompt-completion",
+    "text",
+    "alpaca",
+    "sharegpt",
+    "firefly",
+    "preference",
+    "chosen-sft",
+)
 AUTO = "auto"
 # What is done with prompt/completion strings (tokenization/encode.py); report/tokenized.py reads
 # "no chat template" in a format reason to leave out the template line.

@@ -37,10 +37,12 @@ KNOWN_ROLES_TEXT = (
 RECORD_FIELDS = (
     "messages", "conversations", "tools", "prompt", "completion",
     "instruction", "input", "output", "history", "system", "text", "conversation",
+    "chosen", "rejected", "margin",
 )  # fmt: skip
 
 
 TURN_FIELDS = ("role", "content")
+PAIR_KEYS = (("chosen", "rejected"), ("chosen_messages", "rejected_messages"))  # a pair's two sides
 ROLE_KEYS = ("role", "from")  # where a turn's role and content are, unless --column says otherwise
 CONTENT_KEYS = ("content", "value")
 
@@ -205,7 +207,8 @@ _FORMAT_KEYS = (
     ("prompt-completion", "prompt + completion"),
     ("alpaca", "instruction + output"),
     ("text", "text"),
-    ("preference", "chosen + rejected, with --format preference"),
+    ("preference", "chosen + rejected, or chosen_messages + rejected_messages: pairs"),
+    ("chosen-sft", "chosen + rejected, with --format chosen-sft: SFT on the chosen answers"),
 )
 _FORMATS_TEXT = ", ".join(f"{name} ({keys})" for name, keys in _FORMAT_KEYS)
 
@@ -225,6 +228,12 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
         theirs = plan.back.get(key)
         return f"'{key}' (column '{theirs}')" if theirs in stored else f"'{key}'"
 
+    for c_key, r_key in PAIR_KEYS:
+        if c_key in record and r_key in record:
+            return "preference", (
+                f"has {named(c_key)} and {named(r_key)}: preference pairs, each side the prompt + "
+                "its answer (--format chosen-sft trains SFT on the chosen answers instead)"
+            )
     refusal = sft_refusal(record, None)
     if refusal is not None:
         raise UsageError(refusal)
@@ -271,19 +280,20 @@ def sft_refusal(record: dict, forced: str | None) -> str | None:
     """Why `record` (columns already mapped) may not be read as plain SFT, or None. The one rule for
     preference and KTO fields, with the fix; `forced`: the --format given (None: detecting).
 
-        chosen + rejected            refused unless --format preference: SFT would ignore 'chosen'
+        chosen + rejected            (detected as preference pairs) refused under another
+                                     --format than preference or chosen-sft: SFT would ignore 'chosen'
         label: bool (KTO) detected   refused: name the --format that reads it
         label: false, --format X     refused per record (X would train the undesirable answer);
                                      label: true under --format X is packed
     """
-    if forced == "preference":
+    if forced in ("preference", "chosen-sft"):
         return None
-    if "chosen" in record and "rejected" in record:
+    if any(c in record and r in record for c, r in PAIR_KEYS):
         how = f"--format {forced} would ignore" if forced else "packing them as SFT would ignore"
         return (
             f"records are preference data (keys {keys_text(record)}): {how} 'chosen'; "
-            "pass --format preference to train on the chosen answers (the prompt turns carry no loss; "
-            "rejected is ignored)"
+            "pass --format preference to pack them as pairs (or --format chosen-sft to train SFT "
+            "on the chosen answers: the prompt turns carry no loss, rejected is ignored)"
         )
     label = record.get("label")
     if not isinstance(label, bool) or not any(k in record for k in _KTO_KEYS):
@@ -293,7 +303,8 @@ def sft_refusal(record: dict, forced: str | None) -> str | None:
         if "conversations" in record and "messages" not in record:
             fmt = "sharegpt"
         return (
-            f"records are KTO data (a boolean 'label'; keys {keys_text(record)}): SFT would train the undesirable "
+            f"records are KTO data (a boolean 'label'; keys {keys_text(record)}): packtool packs "
+            "preference pairs (chosen + rejected), not KTO's unpaired answers, and SFT would train the undesirable "
             f"answers too; keep the records whose label is true, then pass --format {fmt} (or pass "
             f"--format {fmt} --on-error skip: records with label false are then skipped and counted)"
         )

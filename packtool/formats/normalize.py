@@ -132,9 +132,20 @@ def _norm_prompt_completion(record: dict, plan: ReadPlan) -> dict:
     )
 
 
-def _norm_preference(record: dict, plan: ReadPlan) -> dict:
+def _norm_pair(record: dict, plan: ReadPlan) -> dict:
+    """A preference pair: {"kind": "pair", "chosen": Example, "rejected": Example, "margin"}, each
+    side the shared prompt (no loss) + its answer (formats/pairs.py)."""
+    from packtool.formats.pairs import read_pair  # preference runs only
+
+    pair = read_pair(record, plan)
+    return {"kind": "pair", "chosen": pair.chosen, "rejected": pair.rejected, "margin": pair.margin}
+
+
+def _norm_chosen_sft(record: dict, plan: ReadPlan) -> dict:
     """SFT on the chosen answer: prompt turns (no loss) + chosen turns; `rejected` is not read."""
-    chosen = _require(record, "chosen", "preference")
+    if "chosen" not in record and "chosen_messages" in record:
+        record = {**record, "chosen": record["chosen_messages"]}
+    chosen = _require(record, "chosen", "chosen-sft")
     prompt = first_of(record, ("conversations", "messages", "prompt"))
     if isinstance(chosen, str):
         chosen = [{"role": "assistant", "content": chosen}]
@@ -209,5 +220,6 @@ _NORMALIZERS = {
     "prompt-completion": _norm_prompt_completion,
     "alpaca": _norm_alpaca,
     "text": _norm_text,
-    "preference": _norm_preference,
+    "preference": _norm_pair,
+    "chosen-sft": _norm_chosen_sft,
 }

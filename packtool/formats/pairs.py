@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from packtool.formats import FormatError
-from packtool.formats.detect import ReadPlan, keys_text
+from packtool.formats.detect import PAIR_KEYS, ReadPlan, keys_text
 from packtool.formats.turns import first_of, make_example, read_tools, read_turns
 
-PAIR_KEYS = (("chosen", "rejected"), ("chosen_messages", "rejected_messages"))
 _PROMPT_KEYS = ("prompt", "conversations", "messages")
 _SCORES = (
     ("score_chosen", "score_rejected"),

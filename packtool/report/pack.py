@@ -96,16 +96,28 @@ def render_pack(result: PackResult, console) -> None:
             f"{records:,} records read from {len(inputs)} inputs, {c['skipped']:,} skipped, "
             f"{c['tokenized']:,} examples after weights",
         )
+    elif m.get("task") == "preference":  # an example is a pair: two documents, one row
+        table.add_row(
+            "pairs",
+            f"{c['examples_read']:,} read, {c['skipped']:,} skipped, {c['tokenized']:,} tokenized",
+        )
     else:
         table.add_row(
             "examples",
             f"{c['examples_read']:,} read, {c['skipped']:,} skipped, {c['tokenized']:,} tokenized",
         )
-    table.add_row(
-        "",
-        f"{c['packed']:,} packed whole, {c['truncated']:,} truncated, {c['split']:,} split "
-        f"({c['split_parts']:,} parts), {c['dropped']:,} dropped → {c['documents']:,} documents",
-    )
+    if m.get("task") == "preference":
+        table.add_row(
+            "",
+            f"{c['packed']:,} packed whole, {c['truncated']:,} truncated, {c['dropped']:,} "
+            f"dropped → {c['documents']:,} documents (chosen, rejected side by side in a row)",
+        )
+    else:
+        table.add_row(
+            "",
+            f"{c['packed']:,} packed whole, {c['truncated']:,} truncated, {c['split']:,} split "
+            f"({c['split_parts']:,} parts), {c['dropped']:,} dropped → {c['documents']:,} documents",
+        )
     table.add_row("tokens", f"{t['in']:,} in = {t['out']:,} packed + {t['cut']:,} cut")
     table.add_row(
         "loss tokens",
@@ -140,9 +152,11 @@ def render_pack(result: PackResult, console) -> None:
             f"(anonymous {e['worker_rss_anon'] / 2**20:,.0f} MiB)",
         )
     console.print(table)
+    pairs = m.get("task") == "preference"
+    unit, keeps = ("pair(s)", "truncate") if pairs else ("example(s)", "truncate|split")
     if m["truncated"]:
         console.print(
-            f"[bold yellow]warning: truncated {c['truncated']:,} example(s) to {L} tokens, cutting "
+            f"[bold yellow]warning: truncated {c['truncated']:,} {unit} to {L} tokens, cutting "
             f"{sum(x['cut'] for x in m['truncated']):,} tokens: {_quote(m['truncated'])}[/]"
         )
     if m["split"]:
@@ -152,8 +166,8 @@ def render_pack(result: PackResult, console) -> None:
         )
     if m["dropped"]:
         console.print(
-            f"[yellow]dropped {c['dropped']:,} example(s): {_quote(m['dropped'])} "
-            "(see 'dropped' in manifest.json; --overflow truncate|split keeps long ones)[/]"
+            f"[yellow]dropped {c['dropped']:,} {unit}: {_quote(m['dropped'])} "
+            f"(see 'dropped' in manifest.json; --overflow {keeps} keeps long ones)[/]"
         )
     for w in result.warnings:
         if w.code not in (notices.TRUNCATED, notices.DROPPED):  # drawn above from the manifest

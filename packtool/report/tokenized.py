@@ -85,8 +85,11 @@ def announce(td, con, warnings: bool = True) -> None:
     for b in getattr(td, "inputs", None) or ():
         con.print(escape(input_line(b)))
     backend = (td.backend or {}).get("name")
+    what, done = "examples", len(td)
+    if getattr(td, "task", "sft") == "preference":  # a record is a pair, tokenized as two sides
+        what, done = "pairs", len(td) // 2
     con.print(
-        f"examples: {td.num_read} read, {len(td)} tokenized, {len(td.skipped)} skipped"
+        f"{what}: {td.num_read} read, {done} tokenized, {len(td.skipped)} skipped"
         + (f", tokenizer backend {backend}" if backend else "")
         + (" (from cache)" if td.cache_hit else "")
     )

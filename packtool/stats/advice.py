@@ -94,9 +94,7 @@ class LenChoice:
 def _overflow_reason(c: dict, t: Totals, overflow: str) -> str:
     k = c["examples_over"]
     if k == 0:
-        return (
-            "no example is longer than --len: --overflow does not matter (drop is pack's default)"
-        )
+        return f"no {_unit(t)} is longer than --len: --overflow does not matter (drop is pack's default)"
     trunc = (
         f"truncate would cut the ends of {_plural(k, _unit(t))} ({c['tokens_truncated']:,} tokens)"
     )
@@ -137,7 +135,7 @@ def _len_reason(p: LenPick, cuts: dict[int, dict], t: Totals) -> str:
     """Why --len is p.pack_len, read after "--len N: "."""
     L0, c0, c = p.given, cuts[p.given], cuts[p.pack_len]
     if p.rule == "fits":
-        return f"every example fits (longest {t.longest:,})"
+        return f"every {_unit(t)} fits (longest {t.longest:,})"
     if p.rule == "drop":
         return f"keeps all but a small tail: {_over_text(c0, t)}"
     if p.rule == "outliers":
@@ -148,7 +146,7 @@ def _len_reason(p: LenPick, cuts: dict[int, dict], t: Totals) -> str:
         )
         return f"only {_over_text(c0, t)}: too few to make every row longer{hint}"
     if p.rule == "raise":
-        left = "every example fits" if c["examples_over"] == 0 else _over_text(c, t)
+        left = f"every {_unit(t)} fits" if c["examples_over"] == 0 else _over_text(c, t)
         return (
             f"the smallest power of two that keeps all but {MAX_LOST_SHARE:.0%} of tokens ({left}); "
             f"at --len {L0:,} {_over_text(c0, t)}"
@@ -165,12 +163,12 @@ def _len_reason(p: LenPick, cuts: dict[int, dict], t: Totals) -> str:
         fits = c["examples_over"] == 0
         if p.within is not None:
             base = (
-                f"every example fits (longest {t.longest:,})"
+                f"every {_unit(t)} fits (longest {t.longest:,})"
                 if fits
                 else f"keeps all but {MAX_LOST_SHARE:.0%} of tokens: {_over_text(c, t)}"
             )
         elif fits:
-            base = f"the shortest swept --len that every example fits in (longest {t.longest:,})"
+            base = f"the shortest swept --len that every {_unit(t)} fits in (longest {t.longest:,})"
         else:
             base = (
                 f"the shortest swept --len that keeps all but {MAX_LOST_SHARE:.0%} of tokens: "

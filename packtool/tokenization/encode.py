@@ -418,9 +418,14 @@ class EncodeStep:
                 keep.append(i)
             except FormatError as e:
                 rejects.append((i, str(e)))
-        enc = self.encoder.encode(examples)
+        if fmt == "preference":  # two sides a record, checked side against side
+            from packtool.tokenization.pairs import encode_pairs
+
+            enc, keep = encode_pairs(self.encoder, examples, keep)
+        else:
+            enc = self.encoder.encode(examples)
         good = np.array([e is None for e in enc.errors], dtype=bool)
-        rejects += [(keep[j], e) for j, e in enumerate(enc.errors) if e is not None]
+        rejects += dict.fromkeys((keep[j], e) for j, e in enumerate(enc.errors) if e is not None)
         rejects.sort()
         if not good.all():
             lens = np.diff(enc.offsets)

@@ -65,3 +65,16 @@ def _pair_problem(ids, offsets, errors, prompt, c, r) -> str | None:
         f"{p_r} tokens, first different at token {at}): a token merged across the prompt/answer "
         "boundary, or a template that renders the prompt by what follows it; the pair is not packed"
     )
+
+
+def encode_pairs(encoder, pairs: list[dict], keep: list[int]):
+    """Both sides of every pair (formats.normalize's {"kind": "pair", "chosen", "rejected"})
+    encoded in one call, chosen at 2k and rejected at 2k+1, then checked side against side: a
+    refused pair's two sides both carry its reason. Returns (Encoded, each side's record row)."""
+    sides = [side for p in pairs for side in (p["chosen"], p["rejected"])]
+    enc = encoder.encode(sides)
+    _, why = check_pairs(enc.ids, enc.label_values, enc.offsets, enc.errors)
+    for k, reason in enumerate(why):
+        if reason is not None:
+            enc.errors[2 * k] = enc.errors[2 * k + 1] = reason
+    return enc, [row for row in keep for _ in range(2)]

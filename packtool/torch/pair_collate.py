@@ -31,8 +31,10 @@ import numpy as np
 import torch
 
 from packtool import schema
+from packtool.schema import SIDE_COLUMN
 from packtool.torch.collate import PackedCollator
-from packtool.torch.pair_dataset import CHOSEN, REJECTED, SIDE_COLUMN
+
+CHOSEN, REJECTED = 0, 1  # the side column's codes (manifest preference.sides)
 
 PAIRS = "pairs"
 

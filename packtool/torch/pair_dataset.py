@@ -21,8 +21,6 @@ from pathlib import Path
 from packtool.schema import SIDE_COLUMN
 from packtool.torch.dataset import PackedDataset
 
-CHOSEN, REJECTED = 0, 1
-
 
 class PairDataset(PackedDataset):
     """Map-style dataset over a preference pack: `PackedDataset`'s item plus `side` (int8 tensor,

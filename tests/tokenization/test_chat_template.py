@@ -13,6 +13,7 @@ from paths import SHARED
 
 from packtool.config import ReadConfig, TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
+from packtool.formats import FormatError
 from packtool.formats.detect import detect_format
 from packtool.formats.normalize import normalize
 from packtool.tokenization import chat_template as ct
@@ -366,13 +367,12 @@ DPO = {
 }
 
 
-def test_preference_records_are_refused_with_the_mapping():
+def test_preference_records_are_detected_as_pairs_and_kto_is_refused():
+    assert detect_format(DPO, ReadConfig())[0] == "preference"
+    with pytest.raises(FormatError, match=r"preference data .*--format preference to pack them"):
+        normalize(DPO, "sharegpt", ReadConfig(format="sharegpt"))
     with pytest.raises(
-        UsageError, match=r"preference data .*--format preference to train on the chosen"
-    ):
-        detect_format(DPO, ReadConfig())
-    with pytest.raises(
-        UsageError, match=r"KTO data .*keep the records whose label is true.*prompt-completion"
+        UsageError, match=r"KTO data .*not KTO's unpaired answers.*keep the records whose label"
     ):
         detect_format({"prompt": "a", "completion": "b", "label": False}, ReadConfig())
 
@@ -402,26 +402,24 @@ def test_preference_records_are_refused_with_the_mapping():
         ),
     ],
 )
-def test_format_preference_trains_on_chosen(record, want):
-    cfg = ReadConfig(format="preference")
+def test_format_chosen_sft_trains_on_chosen(record, want):
+    cfg = ReadConfig(format="chosen-sft")
     ex = normalize(record, detect_format(record, cfg)[0], cfg)
     assert [m["content"] for m in ex["messages"]] == want
     assert ex["messages"][-1]["role"] == "assistant" and ex["messages"][-1]["weight"] is None
 
 
-def test_preference_pack_end_to_end(tmp_path):
+def test_chosen_sft_end_to_end(tmp_path):
     from packtool.api import load_tokenized
 
     path = tmp_path / "dpo.json"
     path.write_text(json.dumps([DPO, DPO]))
-    with pytest.raises(UsageError, match="preference data"):
-        load_tokenized(str(path), TokenizeConfig(num_proc=1, cache=False), progress=False)
     td = load_tokenized(
         str(path),
-        TokenizeConfig(num_proc=1, cache=False, read=ReadConfig(format="preference")),
+        TokenizeConfig(num_proc=1, cache=False, read=ReadConfig(format="chosen-sft")),
         progress=False,
     )
-    assert len(td) == 2 and td.format == "preference"
+    assert len(td) == 2 and td.format == "chosen-sft" and td.task == "sft"
 
 
 # ------------------------------------------------------------------------- the CLI says what it chose
@@ -525,8 +523,8 @@ def test_preference_with_a_whole_conversation_in_chosen_is_not_doubled():
         "chosen": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
         "rejected": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "B"}],
     }
-    cfg = ReadConfig(format="preference")
-    assert [m["content"] for m in normalize(row, "preference", cfg)["messages"]] == ["Q", "A"]
+    cfg = ReadConfig(format="chosen-sft")
+    assert [m["content"] for m in normalize(row, "chosen-sft", cfg)["messages"]] == ["Q", "A"]
 
 
 def test_a_role_header_is_not_an_end_of_turn(spec, tmp_path):

@@ -221,7 +221,9 @@ def test_preference_data_names_its_file(tmp_path):
     folder.mkdir()
     jsonl(folder / "a.jsonl", CHAT)
     jsonl(folder / "b.jsonl", [{"prompt": "p", "chosen": "c", "rejected": "r"}])
-    with pytest.raises(UsageError, match=r"b\.jsonl:1: records are preference data"):
+    with pytest.raises(
+        UsageError, match=r"b\.jsonl holds preference pairs but .*a\.jsonl does not"
+    ):
         load_tokenized(str(folder), cfg(), progress=False)
 
 
