@@ -51,6 +51,7 @@ from packtool.verify.sources.compare import Compare
 from packtool.verify.sources.load import (
     MixtureProvenance,
     Provenance,
+    SideProvenance,
     files_check,
     inputs_files_check,
     locate_recorded,
@@ -110,6 +111,8 @@ def check_sources(
         checks.append(template_check(cfg, manifest, tokenized))
         exp = expected_pieces(tokenized, manifest)
         where = MixtureProvenance(specs, tokenized.inputs) if specs else Provenance(data, read)
+        if manifest.get("task") == "preference":  # documents keyed 2 * source_index + side
+            where = SideProvenance(where)
         cmp = Compare(exp, where, seen=np.zeros(exp.piece_row.size, np.int64))
         candidates = np.flatnonzero(exp.num_pieces > 0)
         wanted_records = None

@@ -37,14 +37,26 @@ def account_check(
     counts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
     tokens = manifest.get("tokens") if isinstance(manifest.get("tokens"), dict) else {}
     problems = []
+    # an example: a record's document(s), or a preference pair (its two sides, keyed
+    # 2 * source_index + side in exp: pieces.pair_keys), listed by its record's source_index
+    if manifest.get("task") == "preference":
+        from packtool.pack.pairs import pair_outcomes
+
+        oc = pair_outcomes(exp.lengths, exp.src // 2, pieces)
+        src, lengths, where = oc.source, oc.length, getattr(where, "records", where)
+        rec_rows = {"dropped": oc.dropped, "truncated": oc.truncated, "split": oc.split}
+        record_of = lambda keys: exp.record_of(2 * keys) // 2  # noqa: E731
+    else:
+        src, lengths, record_of = exp.src, exp.lengths, exp.record_of
+        rec_rows = {"dropped": pieces.dropped, "truncated": pieces.truncated, "split": pieces.split}
     have = {
         "examples_read": int(tokenized.num_read),
         "skipped": len(tokenized.skipped),
-        "tokenized": len(exp.src),
-        "truncated": int(pieces.truncated.size),
-        "split": int(pieces.split.size),
+        "tokenized": len(src),
+        "truncated": int(rec_rows["truncated"].size),
+        "split": int(rec_rows["split"].size),
         "split_parts": int(pieces.split_parts.sum()),
-        "dropped": int(pieces.dropped.size),
+        "dropped": int(rec_rows["dropped"].size),
     }
     for key, v in have.items():
         if key in counts and counts[key] != v:
@@ -59,8 +71,6 @@ def account_check(
         if key in tokens and tokens[key] != v:
             problems.append(f"tokens.{key} is {tokens[key]} in the manifest, {v} from the sources")
 
-    src, lengths = exp.src, exp.lengths
-    rec_rows = {"dropped": pieces.dropped, "truncated": pieces.truncated, "split": pieces.split}
     for key, rows in rec_rows.items():
         if not isinstance(manifest.get(key), list):
             continue
@@ -76,7 +86,7 @@ def account_check(
             )
         if extra:
             i = extra[0]
-            r = exp.record_of(np.array([i]))[0]
+            r = record_of(np.array([i]))[0]
             has = f"{where(i)} has {int(lengths[r])} tokens when tokenized again"
             has = has if r >= 0 else "is no tokenized record"
             problems.append(f"source_index {i} is listed under {key} in the manifest, but {has}")

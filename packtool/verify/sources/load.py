@@ -166,7 +166,8 @@ def tokenize_again(data, cfg, progress=False, seed: int = 0):
     try:
         if not isinstance(data, str):
             return load_mixture(list(data), cfg, seed=seed, progress=progress)
-        return load_tokenized(data, cfg, progress=progress)
+        td = load_tokenized(data, cfg, progress=progress)
+        return td.as_pairs() if td.format == "preference" else td
     except PacktoolError as e:
         raise Stop(TOKENS, f"tokenizing the sources again failed: {e}") from None
 
@@ -259,3 +260,17 @@ class MixtureProvenance:
             return f"source_index {int(i)} (in no input's block)"
         where = self.each[b.number - 1](b.locate(i)[1])
         return f"{describe_source(i, self.blocks)}: {where}"
+
+
+class SideProvenance:
+    """A preference pack's documents are keyed 2 * source_index + side (pieces.pair_keys): named
+    by their record's provenance and their side."""
+
+    def __init__(self, records):
+        self.records = records
+
+    def resolve(self, keys) -> None:
+        self.records.resolve([int(k) // 2 for k in keys])
+
+    def __call__(self, key: int) -> str:
+        return f"{self.records(int(key) // 2)} ({'rejected' if int(key) % 2 else 'chosen'})"

@@ -31,7 +31,7 @@ import numpy as np
 from packtool import schema
 from packtool.verify.scan import MAX_EXAMPLES
 from packtool.verify.sources.compare import Compare, Doc, compare_docs, piece_note
-from packtool.verify.sources.pieces import hashes, segments
+from packtool.verify.sources.pieces import hashes, pair_keys, segments
 
 BATCH_TOKENS = 1 << 22
 
@@ -68,12 +68,18 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
     cols = ["input_ids", "labels", "seq_lengths", "source_index"]
     padded = schema.UNPADDED_COLUMN in pf.schema_arrow.names
     cols += [schema.UNPADDED_COLUMN] if padded else []
+    sided = schema.SIDE_COLUMN in pf.schema_arrow.names  # a preference pack: documents by pair_keys
+    cols += [schema.SIDE_COLUMN] if sided else []
     for batch in pf.iter_batches(batch_size=max(1, BATCH_TOKENS // L), columns=cols):
         R = batch.num_rows
         if not R:
             continue
         seq_off, seq = flat_list(batch.column("seq_lengths"))
         src_off, src = flat_list(batch.column("source_index"))
+        if sided:
+            side_off, side = flat_list(batch.column(schema.SIDE_COLUMN))
+            if np.array_equal(side_off, src_off):  # else the rows are strays: integrity says why
+                src = np.where(src >= 0, pair_keys(src, side), src)
         seq = seq.astype(np.int64)
         unp_ok = np.ones(R, bool)
         real = seq  # the documents' own tokens per entry

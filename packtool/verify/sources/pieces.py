@@ -1,6 +1,7 @@
 """What the shards must hold: the records tokenized again, cut into pieces the way the packer cuts them.
 
-    TokenizedData (load.py)             record r: input_ids, labels, length n_r, source_index (increasing)
+    TokenizedData (load.py)             record r: input_ids, labels, length n_r, source_index (increasing;
+                                        a preference pack's sides: pair_keys, 2 * source_index + side)
         │ packtool.pack.overflow.apply_overflow(lengths, source_index, pack_len L, overflow)
         ▼                               the packer's own function: the same cut, by construction
     pieces  (row = record, start, length), grouped by record; num_pieces per record:
@@ -124,6 +125,12 @@ def hashes(ids: np.ndarray, labels: np.ndarray, off: np.ndarray, pack_len: int) 
     return np.add.reduceat(terms, off[:-1].astype(np.int64))
 
 
+def pair_keys(source_index: np.ndarray, side: np.ndarray) -> np.ndarray:
+    """A preference pack's document key: 2 * source_index + side (0 chosen, 1 rejected), unique
+    per document and increasing in the tokenized order, as a record's source_index is for SFT."""
+    return 2 * np.asarray(source_index, dtype=np.int64) + np.asarray(side, dtype=np.int64)
+
+
 def expected_pieces(tokenized, manifest: dict) -> Expected:
     """The pieces of every record at the manifest's pack_len and overflow; Stop(TOKENS) when the
     records are not in source order or the packer's cut refuses them."""
@@ -134,13 +141,25 @@ def expected_pieces(tokenized, manifest: dict) -> Expected:
     L, overflow = int(manifest["pack_len"]), str(manifest.get("overflow", "drop"))
     lengths = np.ascontiguousarray(tokenized.lengths, dtype=np.int64)
     src = np.ascontiguousarray(tokenized.source_index, dtype=np.int64)
+    pairs = manifest.get("task") == "preference"
+    if pairs:
+        if getattr(tokenized, "task", "sft") != "preference":
+            raise Stop(TOKENS, "the pack holds preference pairs; its sources read as no pairs now")
+        src = pair_keys(src, np.arange(src.size) % 2)
     if src.size > 1 and np.any(np.diff(src) <= 0):
         raise Stop(
             TOKENS,
             "the re-tokenized records are not in source order: cannot match them to the shards",
         )
     try:
-        pieces = apply_overflow(lengths, src, L, overflow if overflow != "error" else "drop")
+        policy = overflow if overflow != "error" else "drop"
+        if pairs:
+            from packtool.pack.pairs import apply_pair_overflow
+
+            prompts = np.asarray(tokenized.prompt_lengths, dtype=np.int64)
+            pieces = apply_pair_overflow(lengths, prompts, src // 2, L, policy)
+        else:
+            pieces = apply_overflow(lengths, src, L, policy)
     except PacktoolError as e:
         raise Stop(TOKENS, f"--overflow {overflow}: {e}") from None
     num = np.bincount(pieces.row, minlength=lengths.size).astype(np.int64)
