@@ -121,15 +121,19 @@ def pair_outcomes(lengths: np.ndarray, source: np.ndarray, pieces: Pieces) -> Ou
 
 
 def pair_manifest(pieces: Pieces, data) -> dict:
-    """The manifest's `preference` object: pairs packed, the layout, the sides' codes, and the pairs
-    whose sides TRL would tokenize otherwise (tokenization counts them: data.options)."""
+    """The manifest's `preference` object: pairs packed, the layout, the sides' codes, and
+    `unlike_trl`: the pairs of the run whose ids TRL's DPOTrainer would tokenize otherwise (a
+    string pair with a token merged across the prompt/answer boundary, or an answer ending in the
+    EOS text; chat pairs never). The tokenize run counts them over the pairs it kept, before
+    --overflow, and records the count with its meta (data.tokenizer["pairs_unlike_trl"], cached
+    with the entry); not in data.options, whose every key verify --sources rebuilds a config from."""
     out = {
         "pairs": int(pieces.row.shape[0] // 2),
         "layout": "each pair two adjacent documents in one row, chosen first; both carry the "
         "record's source_index",
         "sides": {"chosen": 0, "rejected": 1},
     }
-    unlike = (data.options or {}).get("pairs_unlike_trl")
+    unlike = (data.tokenizer or {}).get("pairs_unlike_trl")
     if unlike is not None:
         out["unlike_trl"] = unlike
     return out

@@ -349,6 +349,8 @@ class StepResult:
     special: list[int] = field(default_factory=list)
     # (source index, Encoder.label_notes) of each encoded example that has some
     notes: list[tuple[int, dict]] = field(default_factory=list)
+    # preference pairs packed here whose ids TRL's DPOTrainer would tokenize otherwise (pairs.unlike_trl)
+    unlike_trl: int = 0
 
 
 @dataclass
@@ -421,8 +423,9 @@ class EncodeStep:
         if fmt == "preference":  # two sides a record, checked side against side
             from packtool.tokenization.pairs import encode_pairs
 
-            enc, keep = encode_pairs(self.encoder, examples, keep)
+            enc, keep, unlike_trl = encode_pairs(self.encoder, examples, keep)
         else:
+            unlike_trl = 0
             enc = self.encoder.encode(examples)
         good = np.array([e is None for e in enc.errors], dtype=bool)
         rejects += dict.fromkeys((keep[j], e) for j, e in enumerate(enc.errors) if e is not None)
@@ -451,6 +454,7 @@ class EncodeStep:
             rejects,
             special=special,
             notes=notes,
+            unlike_trl=unlike_trl,
         )
 
     def _pretokenized(self, batch) -> StepResult:

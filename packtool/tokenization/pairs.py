@@ -12,6 +12,19 @@ its answer rendered whole (apply_chat_template(prompt + [answer])):
 A pair is kept only when both sides encoded, each trains a token, and both start with the same
 prompt: the same number of untrained tokens, the same ids there. Otherwise `why` says which side
 failed and how, and the whole pair is refused (one record: no side is ever packed alone).
+
+    unlike_trl(encoder, pairs, enc, why) -> int     the kept pairs TRL's DPOTrainer tokenizes otherwise
+
+TRL (1.16, DPOTrainer._prepare_dataset) tokenizes a string pair's side as one string with the
+tokenizer's special tokens, prompt + answer + the EOS text (not added when the answer ends with it);
+ours is tok(prompt) + tok(answer, no special tokens) + [EOS], the boundary exact. They differ when a
+token merges across the boundary, when the answer already ends with the EOS text (we add EOS again),
+or anywhere else the whole string tokenizes otherwise:
+
+    prompt "The sky is bl"  chosen "ue."   ours  The sky is bl | ue . <eos>    TRL  The sky is blue . <eos>
+    prompt "Hi"  chosen "Yo<|im_end|>"     ours  Hi | Yo <eos> <eos>           TRL  Hi Yo <eos>
+
+Only string pairs pay for it: each side tokenized once more, as TRL does, and compared.
 """
 
 from __future__ import annotations
@@ -70,11 +83,47 @@ def _pair_problem(ids, offsets, errors, prompt, c, r) -> str | None:
 def encode_pairs(encoder, pairs: list[dict], keep: list[int]):
     """Both sides of every pair (formats.normalize's {"kind": "pair", "chosen", "rejected"})
     encoded in one call, chosen at 2k and rejected at 2k+1, then checked side against side: a
-    refused pair's two sides both carry its reason. Returns (Encoded, each side's record row)."""
+    refused pair's two sides both carry its reason. Returns (Encoded, each side's record row,
+    unlike_trl: how many of the kept pairs TRL would tokenize into other ids)."""
     sides = [side for p in pairs for side in (p["chosen"], p["rejected"])]
     enc = encoder.encode(sides)
     _, why = check_pairs(enc.ids, enc.label_values, enc.offsets, enc.errors)
     for k, reason in enumerate(why):
         if reason is not None:
             enc.errors[2 * k] = enc.errors[2 * k + 1] = reason
-    return enc, [row for row in keep for _ in range(2)]
+    return enc, [row for row in keep for _ in range(2)], unlike_trl(encoder, pairs, enc, why)
+
+
+def unlike_trl(encoder, pairs: list[dict], enc, why: list[str | None]) -> int:
+    """How many pairs kept by check_pairs (`why` None) have a side whose ids differ from TRL's
+    DPOTrainer tokenization of the same pair (module docstring).
+
+    Chat pairs count 0 by construction: TRL's ids for a conversational side are
+    apply_chat_template(prompt + answer), the whole conversation rendered and tokenized at once,
+    which is exactly what each side is here (tests/test_preference.py); TRL only looks for the
+    prompt/answer split point in those ids, it does not change them. (The template is the one the
+    run used: TRL gives the same ids when its tokenizer carries it.)"""
+    ks = [
+        k
+        for k, p in enumerate(pairs)
+        if why[k] is None and p["chosen"].get("kind") == "prompt_completion"
+    ]
+    if not ks:
+        return 0
+    eos = encoder.spec.eos_token or ""  # (no EOS token: we add none; TRL cannot add its text)
+    texts = []
+    for k in ks:
+        for side in SIDES:
+            ex = pairs[k][side]
+            answer = ex["completion"]
+            texts.append(ex["prompt"] + (answer if answer.endswith(eos) else answer + eos))
+    encode = encoder.backend.encode
+    theirs = encoder._each(lambda t: encode(t, add_special_tokens=True), texts)
+    offsets = enc.offsets
+    differ = set()
+    for j, item in enumerate(theirs):
+        i = 2 * ks[j // 2] + j % 2
+        ours = enc.ids[offsets[i] : offsets[i + 1]]
+        if isinstance(item, str) or not np.array_equal(item[0], ours):
+            differ.add(j // 2)
+    return len(differ)

@@ -15,10 +15,12 @@
         ──commit(meta(run, stats))──▶ tok-<key>/ ──mmap──▶ TokenizedData
 
     Stats   what the steps fill: removed padding; source indices (reading order) of examples
-            without loss, with control tokens in text; label notes; the backend report
+            without loss, with control tokens in text; label notes; the backend report; the
+            preference pairs TRL's DPOTrainer would tokenize otherwise
     meta(run, stats) -> the entry's meta: format, format_reason, formats {file: [format, why,
-            records]}, tokenizer (+ label_audit, special_in_content), backend, warnings, sources,
-            options, num_read, skipped (, not_read); meta_fields(meta): TokenizedData's fields
+            records]}, tokenizer (+ label_audit, special_in_content, pairs_unlike_trl), backend,
+            warnings, sources, options, num_read, skipped (, not_read); meta_fields(meta):
+            TokenizedData's fields
 
 The Ray engine runs the same plan, check, Stats and meta with its own executor (Session.run over
 the files' parts). The modules in reading order: packtool/tokenization/__init__.py.
@@ -106,10 +108,12 @@ class Stats:
     zero_loss: list[int] = field(default_factory=list)
     special: list[int] = field(default_factory=list)
     notes: list[tuple[int, dict]] = field(default_factory=list)
+    unlike_trl: int = 0  # preference pairs TRL's DPOTrainer would tokenize otherwise
 
     def add(self, result) -> None:
         """One batch's StepResult."""
         self.removed += result.removed_padding
+        self.unlike_trl += result.unlike_trl
         self.special += result.special
         self.notes += result.notes
         loss = arrow_numpy(result.table.column("num_loss_tokens"))
@@ -192,7 +196,8 @@ def cache_key(
     files); `not_read`: the paths found and not read (their warning is in the entry)."""
     parts = {
         "packtool": packtool.__version__,
-        "encoder": 5,  # 5: UTF-16/32 JSON Lines decoded (were cut at b"\n"); 4: label notes
+        "encoder": 6,  # 6: preference runs count the pairs TRL tokenizes otherwise
+        # (tokenizer.pairs_unlike_trl: entries without it are not hit); 5: UTF-16/32 JSON Lines decoded (were cut at b"\n"); 4: label notes
         # (label_audit); 3: each file of a folder or glob in its own format
         "libraries": library_versions(),
         "sources": [(s.path, s.size, s.sha256) for s in sources],
@@ -378,6 +383,8 @@ def meta(run: Run, stats: Stats) -> dict:
     else:
         fmt, reason = input_format(decisions, per_file, cfg.read)
         formats = formats_table(decisions, per_file)
+        if fmt == "preference":  # manifest preference.unlike_trl (pack.pairs.pair_manifest)
+            tokenizer = {**tokenizer, "pairs_unlike_trl": stats.unlike_trl}
         looks = {d.file: d.looks for d in decisions if d.looks is not None}
     said = [source.not_read_warning(), source.skip_warning(formats, cfg.read.format, looks)]
     warnings[:0] = [w for w in said if w]
