@@ -164,3 +164,70 @@ def test_kto_and_mixtures_of_pairs_and_sft_are_refused(tmp_path):
     )
     r = cli("pack", folder, "--len", "256", "--out", tmp_path / "m", "--no-cache")
     assert r.exit_code == 2 and "holds preference pairs but" in " ".join(r.output.split())
+
+
+STRING_PAIRS = [
+    {"prompt": "The sky is bl", "chosen": "ue.", "rejected": "ack."},  # a merge at the boundary
+    {"prompt": "Say hi.", "chosen": " Hi!<|im_end|>", "rejected": " No."},  # ends in the EOS text
+    {"prompt": "Name a colour.", "chosen": " Blue.", "rejected": " A car."},
+]
+CHAT_PAIRS = [
+    {"prompt": [Q], "chosen": [{"role": "assistant", "content": "4."}],
+     "rejected": [{"role": "assistant", "content": "Five."}]},
+    {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The sky is bl"}],
+     "chosen": [{"role": "assistant", "content": "ue<|im_end|>"}],
+     "rejected": [{"role": "assistant", "content": "ack."}]},
+]  # fmt: skip
+
+
+def _trl_sequences(records: list[dict], hf, tmp_path: Path) -> list[tuple[list[int], list[int]]]:
+    """TRL's own DPOTrainer._prepare_dataset on `records`: each pair's (prompt + chosen, prompt +
+    rejected) ids."""
+    import datasets
+    from trl import DPOConfig
+    from trl.trainer.dpo_trainer import DPOTrainer
+
+    class Holder:  # what _prepare_dataset reads of the trainer
+        _tokenizer = hf
+
+    args = DPOConfig(
+        output_dir=str(tmp_path / "trl"),
+        dataset_num_proc=None,
+        max_length=None,
+        report_to=[],
+        bf16=False,
+        use_cpu=True,
+    )
+    ds = DPOTrainer._prepare_dataset(
+        Holder(), datasets.Dataset.from_list(records), hf, args, "train"
+    )
+    return [(r["prompt_ids"] + r["chosen_ids"], r["prompt_ids"] + r["rejected_ids"]) for r in ds]
+
+
+def test_the_manifest_counts_the_pairs_trl_tokenizes_otherwise(tmp_path):
+    """preference.unlike_trl is the number of packed pairs whose ids differ from what TRL's own
+    DPOTrainer._prepare_dataset gives on the same records: string pairs with a token merged across
+    the boundary or an answer ending in the EOS text; chat pairs never. Fresh and from the cache."""
+    data = tmp_path / "pairs.jsonl"
+    records = STRING_PAIRS + CHAT_PAIRS
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "o"
+    r = cli("pack", data, "--len", "256", "--out", out)
+    assert r.exit_code == 0, r.output
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["preference"]["pairs"] == len(records) and not m["skipped"]
+    hf = _hf(None)
+    hf.chat_template = template_text(hf, m["tokenizer"])[0]  # the template the run used
+    theirs = _trl_sequences(STRING_PAIRS, hf, tmp_path) + _trl_sequences(CHAT_PAIRS, hf, tmp_path)
+    docs = _sides(out)
+    unlike = [
+        src
+        for src, (chosen, rejected) in enumerate(theirs)
+        if docs[src, 0][0] != chosen or docs[src, 1][0] != rejected
+    ]
+    assert unlike == [0, 1]  # the merge and the EOS text; not the plain string pair nor chat
+    assert m["preference"]["unlike_trl"] == len(unlike)
+    again = cli("pack", data, "--len", "256", "--out", tmp_path / "o2")
+    assert again.exit_code == 0 and "from cache" in again.output, again.output
+    m2 = json.loads((tmp_path / "o2" / "manifest.json").read_text())
+    assert m2["preference"]["unlike_trl"] == len(unlike)
