@@ -3,12 +3,14 @@
 Every ```python block runs unchanged in a folder that holds what the snippets name:
 
     packed/            a pack written by packtool's own writer (tiny vocabulary, --len 64)
+    pairs/             a preference pack of 12 pairs, written the same way
     Qwen/Qwen3-0.6B/   a tiny random Qwen3 model + tokenizer saved there, so that
                        from_pretrained("Qwen/Qwen3-0.6B") loads it offline instead of the hub model
 
 Blocks that import TRL skip when TRL is not installed, blocks that build a Trainer skip without
 accelerate. Every `packtool ...` line of every other block runs for real, in a fresh folder with
-`data.jsonl` (a small `packtool sample` set), `config.json` (a model config), `lengths.npy` and, for
+`data.jsonl` (a small `packtool sample` set), `pairs.jsonl` (20 preference pairs), `config.json`
+(a model config), `lengths.npy` and, for
 blocks that do not pack one themselves, a `packed/` folder.
 """
 
@@ -76,6 +78,7 @@ def workspace(tmp_path_factory):
     real_pack(
         root / "packed", make_docs(40, seed=5, min_len=4, max_len=40, vocab=64), 64, shard_rows=4
     )
+    _pair_pack(root / "pairs")
     cfg = transformers.Qwen3Config(
         vocab_size=64,
         hidden_size=32,
@@ -91,6 +94,37 @@ def workspace(tmp_path_factory):
     transformers.Qwen3ForCausalLM(cfg).save_pretrained(root / "Qwen" / "Qwen3-0.6B")
     build_tiny_tokenizer().save_pretrained(root / "Qwen" / "Qwen3-0.6B")
     return root
+
+
+def _pair_pack(out, n: int = 12) -> None:
+    """A preference pack of `n` pairs (tiny vocabulary: ids < 64), written by pack's own writer."""
+    import numpy as np
+
+    from packtool.data.tokenized import TokenizedData
+    from packtool.pack import PackConfig, pack_tokenized
+
+    rng = np.random.default_rng(3)
+    ids, labels = [], []
+    for _ in range(n):
+        prompt = rng.integers(2, 64, rng.integers(3, 9)).tolist()
+        for _side in range(2):
+            answer = rng.integers(2, 64, rng.integers(2, 12)).tolist()
+            ids.append(prompt + answer)
+            labels.append([-100] * len(prompt) + answer)
+    data = TokenizedData.from_lists(
+        ids, labels, source_index=np.repeat(np.arange(n), 2), tokenizer={"pad_id": 0}, num_read=n
+    )
+    pack_tokenized(data.as_pairs(), PackConfig(pack_len=64, shard_rows=4), out)
+
+
+PAIRS_JSONL = [
+    {
+        "prompt": [{"role": "user", "content": f"Is {i} even?"}],
+        "chosen": [{"role": "assistant", "content": "Yes." if i % 2 == 0 else "No."}],
+        "rejected": [{"role": "assistant", "content": "No." if i % 2 == 0 else "Yes."}],
+    }
+    for i in range(20)
+]
 
 
 @pytest.fixture
@@ -193,6 +227,7 @@ def test_shell_commands_are_real(source, line, code, tmp_path):
         )
     )
     np.save(tmp_path / "lengths.npy", np.random.default_rng(0).integers(1, 6000, 500))
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in PAIRS_JSONL))
     if not any(a[1] == "pack" for a in commands):
         subprocess.run(
             [*cli, "pack", "data.jsonl", "--len", "4096", "--out", "packed/"],
@@ -207,7 +242,9 @@ def test_shell_commands_are_real(source, line, code, tmp_path):
         )
         assert done.returncode == 0, f"{source}:{line}: {shlex.join(argv)}\n{done.stderr[-2000:]}"
     if any(a[1] == "pack" for a in commands):
-        from packtool.torch import PackedDataset
+        from packtool.torch import PackedDataset, PairDataset
 
         out = next(a[a.index("--out") + 1] for a in commands if a[1] == "pack")
-        assert len(PackedDataset(tmp_path / out, cache_dir=tmp_path / "arrow")) > 0
+        task = json.loads((tmp_path / out / "manifest.json").read_text()).get("task")
+        dataset = PairDataset if task == "preference" else PackedDataset
+        assert len(dataset(tmp_path / out, cache_dir=tmp_path / "arrow")) > 0
