@@ -66,8 +66,7 @@ def _pct(x: float | None) -> str:
     return f"{x:.2%}" if x < 0.01 else f"{x:.1%}"
 
 
-def _unit(t: Totals) -> str:
-    """What one example is: a pair of preference data, else an example."""
+def _unit(t: Totals) -> str:  # what one example is: a pair of preference data, else an example
     return "pair" if t.pairs else "example"
 
 
