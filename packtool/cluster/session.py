@@ -12,8 +12,7 @@
     s.failure(e) -> PacktoolError                     a worker's PacktoolError as it was raised,
                                                       anything else as one line naming it
 
-A local cluster starts on a thread of its own (`ray.init`: 2-3 s on a 2-core box, most of it
-waiting for Ray's processes), which keeps it and stops it at the end: Ray's processes die with
+A local cluster starts on a thread of its own (`ray.init` waits for Ray's processes), which keeps it and stops it at the end: Ray's processes die with
 the thread that started them (PR_SET_PDEATHSIG). It starts lean (`_start_local`: no autoscaler
 monitor, log monitor or dashboard API server; its workers at nice 0, not Ray's 15). The driver is
 one of its `workers`, in every run when there are two or more (Ray then has `workers` - 1 CPUs:
@@ -342,9 +341,8 @@ def _start_local(**kw) -> None:
     """ray.init(**kw) of a new local cluster without the processes that a packtool run never uses:
     the autoscaler's monitor (a fixed set of CPUs: nothing to scale), the log monitor (worker logs
     are not echoed) and the API server of the dashboard, the jobs and the state API (none used).
-    Ray 2.60 always starts them with ray.init (`ray start` can leave out the first two); here they
-    were 1.5-2 of the 4.5 CPU-seconds of a start, and ray.shutdown stopped them one after the other
-    (1.4 of its 1.5 s). Left out: the GCS, the raylet and its two agents, the workers. (Ray's
+    Ray 2.60 always starts them with ray.init (`ray start` can leave out the first two); they were
+    a third of a start's CPU time and most of ray.shutdown's (benchmarks/README.md, Ray). Left out: the GCS, the raylet and its two agents, the workers. (Ray's
     private Node class, whose start methods a subclass leaves empty while ray.init makes the
     node; where those are not there, the cluster starts whole, as before.)"""
     import ray

@@ -240,7 +240,7 @@ def _covered(bounds: np.ndarray, spans: np.ndarray) -> np.ndarray:
     """Tokens t, tiling [bounds[t], bounds[t + 1]) (bounds non-decreasing), overlapping any span
     [s, e): the tokens overlapping one span are the run from the first that ends after s to the
     last that starts before e (two searchsorted per span, not one per token), each run set by one
-    slice (a running count over the batch's tokens instead costs 4x as much)."""
+    slice (cheaper than a running count over all the batch's tokens)."""
     n = len(bounds) - 1
     mask = np.zeros(max(n, 0), dtype=bool)
     if n <= 0 or not len(spans):
