@@ -70,6 +70,7 @@ def force(what: str) -> None:
         render.best = best  # (before run_plan imports it)
     if what == "nocut":
         from packtool.tokenization import cut
+
         cut.CutBackend._cut = lambda self, texts: self.engines.rust()
 
 

@@ -11,6 +11,7 @@ counted call) where the two differ. Worker processes are not followed (a small i
 
 from __future__ import annotations
 
+import itertools
 import sys
 import tempfile
 import threading
@@ -31,7 +32,7 @@ def main(argv: list[str]) -> int:
         if event == "call":
             f = frame.f_code.co_filename
             if f.startswith(PKG):
-                rel = f[len(PKG):]
+                rel = f[len(PKG) :]
                 if not rel.startswith(LEFT_OUT):
                     calls.append(rel)
 
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> int:
         threading.setprofile(None)
     files = sorted(set(calls))
     lines = sum(len((ROOT / "packtool" / f).read_text().splitlines()) for f in files)
-    pairs = {(a, b) for a, b in zip(calls, calls[1:]) if a != b}
+    pairs = {(a, b) for a, b in itertools.pairwise(calls) if a != b}
     for f in files:
         print(f"  {f}")
     print(f"exit {rc}: {len(files)} files, {lines} lines, {len(pairs)} distinct hand-overs")

@@ -97,7 +97,9 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
         with torch.device("meta"):
             meta = AutoModelForCausalLM.from_config(wide)
         # every layer kind the modules show and every kind the config declares, once at least
-        depth = max(layers.shortest_prefix(layers.layer_kinds(meta, wide)), layers.declared_prefix(wide))
+        depth = max(
+            layers.shortest_prefix(layers.layer_kinds(meta, wide)), layers.declared_prefix(wide)
+        )
         cfg = tiny.cut(wide, depth)
         with torch.device("meta"):
             small = AutoModelForCausalLM.from_config(cfg)

@@ -100,10 +100,24 @@ def test_the_next_ray_run_stops_the_agents_a_killed_driver_left(tmp_path):
     with data.open("w") as f:
         for i in range(100_000):
             f.write(json.dumps({"instruction": f"say {i} " * 30, "output": "ok " * 60}) + "\n")
-    cmd = [sys.executable, "-m", "packtool", "pack", "--len", "4096", "--engine", "ray", "--no-cache"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "packtool",
+        "pack",
+        "--len",
+        "4096",
+        "--engine",
+        "ray",
+        "--no-cache",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    driver = subprocess.Popen([*cmd, str(data), "--out", str(tmp_path / "a")], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [*cmd, str(data), "--out", str(tmp_path / "a")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     mine = []
     while time.monotonic() < deadline and len(mine) < 2 and driver.poll() is None:
@@ -116,8 +130,13 @@ def test_the_next_ray_run_stops_the_agents_a_killed_driver_left(tmp_path):
     assert all(not _gone(p, timeout=0.1) for p in mine)
     small = tmp_path / "small.jsonl"
     small.write_text("".join(data.read_text().splitlines(keepends=True)[:50]))
-    r = subprocess.run([*cmd, str(small), "--out", str(tmp_path / "b")], env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [*cmd, str(small), "--out", str(tmp_path / "b")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert all(_gone(p) for p in mine)
     said = " ".join(r.stderr.split())
