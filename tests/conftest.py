@@ -30,6 +30,33 @@ def _private_cache(tmp_path_factory):
         os.environ["PACKTOOL_CACHE"] = old
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _engines_built_once_per_test_process():
+    """A run builds its tokenizer's engines once (TokenizerSpec.engines: the Rust tokenizers and
+    the byte table, 1-2 s for the built-in one); the suite makes hundreds of runs of the same few
+    tokenizers in each test process, so here each is built once and handed to every later run's
+    Engines. Built objects are never changed by their callers (backends.Engines)."""
+    from packtool.tokenization import backends
+
+    built: dict[tuple[str, str], object] = {}
+    original = backends.Engines._get
+
+    def _get(self, what: str):
+        got = self._built.get(what)
+        if got is None:
+            key = (what, self.backend_json)
+            got = built.get(key)
+            if got is None:
+                got = built[key] = original(self, what)
+            else:
+                self._built[what] = got
+        return got
+
+    backends.Engines._get = _get
+    yield
+    backends.Engines._get = original
+
+
 @pytest.fixture(scope="session")
 def qwen():
     """The built-in Qwen3 tokenizer (LoadedTokenizer), loaded once per session."""
