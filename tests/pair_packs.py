@@ -49,21 +49,12 @@ def sides(pair):
 
 
 def plan_pair_rows(pairs, pack_len: int, multiple: int = 1) -> list[list[int]]:
-    """First-fit in input order with the pair as the unit: rows of pair indices."""
-    rows, free = [], []
-    for j, (p, c, r) in enumerate(pairs):
-        n = sum(-(-(len(p) + len(a)) // multiple) * multiple for a in (c, r))
-        if n > pack_len:
-            raise ValueError(f"pair {j} takes {n} slots > pack_len {pack_len}")
-        for k, space in enumerate(free):
-            if n <= space:
-                rows[k].append(j)
-                free[k] -= n
-                break
-        else:
-            rows.append([j])
-            free.append(pack_len - n)
-    return rows
+    """First-fit in input order with the pair as the unit (packs.plan_rows over each pair's
+    slots): rows of pair indices."""
+    from packs import plan_rows
+
+    slots = [sum(-(-(len(p) + len(a)) // multiple) * multiple for a in (c, r)) for p, c, r in pairs]
+    return plan_rows(slots, pack_len)
 
 
 def build_pair_row(docs, pack_len, *, multiple=1, max_docs=0, restart=True):
