@@ -203,7 +203,25 @@ def prompt_lengths(table) -> np.ndarray:
     out = []
     for chunk in table.column(name).chunks:
         off, vals = flat(chunk)
-        trained = np.flatnonzero(vals if name == LOSS_MASK else vals != IGNORE_INDEX)
-        after = np.append(trained, off[-1])[np.searchsorted(trained, off[:-1])]
-        out.append(np.minimum(after, off[1:]) - off[:-1])
+        trained = vals.astype(bool) if name == LOSS_MASK else vals != IGNORE_INDEX
+        out.append(leading_untrained(trained, off[:-1], np.diff(off)))
     return np.concatenate(out).astype(np.int32) if out else np.zeros(0, np.int32)
+
+
+def leading_untrained(trained: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Per segment [start, start + length) of the flat bool `trained`: the offset of its first
+    True, or its length when it has none (a preference side's prompt). int64."""
+    at = np.flatnonzero(trained)
+    after = np.append(at, np.iinfo(np.int64).max // 2)[np.searchsorted(at, start)]
+    return np.minimum(after - start, length)
+
+
+def prompts_differ(ids: np.ndarray, start_c, start_r, p_c, p_r) -> np.ndarray:
+    """Per pair: do its two sides' prompts differ (lengths p_c and p_r, at flat starts start_c and
+    start_r of `ids`): other lengths, or an id that differs. bool[n]."""
+    n = np.where(p_c == p_r, p_c, 0).astype(np.int64)
+    k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    differ = ids[np.repeat(start_c, n) + k] != ids[np.repeat(start_r, n) + k]
+    bad = np.asarray(p_c != p_r).copy()
+    bad[np.unique(np.repeat(np.arange(n.size), n)[differ])] = True
+    return bad

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from packtool.data.labels import leading_untrained, prompts_differ
 from packtool.schema import IGNORE_INDEX
 
 SIDES = ("chosen", "rejected")
@@ -42,18 +43,12 @@ def check_pairs(
     """Per example its prompt length (the leading untrained run), per pair None or why it is refused."""
     offsets = np.asarray(offsets, dtype=np.int64)
     start, length = offsets[:-1], np.diff(offsets)
-    trained_at = np.flatnonzero(labels != IGNORE_INDEX)
-    after = np.append(trained_at, offsets[-1])[np.searchsorted(trained_at, start)]
-    prompt = np.minimum(after - start, length).astype(np.int32)
-    c, r = start[0::2], start[1::2]
-    n = np.where(prompt[0::2] == prompt[1::2], prompt[0::2], 0).astype(np.int64)
-    k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-    differ = ids[np.repeat(c, n) + k] != ids[np.repeat(r, n) + k]
-    suspect = (prompt[0::2] != prompt[1::2]) | (prompt == length)[0::2] | (prompt == length)[1::2]
-    suspect[np.unique(np.repeat(np.arange(n.size), n)[differ])] = True
+    prompt = leading_untrained(labels != IGNORE_INDEX, start, length).astype(np.int32)
+    suspect = prompts_differ(ids, start[0::2], start[1::2], prompt[0::2], prompt[1::2])
+    suspect |= (prompt == length)[0::2] | (prompt == length)[1::2]
     failed = np.array([e is not None for e in errors], dtype=bool)
     suspect |= failed[0::2] | failed[1::2]
-    why: list[str | None] = [None] * n.size
+    why: list[str | None] = [None] * suspect.size
     for k in np.flatnonzero(suspect).tolist():
         why[k] = _pair_problem(ids, offsets, errors, prompt, 2 * k, 2 * k + 1)
     return prompt, why

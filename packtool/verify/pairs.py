@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from packtool.data.labels import leading_untrained, prompts_differ
+
 PAIR_SIDES = "pair sides"
 PAIR_SOURCE = "pair source"
 PAIR_PROMPT = "pair prompt"
@@ -96,33 +98,27 @@ def pair_checks(
         ],
     )  # fmt: skip
 
-    flat_ids, flat_trained = input_ids.reshape(-1), (labels != ignore).reshape(-1)
+    flat_ids = input_ids.reshape(-1)
     pos = row * L + start  # flat slot of each document's first token
-    trained_at = np.flatnonzero(flat_trained)
-    cum = np.concatenate(([0], np.cumsum(flat_trained)))
-    none = np.flatnonzero(cum[pos + length] == cum[pos])
+    # the prompt: each document's leading untrained run (its length: nothing trained)
+    prompt = leading_untrained((labels != ignore).reshape(-1), pos, length)
+    none = np.flatnonzero(prompt == length)
     out[PAIR_TRAINED] = (
         int(none.size),
         [(int(row[d]), int(start[d]), f"document {int(j[d])} (side {int(side[d])}) trains no token")
          for d in none[:MAX_SHOWN]],
     )  # fmt: skip
 
-    # the prompt: each document's leading untrained run (its first trained slot, or its length)
-    after = np.append(trained_at, np.iinfo(np.int64).max // 2)[np.searchsorted(trained_at, pos)]
-    prompt = np.minimum(after - pos, length)
     p_c, p_r = prompt[cho], prompt[rej]
-    n = np.where(p_c == p_r, p_c, 0)
-    k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-    differ = flat_ids[np.repeat(pos[cho], n) + k] != flat_ids[np.repeat(pos[rej], n) + k]
-    bad = p_c != p_r
-    bad[np.unique(np.repeat(np.arange(rej.size), n)[differ])] = True
+    bad = prompts_differ(flat_ids, pos[cho], pos[rej], p_c, p_r)
     shown = []
     for i in np.flatnonzero(bad)[:MAX_SHOWN]:
         c, r = int(pos[cho[i]]), int(pos[rej[i]])
         if p_c[i] != p_r[i]:
             what = f"prompts of {int(p_c[i])} and {int(p_r[i])} untrained tokens"
         else:
-            at = int(np.flatnonzero(flat_ids[c : c + n[i]] != flat_ids[r : r + n[i]])[0])
+            m = int(p_c[i])
+            at = int(np.flatnonzero(flat_ids[c : c + m] != flat_ids[r : r + m])[0])
             what = f"prompt token {at} is {int(flat_ids[c + at])} and {int(flat_ids[r + at])}"
         d = rej[i]
         shown.append(
