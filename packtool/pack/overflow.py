@@ -120,18 +120,26 @@ def overflow_loss(lengths: np.ndarray, pieces: Pieces, pack_len: int, overflow: 
     k = int(lost.size)
     if not n or not k or (k / n <= LOSS_SHARE and cut / max(total, 1) <= LOSS_SHARE):
         return None
-    fits = []
-    p99 = int(np.ceil(np.percentile(lengths, 99)))  # linear, as profile's p99 (stats.describe)
-    longest = int(lengths.max())
-    if p99 > pack_len and _round_len(p99) < _round_len(longest):
-        fits.append(f"--len {_round_len(p99)} (fits 99% of the examples)")
-    fits.append(f"--len {_round_len(longest)} (fits the longest, {longest:,} tokens)")
+    fits = fitting_lens(lengths, pack_len)
     tokens = "tokens cut" if overflow == "truncate" else "tokens"
     return (
         f"--overflow {overflow} {what} {k:,} of {n:,} examples ({100 * k / n:.1f}%) and "
         f"{cut:,} of {total:,} {tokens} ({100 * cut / max(total, 1):.1f}%): longer than --len "
         f"{pack_len}; use {keep}, or {' / '.join(fits)}"
     )
+
+
+def fitting_lens(lengths: np.ndarray, pack_len: int, unit: str = "example") -> list[str]:
+    """The --len that fits 99% of the `unit`s (when above pack_len and short of the next) and the
+    one that fits the longest: the fixes overflow's warnings name."""
+    fits = []
+    p99 = int(np.ceil(np.percentile(lengths, 99)))  # linear, as profile's p99 (stats.describe)
+    longest = int(lengths.max())
+    if p99 > pack_len and _round_len(p99) < _round_len(longest):
+        fits.append(f"--len {_round_len(p99)} (fits 99% of the {unit}s)")
+    the = "the longest" if unit == "example" else f"the longest {unit}"
+    fits.append(f"--len {_round_len(longest)} (fits {the}, {longest:,} tokens)")
+    return fits
 
 
 def _round_len(n: int) -> int:

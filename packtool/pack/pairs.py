@@ -142,7 +142,7 @@ def pair_manifest(pieces: Pieces, data) -> dict:
 def pair_overflow_loss(oc: Outcomes, pack_len: int, overflow: str) -> str | None:
     """The warning when --overflow loses more than LOSS_SHARE of the pairs or their tokens, with
     the --len that fits 99% of the pairs and the one that fits the longest (as overflow_loss)."""
-    from packtool.pack.overflow import LOSS_SHARE, _round_len
+    from packtool.pack.overflow import LOSS_SHARE, fitting_lens
 
     lost = oc.dropped if overflow == "drop" else oc.truncated if overflow == "truncate" else None
     n, total = int(oc.length.shape[0]), int(oc.length.sum())
@@ -151,9 +151,7 @@ def pair_overflow_loss(oc: Outcomes, pack_len: int, overflow: str) -> str | None
     cut = int(oc.length[lost].sum()) if overflow == "drop" else int(oc.cut.sum())
     if lost.size / n <= LOSS_SHARE and cut / max(total, 1) <= LOSS_SHARE:
         return None
-    p99, longest = int(np.ceil(np.percentile(oc.length, 99))), int(oc.length.max())
-    fits = [f"--len {_round_len(p99)} (fits 99% of the pairs)"] if p99 > pack_len else []
-    fits.append(f"--len {_round_len(longest)} (fits the longest pair, {longest:,} tokens)")
+    fits = fitting_lens(oc.length, pack_len, "pair")
     what = "drops" if overflow == "drop" else "truncates"
     return (
         f"--overflow {overflow} {what} {lost.size:,} of {n:,} pairs ({100 * lost.size / n:.1f}%) "
