@@ -179,7 +179,7 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
     # --overflow error: PacktoolError, as pack
     if pairs:  # preference pairs: pack's pair rules, pair batching
         from packtool.pack.pairs import apply_pair_overflow, pair_outcomes, pair_overflow_loss
-        from packtool.stats.pairs import simulate_pairs
+        from packtool.stats.strategies import simulate_pairs
 
         pieces = apply_pair_overflow(
             inp.sides, inp.prompts, np.repeat(inp.source_index, 2), L, cfg.overflow

@@ -45,7 +45,7 @@ SHORT_LABELS = {
     "packed_ffd_varlen": "packed FFD varlen",
     "packed_ffd_dense": "packed FFD dense",
 }
-PAIR_SHORT_LABELS = {  # preference pairs (stats/pairs.py)
+PAIR_SHORT_LABELS = {  # preference pairs (stats.strategies.simulate_pairs)
     **SHORT_LABELS,
     "pad_to_len": "sides to --len",
     "random_padded": "pairs, padded (TRL)",

@@ -126,9 +126,12 @@ def pad_to_len(e: np.ndarray, pack_len: int, batch_size: int, own_work: int) -> 
     )
 
 
-def padded_batches(x: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def padded_batches(
+    x: np.ndarray, batch_size: int, sq: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cut `x` (lengths in batch order) into consecutive batches of `batch_size` (the last may be
-    short). Returns per batch (rows, longest, Σ e²) as int64, via ufunc.reduceat (no padding copy).
+    short). Returns per batch (rows, longest, Σ e²) as int64, via ufunc.reduceat (no padding copy);
+    `sq` gives each item's own Σ e² where it is not x² (a pair: both sides).
 
         x        5 1 | 2 7 | 3       batch_size 2
         rows     2     2     1
@@ -139,8 +142,9 @@ def padded_batches(x: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarr
     starts = np.arange(0, n, batch_size)
     rows = np.diff(np.append(starts, n))
     longest = np.maximum.reduceat(x, starts).astype(np.int64)
-    sq = x.astype(np.int64)
-    np.multiply(sq, sq, out=sq)
+    if sq is None:
+        sq = x.astype(np.int64)
+        np.multiply(sq, sq, out=sq)
     return rows, longest, np.add.reduceat(sq, starts)
 
 
@@ -217,20 +221,26 @@ def padding_free(e: np.ndarray, batch_size: int, own_work: int) -> StrategyResul
 
 
 def packed(
-    e: np.ndarray, pack_len: int, batch_size: int, algo: str, own_work: int, seed: int = 0
+    e: np.ndarray,
+    pack_len: int,
+    batch_size: int,
+    algo: str,
+    own_work: int,
+    seed: int = 0,
+    pairs: bool = False,
 ) -> tuple[StrategyResult, StrategyResult]:
     """Rows of --len planned by the same packer as `packtool pack`; (varlen, dense-mask) results.
 
-    plan_packs(e, L, algo, PACK_ORDER, PACK_MAX_DOCS, seed) as pack/run.py calls it; `seed` is
-    pack's --seed (0 by default, unused by order "sorted"), not profile's batch-shuffle seed.
+    plan_packs(e, L, algo, PACK_ORDER, PACK_MAX_DOCS, seed) as pack/run.py calls it (plan_pairs
+    with `pairs`: sides 2k, 2k+1 a pair kept in one row); `seed` is pack's --seed (0 by default,
+    unused by order "sorted"), not profile's batch-shuffle seed.
     varlen: each document attends only to itself (cu_seqlens over the documents; the pad tail
     is not attended), work Σ e². dense: the whole row is one L×L score matrix, work R·L²."""
-    from packtool.plan import plan_packs
+    from packtool.plan import plan_packs, plan_pairs
 
     n = int(e.size)
-    num_rows = (
-        int(plan_packs(e, pack_len, algo, PACK_ORDER, PACK_MAX_DOCS, seed).num_rows) if n else 0
-    )
+    plan = plan_pairs if pairs else plan_packs
+    num_rows = int(plan(e, pack_len, algo, PACK_ORDER, PACK_MAX_DOCS, seed).num_rows) if n else 0
     tokens = _total(e)
     common = dict(
         rows=num_rows,
@@ -275,7 +285,86 @@ def simulate(
     out["padding_free"] = padding_free(e, batch_size, own)
     for algo in ("bfd", "ffd"):
         say(f"packing ({algo.upper()})")
-        varlen, dense = packed(e, pack_len, batch_size, algo, own, seed=PACK_SEED)
-        out[varlen.name] = varlen
-        out[dense.name] = dense
+        for s in packed(e, pack_len, batch_size, algo, own, seed=PACK_SEED):
+            out[s.name] = s
+    return out
+
+
+PAIR_LABELS = {
+    "pad_to_len": "sides padded to --len",
+    "random_padded": "random pair batches, padded (TRL)",
+    "length_grouped": "length-grouped pair batches",
+    "padding_free": "padding-free sides (varlen)",
+    "packed_bfd_varlen": "packed pairs BFD + varlen",
+    "packed_bfd_dense": "packed pairs BFD + dense mask",
+    "packed_ffd_varlen": "packed pairs FFD + varlen",
+    "packed_ffd_dense": "packed pairs FFD + dense mask",
+}
+
+
+def _pair_batches(longest: np.ndarray, sq: np.ndarray, name: str, batch_size: int, common: dict):
+    """Batches of `batch_size` consecutive pairs (longest side, Σ e² of both sides, in batch
+    order), both sides padded to the batch's longest."""
+    pairs, m, own = padded_batches(longest, batch_size, sq)
+    return StrategyResult(
+        name,
+        steps=int(pairs.size),
+        slots=int((2 * pairs * m).sum()),
+        attention_work=int((2 * pairs * m * m).sum()),
+        extra={"batch_waste": (2 * pairs * m * m) / np.maximum(own, 1)},
+        **common,
+    )
+
+
+def simulate_pairs(
+    slots: np.ndarray,
+    pack_len: int,
+    batch_size: int,
+    group_window: int,
+    seed: int = 0,
+    on_stage=None,
+) -> dict[str, StrategyResult]:
+    """The strategies of `simulate` for preference pairs, as a preference trainer does each on the
+    pieces `pack` would write (pack/pairs.apply_pair_overflow: sides 2k, 2k+1 of pair k, each
+    pair's sum <= pack_len); `batch_size` pairs a padded batch, rows a packed one.
+
+        pairs (c, r)   (3, 5) (6, 2) (4, 4)            B = 2 pairs a batch, L = 12
+
+        pad_to_len       every side padded to L: slots 6·12
+        random_padded    TRL's preference collator: B shuffled pairs a batch, chosen and rejected
+                         padded together to the batch's longest side
+                         [(6,2) (3,5)] [(4,4)] → slots 4·6 + 2·4, work 4·6² + 2·4²
+        length_grouped   the same, the pairs of each window of `group_window` sorted by longest side
+        padding_free     every side attended alone, no pad (what TRL's padding_free would do for DPO)
+        packed_{bfd,ffd}_{varlen,dense}
+                         rows of L holding whole pairs (plan.plan_pairs with pack's defaults)
+    """
+    say = on_stage or (lambda _s: None)
+    e = np.asarray(slots, dtype=np.int64)
+    n = e.size // 2
+    tokens, own = int(e.sum()), int((e * e).sum())
+    out: dict[str, StrategyResult] = {}
+    out["pad_to_len"] = pad_to_len(e, pack_len, 2 * batch_size, own)
+    say("random pair batches")
+    longest, sq = np.maximum(e[0::2], e[1::2]), e[0::2] ** 2 + e[1::2] ** 2
+    perm = np.random.default_rng(seed).permutation(n)
+    common = dict(rows=2 * n, tokens=tokens, own_work=own)
+    out["random_padded"] = _pair_batches(
+        longest[perm], sq[perm], "random_padded", batch_size, common
+    )
+    say("length-grouped pair batches")
+    window = -(-max(1, min(group_window, n)) // batch_size) * batch_size  # batches stay inside
+    order = np.concatenate(
+        [w[np.argsort(-longest[w], kind="stable")] for w in np.array_split(perm, -(-n // window))]
+    )
+    grouped = _pair_batches(longest[order], sq[order], "length_grouped", batch_size, common)
+    grouped.extra.pop("batch_waste")
+    out["length_grouped"] = grouped
+    out["padding_free"] = padding_free(e, 2 * batch_size, own)
+    for algo in ("bfd", "ffd"):
+        say(f"packing pairs ({algo.upper()})")
+        for s in packed(e, pack_len, batch_size, algo, own, PACK_SEED, pairs=True):
+            out[s.name] = s
+    for s in out.values():
+        s.extra["label"] = PAIR_LABELS[s.name]
     return out

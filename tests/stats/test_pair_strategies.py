@@ -1,4 +1,4 @@
-"""profile's strategies for preference pairs (stats/pairs.py) against a direct count."""
+"""profile's strategies for preference pairs (stats/strategies.simulate_pairs) against a direct count."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from packtool.plan import plan_pairs
 from packtool.stats import STRATEGY_LABELS
-from packtool.stats.pairs import simulate_pairs
+from packtool.stats.strategies import simulate_pairs
 
 
 def test_random_pair_batches_pad_both_sides_to_the_longest_of_the_batch():
