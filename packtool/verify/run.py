@@ -122,8 +122,7 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
             Check("isolation", False, "not run (--rows 0): integrity only", skipped=True)
         )
         return res
-    from packtool.verify.isolation import kernel_calls
-    from packtool.verify.messages import flash_check
+    from packtool.verify.isolation import flash_check, kernel_calls
 
     t1 = time.perf_counter()
     iso = _isolation(cfg, summary, backends, rows)

@@ -7,7 +7,7 @@ This layer recomputes what the shards must hold from the data itself (docs/ARCHI
 
     manifest  sources [path, size, sha256]  tokenizer {files_hash, chat_template_hash}  options
               inputs (a mixture): each input's data, read options, weight, files; seed
-        │ TokenizeConfig rebuilt from the recorded options, cache off    options.py        OPTIONS
+        │ TokenizeConfig rebuilt from the recorded options, cache off    load.py           OPTIONS
         │ sha256 of each source file; the tokenizer's files hash         load.py           FILES, TOKENIZER
         ▼ (a poisoned tokenization cache cannot hide damage)
     pipeline.load_tokenized ──▶ per record: input_ids, labels, source_index  (the path pack used)
@@ -17,22 +17,18 @@ This layer recomputes what the shards must hold from the data itself (docs/ARCHI
     pieces  record, start, length        drop: none | truncate: [0, L) | split: [0, L), [L, 2L), ...
         │ label of every piece's first token -> schema.IGNORE_INDEX     (kernels.copy_rows; "Semantics")
         ▼
-    shard rows, batch by batch: document k of a row starts at cumsum(seq_lengths)[k-1] and is the
-    piece of its source_index (a split record's parts: matched by a hash of their ids)
-                                                                        match.py
-        ──▶ one flat gather per side, one vector compare; a difference names the record (file:line),
-            the shard, the row, the position, and shows got vs expected ids and labels
-                                                                        compare.py        TOKENS
-    the manifest's counts and lists against the records tokenized again accounting.py     ACCOUNT
+    shard rows, batch by batch: each document matched to the piece of its source_index (a split
+    record's parts by a hash of their ids), one vector compare; a difference names the record
+    (file:line), the shard, the row, the position, got vs expected ids and labels   match.py  TOKENS
+    the manifest's counts and lists against the records tokenized again pieces.py         ACCOUNT
 
 A mixture (manifest `inputs`) is rebuilt input by input: each input's files checked against its
 recorded files, each tokenized with its recorded read options, then weighted with the pack's seed
 (tokenization.mixture, the path pack took), so the global source indices are the packer's; a
 difference names the input, record and copy ("input 2 (alpaca.json) record 17, copy 1: ...").
 
-check_sources below runs the stages in this order, one module each (the map in verify/__init__.py);
-a Stop (names.py) is a failure that leaves nothing to compare: the later checks are reported as
-not run.
+check_sources below runs the stages in this order; a Stop (load.py) is a failure that leaves
+nothing to compare: the later checks are reported as not run.
 
 Cost: the tokenization (as `pack`), one more sha256 of the sources, and a few whole-array passes
 over the shards' tokens; `--sample N` compares N records only.
@@ -46,24 +42,26 @@ import time
 import numpy as np
 
 from packtool.verify import Check
-from packtool.verify.sources.accounting import account_check
-from packtool.verify.sources.compare import Compare
 from packtool.verify.sources.load import (
+    FILES,
+    ORDER,
+    TOKENS,
     MixtureProvenance,
     Provenance,
     SideProvenance,
+    Stop,
     files_check,
+    input_specs_from,
     inputs_files_check,
     locate_recorded,
+    options_check,
     recorded_data,
     template_check,
     tokenize_again,
     tokenizer_check,
 )
-from packtool.verify.sources.match import missing_pieces, scan_shard, settle_deferred
-from packtool.verify.sources.names import FILES, ORDER, TOKENS, Stop
-from packtool.verify.sources.options import input_specs_from, options_check
-from packtool.verify.sources.pieces import expected_pieces
+from packtool.verify.sources.match import Compare, missing_pieces, scan_shard, settle_deferred
+from packtool.verify.sources.pieces import account_check, expected_pieces
 
 
 def check_sources(

@@ -1,35 +1,176 @@
-"""The pack's sources read again: located, checked against the manifest, and tokenized again.
+"""The pack's sources read again: the recorded options, files, tokenizer and template checked
+against the manifest, then tokenized again; and the checks' names, in report order.
 
-    manifest  options.input | sources [path, size, sha256]   tokenizer {name, files_hash, chat_template_hash}
-        │ recorded_data: DATA as given to pack (or the one source, or their common folder);
-        │ a relative path is tried from here, then beside the pack folder
-        ▼
-    sources.resolve_sources(DATA) ──▶ [path, size, sha256] now, sorted by path  ─── files_check (FILES)
-    load_spec(cfg.tokenizer).files_hash      == tokenizer.files_hash            ─── tokenizer_check (TOKENIZER)
-    pipeline.load_tokenized(DATA, cfg) ──▶ data.TokenizedData (the path `pack` took; cache off)
-        table      input_ids list<int32>, labels (data.labels)  one row per tokenized record
-        lengths, source_index, loss_counts, skipped, num_read
-        tokenizer  {chat_template, chat_template_hash}          == manifest's ─── template_check (TEMPLATE)
+    manifest["options"] (JSON)                 TokenizeConfig (frozen, nested dataclasses)
+      "read": {"format": "alpaca",             read=ReadConfig(format="alpaca",
+               "columns": [["messages", "d"]]}               columns=(("messages", "d"),))
+      "input", "labels_from"                   not fields (EXTRA_OPTIONS)
+      "cache", "num_proc"                      cache=False, num_proc=None: always recomputed
+      a key this packtool does not know ─────▶ Stop(OPTIONS): verify with the version that packed
+      a key not recorded (an older manifest) ▶ the dataclass default, listed in the message
+      inputs[k] {data, options, weight} ─────▶ InputSpec(data, ReadConfig(**options), weight)
 
-    Provenance(DATA, read)(source_index) ──▶ "chats.jsonl:12" | "data.parquet record 3"
-        (read lazily, only for the few records a message names)
+    recorded_data: DATA as given to pack (or the one source, or their common folder); a relative
+    path is tried from here, then beside the pack folder
+    sources.resolve_sources(DATA) [path, size, sha256]  == manifest sources    files_check
+    load_spec(cfg.tokenizer).files_hash                 == tokenizer.files_hash tokenizer_check
+    pipeline.load_tokenized(DATA, cfg) ──▶ TokenizedData (the path pack took; cache off)
+        tokenizer.chat_template_hash                    == manifest's          template_check
+    Provenance(DATA, read)(source_index) ──▶ "chats.jsonl:12" | "data.parquet record 3" (lazily)
 
-A failure that leaves nothing to compare raises Stop (names.py): the later checks are skipped.
+    Stop(name, message) ──raised by any stage──▶ check_sources: Check(name, failed, message), then
+                                                 "not run: NAME failed" (skipped) for the rest of ORDER
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from packtool.errors import PacktoolError
 from packtool.verify import Check
-from packtool.verify.sources.names import FILES, TEMPLATE, TOKENIZER, TOKENS, Stop
+
+OPTIONS = "sources options"
+FILES = "sources sha256"
+TOKENIZER = "sources tokenizer"
+TEMPLATE = "sources chat template"
+ACCOUNT = "sources accounting"
+TOKENS = "sources tokens"
+ORDER = (OPTIONS, FILES, TOKENIZER, TEMPLATE, ACCOUNT, TOKENS)
+# keys of manifest["options"] that are not TokenizeConfig fields: the DATA argument as given to
+# pack, and where the labels of pre-tokenized input came from
+EXTRA_OPTIONS = {"input", "labels_from"}
+
+
+class Stop(Exception):
+    """A check failed in a way that leaves nothing to compare: the remaining checks are skipped."""
+
+    def __init__(self, name: str, message: str, evidence: dict | None = None):
+        super().__init__(message)
+        self.check = Check(name, False, message, evidence or {})
+
+
+def _tuples(v):
+    """JSON lists back to the tuples a frozen config holds (columns, roles: pairs)."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def _build(cls, d: dict, where: str, missing: list[str]):
+    """`cls(**d)` for a (nested) frozen dataclass: keys this packtool does not know are refused,
+    missing ones take the dataclass's default (and are listed in `missing`)."""
+    import packtool
+
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(d) - set(fields) - (EXTRA_OPTIONS if where == "options" else set()))
+    if unknown:
+        raise Stop(
+            OPTIONS,
+            f"manifest {where}.{unknown[0]} = {d[unknown[0]]!r} is unknown to packtool "
+            f"{packtool.__version__}: the pack was made by a packtool with options this one does not have; "
+            f"verify with that version (or a newer one)",
+            {"unknown": [f"{where}.{k}" for k in unknown]},
+        )
+    kw = {}
+    for name, f in fields.items():
+        if name not in d:
+            missing.append(f"{where}.{name}")
+            continue
+        default = f.default
+        if f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        v = d[name]
+        if v is None and default not in (None, dataclasses.MISSING):  # "not applicable"
+            continue
+        if dataclasses.is_dataclass(default) and isinstance(v, dict):
+            v = _build(type(default), v, f"{where}.{name}", missing)
+        kw[name] = _tuples(v)
+    try:
+        return cls(**kw)
+    except (TypeError, ValueError) as e:
+        raise Stop(OPTIONS, f"manifest {where} cannot be used: {e}") from None
+
+
+def tokenize_config_from(manifest: dict):
+    """(TokenizeConfig, keys not recorded): the recorded options with the cache off."""
+    from packtool.config import TokenizeConfig
+
+    options = manifest.get("options")
+    if not isinstance(options, dict):
+        raise Stop(
+            OPTIONS,
+            f"manifest options is {options!r}, not an object: the pack cannot be tokenized again",
+        )
+    d = {k: v for k, v in options.items() if k not in EXTRA_OPTIONS}
+    missing: list[str] = []
+    if "tokenizer" not in d:  # packed before the options were recorded: the tokenizer's name
+        name = (manifest.get("tokenizer") or {}).get("name")
+        d["tokenizer"] = None if name is None or "built-in" in str(name) else name
+    cfg = _build(TokenizeConfig, d, "options", missing)
+    cfg = dataclasses.replace(cfg, cache=False, num_proc=None)
+    # not recorded (they change no id or label): the cache, the workers, --strict-labels
+    unrecorded = ("options.cache", "options.num_proc", "options.strict_labels")
+    return cfg, [m for m in missing if m not in unrecorded]
+
+
+def options_text(cfg) -> str:
+    """The options that differ from a default TokenizeConfig, e.g. 'train_on last, read.format alpaca'."""
+    from packtool.config import TokenizeConfig
+
+    def flat(d, p=""):
+        return [(f"{p}{k}", v) for k, v in d.items() if not isinstance(v, dict)] + [
+            x for k, v in d.items() if isinstance(v, dict) for x in flat(v, f"{p}{k}.")
+        ]
+
+    want = dict(flat(dataclasses.asdict(TokenizeConfig())))
+    diff = [
+        f"{k} {v!r}"
+        for k, v in flat(dataclasses.asdict(cfg))
+        if k not in ("cache", "num_proc") and want.get(k) != v
+    ]
+    return f"tokenize options rebuilt from the manifest: {', '.join(diff) or 'all defaults'}"
+
+
+def options_check(manifest: dict):
+    """(Check OPTIONS, TokenizeConfig): the config rebuilt, and what it differs in from the defaults."""
+    cfg, missing = tokenize_config_from(manifest)
+    note = f"; not recorded, defaults used: {', '.join(missing)}" if missing else ""
+    ev = {"options": dataclasses.asdict(cfg), "defaults": missing}
+    return Check(OPTIONS, True, f"{options_text(cfg)}; cache off{note}", ev), cfg
+
+
+def input_specs_from(manifest: dict, cfg, locate=lambda data: data) -> list:
+    """The InputSpecs of a mixture pack (manifest `inputs`; [] for a single input): each input's
+    recorded data through `locate`, its ReadConfig rebuilt from inputs[k].options, its weight."""
+    from packtool.config import InputSpec, ReadConfig
+
+    inputs = manifest.get("inputs")
+    if not inputs:
+        return []
+    if not isinstance(inputs, list) or not all(isinstance(e, dict) for e in inputs):
+        raise Stop(
+            OPTIONS, "manifest inputs is not a list of objects: the mixture cannot be rebuilt"
+        )
+    specs = []
+    for k, e in enumerate(inputs, 1):
+        opts = e.get("options")
+        if not isinstance(opts, dict) or not e.get("data") or "weight" not in e:
+            raise Stop(
+                OPTIONS,
+                f"manifest inputs[{k - 1}] records no data, options or weight: input {k} cannot be "
+                "read again",
+            )
+        read = _build(ReadConfig, opts, f"inputs[{k - 1}].options", [])
+        data = str(e["data"])
+        try:
+            specs.append(InputSpec(str(e.get("spec") or data), locate(data), read, e["weight"]))
+        except PacktoolError as err:
+            raise Stop(OPTIONS, f"manifest inputs[{k - 1}]: {err}") from None
+    return specs
 
 
 def recorded_data(manifest: dict, pack: str) -> str:
     """What to read when --sources names no DATA: the input given to pack, or the one recorded
-    source, or the folder holding all of them. Relative paths are relative to the directory pack
-    ran in: tried from here, then beside the pack folder."""
+    source, or the folder holding all of them (relative paths: locate_recorded)."""
     options = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
     sources = [s for s in manifest.get("sources") or [] if isinstance(s, dict) and s.get("path")]
     rec = options.get("input")
@@ -77,30 +218,45 @@ def files_check(data: str, manifest: dict, split: str) -> tuple[Check, list]:
         key=lambda s: str(s.get("path")),
     )
     ev = {"data": data, "files": len(now), "recorded": len(rec)}
-    problems = []
     if len(now) != len(rec):
-        problems.append(
+        raise Stop(
+            FILES,
             f"{data} holds {len(now)} source file(s), the manifest records {len(rec)} "
             f"({', '.join(str(s.get('path')) for s in rec[:5])}); pass the data that was packed: "
-            f"packtool verify PACK --sources DATA"
+            f"packtool verify PACK --sources DATA",
+            ev,
         )
-    else:
-        for f, r in zip(now, rec, strict=True):
-            if f.sha256 != r.get("sha256"):
-                was = (
-                    f" (recorded as {r.get('path')})"
-                    if os.path.basename(f.path) != os.path.basename(str(r.get("path")))
-                    else ""
-                )
-                problems.append(
-                    f"{f.path}{was}: sha256 {f.sha256[:12]}… ({f.size} bytes), the manifest records "
-                    f"{str(r.get('sha256'))[:12]}… ({r.get('size')} bytes): the source changed after packing"
-                )
+    problems = []
+    for f, r in zip(now, rec, strict=True):
+        if f.sha256 != r.get("sha256"):
+            renamed = os.path.basename(f.path) != os.path.basename(str(r.get("path")))
+            was = f" (recorded as {r.get('path')})" if renamed else ""
+            problems.append(
+                f"{f.path}{was}: sha256 {f.sha256[:12]}… ({f.size} bytes), the manifest records "
+                f"{str(r.get('sha256'))[:12]}… ({r.get('size')} bytes): the source changed after packing"
+            )
     if problems:
         raise Stop(FILES, "; ".join(problems), ev)
-    return Check(
-        FILES, True, f"{len(now)} source file(s) at {data}: sha256 match the manifest", ev
-    ), now
+    msg = f"{len(now)} source file(s) at {data}: sha256 match the manifest"
+    return Check(FILES, True, msg, ev), now
+
+
+def inputs_files_check(specs: list, manifest: dict) -> Check:
+    """Check FILES of a mixture: each input's files (inputs[k].files) have the recorded sha256."""
+    n = 0
+    for k, (spec, e) in enumerate(zip(specs, manifest.get("inputs") or [], strict=True), 1):
+        try:
+            files = files_check(spec.data, {"sources": e.get("files") or []}, spec.read.split)[1]
+        except Stop as stop:
+            msg = stop.check.message.replace(
+                "pass it: packtool verify PACK --sources DATA",
+                "run verify in the folder pack ran in, or pass that folder: packtool verify PACK "
+                "--sources FOLDER",
+            )
+            raise Stop(FILES, f"input {k} ({spec.spec}): {msg}") from None
+        n += len(files)
+    msg = f"{n} source file(s) of {len(specs)} inputs: sha256 match the manifest"
+    return Check(FILES, True, msg, {"inputs": len(specs), "files": n})
 
 
 def tokenizer_check(cfg, manifest: dict) -> Check:
@@ -109,13 +265,8 @@ def tokenizer_check(cfg, manifest: dict) -> Check:
     rec = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else {}
     want = rec.get("files_hash")
     if not want:
-        return Check(
-            TOKENIZER,
-            False,
-            "no tokenizer files hash in the manifest (pre-tokenized input): ids are read "
-            "as they are",
-            skipped=True,
-        )
+        msg = "no tokenizer files hash in the manifest (pre-tokenized input): ids are read as they are"
+        return Check(TOKENIZER, False, msg, skipped=True)
     from packtool.tokenization.loading import load_spec
 
     what = "the built-in tokenizer" if cfg.tokenizer is None else f"tokenizer {cfg.tokenizer}"
@@ -132,29 +283,6 @@ def tokenizer_check(cfg, manifest: dict) -> Check:
             ev,
         )
     return Check(TOKENIZER, True, f"{spec.name}: files hash {want} matches the manifest", ev)
-
-
-def inputs_files_check(specs: list, manifest: dict) -> Check:
-    """Check FILES of a mixture: each input's files (inputs[k].files) have the recorded sha256."""
-    entries = manifest.get("inputs") or []
-    n = 0
-    for k, (spec, e) in enumerate(zip(specs, entries, strict=True), 1):
-        try:
-            files = files_check(spec.data, {"sources": e.get("files") or []}, spec.read.split)[1]
-        except Stop as stop:
-            msg = stop.check.message.replace(
-                "pass it: packtool verify PACK --sources DATA",
-                "run verify in the folder pack ran in, or pass that folder: packtool verify PACK "
-                "--sources FOLDER",
-            )
-            raise Stop(FILES, f"input {k} ({spec.spec}): {msg}") from None
-        n += len(files)
-    return Check(
-        FILES,
-        True,
-        f"{n} source file(s) of {len(specs)} inputs: sha256 match the manifest",
-        {"inputs": len(specs), "files": n},
-    )
 
 
 def tokenize_again(data, cfg, progress=False, seed: int = 0):
@@ -187,20 +315,14 @@ def template_check(cfg, manifest: dict, tokenized) -> Check:
     )
     ev = {"template": now.get("chat_template"), "hash": have, "recorded": want}
     if have != want:
-        return Check(
-            TEMPLATE,
-            False,
+        msg = (
             f"chat template '{now.get('chat_template')}' (resolved from the recorded {how}) "
             f"hashes {have}, the manifest records {want} ('{rec.get('chat_template')}'): the template changed "
-            f"since packing, so ids and labels may differ",
-            ev,
+            f"since packing, so ids and labels may differ"
         )
-    return Check(
-        TEMPLATE,
-        True,
-        f"'{now.get('chat_template')}' ({how}): hash {want} matches the manifest",
-        ev,
-    )
+        return Check(TEMPLATE, False, msg, ev)
+    msg = f"'{now.get('chat_template')}' ({how}): hash {want} matches the manifest"
+    return Check(TEMPLATE, True, msg, ev)
 
 
 class Provenance:
@@ -245,7 +367,7 @@ class MixtureProvenance:
         self.each = [Provenance(s.data, s.read) for s in specs]
 
     def resolve(self, indices) -> None:
-        from packtool.data.blocks import input_of
+        from packtool.data.tokenized import input_of
 
         for i in indices:
             b = input_of(int(i), self.blocks)
@@ -253,7 +375,7 @@ class MixtureProvenance:
                 self.each[b.number - 1].resolve([b.locate(i)[1]])
 
     def __call__(self, i: int) -> str:
-        from packtool.data.blocks import describe_source, input_of
+        from packtool.data.tokenized import describe_source, input_of
 
         b = input_of(int(i), self.blocks)
         if b is None:

@@ -1,4 +1,5 @@
-"""What the shards must hold: the records tokenized again, cut into pieces the way the packer cuts them.
+"""What the shards must hold: the records tokenized again, cut into pieces the way the packer cuts
+them; and the manifest's counts and lists against those records (the ACCOUNT check).
 
     TokenizedData (load.py)             record r: input_ids, labels, length n_r, source_index (increasing;
                                         a preference pack's sides: pair_keys, 2 * source_index + side)
@@ -20,8 +21,14 @@
       gather(records, starts, lengths) ──▶ (ids, labels, offsets): pieces back to back, flat int32
       part_hashes(r) ──▶ uint64 per part of split record r (which part a shard document is)
 
-The policies and the loss rule are the contract's (docs/ARCHITECTURE.md, "Semantics": Overflow,
-Loss). The labels here are the record's own; the packer also sets each piece's first label to
+    account_check: manifest.json                 from the sources (TokenizedData, Expected.pieces)
+      counts.examples_read, .skipped, .tokenized   num_read, the records skipped, records tokenized
+      counts.truncated, .split, .split_parts, .dropped, and the lists {source_index, length}
+                                                   what apply_overflow made of them
+      tokens.in, .loss_in, .loss_first_token       sums of lengths, of loss tokens, of first labels
+                                                   that carried loss (not known under --sample)
+
+The labels here are the record's own; the packer also sets each piece's first label to
 schema.IGNORE_INDEX, and compare does the same before comparing.
 """
 
@@ -34,7 +41,9 @@ import numpy as np
 from packtool.data.labels import take_labels
 from packtool.errors import PacktoolError
 from packtool.schema import IGNORE_INDEX
-from packtool.verify.sources.names import TOKENS, Stop
+from packtool.verify import Check
+from packtool.verify.accounting import listed
+from packtool.verify.sources.load import ACCOUNT, TOKENS, Stop
 
 
 @dataclass
@@ -164,17 +173,92 @@ def expected_pieces(tokenized, manifest: dict) -> Expected:
         raise Stop(TOKENS, f"--overflow {overflow}: {e}") from None
     num = np.bincount(pieces.row, minlength=lengths.size).astype(np.int64)
     first = np.searchsorted(pieces.row, np.arange(lengths.size))
-    return Expected(
-        table.column("input_ids"),
-        table,
-        src,
-        lengths,
-        pieces.row,
-        pieces.start,
-        pieces.length,
-        first,
-        num,
-        L,
-        overflow,
-        pieces,
+    ids, p = table.column("input_ids"), pieces
+    return Expected(ids, table, src, lengths, p.row, p.start, p.length, first, num, L, overflow, p)
+
+
+def account_check(manifest: dict, tokenized, exp: Expected, cmp, where) -> Check:
+    """Check ACCOUNT; `cmp` is None under --sample (first-token loss is then not known)."""
+    pieces = exp.pieces
+    counts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
+    tokens = manifest.get("tokens") if isinstance(manifest.get("tokens"), dict) else {}
+    problems = []
+    # an example: a record's document(s), or a preference pair (its two sides, keyed
+    # 2 * source_index + side in exp: pieces.pair_keys), listed by its record's source_index
+    if manifest.get("task") == "preference":
+        from packtool.pack.pairs import pair_outcomes
+
+        oc = pair_outcomes(exp.lengths, exp.src // 2, pieces)
+        src, lengths, where = oc.source, oc.length, getattr(where, "records", where)
+        rec_rows = {"dropped": oc.dropped, "truncated": oc.truncated, "split": oc.split}
+        record_of = lambda keys: exp.record_of(2 * keys) // 2  # noqa: E731
+    else:
+        src, lengths, record_of = exp.src, exp.lengths, exp.record_of
+        rec_rows = {"dropped": pieces.dropped, "truncated": pieces.truncated, "split": pieces.split}
+    have = {
+        "examples_read": int(tokenized.num_read),
+        "skipped": len(tokenized.skipped),
+        "tokenized": len(src),
+        "truncated": int(rec_rows["truncated"].size),
+        "split": int(rec_rows["split"].size),
+        "split_parts": int(pieces.split_parts.sum()),
+        "dropped": int(rec_rows["dropped"].size),
+    }
+    for key, v in have.items():
+        if key in counts and counts[key] != v:
+            problems.append(f"counts.{key} is {counts[key]} in the manifest, {v} from the sources")
+    t_have = {
+        "in": int(exp.lengths.sum()),
+        "loss_in": int(np.asarray(tokenized.loss_counts, np.int64).sum()),
+    }
+    if cmp is not None:  # every piece compared: first-token loss is known exactly
+        t_have["loss_first_token"] = cmp.first_token_loss
+    for key, v in t_have.items():
+        if key in tokens and tokens[key] != v:
+            problems.append(f"tokens.{key} is {tokens[key]} in the manifest, {v} from the sources")
+
+    for key, rows in rec_rows.items():
+        if not isinstance(manifest.get(key), list):
+            continue
+        lst = {int(x.get("source_index", -1)): x for x in listed(manifest, key)}
+        now = {int(src[r]): int(lengths[r]) for r in rows.tolist()}
+        extra, absent = sorted(set(lst) - set(now)), sorted(set(now) - set(lst))
+        where.resolve(extra[:1] + absent[:1])
+        if absent:
+            i = absent[0]
+            problems.append(
+                f"{where(i)} (source_index {i}, {now[i]} tokens) is {key} at --len {exp.pack_len} "
+                f"(--overflow {exp.overflow}) but not listed under {key} in the manifest"
+            )
+        if extra:
+            i = extra[0]
+            r = record_of(np.array([i]))[0]
+            has = f"{where(i)} has {int(lengths[r])} tokens when tokenized again"
+            has = has if r >= 0 else "is no tokenized record"
+            problems.append(f"source_index {i} is listed under {key} in the manifest, but {has}")
+        for i in sorted(set(lst) & set(now)):
+            if lst[i].get("length") != now[i]:
+                problems.append(
+                    f"{where(i)} (source_index {i}) is listed under {key} with {lst[i].get('length')} "
+                    f"tokens; tokenized again it has {now[i]}"
+                )
+                break
+    sk = manifest.get("skipped")
+    if isinstance(sk, list):
+        rec = sorted(int(x.get("source_index", -1)) for x in sk if isinstance(x, dict))
+        now = sorted(int(s.source_index) for s in tokenized.skipped)
+        if rec != now:
+            problems.append(
+                f"skipped records differ: the manifest lists source indices {rec[:5]}, the sources give "
+                f"{now[:5]}"
+            )
+    return Check(
+        ACCOUNT,
+        not problems,
+        "; ".join(problems)
+        or (
+            f"{have['tokenized']} records tokenized again: counts, dropped, truncated, split and skipped agree with "
+            "the manifest"
+        ),
+        dict(have),
     )

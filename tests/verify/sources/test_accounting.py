@@ -1,12 +1,12 @@
 """The manifest's counts and lists against the records tokenized again
-(packtool/verify/sources/accounting.py): re-signed numbers are caught where they disagree with the
+(packtool/verify/sources/pieces.py): re-signed numbers are caught where they disagree with the
 data itself."""
 
 from __future__ import annotations
 
 from sources_pack import L, edit_manifest, manifest, verify  # noqa: E402
 
-from packtool.verify.sources import names as vs
+from packtool.verify.sources import load as vs
 
 
 def test_untouched_counts_agree(built):

@@ -16,7 +16,7 @@ from sources_pack import cli, failed, manifest, prompt_token, verify  # noqa: E4
 
 from packtool.verify import selftest as st
 from packtool.verify.sources import check_sources
-from packtool.verify.sources import names as vs
+from packtool.verify.sources import load as vs
 
 
 def test_untouched_pack_passes(built):

@@ -1,4 +1,4 @@
-"""Shard documents against their pieces (packtool/verify/sources/compare.py): consistent damage that
+"""Shard documents against their pieces (packtool/verify/sources/match.py): consistent damage that
 integrity cannot see (a prompt token trained, a token id changed, the manifest re-signed) is caught
 and named by record (file:line), shard, row and position, with got vs expected ids and labels."""
 
@@ -20,8 +20,8 @@ from sources_pack import (  # noqa: E402
 
 from packtool import schema
 from packtool.verify import selftest as st
-from packtool.verify.sources import compare as sc
-from packtool.verify.sources import names as vs
+from packtool.verify.sources import load as vs
+from packtool.verify.sources import match as sc
 from packtool.verify.sources.pieces import expected_pieces
 
 IGNORE = schema.IGNORE_INDEX

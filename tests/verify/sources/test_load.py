@@ -17,8 +17,7 @@ from sources_pack import (  # noqa: E402
 )
 
 from packtool.config import ReadConfig
-from packtool.verify.sources import load as sources_load
-from packtool.verify.sources import names as vs
+from packtool.verify.sources import load as vs
 
 
 def test_changed_source_file_fails_its_sha256(built, pack, tmp_path):
@@ -79,14 +78,14 @@ def test_relative_source_path_is_found_beside_the_pack(built, tmp_path, monkeypa
 
 def test_no_recorded_source_asks_for_the_data(tmp_path):
     with pytest.raises(vs.Stop) as e:
-        sources_load.recorded_data({"options": {}, "sources": []}, str(tmp_path))
+        vs.recorded_data({"options": {}, "sources": []}, str(tmp_path))
     assert e.value.check.name == vs.FILES and e.value.check.message.endswith(
         "pass the data: packtool verify PACK --sources DATA"
     )
 
 
 def test_provenance_names_the_line_of_a_record(built):
-    where = sources_load.Provenance(str(built[0]), ReadConfig())
+    where = vs.Provenance(str(built[0]), ReadConfig())
     assert where(0) == f"{built[0]}:1" and where(12) == f"{built[0]}:13"
     assert where(10_000) == "record 10000"  # beyond the input: named by its index
 

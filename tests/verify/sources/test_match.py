@@ -12,7 +12,7 @@ from sources_pack import cli, edit_manifest, failed, manifest, verify  # noqa: E
 from packtool import schema
 from packtool.verify import audit, scan
 from packtool.verify import selftest as st
-from packtool.verify.sources import names as vs
+from packtool.verify.sources import load as vs
 
 
 def test_damaged_split_part_is_caught_and_named_as_a_part(pack):

@@ -14,7 +14,7 @@ from packtool import schema
 from packtool.demo_data import write_sample
 from packtool.verify import audit
 from packtool.verify import selftest as st
-from packtool.verify.sources import names as vs
+from packtool.verify.sources import load as vs
 
 
 @pytest.fixture(scope="module")

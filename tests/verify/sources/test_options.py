@@ -1,12 +1,11 @@
-"""The manifest's recorded options -> TokenizeConfig (packtool/verify/sources/options.py): every
+"""The manifest's recorded options -> TokenizeConfig (packtool/verify/sources/load.py): every
 option pack used is recorded, an unknown one is refused, a missing one takes its default."""
 
 from __future__ import annotations
 
 from sources_pack import edit_manifest, failed, manifest, verify  # noqa: E402
 
-from packtool.verify.sources import names as vs
-from packtool.verify.sources import options as sources_options
+from packtool.verify.sources import load as vs
 
 
 def test_manifest_records_every_tokenize_option(built):
@@ -27,7 +26,7 @@ def test_manifest_records_every_tokenize_option(built):
         "on_error": "error",
         "limit": None,
     }
-    cfg, missing = sources_options.tokenize_config_from(manifest(pack))
+    cfg, missing = vs.tokenize_config_from(manifest(pack))
     assert missing == [] and cfg.cache is False and cfg.read.columns == ()
 
 
@@ -43,7 +42,7 @@ def test_recorded_lists_become_the_config_s_tuples():
             "input": "x.jsonl",
         }
     }
-    cfg, missing = sources_options.tokenize_config_from(m)
+    cfg, missing = vs.tokenize_config_from(m)
     assert cfg.read.columns == (("messages", "dialog"),) and cfg.read.roles == (
         ("bot", "assistant"),
     )
@@ -51,7 +50,7 @@ def test_recorded_lists_become_the_config_s_tuples():
     assert (
         "options.cache" not in missing and "options.tokenizer" not in missing
     )  # from manifest["tokenizer"]
-    assert sources_options.options_text(cfg).startswith(
+    assert vs.options_text(cfg).startswith(
         "tokenize options rebuilt from the manifest: train_on 'last'"
     )
 

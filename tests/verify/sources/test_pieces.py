@@ -15,7 +15,7 @@ from packtool import schema
 from packtool.pack.overflow import apply_overflow
 from packtool.verify import audit
 from packtool.verify import selftest as st
-from packtool.verify.sources import names as vs
+from packtool.verify.sources import load as vs
 from packtool.verify.sources import pieces as sp
 
 
