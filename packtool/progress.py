@@ -23,19 +23,6 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol, runtime_checkable
 
 
-class Stage(Protocol):
-    """One stage's progress, as the library reports it."""
-
-    def advance(self, count: int = 0, tokens: int = 0) -> None:
-        """`count` more items (and `tokens` more tokens) done."""
-
-    def update(self, done: int, total: int | None = None) -> None:
-        """Absolute progress: `done` of `total` items (callbacks that report `done of total`)."""
-
-    def step(self, text: str) -> None:
-        """What the stage does now (a spinner's text), for stages without a count."""
-
-
 @runtime_checkable
 class Reporter(Protocol):
     """Hands out the Stage of each long step."""
@@ -57,16 +44,8 @@ class Silent:
     """Reports nothing (`progress=False`, `--json -`, quiet)."""
 
     @contextmanager
-    def stage(
-        self,
-        what: str,
-        *,
-        unit: str = "examples",
-        total: int | None = None,
-        detail: str | None = None,
-        spinner: bool = False,
-    ):
-        yield Counter(what)
+    def stage(self, what: str, **_options):
+        yield Stage(what)
 
 
 SILENT = Silent()
@@ -80,9 +59,10 @@ def _num(x: float) -> str:
     return f"{x:,.0f}"
 
 
-class Counter:
-    """A stage's counts and clock; `line()` is its one summary line. As a Stage it draws nothing:
-    Silent's, and Terminal's when stderr is not a terminal (one line when it ends)."""
+class Stage:
+    """One stage's progress, as the library reports it: its counts and clock; `line()` is its one
+    summary line. This class draws nothing: Silent's, and Terminal's when stderr is not a terminal
+    (one line when it ends)."""
 
     def __init__(self, what: str, unit: str = "examples", total: int | None = None):
         self.what, self.unit, self.total = what, unit, total
@@ -106,19 +86,21 @@ class Counter:
         return f"{self.what}: {self.status()}"
 
     def advance(self, count: int = 0, tokens: int = 0) -> None:
+        """`count` more items (and `tokens` more tokens) done."""
         self.count += count
         self.tokens += tokens
 
     def update(self, done: int, total: int | None = None) -> None:
+        """Absolute progress: `done` of `total` items (callbacks that report `done of total`)."""
         self.count = done
         if total is not None:
             self.total = total
 
     def step(self, text: str) -> None:
-        pass
+        """What the stage does now (a spinner's text), for stages without a count."""
 
 
-class _BarStage(Counter):
+class _BarStage(Stage):
     """A terminal: a live rich bar (or a spinner), removed when the stage ends."""
 
     def __init__(self, console, what: str, unit: str, total: int | None, spinner: bool):
@@ -181,7 +163,7 @@ class Terminal:
     ):
         name = f"{what} ({detail})" if detail else what  # `tokenizing (2 processes)`
         if not self._on_terminal():
-            stage = Counter(name, unit, total)
+            stage = Stage(name, unit, total)
             yield stage
             if stage.count:  # only after a stage that ended well: an exception skips this line
                 sys.stderr.write(stage.line() + "\n")

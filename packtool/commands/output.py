@@ -80,15 +80,7 @@ class Output:
 
     # ----------------------------------------------------------------------- progress
 
-    def stage(
-        self,
-        what: str,
-        *,
-        unit: str = "examples",
-        total: int | None = None,
-        detail: str | None = None,
-        spinner: bool = False,
-    ) -> AbstractContextManager[Stage]:
+    def stage(self, what: str, **options) -> AbstractContextManager[Stage]:
         """packtool.progress.Reporter: the library's stages and the command's own."""
         shown = Terminal(self.console, tty=self._tty) if self.human and not self.quiet else SILENT
-        return shown.stage(what, unit=unit, total=total, detail=detail, spinner=spinner)
+        return shown.stage(what, **options)
