@@ -124,9 +124,9 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
 
     if preload:
         from packtool import idle
-        from packtool.tokenization.render import jinja
+        from packtool.tokenization.render import preload as jinja_preload
 
-        idle.later(jinja.preload)  # the probe and the reference path render with it
+        idle.later(jinja_preload)  # the probe and the reference path render with it
     spec = load_spec(cfg.tokenizer)
     why = fast_refused(spec, cfg.tokenizer_backend)
     if why is None and preload:

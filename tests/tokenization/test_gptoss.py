@@ -13,8 +13,7 @@ from chat_examples import TOOLS, chat_examples
 
 from packtool.formats.normalize import template_messages
 from packtool.tokenization.chat_template import make_template, trl_dir
-from packtool.tokenization.render import Renderer, dated_text, gptoss, lost_content
-from packtool.tokenization.render.chatml import NotNative
+from packtool.tokenization.render import NotNative, Renderer, dated_text, gptoss, lost_content
 
 TRL = trl_dir()
 pytestmark = pytest.mark.skipif(TRL is None, reason="TRL is not installed (its chat_templates/)")

@@ -3,36 +3,16 @@
     Renderer(spec, template, train_on, renderer).conversation(messages, tools) -> text, spans
     best(template) -> (renderer, why jinja)       the fast path's renderer: made once per run
 
-Renderers, each giving the text and `{% generation %}` spans of the one before it in this order,
-for the conversations it covers; what it does not cover goes one step down, per conversation:
-
-    native (chatml.py: the built-in chatml-train; gptoss.py: TRL's gptoss_training; picked by
-    the template's bytes)
-      ──NotNative──▶ compiled (compiled.py: any template in MiniJinja)
-      ──NotCompiled──▶ jinja (jinja.py: transformers' renderer, the reference)
-
-A run's fast path (run_plan.RunPlan.step) is fastokens with the renderer `best` picks ("native",
-"compiled": the chain above from its top; "jinja": a template MiniJinja cannot compile); its
-reference path is tokenizers with jinja alone. run_plan.FastCheck compares the two on each run's first
-examples; on a difference the run continues on the reference path (RunPlan.on_difference) and
-its report says so:
-
-    fastokens + best renderer  ──differs on a probe──▶  tokenizers + jinja
-
-A renderer is kept only where it earns >= 20% end to end against the next one down
-(benchmarks/README.md, "Renderers"). What each renders must appear in its text (lost_content, below).
-
-One conversation, rendered (Renderer):
-
-    messages (packtool.formats.template_messages) ──Renderer.conversation──▶ text, spans
     text   "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
     spans                                                     [(52, 65)]   "Hello!<|im_end|>"
 
-Each render goes down the chain above, from where the run's renderer starts
-("jinja": at jinja): the template's native renderer (`native_for`: the built-in chatml-train, TRL's
-gptoss_training, by their bytes) → the compiled one (MiniJinja) → transformers'
-jinja. How assistant text is located is the template's `mode` (decided once per run by
-packtool.tokenization.template_probe):
+Renderers, each giving the text and spans of the one below it for what it covers (the rest goes
+one step down, per conversation; each kept only where it earns >= 20%: benchmarks/README.md):
+
+    native (`chatml` below, gptoss.py; by the template's bytes) ──NotNative──▶ compiled
+    (compiled.py: MiniJinja) ──NotCompiled──▶ jinja (`render_jinja`: transformers', the reference)
+
+How assistant text is located is the template's `mode` (chat_template.choose):
 
     markers   each {% generation %} block, less the generation prompt the template writes at its
               start (the model is given it at inference, e.g. `<|start|>assistant`)
@@ -42,21 +22,12 @@ packtool.tokenization.template_probe):
     last      that for the last turn only (templates that rewrite earlier turns, --train-on last)
     all       the whole text (--train-on all)
 
-A span ends at the turn's end-of-turn token (not the newline after it). What the template drops
-of the record refuses the example (lost_content).
-
-What every renderer's output must hold, and how an example is refused:
-
-    lost_content(messages, tools, text) -> None | what the text lacks, in words
-        every message's text, the last assistant turn's reasoning, every tool call (its name,
-        argument names and values) and tool definition must appear in the rendered text, else
-        the example is refused naming what the template dropped (Renderer.conversation)
-    locate / appears / leaf_values       the searches it (and label_audit) is made of
-    ExampleError, NotPrefixPreserving    one example cannot be encoded (the source counts it)
+A span ends at the turn's end-of-turn token; what the template drops (`lost_content`) is refused.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import sys
@@ -66,11 +37,7 @@ from packtool.tokenization.chat_template import (
     ChatTemplate,
     family_fix,
     family_of,
-    special_tokens,
 )
-from packtool.tokenization.render import chatml, jinja
-
-dated_text = jinja.dated_text
 
 
 class ExampleError(Exception):
@@ -81,13 +48,16 @@ class NotPrefixPreserving(ExampleError):
     """The template renders an earlier turn differently once later turns follow (mode prefix)."""
 
 
+class NotNative(Exception):
+    """This conversation goes to the next renderer of the chain."""
+
+
 def first_line(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def locate(text: str, value: str, start: int = 0, end: int = sys.maxsize) -> int:
-    """text.find(value, start, end), by the first place of its first 16 chars and a compare there
-    (str.find prepares a long needle anew on each call)."""
+    """text.find(value, start, end), faster for long values (found by their first 16 chars)."""
     at = text.find(value[:16], start, end)
     if at < 0 or text.startswith(value, at, end):
         return at
@@ -117,10 +87,9 @@ def _leafappears(value, text: str) -> bool:
 
 
 def lost_content(messages: list[dict], tools, text: str) -> str | None:
-    """What of the conversation the rendered `text` lacks, in words; None when everything is there:
-    a message's text; the reasoning of the last assistant turn (templates may drop earlier turns'
-    reasoning by design: gpt-oss, Qwen3); each tool call's name (as often as it is called, beside
-    its definitions), argument names and values; each tool definition."""
+    """What of the conversation the rendered `text` lacks, in words (None: nothing): a message's
+    text; the last assistant turn's reasoning (templates may drop earlier turns' by design); each
+    tool call's name (as often as it is called), argument names and values; each tool definition."""
     last = len(messages) - 1
     while last >= 0 and messages[last]["role"] != "assistant":
         last -= 1
@@ -170,10 +139,10 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
 
 
 def native_for(text: str):
-    """The native renderer of a template, by its bytes: render(messages, tools, kwargs, date) ->
-    (text, spans, complete) or NotNative; None when the template has none."""
+    """A template's native renderer (None: none): (messages, tools, kwargs, date) -> (text, spans,
+    complete), or NotNative."""
     if text == BUILTIN_TEMPLATES["chatml-train"].read_text():
-        return chatml.native
+        return chatml
     from packtool.tokenization.render import gptoss  # (imported only for another template)
 
     return gptoss.native_for(text)
@@ -186,26 +155,22 @@ class Renderer:
         self.spec = spec
         self.template = template
         self.train_on = train_on
-        # where the chain starts: "native" | "compiled" (the native renderer, if the template has
-        # one, then MiniJinja, then jinja), "jinja" (the reference: jinja alone)
+        # where the chain starts: "native" | "compiled" (its top), "jinja" (jinja alone)
         self.renderer = renderer
         self._kwargs = dict(spec.special_tokens)
-        ends = {t for t in [spec.eos_token, *spec.all_special_tokens, *special_tokens(spec)] if t}
+        ends = {t for t in [spec.eos_token, *spec.all_special_tokens, *spec.control_tokens] if t}
         self._end_tokens = tuple(sorted(ends))
         self._gen_prompt: str | None = None
-        self._heads: list[str] | None = None  # the generation prompt, its heads ending in a special
-        mode = template.mode or ("markers" if template.has_generation else "prefix")
-        self.mode = mode
-        self._text = jinja.dated_text(template)
-        self._compiled = None  # the compiled template, built on first use (False: none)
-        self._own = None  # the template's native renderer, looked up on first use (False: none)
+        self._heads: list[str] | None = None
+        self.mode = template.mode or ("markers" if template.has_generation else "prefix")
+        self._text = dated_text(template)
+        self._compiled = self._own = None  # compiled / native renderer, on first use (False: none)
 
     def __getstate__(self):
         return {**self.__dict__, "_compiled": None, "_own": None}
 
     def _native(self, messages, tools) -> tuple[str, list, bool] | None:
-        """The template's native renderer: (text, spans, complete); None when it has none (or the
-        run renders with jinja) or the renderer does not cover this conversation."""
+        """(text, spans, complete) of the template's native renderer; None: not rendered so."""
         if self._own is None:
             self._own = (self.renderer != "jinja" and native_for(self.template.text)) or False
         if not self._own:
@@ -226,18 +191,16 @@ class Renderer:
 
     def conversation(self, messages: list[dict], tools) -> tuple[str, list[tuple[int, int]]]:
         """(text, trained char spans) in the template's mode; ExampleError saying what failed."""
-        # the text holds everything lost_content looks for: chatml-train's by construction, a
-        # native renderer's where it says so (checked against the jinja reference, which runs
-        # lost_content, on every run's first examples)
+        # complete: the text holds everything lost_content looks for (chatml-train's always)
         complete = self.renderer == "native"
         try:
             if self.mode == "markers":
                 got = self._native(messages, tools)
-                if got is None:
-                    text, spans = self._render(messages, tools, marks=True)
-                else:
-                    text, spans, native_complete = got
-                    complete = complete or native_complete
+                text, spans, own_complete = got or (
+                    *self._render(messages, tools, marks=True),
+                    False,
+                )
+                complete = complete or own_complete
                 spans = self._trim_prompt(text, spans)
             elif self.mode == "last" and self.train_on != "all":
                 text, spans = self._last_span(messages, tools)
@@ -268,26 +231,27 @@ class Renderer:
                 return engine.render(messages, tools, marks=marks, gen_prompt=gen_prompt)
             except not_compiled:
                 pass  # jinja renders it: the same text, or the error it gives
-        return jinja.render(
+        return render_jinja(
             self._text, self._kwargs, messages, tools, marks=marks, gen_prompt=gen_prompt
         )
 
-    def _opening_header(self, messages, tools) -> str:
-        """What precedes an assistant turn that opens the conversation.
+    def _after_user(self, tools) -> str:
+        """G = render([user], generation prompt) - render([user]): the generation prompt."""
+        probe = [{"role": "user", "content": "x"}]
+        plain, _ = self._render(probe, tools, marks=False)
+        prompted, _ = self._render(probe, tools, marks=False, gen_prompt=True)
+        return prompted[len(plain) :] if prompted.startswith(plain) else ""
 
-        Rendering an empty conversation works for some templates only; otherwise the header is the
-        generation prompt as the template writes it after a user turn,
-            G = render([user], generation prompt) - render([user]),
-        and everything up to the first G in render(messages[:1]) is the prompt.
-        """
+    def _before(self, messages, i: int, tools) -> str:
+        """What precedes assistant turn i: render(messages[:i], generation prompt); for turn 0, the
+        empty conversation's prompt, else render(messages[:1]) up to its first `_after_user`."""
+        if i:
+            return self._render(messages[:i], tools, marks=False, gen_prompt=True)[0]
         try:
             return self._render([], tools, marks=False, gen_prompt=True)[0]
         except Exception:
             pass
-        probe = [{"role": "user", "content": "x"}]
-        plain, _ = self._render(probe, tools, marks=False)
-        prompted, _ = self._render(probe, tools, marks=False, gen_prompt=True)
-        header = prompted[len(plain) :] if prompted.startswith(plain) else ""
+        header = self._after_user(tools)
         first, _ = self._render(messages[:1], tools, marks=False)
         at = first.find(header) if header else -1
         if at < 0:
@@ -301,10 +265,7 @@ class Renderer:
             if m["role"] != "assistant":
                 continue
             try:
-                if i == 0:
-                    before = self._opening_header(messages, tools)
-                else:
-                    before, _ = self._render(messages[:i], tools, marks=False, gen_prompt=True)
+                before = self._before(messages, i, tools)
             except Exception as e:  # guessing "" here would train the prompt: refuse instead
                 raise ExampleError(
                     f"chat template '{self.template.name}' cannot render the conversation before assistant "
@@ -325,8 +286,7 @@ class Renderer:
         return family_fix(family, self.train_on, self.template.near, self.template.near_alike)
 
     def _turn_end(self, text: str, a: int = 0, b: int | None = None) -> int:
-        """The end of text[a:b] as trained: before the whitespace after a closing end-of-turn
-        token (keep the token, not the newline after it), else b."""
+        """The end of text[a:b] as trained: before whitespace after a closing end-of-turn token."""
         b = len(text) if b is None else b
         end = b
         while end > a and text[end - 1].isspace():
@@ -334,15 +294,11 @@ class Renderer:
         return end if text.endswith(self._end_tokens, a, end) else b
 
     def _last_span(self, messages, tools) -> tuple[str, list[tuple[int, int]]]:
-        """Only the last turn, for templates that rewrite earlier turns (gpt-oss drops their reasoning):
-        render(messages[:-1], generation prompt) must be a prefix of render(messages)."""
+        """Only the last turn (templates that rewrite earlier turns: gpt-oss drops their reasoning)."""
         full, _ = self._render(messages, tools, marks=False)
         if messages[-1]["role"] != "assistant":
             return full, []
-        if len(messages) == 1:
-            before = self._opening_header(messages, tools)
-        else:
-            before, _ = self._render(messages[:-1], tools, marks=False, gen_prompt=True)
+        before = self._before(messages, len(messages) - 1, tools)
         if not full.startswith(before):
             raise ExampleError(
                 f"chat template '{self.template.name}' renders the conversation before the last assistant turn "
@@ -352,27 +308,17 @@ class Renderer:
 
     def generation_prompt(self, tools=None) -> str:
         """What the template writes to open an assistant turn at inference (the generation prompt)."""
-        if self._gen_prompt is None and self.renderer == "native":
-            self._gen_prompt = chatml.GENERATION_PROMPT  # (no jinja: transformers is not imported)
-        if self._gen_prompt is None:
-            probe = [{"role": "user", "content": "x"}]
-            plain, _ = self._render(probe, None, marks=False)
-            prompted, _ = self._render(probe, None, marks=False, gen_prompt=True)
-            self._gen_prompt = prompted[len(plain) :] if prompted.startswith(plain) else ""
+        if self._gen_prompt is None:  # native: no jinja (transformers is not imported)
+            native = self.renderer == "native"
+            self._gen_prompt = GENERATION_PROMPT if native else self._after_user(None)
         return self._gen_prompt
 
     def _trim_prompt(self, text: str, spans) -> list[tuple[int, int]]:
-        """Generation blocks less the generation prompt at their start (the model is given it; a
-        block may start with only its leading special tokens, e.g. DeepSeek's `<｜Assistant｜>` of
-        `<｜Assistant｜><think>\\n`), and less whitespace after a closing end-of-turn token (the
-        next turn's, never generated). A last block that holds only the EOS (Phi-3's training
-        template closes the conversation so) joins the turn before it.
-
-        Per block, the usual case costs a few compares: a block not starting with the shortest
-        head (a prefix of every head) has no prompt to trim, one starting with the whole prompt
-        (the longest head) loses it; a block not ending in whitespace keeps its end (`_turn_end`
-        moves an end only past whitespace)."""
-        heads = self._heads if self._heads is not None else self._prompt_heads()
+        """Generation blocks less the generation prompt (or its longest head ending in a special
+        token: DeepSeek's `<｜Assistant｜>`) at their start, and less whitespace after a closing
+        end-of-turn token. A last block of only the EOS (Phi-3's training template) joins the turn
+        before it."""
+        heads = self._prompt_heads()
         shortest = heads[-1] if heads else None
         out: list[tuple[int, int]] = []
         eos = self.spec.eos_token
@@ -382,17 +328,12 @@ class Renderer:
                     out[-1] = (out[-1][0], b)
                     continue
             if shortest is not None and text.startswith(shortest, a, b):
-                a += (
-                    len(heads[0])
-                    if text.startswith(heads[0], a, b)
-                    else self._prompt_at(text, a, b)
-                )
+                a += self._prompt_at(text, a, b)
             out.append((a, self._turn_end(text, a, b) if a < b and text[b - 1].isspace() else b))
         return out
 
     def _prompt_heads(self) -> list[str]:
-        """The generation prompt and its heads that end in a special token, longest first (each
-        a prefix of the ones before it); [] when the template writes none."""
+        """The generation prompt and its heads that end in a special token, longest first."""
         if self._heads is None:
             g = self.generation_prompt()
             self._heads = (
@@ -403,17 +344,15 @@ class Renderer:
         return self._heads
 
     def _prompt_at(self, text: str, a: int, b: int) -> int:
-        """Length of the generation prompt (or of its longest head that ends in a special token)
-        written at text[a:b]."""
+        """Length of the longest of `_prompt_heads` written at text[a:b] (0: none)."""
         for head in self._prompt_heads():
             if len(head) <= b - a and text.startswith(head, a):
                 return len(head)
         return 0
 
     def _no_tools(self, messages: list[dict], tools) -> str:
-        """'; the template has no tool role ...' when the record uses tools (a tool turn, a tool call,
-        tool definitions) and the template never mentions them (Gemma 3: its refusal only says that
-        roles must alternate); else ''."""
+        """' (the template ... has no tool role ...' when the record uses tools and the template
+        never mentions them (Gemma 3: its refusal only says that roles must alternate); else ''."""
         used = tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
         if not used or re.search(r"\btools?\b|tool_calls", self.template.text):
             return ""
@@ -427,13 +366,135 @@ class Renderer:
 
 def best(template) -> tuple[str, str | None]:
     """The fast path's renderer and, when it is jinja, why: "native" for the built-in chatml-train
-    template (byte for byte), else "compiled" where MiniJinja compiles the template (TRL's
-    gptoss_training rendered natively in front of it: the chain), else jinja."""
+    template, else "compiled" where MiniJinja compiles it (the chain from the top), else jinja."""
     if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text():
         return "native", None
     from packtool.tokenization.render.compiled import compile_template  # (not for native)
 
-    _, why = compile_template(jinja.dated_text(template), {})
+    _, why = compile_template(dated_text(template), {})
     if why is not None:
         return "jinja", f"chat template '{template.name}': {why}; jinja renders it"
     return "compiled", None
+
+
+# -- jinja: the reference ----------------------------------------------------------------------
+def render_jinja(
+    text: str, kwargs: dict, messages, tools, *, marks: bool, gen_prompt: bool = False
+):
+    """transformers' render_jinja_template (what apply_chat_template calls): (text, the char spans
+    of the `{% generation %}` blocks when `marks`, else None). transformers is imported on first
+    use (a run whose renderers cover every conversation never imports it)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    texts, spans = render_jinja_template(
+        conversations=[messages],
+        tools=tools,
+        chat_template=text,
+        return_assistant_tokens_mask=marks,
+        add_generation_prompt=gen_prompt,
+        **kwargs,
+    )
+    return texts[0], (spans[0] if marks else None)
+
+
+def preload() -> None:  # transformers' renderer imported now (packtool.idle)
+    from transformers.utils.chat_template_utils import render_jinja_template  # noqa: F401
+
+
+def dated_text(template: ChatTemplate) -> str:
+    """The template with strftime_now() fixed to `template.date` (a macro shadowing the global)."""
+    if not template.date:
+        return template.text
+    day = datetime.date.fromisoformat(template.date)
+    formats = sorted(set(re.findall(r"strftime_now\(\s*[\"']([^\"']*)[\"']\s*\)", template.text)))
+    table = json.dumps({f: day.strftime(f) for f in formats})
+    macro = "{%%- macro strftime_now(fmt) -%%}{{ %s[fmt] if fmt in %s else %s }}{%%- endmacro %%}"
+    return macro % (table, table, json.dumps(template.date)) + template.text
+
+
+# -- chatml: the built-in chatml-train, natively ---------------------------------------------------
+TOOLS_HEAD = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_TAIL = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+    '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+)
+_REASONING = ("reasoning_content", "thinking", "reasoning")
+GENERATION_PROMPT = "<|im_start|>assistant\n"  # what add_generation_prompt writes
+
+
+def _tojson(x) -> str:
+    return json.dumps(x, ensure_ascii=False)  # transformers' tojson filter with its defaults
+
+
+def _str(x) -> str:
+    if type(x) is not str:
+        raise NotNative
+    return x
+
+
+def chatml(messages: list[dict], tools: list | None, kwargs=None, date=None):
+    """templates/chatml-train.jinja natively: (text, generation spans, complete: always) for the
+    messages `formats` produces (string contents, OpenAI tool calls, reasoning); else NotNative."""
+    if not messages:
+        raise NotNative
+    out: list[str] = []
+    size = 0
+    spans: list[tuple[int, int]] = []
+
+    def emit(s: str) -> None:
+        nonlocal size
+        out.append(s)
+        size += len(s)
+
+    first = messages[0]
+    if tools:
+        emit("<|im_start|>system\n")
+        if first.get("role") == "system":
+            emit(_str(first.get("content")) + "\n\n")
+        emit(TOOLS_HEAD)
+        for tool in tools:
+            emit("\n" + _tojson(tool))
+        emit(TOOLS_TAIL)
+    elif first.get("role") == "system":
+        emit("<|im_start|>system\n" + _str(first.get("content")) + "<|im_end|>\n")
+    n = len(messages)
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "user" or (role == "system" and i > 0):
+            emit("<|im_start|>" + role + "\n" + _str(m.get("content")) + "<|im_end|>\n")
+        elif role == "assistant":
+            emit(GENERATION_PROMPT)
+            start = size
+            reasoning = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+            if reasoning:
+                emit("<think>\n" + _str(reasoning).strip("\n") + "\n</think>\n\n")
+            content = m.get("content", "")
+            emit(_str(content))
+            for j, call in enumerate(m.get("tool_calls") or ()):
+                if not isinstance(call, dict):
+                    raise NotNative
+                fn = call["function"] if "function" in call else call
+                if not isinstance(fn, dict) or "arguments" not in fn:
+                    raise NotNative
+                if (j == 0 and content) or j > 0:
+                    emit("\n")
+                args = fn["arguments"]
+                emit('<tool_call>\n{"name": "' + _str(fn.get("name")) + '", "arguments": ')
+                emit(args if type(args) is str else _tojson(args))
+                emit("}\n</tool_call>")
+            emit("<|im_end|>")
+            spans.append((start, size))
+            emit("\n")
+        elif role == "tool":
+            if i == 0 or messages[i - 1].get("role") != "tool":
+                emit("<|im_start|>user")
+            emit("\n<tool_response>\n" + _str(m.get("content")) + "\n</tool_response>")
+            if i == n - 1 or messages[i + 1].get("role") != "tool":
+                emit("<|im_end|>\n")
+        elif role != "system":
+            raise NotNative  # the template renders unknown roles as nothing; let jinja say so
+    return "".join(out), spans, True

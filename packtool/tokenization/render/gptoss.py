@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime
 import functools
 
-from packtool.tokenization.render.chatml import NotNative, _str, _tojson
+from packtool.tokenization.render import NotNative, _str, _tojson
 from packtool.tokenization.render.compiled import alias
 
 Spans = list[tuple[int, int]]
