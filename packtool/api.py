@@ -341,7 +341,11 @@ def export(pack: str, to: str, out: str, force: bool = False, progress=None):
 
 def model_warning(model: str | None, tokenizer: str | None) -> str | None:
     """The one-line early warning of inspect/profile/pack for the model to be trained (--model,
-    or a --tokenizer folder holding its config.json): packtool.arch.warning, or None."""
+    or a --tokenizer folder holding its config.json): packtool.arch.warning, or None (and packtool.arch
+    is not imported when there is no config to judge)."""
+    folder = os.path.expanduser(tokenizer) if tokenizer else None
+    if not model and not (folder and os.path.isfile(os.path.join(folder, "config.json"))):
+        return None
     from packtool.arch.config import model_warning as _model_warning
 
     return _model_warning(model, tokenizer)

@@ -12,8 +12,7 @@ import pytest
 from paths import SHARED_DATA, needs_shared
 
 from packtool.config import PackConfig, TokenizeConfig
-from packtool.data.provenance import SkippedRecord
-from packtool.data.tokenized import TokenizedData
+from packtool.data.tokenized import SkippedRecord, TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow
 from packtool.plan import plan_packs

@@ -37,9 +37,7 @@ from packtool.cluster.parts import PartWriter
 from packtool.cluster.parts import offsets as part_offsets
 from packtool.cluster.session import Session, Shared, call, fetch_once, memory
 from packtool.config import TokenizeConfig
-from packtool.data.arrow import arrow_numpy
-from packtool.data.provenance import SourceFile
-from packtool.data.tokenized import TokenizedData
+from packtool.data.tokenized import SourceFile, TokenizedData, arrow_numpy
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import readers
 from packtool.io.sources import locate

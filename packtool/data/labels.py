@@ -39,7 +39,7 @@ def flat(arr) -> tuple[np.ndarray, np.ndarray]:
     (a list<bool>'s values unpacked: uint8 0/1)."""
     import pyarrow as pa
 
-    from packtool.data.arrow import arrow_numpy  # (Array.to_numpy would import pandas)
+    from packtool.data.tokenized import arrow_numpy  # (Array.to_numpy would import pandas)
 
     offs = arrow_numpy(arr.offsets)
     o0, o1 = int(offs[0]), int(offs[-1])
@@ -53,7 +53,7 @@ def mask_bits(arr) -> np.ndarray:
     offset honoured); a uint8 mask as it is, zero-copy."""
     import pyarrow as pa
 
-    from packtool.data.arrow import arrow_numpy
+    from packtool.data.tokenized import arrow_numpy
 
     if not pa.types.is_boolean(arr.type):
         return arrow_numpy(arr)
@@ -95,7 +95,7 @@ def _list(offsets: np.ndarray, values):
     """A list array of `values` (numpy, or an Arrow array) at `offsets`."""
     import pyarrow as pa
 
-    from packtool.data.arrow import arrow_array
+    from packtool.data.tokenized import arrow_array
 
     off = offsets.astype(np.int32) if offsets[-1] <= np.iinfo(np.int32).max else offsets
     vals = arrow_array(values) if isinstance(values, np.ndarray) else values

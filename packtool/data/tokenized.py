@@ -1,4 +1,5 @@
-"""What the tokenization layer hands to `profile` and `pack`.
+"""What the tokenization layer hands to `profile` and `pack`: TokenizedData, the Arrow table it
+holds, where its records came from, and a mixture's input blocks.
 
 `TokenizedData.table` is an Arrow table (memory-mapped from the cache entry), one row per kept
 example:
@@ -14,21 +15,274 @@ example:
 
 `lengths` and `loss_counts` are the same numbers as numpy arrays, for the numba kernels.
 
-A mixture (tokenization/mixture.py) is one TokenizedData whose `inputs` are InputBlocks: input k
-owns the source indices [offset, offset + copies * records) (packtool.data.blocks);
-`inputs_manifest` gives the manifest's `inputs`.
+    SourceFile     path, size, sha256                       the manifest's `sources`
+    FileFormat     format, reason, records                  per file read; NO_FORMAT: none fits
+    SkippedRecord  source_index, file, line | record, reason    --on-error skip
+    where          a record named within its own file: 'data.jsonl:12', 'data.json record 3'
+    short_names    paths → names relative to their shared folder (for messages)
+    formats_summary   {path: FileFormat} → ("mixed: alpaca (a.json 91), ...", why) or None
+    InputBlock     a mixture's input k owns the source indices [offset, offset + copies * records);
+                   describe_source names one: "input 2 (alpaca.json) record 17, copy 1"
+    token_schema, token_batch, arrow_array, arrow_numpy, column_numpy
+                   Arrow without pandas: the schema above, flat ids/labels/offsets → a batch,
+                   zero-copy numpy <-> Arrow
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from packtool.data.arrow import column_numpy, token_batch
-from packtool.data.blocks import InputBlock, input_counts
-from packtool.data.provenance import FileFormat, SkippedRecord, SourceFile, short_names
+NO_FORMAT = "none"  # FileFormat.format of a file none of whose records fits a known format
+NAMED_PER_FORMAT = 3
+
+
+@dataclass(frozen=True)
+class SkippedRecord:
+    """A record that was not tokenized: where it was and why.
+
+    `line`: its 1-based line (JSON Lines), else None. `record`: its 0-based index within its file
+    (a JSON array, Parquet), recorded only where that differs from `source_index` (a file after the
+    first of a folder or glob), so the entries of a single file read as they always did."""
+
+    source_index: int
+    file: str
+    line: int | None
+    reason: str
+    record: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        # a dict literal, not dataclasses.asdict: that deep-copies, per skipped record
+        out = {
+            "source_index": self.source_index,
+            "file": self.file,
+            "line": self.line,
+            "reason": self.reason,
+        }
+        if self.record is not None:
+            out["record"] = self.record
+        return out
+
+    @property
+    def position(self) -> int:
+        """Its 0-based index within its file (where `line` is None)."""
+        return self.source_index if self.record is None else self.record
+
+    @property
+    def where(self) -> str:
+        return where(self.file, self.line, self.position)
+
+
+def where(file: str, line: int | None, position: int) -> str:
+    """'data.jsonl:12' (its line) or 'data.json record 3' (its 0-based position), both within the
+    record's own file: how every message names a record."""
+    return f"{file}:{line}" if line is not None else f"{file} record {position}"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    size: int
+    sha256: str
+
+
+class FileFormat(NamedTuple):
+    """How one input file was read: its format (detected from its own records, or forced), why, and
+    how many records were read from it (skipped ones included)."""
+
+    format: str
+    reason: str
+    records: int
+
+
+def short_names(paths) -> dict[str, str]:
+    """Each path relative to the folder the paths share (a folder or glob's root), or its basename
+    when there is one path: {"data/sub/a.jsonl": "sub/a.jsonl", ...}. For messages and summaries."""
+    import os
+
+    paths = list(dict.fromkeys(paths))
+    if len(paths) <= 1:
+        return {p: os.path.basename(p) or p for p in paths}
+    try:
+        root = os.path.commonpath([os.path.dirname(p) for p in paths])
+    except ValueError:  # absolute and relative paths mixed
+        return {p: p for p in paths}
+    return {p: os.path.relpath(p, root) if root else p for p in paths}
+
+
+def formats_summary(formats: dict[str, FileFormat]) -> tuple[str, str] | None:
+    """(format, reason) of an input whose files were read in two or more formats, e.g.
+    ('mixed: alpaca (identity.json 91), sharegpt (a.json 300, b.json 500)', 'each file's format ...');
+    None when one format covers every file (then the input's format is that one, as for one file).
+    At most NAMED_PER_FORMAT files are named per format; beyond that, how many."""
+    groups: dict[str, list[tuple[str, int]]] = {}
+    names = short_names(formats)
+    for path, f in formats.items():
+        if f.format != NO_FORMAT:
+            groups.setdefault(f.format, []).append((names[path], f.records))
+    if len(groups) < 2:
+        return None
+    parts = []
+    for fmt, files in sorted(groups.items()):
+        if len(files) <= NAMED_PER_FORMAT:
+            parts.append(f"{fmt} ({', '.join(f'{n} {k}' for n, k in files)})")
+        else:
+            parts.append(f"{fmt} ({len(files)} files, {sum(k for _, k in files)} records)")
+    why = f"each file's format detected from its own records ({len(formats)} files)"
+    return "mixed: " + ", ".join(parts), why
+
+
+@dataclass(frozen=True)
+class InputBlock:
+    """One input of a mixture (packtool.tokenization.mixture) and the block of global source
+    indices it owns. Copy c of its record r (0-based, as in a single-input pack) is
+
+        source_index = offset + c * records + r          0 <= c < copies, 0 <= r < records
+
+    so input 1 owns [0, copies_1 * records_1), input 2 the block after it, and so on; a single
+    input of weight 1 has offset 0 and copies 1: its source indices are its records' own.
+    `selected`: examples (rows of its own tokenized table) taken into the last copy of a
+    fractional weight (all of them for an integer weight)."""
+
+    number: int  # 1-based, as in messages: "input 2 (alpaca.json)"
+    spec: str  # as given on the command line
+    data: str  # the input as given, before its ::options ('alpaca.json' in messages)
+    read: dict[str, Any]  # its ReadConfig as JSON (format, split, columns, roles, on_error, limit)
+    weight: float
+    offset: int
+    records: int  # records read from it, skipped ones included
+    copies: int  # ceil(weight)
+    tokenized: int  # its examples before weighting
+    skipped: int
+    examples: int  # after weighting: (copies - 1) * tokenized + selected
+    format: str
+    formats: dict[str, FileFormat]
+    files: list[SourceFile]
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.copies * self.records
+
+    def locate(self, source_index: int) -> tuple[int, int]:
+        """(copy, record) of a global source index inside this block."""
+        return divmod(int(source_index) - self.offset, self.records)
+
+
+def input_of(source_index: int, inputs) -> InputBlock | None:
+    """The InputBlock whose block holds `source_index` (None: in none)."""
+    for b in inputs:
+        if b.offset <= int(source_index) < b.end:
+            return b
+    return None
+
+
+def describe_source(source_index: int, inputs) -> str:
+    """'input 2 (alpaca.json) record 17, copy 1' for a mixture (copies counted from 0, named only
+    for a weight above 1); 'record 17' for a single input."""
+    b = input_of(source_index, inputs) if inputs else None
+    if b is None:
+        return f"record {int(source_index)}"
+    c, r = b.locate(source_index)
+    return f"input {b.number} ({b.data}) record {r}" + (f", copy {c}" if b.copies > 1 else "")
+
+
+def input_counts(block: InputBlock, dropped, truncated, split) -> dict[str, int]:
+    """The counts of one input in a pack, from the global source indices the packer dropped,
+    truncated and split (numpy arrays); schema.input_problems states the rules they obey."""
+
+    def inside(a) -> int:
+        a = np.asarray(a, dtype=np.int64)
+        return int(np.count_nonzero((a >= block.offset) & (a < block.end)))
+
+    cut = {"truncated": inside(truncated), "split": inside(split), "dropped": inside(dropped)}
+    return {
+        "read": block.records,
+        "skipped": block.skipped,
+        "tokenized": block.tokenized,
+        "not_selected": block.copies * block.tokenized - block.examples,
+        "examples": block.examples,
+        "packed": block.examples - sum(cut.values()),
+        **cut,
+    }
+
+
+def token_schema():
+    """The Arrow schema of a tokenized table (and of every batch the encode step returns)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("input_ids", pa.list_(pa.int32())),
+            ("labels", pa.list_(pa.int32())),
+            ("length", pa.int32()),
+            ("num_loss_tokens", pa.int32()),
+            ("source_index", pa.int64()),
+        ]
+    )
+
+
+_ARROW_TYPES = {
+    np.dtype(np.int32): "int32",
+    np.dtype(np.int64): "int64",
+    np.dtype(np.uint8): "uint8",
+    np.dtype(np.int8): "int8",
+}
+
+
+def arrow_array(values: np.ndarray):
+    """A pyarrow array over a contiguous int32/int64/uint8/int8 numpy array, zero-copy. (pa.array(ndarray)
+    would import pandas in every process that builds a batch.)"""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    kind = getattr(pa, _ARROW_TYPES[values.dtype])()
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+def arrow_numpy(arr) -> np.ndarray:
+    """A primitive Arrow array as numpy, zero-copy when it has no nulls (Array.to_numpy imports pandas)."""
+    if arr.null_count:
+        return arr.to_numpy(zero_copy_only=False)
+    import pyarrow as pa
+
+    kind = f"<{'u' if pa.types.is_unsigned_integer(arr.type) else 'i'}{arr.type.bit_width // 8}"
+    if len(arr) == 0:
+        return np.zeros(0, dtype=kind)
+    data = np.frombuffer(arr.buffers()[1], dtype=kind)
+    return data[arr.offset : arr.offset + len(arr)]
+
+
+def column_numpy(table, name: str, dtype) -> np.ndarray:
+    """A primitive column of a (chunked) table as one numpy array, without pandas."""
+    chunks = [arrow_numpy(c) for c in table.column(name).chunks]
+    return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype)
+
+
+def token_batch(ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray, source_index: np.ndarray):
+    """A record batch of the tokenized schema from flat int32 ids/labels and int64 offsets[n+1]."""
+    import pyarrow as pa
+
+    from packtool.schema import IGNORE_INDEX
+
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError("a batch holds more than 2^31 tokens; use smaller batches")
+    off32 = arrow_array(offsets.astype(np.int32))
+    lengths = np.diff(offsets).astype(np.int32)
+    trained = np.concatenate([[0], np.cumsum(labels != IGNORE_INDEX, dtype=np.int64)])
+    loss = (trained[offsets[1:]] - trained[offsets[:-1]]).astype(np.int32)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.ListArray.from_arrays(off32, arrow_array(np.asarray(ids, dtype=np.int32))),
+            pa.ListArray.from_arrays(off32, arrow_array(np.asarray(labels, dtype=np.int32))),
+            arrow_array(lengths),
+            arrow_array(loss),
+            arrow_array(np.asarray(source_index, dtype=np.int64)),
+        ],
+        schema=token_schema(),
+    )
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from packtool.config import ReadConfig
-from packtool.data.provenance import where
+from packtool.data.tokenized import where
 from packtool.errors import PacktoolError, UsageError
 from packtool.formats.detect import ColumnCheck
 from packtool.io.files import as_utf8, max_record_bytes, open_data, record_lines, text_codec

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packtool.data.provenance import SourceFile
+from packtool.data.tokenized import SourceFile
 from packtool.errors import PacktoolError
 from packtool.io.files import sha256_file
 

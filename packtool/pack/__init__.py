@@ -43,8 +43,7 @@ def warm(cfg: PackConfig) -> None:
     import numpy as np
     import pyarrow as pa
 
-    from packtool.data.arrow import token_batch
-    from packtool.data.tokenized import TokenizedData
+    from packtool.data.tokenized import TokenizedData, token_batch
     from packtool.pack.run import pack_tokenized
 
     ids = np.array([1, 2, 3, 4, 5], dtype=np.int32)

@@ -25,8 +25,7 @@ import numpy as np
 
 from packtool import kernels, schema
 from packtool.data import labels
-from packtool.data.arrow import arrow_numpy, column_numpy
-from packtool.data.tokenized import TokenizedData
+from packtool.data.tokenized import TokenizedData, arrow_numpy, column_numpy
 from packtool.errors import PacktoolError
 from packtool.pack.overflow import Pieces
 

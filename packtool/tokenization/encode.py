@@ -342,7 +342,7 @@ def _assemble(n: int, flat, pieces: dict, errors: list, special, notes: list) ->
 class StepResult:
     """What one batch became: the good rows, and (row in the batch, reason) for every other."""
 
-    table: Any  # pyarrow.RecordBatch of packtool.data.arrow.token_schema()
+    table: Any  # pyarrow.RecordBatch of packtool.data.tokenized.token_schema()
     rejects: list[tuple[int, str]] = field(default_factory=list)
     removed_padding: int = 0
     # source indices whose message text holds control tokens
@@ -401,7 +401,7 @@ class EncodeStep:
     def __call__(self, batch) -> StepResult:
         if self.kind == "pretokenized":
             return self._pretokenized(batch)
-        from packtool.data.arrow import token_batch
+        from packtool.data.tokenized import token_batch
         from packtool.formats import FormatError
         from packtool.formats.normalize import normalize
 
@@ -460,7 +460,7 @@ class EncodeStep:
     def _pretokenized(self, batch) -> StepResult:
         import pyarrow as pa
 
-        from packtool.data.arrow import arrow_array, token_schema
+        from packtool.data.tokenized import arrow_array, token_schema
         from packtool.tokenization import pretokenized_batch as pt
 
         if batch.arrow is not None:

@@ -30,10 +30,13 @@ import numpy as np
 
 from packtool.config import InputSpec, TokenizeConfig
 from packtool.data import labels
-from packtool.data.arrow import arrow_array
-from packtool.data.blocks import InputBlock
-from packtool.data.provenance import SourceFile, formats_summary
-from packtool.data.tokenized import TokenizedData
+from packtool.data.tokenized import (
+    InputBlock,
+    SourceFile,
+    TokenizedData,
+    arrow_array,
+    formats_summary,
+)
 from packtool.errors import PacktoolError, UsageError
 
 MIX_TAG = 0x6D6978  # "mix": the weight subsample's stream, apart from pack's row shuffle (seed, 1)

@@ -49,9 +49,15 @@ from typing import Any
 import packtool
 from packtool import idle
 from packtool.config import TokenizeConfig
-from packtool.data.arrow import arrow_numpy, token_schema
-from packtool.data.provenance import FileFormat, SkippedRecord, SourceFile, where
-from packtool.data.tokenized import TokenizedData
+from packtool.data.tokenized import (
+    FileFormat,
+    SkippedRecord,
+    SourceFile,
+    TokenizedData,
+    arrow_numpy,
+    token_schema,
+    where,
+)
 from packtool.errors import PacktoolError
 from packtool.forking import ordered_map
 from packtool.progress import Reporter, reporter
@@ -457,7 +463,7 @@ def _where(idx: list[int], per_file: dict[str, int]) -> list[str]:
     files' records lie end to end in reading order."""
     import numpy as np
 
-    from packtool.data.provenance import short_names
+    from packtool.data.tokenized import short_names
 
     if not per_file:
         return [f"the input record {i}" for i in idx]

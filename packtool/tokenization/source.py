@@ -55,7 +55,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from packtool.config import ReadConfig
-from packtool.data.provenance import (
+from packtool.data.tokenized import (
     NO_FORMAT,
     FileFormat,
     SkippedRecord,

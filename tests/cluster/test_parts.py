@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from packtool.cluster import parts
-from packtool.data.arrow import token_schema
+from packtool.data.tokenized import token_schema
 from packtool.errors import PacktoolError
 from packtool.kernels import int32_at
 from packtool.schema import IGNORE_INDEX

@@ -11,8 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from packtool.cli import app
-from packtool.data.provenance import SkippedRecord
-from packtool.data.tokenized import TokenizedData
+from packtool.data.tokenized import SkippedRecord, TokenizedData
 from packtool.errors import PacktoolError
 from packtool.profiler import ProfileConfig, profile_data, profile_lengths
 from packtool.report.profile import STRATEGY_KEYS, to_json

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from packtool.data import labels
-from packtool.data.arrow import token_batch
+from packtool.data.tokenized import token_batch
 
 
 def _batch(seed: int = 0, rows: int = 30, start: int = 0):

@@ -13,8 +13,10 @@ import pytest
 from invariants import check_pack, find_problems  # noqa: E402
 from paths import ROOT
 
-from packtool.data.provenance import SkippedRecord  # noqa: E402
-from packtool.data.tokenized import TokenizedData  # noqa: E402
+from packtool.data.tokenized import (
+    SkippedRecord,  # noqa: E402
+    TokenizedData,  # noqa: E402
+)
 from packtool.errors import PacktoolError, UsageError  # noqa: E402
 from packtool.io import shards  # noqa: E402
 from packtool.pack import PackConfig, pack_tokenized  # noqa: E402

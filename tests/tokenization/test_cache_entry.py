@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from packtool.data import labels
-from packtool.data.arrow import token_batch, token_schema
+from packtool.data.tokenized import token_batch, token_schema
 from packtool.tokenization import cache
 
 

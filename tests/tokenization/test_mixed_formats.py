@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from packtool.api import load_tokenized
 from packtool.cli import app
 from packtool.config import ReadConfig, TokenizeConfig
-from packtool.data.provenance import NO_FORMAT, FileFormat
+from packtool.data.tokenized import NO_FORMAT, FileFormat
 from packtool.errors import PacktoolError
 from packtool.report.tokenized import format_lines
 from packtool.tokenization import source as source_mod

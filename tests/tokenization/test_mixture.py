@@ -10,7 +10,7 @@ import pytest
 
 from packtool.api import load_tokenized
 from packtool.config import InputSpec, ReadConfig, TokenizeConfig
-from packtool.data.blocks import describe_source, input_of
+from packtool.data.tokenized import describe_source, input_of
 from packtool.demo_data import write_sample
 from packtool.errors import PacktoolError, UsageError
 from packtool.tokenization.mixture import MIX_TAG, selection
