@@ -33,42 +33,32 @@ extra care there.
 Who does what (the rows' segments, position_ids and cu_seqlens are `packtool.schema.segments`'s,
 the ignore index `schema.IGNORE_INDEX`: this package defines neither):
 
-    dataset.py      PackedDataset: manifest + shards -> one item per row (torch tensors)
-    arrow_cache.py  the Parquet -> uncompressed Arrow IPC cache, memory-mapped (numpy/pyarrow only)
-    collate.py      PackedCollator: items -> an "hf" / "varlen" / "flex" batch
-    mask.py         document_block_mask: document_id -> FlexAttention BlockMask
-    loss.py         count_loss_tokens, global_loss_tokens, token_loss_sum, accumulation_groups
-    sampler.py      PackedSampler: seeded, epoch-aware, resumable, rank-split row order
-
-Preference packs (`"task": "preference"`: schema v1 plus `side`, a pair = two adjacent documents
-of one row, chosen first; drawn in pair_dataset.py):
-
-    pair_dataset.py PairDataset: PackedDataset's item plus `side`
-    pair_collate.py PairCollator: PackedCollator's batch plus batch["pairs"]; model_inputs
-    logps.py        sequence_logps: logits + batch -> per-document summed logps and token counts
-    pair_loss.py    pair_loss (sigmoid, hinge, ipo, simpo: summed, with the pair count), global_pairs
-    reference.py    ReferenceLogps: reference logps computed once, keyed to pair and tokens hash
-    reward.py       side_scores (each side's last-token score), reward_loss (Bradley-Terry)
+    dataset.py   PackedDataset: manifest + shards (cached as memory-mapped Arrow IPC) -> one item
+                 per row; PairDataset: a preference pack's rows, plus `side`
+    collate.py   PackedCollator: items -> an "hf" / "varlen" / "flex" batch; PairCollator: plus
+                 batch["pairs"], model_inputs; document_block_mask: document_id -> BlockMask
+    loss.py      count_loss_tokens, global_loss_tokens, token_loss_sum, accumulation_groups;
+                 sequence_logps, pair_loss, global_pairs, side_scores, reward_loss, ReferenceLogps
+    sampler.py   PackedSampler: seeded, epoch-aware, resumable, rank-split row order
 """
 
 from __future__ import annotations
 
 from packtool.torch.collate import MODES as MODES  # not in __all__, importable as before the split
-from packtool.torch.collate import PackedCollator
-from packtool.torch.dataset import PackedDataset
-from packtool.torch.logps import sequence_logps
+from packtool.torch.collate import PackedCollator, PairCollator, document_block_mask, model_inputs
+from packtool.torch.dataset import PackedDataset, PairDataset
 from packtool.torch.loss import (
+    ReferenceLogps,
     accumulation_groups,
     count_loss_tokens,
     global_loss_tokens,
+    global_pairs,
+    pair_loss,
+    reward_loss,
+    sequence_logps,
+    side_scores,
     token_loss_sum,
 )
-from packtool.torch.mask import document_block_mask
-from packtool.torch.pair_collate import PairCollator, model_inputs
-from packtool.torch.pair_dataset import PairDataset
-from packtool.torch.pair_loss import global_pairs, pair_loss
-from packtool.torch.reference import ReferenceLogps
-from packtool.torch.reward import reward_loss, side_scores
 from packtool.torch.sampler import PackedSampler
 
 __all__ = [

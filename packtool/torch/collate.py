@@ -1,5 +1,6 @@
 """PackedCollator: a list of packed rows -> one batch for a transformers model, a varlen kernel or
-FlexAttention (the three layouts are drawn in `packtool.torch`'s docstring).
+FlexAttention (the three layouts are drawn in `packtool.torch`'s docstring); PairCollator, the same
+for preference packs; document_block_mask, the FlexAttention BlockMask of a "flex" batch.
 
 Rows are stacked, never padded or truncated: every row already holds `pack_len` tokens. Where
 attention may look is the schema's rule (`schema.segments`: every document a segment, the pad tail
@@ -16,16 +17,39 @@ every batch of B rows:
     K = 3, rows [[4, 4, 0], [8, 0, 0]], L = 12
     cu_seqlens            [0, 4, 8, 8, 12, 20, 20, 20, 24]      max_seqlen 8
     cu_seqlens_unpadded   [0, 3, 7, 7, 7, 12, 12, 12, 12]       max_seqlen_unpadded 5
+
+PairCollator adds `batch["pairs"]`: where each document of the batch lies, which side it is and
+which pair it belongs to. Documents are numbered through the batch in row order (d = 0 .. D-1,
+D = 2P); pair p is documents 2p (chosen) and 2p+1 (rejected). For two rows of L = 10 (mode "hf";
+flat positions b*L + t):
+
+    row 0   P P c c | P P r | p p p        row 1   Q c' | Q r' r' | p p p p
+    document  0 0 0 0 1 1 1 -1 -1 -1               2 2  3 3 3  -1 -1 -1 -1 -1
+
+    pairs["side"]          [0, 1, 0, 1]     int64 [D]   0 chosen, 1 rejected
+    pairs["pair"]          [0, 0, 1, 1]     int64 [D]   the pair each document belongs to
+    pairs["last"]          [3, 6, 11, 14]   int64 [D]   flat position of each document's last real token
+    pairs["source_index"]  [7, 12]          int64 [P]   the pair's input record
+    pairs["tokens_hash"]   [h0, h1]         int64 [P]   hash of both sides' ids and labels
+    pairs["document"]      as above         int64, the shape of batch["labels"]: the document of each
+                                            slot, -1 on the pad tail and --pad-to-multiple padding
+
+The model gets `model_inputs(batch)` (the batch without labels and pairs). A row that breaks the
+pair layout (an odd number of documents, sides out of order, a pair's two sources differing: a pair
+split across rows) is refused with a ValueError, never trained.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from packtool import schema
+from packtool.schema import SIDE_COLUMN
 
 MODES = ("hf", "varlen", "flex")
 
@@ -292,3 +316,132 @@ class PackedCollator:
             flat = _seq_idx(cu, input_ids.numel()).view(input_ids.shape)
             batch["seq_idx"] = (flat - flat[:, :1]).to(torch.int32)
         return batch
+
+
+CHOSEN, REJECTED = 0, 1  # the side column's codes (manifest preference.sides)
+
+PAIRS = "pairs"
+
+
+def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """What the model's forward takes: the batch without `labels` (the pair losses read them, the
+    model would only add a cross-entropy) and `pairs`."""
+    return {k: v for k, v in batch.items() if k not in ("labels", PAIRS)}
+
+
+def tokens_hash(sides: Sequence[tuple[np.ndarray, np.ndarray]]) -> int:
+    """int64 hash (blake2b, 8 bytes) of a pair's documents: each side's length, ids and labels."""
+    h = hashlib.blake2b(digest_size=8)
+    for ids, labels in sides:
+        h.update(np.int64(len(ids)).tobytes())
+        h.update(np.ascontiguousarray(ids, dtype="<i4").tobytes())
+        h.update(np.ascontiguousarray(labels, dtype="<i4").tobytes())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def _row_documents(
+    f: Mapping[str, Any], r: int
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(slot starts, real lengths, sides, sources) of the documents of row `r`, checked against the
+    pair layout."""
+    seq = np.asarray(f["seq_lengths"], dtype=np.int64)
+    real = np.asarray(f.get(schema.UNPADDED_COLUMN, seq), dtype=np.int64)
+    if SIDE_COLUMN not in f:
+        raise KeyError(
+            f"batch items have no {SIDE_COLUMN!r}: read a preference pack with PairDataset (and "
+            "pass remove_unused_columns=False to a Trainer)"
+        )
+    side = np.asarray(f[SIDE_COLUMN], dtype=np.int64)
+    src = np.asarray(f["source_index"], dtype=np.int64)
+    if not len(seq) == len(real) == len(side) == len(src):
+        raise ValueError(f"row {r}: seq_lengths, side and source_index differ in length")
+    starts = np.concatenate([[0], np.cumsum(seq)[:-1]])
+    docs = np.flatnonzero(seq > 0)  # fixed docs: the empty entries are no documents
+    if len(docs) % 2:
+        raise ValueError(
+            f"row {r} holds {len(docs)} documents: a pair is split across rows (run packtool verify)"
+        )
+    want = np.tile([CHOSEN, REJECTED], len(docs) // 2)
+    if not np.array_equal(side[docs], want):
+        raise ValueError(
+            f"row {r}: sides {side[docs].tolist()}, expected chosen, rejected alternating "
+            "(run packtool verify)"
+        )
+    if not np.array_equal(src[docs][0::2], src[docs][1::2]):
+        raise ValueError(
+            f"row {r}: the two sides of a pair come from different records "
+            f"({src[docs].tolist()}): a pair is split across rows (run packtool verify)"
+        )
+    return starts[docs].tolist(), real[docs].tolist(), side[docs].tolist(), src[docs].tolist()
+
+
+class PairCollator(PackedCollator):
+    """`PackedCollator` for preference packs: the same modes, options and batch (cu_seq_lens,
+    seq_idx, `for_model`), plus `batch["pairs"]` (drawn in this module's docstring)."""
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        batch = super().__call__(features)
+        batch[PAIRS] = self._pairs(features, batch["labels"].shape)
+        return batch
+
+    def _pairs(self, features, shape) -> dict[str, torch.Tensor]:
+        pack_len = int(np.asarray(features[0]["input_ids"]).shape[-1])
+        dropped = self.mode == "varlen" and self.drop_padding
+        document = np.full(shape, -1, dtype=np.int64).reshape(-1)
+        side, last, source, hashes = [], [], [], []
+        offset = 0  # flat position of the row's slot 0
+        for r, f in enumerate(features):
+            starts, lengths, sides, sources = _row_documents(f, r)
+            ids, labels = np.asarray(f["input_ids"]), np.asarray(f["labels"])
+            spans = []
+            for a, n, s in zip(starts, lengths, sides, strict=True):
+                document[offset + a : offset + a + n] = len(side)
+                side.append(s)
+                last.append(offset + a + n - 1)
+                spans.append((ids[a : a + n], labels[a : a + n]))
+            source += sources[0::2]
+            hashes += [tokens_hash(spans[i : i + 2]) for i in range(0, len(spans), 2)]
+            offset += int(np.asarray(f["seq_lengths"]).sum()) if dropped else pack_len
+        d = torch.arange(len(side), dtype=torch.int64)
+        return {
+            "side": torch.tensor(side, dtype=torch.int64),
+            "pair": d // 2,
+            "last": torch.tensor(last, dtype=torch.int64),
+            "source_index": torch.tensor(source, dtype=torch.int64),
+            "tokens_hash": torch.tensor(hashes, dtype=torch.int64),
+            "document": torch.from_numpy(document.reshape(shape)),
+        }
+
+
+def document_block_mask(
+    document_id: torch.Tensor, *, block_size: int = 128, num_heads: int | None = None
+):
+    """Document-causal FlexAttention `BlockMask` from `document_id` [B, L] (schema v1; -1 = pad).
+
+        document_id   0 0 0 1 1 -1 -1          q attends kv iff same id and kv <= q
+        mask (q\\kv)   1 . . . . .  .           - a document sees only its own past
+                      1 1 . . . .  .           - the pad tail is one more segment: it sees only
+                      1 1 1 . . .  .             pad, so no row is fully masked (no NaN in a
+                      . . . 1 . .  .             dense kernel) and no document sees pad
+                      . . . 1 1 .  .
+                      . . . . . 1  .
+                      . . . . . 1  1
+
+    Built on `document_id.device` (build it where the model runs; on CPU torch 2.13 builds it
+    too, and uncompiled `flex_attention` then runs an unfused reference). Pass it to
+    `flex_attention(q, k, v, block_mask=...)`, or as `attention_mask=` to a transformers model
+    loaded with attn_implementation="flex_attention".
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if document_id.dim() != 2:
+        raise ValueError(f"document_id must be [batch, seq]; got shape {tuple(document_id.shape)}")
+    doc = document_id.to(torch.int32)
+    batch, length = doc.shape
+
+    def document_causal(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (kv_idx <= q_idx)
+
+    return create_block_mask(
+        document_causal, batch, num_heads, length, length, device=doc.device, BLOCK_SIZE=block_size
+    )

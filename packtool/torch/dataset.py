@@ -1,16 +1,38 @@
-"""PackedDataset: a pack folder (manifest + shards) as a map-style torch dataset, one item per row.
+"""PackedDataset and PairDataset: a pack folder (manifest + shards) as a map-style torch dataset, one
+item per row, read from a cache of each Parquet shard as an uncompressed Arrow IPC file.
 
     OUT/manifest.json        pack_len, pad_id, counts.rows, shards [{file, rows, sha256}]
-    OUT/data/*.parquet  -->  arrow_cache (converted once, memory-mapped)  -->  ds[i]: one row, copied
+    OUT/data/train-00000-of-00002.parquet   compressed pages: cannot be memory-mapped
+        |  convert_shard (once; record batch by record batch, RAM stays bounded)
+    <cache_dir>/<sha256>.arrow              uncompressed, ~16 bytes per token slot (3-4x the Parquet)
+        |  MappedShard (memory map, zero-copy)
+    ds[i]                                   one row, copied out of the page cache into torch tensors
 
-The rows themselves are the schema's (docs/ARCHITECTURE.md, "Schema"); this module only finds
-them, checks the manifest adds up, and turns one row into torch tensors.
+The rows themselves are the schema's (docs/ARCHITECTURE.md, "Schema"); this module finds them,
+checks the manifest adds up, and turns one row into torch tensors. Refusals name the shard and the
+fix (`re-run packtool pack`); the shard's schema is checked by `schema.shard_schema_problems` (the
+same check verify reports).
+
+A preference pack (`"task": "preference"`) is schema v1 plus one list column, `side` (list<int8>,
+aligned with seq_lengths and source_index): 0 = chosen, 1 = rejected. A pair is two adjacent
+documents of one row, chosen first, both carrying the pair's source_index (its input record);
+documents 2j and 2j+1 of a row are the row's pair j. Both sides start with the same prompt tokens:
+
+    slot          0  1  2  3  4 | 5  6  7  8 | 9 10 11 | 12 13 14 15 | 16 17
+    input_ids     P  P  c  c  c | P  P  r  r | Q  Q  d | Q  Q  e  e  | pad pad
+    labels       -100 -100 c c c|-100 -100 r r|-100 -100 d|-100 -100 e e|-100 -100
+    seq_lengths   [5, 4, 3, 4]      side [0, 1, 0, 1]      source_index [7, 7, 12, 12]
+
+Fixed-docs packs (--fixed-docs) list an even K entries per row, empty ones (length 0) last; with
+--pad-to-multiple, seq_lengths_unpadded holds the real lengths, as for SFT.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +41,136 @@ import torch
 
 from packtool import schema
 from packtool.errors import PacktoolError
-from packtool.io.files import cache_root
-from packtool.torch.arrow_cache import MappedShard, cache_path, convert_shard
+from packtool.io.files import cache_root, sha256_file
+from packtool.schema import SIDE_COLUMN
+
+# rows per record batch when converting Parquet -> Arrow IPC (bounded RAM)
+_CONVERT_BATCH_ROWS = 256
+
+
+def cache_path(cache_dir: Path, shard: Path, sha256: str | None) -> Path:
+    """Where shard `shard` is cached: `<cache_dir>/<sha256>.arrow`, by its sha256 from the manifest;
+    without one, by what identifies this version of the file (path, size, mtime)."""
+    if not sha256:
+        st = shard.stat()
+        key = f"{shard.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+        sha256 = hashlib.sha256(key.encode()).hexdigest()
+    return cache_dir / f"{sha256}.arrow"
+
+
+def convert_shard(
+    src: Path,
+    dest: Path,
+    *,
+    pack_len: int,
+    rows: int,
+    sha256: str | None = None,
+    verify_checksum: bool = False,
+    padded: bool = False,
+    extra: tuple = (),
+) -> None:
+    """Write Parquet shard `src` (rows of `pack_len` tokens, `rows` of them per the manifest; with
+    seq_lengths_unpadded when the manifest says `padded`) to the Arrow IPC file `dest`, atomically.
+    `extra`: pyarrow fields of list columns the pack's task adds to schema v1 (a preference pack's
+    `side`), each required with exactly that type and kept after the v1 columns. PacktoolError
+    when the shard is missing, does not match `sha256` (checked only with verify_checksum), breaks
+    the shard schema or has another row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not src.is_file():
+        raise PacktoolError(
+            f"shard {src} listed in the manifest is missing; re-run `packtool pack`"
+        )
+    if verify_checksum and sha256 and sha256_file(src) != sha256:
+        raise PacktoolError(
+            f"shard {src} does not match its sha256 in the manifest; re-run `packtool pack`"
+        )
+    pf = pq.ParquetFile(src)
+    got = pf.schema_arrow
+    problems = []
+    for f in extra:  # the task's columns, checked here; the v1 check sees the shard without them
+        i = got.get_field_index(f.name)
+        if i < 0:
+            problems.append(f"column {f.name} is missing")
+        else:
+            if not got.field(i).type.equals(f.type):
+                problems.append(f"column {f.name} is {got.field(i).type}, expected {f.type}")
+            got = got.remove(i)
+    problems += schema.shard_schema_problems(got, pack_len, padded)
+    if problems:
+        raise PacktoolError(
+            f"shard {src} is not a schema v{schema.SCHEMA_VERSION} shard with pack_len {pack_len}: "
+            f"{'; '.join(problems)}; re-run `packtool pack`"
+        )
+    if pf.metadata.num_rows != rows:
+        raise PacktoolError(
+            f"shard {src} has {pf.metadata.num_rows} rows, the manifest says {rows}"
+        )
+    expected = schema.arrow_schema(pack_len, padded)
+    for f in extra:
+        expected = expected.append(pa.field(f.name, f.type, nullable=False))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink:
+            with pa.ipc.new_file(sink, expected) as writer:
+                for batch in pf.iter_batches(
+                    batch_size=_CONVERT_BATCH_ROWS, columns=expected.names
+                ):
+                    writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=expected))
+        os.replace(tmp, dest)  # atomic: concurrent ranks converting the same shard is harmless
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+class MappedShard:
+    """A cached shard, memory-mapped: `row(r)` gives numpy views of row r (no copy, no RAM up front).
+
+    Each record batch of the IPC file is one chunk: the token columns as [rows, pack_len] int32
+    views, the list columns as (offsets, values), the scalar columns as 1-D arrays."""
+
+    def __init__(self, path: Path, *, pack_len: int, rows: int):
+        import pyarrow as pa
+
+        table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()  # zero-copy
+        if table.num_rows != rows:
+            raise PacktoolError(f"cached {path} has {table.num_rows} rows, expected {rows}")
+        self.path = path
+        # v1's list columns, seq_lengths_unpadded when present, and any column convert_shard was
+        # given as `extra` (all of them lists aligned with seq_lengths)
+        known = (*schema.TOKEN_COLUMNS, *schema.LIST_COLUMNS, *schema.SCALAR_COLUMNS)
+        self.lists = schema.LIST_COLUMNS + tuple(n for n in table.column_names if n not in known)
+        self.chunks: list[dict[str, Any]] = []
+        for j in range(table.column("input_ids").num_chunks):
+            c: dict[str, Any] = {}
+            for name in schema.TOKEN_COLUMNS:
+                arr = table.column(name).chunk(j)
+                c[name] = arr.flatten().to_numpy(zero_copy_only=True).reshape(len(arr), pack_len)
+            for name in self.lists:
+                arr = table.column(name).chunk(j)
+                c[name] = (arr.offsets.to_numpy(), arr.values.to_numpy(zero_copy_only=True))
+            for name in schema.SCALAR_COLUMNS:
+                c[name] = table.column(name).chunk(j).to_numpy(zero_copy_only=True)
+            self.chunks.append(c)
+        sizes = [len(c["num_tokens"]) for c in self.chunks]
+        self.start = np.concatenate([[0], np.cumsum(sizes)])
+
+    def __len__(self) -> int:
+        return int(self.start[-1])
+
+    def row(self, r: int) -> dict[str, Any]:
+        """Row `r` of this shard: {column: numpy view} (token and list columns), scalars as numpy ints."""
+        j = int(np.searchsorted(self.start, r, side="right") - 1)
+        c, k = self.chunks[j], r - int(self.start[j])
+        out: dict[str, Any] = {name: c[name][k] for name in schema.TOKEN_COLUMNS}
+        for name in self.lists:
+            offsets, values = c[name]
+            out[name] = values[offsets[k] : offsets[k + 1]]
+        for name in schema.SCALAR_COLUMNS:
+            out[name] = c[name][k]
+        return out
 
 
 class PackedDataset(torch.utils.data.Dataset):
@@ -182,3 +332,34 @@ class PackedDataset(torch.utils.data.Dataset):
         item.update({name: torch.from_numpy(row[name].copy()) for name in copied})
         item.update({name: int(row[name]) for name in schema.SCALAR_COLUMNS})
         return item
+
+
+class PairDataset(PackedDataset):
+    """Map-style dataset over a preference pack: `PackedDataset`'s item plus `side` (int8 tensor,
+    one entry per seq_lengths entry). An SFT pack is refused (PacktoolError): it has no pairs.
+    `ds.collator(mode)` gives the `PairCollator` for this pack's layout."""
+
+    task = "preference"
+
+    def _wrong_task(self, manifest_path: Path, task: str) -> str:
+        return (
+            f"{manifest_path} is not a preference pack (task {task!r}, no chosen/rejected pairs): "
+            "read it with packtool.torch.PackedDataset"
+        )
+
+    def _extra_fields(self) -> tuple:
+        import pyarrow as pa
+
+        return (pa.field(SIDE_COLUMN, pa.list_(pa.int8())),)
+
+    @property
+    def pairs(self) -> int | None:
+        """The pack's pair count (manifest preference.pairs)."""
+        n = (self.manifest.get("preference") or {}).get("pairs")
+        return None if n is None else int(n)
+
+    def collator(self, mode: str = "hf", **kwargs):
+        """A PairCollator for this pack's layout (fixed_docs passed on)."""
+        from packtool.torch.collate import PairCollator
+
+        return PairCollator(mode, fixed_docs=self.fixed_docs, **kwargs)

@@ -1,4 +1,4 @@
-"""packtool.torch.arrow_cache: shards converted once to memory-mapped Arrow IPC files, reused."""
+"""packtool.torch.dataset (its Arrow cache): shards converted once to memory-mapped Arrow IPC files, reused."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from packtool.errors import PacktoolError  # noqa: E402
 from packtool.torch import PackedDataset  # noqa: E402
-from packtool.torch.arrow_cache import MappedShard, cache_path, convert_shard  # noqa: E402
+from packtool.torch.dataset import MappedShard, cache_path, convert_shard  # noqa: E402
 
 
 def test_dataset_memory_maps_and_reuses_cache(pack, cache):

@@ -31,7 +31,7 @@ def test_fixture_writer_matches_schema(pack):
 
 
 def test_dataset_reads_back_every_row(pack, cache, monkeypatch):
-    import packtool.torch.arrow_cache as arrow_cache
+    import packtool.torch.dataset as arrow_cache
 
     monkeypatch.setattr(arrow_cache, "_CONVERT_BATCH_ROWS", 3)  # several record batches per shard
     folder, _, rows = pack

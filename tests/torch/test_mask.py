@@ -1,4 +1,4 @@
-"""packtool.torch.mask: document_block_mask against a dense document-causal reference."""
+"""packtool.torch.collate: document_block_mask against a dense document-causal reference."""
 
 from __future__ import annotations
 
