@@ -10,9 +10,8 @@
       dropped: [{source_index, ...}]    ∉        the rows
       inputs[k] (a mixture): packed + truncated + split  ==  distinct source_index in its block
 
-The manifest-only rules are the contract's (docs/ARCHITECTURE.md, "Semantics"); what only verify
-can add is the rows: documents counted, each source_index located (shard, row, document) when it is
-found twice or in no row.
+The manifest-only rules are the contract's (docs/ARCHITECTURE.md, "Semantics"); verify adds the
+rows: documents counted, a source_index found twice or in no row located (shard, row, document).
 """
 
 from __future__ import annotations
@@ -59,60 +58,39 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals, each: int =
         ok = np.isin(keys, uniq)
         if not ok.all():
             k = int(keys[~ok][0])
-            return Check(
-                SRC,
-                False,
-                f"source_index {k} is listed under split in the manifest but no part of it "
-                f"is in the rows",
-                ev,
-            )
+            msg = f"source_index {k} is listed under split in the manifest but no part of it is in the rows"
+            return Check(SRC, False, msg, ev)
         want[np.searchsorted(uniq, keys)] = np.fromiter(split.values(), np.int64, len(split))
     bad = np.flatnonzero(counts != want)
     if bad.size:
         v = int(uniq[bad[0]])
         hits = _locate_source(tot, v)
-        return Check(
-            SRC,
-            False,
+        why = " (a document packed twice; only parts of split documents may repeat)"
+        if v in split:
+            why = " (its split parts)"
+        elif each == 2:
+            why = " (a pair's two sides, one each: a side lost or packed twice)"
+        msg = (
             f"source_index {v} appears {int(counts[bad[0]])} times ({_where_text(hits)}), "
-            f"expected {int(want[bad[0]])}"
-            + (
-                " (its split parts)"
-                if v in split
-                else " (a pair's two sides, one each: a side lost or packed twice)"
-                if each == 2
-                else " (a document packed twice; only parts of split documents may repeat)"
-            )
-            + _duplicate_rows(tot, hits)
-            + (f"; {bad.size} indices in all" if bad.size > 1 else ""),
-            {
-                **ev,
-                "first": [dict(zip(("shard", "row", "document"), h, strict=True)) for h in hits],
-            },
+            f"expected {int(want[bad[0]])}{why}{_duplicate_rows(tot, hits)}"
+            + (f"; {bad.size} indices in all" if bad.size > 1 else "")
         )
+        first = [dict(zip(("shard", "row", "document"), h, strict=True)) for h in hits]
+        return Check(SRC, False, msg, {**ev, "first": first})
     drop_idx = np.array(
         [d.get("source_index", -1) for d in listed(manifest, "dropped")], dtype=np.int64
     )
     both = np.intersect1d(drop_idx, uniq)
     if both.size:
-        return Check(
-            SRC,
-            False,
-            f"source_index {int(both[0])} is listed as dropped in the manifest but packed "
-            f"({_where_text(_locate_source(tot, int(both[0])))})",
-            ev,
-        )
-    return Check(
-        SRC,
-        True,
-        (
-            "every pair's source_index on its two sides only"
-            if each == 2
-            else "no document packed twice"
-        )
-        + (f" ({len(split)} split into parts)" if split else ""),
-        ev,
+        at = _where_text(_locate_source(tot, int(both[0])))
+        msg = f"source_index {int(both[0])} is listed as dropped in the manifest but packed ({at})"
+        return Check(SRC, False, msg, ev)
+    msg = (
+        "every pair's source_index on its two sides only"
+        if each == 2
+        else "no document packed twice"
     )
+    return Check(SRC, True, msg + (f" ({len(split)} split into parts)" if split else ""), ev)
 
 
 def _locate_source(tot: Totals, value: int, limit: int = 3) -> list[tuple[str, int, int]]:
@@ -159,19 +137,13 @@ def _missing_sources(m: dict, tot: Totals, limit: int = 3) -> str:
     document merged into its neighbour, or a row overwritten by a copy of another."""
     c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
     n = c.get("examples_read")
-    if (
-        not is_int(n)
-        or n < 0
-        or not isinstance(m.get("skipped"), list)
-        or not isinstance(m.get("dropped"), list)
-    ):
+    lists = isinstance(m.get("skipped"), list) and isinstance(m.get("dropped"), list)
+    if not is_int(n) or n < 0 or not lists:
         return ""
     accounted = [x.get("source_index") for key in ("skipped", "dropped") for x in listed(m, key)]
     accounted = [i for i in accounted if is_int(i)]
-    missing = np.setdiff1d(
-        np.arange(n, dtype=np.int64),
-        np.concatenate([tot.all_sources(), np.asarray(accounted, np.int64)]),
-    )
+    found = np.concatenate([tot.all_sources(), np.asarray(accounted, np.int64)])
+    missing = np.setdiff1d(np.arange(n, dtype=np.int64), found)
     if not missing.size:
         return ""
     head = ", ".join(str(int(x)) for x in missing[:limit]) + (
@@ -211,18 +183,10 @@ def counts_check(
             problems.append(f"{key} is {v} in the manifest, {have} on disk")
     if tot.num_tokens_sum != tot.tokens:
         problems.append(f"sum of num_tokens {tot.num_tokens_sum} != {tot.tokens} document tokens")
-    ev = {
-        "rows": tot.rows,
-        "documents": tot.documents,
-        "tokens_out": tot.tokens,
-        "loss_tokens": tot.loss_tokens,
-    }
-    return Check(
-        COUNTS,
-        not problems,
-        "; ".join(problems) or "rows, documents, tokens and loss tokens match",
-        ev,
-    )
+    ev = {"rows": tot.rows, "documents": tot.documents, "tokens_out": tot.tokens}
+    ev["loss_tokens"] = tot.loss_tokens
+    msg = "; ".join(problems) or "rows, documents, tokens and loss tokens match"
+    return Check(COUNTS, not problems, msg, ev)
 
 
 def conservation_check(m: dict, tot: Totals) -> Check:
@@ -262,18 +226,9 @@ def conservation_check(m: dict, tot: Totals) -> Check:
                 f"{uniq} distinct source indices in the rows, but packed + truncated + split = {whole}"
                 f"{missing}"
             )
-    ev = {
-        "tokens_in": tokens.get("in"),
-        "tokens_out": tokens.get("out"),
-        "tokens_cut": tokens.get("cut"),
-        **v,
-    }
-    return Check(
-        CONSERVE,
-        not problems,
-        "; ".join(problems) or "tokens in = out + cut; every example accounted for",
-        ev,
-    )
+    ev = {f"tokens_{k}": tokens.get(k) for k in ("in", "out", "cut")}
+    msg = "; ".join(problems) or "tokens in = out + cut; every example accounted for"
+    return Check(CONSERVE, not problems, msg, {**ev, **v})
 
 
 def input_rows_problems(inputs: list, sources: np.ndarray) -> list[str]:

@@ -6,10 +6,9 @@
         Arrow schema                  shard_schema: schema.shard_schema_problems; attention_mask named apart
         rows, sha256                  shards_check: every listed shard on disk, nothing extra, same bytes
 
-A damaged manifest is still read as a dict (verify reports each of its problems in the check it
-concerns and goes on scanning the rows), not as `schema.Manifest` (which stops at the first bad
-key). Every failure is a failed Check, never a traceback: `guarded` turns a manifest value of the
-wrong type into one. Where every example and token went is accounting.py.
+A damaged manifest is still read as a dict, not as `schema.Manifest` (which stops at the first bad
+key): each of its problems is reported in the check it concerns. Every failure is a failed Check,
+never a traceback (`guarded`: a manifest value of the wrong type).
 """
 
 from __future__ import annotations
@@ -88,12 +87,9 @@ def manifest_check(path: str, m: dict | None, why: str | None) -> Check:
         if key not in m:
             problems.append(f"key {key!r} is missing")
     problems += layout_problems(m)
-    return Check(
-        MANIFEST_CHECK,
-        not problems,
-        "; ".join(problems) or f"readable, schema v{schema.SCHEMA_VERSION}",
-        {"path": os.path.join(path, schema.MANIFEST), "pack_len": pack_len},
-    )
+    msg = "; ".join(problems) or f"readable, schema v{schema.SCHEMA_VERSION}"
+    ev = {"path": os.path.join(path, schema.MANIFEST), "pack_len": pack_len}
+    return Check(MANIFEST_CHECK, not problems, msg, ev)
 
 
 def layout_problems(m: dict) -> list[str]:
@@ -140,31 +136,20 @@ def shard_schema(
     `scannable`: every column is there (seq_lengths_unpadded too when the manifest says `padded`)
     and input_ids holds rows of `pack_len`."""
     sch = pf.schema_arrow
-    rows = pf.metadata.num_rows
     forbidden = [c for c in schema.FORBIDDEN_COLUMNS if c in sch.names]
     mask = None
     if forbidden:
         mask = (
-            f"{shard} has an attention_mask column (rows 0..{rows - 1}): an all-ones mask beside packed "
-            f"position_ids makes sdpa/eager attend across documents; drop the column"
+            f"{shard} has an attention_mask column (rows 0..{pf.metadata.num_rows - 1}): an all-ones "
+            f"mask beside packed position_ids makes sdpa/eager attend across documents; drop the column"
         )
+    problem = "pack_len unknown"
     if pack_len:  # shard_schema_problems names the forbidden columns first: they are reported above
         problems = schema.shard_schema_problems(sch, pack_len, padded, pairs)[len(forbidden) :]
         problem = "; ".join(problems) or None
-    else:
-        problem = "pack_len unknown"
-    scannable = (
-        all(
-            sch.get_field_index(c) >= 0
-            for c in (
-                *schema.COLUMNS,
-                *([schema.UNPADDED_COLUMN] if padded else []),
-                *([schema.SIDE_COLUMN] if pairs else []),
-            )
-        )
-        and schema.pack_len_of(sch) == pack_len
-    )
-    return problem, mask, scannable
+    columns = [*schema.COLUMNS, *[schema.UNPADDED_COLUMN] * padded, *[schema.SIDE_COLUMN] * pairs]
+    scannable = all(sch.get_field_index(c) >= 0 for c in columns)
+    return problem, mask, scannable and schema.pack_len_of(sch) == pack_len
 
 
 def guarded(name: str, fn, *args) -> Check:
@@ -173,11 +158,8 @@ def guarded(name: str, fn, *args) -> Check:
     try:
         return fn(*args)
     except (TypeError, ValueError, AttributeError, KeyError) as e:
-        return Check(
-            name,
-            False,
-            f"cannot check: a manifest value has the wrong type ({type(e).__name__}: {e})",
-        )
+        why = f"cannot check: a manifest value has the wrong type ({type(e).__name__}: {e})"
+        return Check(name, False, why)
 
 
 def shards_check(
@@ -220,14 +202,7 @@ def shards_check(
                 f"{f} sha256 is {hashes[f][:12]}…, the manifest says {str(s.get('sha256'))[:12]}…: "
                 f"the shard's bytes changed after packing"
             )
-    ev = {
-        "shards": len(shards),
-        "rows": sum(shard_rows.values()),
-        "sha256_checked": len(set(shards) & set(by_file)),
-    }
-    return Check(
-        SHARDS,
-        not problems,
-        "; ".join(problems) or "every shard present; rows and sha256 match the manifest",
-        ev,
-    )
+    ev = {"shards": len(shards), "rows": sum(shard_rows.values())}
+    ev["sha256_checked"] = len(set(shards) & set(by_file))
+    msg = "; ".join(problems) or "every shard present; rows and sha256 match the manifest"
+    return Check(SHARDS, not problems, msg, ev)

@@ -8,26 +8,22 @@
     flash-attn     "packtool_fa_varlen" (ours)         cu_seq_lens_q/k + max_length_q/k cuda sm80+, flash-attn
     torch-varlen   "packtool_torch_varlen" (ours)      cu_seq_lens_q/k + max_length_q/k cuda sm80+, torch >= 2.9
 
-sdpa/eager/flex isolate documents only because transformers 5.x detects packed sequences from
-`position_ids` (`masking_utils.find_packed_sequence_indices`) when no attention_mask and no cache
-are given; they receive nothing else, so the check proves that detection. The three others are
-registered with transformers' AttentionInterface and get the collator's varlen kwargs:
+sdpa/eager/flex isolate documents only through transformers 5.x detecting packed sequences from
+`position_ids` (`masking_utils.find_packed_sequence_indices`: no attention_mask, no cache); the
+three others are registered with transformers' AttentionInterface and get the varlen kwargs:
 
     query [B, H, S, D] ──flatten──▶ q [B*S, H, D], k/v [B*S, Hkv, D] (GQA: Hkv divides H)
     cu_seq_lens_q/k ──▶ int32 [N+1] on q's device        max_length_q/k ──▶ python int
     reference      one causal SDPA call per segment (fp32): varlen semantics by construction
-    flash-attn     flash_attn_varlen_func(q, k, v, cu_seqlens_q=, cu_seqlens_k=, max_seqlen_q=,
-                   max_seqlen_k=, dropout_p=0.0, softmax_scale=, causal=True): the call transformers'
-                   `_flash_attention_forward` makes on its padding-free path, made here directly so
-                   that it can be counted and that no silent fallback (hub kernels) can replace it
+    flash-attn     flash_attn_varlen_func(q, k, v, cu_seqlens_q=, ..., causal=True): the call of
+                   transformers' padding-free path, made here directly so that it is counted and
+                   no silent fallback (hub kernels) can replace it
     torch-varlen   torch.nn.attention.varlen.varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, ...):
                    causal through window_size=(-1, 0) (torch >= 2.10) or is_causal=True (2.9); its
                    default is *non*-causal. GQA through enable_gqa where offered, else repeated heads.
 
 Every varlen call goes through `call_varlen`, which counts it (`counting()`): calls, query tokens,
-and dense `scaled_dot_product_attention` calls made outside a varlen call (0 on a varlen path). The
-report states the counts instead of inferring from names that a kernel ran. What `auto` takes:
-`resolve`.
+and dense `scaled_dot_product_attention` calls made outside a varlen call (0 on a varlen path).
 """
 
 from __future__ import annotations
@@ -78,8 +74,6 @@ class Backend:
 
 @dataclass
 class KernelCalls:
-    """What computed attention while `counting()` was active (evidence, not inference)."""
-
     varlen_calls: int = 0  # calls through call_varlen or the reference loop (one per layer)
     varlen_tokens: int = 0  # query tokens those calls received
     dense_calls: int = 0  # torch scaled_dot_product_attention calls made outside a varlen call
@@ -166,10 +160,9 @@ def resolve_device(device: str) -> str:
 def _flash_attn_version() -> str | None:
     try:
         import flash_attn
-
-        return getattr(flash_attn, "__version__", "unknown")
     except Exception:  # absent, or installed but broken (ABI mismatch): cannot run
         return None
+    return getattr(flash_attn, "__version__", "unknown")
 
 
 def _has_torch_varlen() -> bool:
@@ -187,8 +180,7 @@ def _capability(device: str) -> tuple[int, int]:
 
 
 def _varlen_fn(name: str):
-    """The library function behind a varlen backend (the CPU tests substitute stand-ins with the
-    same signature)."""
+    """The library function behind a varlen backend (the CPU tests substitute stand-ins)."""
     if name == "flash-attn":
         from flash_attn import flash_attn_varlen_func
 
@@ -201,16 +193,13 @@ def _varlen_fn(name: str):
 def _unavailable(name: str, device: str) -> tuple[str, str] | None:
     """Why the varlen backend `name` cannot run on `device`: (reason, fix), or None."""
     if device not in KERNEL_DEVICES:
+        why = "needs a CUDA device (varlen_attn has no CPU kernel)"
         if name == "flash-attn":
-            return (
+            why = (
                 "needs a CUDA device and none is in use here (no CUDA or --device cpu); the "
-                "FlashAttention kernel cannot be exercised",
-                "use --backend sdpa|eager|reference on CPU",
+                "FlashAttention kernel cannot be exercised"
             )
-        return (
-            "needs a CUDA device (varlen_attn has no CPU kernel)",
-            "use --backend sdpa|eager|reference on CPU",
-        )
+        return why, "use --backend sdpa|eager|reference on CPU"
     if name == "flash-attn" and _flash_attn_version() is None:
         return (
             "the flash-attn package is not importable",

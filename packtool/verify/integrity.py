@@ -14,8 +14,7 @@
                                                   accounting.counts_check, accounting.conservation_check
 
 Each failure names the check, the shard, the row and the position; the first few per check are kept
-as evidence, the rest are counted (see docs/ARCHITECTURE.md, "Verify"); the check names are
-scan.py's.
+as evidence, the rest are counted (docs/ARCHITECTURE.md, "Verify").
 """
 
 from __future__ import annotations
@@ -50,9 +49,15 @@ BATCH_TOKENS = 1 << 22  # rows per decoded batch ~ 4M tokens: 4 int32 columns = 
 
 @dataclass
 class _Walk:
-    """What walking the shards found: per-check failures, totals, rows per readable shard, and the
-    problems of the schema, no-attention_mask and unreadable-shard kinds."""
+    """How the shards are scanned (pack_len, pad id, layout, pairs?, the two samplers), and what
+    was found: per-check failures, totals, rows per readable shard, and the schema,
+    attention_mask and unreadable-shard problems."""
 
+    pack_len: int | None
+    pad_id: int | None
+    layout: schema.Layout
+    paired: bool
+    samplers: tuple[Sampler, Sampler]
     fails: dict[str, Failures] = field(
         default_factory=lambda: {
             n: Failures() for n in (*ROW_CHECKS, *LAYOUT_CHECKS, SRC, *pairs.PAIR_CHECKS)
@@ -66,10 +71,9 @@ class _Walk:
 
 
 def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[list[Check], dict]:
-    """All integrity checks of the pack folder `path`. Returns (checks, summary) where the summary
-    carries what the isolation layer needs: pack_len, pad id, and `samples`, up to `sample_rows`
-    rows with >= 2 documents chosen with `seed` during the same scan (plus `singles`, rows with
-    one document, in case no row holds two)."""
+    """(checks, summary) of the pack folder `path`: the summary carries pack_len, pad id, and
+    `samples`, up to `sample_rows` rows with >= 2 documents chosen with `seed` during the scan
+    (and `singles`, rows with one document, in case no row holds two)."""
     manifest, why = audit.load_manifest(path)
     shards = audit.list_shards(path)
     pool = ThreadPoolExecutor(max_workers=1)  # hashing overlaps decoding (hashlib drops the GIL)
@@ -87,21 +91,13 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     paired = isinstance(manifest, dict) and manifest.get("task") == "preference"
     checks = [audit.manifest_check(path, manifest, why)]
     if not shards:
-        checks.append(
-            Check(SHARDS, False, f"no shards under {os.path.join(path, schema.DATA_DIR)}/*.parquet")
-        )
+        where = f"{os.path.join(path, schema.DATA_DIR)}/*.parquet"
+        checks.append(Check(SHARDS, False, f"no shards under {where}"))
         pool.shutdown()
-        return checks, {
-            "pack_len": pack_len,
-            "shards": [],
-            "rows": 0,
-            "pad_id": pad_id,
-            "samples": [],
-            "singles": [],
-        }
+        return checks, {"pack_len": pack_len, "shards": [], "rows": 0, "pad_id": pad_id}
 
     samplers = Sampler(sample_rows, seed), Sampler(2 * sample_rows, seed + 7)
-    walk = _Walk()
+    walk = _Walk(pack_len, pad_id, layout, paired, samplers)
     for shard in shards:
         pf, bad = opened.pop(shard, None) or audit.open_shard(os.path.join(path, shard))
         if pf is None:
@@ -117,7 +113,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
             )
             continue
         try:
-            _scan_shard(pf, shard, pack_len, pad_id, walk, samplers, layout, paired)
+            _scan_shard(pf, shard, walk)
         except Exception as e:  # a corrupt file: name it, do not crash the whole report
             walk.read_bad.append(f"{shard}: could not decode rows ({type(e).__name__}: {e})")
 
@@ -133,9 +129,12 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     checks.append(
         Check(NO_MASK, not walk.mask_bad, "; ".join(walk.mask_bad) or "no attention_mask column")
     )
-    checks.extend(_row_checks(walk, pack_len, pad_id, layout))
-    if paired:
-        checks.extend(_pair_checks(walk))
+    rows_ev = {"rows_scanned": walk.tot.rows, "tokens_scanned": walk.tot.rows * (pack_len or 0)}
+    for name in row_checks(layout.padded, bool(layout.fixed_docs)):
+        checks.append(_failures_check(name, walk, rows_ev, scan.passed_text(name, pad_id)))
+    for name in pairs.PAIR_CHECKS if paired else ():
+        ev = {"rows_scanned": walk.tot.rows}
+        checks.append(_failures_check(name, walk, ev, pairs.PASSED[name], "failed"))
     hashes_done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
     tot = walk.tot
@@ -150,35 +149,18 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
             audit.guarded(COUNTS, accounting.counts_check, manifest, tot, pack_len, layout)
         )
         checks.append(audit.guarded(CONSERVE, accounting.conservation_check, manifest, tot))
-    summary = {
-        "pack_len": pack_len,
-        "shards": shards,
-        "shard_rows": walk.shard_rows,
-        "rows": tot.rows,
-        "pad_id": pad_id,
-        "tokens": tot.tokens,
-        "documents": tot.documents,
-        "samples": samplers[0].rows(),
-        "singles": samplers[1].rows(),
-    }
-    return checks, summary
+    summary = {"pack_len": pack_len, "shards": shards, "shard_rows": walk.shard_rows}
+    summary |= {"rows": tot.rows, "pad_id": pad_id, "tokens": tot.tokens}
+    summary |= {"documents": tot.documents, "samples": samplers[0].rows()}
+    return checks, {**summary, "singles": samplers[1].rows()}
 
 
-def _scan_shard(
-    pf,
-    shard: str,
-    pack_len: int,
-    pad_id,
-    walk: _Walk,
-    samplers: tuple[Sampler, Sampler],
-    layout: schema.Layout,
-    paired: bool = False,
-) -> None:
+def _scan_shard(pf, shard: str, walk: _Walk) -> None:
     """Scan every row of one shard, batch by batch, into `walk`; rows are offered to the samplers.
     A preference pack's rows are checked against the pair rules too (verify/pairs.py)."""
-    row0 = 0
+    row0, pack_len, layout, samplers = 0, walk.pack_len, walk.layout, walk.samplers
     columns = [*schema.COLUMNS, *([schema.UNPADDED_COLUMN] if layout.padded else [])]
-    columns += [schema.SIDE_COLUMN] if paired else []
+    columns += [schema.SIDE_COLUMN] if walk.paired else []
     for batch in pf.iter_batches(
         batch_size=max(1, BATCH_TOKENS // pack_len), columns=columns, use_threads=True
     ):
@@ -186,7 +168,7 @@ def _scan_shard(
         if R == 0:
             continue
         cols = scan.batch_columns(batch, pack_len, row0)
-        res = scan_rows(cols, pad_id, layout)
+        res = scan_rows(cols, walk.pad_id, layout)
         t = res.pop("_totals")
         gidx = np.arange(walk.tot.rows, walk.tot.rows + R, dtype=np.uint64)
         samplers[0].offer(t["valid"] & (t["ndocs"] >= 2), gidx, cols, shard, row0)
@@ -194,7 +176,7 @@ def _scan_shard(
         walk.tot.add(t, cols, shard, row0)
         for name, r in res.items():
             walk.fails[name].add(int(r["rows"].size), scan.examples(name, r, cols, shard, row0))
-        if paired:
+        if walk.paired:
             _, side = scan.flat_list(batch.column(schema.SIDE_COLUMN))
             found = pairs.pair_checks(
                 cols["input_ids"], cols["labels"], cols["seq_val"], cols["seq_off"],
@@ -205,21 +187,12 @@ def _scan_shard(
         row0 += R
 
 
-def _row_checks(
-    walk: _Walk, pack_len: int | None, pad_id: int | None, layout: schema.Layout
-) -> list[Check]:
-    """One Check per row check (and per check of the pack's layout): the first failure's message
-    (+ how many more rows), or its pass text."""
-    ev_common = {"rows_scanned": walk.tot.rows, "tokens_scanned": walk.tot.rows * (pack_len or 0)}
-    out = []
-    for name in row_checks(layout.padded, bool(layout.fixed_docs)):
-        f = walk.fails[name]
-        if f.count:
-            ev = {**ev_common, "rows_failed": f.count, "first": f.examples}
-            out.append(Check(name, False, f.message(), ev))
-        else:
-            out.append(Check(name, True, scan.passed_text(name, pad_id), dict(ev_common)))
-    return out
+def _failures_check(name: str, walk: _Walk, ev: dict, passed: str, key="rows_failed") -> Check:
+    """One row check (or pair rule): the first failure's message (+ how many more rows), or `passed`."""
+    f = walk.fails[name]
+    if not f.count:
+        return Check(name, True, passed, dict(ev))
+    return Check(name, False, f.message(), {**ev, key: f.count, "first": f.examples})
 
 
 def _pair_examples(shown: list[tuple[int, int, str]], shard: str, row0: int) -> list[dict]:
@@ -233,18 +206,3 @@ def _pair_examples(shown: list[tuple[int, int, str]], shard: str, row0: int) -> 
         }
         for r, pos, text in shown
     ]
-
-
-def _pair_checks(walk: _Walk) -> list[Check]:
-    """One Check per pair rule of a preference pack (verify/pairs.py)."""
-    out = []
-    for name in pairs.PAIR_CHECKS:
-        f = walk.fails[name]
-        ev = {"rows_scanned": walk.tot.rows}
-        if f.count:
-            out.append(
-                Check(name, False, f.message(), {**ev, "failed": f.count, "first": f.examples})
-            )
-        else:
-            out.append(Check(name, True, pairs.PASSED[name], ev))
-    return out
