@@ -1,5 +1,6 @@
-"""Pick a run's chat template: ours, TRL's (read without importing trl), the tokenizer's or a file;
-the family table and its fixes; the marker check. Light: reads template files only.
+"""The run's chat template: which one (`pick`: ours, TRL's read without importing trl, the
+tokenizer's or a file; the family table and its fixes) and its mode, decided on a probe
+conversation (`choose`); refused where it cannot work.
 
     --chat-template auto (the default), decided once per run, announced, recorded in the manifest:
 
@@ -12,29 +13,29 @@ the family table and its fixes; the marker check. Light: reads template files on
         not, --train-on last ────────────────────────────▶ it                            mode last
         not ─────────────────────────────────────────────▶ refusal with this family's fix
 
-    --chat-template tokenizer | chatml-train | trl:NAME | FILE picks one; its mode is probed the same way.
-
-`pick` makes the choice (mode not decided yet); packtool.tokenization.template_probe decides the
-mode on a probe conversation (`choose`); the modes are drawn in packtool.tokenization.render.
-
-Every `<|name|>`-style marker a template writes must be one token of the tokenizer (`check_markers`,
-on the template's text); that each trained run ends in an end-of-turn token is checked on the probe.
+    --chat-template tokenizer | chatml-train | trl:NAME | FILE picks one, probed the same way (hf
+    backend, jinja); its trained runs must end in EOS or an end-of-turn token (`end_of_turn`), and
+    every `<|name|>`-style marker it writes must be one token (`check_markers`).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import packtool
 from packtool.errors import PacktoolError, UsageError
+from packtool.schema import IGNORE_INDEX
+from packtool.tokenization import cache
+from packtool.tokenization.loading import library_versions, package_dir
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
-# what strftime_now() returns in templates unless --template-date says otherwise
-DEFAULT_DATE = "2026-01-01"
+DEFAULT_DATE = "2026-01-01"  # what strftime_now() returns unless --template-date says otherwise
 CHOICES = "auto | tokenizer | chatml-train | trl:NAME | FILE"
 
 # family: (a marker its templates write, its fix when its own template cannot be used as it is)
@@ -80,8 +81,8 @@ class ChatTemplate:
 
 
 def check_parses(template: ChatTemplate) -> None:
-    """A template that does not parse is a usage error, not a bad record (found before reading).
-    Built-in and TRL templates are known to parse (tested): no transformers import for them."""
+    """A template that does not parse is a usage error (found before reading); built-in and TRL
+    templates are known to parse (no transformers import for them)."""
     if template.origin not in ("file", "tokenizer"):
         return
     try:
@@ -108,16 +109,9 @@ def make_template(text: str, name: str, origin: str = "file") -> ChatTemplate:
 
 def trl_dir() -> Path | None:
     """trl/chat_templates of the installed TRL, found without importing trl (which imports torch)."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("trl")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(list(spec.submodule_search_locations)[0]) / "chat_templates"
-    return folder if folder.is_dir() else None
+    trl = package_dir("trl")
+    folder = trl / "chat_templates" if trl is not None else None
+    return folder if folder is not None and folder.is_dir() else None
 
 
 def trl_version() -> str:
@@ -157,10 +151,8 @@ def _blocks(text: str) -> list[str]:
 
 
 def trl_near_miss(text: str) -> tuple[str, float, int, int] | None:
-    """(X_training, ratio alike, blocks that differ, blocks) for the official template X.jinja that
-    TRL ships a training version of and that `text` is nearest to, when at least NEAR alike
-    (an older revision of the same model's template: Qwen3's); compared block by block (text
-    between Jinja tags), so one-line templates compare as well as multi-line ones."""
+    """(X_training, ratio alike, blocks that differ, blocks) of the official template X.jinja that
+    `text` is nearest to, when at least NEAR alike (compared block by block: text between tags)."""
     near = trl_nearest(text)
     return near[0] if near and near[0][1] >= NEAR else None
 
@@ -169,17 +161,14 @@ NEAREST = 0.6  # below this, an official template is not worth naming as a candi
 
 
 def trl_nearest(text: str) -> list[tuple[str, float, int, int]]:
-    """trl_near_miss's tuples for every official template at least NEAREST alike, nearest first:
-    what a template that is no near miss is named against (DeepSeek-V3's own template is 72% alike
-    TRL's deepseekv3.jinja), so the user can compare before choosing one."""
+    """trl_near_miss's tuples for every official template at least NEAREST alike, nearest first."""
     folder = trl_dir()
     return [] if folder is None else _nearest(text, folder)
 
 
 @functools.lru_cache(maxsize=8)
 def _nearest(text: str, folder: Path) -> list[tuple[str, float, int, int]]:
-    """trl_nearest against one TRL templates folder (cached per folder: the folder found can change
-    within a process, e.g. another TRL on the path)."""
+    """trl_nearest against one TRL folder (cached per folder: another TRL may come on the path)."""
     import difflib
 
     mine = _blocks(text)
@@ -233,22 +222,15 @@ _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 
 
 def _not_one_token(spec, markers: list[str]) -> list[str]:
-    """The markers that are not one token: neither an added token nor a vocabulary entry, asked of
-    the Rust tokenizer the template probe builds next anyway (spec.engines: one per spec), not of a
-    full JSON parse of the tokenizer."""
+    """The markers that are neither an added token nor a vocabulary entry (asked of the Rust
+    tokenizer the probe builds next anyway)."""
     tok = spec.engines.rust()
     return [m for m in markers if tok.token_to_id(m) is None]
 
 
-def special_tokens(spec) -> dict[str, int]:
-    """The tokenizer's special added tokens (control tokens), {text: id}."""
-    return dict(spec.control_tokens)
-
-
 def check_markers(spec, template: ChatTemplate) -> None:
-    """Every control marker the template writes (`<|name|>`, `<｜name｜>`, `<start_of_turn>`: role
-    headers, end of turn) must be one token of the tokenizer; otherwise the markers are tokenized
-    as text and the model trained on a format it never sees. UsageError naming marker, tokenizer, fix."""
+    """Every control marker the template writes must be one token of the tokenizer (else the model
+    is trained on markers tokenized as text): UsageError naming marker, tokenizer and fix."""
     markers = sorted(set(_MARKER.findall(_COMMENT.sub("", template.text))))
     if not markers:
         return
@@ -272,9 +254,7 @@ def check_markers(spec, template: ChatTemplate) -> None:
 
 
 def no_template_fix(spec) -> str:
-    """What to pass for a tokenizer without a chat template: its family's TRL training template
-    when its control tokens name the family (Llama 3.2's <|start_header_id|>), chatml-train only
-    where <|im_start|> and <|im_end|> are its tokens, else a template file."""
+    """What to pass for a tokenizer without a chat template (its control tokens name the family)."""
     family = family_of(" ".join(spec.control_tokens))
     training = FAMILIES.get(family, (None, None))[1] if family else None
     fixes = []
@@ -296,9 +276,8 @@ def family_of(text: str) -> str | None:
 def family_fix(
     family: str | None, train_on: str, near: str | None = None, near_alike: str = ""
 ) -> str:
-    """What to do when this family's own template cannot locate every assistant turn; `near`:
-    the TRL training template of the official template this one is a near miss of (`near_alike`:
-    how near), said first."""
+    """What to do when this family's own template cannot locate every assistant turn; `near` (a
+    TRL training template this one is a near miss of, `near_alike` how near) first."""
     fixes = []
     training = FAMILIES.get(family, (None, None))[1] if family else None
     if near:
@@ -389,3 +368,133 @@ def pick(spec, choice: str | None) -> ChatTemplate:
             f"trl:{nearest[0][0]} before training on one)",
         )
     return replace(tpl, why="the tokenizer's own template (no training version known)")
+
+
+# --------------------------------------------------------------------------- the probe
+
+PROBE = [
+    {"role": "system", "content": "You are a probe."},
+    {"role": "user", "content": "First question?"},
+    {"role": "assistant", "content": "First answer."},
+    {"role": "user", "content": "Second question?"},
+    {"role": "assistant", "content": "Second answer."},
+]
+_END_NAME = re.compile(r"end|eot|eos|eom|return|call|stop", re.IGNORECASE)  # end-of-turn tokens
+
+
+@dataclass(frozen=True)
+class Probe:
+    """PROBE (or PROBE without its system turn) through one template and mode."""
+
+    template: ChatTemplate
+    encoded: object  # the Encoded of the first conversation that encoded; None when neither did
+    error: str | None = None  # why the first conversation failed, when neither encoded
+    prefix_preserving: bool = True  # False: an earlier turn renders differently once turns follow
+
+
+def probe(spec, template: ChatTemplate, train_on: str) -> Probe:
+    """Encode PROBE, then PROBE without its system turn (templates that refuse one), with `template`'s mode."""
+    from packtool.formats.normalize import make_example, make_message
+    from packtool.tokenization.encode import Encoder
+    from packtool.tokenization.render import ExampleError, NotPrefixPreserving
+
+    encoder = Encoder(spec, template, train_on, "hf")
+    first = None
+    for messages in (PROBE, PROBE[1:]):
+        ex = make_example("chat", [make_message(m["role"], m["content"]) for m in messages])
+        enc = encoder.encode([ex])
+        if enc.errors[0] is None:
+            return Probe(template, enc)
+        first = first or (ex, enc.errors[0])
+    ex, error = first
+    try:  # the same conversation again, for the typed reason it failed
+        encoder.chat_text(ex)
+        preserving = True
+    except NotPrefixPreserving:
+        preserving = False
+    except ExampleError:
+        preserving = True
+    return Probe(template, None, error, preserving)
+
+
+def choose(
+    spec, choice: str | None, train_on: str = "assistant", date: str | None = None
+) -> ChatTemplate:
+    """The run's template with its mode decided on a probe conversation; refuses what cannot work."""
+    tpl = pick(spec, choice)
+    family = family_of(tpl.text)
+    uses_date = "strftime_now" in tpl.text
+    tpl = replace(tpl, family=family, date=(date or DEFAULT_DATE) if uses_date else None)
+    mode = "all" if train_on == "all" else "markers" if tpl.has_generation else "prefix"
+    path = _verdict_path(spec, tpl, mode, train_on)
+    stored = cache.read_json(path) if path is not None else None
+    if isinstance(stored, dict) and set(stored) == {"mode", "end_of_turn"}:
+        return replace(tpl, **stored)
+    tpl = _probed(spec, tpl, mode, train_on, family)
+    if path is not None:
+        cache.write_json(path, {"mode": tpl.mode, "end_of_turn": tpl.end_of_turn})
+    return tpl
+
+
+def _verdict_path(spec, tpl: ChatTemplate, mode: str, train_on: str):
+    """Where the probe's verdict is kept ($PACKTOOL_CACHE/templates), keyed by everything it depends
+    on (a warm start renders nothing); None for a tokenizer without files."""
+    if not spec.files_hash:
+        return None
+    parts = [tpl.text, tpl.date, mode, train_on, spec.name, spec.files_hash]
+    parts += [library_versions(), packtool.__version__]
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return cache.cache_root() / "templates" / f"{digest}.json"
+
+
+def _probed(spec, tpl: ChatTemplate, mode: str, train_on: str, family) -> ChatTemplate:
+    """The template in the mode that works on PROBE, its end-of-turn token found; else a refusal."""
+    check_parses(tpl)
+    check_markers(spec, tpl)
+    got = probe(spec, replace(tpl, mode=mode), train_on)
+    if got.error and mode == "prefix":
+        last = probe(spec, replace(got.template, mode="last"), train_on)
+        if train_on == "last" and not last.error:
+            got = last
+        elif not got.prefix_preserving:
+            raise UsageError(
+                f"chat template '{tpl.name}'{f' ({family})' if family else ''} of tokenizer {spec.name} is not "
+                "prefix-preserving (it renders earlier turns differently once later turns follow), so its assistant "
+                f"turns cannot be located; fix: {family_fix(family, train_on, tpl.near, tpl.near_alike)}"
+            )
+    tpl = got.template
+    if got.error:
+        error = got.error.replace(f"chat template '{tpl.name}' ", "").replace(" on this record", "")
+        raise UsageError(
+            f"chat template '{tpl.name}' cannot render a plain test conversation (system, user, "
+            f"assistant turns): {error}; fix the template or pass --chat-template {CHOICES}"
+        )
+    if tpl.mode != "all":
+        tpl = replace(tpl, end_of_turn=end_of_turn(spec, tpl, got.encoded))
+    return tpl
+
+
+def end_of_turn(spec, tpl: ChatTemplate, enc) -> str:
+    """Each trained run of the probe must end in EOS or another special token: say which."""
+    import numpy as np
+
+    ids, labels = enc.input_ids[0], enc.labels[0]
+    trained = labels != IGNORE_INDEX
+    edges = np.flatnonzero(trained & ~np.append(trained[1:], False))  # last token of each run
+    specials = {v: k for k, v in spec.control_tokens.items() if _END_NAME.search(k)}
+    ends = [int(ids[i]) for i in edges]
+    bad = [e for e in ends if e != spec.eos_id and e not in specials]
+    if not ends or bad:
+        tok = spec.engines.rust()
+        what = repr(tok.decode([bad[0]], skip_special_tokens=False)) if bad else "nothing"
+        raise UsageError(
+            f"chat template '{tpl.name}' ends the trained part of an assistant turn with {what}, not with an "
+            f"end-of-turn token of tokenizer {spec.name} (EOS {spec.eos_token!r}): the model would not learn to "
+            f"stop; use a template whose assistant turns end in EOS or an end-of-turn token "
+            f"(--chat-template {CHOICES})"
+        )
+    return ", ".join(
+        f"{specials.get(e) or spec.eos_token} "
+        f"({'EOS' if e == spec.eos_id else f'end-of-turn token; EOS is {spec.eos_token}'})"
+        for e in dict.fromkeys(ends)
+    )

@@ -43,7 +43,6 @@ from collections.abc import Callable
 import numpy as np
 from orjson import dumps as _json
 
-from packtool.tokenization.chat_template import special_tokens
 from packtool.tokenization.render import ExampleError, appears, leaf_values, locate
 
 TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, THINK_OMITTED = (
@@ -222,7 +221,7 @@ class ContentTokens:
 
     def __init__(self, spec):
         self.spec = spec
-        self.control = tuple(sorted(special_tokens(spec), key=len, reverse=True))
+        self.control = tuple(sorted(spec.control_tokens, key=len, reverse=True))
         firsts = {t[0] for t in self.control if t}
         # "<": a cheap test before the regex
         self.first = firsts.pop() if len(firsts) == 1 else None

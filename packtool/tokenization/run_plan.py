@@ -120,7 +120,7 @@ def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
     kind, label_source = input_kind(decisions)
     if kind == "pretokenized":
         return _pretokenized_plan(cfg, label_source)
-    from packtool.tokenization.template_probe import choose  # (not on a cache hit's imports)
+    from packtool.tokenization.chat_template import choose  # (not on a cache hit's imports)
 
     if preload:
         from packtool import idle

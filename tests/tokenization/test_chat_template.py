@@ -17,9 +17,9 @@ from packtool.formats import FormatError
 from packtool.formats.detect import detect_format
 from packtool.formats.normalize import normalize
 from packtool.tokenization import chat_template as ct
+from packtool.tokenization.chat_template import choose, probe
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec, load_spec
-from packtool.tokenization.template_probe import choose, probe
 
 GPTOSS = SHARED / "tokenizers" / "gptoss"
 LLAMA3 = SHARED / "tokenizers" / "llama3"
@@ -33,7 +33,7 @@ CHAT = [
 
 
 def chat(messages, tools=None):
-    from packtool.formats.turns import make_message
+    from packtool.formats.normalize import make_message
 
     return {
         "kind": "chat",
@@ -119,8 +119,6 @@ def test_official_qwen3_without_trl_refuses_with_chatml_fix(spec, monkeypatch):
 
 
 def test_a_probed_verdict_is_kept_and_a_warm_choice_renders_nothing(spec, tmp_path, monkeypatch):
-    from packtool.tokenization import template_probe
-
     monkeypatch.setenv("PACKTOOL_CACHE", str(tmp_path / "cache"))
     cold = choose(spec, "chatml-train")
     assert list((tmp_path / "cache" / "templates").glob("*.json"))
@@ -128,7 +126,7 @@ def test_a_probed_verdict_is_kept_and_a_warm_choice_renders_nothing(spec, tmp_pa
     def no_probe(*a, **k):
         raise AssertionError("a warm choice must not render the probe")
 
-    monkeypatch.setattr(template_probe, "probe", no_probe)
+    monkeypatch.setattr(ct, "probe", no_probe)
     assert choose(spec, "chatml-train") == cold
     with pytest.raises(AssertionError, match="must not render"):  # another --train-on: its own
         choose(spec, "chatml-train", train_on="last")
@@ -148,7 +146,7 @@ def test_control_tokens_are_the_special_added_tokens_of_the_tokenizer_json(spec,
         pytest.skip(f"{folder} is absent (the shared folder is not checked out)")
     s = spec if folder is None else load_spec(str(folder))
     added = json.loads(s.backend_json)["added_tokens"]
-    assert ct.special_tokens(s) == {a["content"]: a["id"] for a in added if a.get("special")}
+    assert s.control_tokens == {a["content"]: a["id"] for a in added if a.get("special")}
     assert TokenizerSpec.from_json(json.loads(json.dumps(s.to_json()))) == s
 
 
@@ -271,7 +269,7 @@ FAKE = [
 @pytest.mark.parametrize("backend", ["hf", "fastokens"])
 def test_special_in_content_keep_split_error(spec, backend):
     t = choose(spec, None)
-    im_start = ct.special_tokens(spec)["<|im_start|>"]
+    im_start = spec.control_tokens["<|im_start|>"]
     kept = Encoder(spec, t, backend=backend, special_in_content="keep").encode([chat(FAKE)])
     split = Encoder(spec, t, backend=backend, special_in_content="split").encode([chat(FAKE)])
     err = Encoder(spec, t, backend=backend, special_in_content="error").encode([chat(FAKE)])
@@ -495,7 +493,7 @@ def test_control_tokens_in_tool_arguments_are_seen(spec):
     err = Encoder(spec, t, special_in_content="error").encode([chat(msgs)]).errors[0]
     assert "holds the control token '<|im_end|>'" in err
     split = Encoder(spec, t, special_in_content="split").encode([chat(msgs)])
-    eos = ct.special_tokens(spec)["<|im_end|>"]
+    eos = spec.control_tokens["<|im_end|>"]
     assert (
         split.errors == [None] and int((split.ids == eos).sum()) == 4
     )  # one per turn, none from the argument
