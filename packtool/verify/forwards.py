@@ -13,13 +13,11 @@ The isolation check (isolation.py: the preset models on each attention backend),
     last      [A A A a B B b pad pad]   each document's last token replaced (the causal probe)
     control   [A A A A B B B pad pad]   positions 0..L-1, one segment: plain causal over the row
 
-  A varlen backend also gets the segments of the batch's rows laid end to end, the pad tail included
-  (`schema.cu_seqlens`, docs/ARCHITECTURE.md, "Schema"):
+  A varlen backend also gets the segments of the rows laid end to end, pad tail included:
 
     rows [[4, 3], [9]], L = 9  ->  cu_seq_lens_q/k [0, 4, 7, 9, 18], max_length_q/k 9
 
-  Loss is computed the Hugging Face way (unshifted labels: the label at p is predicted from
-  logits[p-1]; IGNORE_INDEX contributes 0); differences are absolute max |Δ| of logits (`Diffs`).
+  Loss as Hugging Face computes it (unshifted labels); differences are absolute max |Δ| (`Diffs`).
 
 verify --model (model_check.py: the user's architecture), per input set (`INPUT_SETS`, what
 `PackedCollator` gives), `run_set`:
@@ -30,9 +28,8 @@ verify --model (model_check.py: the user's architecture), per input set (`INPUT_
               output difference is its own leak, not one carried in from the layers below
     control   positions 0..L-1, no boundaries (`run_control`): must differ, or the check has no power
 
-  Differences are relative: max |packed - alone| over the largest |alone| logit, so a model's logit
-  scale does not move the tolerance. A packed run that raises (transformers refusing packed inputs
-  without a kernel package) is recorded with its one-line error.
+  Differences are relative: max |packed - alone| over the largest |alone| logit. A packed run that
+  raises (transformers refusing packed inputs without a kernel package) is recorded with its error.
 """
 
 from __future__ import annotations
@@ -76,8 +73,8 @@ def _cu(lengths_per_row: list[list[int]], pack_len: int, device):
 
 
 def forward(model, ids, pos, lengths_per_row: list[list[int]], varlen: bool = False):
-    """One forward the way a trainer drives the model (with `varlen`, the cu_seq_lens / max_length
-    kwargs of a varlen backend); returns float32 logits [B, S, V]."""
+    """One forward as a trainer drives the model (`varlen`: with cu_seq_lens / max_length) ->
+    float32 logits [B, S, V]."""
     import torch
 
     kw = {}
@@ -95,7 +92,7 @@ def token_losses(logits, labels):
     float32 with 0 where the label is IGNORE_INDEX (and at p = 0)."""
     import torch
 
-    B, S, V = logits.shape
+    B = logits.shape[0]
     lab = labels[:, 1:]
     valid = lab != schema.IGNORE_INDEX
     lp = torch.log_softmax(logits[:, :-1], dim=-1)
@@ -104,9 +101,7 @@ def token_losses(logits, labels):
     return torch.cat([torch.zeros(B, 1, device=logits.device), nll], dim=1)
 
 
-def tensors(
-    samples: list[Sample], device, swap_seed: int | None = None, last_seed: int | None = None
-):
+def tensors(samples: list[Sample], device, swap_seed: int | None = None, last_seed=None):
     """ids, labels, positions as int64 tensors [B, L], ids and labels modulo VOCAB; with swap_seed
     document A (the first) has other tokens (labels alike), with last_seed every document's last
     token is another one."""
@@ -170,7 +165,7 @@ class Diffs:
 
 
 def _finite(x: float) -> float:
-    """NaN compares false with everything: count it as an infinite difference, never a pass."""
+    """NaN compares false with everything: an infinite difference, never a pass."""
     return math.inf if math.isnan(x) else x
 
 
@@ -184,17 +179,7 @@ def track_worst(best: float, where: dict, x, ref, at: dict) -> tuple[float, dict
     return best, where
 
 
-def compare(
-    model,
-    backend,
-    samples,
-    alone: dict,
-    *,
-    control: bool,
-    loss_tol: float,
-    batch_rows: int,
-    swap_seed: int,
-) -> Diffs:
+def compare(model, backend, samples, alone, *, control, loss_tol, batch_rows, swap_seed) -> Diffs:
     """Differences packed-vs-alone, loss sums, swap and (not for the control) the causal probe,
     over all samples. With `control`, the packed run is a plain causal row (positions 0..L-1, one
     segment) and document 0, which a causal mask leaves untouched, is left out of the comparison."""
@@ -303,7 +288,7 @@ class Recorder:
             self.handles.append(module.register_forward_hook(self._post(k)))
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *_):
         for h in self.handles:
             h.remove()
         self.handles = []

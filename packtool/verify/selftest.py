@@ -1,10 +1,8 @@
 """`packtool verify --self-test`: build a small pack in a temporary folder, then verify it.
 
-The pack is made of synthetic chat-like documents (a masked prompt, then a completion that
-carries loss), so CI jobs without shards at hand exercise the very same checks. The production
-packer and shard writer (`packtool.pack`, `packtool.io.shards`) write the pack; the helpers below
-it only rewrite one shard of a copy, to build the deliberately broken pack that verify must catch
-(the tests use them the same way).
+The pack is made of synthetic chat-like documents (a masked prompt, then a completion that carries
+loss) by the production packer and writer; the helpers below only rewrite one shard of a copy, to
+build the broken packs verify must catch (the tests use them the same way).
 
     "self-test pack"                the pack was written and reads back whole (manifest, rows, documents)
     every check of `verify`         on that pack
@@ -45,19 +43,9 @@ def make_documents(
     return docs
 
 
-def write_documents(
-    out: str,
-    docs,
-    pack_len: int,
-    *,
-    shard_rows: int = 16,
-    max_docs: int = 0,
-    seed: int = 0,
-    pad_to_multiple: int = 1,
-    fixed_docs: bool = False,
-) -> None:
-    """Pack (input_ids, labels) documents into `out` with the production packer and writer (and
-    the layout options, schema/layout.py)."""
+def write_documents(out: str, docs, pack_len: int, *, shard_rows: int = 16, **options) -> None:
+    """Pack (input_ids, labels) documents into `out` with the production packer and writer;
+    `options`: PackConfig's (max_docs, seed, pad_to_multiple, fixed_docs)."""
     from packtool.data.tokenized import TokenizedData
     from packtool.pack import PackConfig, pack_tokenized
 
@@ -67,15 +55,7 @@ def write_documents(
         tokenizer={"name": "synthetic", "pad_id": SELF_TEST_PAD_ID},
         format="synthetic",
     )
-    cfg = PackConfig(
-        pack_len=pack_len,
-        shard_rows=shard_rows,
-        max_docs=max_docs,
-        seed=seed,
-        pad_to_multiple=pad_to_multiple,
-        fixed_docs=fixed_docs,
-    )
-    pack_tokenized(td, cfg, out)
+    pack_tokenized(td, PackConfig(pack_len=pack_len, shard_rows=shard_rows, **options), out)
 
 
 def build_self_test_pack(
@@ -175,9 +155,8 @@ def _break_positions(src: str, dst: str) -> None:
 
 
 def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
-    """The self-test pack was written and reads back whole: a packtool manifest that counts every
-    document, and shards whose rows and documents are what it says (else verify would pass on
-    an empty or partial pack)."""
+    """The self-test pack reads back whole: a manifest that counts every document, shards whose
+    rows and documents are what it says (else verify would pass on an empty or partial pack)."""
     import pyarrow.parquet as pq
 
     ev: dict = {"writer": writer, "documents_written": n_docs}
@@ -192,9 +171,8 @@ def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
     rows = docs = 0
     try:
         for entry in m.get("shards") or []:
-            col = pq.read_table(os.path.join(out, entry["file"]), columns=["seq_lengths"]).column(
-                "seq_lengths"
-            )
+            path = os.path.join(out, entry["file"])
+            col = pq.read_table(path, columns=["seq_lengths"]).column("seq_lengths")
             rows += len(col)
             docs += sum(len(chunk.flatten()) for chunk in col.chunks)
     except Exception as e:  # any failure to read back is the check failing
@@ -212,12 +190,8 @@ def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
         problems.append(f"the rows hold {docs} documents, {n_docs} were written")
     if problems:
         return failed("; ".join(problems))
-    return Check(
-        "self-test pack",
-        True,
-        f"built with {writer} in {seconds:.2f} s: {n_docs} documents in {rows} rows, read back",
-        ev,
-    )
+    msg = f"built with {writer} in {seconds:.2f} s: {n_docs} documents in {rows} rows, read back"
+    return Check("self-test pack", True, msg, ev)
 
 
 LAYOUT_MULTIPLE, LAYOUT_DOCS = 8, 6  # the self-test's padded + fixed-docs case
@@ -230,16 +204,8 @@ def _layout_check(tmp: str, seed: int) -> Check:
 
     out, broken = os.path.join(tmp, "layout"), os.path.join(tmp, "layout-broken")
     docs = make_documents(40, seed=seed + 1, min_len=3, max_len=60)
-    write_documents(
-        out,
-        docs,
-        256,
-        shard_rows=8,
-        max_docs=LAYOUT_DOCS,
-        seed=seed,
-        pad_to_multiple=LAYOUT_MULTIPLE,
-        fixed_docs=True,
-    )
+    layout = dict(max_docs=LAYOUT_DOCS, pad_to_multiple=LAYOUT_MULTIPLE, fixed_docs=True)
+    write_documents(out, docs, 256, shard_rows=8, seed=seed, **layout)
     name = f"self-test: --pad-to-multiple {LAYOUT_MULTIPLE} --fixed-docs --max-docs {LAYOUT_DOCS}"
     failed = [c for c in integ.check_integrity(out)[0] if not c.passed and not c.skipped]
     if failed:
@@ -267,14 +233,10 @@ def _layout_check(tmp: str, seed: int) -> Check:
     write_shard(broken, rel, replace_columns(table, labels=lab))
     bad = next(c for c in integ.check_integrity(broken)[0] if c.name == scan.DOC_PAD)
     caught = not bad.passed and f" row {hit[0]} position {hit[1]} " in bad.message
-    return Check(
-        name,
-        caught,
-        "passes integrity; a label on a document's padding is caught → " + bad.message
-        if caught
-        else "a label on a document's padding PASSED the document padding check",
-        {"check": scan.DOC_PAD},
-    )
+    msg = "a label on a document's padding PASSED the document padding check"
+    if caught:
+        msg = "passes integrity; a label on a document's padding is caught → " + bad.message
+    return Check(name, caught, msg, {"check": scan.DOC_PAD})
 
 
 def run_self_test(cfg):
@@ -301,16 +263,11 @@ def run_self_test(cfg):
         caught = not pos.passed and " row 0 " in pos.message
         result.checks.append(_layout_check(tmp, cfg.seed))
         result.checks.insert(0, built)
+        msg = f"positions not reset in row 0 → {pos.message}"
+        if not caught:
+            msg = "a copy with positions not reset in row 0 PASSED the position check: integrity has no power"
         result.checks.append(
-            Check(
-                "self-test: broken copy caught",
-                caught,
-                f"positions not reset in row 0 → {pos.message}"
-                if caught
-                else "a copy with positions not reset in row 0 PASSED the position check: "
-                "integrity has no power",
-                {"check": scan.POS},
-            )
+            Check("self-test: broken copy caught", caught, msg, {"check": scan.POS})
         )
     result.self_test = True
     result.path = "(self-test)"
