@@ -40,7 +40,7 @@ def export(
     json_out: JsonOpt = None,
 ) -> None:
     """Write a pack in another trainer's packed format (nemo: NeMo / Megatron-Bridge packed SFT)."""
-    from packtool.report.export import export_json, render_export
+    from packtool.report.pack import export_json, render_export
 
     output = Output(json_out)
     with output.stage("exporting", unit="rows") as stage:

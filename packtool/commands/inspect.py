@@ -28,7 +28,7 @@ def inspect(
     tok: TokenizeArgs,
 ) -> None:
     """Show one example: detected format, normalized conversation, tokens with loss highlighted."""
-    from packtool.report.inspect import render_inspect
+    from packtool.report.tokenized import render_inspect
 
     out = Output(json_out)
     warn_model(out, model, tok.tokenizer)
