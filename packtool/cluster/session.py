@@ -44,9 +44,9 @@ from pathlib import Path
 
 from packtool.cluster import agents
 from packtool.errors import PacktoolError, UsageError
-from packtool.io import leftovers
+from packtool.io import files
 
-PARTS_PREFIX = ".packtool-ray-parts-"  # + <pid>-<host>-XXXXXXXX (io.leftovers)
+PARTS_PREFIX = ".packtool-ray-parts-"  # + <pid>-<host>-XXXXXXXX (io.files)
 _DRIVER_PID: int | None = None  # the process that holds a Session (memory(): "driver")
 
 
@@ -65,7 +65,7 @@ class Session:
         # starts one worker process fewer (set by __enter__)
         self.driver_works = False
         self._scratch: list[Path] = []
-        # one line for each parts folder of a run that died, removed by `scratch` (io.leftovers)
+        # one line for each parts folder of a run that died, removed by `scratch` (io.files)
         self.leftovers: list[str] = []
         self._up = threading.Event()  # set when the cluster is up, or failed to start
         self._stop = threading.Event()
@@ -179,8 +179,8 @@ class Session:
         parent = self.scratch_parent
         if parent is not None:
             Path(parent).mkdir(parents=True, exist_ok=True)
-        self.leftovers += leftovers.remove_dead(parent)
-        folder = leftovers.make(parent, PARTS_PREFIX)
+        self.leftovers += files.remove_dead(parent)
+        folder = files.owned_folder(parent, PARTS_PREFIX)
         self._scratch.append(folder)
         return folder
 

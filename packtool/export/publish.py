@@ -6,7 +6,7 @@
     writing                       into .OUT.packtool-tmp-<pid>-<host>-XXXX beside OUT, renamed to
                                   OUT at the end; any error or Ctrl-C removes it and leaves OUT as
                                   it was; one that a run which died (kill -9) left is removed by
-                                  the next export or pack there (io.leftovers), and said
+                                  the next export or pack there (io.files), and said
 
 The writing is io.shards.atomic_output's (the same as a pack's), given this module's check of
 what may be replaced. ExportResult is what an export wrote (files, sizes, the record).

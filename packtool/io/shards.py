@@ -1,7 +1,7 @@
 """Write packed rows as schema-v1 Parquet shards plus manifest.json, atomically.
 
     .OUT.packtool-tmp-<pid>-<host>-XXXX/   built here first (beside OUT, same filesystem; one
-                                         that a run which died left is removed: io.leftovers)
+                                         that a run which died left is removed: io.files)
         data/train-00000-of-00003.parquet   row groups of <= 16 MiB of token slots each
         ...
         manifest.json                  written last
@@ -31,7 +31,7 @@ import numpy as np
 from packtool import schema
 from packtool.data.tokenized import arrow_array
 from packtool.errors import Interrupt, PacktoolError, UsageError
-from packtool.io import files, leftovers
+from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
 # token slots (4 int32 columns) per row group (256 rows at --len 4096): bounds the write buffers.
@@ -281,24 +281,24 @@ def atomic_output(
     """Yield a temporary folder beside `out`; on success it becomes `out` (with umask modes), on
     any error it vanishes. `check(out, force)` raises unless `out` may be replaced (default
     check_target: absent, or a pack with --force); it runs before and again just before the swap.
-    First the folders that runs which died left beside `out` are removed (io.leftovers), one line
+    First the folders that runs which died left beside `out` are removed (io.files), one line
     each appended to `said`."""
     out = Path(out)
     check = check or check_target
     check(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
-    notes = leftovers.remove_dead(out.parent)
+    notes = files.remove_dead(out.parent)
     if said is not None:
         said += notes
     existed = out.exists()
-    tmp = leftovers.make(out.parent, f".{out.name}.packtool-tmp-")
+    tmp = files.owned_folder(out.parent, f".{out.name}.packtool-tmp-")
     try:
         yield tmp
         Interrupt.check()  # a Ctrl-C that a library swallowed must not publish the pack
         _publish_modes(tmp)
         check(out, force)
         if out.exists():
-            old = leftovers.make(out.parent, f".{out.name}.packtool-old-")
+            old = files.owned_folder(out.parent, f".{out.name}.packtool-old-")
             os.rename(out, old / "old")
             os.rename(tmp, out)
             shutil.rmtree(old, ignore_errors=True)

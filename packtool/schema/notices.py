@@ -19,7 +19,7 @@ DROPPED = "dropped"
 OVERFLOW_LOSS = "overflow_loss"  # --overflow drop|truncate lost more than 1% of examples or tokens
 INPUT = "input"  # a warning from reading or tokenizing the data, passed on as it was said
 LEFTOVER = (
-    "leftover"  # a folder that a run which died left beside the output, removed (io.leftovers)
+    "leftover"  # a folder that a run which died left beside the output, removed (io.files)
 )
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from packtool.cluster.session import PARTS_PREFIX, Session
-from packtool.io import leftovers
+from packtool.io import files
 
 
 def _pid(alive: bool) -> tuple[int, subprocess.Popen]:
@@ -25,7 +25,7 @@ def test_scratch_removes_a_dead_drivers_parts_and_keeps_a_live_ones(tmp_path):
     try:
         folders = {}
         for name, pid in (("dead", dead), ("live", live)):
-            folders[name] = tmp_path / f"{PARTS_PREFIX}{pid}-{leftovers.host_tag()}-a1b2c3d4"
+            folders[name] = tmp_path / f"{PARTS_PREFIX}{pid}-{files.host_tag()}-a1b2c3d4"
             folders[name].mkdir()
             (folders[name] / "part-00000.bin").write_bytes(b"\0" * 64)
         s = Session()

@@ -1,4 +1,4 @@
-"""What a run killed with kill -9 leaves beside --out (io.leftovers): the next export there removes
+"""What a run killed with kill -9 leaves beside --out (io.files): the next export there removes
 it and says so in one line; a live run's folder, another machine's, and the only copy of a
 replaced output are never removed."""
 
@@ -13,14 +13,14 @@ from packs import make_docs, real_pack
 from typer.testing import CliRunner
 
 from packtool.cli import app
-from packtool.io import leftovers
+from packtool.io import files
 
 
 def dead_pid() -> int:
     """The pid of a process that has ended (and been reaped)."""
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
-    assert not leftovers.alive(p.pid)
+    assert not files.alive(p.pid)
     return p.pid
 
 
@@ -34,7 +34,7 @@ def live_pid():
 
 def leftover(parent, prefix: str, pid: int, host: str | None = None):
     """A folder as a run of `pid` makes it, with a file inside (a half-written shard)."""
-    folder = parent / f"{prefix}{pid}-{host or leftovers.host_tag()}-k3x9_q2a"
+    folder = parent / f"{prefix}{pid}-{host or files.host_tag()}-k3x9_q2a"
     (folder / "data").mkdir(parents=True)
     (folder / "data" / "train-00000-of-00002.parquet").write_bytes(b"PAR1 half written")
     return folder
@@ -62,8 +62,8 @@ def test_a_live_run_and_another_machine_are_left_alone(tmp_path, live_pid):
     elsewhere = leftover(tmp_path, ".nemo.packtool-tmp-", dead_pid(), host="0badc0de")
     unnamed = tmp_path / ".nemo.packtool-tmp-abc123"  # an older packtool's: no pid to ask
     unnamed.mkdir()
-    assert leftovers.host_tag() != "0badc0de"
-    assert leftovers.remove_dead(tmp_path) == []
+    assert files.host_tag() != "0badc0de"
+    assert files.remove_dead(tmp_path) == []
     assert live.exists() and elsewhere.exists() and unnamed.exists()
 
 
@@ -75,7 +75,7 @@ def test_every_kind_of_folder_of_a_dead_run_goes(tmp_path):
         leftover(tmp_path, ".out.packtool-old-", pid),  # out is there: the swap was done
         leftover(tmp_path, ".packtool-ray-parts-", pid),
     ]
-    said = leftovers.remove_dead(tmp_path)
+    said = files.remove_dead(tmp_path)
     assert not any(p.exists() for p in left)
     assert sorted(said) == sorted(
         f"removed {p}, a leftover {what} of a run that died (pid {pid})"
@@ -91,7 +91,7 @@ def test_the_only_copy_of_a_replaced_output_is_kept(tmp_path):
     pid = dead_pid()
     old = leftover(tmp_path, ".out.packtool-old-", pid)
     (old / "data").rename(old / "old")
-    said = leftovers.remove_dead(tmp_path)
+    said = files.remove_dead(tmp_path)
     assert old.exists()
     assert said == [
         f"kept {old}: it holds {tmp_path / 'out'} as it was before a run that died (pid {pid}) "
@@ -100,6 +100,6 @@ def test_the_only_copy_of_a_replaced_output_is_kept(tmp_path):
 
 
 def test_a_run_names_its_folders_so_that_they_can_be_found(tmp_path):
-    folder = leftovers.make(tmp_path, ".x.packtool-tmp-")
+    folder = files.owned_folder(tmp_path, ".x.packtool-tmp-")
     assert folder.name.startswith(f".x.packtool-tmp-{__import__('os').getpid()}-")
-    assert leftovers.remove_dead(tmp_path) == [] and folder.exists()  # this run: alive
+    assert files.remove_dead(tmp_path) == [] and folder.exists()  # this run: alive
