@@ -8,7 +8,7 @@ imported unless `--engine ray` is given.
     a local cluster starts on a thread; the driver is one of its workers (the same task
     functions, called in the driver: while it starts, and in every run with 2+ workers; session.py)
     locate the files (io.readers)
-    per file ─────────────────────────────▶  size, sha256, FileDecision, parts   files.py
+    per file ─────────────────────────────▶  size, sha256, FileDecision, parts   tokenize.py
     RunPlan = tokenization.run_plan.plan_run(cfg, decisions)   (the local pipeline's own)
     per part ─────────────────────────────▶  read a part, plan.step (a worker keeps its tokenizer)
                                               tokens ──▶ SCRATCH/part-k.ids, .labels   tokenize.py

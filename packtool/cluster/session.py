@@ -12,15 +12,12 @@
     s.failure(e) -> PacktoolError                     a worker's PacktoolError as it was raised,
                                                       anything else as one line naming it
 
-A local cluster starts on a thread of its own (`ray.init` waits for Ray's processes), which keeps it and stops it at the end: Ray's processes die with
-the thread that started them (PR_SET_PDEATHSIG). It starts lean (`_start_local`: no autoscaler
-monitor, log monitor or dashboard API server; its workers at nice 0, not Ray's 15). The driver is
-one of its `workers`, in every run when there are two or more (Ray then has `workers` - 1 CPUs:
-one worker process fewer to start and warm up), else while the cluster starts: a thread of the
-driver makes the calls one after the other, in the calls' order, at once and until none is left,
-and from the moment the cluster is up Ray tasks take the next ones too, at most `workers` - 1 at a
-time beside the driver's (then `workers`). Whoever is free takes the next call; a call's result
-does not depend on where it ran (the same function on the same arguments):
+A local cluster starts on a thread of its own, which keeps it and stops it at the end (Ray's
+processes die with the thread that started them: PR_SET_PDEATHSIG). It starts lean (`_start_local`)
+and its workers run at nice 0, not Ray's 15. The driver is one of its `workers`: in every run when
+there are two or more (Ray then has `workers` - 1 CPUs), else while the cluster starts. A thread of
+the driver makes the calls in order until none is left; once the cluster is up Ray tasks take the
+next ones too. Whoever is free takes the next call; a call's result does not depend on where it ran:
 
     time ─────────────────────────────────────────────────────────────────────▶
     owner thread   ray.init ························ up ─ (wait) ─ stop: ray.shutdown
@@ -31,6 +28,18 @@ A joined cluster (--ray-address, or one this process already started) is up at o
 is a Ray task. Ray's own output is kept quiet (no dashboard, worker logs not echoed): what the run
 did is packtool's report. `memory()` is a process's peak and anonymous resident memory, which each
 stage reports with its results (and whether the driver ran it).
+
+Ray's two agents that a local cluster leaves running when its driver is killed are stopped by the
+next local cluster packtool starts on the machine (`stop_left_behind`):
+
+    driver (packtool) ── gcs_server, raylet      die with the driver (Ray sets their parent-death signal)
+                          └─ raylet's children:   ray::DashboardAgent, ray::RuntimeEnvAgent
+                                                  see their raylet gone, then wait on the dead GCS to
+                                                  report it before they exit (Ray 2.60: up to a minute)
+
+An agent is taken for left behind by Ray's own rule (ray._private.process_watcher): its parent is
+no longer a running raylet. A live cluster's agents, this user's or another's, are never touched:
+their parent is their raylet. Linux only (/proc); elsewhere nothing is stopped.
 """
 
 from __future__ import annotations
@@ -38,11 +47,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from packtool.cluster import agents
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import files
 
@@ -102,7 +111,7 @@ class Session:
             if self.address:
                 ray.init(address=self.address, **kw)
             else:  # Ray agents a killed driver's cluster left are stopped first, and said
-                self.leftovers += agents.stop_left_behind()
+                self.leftovers += stop_left_behind()
                 _start_local(  # "local": a new cluster, never one `ray start` left behind
                     address="local",
                     num_cpus=self.workers - self.driver_works,
@@ -338,13 +347,11 @@ def call(fn: Callable, *args):
 
 
 def _start_local(**kw) -> None:
-    """ray.init(**kw) of a new local cluster without the processes that a packtool run never uses:
-    the autoscaler's monitor (a fixed set of CPUs: nothing to scale), the log monitor (worker logs
-    are not echoed) and the API server of the dashboard, the jobs and the state API (none used).
-    Ray 2.60 always starts them with ray.init (`ray start` can leave out the first two); they were
-    a third of a start's CPU time and most of ray.shutdown's (benchmarks/README.md, Ray). Left out: the GCS, the raylet and its two agents, the workers. (Ray's
-    private Node class, whose start methods a subclass leaves empty while ray.init makes the
-    node; where those are not there, the cluster starts whole, as before.)"""
+    """ray.init(**kw) of a new local cluster without the processes a packtool run never uses: the
+    autoscaler's monitor (a fixed set of CPUs), the log monitor (worker logs are not echoed) and the
+    dashboard's API server (benchmarks/README.md, Ray). A subclass of Ray's private Node class
+    leaves their start methods empty while ray.init makes the node; where that class is not there,
+    the cluster starts whole."""
     import ray
 
     try:
@@ -405,3 +412,67 @@ def memory() -> dict[str, int]:
     except OSError:
         pass
     return out
+
+
+# /proc/<pid>/comm of the two agents: Ray renames them, the kernel keeps 15 bytes
+AGENT_NAMES = ("ray::DashboardA", "ray::RuntimeEnv")
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def _parent(pid: int) -> tuple[int, str]:
+    """(parent pid, state letter) from /proc/<pid>/stat (the name field may hold spaces and ')')."""
+    fields = _read(f"/proc/{pid}/stat").rpartition(")")[2].split()
+    return int(fields[1]), fields[0]
+
+
+def _live_raylet(pid: int) -> bool:
+    try:
+        name = _read(f"/proc/{pid}/comm").strip()
+        _, state = _parent(pid)
+    except (OSError, ValueError, IndexError):
+        return False
+    return name == "raylet" and state not in ("Z", "X")
+
+
+def left_behind() -> list[int]:
+    """This user's Ray agents whose raylet is gone, by pid."""
+    uid, found = os.getuid(), []
+    try:
+        pids = [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            if _read(f"/proc/{pid}/comm").strip() not in AGENT_NAMES:
+                continue
+            parent, _ = _parent(pid)
+        except (OSError, ValueError, IndexError):  # ended meanwhile
+            continue
+        if not _live_raylet(parent):
+            found.append(pid)
+    return found
+
+
+def stop_left_behind() -> list[str]:
+    """Stop (SIGKILL: they wait in a blocking call) the agents `left_behind` finds; one line
+    saying so, or none."""
+    stopped = []
+    for pid in left_behind():
+        try:
+            os.kill(pid, signal.SIGKILL)
+            stopped.append(pid)
+        except OSError:
+            continue
+    if not stopped:
+        return []
+    pids = ", ".join(map(str, stopped))
+    return [
+        f"stopped {len(stopped)} Ray agent process(es) (pid {pids}) that a local Ray cluster left "
+        "running when its driver died"
+    ]

@@ -14,6 +14,12 @@ part files, only lengths back.
             each example's first token in its part's files = exclusive cumsum of the part's lengths
             --limit: source indices >= limit are not read (as a local run stops there)
 
+Before the parts: per file, one task each (`file_infos`), what the local pipeline learns from a
+file before it tokenizes it (FileInfo: size, sha256, parts, tokenization.source.decide_file's
+decision without its batches); `probe`, the fast path's check of a file's head, runs with the
+encode tasks. A task's PacktoolError comes back as data, and the driver raises the first in
+reading order, so the error reported does not depend on which task failed first.
+
 The driver decides nothing itself (packtool.cluster draws where each decision comes from); a
 difference on a probe encodes the parts again on `plan.on_difference`, the reference path (the
 part files rewritten). With --on-error error a part stops at its first refused record and the driver
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -32,16 +39,71 @@ from typing import Any
 
 import numpy as np
 
-from packtool.cluster import files as file_tasks
 from packtool.cluster.parts import PartWriter
 from packtool.cluster.parts import offsets as part_offsets
 from packtool.cluster.session import Session, Shared, call, fetch_once, memory
-from packtool.config import TokenizeConfig
+from packtool.config import ReadConfig, TokenizeConfig
 from packtool.data.tokenized import SourceFile, TokenizedData, arrow_numpy
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import readers
 from packtool.io.sources import locate
 from packtool.progress import Reporter, reporter
+from packtool.tokenization.source import FileDecision, decide_file
+
+
+class FileInfo:
+    path: str
+    size: int = 0
+    sha256: str = ""
+    parts: list[Any] = dataclasses.field(default_factory=list)
+    decision: FileDecision | None = None
+    error: tuple[str, str] | None = None  # (class, message) of the PacktoolError it raised
+
+
+def file_info(path: str, read: ReadConfig, part_bytes: int) -> FileInfo:
+    from packtool.io.files import sha256_file
+
+    try:
+        decision = decide_file(path, readers.part_batches(path, read, None), read)
+        return FileInfo(
+            path,
+            os.path.getsize(path),
+            sha256_file(path),
+            readers.file_parts(path, part_bytes),
+            dataclasses.replace(decision, first=()),  # its batches stay here
+        )
+    except PacktoolError as e:
+        return FileInfo(path, error=(type(e).__name__, str(e)))
+
+
+def file_infos(session, paths: list[str], read: ReadConfig, part_bytes: int) -> list[FileInfo]:
+    """file_info of every file, one task each, in the order of `paths`; the first error raised."""
+    try:
+        infos = session.run(file_info, [(p, read, part_bytes) for p in paths])
+    except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
+        raise session.failure(e) from None
+    for info in infos:
+        if info.error is not None:
+            kind, message = info.error
+            raise (UsageError if kind == "UsageError" else PacktoolError)(message)
+    return infos
+
+
+def probe(path: str, read: ReadConfig, fmt: str, n: int, setup):
+    """The fast step and the reference step (the encode tasks' Setup, tokenize.encode_part: one
+    spec, so a worker builds its tokenizer once for the parts and the probes) on the first `n` records of
+    the file's first batch: None when they agree, else where they first differ
+    (tokenization.run_plan.compare). The reference first: in the driver, the fast backend is
+    still building on its thread meanwhile (as the local engine's first probe)."""
+    from packtool.tokenization.run_plan import compare
+
+    run = fetch_once(setup)
+    fast, reference = run.step, run.reference
+    first = next(iter(readers.part_batches(path, read, None)))
+    first.fmt = fmt
+    head = first.head(n)
+    expected = reference(head)
+    return compare(fast(head), expected, head)
 
 
 @dataclass
@@ -159,10 +221,10 @@ class _Collected:
 
 def _encode(session: Session, setup: Shared, parts, folder, probes=()) -> tuple:
     """The executor: the plan's step over every part (one task each, cluster.parts files), each
-    part's rows and meta collected, and the fast path's `probes` (file_tasks.probe's arguments:
+    part's rows and meta collected, and the fast path's `probes` (probe's arguments:
     run first, in the same run); it decides nothing. (_Collected, the probes' results)."""
     where = None if folder is None else str(folder)
-    calls = [(file_tasks.probe, *p) for p in probes]
+    calls = [(probe, *p) for p in probes]
     calls += [(encode_part, k, setup, where) for k in range(len(parts))]
     try:
         results = session.run(call, calls)
@@ -209,7 +271,7 @@ def load_tokenized(
         "tokenizing on Ray", unit="examples", detail=f"{session.workers} workers"
     ) as bar:
         paths = list(located.files)
-        infos = file_tasks.file_infos(session, paths, cfg.read, part_bytes(paths, session.workers))
+        infos = file_infos(session, paths, cfg.read, part_bytes(paths, session.workers))
         sources = [
             SourceFile(i.path, i.size, i.sha256) for i in sorted(infos, key=lambda i: i.path)
         ]
@@ -267,15 +329,13 @@ def part_bytes(paths: list[str], workers: int) -> int:
     """The size of a part: about PARTS_PER_WORKER parts per worker over the input, within
     [MIN_PART_BYTES, readers.PART_BYTES] (or below, when PART_BYTES is set smaller). The parts
     change only how the work is spread: the pack is the same for any."""
-    import os
-
     total = sum(os.path.getsize(p) for p in paths)
     share = total // max(1, workers * PARTS_PER_WORKER)
     return min(readers.PART_BYTES, max(MIN_PART_BYTES, share))
 
 
 def _probes(cfg, check, plan, setup: Shared, decisions, first_len) -> list[tuple]:
-    """file_tasks.probe's arguments for each probe of `check` (FastCheck.probes)."""
+    """probe's arguments for each probe of `check` (FastCheck.probes)."""
     probes = check.probes([(d.file, d.fmt, first_len(d)) for d in decisions])
     return [(f, cfg.read, fmt, n, setup) for f, fmt, n in probes]
 

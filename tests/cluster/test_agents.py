@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from packtool.cluster import agents
+from packtool.cluster import session as agents
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
