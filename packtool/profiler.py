@@ -32,7 +32,7 @@ from packtool.predict import (
     pair_examples,
     sweep_point,
 )
-from packtool.schema.notices import group_reasons
+from packtool.schema.manifest import group_reasons
 from packtool.stats import choice
 from packtool.stats.sweep import SweepPoint, parse_lens  # noqa: F401  (re-exported: profiler.parse_lens)
 

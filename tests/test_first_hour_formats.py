@@ -199,7 +199,7 @@ def test_pack_firefly_trains_the_assistant_turns(tmp_path):
 
 
 def test_skip_reasons_are_grouped_by_cause():
-    from packtool.schema.notices import group_reasons
+    from packtool.schema.manifest import group_reasons
 
     def unknown(i, role):
         return f"message {i} has unknown role '{role}'; known: user; map it with --role {role}=OURS"

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from packtool.cli import app
 from packtool.pack import apply_overflow, overflow_loss
-from packtool.schema import notices
+from packtool.schema.manifest import OVERFLOW_LOSS
 
 runner = CliRunner()
 
@@ -74,13 +74,13 @@ def test_pack_warns_when_drop_loses_most_of_the_data(tmp_path, long_chats):
         app,
         ["pack", str(long_chats), "--len", "256", "--out", str(tmp_path / "o2"), "--json", "-"],
     )
-    (w,) = [w for w in json.loads(r.stdout)["warnings"] if w["code"] == notices.OVERFLOW_LOSS]
+    (w,) = [w for w in json.loads(r.stdout)["warnings"] if w["code"] == OVERFLOW_LOSS]
     assert w["count"] == 95 and w["items"][:2] == [55, 56]
     r = runner.invoke(
         app,
         ["pack", str(long_chats), "--len", "512", "--out", str(tmp_path / "o3"), "--json", "-"],
     )
-    assert not [w for w in json.loads(r.stdout)["warnings"] if w["code"] == notices.OVERFLOW_LOSS]
+    assert not [w for w in json.loads(r.stdout)["warnings"] if w["code"] == OVERFLOW_LOSS]
 
 
 def test_profile_predicts_the_same_warning(long_chats):

@@ -53,7 +53,7 @@ from packtool.export.publish import (
 from packtool.export.reader import DocBatch, PackReader
 from packtool.io.shards import check_space as check_out_space
 from packtool.io.shards import naming
-from packtool.schema.notices import LEFTOVER, Notice
+from packtool.schema.manifest import LEFTOVER, Notice
 
 FORMAT = "nemo"
 READERS = {  # the reader code this layout was checked against (see the module docstring)

@@ -42,7 +42,7 @@ from packtool.pack.write import (
     write_shards,
 )
 from packtool.plan import lower_bound_rows, plan_packs, plan_pairs
-from packtool.schema import notices
+from packtool.schema.manifest import DROPPED, INPUT, LEFTOVER, OVERFLOW_LOSS, TRUNCATED
 
 
 @dataclass
@@ -214,15 +214,14 @@ def pack_tokenized(
         ).to_json()
         shards.write_manifest(tmp, manifest)
     t_end = time.perf_counter()
-    warnings = [schema.Notice(notices.INPUT, str(w)) for w in getattr(data, "warnings", []) or []]
-    warnings += [schema.Notice(notices.LEFTOVER, line) for line in leftover]
+    warnings = [schema.Notice(INPUT, str(w)) for w in getattr(data, "warnings", []) or []]
+    warnings += [schema.Notice(LEFTOVER, line) for line in leftover]
     unit = "pair(s)" if pairs else "example(s)"
     keeps = "each side keeps a trained token" if pairs else "--overflow split keeps them"
     said = {
-        notices.TRUNCATED: f"truncated {counts['truncated']} {unit} to --len {L}: "
+        TRUNCATED: f"truncated {counts['truncated']} {unit} to --len {L}: "
         f"{truncated_cut} tokens cut (listed under 'truncated' in the manifest); {keeps}",
-        notices.DROPPED: f"dropped {counts['dropped']} {unit} (listed under 'dropped' in the "
-        "manifest)",
+        DROPPED: f"dropped {counts['dropped']} {unit} (listed under 'dropped' in the manifest)",
     }
     for what, message in said.items():  # the notice codes are the manifest's keys
         if counts[what]:
@@ -237,7 +236,7 @@ def pack_tokenized(
     if loss is not None:
         warnings.append(
             schema.Notice(
-                notices.OVERFLOW_LOSS,
+                OVERFLOW_LOSS,
                 loss,
                 int(lost.size),
                 oc.source[lost][:1000].tolist() if pairs else src[lost][:1000].tolist(),

@@ -2,7 +2,7 @@
 
 pack's JSON top-level keys (schema "packtool.pack/v1"): schema, out, manifest (manifest.json as
 written), rows_over_lower_bound, warnings ([{code, message, count, items}], see
-packtool.schema.notices), timings (seconds; never in manifest.json, which stays byte-identical).
+packtool.schema.manifest), timings (seconds; never in manifest.json, which stays byte-identical).
 
 export's (schema "packtool.export/v1"): schema, format, pack, out, files (role → path), bytes
 (role → size), record (export.json as written: counts, metadata, settings), warnings, timings
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from packtool.export.publish import ExportResult
     from packtool.pack import PackResult
 from packtool.report.format import plural, size
-from packtool.schema import notices
+from packtool.schema.manifest import DROPPED, TRUNCATED
 
 SCHEMA = "packtool.pack/v1"
 EXPORT_SCHEMA = "packtool.export/v1"
@@ -177,7 +177,7 @@ def render_pack(result: PackResult, console) -> None:
             f"(see 'dropped' in manifest.json; --overflow {keeps} keeps long ones)[/]"
         )
     for w in result.warnings:
-        if w.code not in (notices.TRUNCATED, notices.DROPPED):  # drawn above from the manifest
+        if w.code not in (TRUNCATED, DROPPED):  # drawn above from the manifest
             console.print(f"[yellow]warning: {w.message}[/]")
 
 

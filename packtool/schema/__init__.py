@@ -3,9 +3,9 @@
     shard.py      a shard: constants (IGNORE_INDEX, column names, SCHEMA_VERSION), its Arrow schema and
                   the one shard-schema check; the row layout (documents padded to a multiple of N,
                   K entries per row); the segments, where attention may look (cu_seqlens, position_ids)
-    manifest.py   manifest.json as a typed Manifest (to/from JSON) and the conservation rules
+    manifest.py   manifest.json as a typed Manifest (to/from JSON), the conservation rules, and
+                  structured warnings (Notice: code, message, count, items)
     rows.py       the row check: every slot of a batch of rows against its seq_lengths (verify, export)
-    notices.py    structured warnings (code, message, count, items)
 
 Pure: numpy only (pyarrow is imported inside the functions that take or build Arrow schemas).
 """
@@ -16,12 +16,12 @@ from packtool.schema.manifest import (
     Counts,
     Manifest,
     ManifestError,
+    Notice,
     Tokens,
     conservation_problems,
     is_pack_manifest,
     read_pack_manifest,
 )
-from packtool.schema.notices import Notice
 from packtool.schema.shard import (
     COLUMNS,
     DATA_DIR,

@@ -69,7 +69,8 @@ from packtool.formats.detect import detect_format
 from packtool.io import readers
 from packtool.io.files import sha256_file
 from packtool.io.sources import locate
-from packtool.schema import notices, read_pack_manifest
+from packtool.schema import read_pack_manifest
+from packtool.schema.manifest import group_reasons
 
 SKIP_SHARE = 0.01  # above this share of the records read, a skip run says so loudly
 MAX_LISTED = 20  # record positions quoted
@@ -186,7 +187,7 @@ class RecordSource:
             listed = ", ".join(f"{names[f]} ({by_file[f]:,})" for f in whole[:MAX_LISTED])
             more = f" and {len(whole) - MAX_LISTED} more" if len(whole) > MAX_LISTED else ""
             share += f", every record of {listed}{more}"
-        groups = notices.group_reasons(s.reason for s in self.skipped)  # one per cause
+        groups = group_reasons(s.reason for s in self.skipped)  # one per cause
         top = ", ".join(
             f'{g.count:,} × "{_words(g.cause, REASON_CHARS)}"{g.variants_text()}'
             for g in groups[:TOP_REASONS]
