@@ -27,7 +27,7 @@ even in train mode, and a cache switches off the detection of packed sequences f
 so documents silently attend to each other.
 
 Labels are unshifted (the model shifts). For a shifted loss the count of loss tokens is
-`labels[..., 1:] != -100` (`schema.IGNORE_INDEX`); see `global_loss_tokens` for why packing needs no
+`labels[..., 1:] != -100` (`schema.IGNORE_INDEX`); `packtool.torch.loss` says why packing needs no
 extra care there.
 
 Who does what (the rows' segments, position_ids and cu_seqlens are `packtool.schema.segments`'s,

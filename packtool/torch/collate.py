@@ -84,22 +84,15 @@ def _seq_idx(cu: torch.Tensor, total: int) -> torch.Tensor:
 
 
 class PackedCollator:
-    """Turn a list of `PackedDataset` items into one batch for `mode` ("hf", "varlen", "flex").
+    """Turn a list of `PackedDataset` items into one batch for `mode` ("hf", "varlen", "flex"; the
+    keys of each are drawn in `packtool.torch`'s docstring). Items without seq_lengths have their
+    segments read off position_ids (a segment starts at every 0).
 
-    Segments (for cu_seqlens) are the rows' seq_lengths plus the pad tail (`schema.cu_seqlens`);
-    items without seq_lengths have them read off position_ids (a segment starts at every 0). Rows
-    are stacked, never padded or truncated: every row already holds `pack_len` tokens.
-
-    mode="hf" keys: input_ids, labels, position_ids [B, L] int64; use_cache=False; and when
-        flash_kwargs (default): cu_seq_lens_q/k int32 over the flattened B*L tokens, max_length_q/k int.
-        transformers' flash-attention path then runs one varlen call for the batch; with batch size
-        > 1 it needs them (it reads packing from position_ids only when the batch size is 1).
-        sdpa/eager/flex ignore these keys and isolate documents from position_ids.
-    mode="varlen" keys: input_ids, labels, position_ids [T] int64; cu_seqlens int32; max_seqlen int;
-        T = B*L, or the documents' slots only with drop_padding=True (shape then varies per batch);
-        items with seq_lengths_unpadded (--pad-to-multiple) add cu_seqlens_unpadded int32 (same
-        shape) and max_seqlen_unpadded int. fixed_docs=True: K + 1 segments per row (static shape).
-    mode="flex" keys: input_ids, labels, position_ids [B, L] int64; document_id [B, L] int32.
+    mode="hf": flash_kwargs (default) adds cu_seq_lens_q/k and max_length_q/k; transformers'
+        flash-attention path then runs one varlen call for the batch (with batch size > 1 it needs
+        them); sdpa/eager/flex ignore them and isolate documents from position_ids.
+    mode="varlen": drop_padding=True keeps only the documents' slots (the shape then varies per
+        batch); fixed_docs=True gives K + 1 segments per row (static shape).
 
     seq_idx=True adds seq_idx int32 (mode "hf" [B, L], "varlen" [1, T]): per token, its segment's
     index (within the row for "hf", within the flattened batch for "varlen"; the pad tail is a

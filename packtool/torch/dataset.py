@@ -3,7 +3,7 @@ item per row, read from a cache of each Parquet shard as an uncompressed Arrow I
 
     OUT/manifest.json        pack_len, pad_id, counts.rows, shards [{file, rows, sha256}]
     OUT/data/train-00000-of-00002.parquet   compressed pages: cannot be memory-mapped
-        |  convert_shard (once; record batch by record batch, RAM stays bounded)
+        |  convert_shard (once; record batch by record batch, RAM stays bounded; atomic)
     <cache_dir>/<sha256>.arrow              uncompressed, ~16 bytes per token slot (3-4x the Parquet)
         |  MappedShard (memory map, zero-copy)
     ds[i]                                   one row, copied out of the page cache into torch tensors
@@ -176,11 +176,10 @@ class MappedShard:
 class PackedDataset(torch.utils.data.Dataset):
     """Map-style dataset over a pack folder (`OUT/manifest.json` + `OUT/data/*.parquet`).
 
-    On first use each shard is converted once into an uncompressed Arrow IPC file under `cache_dir`
-    (default `$PACKTOOL_CACHE/arrow`, else `~/.cache/packtool/arrow`), memory-mapped from then on
-    (`arrow_cache` draws it): nothing is loaded up front, and `ds[i]` copies one row (4 token
-    columns of `pack_len` int32) out of the page cache, as `datasets` does without fingerprints. The
-    cache takes ~16 bytes per token slot (3-4x the Parquet); delete `cache_dir` to reclaim it.
+    Each shard is converted on first use into the Arrow IPC cache under `cache_dir` (default
+    `$PACKTOOL_CACHE/arrow`, else `~/.cache/packtool/arrow`; delete it to reclaim the space),
+    memory-mapped from then on: nothing is loaded up front, and `ds[i]` copies one row out of the
+    page cache, as `datasets` does without fingerprints.
 
     Item: `input_ids`, `labels`, `position_ids` (int64 tensors of `pack_len`), `document_id` (int32),
     `seq_lengths` (int32 tensor), `source_index` (int64 tensor), `num_tokens`, `num_loss_tokens` (int);

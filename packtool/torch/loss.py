@@ -3,7 +3,9 @@ pairwise preference and reward losses, and reference log-probs computed once.
 
 A token carries loss when its label is not `schema.IGNORE_INDEX` (-100). Labels are unshifted (the
 model shifts): with shift=True the count is over `labels[..., 1:]`, which for packtool rows equals
-the unshifted count (every document's first token is -100; docs/ARCHITECTURE.md, "Semantics").
+the unshifted count: every document's first token is -100, so the prediction made at the last token
+of document A (whose target is B's first token) is never trained, in [B, L] rows and in a flattened
+varlen stream alike (docs/ARCHITECTURE.md, "Semantics").
 `global_loss_tokens` draws one training step with `accumulation_groups` and `token_loss_sum`.
 
 `sequence_logps`: slot t counts for document d when t and t+1 both lie in d's real tokens and the
@@ -98,13 +100,6 @@ def global_loss_tokens(
     When torch.distributed is initialized the count is all-reduced (SUM) over `group`, so every
     rank must call this once per step. DDP *averages* gradients over ranks: multiply each rank's
     loss by the world size (as transformers' Trainer does with average_tokens_across_devices).
-
-    Shifting: labels are unshifted, the model predicts token t+1 at position t, so the tokens that
-    carry loss are labels[..., 1:] != -100. Packing adds no cross-document term: packtool writes
-    -100 on every document's first token, so the prediction made at the last token of document A
-    (whose target is the first token of B) is never trained, in [B, L] rows and in a flattened
-    varlen stream alike (a row also starts with a document's first token or pad, both -100). For
-    packtool rows the shifted and unshifted counts are therefore equal.
 
         for micro_batches in accumulation_groups(loader, grad_accum):
             n = global_loss_tokens(micro_batches)
