@@ -23,18 +23,9 @@ from packtool.errors import PacktoolError, UsageError
 from packtool.schema import IGNORE_INDEX
 
 
-class _Decoder:
-    """Decodes with the Rust tokenizer of a TokenizerSpec (no transformers import), or with `tok`:
-    the one that encoded the example (cut to its words: tokenization.cut)."""
-
-    def __init__(self, spec, tok=None):
-        self._tok = tok if tok is not None else spec.engines.rust()
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
-
-
 def _runs(tok, ids: np.ndarray, labels: np.ndarray) -> list[dict[str, Any]]:
+    """Trained / untrained runs of the token stream, decoded by `tok` (a Rust tokenizer: no
+    transformers import), or as ids when there is none."""
     loss = labels != IGNORE_INDEX
     if len(ids) == 0:
         return []
@@ -95,14 +86,13 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         except RecordError as e:
             raise PacktoolError(f"{target.where}: pre-tokenized record: {e}") from None
         tok_info, tok = {"name": None}, None
-        name = cfg.tokenizer or _pack_tokenizer(
-            data
-        )  # a pack's rows decode with the tokenizer that made them
+        # a pack's rows decode with the tokenizer that made them
+        name = cfg.tokenizer or _pack_tokenizer(data)
         if name:
             from packtool.tokenization.loading import load_spec
 
             spec = load_spec(None if name == "builtin" else name)
-            tok, tok_info = _Decoder(spec), spec.info()
+            tok, tok_info = spec.engines.rust(), spec.info()
         return {
             **where,
             "format": "pretokenized",
@@ -166,7 +156,8 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         "loss_tokens": int(np.count_nonzero(labels != IGNORE_INDEX)),
         "input_ids": ids.tolist(),
         "labels": labels.tolist(),
-        "runs": _runs(_Decoder(spec, cut.decoder() if cut is not None else None), ids, labels),
+        # decoded by the tokenizer that encoded it (cut to its words: tokenization.cut), or the Rust one
+        "runs": _runs(spec.engines.rust() if cut is None else cut.decoder(), ids, labels),
     }
 
 
