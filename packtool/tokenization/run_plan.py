@@ -194,7 +194,7 @@ def fast_refused(spec, requested: str) -> str | None:
     it cannot serve is a UsageError."""
     if requested == "hf":
         return "--tokenizer-backend hf"
-    from packtool.tokenization.byte_rules import supports_fast
+    from packtool.tokenization.backends import supports_fast
 
     why = supports_fast(spec, load=False)
     if why is not None and requested == "fastokens":

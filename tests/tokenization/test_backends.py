@@ -22,8 +22,8 @@ from packtool.tokenization.backends import (
     _covered,
     make_backend,
     spans_to_mask,
+    supports_fast,
 )
-from packtool.tokenization.byte_rules import supports_fast
 
 SHARED = SHARED_TOKENIZERS
 FAMILIES = ["qwen", "llama3", "gptoss"]
