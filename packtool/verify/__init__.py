@@ -3,11 +3,11 @@
     run.py           VerifyConfig (packtool.config) -> VerifyResult: the one entry point the CLI calls
     integrity.py     every row, no model: audit.py (the files against the contract), scan.py (the
                      row scan and the checks' names), accounting.py (where every example went),
-                     pairs.py (a preference pack's pair rules)
+                     and the pair rules of a preference pack
     sampling.py      the rows isolation runs on
     isolation.py     per (tiny preset model, backend): forwards.py (the runs and their differences),
                      tolerances.py (what counts as equal), backends.py (which kernel runs, counted)
-    model_check.py   --model: a tiny copy of the user's architecture (model_bound.py: in a bounded
+    model_check.py   --model: a tiny copy of the user's architecture (in a bounded
                      child; messages.py: its words)
     selftest.py      builds its own pack in a temporary folder and verifies it
     sources/         verify --sources: tokenize the sources again and compare every document

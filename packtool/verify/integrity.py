@@ -27,7 +27,7 @@ import numpy as np
 
 from packtool import schema
 from packtool.io.shards import sha256_file
-from packtool.verify import Check, accounting, audit, pairs, scan
+from packtool.verify import Check, accounting, audit, scan
 from packtool.verify.sampling import Sampler
 from packtool.verify.scan import (
     CONSERVE,
@@ -60,7 +60,7 @@ class _Walk:
     samplers: tuple[Sampler, Sampler]
     fails: dict[str, Failures] = field(
         default_factory=lambda: {
-            n: Failures() for n in (*ROW_CHECKS, *LAYOUT_CHECKS, SRC, *pairs.PAIR_CHECKS)
+            n: Failures() for n in (*ROW_CHECKS, *LAYOUT_CHECKS, SRC, *scan.PAIR_CHECKS)
         }
     )
     tot: Totals = field(default_factory=Totals)
@@ -132,9 +132,9 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     rows_ev = {"rows_scanned": walk.tot.rows, "tokens_scanned": walk.tot.rows * (pack_len or 0)}
     for name in row_checks(layout.padded, bool(layout.fixed_docs)):
         checks.append(_failures_check(name, walk, rows_ev, scan.passed_text(name, pad_id)))
-    for name in pairs.PAIR_CHECKS if paired else ():
+    for name in scan.PAIR_CHECKS if paired else ():
         ev = {"rows_scanned": walk.tot.rows}
-        checks.append(_failures_check(name, walk, ev, pairs.PASSED[name], "failed"))
+        checks.append(_failures_check(name, walk, ev, scan.PASSED[name], "failed"))
     hashes_done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
     tot = walk.tot
@@ -157,7 +157,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
 
 def _scan_shard(pf, shard: str, walk: _Walk) -> None:
     """Scan every row of one shard, batch by batch, into `walk`; rows are offered to the samplers.
-    A preference pack's rows are checked against the pair rules too (verify/pairs.py)."""
+    A preference pack's rows are checked against the pair rules too (scan.pair_checks)."""
     row0, pack_len, layout, samplers = 0, walk.pack_len, walk.layout, walk.samplers
     columns = [*schema.COLUMNS, *([schema.UNPADDED_COLUMN] if layout.padded else [])]
     columns += [schema.SIDE_COLUMN] if walk.paired else []
@@ -178,7 +178,7 @@ def _scan_shard(pf, shard: str, walk: _Walk) -> None:
             walk.fails[name].add(int(r["rows"].size), scan.examples(name, r, cols, shard, row0))
         if walk.paired:
             _, side = scan.flat_list(batch.column(schema.SIDE_COLUMN))
-            found = pairs.pair_checks(
+            found = scan.pair_checks(
                 cols["input_ids"], cols["labels"], cols["seq_val"], cols["seq_off"],
                 cols["src_val"], side,
             )  # fmt: skip
@@ -196,7 +196,7 @@ def _failures_check(name: str, walk: _Walk, ev: dict, passed: str, key="rows_fai
 
 
 def _pair_examples(shown: list[tuple[int, int, str]], shard: str, row0: int) -> list[dict]:
-    """pairs.pair_checks' failures as the scan's evidence entries."""
+    """scan.pair_checks' failures as the scan's evidence entries."""
     return [
         {
             "shard": shard,

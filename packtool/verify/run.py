@@ -6,9 +6,8 @@
                                   (none: sampling.synthesize builds rows of two from the pack's own)
     messages.flash_check      whether a FlashAttention varlen kernel ran, from counted calls
 
-The result passes only when every check passes; skipped checks (e.g. the FlashAttention kernel on
-a machine without CUDA) are reported as such and never count as passes of what they skip
-(docs/ARCHITECTURE.md, "Verify").
+The result passes only when every check passes; skipped checks (the FlashAttention kernel without
+CUDA) never count as passes of what they skip.
 """
 
 from __future__ import annotations
@@ -78,8 +77,8 @@ class VerifyResult:
 
 
 def _is_pack_folder(path: str) -> None:
-    """A usage error for what is not a pack at all (a missing path, a file, a data folder); a folder
-    with shards but no manifest is left to the integrity check (an interrupted pack is a failure)."""
+    """A usage error for what is not a pack at all (a missing path, a file, a data folder); shards
+    without a manifest are left to the integrity check (an interrupted pack is a failure)."""
     p = os.path.expanduser(path)
     if not os.path.exists(p):
         raise UsageError(f"{path}: no such folder; pass a pack folder written by `packtool pack`")
@@ -139,8 +138,8 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
 
 
 def _integrity(cfg: VerifyConfig, rows: int, device: str) -> tuple[VerifyResult, dict]:
-    """A VerifyResult holding the integrity layer over every row (its checks and timings), and the
-    scan's summary, with `rows` rows sampled for isolation."""
+    """A VerifyResult holding the integrity checks and timings, and the scan's summary (with
+    `rows` rows sampled for isolation)."""
     from packtool.verify import integrity
 
     res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
@@ -184,7 +183,7 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     (model_check) instead of the two generic tiny models."""
     from packtool.arch.config import read_config
     from packtool.verify import backends as bk
-    from packtool.verify import model_bound
+    from packtool.verify import model_check
 
     # a bad --model: before any scan
     cfg_dict, config_file = read_config(cfg.model, cfg.allow_download)
@@ -202,7 +201,7 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
         )
         return res
     t1 = time.perf_counter()
-    model_checks, res.model = model_bound.bounded(
+    model_checks, res.model = model_check.bounded(
         cfg_dict, config_file, cfg.model, samples, device, cfg.seed
     )
     res.checks.extend(model_checks)

@@ -17,7 +17,7 @@ from packs import model_samples  # noqa: E402
 
 from packtool import schema  # noqa: E402
 from packtool.cli import app  # noqa: E402
-from packtool.verify import model_bound, model_check  # noqa: E402
+from packtool.verify import model_check  # noqa: E402
 
 KERNELS = [k for k in ("fla", "causal_conv1d", "mamba_ssm") if importlib.util.find_spec(k)]
 no_kernels = pytest.mark.skipif(bool(KERNELS), reason=f"kernel packages installed: {KERNELS}")
@@ -298,17 +298,17 @@ def test_an_encoder_is_not_checked(tmp_path, clean_pack):
 def test_the_bound_ends_not_checked(tmp_path):
     """A check past its wall-clock limit ends 'not checked: ... exceeded N s', its process killed."""
     cfg, path, _ = _config(tmp_path, "llama")
-    (check,), report = model_bound.bounded(
+    (check,), report = model_check.bounded(
         cfg, path, "llama", model_samples(1), "cpu", 0, limit_s=0.01
     )
     assert check.unchecked and "exceeded 0 s" in check.message
-    (check,), _ = model_bound.bounded(cfg, path, "llama", model_samples(1), "cpu", 0, memory=1)
+    (check,), _ = model_check.bounded(cfg, path, "llama", model_samples(1), "cpu", 0, memory=1)
     assert check.unchecked and "GiB of memory" in check.message
 
 
 def test_the_bound_returns_the_result(tmp_path):
     cfg, path, _ = _config(tmp_path, "llama", {"num_hidden_layers": 1})
-    (isolation, control), report = model_bound.bounded(
+    (isolation, control), report = model_check.bounded(
         cfg, path, "llama", model_samples(1), "cpu", 0
     )
     assert isolation.passed and control.passed and report["status"] == "passed"

@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 
 from packs import model_samples  # noqa: E402
 
-LIMIT_S = 60  # per architecture in the sweep (verify's own bound is model_bound.LIMIT_S)
+LIMIT_S = 60  # per architecture in the sweep (verify's own bound is model_check.LIMIT_S)
 
 
 def model_types() -> list[str]:
@@ -34,7 +34,7 @@ def check_one(mt: str, folder: Path, limit_s: float = LIMIT_S) -> dict:
     architecture, its default config saved to `folder`; asserts the sweep's rule on the way."""
     from transformers import AutoConfig
 
-    from packtool.verify import model_bound
+    from packtool.verify import model_check
 
     try:
         AutoConfig.for_model(mt).save_pretrained(folder)
@@ -42,7 +42,7 @@ def check_one(mt: str, folder: Path, limit_s: float = LIMIT_S) -> dict:
         return {"model_type": mt, "result": "no config", "why": type(e).__name__, "seconds": 0}
     path = folder / "config.json"
     t0 = time.perf_counter()
-    checks, report = model_bound.bounded(
+    checks, report = model_check.bounded(
         json.loads(path.read_text()), str(path), mt, model_samples(), "cpu", 0, limit_s=limit_s
     )
     seconds = time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""The pair rules of a preference pack (verify/pairs.py) pass a sound batch and catch each damage:
+"""The pair rules of a preference pack (verify/scan.py) pass a sound batch and catch each damage:
 a side missing, a pair split across rows, sides swapped, a prompt token changed, a source changed,
 a side with nothing trained."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packtool.verify.pairs import (
+from packtool.verify.scan import (
     PAIR_CHECKS,
     PAIR_PROMPT,
     PAIR_SIDES,

@@ -15,7 +15,7 @@ This layer recomputes what the shards must hold from the data itself (docs/ARCHI
         │ pack.overflow.apply_overflow(lengths, pack_len, overflow)     pieces.py         (the packer's own)
         ▼
     pieces  record, start, length        drop: none | truncate: [0, L) | split: [0, L), [L, 2L), ...
-        │ label of every piece's first token -> schema.IGNORE_INDEX     (kernels.copy_rows; "Semantics")
+        │ label of every piece's first token -> schema.IGNORE_INDEX     (pack.gather.copy_rows; "Semantics")
         ▼
     shard rows, batch by batch: each document matched to the piece of its source_index (a split
     record's parts by a hash of their ids), one vector compare; a difference names the record
@@ -119,8 +119,7 @@ def check_sources(
             wanted_records = np.sort(rng.choice(candidates, size=sample, replace=False))
         wanted = None if wanted_records is None else exp.src[wanted_records]
         t_cmp = time.perf_counter()
-        shards = list_shards(pack)
-        for shard in shards:
+        for shard in list_shards(pack):
             try:
                 scan_shard(cmp, pack, shard, wanted)
             except Stop:
@@ -130,37 +129,21 @@ def check_sources(
         settle_deferred(cmp)
         missing_pieces(cmp, wanted_records)
         t_cmp = time.perf_counter() - t_cmp
-        checks.append(
-            account_check(manifest, tokenized, exp, cmp if wanted_records is None else None, where)
-        )
-        checks.append(
-            _tokens_check(cmp, candidates, wanted_records, wanted, sample, seed, t_tok, t_cmp)
-        )
+        compared = cmp if wanted_records is None else None  # None: first-token loss not known
+        checks.append(account_check(manifest, tokenized, exp, compared, where))
+        checks.append(_tokens_check(cmp, candidates, wanted_records, sample, seed, t_tok, t_cmp))
     except Stop as stop:
         checks.append(stop.check)
-        done = {c.name for c in checks}
-        for name in ORDER:
-            if name not in done:
-                checks.append(
-                    Check(name, False, f"not run: {stop.check.name} failed", skipped=True)
-                )
+        done, why = {c.name for c in checks}, f"not run: {stop.check.name} failed"
+        checks += [Check(n, False, why, skipped=True) for n in ORDER if n not in done]
     order = {n: i for i, n in enumerate(ORDER)}
     checks.sort(key=lambda c: order.get(c.name, len(ORDER)))
     return checks
 
 
-def _tokens_check(
-    cmp: Compare,
-    candidates: np.ndarray,
-    wanted_records: np.ndarray | None,
-    wanted: np.ndarray | None,
-    sample: int | None,
-    seed: int,
-    t_tok: float,
-    t_cmp: float,
-) -> Check:
+def _tokens_check(cmp: Compare, candidates, wanted_records, sample, seed, t_tok, t_cmp) -> Check:
     """Check TOKENS from what the comparison found: its first difference (+ how many more), or
-    how much was compared."""
+    how much was compared (`wanted_records`: the records --sample picked, else None)."""
     n_rec = int(candidates.size if wanted_records is None else wanted_records.size)
     scope = (
         f"every one of the {n_rec} packed records"
@@ -179,8 +162,8 @@ def _tokens_check(
         "sample": sample,
         "seed": seed,
     }
-    if wanted is not None:
-        ev["sampled_source_index"] = wanted.tolist()
+    if wanted_records is not None:
+        ev["sampled_source_index"] = cmp.exp.src[wanted_records].tolist()
     if ev["first"]:
         n_bad = ev["documents_failed"]
         more = f" (+{n_bad - 1} more)" if n_bad > 1 else ""

@@ -21,7 +21,7 @@ s_k ──Expected.record_of──▶ record r
     shard side                            Doc j: row, k (document in row), col (first slot), length, src
         got_ids/got_lab flat (R*L,)       document j is got_*[got_start[j] : got_start[j] + length[j]]
     expected side                         pieces[j]: Expected.gather ──▶ e_ids/e_lab flat, e_off
-        e_lab[e_off[j]] = schema.IGNORE_INDEX       as kernels.copy_rows stores it
+        e_lab[e_off[j]] = schema.IGNORE_INDEX       as pack.gather.copy_rows stores it
     one vector compare over min(length, piece length) tokens per document
         first differing token t per document, or t = min(...) when only the lengths differ
     a difference ──▶ Compare.fail, one line naming everything a person needs:
@@ -97,16 +97,7 @@ def _window(a: np.ndarray, t: int, stop: int) -> list[int]:
     return a[max(0, t - WINDOW) : stop].tolist()
 
 
-def compare_docs(
-    cmp: Compare,
-    shard: str,
-    row0: int,
-    docs: Doc,
-    pieces: np.ndarray,
-    got_ids: np.ndarray,
-    got_lab: np.ndarray,
-    got_start: np.ndarray,
-) -> None:
+def compare_docs(cmp: Compare, shard, row0, docs: Doc, pieces, got_ids, got_lab, got_start):
     """Compare shard documents with their pieces, all at once. got_* are flat token buffers;
     document j is got_*[got_start[j]:+docs.length[j]]."""
     exp = cmp.exp
@@ -115,7 +106,7 @@ def compare_docs(
     elen = exp.piece_len[pieces]
     e_ids, e_lab, e_off = exp.gather(exp.piece_row[pieces], exp.piece_start[pieces], elen)
     cmp.first_token_loss += int(np.count_nonzero(e_lab[e_off[:-1]] != schema.IGNORE_INDEX))
-    # as kernels.copy_rows stores it: no document's first token is trained
+    # as pack.gather.copy_rows stores it: no document's first token is trained
     e_lab[e_off[:-1]] = schema.IGNORE_INDEX
     m = np.minimum(docs.length, elen)
     seg, intra = segments(m)
