@@ -32,7 +32,7 @@ VERIFY_BACKENDS = ("auto", "flash-attn", "torch-varlen", "sdpa", "eager", "flex"
 DEVICES = ("auto", "cpu", "cuda")
 # raw token bytes (4 int32 columns) per shard when --shard-rows is not given
 SHARD_BYTES = 512 << 20
-# the planner's 4-level bitset holds 64**4 free-space values (kernels.MAX_BITSET_SIZE)
+# the planner's 4-level bitset holds 64**4 free-space values (plan.MAX_BITSET_SIZE)
 MAX_PACK_LEN = 64**4 - 1
 MAX_WEIGHT = 1000  # an input taken more than 1000 times over is a typo, not a mixture
 

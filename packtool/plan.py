@@ -13,6 +13,21 @@ A plan is a CSR assignment of documents to rows of `pack_len` token slots:
 Rows come out in the order the packer opened them (long documents first for "sorted"); the shard
 writer shuffles them with the seed.  All lengths must already be in 1..pack_len: the caller applies
 `--overflow` (drop, truncate, split, error) before planning.
+
+The kernels below it (numba) pack documents of integer length into rows of capacity L:
+
+    order    stable counting sort, longest first, ties by lower index          O(n + L)
+    FFD/FF   leftmost row with room: max-segment tree over row slots           O(n log R)
+             (rows never opened hold capacity L, so "open a new row" is just the leftmost fit)
+    BFD/BF   tightest row with room: rows bucketed by remaining capacity,      O(n log_64 L)
+             a 4-level 64-ary bitset finds the smallest non-empty bucket >= x
+
+Deterministic tie-breaks, mirrored by the brute-force oracle in tests/test_plan.py:
+    first fit: the lowest row index that fits.
+    best fit:  the smallest remaining capacity that fits; among rows with that capacity, the one that
+               was touched (opened or given a document) most recently.  A row that reaches capacity 0
+               or `max_docs` documents is closed and never offered again.
+Pure numpy and numba: no pyarrow, rich or typer.
 """
 
 from __future__ import annotations
@@ -20,8 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
-from packtool import kernels
 from packtool.config import ORDERS, STRATEGIES  # noqa: F401  (one definition, in config)
 
 
@@ -70,8 +85,8 @@ def plan_packs(
     pack_len = int(pack_len)
     if pack_len < 1:
         raise ValueError(f"pack_len {pack_len} must be >= 1")
-    if pack_len >= kernels.MAX_BITSET_SIZE:
-        raise ValueError(f"pack_len {pack_len} must be < {kernels.MAX_BITSET_SIZE}")
+    if pack_len >= MAX_BITSET_SIZE:
+        raise ValueError(f"pack_len {pack_len} must be < {MAX_BITSET_SIZE}")
     max_docs = int(max_docs)
     if max_docs < 0:
         raise ValueError(f"max_docs {max_docs} must be >= 0 (0 = no cap)")
@@ -92,18 +107,18 @@ def plan_packs(
             f"({bad.size} such); apply the overflow policy before planning"
         )
     if order == "sorted":
-        seq, sizes = kernels.decreasing_order(arr, pack_len)
+        seq, sizes = decreasing_order(arr, pack_len)
     else:
         seq = np.random.default_rng(seed).permutation(n).astype(np.int64)
         sizes = arr[seq]
     if strategy == "bfd":
-        row, num_rows = kernels.best_fit(sizes, pack_len, max_docs)
+        row, num_rows = best_fit(sizes, pack_len, max_docs)
     else:
         bound = 2 * lower_bound_rows(int(arr.sum()), pack_len) + 1
         if max_docs:
             bound += -(-n // max_docs)
-        row, num_rows = kernels.first_fit(sizes, pack_len, max_docs, min(n, bound))
-    row_offsets, doc_order = kernels.group_by_row(seq, row, num_rows)
+        row, num_rows = first_fit(sizes, pack_len, max_docs, min(n, bound))
+    row_offsets, doc_order = group_by_row(seq, row, num_rows)
     return PackPlan(row_offsets=row_offsets, doc_order=doc_order, pack_len=pack_len)
 
 
@@ -116,3 +131,205 @@ def plan_pairs(
     plan = plan_packs(unit, pack_len, strategy, order, max_docs // 2, seed)
     doc_order = np.stack([2 * plan.doc_order, 2 * plan.doc_order + 1], axis=1).ravel()
     return PackPlan(plan.row_offsets * 2, doc_order.astype(np.int64), pack_len)
+
+
+# ---------------------------------------------------------------------------------------------
+# 64-ary bitset: 4 levels cover capacities up to 64**4 - 1 (16.7M tokens per row).
+# Level k word w has bit b set when level k-1 word 64*w+b is non-zero (level 0: bucket c is
+# non-empty).
+# ---------------------------------------------------------------------------------------------
+
+BITSET_LEVELS = 4
+MAX_BITSET_SIZE = 64**BITSET_LEVELS
+
+_ONE = np.uint64(1)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_LOW = np.array(
+    [0xFFFFFFFF, 0xFFFF, 0xFF, 0xF, 0x3, 0x1], dtype=np.uint64
+)  # the low 32, 16, ... bits
+
+
+@njit(cache=True, inline="always")
+def _ctz(word):
+    """Index of the lowest set bit of a non-zero uint64, by halving the width searched (no
+    overflowing multiply, so it runs the same under NUMBA_DISABLE_JIT=1)."""
+    n = 0
+    for k in range(6):
+        if (word & _LOW[k]) == 0:
+            n += 32 >> k
+            word >>= np.uint64(32 >> k)
+    return n
+
+
+@njit(cache=True)
+def bitset_new(size):
+    """Return (bits, offsets) for `size` bits, all clear."""
+    offs = np.zeros(BITSET_LEVELS + 1, dtype=np.int64)
+    words = size
+    for lev in range(BITSET_LEVELS):
+        words = (words + 63) >> 6
+        offs[lev + 1] = offs[lev] + words
+    return np.zeros(offs[BITSET_LEVELS], dtype=np.uint64), offs
+
+
+@njit(cache=True, inline="always")
+def bitset_set(bits, offs, i):
+    for lev in range(BITSET_LEVELS):
+        w = i >> 6
+        pos = offs[lev] + w
+        old = bits[pos]
+        bits[pos] = old | (_ONE << np.uint64(i & 63))
+        if old != 0:
+            break
+        i = w
+
+
+@njit(cache=True, inline="always")
+def bitset_clear(bits, offs, i):
+    for lev in range(BITSET_LEVELS):
+        w = i >> 6
+        pos = offs[lev] + w
+        new = bits[pos] & ~(_ONE << np.uint64(i & 63))
+        bits[pos] = new
+        if new != 0:
+            break
+        i = w
+
+
+@njit(cache=True, inline="always")
+def bitset_next(bits, offs, i):
+    """Smallest set index >= i, or -1."""
+    lev = 0
+    while lev < BITSET_LEVELS:
+        w = i >> 6
+        if offs[lev] + w >= offs[lev + 1]:
+            return -1
+        word = bits[offs[lev] + w] & (_ALL << np.uint64(i & 63))
+        if word != 0:
+            idx = (w << 6) | _ctz(word)
+            while lev > 0:
+                lev -= 1
+                idx = (idx << 6) | _ctz(bits[offs[lev] + idx])
+            return idx
+        i = w + 1
+        lev += 1
+    return -1
+
+
+# ---------------------------------------------------------------------------------------------
+# Packing kernels.  Lengths are int64 with 1 <= length <= pack_len (checked by the caller).
+# ---------------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def decreasing_order(lengths, pack_len):
+    """Stable counting sort, longest first, equal lengths by lower index.
+
+    Returns (seq int64[n] document indices, sizes int64[n] = lengths[seq]).
+    """
+    count = np.bincount(lengths, minlength=pack_len + 1)
+    start = np.cumsum(count[::-1])[::-1] - count  # documents longer than each length
+    seq = np.empty(lengths.shape[0], dtype=np.int64)
+    for i in range(lengths.shape[0]):
+        seq[start[lengths[i]]] = i
+        start[lengths[i]] += 1
+    return seq, np.repeat(np.arange(pack_len, -1, -1), count[::-1])  # sizes: the lengths sorted
+
+
+@njit(cache=True)
+def best_fit(sizes, pack_len, max_docs):
+    """Best fit over `sizes` (lengths in processing order): the row with the least room that fits.
+
+    Returns (row int64[n] per processing position, num_rows).  Working on the processing order
+    keeps every array access sequential except the per-row state.
+    """
+    n = sizes.shape[0]
+    row = np.empty(n, dtype=np.int64)
+    head = np.full(pack_len + 1, -1, dtype=np.int32)  # capacity -> most recently touched row
+    nxt = np.empty(n, dtype=np.int32)  # row -> next row in the same capacity bucket
+    ndocs = np.zeros(n, dtype=np.int32)
+    bits, offs = bitset_new(pack_len + 1)
+    num_rows = 0
+    for t in range(n):
+        x = sizes[t]
+        c = bitset_next(bits, offs, x)
+        if c < 0:
+            r = num_rows
+            num_rows += 1
+            cap = pack_len
+        else:
+            r = head[c]
+            head[c] = nxt[r]
+            if head[c] < 0:
+                bitset_clear(bits, offs, c)
+            cap = c
+        row[t] = r
+        cap -= x
+        ndocs[r] += 1
+        if cap > 0 and (max_docs == 0 or ndocs[r] < max_docs):
+            if head[cap] < 0:
+                bitset_set(bits, offs, cap)
+            nxt[r] = head[cap]
+            head[cap] = r
+    return row, num_rows
+
+
+@njit(cache=True)
+def first_fit(sizes, pack_len, max_docs, max_rows):
+    """First fit over `sizes` (lengths in processing order): the lowest-index row that fits.
+
+    `max_rows` must bound the number of rows (any-fit: at most one row is <= half full among rows
+    not closed by max_docs, so 2*ceil(total/L) + 1 + ceil(n/max_docs) is always enough).
+    Returns (row int64[n] per processing position, num_rows).
+    """
+    n = sizes.shape[0]
+    row = np.empty(n, dtype=np.int64)
+    size = 1
+    while size < max_rows:
+        size *= 2
+    tree = np.full(2 * size, pack_len, dtype=np.int32)  # max remaining capacity of the subtree
+    ndocs = np.zeros(size, dtype=np.int32)
+    num_rows = 0
+    for t in range(n):
+        x = sizes[t]
+        if tree[1] < x:
+            raise ValueError("first_fit: max_rows bound exceeded")
+        node = 1
+        while node < size:
+            node = 2 * node
+            if tree[node] < x:
+                node += 1
+        r = node - size
+        row[t] = r
+        if r >= num_rows:
+            num_rows = r + 1
+        ndocs[r] += 1
+        v = tree[node] - x
+        if max_docs > 0 and ndocs[r] >= max_docs:
+            v = 0
+        tree[node] = v
+        node >>= 1
+        while node >= 1:
+            a = tree[2 * node]
+            b = tree[2 * node + 1]
+            m = a if a > b else b
+            if tree[node] == m:
+                break
+            tree[node] = m
+            node >>= 1
+    return row, num_rows
+
+
+@njit(cache=True)
+def group_by_row(seq, row, num_rows):
+    """CSR layout: row_offsets int64[R+1], doc_order int64[n] (documents seq[t], placement order)."""
+    n = seq.shape[0]
+    row_offsets = np.zeros(num_rows + 1, dtype=np.int64)
+    row_offsets[1:] = np.cumsum(np.bincount(row, minlength=num_rows))
+    fill = row_offsets[:-1].copy()
+    doc_order = np.empty(n, dtype=np.int64)
+    for t in range(n):
+        r = row[t]
+        doc_order[fill[r]] = seq[t]
+        fill[r] += 1
+    return row_offsets, doc_order

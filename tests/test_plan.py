@@ -11,12 +11,20 @@ import numpy as np
 import pytest
 from paths import ROOT
 
-from packtool import kernels
-from packtool.plan import PackPlan, lower_bound_rows, plan_packs
+from packtool.plan import (
+    PackPlan,
+    bitset_clear,
+    bitset_new,
+    bitset_next,
+    bitset_set,
+    decreasing_order,
+    lower_bound_rows,
+    plan_packs,
+)
 
 
 def oracle(lengths, pack_len, strategy, order, max_docs, seed):
-    """Brute force, O(n * rows), written from the tie-break rules in kernels.py's docstring."""
+    """Brute force, O(n * rows), written from the tie-break rules in plan.py's docstring."""
     n = len(lengths)
     if order == "sorted":
         seq = sorted(range(n), key=lambda i: (-int(lengths[i]), i))
@@ -141,7 +149,7 @@ def test_sorted_rows_long_first_and_random_rows_not_sorted():
 
 def test_decreasing_order_is_stable():
     lengths = np.array([3, 5, 3, 1, 5, 3], dtype=np.int64)
-    seq, sizes = kernels.decreasing_order(lengths, 5)
+    seq, sizes = decreasing_order(lengths, 5)
     assert seq.tolist() == [1, 4, 0, 2, 5, 3]
     assert sizes.tolist() == [5, 5, 3, 3, 3, 1]
 
@@ -162,19 +170,19 @@ def test_docstring_example_and_empty():
 @pytest.mark.parametrize("size", [1, 63, 64, 65, 4097, 300_000])
 def test_bitset_against_a_set(size):
     rng = np.random.default_rng(size)
-    bits, offs = kernels.bitset_new(size)
+    bits, offs = bitset_new(size)
     present: set[int] = set()
     for _ in range(400):
         i = int(rng.integers(0, size))
         if rng.random() < 0.6:
-            kernels.bitset_set(bits, offs, i)
+            bitset_set(bits, offs, i)
             present.add(i)
         else:
-            kernels.bitset_clear(bits, offs, i)
+            bitset_clear(bits, offs, i)
             present.discard(i)
         q = int(rng.integers(0, size))
         above = [v for v in present if v >= q]
-        assert kernels.bitset_next(bits, offs, q) == (min(above) if above else -1)
+        assert bitset_next(bits, offs, q) == (min(above) if above else -1)
 
 
 @pytest.mark.parametrize(

@@ -10,20 +10,25 @@ Located: per piece the address of its first token in both columns  ──copy_ro
                     ▼
 FileGather: pread each block's pieces into two staging buffers instead of touching the map
 
-Addresses, not a list of chunk arrays: the kernels take int64 addresses (kernels.int32_at), so a
+Addresses, not a list of chunk arrays: the kernels take int64 addresses (int32_at), so a
 fresh process compiles nothing (a numba.typed.List compiles its methods in every process).
 ListColumn keeps the chunks alive while the addresses are used.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from llvmlite import ir
+from numba import carray, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
-from packtool import kernels, schema
+from packtool import schema
 from packtool.data import labels
 from packtool.data.tokenized import TokenizedData, arrow_numpy, column_numpy
 from packtool.errors import PacktoolError
@@ -128,7 +133,7 @@ class FileGather:
                  labs [piece q0 labels | piece q1 labels | ...]
                  bits [q0 bytes | q1 bytes | ...]   a masked entry (data/labels.py): the bytes
                       that hold each piece's loss_mask bits (the first from bit lab_bit[q] on), and
-                      labs = ids where the bit is 1 else -100 (kernels.labels_from_bits)
+                      labs = ids where the bit is 1 else -100 (labels_from_bits)
     """
 
     def __init__(
@@ -151,7 +156,7 @@ class FileGather:
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
         """copy_rows' token arguments for pieces `pcs`, read into the staging buffers (Located.stage's
         shape: local pieces and lengths, the address of each in the staging buffers). The reads are
-        one kernel call a column (kernels.pread_pieces: no Python per piece, no GIL)."""
+        one kernel call a column (pread_pieces: no Python per piece, no GIL)."""
         n = piece_len[pcs].astype(np.int64)
         first = np.zeros(len(pcs), dtype=np.int64)  # byte offset of piece q in the staging buffer
         np.cumsum(4 * n[:-1], out=first[1:])
@@ -169,19 +174,19 @@ class FileGather:
             if self.bits.size < need:
                 self.bits = np.empty(need, dtype=np.uint8)
             self._read(self.lab_file[pcs], self.lab_offset[pcs], nb, self.bits.ctypes.data + at)
-            kernels.labels_from_bits(
+            labels_from_bits(
                 self.bits, at, bit, n, self.ids, np.int32(schema.IGNORE_INDEX), self.lab
             )
         local = np.arange(len(pcs), dtype=np.int64)
         return local, n, self.ids.ctypes.data + first, self.lab.ctypes.data + first
 
     def _read(self, file_of, offset, nbytes, dest) -> None:
-        """kernels.pread_pieces; a piece read short is read again once, from that piece on (a
+        """pread_pieces; a piece read short is read again once, from that piece on (a
         signal such as Ctrl-C interrupts pread with EINTR: its handler runs in between), and a
         second short read of the same piece is a truncated file."""
         done, again = 0, -1
         while (
-            short := kernels.pread_pieces(
+            short := pread_pieces(
                 self.fds, file_of[done:], offset[done:], nbytes[done:], dest[done:]
             )
         ) >= 0:
@@ -237,7 +242,7 @@ def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: 
     elif pieces.truncated.size:
         tr = trow[pieces.truncated]
         tails = int(
-            kernels.count_not_equal(
+            count_not_equal(
                 lab.first[tr] + 4 * keep, lengths[pieces.truncated] - keep, schema.IGNORE_INDEX
             ).sum()
         )
@@ -257,3 +262,208 @@ def _built_labels(table, prow: np.ndarray, start: np.ndarray) -> tuple[ListColum
     """A masked table's labels built in memory (4 bytes a token) and each piece's address in them."""
     lab = ListColumn(labels.labels_column(table), "labels")
     return lab, lab.first[prow] + 4 * start
+
+
+# ---------------------------------------------------------------------------------------------
+# Gather kernels for the shard writer.  A "piece" is a document as packed: a whole example, its
+# truncated head, or one split part; piece p's tokens are the piece_len[p] int32 values at memory
+# address ids_at[p] (an Arrow chunk's values, the mapped cache file, or a staging buffer: whoever
+# passes the address keeps that memory alive while the kernel runs).  Addresses, not a list of
+# arrays: a numba.typed.List compiles its methods in every fresh process (not cached by cache=True).
+#
+#   layout_rows   position_ids, document_id, the pad tail and each document's padding (a piece of
+#                 piece_len tokens takes slot_len >= piece_len slots) of a block of rows; CSR of its pieces
+#   copy_rows     input_ids and labels of those pieces, straight from where they are
+# ---------------------------------------------------------------------------------------------
+
+
+def int32_at(address, n):
+    """The n int32 values at memory `address`, as an array over that memory (no copy).  Plain
+    Python (NUMBA_DISABLE_JIT=1) reads it through ctypes; compiled code through the overload below."""
+    return np.ctypeslib.as_array((ctypes.c_int32 * int(n)).from_address(int(address)))
+
+
+@intrinsic
+def _int32_pointer(typingctx, address):
+    """int64 address -> int32* (an LLVM inttoptr)."""
+    sig = types.CPointer(types.int32)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int32)))
+
+    return sig, codegen
+
+
+@overload(int32_at, jit_options={"cache": True})
+def _int32_at_compiled(address, n):
+    return lambda address, n: carray(_int32_pointer(address), n)
+
+
+def pread_into(fd, address, n, offset):
+    """pread(2): n bytes of file `fd` at `offset` into memory at `address`; the bytes read, -1 on an
+    error.  Plain Python through os.preadv; compiled code calls libc's pread (overload below)."""
+    try:
+        return os.preadv(
+            int(fd), [(ctypes.c_char * int(n)).from_address(int(address))], int(offset)
+        )
+    except OSError:
+        return -1
+
+
+@intrinsic
+def _pread(typingctx, fd, address, n, offset):
+    """libc pread(int fd, void *buf, size_t n, off_t offset), by symbol name (so cache=True keeps it)."""
+    sig = types.int64(types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64, ptr = ir.IntType(64), ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(i64, [ir.IntType(32), ptr, i64, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "pread")
+        fd, address, n, offset = args
+        fd32 = builder.trunc(fd, ir.IntType(32))
+        return builder.call(fn, [fd32, builder.inttoptr(address, ptr), n, offset])
+
+    return sig, codegen
+
+
+@overload(pread_into, jit_options={"cache": True})
+def _pread_into_compiled(fd, address, n, offset):
+    return lambda fd, address, n, offset: _pread(fd, address, n, offset)
+
+
+@njit(cache=True, nogil=True)
+def pread_pieces(fds, file_of, file_offset, nbytes, dest):
+    """Piece q: nbytes[q] bytes of file fds[file_of[q]] at file_offset[q] into memory at address
+    dest[q], one pread each without the GIL.  Returns the first piece read short (or failed), or -1."""
+    for q in range(file_of.shape[0]):
+        if pread_into(fds[file_of[q]], dest[q], nbytes[q], file_offset[q]) != nbytes[q]:
+            return q
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def layout_rows(
+    rows,
+    row_offsets,
+    doc_order,
+    piece_len,
+    slot_len,
+    input_ids,
+    labels,
+    position_ids,
+    document_id,
+    pad_id,
+    ignore_index,
+):
+    """Lay out plan rows `rows` (in shard order) into preallocated int32 [len(rows), L] arrays.
+
+        input_ids     . . . pad . . . | pad pad   (documents: filled by copy_rows; slot_len [4, 3])
+        labels        . . . -100. . . | -100 -100 (a document's padding: pad id, -100)
+        position_ids  0 1 2 3   0 1 2 | 0   1     restart per document; pad tail is its own run
+        document_id   0 0 0 0   1 1 1 | -1  -1    a document's padding belongs to it
+
+    Returns (seq_offsets int64[k+1], pieces int64[m], dest_col int64[m], num_tokens int64[k]):
+    row j holds pieces[seq_offsets[j]:seq_offsets[j+1]], piece q starting at column dest_col[q].
+    """
+    k = rows.shape[0]
+    pack_len = input_ids.shape[1]
+    seq_offsets = np.zeros(k + 1, dtype=np.int64)
+    seq_offsets[1:] = np.cumsum(row_offsets[rows + 1] - row_offsets[rows])
+    m = seq_offsets[k]
+    pieces = np.empty(m, dtype=np.int64)
+    dest_col = np.empty(m, dtype=np.int64)
+    num_tokens = np.empty(k, dtype=np.int64)
+    for j in range(k):
+        r = rows[j]
+        col = 0
+        real = 0
+        q = seq_offsets[j]
+        for doc in range(row_offsets[r + 1] - row_offsets[r]):
+            p = doc_order[row_offsets[r] + doc]
+            n = piece_len[p]
+            s = slot_len[p]
+            pieces[q] = p
+            dest_col[q] = col
+            for t in range(s):
+                position_ids[j, col + t] = t
+                document_id[j, col + t] = doc
+            for t in range(n, s):
+                input_ids[j, col + t] = pad_id
+                labels[j, col + t] = ignore_index
+            col += s
+            real += n
+            q += 1
+        num_tokens[j] = real
+        for t in range(pack_len - col):
+            input_ids[j, col + t] = pad_id
+            labels[j, col + t] = ignore_index
+            position_ids[j, col + t] = t
+            document_id[j, col + t] = -1
+    return seq_offsets, pieces, dest_col, num_tokens
+
+
+@njit(cache=True, nogil=True)
+def copy_rows(
+    seq_offsets,
+    dest_col,
+    pieces,
+    piece_len,
+    ids_at,
+    lab_at,
+    input_ids,
+    labels,
+    ignore_index,
+):
+    """Copy each piece's tokens (at address ids_at[p]) and labels (at lab_at[p]) into its row; mask
+    every document's first label.
+
+    Returns (num_loss_tokens int64[k], first_loss): first_loss counts documents whose first label
+    carried loss before it became `ignore_index` (accounted for in the manifest, not silently lost).
+    """
+    k = seq_offsets.shape[0] - 1
+    num_loss = np.zeros(k, dtype=np.int64)
+    first_loss = 0
+    for j in range(k):
+        row = labels[j]
+        loss = 0
+        for q in range(seq_offsets[j], seq_offsets[j + 1]):
+            p = pieces[q]
+            n = piece_len[p]
+            c = dest_col[q]
+            input_ids[j, c : c + n] = int32_at(ids_at[p], n)
+            row[c : c + n] = int32_at(lab_at[p], n)
+            if row[c] != ignore_index:
+                first_loss += 1
+            row[c] = ignore_index
+            for t in range(c + 1, c + n):  # branchless count, not a test in the copy
+                loss += row[t] != ignore_index
+        num_loss[j] = loss
+    return num_loss, first_loss
+
+
+@njit(cache=True, nogil=True)
+def count_not_equal(at, n, ignore_index):
+    """Per i: how many of the n[i] int32 values at address at[i] differ from ignore_index."""
+    out = np.zeros(at.shape[0], dtype=np.int64)
+    for i in range(at.shape[0]):
+        out[i] = np.count_nonzero(int32_at(at[i], n[i]) != ignore_index)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def labels_from_bits(packed, at, bit, n, ids, ignore_index, out):
+    """Labels of pieces whose loss-mask bits were read into `packed` (packtool.data.labels: 1 bit a
+    token, least significant first): piece q's n[q] bits start at bit bit[q] of byte at[q], and its
+    ids and labels follow the previous piece's in `ids` and `out`:
+
+        out[k] = ids[k] where the token's bit is 1, else ignore_index
+
+    Returns the number of tokens written."""
+    k = 0
+    for q in range(n.shape[0]):
+        b = at[q] * 8 + bit[q]
+        for _ in range(n[q]):
+            out[k] = ids[k] if (packed[b >> 3] >> (b & 7)) & 1 else ignore_index
+            b += 1
+            k += 1
+    return k

@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from packtool import kernels, schema
+from packtool import schema
 from packtool.errors import PacktoolError
 from packtool.forking import forking_workers, ignore_sigint
 from packtool.io import shards
-from packtool.pack.gather import FileGather, Located
+from packtool.pack.gather import FileGather, Located, copy_rows, layout_rows
 from packtool.pack.overflow import Pieces
 from packtool.schema import IGNORE_INDEX
 
@@ -149,7 +149,7 @@ def write_shards(
                         sets[i] = [np.empty((k, L), dtype=np.int32) for _ in range(4)]
                     block = [b[:k] for b in sets[i]]
                     used[w] += 1
-                    seq_off, pcs, dest_col, num_tokens = kernels.layout_rows(
+                    seq_off, pcs, dest_col, num_tokens = layout_rows(
                         rows,
                         plan.row_offsets,
                         plan.doc_order,
@@ -159,7 +159,7 @@ def write_shards(
                         job.pad_id,
                         IGNORE_INDEX,
                     )
-                    num_loss, first = kernels.copy_rows(
+                    num_loss, first = copy_rows(
                         seq_off, dest_col, *tokens.stage(pcs, piece_len), *block[:2], IGNORE_INDEX
                     )
                     side = job.pieces.row[pcs] & 1 if job.pairs else None  # chosen at even rows

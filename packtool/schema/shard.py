@@ -30,7 +30,7 @@ has B*(K+1)+1 cu_seqlens entries whatever the rows hold:
     segments            [4, 4, 0, 4]        cu_seqlens_unpadded counts real tokens, 0 for the tail
 
 The manifest records the layout only when it is not the default, so default packs keep their bytes.
-The writer's kernel (`kernels.layout_rows`) lays rows out by this rule; every reader's segments
+The writer's kernel (`pack.gather.layout_rows`) lays rows out by this rule; every reader's segments
 come from these functions.
 
 There is deliberately no `attention_mask` column (an all-ones mask beside packed position_ids makes

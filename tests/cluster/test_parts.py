@@ -10,7 +10,7 @@ import pytest
 from packtool.cluster import parts
 from packtool.data.tokenized import token_schema
 from packtool.errors import PacktoolError
-from packtool.kernels import int32_at
+from packtool.pack.gather import int32_at
 from packtool.schema import IGNORE_INDEX
 
 

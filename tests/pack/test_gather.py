@@ -59,7 +59,7 @@ def test_the_gather_kernels_take_only_arrays_and_integers(mixture, tmp_path):
     cached by cache=True), while kernels of arrays and integers load from numba's disk cache."""
     from numba.core import types
 
-    from packtool import kernels
+    from packtool.pack import gather as kernels  # the row kernels live in pack/gather.py
 
     cfg = PackConfig(pack_len=512, overflow="truncate", shard_rows=7)
     pack_tokenized(mixture, cfg, tmp_path / "by_file")
@@ -101,7 +101,7 @@ def test_a_read_cut_short_once_is_read_again(mixture, monkeypatch):
     from that piece on: the staged tokens are those of an uninterrupted read."""
     import numpy as np
 
-    from packtool import kernels
+    from packtool.pack import gather as kernels  # the row kernels live in pack/gather.py
 
     lengths, src = mixture.lengths.astype("int64"), mixture.source_index.astype("int64")
     pieces = apply_overflow(lengths, src, 512, "split")
@@ -138,7 +138,7 @@ def test_pread_pieces_compiled_and_as_plain_python(tmp_path):
 
     import numpy as np
 
-    from packtool import kernels
+    from packtool.pack import gather as kernels  # the row kernels live in pack/gather.py
 
     path = tmp_path / "f.bin"
     path.write_bytes(np.arange(1000, dtype=np.int32).tobytes())

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from paths import TESTS
 
-from packtool import kernels, schema
+from packtool import schema
+from packtool.pack.gather import layout_rows
 
 SHARD = TESTS / "fixtures" / "v1_pack" / "data" / "train-00000-of-00001.parquet"
 
@@ -123,7 +124,7 @@ def test_conservation_bounds_the_padding_inside_documents():
 
 
 def _kernel_row(seq_lengths: list[int], pack_len: int, real: list[int] | None = None):
-    """position_ids and document_id of one row as kernels.layout_rows writes them (`real`: the
+    """position_ids and document_id of one row as layout_rows writes them (`real`: the
     documents' unpadded lengths, seq_lengths being their slots)."""
     k = len(seq_lengths)
     row_offsets = np.array([0, k], dtype=np.int64)
@@ -131,7 +132,7 @@ def _kernel_row(seq_lengths: list[int], pack_len: int, real: list[int] | None = 
     slot_len = np.array(seq_lengths, dtype=np.int64)
     piece_len = slot_len if real is None else np.array(real, dtype=np.int64)
     bufs = [np.full((1, pack_len), 99, dtype=np.int32) for _ in range(4)]
-    *_, num_tokens = kernels.layout_rows(
+    *_, num_tokens = layout_rows(
         np.zeros(1, np.int64),
         row_offsets,
         doc_order,
