@@ -303,11 +303,8 @@ def trial(backend: Backend) -> tuple[bool, str]:
             torch.cuda.synchronize()
     except Exception as e:  # the kernel itself failing is what the trial is for
         return False, f"{what} failed: {one_line(e)}"
-    if tuple(out.shape) != (total, heads, head_dim):
-        return (
-            False,
-            f"{what} returned shape {tuple(out.shape)}, expected {(total, heads, head_dim)}",
-        )
+    if (shape := tuple(out.shape)) != (total, heads, head_dim):
+        return False, f"{what} returned shape {shape}, expected {(total, heads, head_dim)}"
     ref = per_segment_attention(q.float(), k.float(), v.float(), bounds, None)
     diff = (out.float() - ref).abs().max().item()
     if not diff <= TRIAL_TOL:  # NaN fails too
@@ -329,18 +326,8 @@ def call_varlen(name: str, q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale):
     python ints -> [T, H, D]."""
     fn = _varlen_fn(name)
     if name == "flash-attn":  # GQA native; the keywords transformers' _flash_attention_forward uses
-        call = lambda: fn(  # noqa: E731
-            q,
-            k,
-            v,
-            cu_seqlens_q=cu_q,
-            cu_seqlens_k=cu_k,
-            max_seqlen_q=max_q,
-            max_seqlen_k=max_k,
-            dropout_p=0.0,
-            softmax_scale=scale,
-            causal=True,
-        )
+        kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k)
+        call = lambda: fn(q, k, v, **kw, dropout_p=0.0, softmax_scale=scale, causal=True)  # noqa: E731
     else:
         params = inspect.signature(fn).parameters
         extra = {}

@@ -117,15 +117,9 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         except Exception as e:  # a corrupt file: name it, do not crash the whole report
             walk.read_bad.append(f"{shard}: could not decode rows ({type(e).__name__}: {e})")
 
-    checks.append(
-        Check(
-            SCHEMA,
-            not walk.schema_bad and not walk.read_bad,
-            "; ".join(walk.schema_bad + walk.read_bad)
-            or f"v{schema.SCHEMA_VERSION}, pack_len {pack_len}, {len(shards)} shard(s)",
-            {"pack_len": pack_len, "shards": len(shards)},
-        )
-    )
+    bad = walk.schema_bad + walk.read_bad
+    msg = "; ".join(bad) or f"v{schema.SCHEMA_VERSION}, pack_len {pack_len}, {len(shards)} shard(s)"
+    checks.append(Check(SCHEMA, not bad, msg, {"pack_len": pack_len, "shards": len(shards)}))
     checks.append(
         Check(NO_MASK, not walk.mask_bad, "; ".join(walk.mask_bad) or "no attention_mask column")
     )
@@ -198,11 +192,7 @@ def _failures_check(name: str, walk: _Walk, ev: dict, passed: str, key="rows_fai
 def _pair_examples(shown: list[tuple[int, int, str]], shard: str, row0: int) -> list[dict]:
     """scan.pair_checks' failures as the scan's evidence entries."""
     return [
-        {
-            "shard": shard,
-            "row": row0 + r,
-            "position": None if pos < 0 else pos,
-            "message": f"{shard} row {row0 + r}: {text}",
-        }
+        {"shard": shard, "row": row0 + r, "position": None if pos < 0 else pos}
+        | {"message": f"{shard} row {row0 + r}: {text}"}
         for r, pos, text in shown
     ]

@@ -141,13 +141,7 @@ def crop(samples: list[Sample], tokens: int, batch_rows: int) -> list[Sample]:
             ends = np.cumsum(s.seq_lengths)
             starts = ends - s.seq_lengths
             keep = starts < p
-            out.append(
-                dataclasses.replace(
-                    s,
-                    input_ids=s.input_ids[:p],
-                    labels=s.labels[:p],
-                    position_ids=s.position_ids[:p],
-                    seq_lengths=np.minimum(ends[keep], p) - starts[keep],
-                )
-            )
+            cut = {c: getattr(s, c)[:p] for c in ("input_ids", "labels", "position_ids")}
+            lens = np.minimum(ends[keep], p) - starts[keep]
+            out.append(dataclasses.replace(s, **cut, seq_lengths=lens))
     return out

@@ -176,31 +176,22 @@ def examples(name: str, fail: dict, cols: dict, shard: str, row0: int) -> list[d
         msg = describe(name, shard, row, pos, got, exp, doc, kind, int(fail.get("n", 1)))
         if name == SRC:
             msg += _src_detail(cols, r)
-        out.append(
-            {
-                "shard": shard,
-                "row": row,
-                "position": pos if pos >= 0 else None,
-                "got": got,
-                "expected": exp,
-                "message": msg,
-            }
-        )
+        at = {"shard": shard, "row": row, "position": pos if pos >= 0 else None}
+        out.append({**at, "got": got, "expected": exp, "message": msg})
     return out
 
 
 def passed_text(name: str, pad_id: int | None) -> str:
     """The message of a row check that no row failed."""
     ignore = schema.IGNORE_INDEX
+    pad = f"pad tail holds pad id {pad_id}" if pad_id is not None else None
     return {
         SEQ: "every row: lengths >= 1, sum <= pack_len",
         DOC: f"0..k-1 in row order, {schema.PAD_DOCUMENT_ID} on padding, agrees with seq_lengths",
         POS: "restart at 0 at every document, count by one; pad tail its own segment",
         LAB_MASK: f"{ignore} on every document's first token and on padding",
         LAB_EQ: f"labels equal input_ids wherever not {ignore}",
-        PAD: f"pad tail holds pad id {pad_id}"
-        if pad_id is not None
-        else "pad id not in manifest: not checked",
+        PAD: pad or "pad id not in manifest: not checked",
         NTOK: "matches the document tokens of every row",
         NLOSS: f"matches the labels that are not {ignore}",
         UNPAD: "every document: seq_lengths = ceil(seq_lengths_unpadded / N) * N",
