@@ -9,9 +9,8 @@ writers with pread (pack.gather.FileGather), never sent through Ray's object sto
     offset = the exclusive cumulative sum of the part's lengths, its examples in reading order
     (the driver computes it from the lengths the task returned: `offsets`)
 
-A task holds one batch's tokens at a time, never its part's. A shard writer opens the two files of
-every part it reads from and preads each piece into FileGather's staging buffers (one row group),
-as the local engine reads its cache file: its memory does not grow with the input.
+A task holds one batch's tokens at a time, never its part's; a shard writer (cluster.write)
+preads each piece into FileGather's staging buffers: its memory does not grow with the input.
 """
 
 from __future__ import annotations

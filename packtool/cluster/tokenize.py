@@ -43,7 +43,8 @@ from packtool.cluster.parts import PartWriter
 from packtool.cluster.parts import offsets as part_offsets
 from packtool.cluster.session import Session, Shared, call, fetch_once, memory
 from packtool.config import ReadConfig, TokenizeConfig
-from packtool.data.tokenized import SourceFile, TokenizedData, arrow_numpy
+from packtool.data.labels import arrow_numpy
+from packtool.data.tokenized import SourceFile, TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.io import readers
 from packtool.io.sources import locate
@@ -51,6 +52,7 @@ from packtool.progress import Reporter, reporter
 from packtool.tokenization.source import FileDecision, decide_file
 
 
+@dataclass(frozen=True)
 class FileInfo:
     path: str
     size: int = 0
@@ -95,7 +97,7 @@ def probe(path: str, read: ReadConfig, fmt: str, n: int, setup):
     the file's first batch: None when they agree, else where they first differ
     (tokenization.run_plan.compare). The reference first: in the driver, the fast backend is
     still building on its thread meanwhile (as the local engine's first probe)."""
-    from packtool.tokenization.run_plan import compare
+    from packtool.tokenization.pipeline import compare
 
     run = fetch_once(setup)
     fast, reference = run.step, run.reference
@@ -252,8 +254,7 @@ def load_tokenized(
     cluster of `session`: a TokenizedData with lengths and no table, its rows in `.rows`. The run,
     its retry on the reference path and its Stats and meta are tokenization.pipeline's; this
     executor maps the plan's step over the parts (encode_part) and the probes (files.probe)."""
-    from packtool.tokenization.pipeline import Run, checked
-    from packtool.tokenization.run_plan import check_backend, plan_run
+    from packtool.tokenization.pipeline import Run, check_backend, checked, plan_run
     from packtool.tokenization.source import RecordSource, input_kind, not_a_pack
 
     check_backend(cfg)

@@ -10,12 +10,10 @@ the part files (cluster.parts) in plan order, as the local engine reads its cach
              row groups, names and bytes
     driver   ◀── per shard: its manifest entry, rows, documents, tokens, loss, pad, tail loss
 
-No token goes through Ray's object store: a part's tokens are written once (by the task that
-encodes it) and read once (by the shard writers). A writer holds FileGather's staging buffers and
-the writer's blocks (one row group each, <= 16 MiB of slots) plus pyarrow's buffer; its
-per-piece arrays (~50 bytes a piece) come in its arguments. The pack folder (its temporary twin)
-and the parts' folder must be on a filesystem every worker reads and writes: a local cluster's
-disk, or shared storage for a real cluster (where each piece is a read of its own).
+A writer holds FileGather's staging buffers and the writer's blocks (one row group each, <= 16 MiB
+of slots) plus pyarrow's buffer; its per-piece arrays (~50 bytes a piece) come in its arguments.
+The pack folder (its temporary twin), like the parts' folder, is on a filesystem every worker
+reads and writes (packtool.cluster).
 """
 
 from __future__ import annotations
