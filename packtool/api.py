@@ -1,9 +1,9 @@
 """The Python entry points; the CLI (packtool.commands) reaches the library only through them.
 
 Light at import: only packtool.config (pure) is imported here, so the CLI imports this module before
-`--help`; every heavy module (numpy, pyarrow, tokenizers, torch) is imported inside the function
-that needs it. The configs are re-exported (`from packtool.api import TokenizeConfig, pack`), and
-TokenizedData too, on first use.
+`--help`; every heavy module (numpy, pyarrow, tokenizers, torch) is imported on first use. The
+configs are re-exported (`from packtool.api import TokenizeConfig, pack`). The entry points that
+only forward (`_FORWARD`) are the named function itself, imported on first use.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from functools import partial
+from importlib import import_module
 from typing import TYPE_CHECKING
 
 from packtool.config import (
@@ -28,6 +29,28 @@ if TYPE_CHECKING:
     from packtool.data.tokenized import TokenizedData
     from packtool.progress import Reporter
 
+# name here: (module, its name there)
+_FORWARD = {
+    "TokenizedData": ("packtool.data.tokenized", "TokenizedData"),
+    # one example as the trainer will see it: format, conversation, tokens and loss runs
+    "inspect_example": ("packtool.inspecting", "inspect_example"),
+    # --len values: 4096 | 2048,4096,8192 | 1024-8192 (powers of two between) | 1024:8192:1024
+    "parse_lens": ("packtool.stats.sweep", "parse_lens"),
+    "synthetic_lengths": ("packtool.stats.synthetic", "synthetic_lengths"),  # --synthetic SPEC
+    "read_lengths": ("packtool.stats.synthetic", "read_lengths"),  # --lengths .txt | .npy
+    "model_from_config": ("packtool.stats", "model_from_config"),  # a config.json's model shape
+    "model_from_params": ("packtool.stats", "model_from_params"),  # params, layers, hidden
+    "gpu_spec": ("packtool.stats", "gpu_spec"),  # a GPU by name or its dense bf16 TFLOP/s
+    # before tokenizing: an unusable cache is one warning, and the run tokenizes into a temp folder
+    "check_cache": ("packtool.tokenization.cache", "check_usable"),
+    "verify": ("packtool.verify.run", "verify"),
+    "self_test": ("packtool.verify.selftest", "run_self_test"),  # verify --self-test
+    "check_sources": ("packtool.verify.sources", "check_sources"),  # verify --sources
+    "write_sample": ("packtool.demo_data", "write_sample"),  # the built-in synthetic chat set
+    "export": ("packtool.export", "export_pack"),  # a pack in another trainer's format (nemo)
+    "read_model_config": ("packtool.arch.config", "read_config"),  # --model's config.json, path
+}
+
 __all__ = [
     "EngineConfig",
     "engine",
@@ -37,39 +60,20 @@ __all__ = [
     "InputSpec",
     "TokenizeConfig",
     "VerifyConfig",
-    "TokenizedData",
     "load_tokenized",
-    "inspect_example",
     "profile",
-    "parse_lens",
-    "synthetic_lengths",
-    "read_lengths",
-    "model_from_config",
-    "read_model_config",
-    "model_from_params",
-    "gpu_spec",
     "input_bytes",
     "check_output",
-    "check_cache",
     "pack",
-    "verify",
-    "self_test",
-    "check_sources",
-    "write_sample",
-    "export",
+    *_FORWARD,
 ]
 
 
 def __getattr__(name: str):
-    if name == "TokenizedData":  # numpy: imported on first use, not with the CLI
-        from packtool.data.tokenized import TokenizedData
-
-        return TokenizedData
+    if name in _FORWARD:
+        module, attr = _FORWARD[name]
+        return getattr(import_module(module), attr)
     raise AttributeError(f"module 'packtool.api' has no attribute {name!r}")
-
-
-# ---------------------------------------------------------------------------------------------
-# engine
 
 
 @contextmanager
@@ -84,10 +88,6 @@ def engine(cfg: EngineConfig = EngineConfig()):
 
     with Session(cfg.address, cfg.workers) as session:
         yield session
-
-
-# ---------------------------------------------------------------------------------------------
-# read + tokenize
 
 
 def load_tokenized(
@@ -113,21 +113,33 @@ def load_tokenized(
     (pack.warm) are paid where tokenizing would wait (packtool.idle)."""
     from packtool import idle
 
+    one = isinstance(data, str)
     warm = None
     if pack is not None and engine is None:
         from packtool.pack import warm as warm_pack
 
         warm = partial(warm_pack, pack)
     with idle.meanwhile(warm):
-        td = _load_tokenized(data, cfg, progress, seed, engine)
-    given = data if isinstance(data, str) else [s.spec for s in data]
+        if engine is not None:
+            if not one:
+                raise UsageError(
+                    "--engine ray packs one input (a file, folder or glob); a mixture runs with "
+                    "--engine local"
+                )
+            from packtool.cluster.tokenize import load_tokenized as _load_on_ray
+
+            td = _load_on_ray(data, cfg, engine, progress=progress)
+        elif not one:
+            from packtool.tokenization.mixture import load_mixture
+
+            td = load_mixture(list(data), cfg, seed=seed, progress=progress)
+        else:
+            from packtool.tokenization.pipeline import load_tokenized as _load
+
+            td = _load(data, cfg, progress=progress)
+    given = data if one else [s.spec for s in data]
     td.options = {**cfg.fingerprint_dict(), "input": given, **(td.options or {})}
-    return _pairs_checked(td, one=isinstance(data, str), engine=engine)
-
-
-def _pairs_checked(td: TokenizedData, one: bool, engine) -> TokenizedData:
-    """Data read as preference pairs marked as pairs (TokenizedData.as_pairs); pairs mixed with
-    SFT records, in a mixture or on Ray refused in one line (none of them keeps pairs whole yet)."""
+    # preference pairs marked as pairs; mixed with SFT records, in a mixture or on Ray refused
     pair_files = sorted(p for p, f in td.formats.items() if f.format == "preference")
     if not pair_files and td.format != "preference":
         return td
@@ -146,39 +158,6 @@ def _pairs_checked(td: TokenizedData, one: bool, engine) -> TokenizedData:
     return td.as_pairs()
 
 
-def _load_tokenized(data, cfg, progress, seed, engine) -> TokenizedData:
-    one = isinstance(data, str)
-    if engine is not None:
-        if not one:
-            raise UsageError(
-                "--engine ray packs one input (a file, folder or glob); a mixture runs with "
-                "--engine local"
-            )
-        from packtool.cluster.tokenize import load_tokenized as _load_on_ray
-
-        td = _load_on_ray(data, cfg, engine, progress=progress)
-    elif not one:
-        from packtool.tokenization.mixture import load_mixture
-
-        td = load_mixture(list(data), cfg, seed=seed, progress=progress)
-    else:
-        from packtool.tokenization.pipeline import load_tokenized as _load
-
-        td = _load(data, cfg, progress=progress)
-    return td
-
-
-def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict:
-    """One example as the trainer will see it: format, conversation, tokens and loss runs."""
-    from packtool.inspecting import inspect_example as _inspect
-
-    return _inspect(data, cfg, index)
-
-
-# ---------------------------------------------------------------------------------------------
-# profile
-
-
 def profile(
     data_or_lengths, cfg: ProfileConfig, *, lens=None, source: dict | None = None, on_stage=None
 ):
@@ -190,52 +169,6 @@ def profile(
 
     lens = [cfg.pack_len] if lens is None else lens
     return profile_lens(data_or_lengths, cfg, lens, source=source, on_stage=on_stage)
-
-
-def parse_lens(text: str) -> list[int]:
-    """--len values: 4096 | 2048,4096,8192 | 1024-8192 (powers of two between) | 1024:8192:1024."""
-    from packtool.stats.sweep import parse_lens as _parse
-
-    return _parse(text)
-
-
-def synthetic_lengths(spec: str):
-    """Lengths drawn from a `--synthetic` spec, e.g. `lognormal:median=450,n=20000`."""
-    from packtool.stats import synthetic
-
-    return synthetic.synthetic_lengths(spec)
-
-
-def read_lengths(path: str):
-    """Lengths from a file: .txt (one per line) or .npy (`--lengths`)."""
-    from packtool.stats import synthetic
-
-    return synthetic.read_lengths(path)
-
-
-def model_from_config(config: dict, name: str = "config.json"):
-    """The model shape (a stats.ModelSpec) of a transformers config.json's contents."""
-    from packtool import stats
-
-    return stats.model_from_config(config, name)
-
-
-def model_from_params(params: float, layers: int, hidden: int):
-    """The model shape of a parameter count, its layers and its hidden size."""
-    from packtool import stats
-
-    return stats.model_from_params(params, layers, hidden)
-
-
-def gpu_spec(value: str):
-    """A GPU by name (h100, a100, ...) or its dense bf16 TFLOP/s (a stats.GpuSpec)."""
-    from packtool import stats
-
-    return stats.gpu_spec(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# pack
 
 
 def input_bytes(data: str | list[InputSpec]) -> int:
@@ -264,14 +197,6 @@ def check_output(
     check_space(Path(out), need_bytes, estimate)
 
 
-def check_cache(need_bytes: int = 0) -> None:
-    """Before tokenizing: an unusable tokenization cache (unwritable, under `need_bytes` free) is
-    one warning, and this run tokenizes into a temporary folder instead."""
-    from packtool.tokenization import cache
-
-    cache.check_usable(need_bytes)
-
-
 def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None, num_proc=None):
     """Pack tokenized data into `out` (a PackResult). `progress(rows written, rows total)`;
     `num_proc`: writer processes allowed (None: all cores; a large pack uses one per 2 cores)."""
@@ -285,60 +210,6 @@ def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None, num_proc
     return result
 
 
-# ---------------------------------------------------------------------------------------------
-# verify
-
-
-def verify(cfg: VerifyConfig):
-    """Integrity and isolation checks of a pack (a VerifyResult)."""
-    from packtool.verify.run import verify as _verify
-
-    return _verify(cfg)
-
-
-def self_test(cfg: VerifyConfig):
-    """`verify --self-test`: build a small pack in a temporary folder, verify it and a broken copy."""
-    from packtool.verify.selftest import run_self_test
-
-    return run_self_test(cfg)
-
-
-def check_sources(
-    pack: str,
-    data: str | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    progress: bool | Reporter = False,
-) -> list:
-    """`verify --sources`: the sources read again, tokenized again and compared with the shards (Checks)."""
-    from packtool.verify.sources import check_sources as _check_sources
-
-    return _check_sources(pack, data, sample=sample, seed=seed, progress=progress)
-
-
-# ---------------------------------------------------------------------------------------------
-# demo data
-
-
-def write_sample(path: str, n: int = 600, seed: int = 0):
-    """Write the built-in synthetic chat set (OpenAI messages JSONL) to `path`; returns its Path."""
-    from packtool.demo_data import write_sample as _write_sample
-
-    return _write_sample(path, n=n, seed=seed)
-
-
-# ---------------------------------------------------------------------------------------------
-# export
-
-
-def export(pack: str, to: str, out: str, force: bool = False, progress=None):
-    """Write the pack folder `pack` in another trainer's format `to` (nemo) into the folder `out`
-    (an ExportResult). `progress(rows read, rows total)`."""
-    from packtool.export import export_pack
-
-    return export_pack(pack, to, out, force=force, progress=progress)
-
-
 def model_warning(model: str | None, tokenizer: str | None) -> str | None:
     """The one-line early warning of inspect/profile/pack for the model to be trained (--model,
     or a --tokenizer folder holding its config.json): packtool.arch.warning, or None (and packtool.arch
@@ -349,10 +220,3 @@ def model_warning(model: str | None, tokenizer: str | None) -> str | None:
     from packtool.arch.config import model_warning as _model_warning
 
     return _model_warning(model, tokenizer)
-
-
-def read_model_config(model: str, need_type: bool = True) -> tuple[dict, str]:
-    """MODEL's config.json as a dict and its path, read as every command reads --model."""
-    from packtool.arch.config import read_config
-
-    return read_config(model, need_type=need_type)
