@@ -362,15 +362,11 @@ def _start_local(**kw) -> None:
         ray.init(**kw)
         return
 
+    def skip(self, *args, **kwargs):
+        pass
+
     class LeanNode(base):
-        def start_monitor(self, *args, **kwargs):
-            pass
-
-        def start_log_monitor(self, *args, **kwargs):
-            pass
-
-        def start_api_server(self, *args, **kwargs):
-            pass
+        start_monitor = start_log_monitor = start_api_server = skip
 
     ray_node.Node = LeanNode
     try:
