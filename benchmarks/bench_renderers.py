@@ -67,7 +67,7 @@ def force(what: str) -> None:
             got = own(template)
             return ("compiled", None) if got[0] == "native" else got
 
-        render.best = best  # (before run_plan imports it)
+        render.best = best  # (before pipeline imports it)
     if what == "nocut":
         from packtool.tokenization import cut
 

@@ -105,7 +105,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
         }
 
     from packtool.io.readers import RawBatch
-    from packtool.tokenization.run_plan import FastCheck, compare, plan_run
+    from packtool.tokenization.pipeline import FastCheck, compare, plan_run
     from packtool.tokenization.source import FileDecision
 
     try:  # fmt None: no record of its file up to it fits a format; normalizing says why (its keys)

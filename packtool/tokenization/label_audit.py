@@ -1,5 +1,5 @@
-"""What an example holds beyond its data's turns: label notes (what is trained that the data does
-not hold, and what of the data is not trained) and control tokens typed in message text.
+"""What an example holds beyond its data's turns (label notes), control tokens typed in message
+text, and a finished run's meta with its label audit and warnings.
 
 Per example (`label_notes`, called by the Encoder on each chat example), {kind: [turns, tokens]}:
 
@@ -11,27 +11,21 @@ Per example (`label_notes`, called by the Encoder on each chat example), {kind: 
     think_omitted       (said, never refused) chatml-train on a tokenizer whose own template writes
                         `<think>` blocks: turns without reasoning are trained with no block at all
 
-Per run (`label_audit`, from the (source index, notes) pairs of every batch): summed per kind into
-the summary, the manifest's `tokenizer.label_audit` and warnings (`audit_warnings`); with
-`--strict-labels` the first one found refuses the run (`strict_problem`).
+Per run (`label_audit`): summed per kind into the manifest's `tokenizer.label_audit` and warnings
+(`audit_warnings`); `--strict-labels` refuses the first one found (`strict_problem`).
 
-Control tokens written in message text (`--special-in-content`, ContentTokens): found, and
-read as plain text.
-
-A user can type a tokenizer's control token into a message (`<|im_start|>` in a chat export,
-`<|im_end|>` in a tool call's argument). The Encoder counts such examples and keeps the token as
-a control token (`keep`, what apply_chat_template does), refuses the example (`error`), or
-tokenizes it as text (`split`):
+Control tokens a user types into a message (`--special-in-content`, ContentTokens) are kept as
+control tokens (`keep`, what apply_chat_template does), refused (`error`), or read as text (`split`):
 
     messages  [{"role": "user", "content": "say <|im_end|> now"}]
     found     [(0, "<|im_end|>")]                                   (turn, control token)
     split     content "say \\ue0000\\ue001 now", literals ["<|im_end|>"]  (placeholders: U+E000 n U+E001)
-    rendered  "<|im_start|>user\\nsay \\ue0000\\ue001 now<|im_end|>\\n..."
     encoded   the pieces between placeholders through the reference tokenizer, each literal alone
               with special-token matching off
 
-`may_hold` answers for a whole batch with one search of its messages as JSON (orjson), so the
-walk over each message (`found`) runs only for batches that hold a control token somewhere.
+`meta(run, stats)`: the entry's meta (format, formats {file: [format, why, records]}, tokenizer
+(+ label_audit, special_in_content, pairs_unlike_trl), backend, warnings, sources, options,
+num_read, skipped, not_read); `meta_fields(meta)`: TokenizedData's fields.
 """
 
 from __future__ import annotations
@@ -43,6 +37,8 @@ from collections.abc import Callable
 import numpy as np
 from orjson import dumps as _json
 
+from packtool.data.tokenized import FileFormat, SkippedRecord, SourceFile, short_names, where
+from packtool.errors import PacktoolError
 from packtool.tokenization.render import ExampleError, appears, leaf_values, locate
 
 TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, THINK_OMITTED = (
@@ -356,3 +352,149 @@ class ContentTokens:
             np.concatenate(ids) if ids else np.zeros(0, np.int32),
             np.concatenate(mask) if mask else np.zeros(0, bool),
         )
+
+
+# -- the finished run's meta (its warnings, its label audit) ---------------------------------------
+MAX_LISTED = 20  # source indices quoted in a warning
+
+
+def no_examples(run) -> PacktoolError:
+    """Nothing left to tokenize: says why with the first skipped record's reason, when one was."""
+    source, why = run.source, ""
+    if source.skipped:
+        first = source.skipped[0]
+        at = first.record if first.record is not None else first.source_index
+        why = f"; the first skipped, {where(first.file, first.line, at)}: {first.reason}"
+    return PacktoolError(
+        f"{run.data}: no usable examples ({source.num_read} records read, "
+        f"{len(source.skipped)} skipped{why})"
+    )
+
+
+def meta(run, stats) -> dict:
+    """The meta of a finished run (module docstring)."""
+    from packtool.tokenization.source import formats_table, input_format
+
+    source, cfg, plan, decisions = run.source, run.cfg, run.plan, run.decisions
+    per_file, kind, backend = source.per_file, plan.kind, stats.backend
+    tokenizer = plan.tokenizer
+    warnings = list(plan.warnings)
+    audit, idx = label_audit(stats.notes, stats.zero_loss, lambda i: _where([i], per_file)[0])
+    if audit:  # manifest tokenizer.label_audit, only when found: clean packs keep their bytes
+        tokenizer = {**tokenizer, "label_audit": audit}
+    warnings += audit_warnings(
+        audit, idx, tokenizer.get("chat_template"), lambda x: _quote(x, per_file)
+    )
+    if stats.zero_loss:
+        what = (
+            "pre-tokenized example(s) have no loss token"
+            if kind == "pretokenized"
+            else "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
+        )
+        warnings.append(
+            f"{len(stats.zero_loss)} {what}: source indices {_quote(stats.zero_loss, per_file)}"
+        )
+    if kind == "chat":
+        special = stats.special
+        tokenizer = {
+            **tokenizer,
+            "special_in_content": {"mode": cfg.special_in_content, "examples": len(special)},
+        }
+        if special:
+            how = {
+                "keep": "kept as control tokens, as apply_chat_template does (--special-in-content "
+                "split reads them as text, error refuses them)",
+                "split": "tokenized as plain text (--special-in-content split)",
+            }[cfg.special_in_content]
+            warnings.append(
+                f"{len(special)} example(s) hold control tokens in message text, {how}: source "
+                f"indices {_quote(special, per_file)}"
+            )
+    if stats.removed:
+        warnings.append(f"removed {stats.removed} padding token(s) marked 0 in attention_mask")
+    if kind == "pretokenized":
+        fmt, reason = plan.pretokenized
+        formats = {f: FileFormat(fmt, reason, n) for f, n in per_file.items()}
+        looks: dict[str, str] = {}
+    else:
+        fmt, reason = input_format(decisions, per_file, cfg.read)
+        formats = formats_table(decisions, per_file)
+        if fmt == "preference":  # manifest preference.unlike_trl (pack.pairs.pair_manifest)
+            tokenizer = {**tokenizer, "pairs_unlike_trl": stats.unlike_trl}
+        looks = {d.file: d.looks for d in decisions if d.looks is not None}
+    said = [source.not_read_warning(), source.skip_warning(formats, cfg.read.format, looks)]
+    warnings[:0] = [w for w in said if w]
+    if backend.reason and backend.requested == "auto" and kind == "chat":
+        which = "hf" if backend.name == "hf" else f"{backend.name}, {backend.renderer} renderer"
+        warnings.append(f"tokenizer backend {which}: {backend.reason}")
+    options = cfg.fingerprint_dict()  # everything that shapes ids and labels (verify --sources)
+    if kind == "pretokenized":
+        options.update(labels_from=plan.label_source, train_on=None, chat_template=None)
+    return {
+        "format": fmt,
+        "format_reason": reason,
+        "formats": {f: list(x) for f, x in formats.items()},
+        "tokenizer": tokenizer,
+        "backend": backend.to_dict(),
+        "warnings": warnings,
+        "sources": [s.__dict__ for s in source.files],
+        "options": options,
+        "num_read": source.num_read,
+        "skipped": [s.to_json() for s in source.skipped],
+        **(
+            {"not_read": [{"path": p, "why": w} for p, w in source.not_read]}
+            if source.not_read
+            else {}
+        ),
+    }
+
+
+def meta_fields(meta: dict) -> dict:
+    """The TokenizedData fields of a run's meta (as a cache entry stores it: JSON)."""
+    return {
+        "num_read": meta["num_read"],
+        "skipped": [SkippedRecord(**s) for s in meta["skipped"]],
+        "format": meta["format"],
+        "format_reason": meta["format_reason"],
+        "formats": {f: FileFormat(*x) for f, x in (meta.get("formats") or {}).items()},
+        "tokenizer": meta["tokenizer"],
+        "sources": [SourceFile(**s) for s in meta["sources"]],
+        "options": meta["options"],
+        "warnings": list(meta["warnings"]),
+        "backend": meta.get("backend", {}),
+        "not_read": list(meta.get("not_read") or []),
+    }
+
+
+def check_strict_labels(td, cfg):
+    """--strict-labels: a run whose audit (tokenizer.label_audit) found anything is refused."""
+    problem = strict_problem((td.tokenizer or {}).get("label_audit")) if cfg.strict_labels else None
+    if problem:
+        raise PacktoolError(problem)
+    return td
+
+
+def _quote(indices, per_file: dict[str, int]) -> str:
+    """'3, 7, 12, … (40 more)'; with two or more files read ({file: records} in reading order),
+    each index also named within its own file: '3 (a.jsonl record 3), 7 (b.json record 1)'."""
+    idx = list(indices)
+    head = idx[:MAX_LISTED]
+    shown = map(str, head)
+    if len(per_file) > 1:
+        shown = (f"{i} ({w})" for i, w in zip(head, _where(head, per_file), strict=True))
+    more = f", … ({len(idx) - MAX_LISTED} more)" if len(idx) > MAX_LISTED else ""
+    return ", ".join(shown) + more
+
+
+def _where(idx: list[int], per_file: dict[str, int]) -> list[str]:
+    """'b.json record 1' for each source index (the files' records lie end to end)."""
+    if not per_file:
+        return [f"the input record {i}" for i in idx]
+    names = short_names(per_file)
+    files = list(per_file)
+    ends = np.cumsum([per_file[f] for f in files])
+    out = []
+    for i in idx:
+        k = min(int(np.searchsorted(ends, i, side="right")), len(files) - 1)
+        out.append(f"{names[files[k]]} record {i - (int(ends[k - 1]) if k else 0)}")
+    return out

@@ -1,9 +1,9 @@
-"""One tokenize run: cache → decide → plan → executor.map(step, parts) → probes / retry → commit.
+"""One tokenize run: plan → cache → decide → executor.map(step, parts) → probes / retry → commit.
 
     load_tokenized(data, cfg)            the local engine (packtool.cluster.tokenize: the Ray one)
-      cache_key hit ──▶ the entry, checked and memory-mapped (transformers never imported)
+      cache.cache_key hit ──▶ the entry, checked and memory-mapped (transformers never imported)
       RecordSource ──RawBatch──▶ source.decided_stream (each file's FileDecision; batch.fmt)
-      run_plan.plan_run ──RunPlan──▶ Run (data, cfg, source, decisions, plan, batches)
+      plan_run ──RunPlan──▶ Run (data, cfg, source, decisions, plan, batches)
       checked(run, attempt)                attempt(run, check, stats); a probe that differs
                                            (UseReference): again on Run.again, the reference path
         local attempt: forking.ordered_map(Work(step, reference), items, num_proc)
@@ -12,32 +12,30 @@
                    reported and at the end (identical, or UseReference before the commit)
             batch  ──StepResult──▶ rejects ──▶ RecordSource.reject (file:line; --on-error)
                                    Stats.add;  Arrow batch ──▶ EntryWriter (data.arrow)
-        ──commit(meta(run, stats))──▶ tok-<key>/ ──mmap──▶ TokenizedData
+        ──commit(label_audit.meta(run, stats))──▶ tok-<key>/ ──mmap──▶ TokenizedData
 
-    Stats   what the steps fill: removed padding; source indices (reading order) of examples
-            without loss, with control tokens in text; label notes; the backend report; the
-            preference pairs TRL's DPOTrainer would tokenize otherwise
-    meta(run, stats) -> the entry's meta: format, format_reason, formats {file: [format, why,
-            records]}, tokenizer (+ label_audit, special_in_content, pairs_unlike_trl), backend,
-            warnings, sources, options, num_read, skipped (, not_read); meta_fields(meta):
-            TokenizedData's fields
+    RunPlan (plan_run(cfg, decisions)): everything decided before a record is encoded, frozen
+        kind          "chat" | "pretokenized"               the input's (source.input_kind)
+        step          EncodeStep run over every batch        (the fast path's, when it is tried)
+        reference     EncodeStep of the reference path       None: the fast path is not tried
+        tokenizer     the manifest's;  template;  backend (BackendReport);  warnings (said once)
 
-The Ray engine runs the same plan, check, Stats and meta with its own executor (Session.run over
-the files' parts). The modules in reading order: packtool/tokenization/__init__.py.
+The fast path (fastokens + render.best's renderer, when `--tokenizer-backend auto` allows it and
+fastokens serves the tokenizer) runs only where it gives ids, labels and refusals identical to the
+reference path (tokenizers + jinja) on the probes (FastCheck): the first CHECK_EXAMPLES examples of
+the run's first file, CHECK_PER_FILE of each later file's (of the first CHECK_FILES files; after
+them only of a format not probed yet). A difference: the run starts again on the reference path
+(`RunPlan.on_difference`). The Ray engine runs the same plan, check, Stats and meta with its own
+executor, concluding its probes in reading order with the same FastCheck.
 
-The cache key hashes the source files' bytes, the tokenizer files, the chat template, the options
-that shape labels and the library versions. The sources are hashed in a thread (RecordSource) while
-they are read: the key is waited for first only when the cache holds entries (an empty cache, or
---no-cache, needs it at commit). A skip run that drops more than SKIP_SHARE of the records read, or a
-whole file, says so in one warning (RecordSource.skip_warning).
+The cache key hashes the sources, the tokenizer files, the chat template, the options that shape
+labels and the library versions; it is waited for first only when the cache holds entries.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
 import os
 import time
 from collections import deque
@@ -46,41 +44,239 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import packtool
 from packtool import idle
 from packtool.config import TokenizeConfig
-from packtool.data.tokenized import (
-    FileFormat,
-    SkippedRecord,
-    SourceFile,
-    TokenizedData,
-    arrow_numpy,
-    token_schema,
-    where,
-)
-from packtool.errors import PacktoolError
+from packtool.data.tokenized import TokenizedData, arrow_numpy, token_schema
+from packtool.errors import PacktoolError, UsageError
 from packtool.forking import ordered_map
 from packtool.progress import Reporter, reporter
 from packtool.tokenization import cache
-from packtool.tokenization.loading import library_versions, load_spec, tokenizer_key
-from packtool.tokenization.run_plan import (
-    BackendReport,
-    FastCheck,
-    RunPlan,
-    UseReference,
-    check_backend,
-    compare,
-    plan_run,
-)
-from packtool.tokenization.source import (
-    RecordSource,
-    decided_stream,
-    formats_table,
-    input_format,
-)
+from packtool.tokenization.chat_template import choose
+from packtool.tokenization.encode import EncodeStep
+from packtool.tokenization.label_audit import check_strict_labels, meta, meta_fields, no_examples
+from packtool.tokenization.loading import load_spec, tokenizer_key
+from packtool.tokenization.render import best
+from packtool.tokenization.render import preload as jinja_preload
+from packtool.tokenization.source import RecordSource, decided_stream, input_kind
 
+BACKENDS = ("auto", "fastokens", "hf")
+
+
+@dataclass(frozen=True)
+class BackendReport:
+    """Which tokenizer backend ran and why: the manifest's `backend` (None fields left out)."""
+
+    name: str | None
+    requested: str | None = None
+    renderer: str | None = None
+    check: dict | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if k == "name" or v is not None}
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    kind: str
+    step: EncodeStep
+    reference: EncodeStep | None
+    tokenizer: dict
+    template: object
+    backend: BackendReport
+    warnings: tuple[str, ...] = ()
+    label_source: str | None = None
+    pretokenized: tuple[str, str] | None = None
+
+    def on_difference(self, why: str) -> RunPlan:
+        """This plan on the reference path after the fast path differed on a probe (`why`)."""
+        return dataclasses.replace(
+            self,
+            step=self.reference,
+            reference=None,
+            backend=BackendReport("hf", self.backend.requested, "jinja", reason=why),
+        )
+
+    def wait(self) -> None:
+        """Wait for the fast backend's preload thread (no exit or fork while it is in native code)."""
+        if self.step.spec is not None:
+            self.step.spec.engines.wait()
+
+    def building(self) -> bool:
+        """The fast backend is still being built on its thread (time to spare)."""
+        return self.step.spec is not None and self.step.spec.engines.building()
+
+
+def check_backend(cfg: TokenizeConfig) -> None:
+    if cfg.tokenizer_backend not in BACKENDS:
+        raise UsageError(
+            f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}"
+        )
+
+
+def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
+    """The RunPlan of an input whose files were decided (`decisions`, reading order, so far).
+    `preload`: start building the fast backend now, on a thread (it overlaps what follows)."""
+    kind, label_source = input_kind(decisions)
+    if kind == "pretokenized":
+        return _pretokenized_plan(cfg, label_source)
+    if preload:
+        idle.later(jinja_preload)  # the probe and the reference path render with it
+    spec = load_spec(cfg.tokenizer)
+    why = fast_refused(spec, cfg.tokenizer_backend)
+    if why is None and preload:
+        spec.engines.preload()
+    try:
+        template = choose(spec, cfg.chat_template, cfg.train_on, cfg.template_date)
+    except BaseException:
+        spec.engines.wait()
+        raise
+    first = next((d for d in decisions if d.first_len), None)
+    reference = EncodeStep(  # the reference path: tokenizers + jinja (fmt: of a batch with none)
+        "chat",
+        cfg.read,
+        fmt=first.fmt if first is not None else cfg.read.format or "messages",
+        spec=spec,
+        template=template,
+        train_on=cfg.train_on,
+        special_in_content=cfg.special_in_content,
+    )
+    step, backend = reference, BackendReport("hf", cfg.tokenizer_backend, "jinja", reason=why)
+    if why is None:
+        renderer, note = best(template)
+        step = reference.with_backend("fastokens", renderer)
+        backend = BackendReport("fastokens", cfg.tokenizer_backend, renderer, {"examples": 0}, note)
+    return RunPlan(
+        "chat",
+        step,
+        reference if why is None else None,
+        {**spec.info(), **template.info()},
+        template,
+        backend,
+        tuple(template_warnings(template)),
+    )
+
+
+def _pretokenized_plan(cfg: TokenizeConfig, label_source: str) -> RunPlan:
+    step = EncodeStep("pretokenized", cfg.read, label_source=label_source)
+    labels_from = label_source if label_source != "all" else "every token"
+    ignored = ["--chat-template"] if cfg.chat_template is not None else []
+    if cfg.train_on != "assistant":
+        ignored.append("--train-on")
+    warning = (
+        f"{' and '.join(ignored)} do not apply to pre-tokenized input: labels come from "
+        f"{labels_from}"
+    )
+    if cfg.tokenizer is None:  # ids come as they are; a tokenizer only names the pad/eos ids
+        tokenizer = {"name": None, "pad_id": None, "eos_id": None, "vocab_size": None}
+    else:
+        tokenizer = load_spec(cfg.tokenizer).info()
+    return RunPlan(
+        "pretokenized",
+        step,
+        None,
+        tokenizer,
+        None,
+        BackendReport(None, reason="pre-tokenized input is not tokenized"),
+        (warning,) if ignored else (),
+        label_source=label_source,
+        pretokenized=("pretokenized", f"records carry input_ids; labels from {labels_from}"),
+    )
+
+
+def fast_refused(spec, requested: str) -> str | None:
+    """Why the fast path is not tried (None: it is); UsageError for --tokenizer-backend fastokens."""
+    if requested == "hf":
+        return "--tokenizer-backend hf"
+    from packtool.tokenization.backends import supports_fast
+
+    why = supports_fast(spec, load=False)
+    if why is not None and requested == "fastokens":
+        raise UsageError(
+            f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"
+        )
+    return why
+
+
+def template_warnings(template) -> list[str]:
+    """What a template without {% generation %} markers costs, said once."""
+    if template.mode not in ("prefix", "last"):
+        return []
+    which = "assistant turns are" if template.mode == "prefix" else "the last assistant turn is"
+    return [
+        f"chat template '{template.name}' has no {{% generation %}} markers: {which} "
+        "located by diffs of renders (slower; checked per example)"
+    ]
+
+
+CHECK_EXAMPLES = 256  # examples encoded by both backends before fastokens is trusted
+CHECK_PER_FILE = 32  # ...and of each later file's first batch (a folder's files differ in format)
+CHECK_FILES = 64  # files probed in full; beyond them only a file of a format not probed yet
+
+
+class UseReference(Exception):
+    """The fast path differed from the reference path on a probe: start again with the reference."""
+
+
+class FastCheck:
+    def __init__(self, backend: BackendReport):
+        self.backend = backend  # the plan's, before any probe: fastokens, its renderer, its note
+        self.files: list[str] = []  # files with a probe, in reading order
+        self.formats: set[str] = set()
+        self.examples = 0  # examples compared so far
+        self.report: BackendReport | None = None
+
+    @classmethod
+    def of(cls, plan: RunPlan) -> FastCheck | None:
+        """The check of a plan that tries the fast path (None when it does not)."""
+        return cls(plan.backend) if plan.reference is not None else None
+
+    def take(self, file: str, fmt: str | None, n: int) -> int:
+        if not n or file in self.files:
+            return 0
+        if len(self.files) >= CHECK_FILES and fmt in self.formats:
+            return 0
+        first = not self.files
+        self.files.append(file)
+        self.formats.add(fmt)
+        return min(n, CHECK_EXAMPLES if first else CHECK_PER_FILE)
+
+    def probes(self, files: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+        return [(f, fmt, k) for f, fmt, n in files if (k := self.take(f, fmt, n))]
+
+    def conclude(self, n: int, where: str | None) -> None:
+        self.examples += n
+        check = {"examples": self.examples, "identical": where is None}
+        if len(self.files) > 1:  # (one file: the report as it always was)
+            check["files"] = len(self.files)
+        backend = self.backend
+        if where is None:
+            self.report = dataclasses.replace(backend, check=check)
+            return
+        why = (
+            f"the fast path (fastokens, {backend.renderer} renderer) differs from tokenizers + "
+            f"jinja on {where}"
+        )
+        if backend.reason:  # (why the renderer is jinja)
+            why = f"{backend.reason}; {why}"
+        if backend.requested == "fastokens":
+            raise PacktoolError(f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend hf")
+        raise UseReference(why)
+
+
+def compare(a, b, probe) -> str | None:
+    """None when the fast path's result `a` is the reference's `b`, else where they first differ."""
+    if a.rejects == b.rejects and a.table.equals(b.table):
+        return None
+    ra, rb = a.table.to_pydict(), b.table.to_pydict()
+    for j, (x, y) in enumerate(zip(ra["input_ids"], rb["input_ids"], strict=False)):
+        if x != y or ra["labels"][j] != rb["labels"][j]:
+            return probe.where(int(ra["source_index"][j]) - probe.start)
+    return "the first batch"
+
+
+# -- the run ---------------------------------------------------------------------------------------
 SMALL_BYTES = 4 << 20  # below this much input one process is faster than starting workers
-MAX_LISTED = 20  # source indices quoted in a warning
 
 
 @dataclass(frozen=True)
@@ -133,8 +329,8 @@ class Stats:
 
 
 def checked(run: Run, attempt: Callable) -> tuple[Run, Stats, Any]:
-    """attempt(run, check, stats) on the run's plan; after a probe that differs (UseReference), once
-    more on the reference path (not checked). (the run that finished, its Stats, what it returned)"""
+    """attempt(run, check, stats); after a probe that differs (UseReference), once more on the
+    reference path: (the run that finished, its Stats, what attempt returned)."""
     while True:
         check, stats = FastCheck.of(run.plan), Stats(run.plan.backend)
         try:
@@ -146,8 +342,8 @@ def checked(run: Run, attempt: Callable) -> tuple[Run, Stats, Any]:
 @dataclass(frozen=True)
 class Work:
     """The local executor's function: a batch → its StepResult; a probe → where the step and the
-    reference differ on it (None: identical). The reference first: in this process the fast
-    backend may still be building on its thread meanwhile."""
+    reference differ on it (None: identical); the reference first (the fast backend may still be
+    building on its thread)."""
 
     step: Any
     reference: Any
@@ -176,53 +372,11 @@ def _items(batches, check: FastCheck | None):
         yield False, b
 
 
-def _template_key(choice: str | None) -> str:
-    """The chosen template's bytes where they are not covered by the tokenizer's files and the
-    library versions (TRL's included): a file, a built-in, a TRL template (edits never hit old entries)."""
-    from packtool.tokenization.chat_template import BUILTIN_TEMPLATES, trl_dir
-
-    choice = choice or "auto"
-    if choice in ("auto", "tokenizer"):  # auto may pick the built-in chatml-train: its bytes count
-        builtin = BUILTIN_TEMPLATES["chatml-train"].read_bytes()
-        return f"{choice}:{hashlib.sha256(builtin).hexdigest()}"
-    if choice.startswith("trl:"):
-        folder = trl_dir()
-        path = folder / f"{choice[4:]}.jinja" if folder else None
-    else:
-        path = BUILTIN_TEMPLATES.get(choice) or Path(choice).expanduser()
-    if path is not None and path.is_file():
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    return f"name:{choice}"
-
-
-def cache_key(
-    sources: list[SourceFile], cfg: TokenizeConfig, tokenizer: str | None = None, not_read=()
-) -> str:
-    """`tokenizer`: tokenizer_key(cfg.tokenizer) when the caller has it (it hashes the tokenizer's
-    files); `not_read`: the paths found and not read (their warning is in the entry)."""
-    parts = {
-        "packtool": packtool.__version__,
-        "encoder": 6,  # 6: preference runs count the pairs TRL tokenizes otherwise
-        # (tokenizer.pairs_unlike_trl: entries without it are not hit); 5: UTF-16/32 JSON Lines decoded (were cut at b"\n"); 4: label notes
-        # (label_audit); 3: each file of a folder or glob in its own format
-        "libraries": library_versions(),
-        "sources": [(s.path, s.size, s.sha256) for s in sources],
-        "tokenizer": tokenizer or tokenizer_key(cfg.tokenizer),
-        "template": _template_key(cfg.chat_template),
-        "options": cfg.fingerprint_dict(),
-    }
-    if not_read:  # (only then: other entries keep their keys)
-        parts["not_read"] = list(not_read)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
-
-
 def load_tokenized(
     data: str, cfg: TokenizeConfig, progress: bool | Reporter = True
 ) -> TokenizedData:
-    """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run.
-
-    `progress`: where the tokenizing stage reports (packtool.progress.reporter: a Reporter, True for
-    the default terminal drawing, False for none)."""
+    """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run;
+    `progress`: where the tokenizing stage reports (packtool.progress.reporter)."""
     check_backend(cfg)
     t0 = time.perf_counter()
     source = RecordSource(data, cfg.read)
@@ -233,7 +387,7 @@ def load_tokenized(
     # the sources' sha256 are still being hashed (source.files waits): an empty cache has no hit
     if cfg.cache and cache.has_entries():
         entry = cache.open_entry(
-            cache.entry_path(cache_key(source.files, cfg, tok_key, source.not_read))
+            cache.entry_path(cache.cache_key(source.files, cfg, tok_key, source.not_read))
         )
         if entry is not None:
             td = _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
@@ -314,7 +468,7 @@ def _tokenize(run: Run, check: FastCheck | None, stats: Stats, tok_key: str, pro
         settle(every=True)
         if writer.rows == 0:
             raise no_examples(run)
-        key = cache_key(source.files, cfg, tok_key, source.not_read)
+        key = cache.cache_key(source.files, cfg, tok_key, source.not_read)
         return writer.commit(key, meta(run, stats), replace=not cfg.cache)
 
 
@@ -325,153 +479,3 @@ def _finish(entry: cache.MappedEntry, cache_hit: bool, seconds: dict) -> Tokeniz
     td.release_pages = entry.release
     td.mapped_files = [entry.mapped_file]
     return td
-
-
-def no_examples(run: Run) -> PacktoolError:
-    """Nothing left to tokenize: says why with the first skipped record's reason, when one was."""
-    source, why = run.source, ""
-    if source.skipped:
-        first = source.skipped[0]
-        at = first.record if first.record is not None else first.source_index
-        why = f"; the first skipped, {where(first.file, first.line, at)}: {first.reason}"
-    return PacktoolError(
-        f"{run.data}: no usable examples ({source.num_read} records read, "
-        f"{len(source.skipped)} skipped{why})"
-    )
-
-
-def meta(run: Run, stats: Stats) -> dict:
-    """The meta of a finished run (module docstring): the warnings about examples without loss and
-    control tokens in text, the tokenizer with its label audit and special_in_content count."""
-    from packtool.tokenization.label_audit import audit_warnings, label_audit
-
-    source, cfg, plan, decisions = run.source, run.cfg, run.plan, run.decisions
-    per_file, kind, backend = source.per_file, plan.kind, stats.backend
-    tokenizer = plan.tokenizer
-    warnings = list(plan.warnings)
-    audit, idx = label_audit(stats.notes, stats.zero_loss, lambda i: _where([i], per_file)[0])
-    if audit:  # manifest tokenizer.label_audit, only when found: clean packs keep their bytes
-        tokenizer = {**tokenizer, "label_audit": audit}
-    warnings += audit_warnings(
-        audit, idx, tokenizer.get("chat_template"), lambda x: _quote(x, per_file)
-    )
-    if stats.zero_loss:
-        what = (
-            "pre-tokenized example(s) have no loss token"
-            if kind == "pretokenized"
-            else "example(s) have no loss token (no assistant turn, or every assistant weight 0)"
-        )
-        warnings.append(
-            f"{len(stats.zero_loss)} {what}: source indices {_quote(stats.zero_loss, per_file)}"
-        )
-    if kind == "chat":
-        special = stats.special
-        tokenizer = {
-            **tokenizer,
-            "special_in_content": {"mode": cfg.special_in_content, "examples": len(special)},
-        }
-        if special:
-            how = {
-                "keep": "kept as control tokens, as apply_chat_template does (--special-in-content "
-                "split reads them as text, error refuses them)",
-                "split": "tokenized as plain text (--special-in-content split)",
-            }[cfg.special_in_content]
-            warnings.append(
-                f"{len(special)} example(s) hold control tokens in message text, {how}: source "
-                f"indices {_quote(special, per_file)}"
-            )
-    if stats.removed:
-        warnings.append(f"removed {stats.removed} padding token(s) marked 0 in attention_mask")
-    if kind == "pretokenized":
-        fmt, reason = plan.pretokenized
-        formats = {f: FileFormat(fmt, reason, n) for f, n in per_file.items()}
-        looks: dict[str, str] = {}
-    else:
-        fmt, reason = input_format(decisions, per_file, cfg.read)
-        formats = formats_table(decisions, per_file)
-        if fmt == "preference":  # manifest preference.unlike_trl (pack.pairs.pair_manifest)
-            tokenizer = {**tokenizer, "pairs_unlike_trl": stats.unlike_trl}
-        looks = {d.file: d.looks for d in decisions if d.looks is not None}
-    said = [source.not_read_warning(), source.skip_warning(formats, cfg.read.format, looks)]
-    warnings[:0] = [w for w in said if w]
-    if backend.reason and backend.requested == "auto" and kind == "chat":
-        which = "hf" if backend.name == "hf" else f"{backend.name}, {backend.renderer} renderer"
-        warnings.append(f"tokenizer backend {which}: {backend.reason}")
-    options = cfg.fingerprint_dict()  # everything that shapes ids and labels (verify --sources)
-    if kind == "pretokenized":
-        options.update(labels_from=plan.label_source, train_on=None, chat_template=None)
-    return {
-        "format": fmt,
-        "format_reason": reason,
-        "formats": {f: list(x) for f, x in formats.items()},
-        "tokenizer": tokenizer,
-        "backend": backend.to_dict(),
-        "warnings": warnings,
-        "sources": [s.__dict__ for s in source.files],
-        "options": options,
-        "num_read": source.num_read,
-        "skipped": [s.to_json() for s in source.skipped],
-        **(
-            {"not_read": [{"path": p, "why": w} for p, w in source.not_read]}
-            if source.not_read
-            else {}
-        ),
-    }
-
-
-def meta_fields(meta: dict) -> dict:
-    """The TokenizedData fields of a run's meta (as a cache entry stores it: JSON)."""
-    return {
-        "num_read": meta["num_read"],
-        "skipped": [SkippedRecord(**s) for s in meta["skipped"]],
-        "format": meta["format"],
-        "format_reason": meta["format_reason"],
-        "formats": {f: FileFormat(*x) for f, x in (meta.get("formats") or {}).items()},
-        "tokenizer": meta["tokenizer"],
-        "sources": [SourceFile(**s) for s in meta["sources"]],
-        "options": meta["options"],
-        "warnings": list(meta["warnings"]),
-        "backend": meta.get("backend", {}),
-        "not_read": list(meta.get("not_read") or []),
-    }
-
-
-def check_strict_labels(td: TokenizedData, cfg: TokenizeConfig) -> TokenizedData:
-    """--strict-labels: a run whose audit (tokenizer.label_audit) found anything is refused."""
-    from packtool.tokenization.label_audit import strict_problem
-
-    problem = strict_problem((td.tokenizer or {}).get("label_audit")) if cfg.strict_labels else None
-    if problem:
-        raise PacktoolError(problem)
-    return td
-
-
-def _quote(indices, per_file: dict[str, int]) -> str:
-    """'3, 7, 12, … (40 more)'; with two or more files read ({file: records} in reading order),
-    each index also named within its own file: '3 (a.jsonl record 3), 7 (b.json record 1)'."""
-    idx = list(indices)
-    head = idx[:MAX_LISTED]
-    shown = map(str, head)
-    if len(per_file) > 1:
-        shown = (f"{i} ({w})" for i, w in zip(head, _where(head, per_file), strict=True))
-    more = f", … ({len(idx) - MAX_LISTED} more)" if len(idx) > MAX_LISTED else ""
-    return ", ".join(shown) + more
-
-
-def _where(idx: list[int], per_file: dict[str, int]) -> list[str]:
-    """'b.json record 1' for each source index (the file named even when it is the only one): the
-    files' records lie end to end in reading order."""
-    import numpy as np
-
-    from packtool.data.tokenized import short_names
-
-    if not per_file:
-        return [f"the input record {i}" for i in idx]
-    names = short_names(per_file)
-    files = list(per_file)
-    ends = np.cumsum([per_file[f] for f in files])
-    out = []
-    for i in idx:
-        k = min(int(np.searchsorted(ends, i, side="right")), len(files) - 1)
-        out.append(f"{names[files[k]]} record {i - (int(ends[k - 1]) if k else 0)}")
-    return out

@@ -103,7 +103,7 @@ def test_limit_reads_the_same_prefix(tmp_path, small_parts, limit):
 def test_a_fast_path_difference_packs_again_on_the_reference_path(tmp_path, monkeypatch):
     """A probe that differs (FastCheck, concluded in the driver by both engines): both pack again on
     the reference path, with the same shards and manifest, which says why."""
-    from packtool.tokenization.run_plan import FastCheck
+    from packtool.tokenization.pipeline import FastCheck
 
     conclude = FastCheck.conclude
     differs = "b.jsonl record 0"

@@ -402,7 +402,7 @@ def test_first_probe_reference_encoded_here_or_in_a_worker(tmp_path, monkeypatch
     backend still builds (`building`), else in a worker: either way an honest run is checked on the
     same examples and a fast path that differs on the first record is caught."""
     from packtool.tokenization import backends
-    from packtool.tokenization.run_plan import RunPlan
+    from packtool.tokenization.pipeline import RunPlan
 
     monkeypatch.setattr(RunPlan, "building", lambda self: building)
     path = str(write_sample(tmp_path / "m.jsonl", n=30, seed=6))
@@ -469,8 +469,8 @@ def test_fast_check_probes_and_reports():
     import pytest
 
     from packtool.errors import PacktoolError
-    from packtool.tokenization import run_plan as fc
-    from packtool.tokenization.run_plan import BackendReport
+    from packtool.tokenization import pipeline as fc
+    from packtool.tokenization.pipeline import BackendReport
 
     def fast(renderer, requested):
         return fc.FastCheck(BackendReport("fastokens", requested, renderer, {"examples": 0}))

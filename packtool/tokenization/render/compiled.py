@@ -30,7 +30,7 @@ digits, which it rounds differently), a reserved character in the data (a templa
 token holding one is not compiled), and anything MiniJinja refuses (an error is re-rendered by
 jinja, so a refused example gives jinja's own message). Every run checks the
 rest: the fast path's probe compares it with the jinja reference on the run's first examples
-(packtool.tokenization.run_plan.FastCheck), and tests/tokenization/test_compiled.py renders every TRL
+(packtool.tokenization.pipeline.FastCheck), and tests/tokenization/test_compiled.py renders every TRL
 template and the shared tokenizers' templates with both engines.
 """
 

@@ -22,7 +22,7 @@ not as MiniJinja would.
 text, the last assistant turn's reasoning; no tools, tool calls or turns the template skips), so
 the Renderer need not search for it; False says nothing (lost_content searches).
 
-Every run checks it as it checks the compiled renderer (packtool.tokenization.run_plan.FastCheck: the
+Every run checks it as it checks the compiled renderer (packtool.tokenization.pipeline.FastCheck: the
 start-up probe against jinja on the run's first examples), and tests/tokenization/test_gptoss.py
 renders generated, shared and edge-case conversations with both.
 """
