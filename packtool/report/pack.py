@@ -181,9 +181,6 @@ def render_pack(result: PackResult, console) -> None:
             console.print(f"[yellow]warning: {w.message}[/]")
 
 
-SCHEMA = "packtool.export/v1"
-
-
 def export_json(result: ExportResult) -> dict[str, Any]:
     return {
         "schema": EXPORT_SCHEMA,
