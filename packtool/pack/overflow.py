@@ -36,10 +36,7 @@ class Pieces:
 def apply_overflow(
     lengths: np.ndarray, source_index: np.ndarray, pack_len: int, overflow: str
 ) -> Pieces:
-    """Turn examples into pieces of 1..pack_len tokens under the --overflow policy.
-
-    Empty examples (0 tokens) are always dropped with reason "empty".
-    """
+    """Examples as pieces of 1..pack_len tokens under --overflow; empty ones always dropped."""
     n = lengths.shape[0]
     rows = np.arange(n, dtype=np.int64)
     over = lengths > pack_len
@@ -47,17 +44,12 @@ def apply_overflow(
     if overflow == "error" and over.any():
         bad = np.flatnonzero(over)
         i = int(bad[0])
-        more = (
-            f" ({bad.size} examples are longer than --len; the longest has {int(lengths[bad].max())} tokens)"
-            if bad.size > 1
-            else ""
-        )
+        more = f" ({bad.size} examples are longer than --len; the longest has {int(lengths[bad].max())} tokens)"
         raise PacktoolError(
             f"example {int(source_index[i])} has {int(lengths[i])} tokens > --len {pack_len}; "
-            f"use --overflow truncate|split or raise --len{more}"
+            f"use --overflow truncate|split or raise --len{more if bad.size > 1 else ''}"
         )
-    none = np.zeros(0, dtype=np.int64)
-    truncated, split, parts_of_split = none, none, none
+    truncated = split = parts_of_split = np.zeros(0, dtype=np.int64)
     drop_mask = empty | over if overflow == "drop" else empty
     keep = ~drop_mask
     if overflow == "split":
@@ -96,36 +88,40 @@ LOSS_SHARE = 0.01  # above this share of the examples or tokens lost to --overfl
 
 def overflow_loss(lengths: np.ndarray, pieces: Pieces, pack_len: int, overflow: str) -> str | None:
     """The warning when --overflow drop or truncate loses more than LOSS_SHARE of the examples or
-    of the tokens (empty examples lose nothing and are not counted), with the fix: the policy that
-    keeps them, or a --len that fits 99% of the examples and one that fits the longest. None when
-    less is lost. profile predicts with the same function, so both say the same.
+    of the tokens (empty examples lose nothing and are not counted), with the fix; None when less
+    is lost. profile predicts with the same function, so both say the same.
 
         "--overflow drop drops 95 of 150 examples (63.3%) and 34,200 of 38,000 tokens (90.0%):
          longer than --len 256; use --overflow split|truncate to keep them, or --len 512 (fits 99%
          of the examples) / --len 1024 (fits the longest, 812 tokens)"
     """
-    n, total = int(lengths.shape[0]), int(lengths.sum())
     if overflow == "drop":
         lost = pieces.dropped[lengths[pieces.dropped] > 0]
-        cut = int(lengths[lost].sum())
-        what = "drops"
-        keep = "--overflow split|truncate to keep them"
+        cut, keep = int(lengths[lost].sum()), "--overflow split|truncate to keep them"
     elif overflow == "truncate":
         lost = pieces.truncated
-        cut = int((lengths[lost] - pack_len).sum())
-        what = "truncates"
-        keep = "--overflow split to keep every token"
+        cut, keep = int((lengths[lost] - pack_len).sum()), "--overflow split to keep every token"
     else:
         return None
-    k = int(lost.size)
+    return loss_warning(overflow, int(lost.size), cut, lengths, pack_len, "example", keep)
+
+
+def loss_warning(
+    overflow: str, k: int, cut: int, lengths: np.ndarray, pack_len: int, unit: str, keep: str = ""
+) -> str | None:
+    """overflow_loss's (unit "example") and pack.pairs.pair_overflow_loss's (unit "pair") warning:
+    `k` of the `lengths` lost, `cut` tokens; None when both shares are at most LOSS_SHARE."""
+    n, total = int(lengths.shape[0]), int(lengths.sum())
     if not n or not k or (k / n <= LOSS_SHARE and cut / max(total, 1) <= LOSS_SHARE):
         return None
-    fits = fitting_lens(lengths, pack_len)
-    tokens = "tokens cut" if overflow == "truncate" else "tokens"
+    fits = " / ".join(fitting_lens(lengths, pack_len, unit))
+    what = "drops" if overflow == "drop" else "truncates"
+    tokens = "tokens cut" if overflow == "truncate" and unit == "example" else "tokens"
+    longer = "chosen + rejected longer" if unit == "pair" else "longer"
     return (
-        f"--overflow {overflow} {what} {k:,} of {n:,} examples ({100 * k / n:.1f}%) and "
-        f"{cut:,} of {total:,} {tokens} ({100 * cut / max(total, 1):.1f}%): longer than --len "
-        f"{pack_len}; use {keep}, or {' / '.join(fits)}"
+        f"--overflow {overflow} {what} {k:,} of {n:,} {unit}s ({100 * k / n:.1f}%) and "
+        f"{cut:,} of {total:,} {tokens} ({100 * cut / max(total, 1):.1f}%): {longer} than --len "
+        f"{pack_len}; use {f'{keep}, or {fits}' if keep else fits}"
     )
 
 
@@ -166,13 +162,8 @@ class Outcomes:
 
 def outcomes(lengths: np.ndarray, source: np.ndarray, pieces: Pieces, pack_len: int) -> Outcomes:
     """One example a dataset row: a truncated one keeps pack_len tokens."""
+    p = pieces
+    cut = lengths[p.truncated] - pack_len
     return Outcomes(
-        lengths,
-        source,
-        pieces.dropped,
-        pieces.dropped_reason,
-        pieces.truncated,
-        lengths[pieces.truncated] - pack_len,
-        pieces.split,
-        pieces.split_parts,
+        lengths, source, p.dropped, p.dropped_reason, p.truncated, cut, p.split, p.split_parts
     )

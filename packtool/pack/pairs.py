@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.errors import PacktoolError, UsageError
-from packtool.pack.overflow import Outcomes, Pieces
+from packtool.pack.overflow import Outcomes, Pieces, loss_warning
 
 TOO_LONG = "pair longer than --len"
 NO_ROOM = "prompt too long: truncating to --len leaves no trained token on a side"
@@ -107,26 +107,16 @@ def pair_outcomes(lengths: np.ndarray, source: np.ndarray, pieces: Pieces) -> Ou
     kept[pieces.row] = pieces.length
     truncated = np.unique(pieces.truncated // 2)
     cut = length[truncated] - kept[2 * truncated] - kept[2 * truncated + 1]
-    none = np.zeros(0, dtype=np.int64)
+    dropped, none = pieces.dropped[0::2] // 2, np.zeros(0, dtype=np.int64)
     return Outcomes(
-        length,
-        source[0::2],
-        pieces.dropped[0::2] // 2,
-        pieces.dropped_reason[0::2],
-        truncated,
-        cut,
-        none,
-        none,
+        length, source[0::2], dropped, pieces.dropped_reason[0::2], truncated, cut, none, none
     )
 
 
 def pair_manifest(pieces: Pieces, data) -> dict:
     """The manifest's `preference` object: pairs packed, the layout, the sides' codes, and
-    `unlike_trl`: the pairs of the run whose ids TRL's DPOTrainer would tokenize otherwise (a
-    string pair with a token merged across the prompt/answer boundary, or an answer ending in the
-    EOS text; chat pairs never). The tokenize run counts them over the pairs it kept, before
-    --overflow, and records the count with its meta (data.tokenizer["pairs_unlike_trl"], cached
-    with the entry); not in data.options, whose every key verify --sources rebuilds a config from."""
+    `unlike_trl`: the pairs whose ids TRL's DPOTrainer would tokenize otherwise, as the tokenize
+    run counted them (data.tokenizer["pairs_unlike_trl"]: not an option verify --sources reuses)."""
     out = {
         "pairs": int(pieces.row.shape[0] // 2),
         "layout": "each pair two adjacent documents in one row, chosen first; both carry the "
@@ -142,19 +132,8 @@ def pair_manifest(pieces: Pieces, data) -> dict:
 def pair_overflow_loss(oc: Outcomes, pack_len: int, overflow: str) -> str | None:
     """The warning when --overflow loses more than LOSS_SHARE of the pairs or their tokens, with
     the --len that fits 99% of the pairs and the one that fits the longest (as overflow_loss)."""
-    from packtool.pack.overflow import LOSS_SHARE, fitting_lens
-
-    lost = oc.dropped if overflow == "drop" else oc.truncated if overflow == "truncate" else None
-    n, total = int(oc.length.shape[0]), int(oc.length.sum())
-    if lost is None or not n or not lost.size:
+    if overflow not in ("drop", "truncate"):
         return None
+    lost = oc.dropped if overflow == "drop" else oc.truncated
     cut = int(oc.length[lost].sum()) if overflow == "drop" else int(oc.cut.sum())
-    if lost.size / n <= LOSS_SHARE and cut / max(total, 1) <= LOSS_SHARE:
-        return None
-    fits = fitting_lens(oc.length, pack_len, "pair")
-    what = "drops" if overflow == "drop" else "truncates"
-    return (
-        f"--overflow {overflow} {what} {lost.size:,} of {n:,} pairs ({100 * lost.size / n:.1f}%) "
-        f"and {cut:,} of {total:,} tokens ({100 * cut / max(total, 1):.1f}%): chosen + rejected "
-        f"longer than --len {pack_len}; use {' / '.join(fits)}"
-    )
+    return loss_warning(overflow, int(lost.size), cut, oc.length, pack_len, "pair")

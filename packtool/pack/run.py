@@ -33,6 +33,12 @@ from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate_rows
 from packtool.pack.overflow import apply_overflow, outcomes, overflow_loss
+from packtool.pack.pairs import (
+    apply_pair_overflow,
+    pair_manifest,
+    pair_outcomes,
+    pair_overflow_loss,
+)
 from packtool.pack.write import (
     Progress,
     WriteJob,
@@ -95,15 +101,8 @@ def pack_tokenized(
             f"tokenized data is inconsistent: {n} lengths, "
             f"{src.shape[0]} source indices, {loss_counts.shape[0]} loss counts"
         )
-    pairs = data.task == "preference"
-    if pairs:  # preference runs only: the pair rules (pack/pairs.py)
-        from packtool.pack.pairs import (
-            apply_pair_overflow,
-            pair_manifest,
-            pair_outcomes,
-            pair_overflow_loss,
-        )
-
+    pairs = data.task == "preference"  # the pair rules: pack/pairs.py
+    if pairs:
         pieces = apply_pair_overflow(lengths, data.prompt_lengths, src, L, cfg.overflow)
     else:
         pieces = apply_overflow(lengths, src, L, cfg.overflow)
@@ -185,18 +184,9 @@ def pack_tokenized(
             inputs=inputs,
             counts=schema.Counts(**counts),
             skipped=[r.to_json() for r in data.skipped],
-            dropped=[
-                {"source_index": int(oc.source[i]), "length": int(oc.length[i]), "reason": why}
-                for i, why in zip(oc.dropped.tolist(), oc.dropped_reason, strict=True)
-            ],
-            truncated=[
-                {"source_index": int(oc.source[i]), "length": int(oc.length[i]), "cut": int(c)}
-                for i, c in zip(oc.truncated.tolist(), oc.cut.tolist(), strict=True)
-            ],
-            split=[
-                {"source_index": int(oc.source[i]), "length": int(oc.length[i]), "parts": int(p)}
-                for i, p in zip(oc.split.tolist(), oc.split_parts.tolist(), strict=True)
-            ],
+            dropped=_listed(oc, oc.dropped, "reason", oc.dropped_reason),
+            truncated=_listed(oc, oc.truncated, "cut", oc.cut.tolist()),
+            split=_listed(oc, oc.split, "parts", oc.split_parts.tolist()),
             tokens=schema.Tokens.from_json(tokens),
             fill=round(written.tokens / (written.rows * L), 6),
             lower_bound_rows=lower_bound_rows(written.tokens + written.doc_pad, L),
@@ -229,25 +219,26 @@ def pack_tokenized(
             warnings.append(schema.Notice(what, message, counts[what], listed))
     if pairs:
         loss = pair_overflow_loss(oc, L, cfg.overflow)
-        lost = oc.dropped if cfg.overflow == "drop" else oc.truncated
     else:
         loss = overflow_loss(lengths, pieces, L, cfg.overflow)
-        lost = pieces.dropped if cfg.overflow == "drop" else pieces.truncated
     if loss is not None:
-        warnings.append(
-            schema.Notice(
-                OVERFLOW_LOSS,
-                loss,
-                int(lost.size),
-                oc.source[lost][:1000].tolist() if pairs else src[lost][:1000].tolist(),
-            )
-        )
+        lost = oc.dropped if cfg.overflow == "drop" else oc.truncated
+        items = oc.source[lost][:1000].tolist()
+        warnings.append(schema.Notice(OVERFLOW_LOSS, loss, int(lost.size), items))
     return PackResult(
         out=str(out),
         manifest=manifest,
         warnings=warnings,
         seconds={"plan": t_plan - t_start, "write": t_end - t_plan, "total": t_end - t_start},
     )
+
+
+def _listed(oc, examples: np.ndarray, key: str, values) -> list[dict[str, Any]]:
+    """The manifest's dropped / truncated / split entries: {source_index, length, `key`}."""
+    return [
+        {"source_index": int(oc.source[i]), "length": int(oc.length[i]), key: v}
+        for i, v in zip(examples.tolist(), values, strict=True)
+    ]
 
 
 Writer = Callable[[Path, TokenizedData, WriteJob], Written]
