@@ -6,17 +6,7 @@ recurrent layers (Mamba-2, gated delta nets, short convolutions) restart only wh
 package reads cu_seq_lens / seq_idx, and without one transformers either refuses the packed input
 or, with position_ids alone, lets the state run on into the next document. `FAMILIES` is the one
 table of what each architecture needs, measured with `packtool verify PACK --model` on
-transformers 5.24 (CPU; the README shows it):
-
-    family          layer kinds                         batch needs              kernel packages
-    attention       full / sliding attention            position_ids (+ cu_seq_lens for flash)   -
-    gpt_oss         attention with sinks                cu_seq_lens, flash varlen (CUDA)        flash-attn*
-    gated_deltanet  linear attention + full attention   cu_seq_lens + seq_idx    flash-linear-attention, causal-conv1d
-    mamba2_hybrid   Mamba-2 (+ attention, MoE)          seq_idx                  mamba-ssm, causal-conv1d
-    short_conv      short conv + attention              seq_idx                  causal-conv1d
-    mamba2          Mamba-2 only                        (cannot: transformers passes no seq_idx)  -
-    mamba           Mamba (v1) only: mamba, falcon_mamba (cannot: no boundary reaches the scan)  -
-    recurrent       RWKV, RecurrentGemma, xLSTM         (cannot: no boundary reaches the state)   -
+transformers 5.24 (CPU; the README shows it).
 
     config.py   MODEL (a folder or a cached hub id) -> config.json as a dict (json only, no torch)
     tiny.py     the config at tiny size, every layer kind kept (torch-free until a model is built);
@@ -170,14 +160,12 @@ def family(config) -> Family:
 
 
 def packable(config) -> bool:
-    """Whether any batch keeps this architecture's packed documents apart (False: Mamba, Mamba-2,
-    RWKV, RecurrentGemma, xLSTM in transformers: no input reaches their recurrent state)."""
+    """Whether any batch keeps this architecture's packed documents apart."""
     return bool(family(config).inputs)
 
 
 def inputs_for(config) -> tuple[str, ...]:
-    """What a packed batch must carry for this architecture (PackedCollator.for_model); () where
-    no batch keeps documents apart (`packable`)."""
+    """What a packed batch must carry for this architecture (PackedCollator.for_model)."""
     return family(config).inputs
 
 

@@ -68,10 +68,8 @@ def read_config(
     model: str, allow_download: bool = False, *, need_type: bool = True
 ) -> tuple[dict, str]:
     """(config.json as a dict, the path it was read from): the one reader of --model for every
-    command (inspect, profile, pack, verify), so that one file gets one answer. A file that is not
-    JSON or not an object: PacktoolError (exit 1) naming the file and the fix; so is one without
-    model_type where the architecture is needed (need_type: verify, PackedCollator.for_model;
-    profile reads a FLOPs-only config's sizes without it)."""
+    command. `need_type`: one without model_type is an error (profile reads a FLOPs-only config's
+    sizes without it)."""
     path = config_path(model, allow_download)
     try:
         with open(path, encoding="utf-8") as f:
@@ -93,11 +91,7 @@ def read_config(
 
 def concern(cfg: dict, where: str) -> str | None:
     """Why packtool cannot tell whether this config's model keeps packed documents apart, in one
-    line, or None: its own Python code (auto_map: packtool never runs a model's own code), a
-    model_type the installed transformers does not know, or a model that is not a causal LM.
-    inspect/profile/pack say it as a warning; verify --model ends "not checked" with it (and, where
-    transformers has a causal-LM class for an encoder, measures that a later token moves no earlier
-    logit before it judges packing)."""
+    line, or None: inspect/profile/pack warn with it, verify --model ends "not checked" with it."""
     mt = cfg.get("model_type")
     auto_map = cfg.get("auto_map")
     if auto_map:
@@ -132,12 +126,8 @@ def folder_config(folder: str | None) -> dict | None:
     """The config.json of a tokenizer folder that is a whole model folder, or None (no error)."""
     if not folder or not os.path.isdir(os.path.expanduser(folder)):
         return None
-    return _json_or_none(os.path.join(os.path.expanduser(folder), CONFIG))
-
-
-def _json_or_none(path: str) -> dict | None:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(os.path.join(os.path.expanduser(folder), CONFIG), encoding="utf-8") as f:
             cfg = json.load(f)
     except (OSError, ValueError):
         return None
@@ -145,10 +135,8 @@ def _json_or_none(path: str) -> dict | None:
 
 
 def model_warning(model: str | None, tokenizer: str | None) -> str | None:
-    """inspect/profile/pack's one-line early warning for --model (read by read_config: a file that
-    is not a model config is an error in every command), or for a --tokenizer folder that holds the
-    model's config.json; None when there is nothing to say. The warning is `concern` (own code,
-    unknown model_type, not a causal LM) or else packtool.arch.warning (kernels missing here)."""
+    """inspect/profile/pack's one-line early warning for --model, or for a --tokenizer folder that
+    holds the model's config.json: `concern`, else packtool.arch.warning; None: nothing to say."""
     from packtool import arch
 
     if model:

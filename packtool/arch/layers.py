@@ -39,16 +39,6 @@ from __future__ import annotations
 
 import re
 
-KINDS = (
-    "full attention",
-    "sliding attention",
-    "linear attention",
-    "mamba",
-    "conv",
-    "recurrent",
-    "moe",
-)
-
 _RULES = (  # the first rule whose pattern ends the class name wins
     ("linear attention", re.compile(r"(GatedDeltaNet|LinearAttention|DeltaNet|Lightning\w*)$")),
     (
@@ -155,9 +145,7 @@ def shortest_prefix(kinds: list[tuple[str, ...]]) -> int:
 
 _LIST_NAMES = re.compile(r"(layer_types|block_type|block_types|attention_layers|attn_layers)$")
 _INDEX_NAMES = re.compile(r"(_idxs|_ids|_indices|_layers)$")
-_NOT_KINDS = re.compile(
-    r"(rope_theta|heads|sizes?|dims?|window|limit|source)"
-)  # per-layer numbers, not kinds
+_NOT_KINDS = re.compile(r"(rope_theta|heads|sizes?|dims?|window|limit|source)")  # numbers
 # properties some configs derive from other fields (jamba's layers_block_type): read them too
 _DERIVED = ("layer_types", "layers_block_type", "block_types")
 

@@ -18,10 +18,7 @@ Per-layer lists of the config (layer_types, layers_block_type, a hybrid pattern 
 with it; lists of layer indices keep those below the cut.
 
 PRESETS is the one table of the architectures packtool builds itself: model_type -> what its
-default config (`AutoConfig.for_model`) is given. verify's isolation check runs the tiny "llama"
-(RoPE, grouped-query attention) and "gpt2" (learned absolute positions) of it, cut to two layers;
-the tests, benchmarks/bench_verify_model.py and benchmarks/gpu_check.sh save `full(mt)` as
-config.json and run `verify --model` on it.
+default config (`AutoConfig.for_model`) is given (verify's isolation check, the tests, benchmarks).
 """
 
 from __future__ import annotations
@@ -119,12 +116,8 @@ def _ints(cfg, names) -> list[tuple[str, int]]:
     return [(name, v) for name in names if isinstance(v := _get(cfg, name), int)]
 
 
-def _has(cfg, name: str) -> bool:
-    return _get(cfg, name) is not None
-
-
 def _set(cfg, name: str, value) -> None:
-    if _has(cfg, name):
+    if _get(cfg, name) is not None:
         try:
             setattr(cfg, name, value)
         except (AttributeError, TypeError):  # a derived property (falcon's head_dim): left as is
@@ -195,7 +188,7 @@ def widths(config, *, pack_len: int, window: int):
     _heads(cfg)
     _experts(cfg)
     _rope(cfg)
-    if isinstance(_get(cfg, "qk_rope_head_dim"), int) and _has(cfg, "head_dim"):
+    if isinstance(_get(cfg, "qk_rope_head_dim"), int) and _get(cfg, "head_dim") is not None:
         cfg.head_dim = cfg.qk_rope_head_dim  # multi-head latent attention: RoPE on that part only
     rotary = _get(cfg, "rotary_dim")  # codegen, gpt-j: RoPE on the first rotary_dim
     if isinstance(rotary, int) and rotary > (_get(cfg, "head_dim") or HIDDEN // HEADS):
@@ -220,13 +213,9 @@ def widths(config, *, pack_len: int, window: int):
     return cfg
 
 
-def depth(cfg) -> int | None:
-    return next((v for _, v in _ints(cfg, _LAYER_COUNTS) if v > 0), None)
-
-
 def cut(cfg, layers: int):
     """The config with its first `layers` layers (per-layer lists and patterns cut alike)."""
-    full = depth(cfg)
+    full = next((v for _, v in _ints(cfg, _LAYER_COUNTS) if v > 0), None)
     cfg = copy.deepcopy(cfg)
     if full is None or layers >= full:
         return cfg

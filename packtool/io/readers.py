@@ -66,9 +66,7 @@ def iter_batches(
 ) -> Iterator[RawBatch]:
     """Every record behind `located`, in a deterministic order, at most `cfg.limit` of them, in
     batches of at most `batch_records` records (and about BATCH_BYTES of JSON; Arrow sources in
-    batches of ARROW_BATCH_RECORDS rows), each from one file.
-    JSON Lines stay unparsed bytes (the encode step parses them, in parallel); parquet and Arrow
-    datasets come as Arrow record batches."""
+    batches of ARROW_BATCH_RECORDS rows), each from one file."""
     if located.kind == "files":
         streams = (_file_batches(f, cfg, batch_records) for f in located.files)
     else:
@@ -94,23 +92,22 @@ def iter_batches(
         if index == cfg.limit:  # stop before reading one more record (or opening a file)
             break
     if check is not None:  # every --column matched in some record read, or a usage error
-        problem = check.problem(_input_name(located))
-        if problem is not None:
+        n = len(located.files)
+        name = (
+            located.label
+            if located.kind != "files"
+            else located.files[0]
+            if n == 1
+            else f"{n} files"
+        )
+        if (problem := check.problem(name)) is not None:
             raise UsageError(problem)
-
-
-def _input_name(located: Located) -> str:
-    if located.kind != "files":
-        return located.label
-    return located.files[0] if len(located.files) == 1 else f"{len(located.files)} files"
 
 
 def _feed(check: ColumnCheck, b: RawBatch) -> None:
     """The batch's records into the --column check (stops early once every mapping matched)."""
     if b.arrow is not None:
-        names = list(b.arrow.schema.names)
-        check.feed_names(names, _nested_names(b.arrow.schema), len(b))
-        return
+        return check.feed_names(list(b.arrow.schema.names), _nested_names(b.arrow.schema), len(b))
     for i in range(len(b)):
         if check.done:
             return
@@ -138,8 +135,7 @@ def _nested_names(schema) -> set[str]:
 
 
 def iter_records(source: str, cfg: ReadConfig) -> Iterator[RawRecord]:
-    """Every record behind `source`, one at a time (inspect, tests). The source is located now (a
-    missing path or split raises here); records are read lazily."""
+    """Every record behind `source`, one at a time (inspect, tests): located now, read lazily."""
     located = locate(source, cfg.split)
 
     def gen():
@@ -183,7 +179,7 @@ class RawBatch:
     start: int = 0
     offset: int = 0
     fmt: str | None = None
-    lines_read: int | None = None  # a part's last batch: the lines of the part (part_batches)
+    lines_read: int | None = None
 
     def __len__(self) -> int:
         if self.raw is not None:
@@ -228,10 +224,8 @@ class RawBatch:
 def parse_json_record(raw: bytes) -> tuple[dict | None, str | None]:
     """One JSON object from bytes: (record, None) or (None, why). Never raises.
 
-    orjson first (the faster parser); where it refuses, the standard library decides, so
-    NaN/Infinity literals and integers beyond 64 bits load as they always did. Lone surrogate
-    escapes (which no tokenizer can encode), nesting deeper than 1024 and integers of more than 4300
-    digits are errors naming the column."""
+    orjson first; where it refuses, the standard library decides (NaN/Infinity literals, integers
+    beyond 64 bits). Lone surrogate escapes (no tokenizer can encode them) are errors."""
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -244,16 +238,23 @@ def parse_json_record(raw: bytes) -> tuple[dict | None, str | None]:
             return None, f"malformed JSON: nested deeper than 1024 levels (col {e.colno})"
         try:
             obj = json.loads(raw)  # bytes: UTF-8 (a BOM is accepted)
-        except json.JSONDecodeError as e2:
-            return None, f"malformed JSON: {e2.msg} (col {e2.colno})"
-        except UnicodeDecodeError as e2:
-            return None, f"not valid UTF-8: {e2.reason} (byte {e2.start + 1})"
-        except RecursionError:
-            return None, "malformed JSON: nested too deeply"
-        except ValueError as e2:  # e.g. an integer of more than 4300 digits
-            return None, f"malformed JSON: {str(e2).split(';')[0]}"
+        except (ValueError, RecursionError) as e2:
+            return None, _json_error(e2, whole=False)
     why = _not_an_object(obj)
     return (None, why) if why else (obj, None)
+
+
+def _json_error(e: Exception, whole: bool) -> str:
+    """Why json.loads refused a record (or, `whole`, a whole .json file)."""
+    if isinstance(e, json.JSONDecodeError):
+        if whole:
+            return f"malformed JSON at line {e.lineno} col {e.colno}: {e.msg}"
+        return f"malformed JSON: {e.msg} (col {e.colno})"
+    if isinstance(e, UnicodeDecodeError):
+        return f"not valid UTF-8: {e.reason}" + ("" if whole else f" (byte {e.start + 1})")
+    if isinstance(e, RecursionError):
+        return "malformed JSON: nested too deeply"
+    return f"malformed JSON: {str(e).split(';')[0]}"  # e.g. an integer of more than 4300 digits
 
 
 # --------------------------------------------------------------------------- per-file readers
@@ -383,6 +384,12 @@ def _line_batches(path: str, numbered, batch_records: int, part=False) -> Iterat
     raw: list[bytes] = []
     errors: list[str | None] = []
     size = lineno = 0
+
+    def batch(lines_read=None) -> RawBatch:
+        return RawBatch(
+            path, lines, raw, errors=errors if any(errors) else None, lines_read=lines_read
+        )
+
     for lineno, (_, text, why) in numbered:
         if why is None and not text.strip():
             continue
@@ -391,16 +398,10 @@ def _line_batches(path: str, numbered, batch_records: int, part=False) -> Iterat
         errors.append(why)
         size += len(text)
         if len(raw) >= batch_records or size >= BATCH_BYTES:
-            yield RawBatch(path, lines=lines, raw=raw, errors=errors if any(errors) else None)
+            yield batch()
             lines, raw, errors, size = [], [], [], 0
     if part or raw:
-        yield RawBatch(
-            path,
-            lines=lines,
-            raw=raw,
-            errors=errors if any(errors) else None,
-            lines_read=lineno if part else None,
-        )
+        yield batch(lineno if part else None)
 
 
 def _json_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[RawBatch]:
@@ -411,20 +412,12 @@ def _json_batches(path: str, cfg: ReadConfig, batch_records: int) -> Iterator[Ra
         return
     try:
         obj = json.loads(data)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:
         first = data.lstrip().split(b"\n", 1)[0]
-        if e.msg == "Extra data" and parse_json_record(first)[0] is not None:
+        if getattr(e, "msg", None) == "Extra data" and parse_json_record(first)[0] is not None:
             yield from _jsonl_batches(path, batch_records)  # JSON Lines saved as .json
             return
-        raise PacktoolError(
-            f"{path}: malformed JSON at line {e.lineno} col {e.colno}: {e.msg}"
-        ) from None
-    except UnicodeDecodeError as e:
-        raise PacktoolError(f"{path}: not valid UTF-8: {e.reason}") from None
-    except RecursionError:
-        raise PacktoolError(f"{path}: malformed JSON: nested too deeply") from None
-    except ValueError as e:
-        raise PacktoolError(f"{path}: malformed JSON: {str(e).split(';')[0]}") from None
+        raise PacktoolError(f"{path}: {_json_error(e, whole=True)}") from None
     if isinstance(obj, dict):
         obj = _unwrap(obj, cfg)
     if isinstance(obj, dict):
