@@ -4,15 +4,11 @@ plan rows in shuffled order ──blocks of one row group──▶ layout_rows +
     shard 0: block 0, block 1, ...  → writer thread 0 ─┐
     shard 1: block 0, block 1, ...  → writer thread 1 ─┼─▶ tmp/data/train-XXXXX-of-XXXXX.parquet
     ...                                                 ┘
-each writer has two buffer sets (one where it writes two blocks or fewer: buffer_sets): the main
-thread fills one while the writer encodes the other.
-One file is written by one thread, blocks in order: the bytes never depend on timing.
-write_in_processes: whole shards written by forked processes (same bytes; when it pays, see there).
+One file is written by one thread, blocks in order: the bytes never depend on timing (nor when
+write_in_processes writes whole shards in forked processes).
 
-The layout (schema.Layout): a piece of piece_len tokens takes slot_len slots (--pad-to-multiple;
-the kernel pads it); `row_lists` turns the block's CSR lists into the shard's list columns, K
-entries a row under --fixed-docs (documents, then 0 / source_index -1), with seq_lengths_unpadded
-beside seq_lengths when N > 1:
+The layout (schema.Layout): a piece of piece_len tokens takes slot_len slots (--pad-to-multiple);
+`row_lists` turns the block's CSR lists into the shard's list columns, K a row under --fixed-docs:
 
     CSR (seq_off [0, 2, 3])    slots [4, 4 | 8]  real [3, 4 | 5]  source [7, 2 | 9]
     fixed K = 3                seq_lengths [4, 4, 0 | 8, 0, 0]   unpadded [3, 4, 0 | 5, 0, 0]
@@ -73,8 +69,7 @@ class WriteJob:
 
 
 def row_lists(seq_off, slots, real, source, fixed: int, side=None):
-    """(offsets, seq_lengths, unpadded, source_index, side) of a block's rows: the CSR lists as they
-    are, or K = `fixed` entries per row, the documents first, then 0 (source_index -1, side 0)."""
+    """(offsets, seq_lengths, unpadded, source_index, side) of a block's rows (module drawing)."""
     if not fixed:
         return seq_off, slots, real, source, side
     k = seq_off.shape[0] - 1
@@ -98,11 +93,8 @@ def write_shards(
     total_shards: int | None = None,
 ) -> Written:
     """Gather rows block by block (one Parquet row group each) and write the shards; the tokens
-    come from `loc` in place, or staged by `gather` (pread from the cache file).
-
-    `first_shard`, `total_shards`: the rows are shards first_shard, first_shard + 1, ... of a pack
-    of total_shards (a Ray worker or a writer process writes one shard of a pack).
-    """
+    come from `loc` in place, or staged by `gather`. The rows are shards first_shard, ... of a
+    pack of total_shards (a Ray worker or a writer process writes one shard of a pack)."""
     plan, row_order, shard_rows, layout = job.plan, job.row_order, job.shard_rows, job.layout
     piece_len, slot_len = job.pieces.length, job.slots
     tokens = loc if gather is None else gather
@@ -115,19 +107,13 @@ def write_shards(
     used = [0] * writers
     out = Written(shards=[])
     closed = {}
+    total = total_shards or num_shards
     with WriterPool(writers) as pool:
         for wave in range(0, num_shards, writers):
             members = list(range(wave, min(num_shards, wave + writers)))
             open_writers = [
                 pool.opened(
-                    shards.ShardWriter(
-                        tmp,
-                        first_shard + s,
-                        total_shards or num_shards,
-                        L,
-                        layout.padded,
-                        job.pairs,
-                    )
+                    shards.ShardWriter(tmp, first_shard + s, total, L, layout.padded, job.pairs)
                 )
                 for s in members
             ]
@@ -142,8 +128,7 @@ def write_shards(
                     k = rows.shape[0]
                     sets = bufsets[w]
                     pool.wait(w, keep=len(sets) - 1)  # the write that used this set has finished
-                    # the block's input_ids, labels, position_ids, document_id: [k, L] int32,
-                    # allocated at first use (a set of a writer's last, short block is smaller)
+                    # the block's 4 token columns: [k, L] int32, allocated at first use
                     i = used[w] % len(sets)
                     if sets[i] is None or sets[i][0].shape[0] < k:
                         sets[i] = [np.empty((k, L), dtype=np.int32) for _ in range(4)]
@@ -189,11 +174,9 @@ def write_shards(
 
 
 def buffer_sets(R: int, shard_rows: int, group_rows: int, writers: int) -> list[int]:
-    """Buffer sets of each writer thread (writer w writes shards w, w + writers, ...): two, so that
-    the main thread gathers a block while the writer encodes the one before, where the writer has
-    more than two blocks; else one. With two blocks the overlap is one block's gather, small beside
-    its encoding, and a second set is 16 MiB of new memory (system time on a VM that backs memory at
-    first touch)."""
+    """Buffer sets of each writer thread (writer w writes shards w, w + writers, ...): two (gather
+    one block while the writer encodes the one before) where it has more than two blocks, else one:
+    there the overlap is small and a second set is 16 MiB of memory touched for the first time."""
     blocks = [0] * writers
     for s in range(-(-R // shard_rows)):
         rows = min(R, (s + 1) * shard_rows) - s * shard_rows
@@ -201,19 +184,16 @@ def buffer_sets(R: int, shard_rows: int, group_rows: int, writers: int) -> list[
     return [2 if b > 2 else 1 for b in blocks]
 
 
-# token slots from which writer processes may pay for their start-up (below it, one process wins).
-PROCESS_MIN_TOKENS = 1 << 26
-# cores one writing process keeps busy (its gather in the main thread, encoding in writer threads):
-# on 2 cores, 2 processes were slower than one (benchmarks/README.md, "Shards written in
-# processes"), so a process is started per 2 cores the run may use, never more than --num-proc.
+PROCESS_MIN_TOKENS = 1 << 26  # token slots from which writer processes pay for their start-up
+# cores one writing process keeps busy (gather + encoding threads; benchmarks/README.md, "Shards
+# written in processes": on 2 cores, 2 processes were slower than one)
 CORES_PER_PROCESS = 2
 _JOB: tuple | None = None  # write_in_processes' arguments, inherited by its forked processes
 
 
 def processes(procs: int, num_shards: int, slots: int) -> int:
-    """Writer processes for a pack of `num_shards` shards and `slots` token slots: 1 (this
-    process) unless `procs` > 1, there are several shards, the pack has PROCESS_MIN_TOKENS slots
-    or more and the platform can fork; at most one per CORES_PER_PROCESS usable cores."""
+    """Writer processes for a pack of `num_shards` shards and `slots` token slots: 1 below
+    PROCESS_MIN_TOKENS or without fork, else at most one per CORES_PER_PROCESS usable cores."""
     import multiprocessing
 
     if slots < PROCESS_MIN_TOKENS or "fork" not in multiprocessing.get_all_start_methods():
@@ -232,19 +212,15 @@ def usable_cores() -> int:
 def write_in_processes(
     procs: int, tmp: Path, job: WriteJob, loc: Located, gather: FileGather | None
 ) -> Written:
-    """write_shards with each shard written by one of `procs` forked processes (shard s: rows
-    row_order[s * shard_rows : (s + 1) * shard_rows], written by write_shards(first_shard=s)).
+    """write_shards with each shard written by one of `procs` forked processes:
 
         parent: plan, row_order, located pieces ──fork──▶ a process writes shard s, then the next
                 ◀── per shard Written {rows, tokens, ..., shards: [{file, rows, bytes, sha256}]}
         totals summed and entries listed in shard order: the same manifest and bytes as one process
 
-    The tokens never go through a pipe: the processes read the parent's memory (the mapped cache
-    entry, or the table) as forked.  They ignore SIGINT: on Ctrl-C or any error the parent kills
-    them all and waits for them before the temporary folder is removed.  SIGINT stays blocked
-    while the processes fork (all in the submit loop), so a Ctrl-C in that window cannot reach a
-    process before it ignores it; the parent takes it as it unblocks.
-    """
+    The processes read the tokens from the memory they inherit, and ignore SIGINT (forked inside
+    forking_workers): on Ctrl-C or any error the parent kills them and waits for them before the
+    temporary folder is removed."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
     from dataclasses import fields
@@ -285,7 +261,6 @@ def write_in_processes(
 
 
 def _write_one(s: int, num_shards: int) -> Written:
-    """Shard s of the write_in_processes job (in a forked process)."""
     tmp, job, loc, gather = _JOB
     rows = job.row_order[s * job.shard_rows : (s + 1) * job.shard_rows]
     one = replace(job, row_order=rows, progress=None)
@@ -293,12 +268,8 @@ def _write_one(s: int, num_shards: int) -> Written:
 
 
 class WriterPool:
-    """`n` writer threads; tasks given to one thread run in submission order.  After any failure
-    the remaining tasks of every thread are skipped and the open writers are aborted.
-
-    pyarrow's Parquet encoder and the numba gather kernels (nogil) release the GIL, so writers and
-    the gather in the main thread run side by side.
-    """
+    """`n` writer threads (pyarrow's encoder releases the GIL); one thread's tasks run in order.
+    After any failure the remaining tasks of every thread are skipped and the open writers aborted."""
 
     def __init__(self, n: int):
         from concurrent.futures import ThreadPoolExecutor
