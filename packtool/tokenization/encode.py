@@ -1,37 +1,22 @@
-"""The encode step: a batch of raw records → an Arrow batch of (input_ids, labels), loss on the right tokens.
+"""The encode step: a batch of raw records → an Arrow batch of (input_ids, labels).
 
     RawBatch ──parse (orjson)──▶ records ──normalize──▶ examples ──render──▶ texts + char spans
         ──backend (fastokens | hf)──▶ flat ids + trained mask ──▶ pa.RecordBatch (packtool.data)
     every refused record: (row in batch, reason), reported to the RecordSource by the caller
 
-`EncodeStep` is that whole function: plain data (tokenizer spec, template, options), picklable,
-no global state; it builds its tokenizer backend on first use in whichever process runs it, so a
-process pool (or a distributed engine) can run it over any partition of the input.
-
-Chat examples, template with generation markers (the fast path):
+`EncodeStep` is that whole function: plain data, picklable, building its backend on first use in
+whichever process runs it (a process pool or Ray tasks, over any partition of the input).
 
     rendered  "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\nHello!<|im_end|>\\n"
     spans                                                          [------------------)   (chars)
     tokens     <|im_start|> user \\n Hi <|im_end|> \\n <|im_start|> assistant \\n Hello ! <|im_end|> \\n
     labels     -100 ...                                                    Hello ! <|im_end|> -100
 
-1. render every conversation (packtool.tokenization.render: the text and the char spans to train,
-   by the template's mode; refused when the template drops content of the record);
-2. tokenize the whole batch in one call (Rust; see packtool.tokenization.backends: fastokens maps
-   spans through per-token byte lengths, hf through character offsets);
-3. a token is trained when it overlaps a span — the same rule as
-   `apply_chat_template(..., return_assistant_tokens_mask=True)`, so ids and masks are identical
-   (tested, and checked at the start of every run on the run's own data).
-
-Control tokens inside message text and tool-call arguments (`<|im_start|>` typed by a user) are
-counted, and kept as control tokens (`keep`, what apply_chat_template does), tokenized as plain
-text (`split`: such an example is tokenized piece by piece, each literal on its own with
-special-token matching off), or refused (`error`) — `--special-in-content`
-(label_audit.ContentTokens). What is trained that the data does not hold is counted
-per example (`Encoded.notes`: packtool.tokenization.label_audit).
-
-Prompt-completion strings: prompt tokens (no loss) + completion tokens + EOS (loss), tokenized
-separately so the boundary is exact. Plain text: every token + EOS carries loss.
+The whole batch is tokenized in one call; a token is trained when it overlaps a span (the rule of
+apply_chat_template's assistant mask). Control tokens typed in message text follow
+`--special-in-content` (label_audit.ContentTokens); what is trained that the data does not hold
+is counted per example (`Encoded.notes`). Prompt-completion: prompt tokens (no loss) + completion
+tokens + EOS, tokenized apart so the boundary is exact. Plain text: every token + EOS.
 """
 
 from __future__ import annotations

@@ -1,31 +1,20 @@
 """The record source: where the input is, its batches of raw records, and what was skipped.
 
     RecordSource(data, read)
-        .files      [SourceFile(path, size, sha256)]      located once (raises for a missing path);
-                                                           hashed in a thread meanwhile (`.files`
-                                                           waits for it; `.paths` does not)
-        .batches()  RawBatch, RawBatch, ...                one file each, with start index, offset and lines
-        .per_file   {file: records read}                   in reading order
+        .files      [SourceFile(path, size, sha256)]   hashed in a thread meanwhile (waits for it)
+        .batches()  RawBatch, RawBatch, ...             one file each, with start index and lines
+        .per_file   {file: records read}                in reading order
         .reject(batch, i, reason) / .reject_at(index, file, line, reason, record)
                     --on-error error: PacktoolError "data.jsonl:12: <reason>; fix the record, or ..."
                     --on-error skip:  counted and listed in .skipped (file, line or record, reason)
-        .skip_warning(formats, forced, looks)
-                    the one line that says what was skipped: where (small counts), or the share, the
-                    files skipped whole, the top reasons and what to do (more than SKIP_SHARE of the
-                    records read, or a whole file)
-        .not_read / .not_read_warning()
-                    paths the folder or glob holds but that were not read ((path, why):
-                    io.sources.Located.not_read: link loops, broken links, a file seen twice), and
-                    the one line that names them
+        .skip_warning(...) / .not_read_warning()   the one line each says what was skipped
 
-Every stage that can refuse a record (reading, format, template, tokenization, pre-tokenized
-validation) reports it here with the record's real provenance, so the manifest names the file and
-line (or the position within its file) of each skipped record, whichever process found the problem.
+Every stage that can refuse a record reports it here with its real provenance (file and line, or
+position), whichever process found the problem.
 
 What each input file is, decided once, from its own leading batches (`decide_file`):
 
     one file's batches ──decide_file──▶ FileDecision
-        file          the file (a datasets folder: its label)
         kind          "chat" | "pretokenized" | None       None: no readable record in what was read
         label_source  pre-tokenized: where labels come from (packtool.tokenization.pretokenized)
         format, why   chat: the file's format and why       None: no record fits one (formats.AUTO)
@@ -34,13 +23,10 @@ What each input file is, decided once, from its own leading batches (`decide_fil
         first         the batches read to decide, to be read again in front of the rest
         first_len     records of its first batch (0: the file holds none)
 
-The input's kind is the kind of its first file that has one (a record carrying input_ids, with no
---format: pre-tokenized; any other readable record: chat). Each file of a folder or glob is read in
-its own format, detected from its own first record whose format is found (or forced by --format):
-`record_format` of one record and `is_pretokenized` are the rules, shared with `inspect`.
-The local pipeline decides the files as its stream reaches them (`decided_stream`); the Ray engine
-decides each file in a task of its own (packtool.cluster.files). `input_formats` sums the decisions
-up for the run's meta.
+The input's kind is its first file's that has one; each file of a folder or glob is read in its
+own format (`record_format` and `is_pretokenized`: the rules, shared with `inspect`). The local
+pipeline decides the files as its stream reaches them (`decided_stream`), the Ray engine each in
+a task of its own.
 """
 
 from __future__ import annotations
