@@ -164,7 +164,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
 def _values(column) -> np.ndarray:
     """A list column's values as numpy (not ListArray.flatten, which imports pyarrow.compute, nor
     Array.to_numpy, which imports pandas)."""
-    from packtool.data.tokenized import arrow_numpy
+    from packtool.data.labels import arrow_numpy
 
     offsets = arrow_numpy(column.offsets)
     return arrow_numpy(column.values)[offsets[0] : offsets[-1]]

@@ -543,7 +543,7 @@ def test_a_plain_turn_is_read_as_the_general_path_reads_it(turn, roles):
     from packtool.config import ReadConfig
     from packtool.formats import FormatError
     from packtool.formats.detect import read_plan
-    from packtool.formats.normalize import _read_turn, _turn
+    from packtool.formats.turns import _read_turn, _turn
 
     plan = read_plan(ReadConfig(roles=roles))
     assert plan.plain == (not roles)

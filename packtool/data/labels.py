@@ -13,6 +13,10 @@
 
 The cache entry stores the mask where it can (1/32 of the bytes of labels); a list<uint8> mask
 (cache entries of format 3) reads the same. Readers get labels through the functions below.
+
+Arrow without pandas, for every reader of token columns: arrow_array (int numpy → Arrow,
+zero-copy), arrow_numpy (a primitive Arrow array → numpy, zero-copy without nulls), column_numpy
+(a (chunked) table's column → one numpy array).
 """
 
 from __future__ import annotations
@@ -22,6 +26,43 @@ import numpy as np
 from packtool.schema import IGNORE_INDEX
 
 LABELS, LOSS_MASK = "labels", "loss_mask"
+
+
+_ARROW_TYPES = {
+    np.dtype(np.int32): "int32",
+    np.dtype(np.int64): "int64",
+    np.dtype(np.uint8): "uint8",
+    np.dtype(np.int8): "int8",
+}
+
+
+def arrow_array(values: np.ndarray):
+    """A pyarrow array over a contiguous int32/int64/uint8/int8 numpy array, zero-copy. (pa.array(ndarray)
+    would import pandas in every process that builds a batch.)"""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    kind = getattr(pa, _ARROW_TYPES[values.dtype])()
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+def arrow_numpy(arr) -> np.ndarray:
+    """A primitive Arrow array as numpy, zero-copy when it has no nulls (Array.to_numpy imports pandas)."""
+    if arr.null_count:
+        return arr.to_numpy(zero_copy_only=False)
+    import pyarrow as pa
+
+    kind = f"<{'u' if pa.types.is_unsigned_integer(arr.type) else 'i'}{arr.type.bit_width // 8}"
+    if len(arr) == 0:
+        return np.zeros(0, dtype=kind)
+    data = np.frombuffer(arr.buffers()[1], dtype=kind)
+    return data[arr.offset : arr.offset + len(arr)]
+
+
+def column_numpy(table, name: str, dtype) -> np.ndarray:
+    """A primitive column of a (chunked) table as one numpy array, without pandas."""
+    chunks = [arrow_numpy(c) for c in table.column(name).chunks]
+    return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype)
 
 
 def stored(table) -> str:
@@ -39,8 +80,6 @@ def flat(arr) -> tuple[np.ndarray, np.ndarray]:
     (a list<bool>'s values unpacked: uint8 0/1)."""
     import pyarrow as pa
 
-    from packtool.data.tokenized import arrow_numpy  # (Array.to_numpy would import pandas)
-
     offs = arrow_numpy(arr.offsets)
     o0, o1 = int(offs[0]), int(offs[-1])
     part = arr.values.slice(o0, o1 - o0)
@@ -52,8 +91,6 @@ def mask_bits(arr) -> np.ndarray:
     """uint8 0/1 per value of a boolean Arrow array without nulls (bits unpacked, the array's bit
     offset honoured); a uint8 mask as it is, zero-copy."""
     import pyarrow as pa
-
-    from packtool.data.tokenized import arrow_numpy
 
     if not pa.types.is_boolean(arr.type):
         return arrow_numpy(arr)
@@ -94,8 +131,6 @@ def labels_from_mask(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def _list(offsets: np.ndarray, values):
     """A list array of `values` (numpy, or an Arrow array) at `offsets`."""
     import pyarrow as pa
-
-    from packtool.data.tokenized import arrow_array
 
     off = offsets.astype(np.int32) if offsets[-1] <= np.iinfo(np.int32).max else offsets
     vals = arrow_array(values) if isinstance(values, np.ndarray) else values

@@ -23,9 +23,9 @@ example:
     formats_summary   {path: FileFormat} → ("mixed: alpaca (a.json 91), ...", why) or None
     InputBlock     a mixture's input k owns the source indices [offset, offset + copies * records);
                    describe_source names one: "input 2 (alpaca.json) record 17, copy 1"
-    token_schema, token_batch, arrow_array, arrow_numpy, column_numpy
-                   Arrow without pandas: the schema above, flat ids/labels/offsets → a batch,
-                   zero-copy numpy <-> Arrow
+    token_schema, token_batch
+                   the schema above; flat ids/labels/offsets → a batch of it (Arrow without
+                   pandas: the zero-copy helpers are in labels.py)
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from packtool.data.labels import arrow_array, column_numpy
 
 NO_FORMAT = "none"  # FileFormat.format of a file none of whose records fits a known format
 NAMED_PER_FORMAT = 3
@@ -221,43 +223,6 @@ def token_schema():
             ("source_index", pa.int64()),
         ]
     )
-
-
-_ARROW_TYPES = {
-    np.dtype(np.int32): "int32",
-    np.dtype(np.int64): "int64",
-    np.dtype(np.uint8): "uint8",
-    np.dtype(np.int8): "int8",
-}
-
-
-def arrow_array(values: np.ndarray):
-    """A pyarrow array over a contiguous int32/int64/uint8/int8 numpy array, zero-copy. (pa.array(ndarray)
-    would import pandas in every process that builds a batch.)"""
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values)
-    kind = getattr(pa, _ARROW_TYPES[values.dtype])()
-    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
-
-
-def arrow_numpy(arr) -> np.ndarray:
-    """A primitive Arrow array as numpy, zero-copy when it has no nulls (Array.to_numpy imports pandas)."""
-    if arr.null_count:
-        return arr.to_numpy(zero_copy_only=False)
-    import pyarrow as pa
-
-    kind = f"<{'u' if pa.types.is_unsigned_integer(arr.type) else 'i'}{arr.type.bit_width // 8}"
-    if len(arr) == 0:
-        return np.zeros(0, dtype=kind)
-    data = np.frombuffer(arr.buffers()[1], dtype=kind)
-    return data[arr.offset : arr.offset + len(arr)]
-
-
-def column_numpy(table, name: str, dtype) -> np.ndarray:
-    """A primitive column of a (chunked) table as one numpy array, without pandas."""
-    chunks = [arrow_numpy(c) for c in table.column(name).chunks]
-    return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype)
 
 
 def token_batch(ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray, source_index: np.ndarray):

@@ -3,7 +3,7 @@
     detect.py     --column / --role compiled once (ReadPlan), the column check (ColumnCheck); a
                   record's format and why (detect_format); preference and KTO refused (sft_refusal)
     normalize.py  record → Example, one function per format (normalize); template_messages
-                  and the turns: typed content parts, tool calls and tools → Message dicts (read_turns)
+    turns.py      turns, typed content parts, tool calls and tools → Message dicts (read_turns)
 
 Every record, whatever its format, becomes an Example (JSON-serializable, every key present):
 

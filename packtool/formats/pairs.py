@@ -29,7 +29,7 @@ from typing import Any
 
 from packtool.formats import FormatError
 from packtool.formats.detect import PAIR_KEYS, ReadPlan, keys_text
-from packtool.formats.normalize import first_of, make_example, read_tools, read_turns
+from packtool.formats.turns import first_of, make_example, read_tools, read_turns
 
 _PROMPT_KEYS = ("prompt", "conversations", "messages")
 _SCORES = (
@@ -41,7 +41,7 @@ _SCORES = (
 
 @dataclass(frozen=True)
 class Pair:
-    chosen: dict  # an Example (formats.normalize.make_example)
+    chosen: dict  # an Example (formats.turns.make_example)
     rejected: dict
     margin: float | None  # the record's margin or score difference, if it has one
 

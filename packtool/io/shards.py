@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from packtool import schema
-from packtool.data.tokenized import arrow_array
+from packtool.data.labels import arrow_array
 from packtool.errors import Interrupt, PacktoolError, UsageError
 from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)

@@ -30,7 +30,8 @@ from numba.extending import intrinsic, overload
 
 from packtool import schema
 from packtool.data import labels
-from packtool.data.tokenized import TokenizedData, arrow_numpy, column_numpy
+from packtool.data.labels import arrow_numpy, column_numpy
+from packtool.data.tokenized import TokenizedData
 from packtool.errors import PacktoolError
 from packtool.pack.overflow import Pieces
 

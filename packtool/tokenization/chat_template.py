@@ -394,7 +394,7 @@ class Probe:
 
 def probe(spec, template: ChatTemplate, train_on: str) -> Probe:
     """Encode PROBE, then PROBE without its system turn (templates that refuse one), with `template`'s mode."""
-    from packtool.formats.normalize import make_example, make_message
+    from packtool.formats.turns import make_example, make_message
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.render import ExampleError, NotPrefixPreserving
 

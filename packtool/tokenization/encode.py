@@ -445,7 +445,8 @@ class EncodeStep:
     def _pretokenized(self, batch) -> StepResult:
         import pyarrow as pa
 
-        from packtool.data.tokenized import arrow_array, token_schema
+        from packtool.data.labels import arrow_array
+        from packtool.data.tokenized import token_schema
         from packtool.tokenization import pretokenized_batch as pt
 
         if batch.arrow is not None:

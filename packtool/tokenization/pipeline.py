@@ -46,7 +46,8 @@ from typing import Any
 
 from packtool import idle
 from packtool.config import TokenizeConfig
-from packtool.data.tokenized import TokenizedData, arrow_numpy, token_schema
+from packtool.data.labels import arrow_numpy
+from packtool.data.tokenized import TokenizedData, token_schema
 from packtool.errors import PacktoolError, UsageError
 from packtool.forking import ordered_map
 from packtool.progress import Reporter, reporter

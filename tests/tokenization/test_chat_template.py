@@ -33,7 +33,7 @@ CHAT = [
 
 
 def chat(messages, tools=None):
-    from packtool.formats.normalize import make_message
+    from packtool.formats.turns import make_message
 
     return {
         "kind": "chat",

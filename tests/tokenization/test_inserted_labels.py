@@ -13,7 +13,7 @@ import pytest
 
 from packtool.config import TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
-from packtool.formats.normalize import make_example, make_message
+from packtool.formats.turns import make_example, make_message
 from packtool.tokenization import chat_template as ct
 from packtool.tokenization.chat_template import choose
 from packtool.tokenization.encode import Encoder
