@@ -36,7 +36,10 @@ import numpy as np
 
 from packtool.errors import NotChecked, PacktoolError
 from packtool.verify.forwards import quiet_transformers, tf_version
-from packtool.verify.messages import cells  # noqa: F401  (report/verify.py reads it here)
+from packtool.verify.messages import (
+    cells,  # noqa: F401  (report/verify.py reads it here)
+    not_checked_check,
+)
 from packtool.verify.sampling import Sample, packed
 from packtool.verify.tolerances import MODEL_POWER as POWER
 from packtool.verify.tolerances import MODEL_TOL as TOL
@@ -80,16 +83,6 @@ def pad(sample: Sample, length: int) -> Sample:
         return sample
     docs = [(sample.input_ids[a:b], sample.labels[a:b]) for a, b in sample.bounds]
     return packed(sample.shard, sample.row, docs, length, sample.synthetic)
-
-
-def _refuse(cfg_dict: dict, where: str) -> None:
-    """NotChecked, before transformers is asked, for a config verify --model cannot check here
-    (a model's own Python code, a model_type transformers does not know, not a causal LM)."""
-    from packtool.arch.config import concern
-
-    why = concern(cfg_dict, where)
-    if why:
-        raise NotChecked(why)
 
 
 def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: int, progress=None):
@@ -158,31 +151,24 @@ def _line(e) -> str:
 
 
 def run(
-    cfg_dict: dict,
-    path: str,
-    where: str,
-    samples: list[Sample],
-    device: str,
-    seed: int,
-    progress=None,
+    cfg_dict, path: str, where: str, samples: list[Sample], device: str, seed: int, progress=None
 ):
     """([Check, Check] or [a not-checked Check], the report dict) for the sampled rows through
     the tiny model of the config at `path` (read as `cfg_dict`; `where` is how the user named it).
     What cannot be built or run is "not checked" (NotChecked's words), never a pass."""
-    from packtool.verify.messages import not_checked_check
+    from packtool.arch.config import concern
 
     try:
-        _refuse(cfg_dict, where)
+        if why := concern(cfg_dict, where):  # before transformers is asked: remote code, unknown
+            raise NotChecked(why)
         return _run(cfg_dict, path, where, samples, device, seed, progress)
     except NotChecked as e:
-        report = {
-            "model": where,
-            "model_type": cfg_dict.get("model_type"),
-            "status": "not checked",
-            "reason": str(e),
-            "transformers": tf_version(),
-        }
-        return [not_checked_check(str(e))], report
+        return _not_checked(cfg_dict, where, str(e), transformers=tf_version())
+
+
+def _not_checked(cfg_dict: dict, where: str, reason: str, **more):
+    report = {"model": where, "model_type": cfg_dict.get("model_type"), "status": "not checked"}
+    return [not_checked_check(reason)], {**report, "reason": reason, **more}
 
 
 def _run(cfg_dict, path, where, samples, device, seed, progress):
@@ -347,8 +333,6 @@ def bounded(
     say=_say,
 ):
     """`run` in a child process within the bounds; (checks, report) as run gives them."""
-    from packtool.verify.messages import not_checked_check
-
     args = (cfg_dict, path, where, samples, device, seed)
     if device != "cpu":
         return run(*args)
@@ -402,5 +386,4 @@ def bounded(
             proc.join(5)
         parent.close()
     reason = f"the check of a tiny {mt} {why}; this architecture is not covered by verify --model"
-    report = {"model": where, "model_type": mt, "status": "not checked", "reason": reason}
-    return [not_checked_check(reason)], report
+    return _not_checked(cfg_dict, where, reason)

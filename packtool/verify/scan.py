@@ -31,11 +31,8 @@ A preference pack's row holds whole pairs, each two adjacent documents, chosen (
     PAIR_PROMPT   both sides start with the same prompt: equal leading -100 runs, equal ids there
     PAIR_TRAINED  each side trains at least one token
 
-Which prompt tokens a side should have is only known from the input: `verify --sources` tokenizes
-the records again and compares every token (what proves nothing is trained inside the prompt);
-here the rules need only the pack. Empty entries of --fixed-docs rows (source_index -1) are no
-documents. `pair_checks` returns, per rule, (count of failing documents, first failures as
-(row in batch, position in row or -1, message)).
+Which prompt tokens a side should have is only known from the input (`verify --sources`); these
+rules need only the pack. Empty entries of --fixed-docs rows (source_index -1) are no documents.
 """
 
 from __future__ import annotations
@@ -200,17 +197,10 @@ def passed_text(name: str, pad_id: int | None) -> str:
     }[name]
 
 
-def pair_checks(
-    input_ids: np.ndarray,
-    labels: np.ndarray,
-    seq_val: np.ndarray,
-    seq_off: np.ndarray,
-    src_val: np.ndarray,
-    side_val: np.ndarray,
-    ignore: int = -100,
-) -> dict[str, tuple[int, list[tuple[int, int, str]]]]:
+def pair_checks(input_ids, labels, seq_val, seq_off, src_val, side_val, ignore=-100) -> dict:
     """The pair rules over a batch of B rows of L slots: `input_ids`, `labels` [B, L]; the list
-    columns flat with their row offsets (seq_val/src_val/side_val share seq_off, int64[B+1])."""
+    columns flat with their row offsets (seq_val/src_val/side_val share seq_off, int64[B+1]). Per
+    rule: (failing documents, the first as (row in batch, position in row or -1, message))."""
     B, L = labels.shape
     seq_val = np.asarray(seq_val, dtype=np.int64)
     seq_off = np.asarray(seq_off, dtype=np.int64)

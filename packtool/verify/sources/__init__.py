@@ -12,11 +12,8 @@ This layer recomputes what the shards must hold from the data itself (docs/ARCHI
         ▼ (a poisoned tokenization cache cannot hide damage)
     pipeline.load_tokenized ──▶ per record: input_ids, labels, source_index  (the path pack used)
         │ chat template hash against the manifest                       load.py           TEMPLATE
-        │ pack.overflow.apply_overflow(lengths, pack_len, overflow)     pieces.py         (the packer's own)
-        ▼
-    pieces  record, start, length        drop: none | truncate: [0, L) | split: [0, L), [L, 2L), ...
-        │ label of every piece's first token -> schema.IGNORE_INDEX     (pack.gather.copy_rows; "Semantics")
-        ▼
+        ▼ pack.overflow.apply_overflow: the packer's own cut            pieces.py
+    pieces  record, start, length; every piece's first label IGNORE_INDEX (pack.gather.copy_rows)
     shard rows, batch by batch: each document matched to the piece of its source_index (a split
     record's parts by a hash of their ids), one vector compare; a difference names the record
     (file:line), the shard, the row, the position, got vs expected ids and labels   match.py  TOKENS
@@ -29,9 +26,6 @@ difference names the input, record and copy ("input 2 (alpaca.json) record 17, c
 
 check_sources below runs the stages in this order; a Stop (load.py) is a failure that leaves
 nothing to compare: the later checks are reported as not run.
-
-Cost: the tokenization (as `pack`), one more sha256 of the sources, and a few whole-array passes
-over the shards' tokens; `--sample N` compares N records only.
 """
 
 from __future__ import annotations

@@ -17,14 +17,9 @@ s_k ──Expected.record_of──▶ record r
     num_pieces[r] > 1      split: the unused part with the same hash (Expected.part_hashes)
                            and length; none (a damaged part): deferred, then settle_deferred
                            compares it with a leftover part of the record
-──▶ compare_docs(documents, pieces):
-    shard side                            Doc j: row, k (document in row), col (first slot), length, src
-        got_ids/got_lab flat (R*L,)       document j is got_*[got_start[j] : got_start[j] + length[j]]
-    expected side                         pieces[j]: Expected.gather ──▶ e_ids/e_lab flat, e_off
-        e_lab[e_off[j]] = schema.IGNORE_INDEX       as pack.gather.copy_rows stores it
-    one vector compare over min(length, piece length) tokens per document
-        first differing token t per document, or t = min(...) when only the lengths differ
-    a difference ──▶ Compare.fail, one line naming everything a person needs:
+──▶ compare_docs: Doc j (row, k, col, length, src) is got_*[got_start[j] :+ length[j]] (flat R*L);
+    pieces[j] ──Expected.gather──▶ e_ids/e_lab flat, e_off, first label IGNORE_INDEX; one vector
+    compare over min(length, piece length) tokens per document; a difference ──▶ Compare.fail:
         chats.jsonl:12 (source_index 11, part 2 of 3: record tokens 512..1023) -> data/train-00000-of-00004.parquet
         row 3 position 40 (document 1, token 5): input_id 813, expected 812; label 813, expected 812;
         row positions 37..43: input_ids got [...] expected [...], labels got [...] expected [...]
