@@ -126,13 +126,9 @@ def _first_per_row(bad_entries: np.ndarray, row_of: np.ndarray, R: int) -> np.nd
 def scan_rows(
     cols: dict[str, np.ndarray], pad_id: int | None = None, layout: Layout | None = None
 ) -> dict[str, dict]:
-    """Check a batch of rows. Returns {check: {"rows", "pos", "got", "expected", "doc"}} for the
-    failing rows only (one entry per row: its first bad position), and "_totals".
-
-    `cols` holds (R, L) int32 arrays for the token columns, `seq_off`/`seq_val` and
-    `src_off`/`src_val` for the list columns (and `unp_off`/`unp_val` for seq_lengths_unpadded in a
-    padded pack), and (R,) arrays for the two scalar columns. `layout`: the manifest's.
-    """
+    """Check a batch of rows (`cols`: the module docstring's; `layout`: the manifest's). Returns
+    {check: {"rows", "pos", "got", "expected", "doc"}} for the failing rows only (one entry per
+    row: its first bad position), and "_totals"."""
     layout = layout or Layout()
     K, N = layout.fixed_docs, layout.pad_to_multiple
     ids, lab, pos, doc = (cols[c] for c in ("input_ids", "labels", "position_ids", "document_id"))
@@ -339,10 +335,8 @@ def describe(
         if exp == ignore:
             return f"{at} position {pos} (padding of document {doc}): label {got}, must be {ignore}"
         return f"{at} position {pos} (padding of document {doc}): input_id {got} != pad id {exp}"
-    if name == SEQ:
-        return f"{at}: seq_lengths declare {got} tokens in {doc} documents (each must be >= 1, total <= pack_len {exp})"
-    if name == DOC:
-        return f"{at} position {pos}: document_id {got}, but seq_lengths put document {exp} there"
+    if name in _LINES:
+        return _LINES[name].format(at=at, pos=pos, got=got, exp=exp, doc=doc, ignore=ignore)
     if name == POS:
         what = "the padding tail" if doc < 0 else f"document {doc}"
         return (
@@ -356,14 +350,15 @@ def describe(
             f"{at} position {pos} (first token of document {doc}): label {got}, must be {ignore} (else the "
             f"previous document's last token is trained to predict it)"
         )
-    if name == LAB_EQ:
-        return f"{at} position {pos} (document {doc}): label {got} != input_id {exp} (labels are unshifted)"
-    if name == PAD:
-        return f"{at} position {pos} (padding): input_id {got} != pad id {exp}"
-    if name == NTOK:
-        return f"{at}: num_tokens {got}, but the row holds {exp} document tokens"
-    if name == NLOSS:
-        return f"{at}: num_loss_tokens {got}, but {exp} labels are not {ignore}"
-    if name == SRC:
-        return f"{at}: {got} source_index entries for {exp} documents"
     return f"{at} position {pos}: got {got}, expected {exp}"
+
+
+_LINES = {  # describe's checks whose line is one template
+    SEQ: "{at}: seq_lengths declare {got} tokens in {doc} documents (each must be >= 1, total <= pack_len {exp})",
+    DOC: "{at} position {pos}: document_id {got}, but seq_lengths put document {exp} there",
+    LAB_EQ: "{at} position {pos} (document {doc}): label {got} != input_id {exp} (labels are unshifted)",
+    PAD: "{at} position {pos} (padding): input_id {got} != pad id {exp}",
+    NTOK: "{at}: num_tokens {got}, but the row holds {exp} document tokens",
+    NLOSS: "{at}: num_loss_tokens {got}, but {exp} labels are not {ignore}",
+    SRC: "{at}: {got} source_index entries for {exp} documents",
+}
