@@ -96,6 +96,7 @@ def render_pack(result: PackResult, console) -> None:
     for k, v in shown:
         table.add_row("", f"{k:>4} {_bar(v / peak, 20)} {v:,}")
     inputs = m.get("inputs") or []
+    pairs = m.get("task") == "preference"
     if inputs:  # a mixture: the global counts are of the weighted stream, each input's own below
         records = sum(int(x["counts"]["read"]) for x in inputs)
         table.add_row(
@@ -103,17 +104,12 @@ def render_pack(result: PackResult, console) -> None:
             f"{records:,} records read from {len(inputs)} inputs, {c['skipped']:,} skipped, "
             f"{c['tokenized']:,} examples after weights",
         )
-    elif m.get("task") == "preference":  # an example is a pair: two documents, one row
+    else:  # a preference pack's example is a pair: two documents, one row
         table.add_row(
-            "pairs",
+            "pairs" if pairs else "examples",
             f"{c['examples_read']:,} read, {c['skipped']:,} skipped, {c['tokenized']:,} tokenized",
         )
-    else:
-        table.add_row(
-            "examples",
-            f"{c['examples_read']:,} read, {c['skipped']:,} skipped, {c['tokenized']:,} tokenized",
-        )
-    if m.get("task") == "preference":
+    if pairs:
         table.add_row(
             "",
             f"{c['packed']:,} packed whole, {c['truncated']:,} truncated, {c['dropped']:,} "
@@ -159,7 +155,6 @@ def render_pack(result: PackResult, console) -> None:
             f"(anonymous {e['worker_rss_anon'] / 2**20:,.0f} MiB)",
         )
     console.print(table)
-    pairs = m.get("task") == "preference"
     unit, keeps = ("pair(s)", "truncate") if pairs else ("example(s)", "truncate|split")
     if m["truncated"]:
         console.print(
