@@ -29,22 +29,9 @@ from packtool import schema
 from packtool.io.shards import sha256_file
 from packtool.verify import Check, accounting, audit, scan
 from packtool.verify.sampling import Sampler
-from packtool.verify.scan import (
-    CONSERVE,
-    COUNTS,
-    LAYOUT_CHECKS,
-    NO_MASK,
-    ROW_CHECKS,
-    SCHEMA,
-    SHARDS,
-    SRC,
-    Failures,
-    Totals,
-    row_checks,
-    scan_rows,
-)
 
 BATCH_TOKENS = 1 << 22  # rows per decoded batch ~ 4M tokens: 4 int32 columns = 64 MB
+SCANNED = (*scan.ROW_CHECKS, *scan.LAYOUT_CHECKS, scan.SRC, *scan.PAIR_CHECKS)
 
 
 @dataclass
@@ -58,12 +45,10 @@ class _Walk:
     layout: schema.Layout
     paired: bool
     samplers: tuple[Sampler, Sampler]
-    fails: dict[str, Failures] = field(
-        default_factory=lambda: {
-            n: Failures() for n in (*ROW_CHECKS, *LAYOUT_CHECKS, SRC, *scan.PAIR_CHECKS)
-        }
+    fails: dict[str, scan.Failures] = field(
+        default_factory=lambda: {n: scan.Failures() for n in SCANNED}
     )
-    tot: Totals = field(default_factory=Totals)
+    tot: scan.Totals = field(default_factory=scan.Totals)
     shard_rows: dict[str, int] = field(default_factory=dict)
     schema_bad: list[str] = field(default_factory=list)
     mask_bad: list[str] = field(default_factory=list)
@@ -92,7 +77,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     checks = [audit.manifest_check(path, manifest, why)]
     if not shards:
         where = f"{os.path.join(path, schema.DATA_DIR)}/*.parquet"
-        checks.append(Check(SHARDS, False, f"no shards under {where}"))
+        checks.append(Check(scan.SHARDS, False, f"no shards under {where}"))
         pool.shutdown()
         return checks, {"pack_len": pack_len, "shards": [], "rows": 0, "pad_id": pad_id}
 
@@ -119,30 +104,24 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
 
     bad = walk.schema_bad + walk.read_bad
     msg = "; ".join(bad) or f"v{schema.SCHEMA_VERSION}, pack_len {pack_len}, {len(shards)} shard(s)"
-    checks.append(Check(SCHEMA, not bad, msg, {"pack_len": pack_len, "shards": len(shards)}))
-    checks.append(
-        Check(NO_MASK, not walk.mask_bad, "; ".join(walk.mask_bad) or "no attention_mask column")
-    )
+    checks.append(Check(scan.SCHEMA, not bad, msg, {"pack_len": pack_len, "shards": len(shards)}))
+    mask = "; ".join(walk.mask_bad) or "no attention_mask column"
+    checks.append(Check(scan.NO_MASK, not walk.mask_bad, mask))
     rows_ev = {"rows_scanned": walk.tot.rows, "tokens_scanned": walk.tot.rows * (pack_len or 0)}
-    for name in row_checks(layout.padded, bool(layout.fixed_docs)):
+    for name in scan.row_checks(layout.padded, bool(layout.fixed_docs)):
         checks.append(_failures_check(name, walk, rows_ev, scan.passed_text(name, pad_id)))
     for name in scan.PAIR_CHECKS if paired else ():
         ev = {"rows_scanned": walk.tot.rows}
         checks.append(_failures_check(name, walk, ev, scan.PASSED[name], "failed"))
     hashes_done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
-    tot = walk.tot
-    checks.append(
-        audit.guarded(SHARDS, audit.shards_check, manifest, shards, walk.shard_rows, hashes_done)
-    )
-    checks.append(
-        audit.guarded(SRC, accounting.source_check, manifest, walk.fails[SRC], tot, 1 + paired)
-    )
+    tot, src_fails = walk.tot, walk.fails[scan.SRC]
+    todo = [(scan.SHARDS, audit.shards_check, manifest, shards, walk.shard_rows, hashes_done)]
+    todo += [(scan.SRC, accounting.source_check, manifest, src_fails, tot, 1 + paired)]
     if manifest is not None:
-        checks.append(
-            audit.guarded(COUNTS, accounting.counts_check, manifest, tot, pack_len, layout)
-        )
-        checks.append(audit.guarded(CONSERVE, accounting.conservation_check, manifest, tot))
+        todo += [(scan.COUNTS, accounting.counts_check, manifest, tot, pack_len, layout)]
+        todo += [(scan.CONSERVE, accounting.conservation_check, manifest, tot)]
+    checks += [audit.guarded(*t) for t in todo]
     summary = {"pack_len": pack_len, "shards": shards, "shard_rows": walk.shard_rows}
     summary |= {"rows": tot.rows, "pad_id": pad_id, "tokens": tot.tokens}
     summary |= {"documents": tot.documents, "samples": samplers[0].rows()}
@@ -162,7 +141,7 @@ def _scan_shard(pf, shard: str, walk: _Walk) -> None:
         if R == 0:
             continue
         cols = scan.batch_columns(batch, pack_len, row0)
-        res = scan_rows(cols, walk.pad_id, layout)
+        res = scan.scan_rows(cols, walk.pad_id, layout)
         t = res.pop("_totals")
         gidx = np.arange(walk.tot.rows, walk.tot.rows + R, dtype=np.uint64)
         samplers[0].offer(t["valid"] & (t["ndocs"] >= 2), gidx, cols, shard, row0)
