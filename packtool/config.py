@@ -8,8 +8,8 @@
     VerifyConfig    what `verify` checks and with which kernel    (verify)
     EngineConfig    where profile and pack run: here, or on Ray   (profile, pack)
 
-A bad value raises UsageError in `__post_init__`, so `TokenizeConfig(train_on="bogus")` fails as
-`--train-on bogus` does. Pure: no heavy imports (the CLI imports this module before `--help`).
+A bad value raises UsageError in `__post_init__`, as the option does on the command line. Pure:
+no heavy imports (the CLI imports this module before `--help`).
 """
 
 from __future__ import annotations
@@ -30,16 +30,14 @@ ORDERS = ("sorted", "random")
 OVERFLOWS = ("drop", "truncate", "split", "error")
 VERIFY_BACKENDS = ("auto", "flash-attn", "torch-varlen", "sdpa", "eager", "flex", "reference")
 DEVICES = ("auto", "cpu", "cuda")
-# raw token bytes (4 int32 columns) per shard when --shard-rows is not given
-SHARD_BYTES = 512 << 20
-# the planner's 4-level bitset holds 64**4 free-space values (plan.MAX_BITSET_SIZE)
-MAX_PACK_LEN = 64**4 - 1
+SHARD_BYTES = 512 << 20  # raw token bytes (4 int32 columns) a shard without --shard-rows
+MAX_PACK_LEN = 64**4 - 1  # the planner's 4-level bitset holds 64**4 values (plan.MAX_BITSET_SIZE)
 MAX_WEIGHT = 1000  # an input taken more than 1000 times over is a typo, not a mixture
 
 
 def multiple_of(pack_len: int, n: int) -> None:
-    """UsageError unless --pad-to-multiple is >= 1 and --len a multiple of it (every padded document
-    then fits a row exactly when the real one does); the message gives the nearest valid --len."""
+    """UsageError unless --pad-to-multiple N >= 1 divides --len (a padded document then fits a row
+    exactly when the real one does), naming the nearest valid --len."""
     at_least("--pad-to-multiple", n, 1, " (1 = no padding)")
     if n > 1 and pack_len % n:
         low, high = pack_len // n * n, (pack_len // n + 1) * n
@@ -48,13 +46,11 @@ def multiple_of(pack_len: int, n: int) -> None:
 
 
 def choice(option: str, value: Any, allowed: tuple[str, ...]) -> None:
-    """UsageError unless `value` is one of `allowed`."""
     if value not in allowed:
         raise UsageError(f"{option} {value!r} is not one of {'|'.join(allowed)}")
 
 
 def at_least(option: str, value: int | None, low: int, note: str = "") -> None:
-    """UsageError when `value` (None: not set) is below `low`."""
     if value is not None and value < low:
         raise UsageError(f"{option} {value} must be >= {low}{note}")
 
@@ -65,11 +61,10 @@ class ReadConfig:
 
     format: str | None = None  # force a format (see formats.FORMATS); None = detect
     split: str = "train"  # for hub ids and save_to_disk DatasetDicts
-    # (our name, their column), e.g. ("messages", "dialog")
-    columns: tuple[tuple[str, str], ...] = ()
-    roles: tuple[tuple[str, str], ...] = ()  # (their role, our role), e.g. ("bot", "assistant")
-    on_error: str = "error"  # bad records: stop with a one-line error, or skip and count them
-    limit: int | None = None  # read at most this many records
+    columns: tuple[tuple[str, str], ...] = ()  # (our name, their column)
+    roles: tuple[tuple[str, str], ...] = ()  # (their role, our role)
+    on_error: str = "error"
+    limit: int | None = None
 
     def __post_init__(self) -> None:
         choice("--on-error", self.on_error, ON_ERROR)
@@ -84,9 +79,8 @@ class ReadConfig:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One input of a mixture, `DATA::key=value,...` (packtool.commands.options.parse_inputs): where
-    it is, how it is read (the global read options with its own keys in place) and its weight
-    (copies = ceil(weight); the last copy of a fractional weight is a seeded subsample)."""
+    """One input of a mixture, `DATA::key=value,...` (commands.options.parse_inputs): where it is,
+    how it is read and its weight (copies = ceil(weight), the last a seeded subsample)."""
 
     spec: str  # as given on the command line, e.g. "alpaca.json::format=alpaca,weight=0.5"
     data: str  # the file, folder, glob, save_to_disk folder or hub id before "::"
@@ -106,17 +100,15 @@ class InputSpec:
 class TokenizeConfig:
     """How to turn normalized examples into input_ids and labels."""
 
-    tokenizer: str | None = None  # local folder or hub id (cache only); None = built-in Qwen3
-    # None/"auto", "tokenizer", a built-in, "trl:NAME" or a file (chat_template.py)
-    chat_template: str | None = None
-    train_on: str = "assistant"  # see TRAIN_ON
-    # what strftime_now() gives templates; None = chat_template.DEFAULT_DATE
-    template_date: str | None = None
-    special_in_content: str = "keep"  # control tokens in message text: keep | split | error
-    strict_labels: bool = False  # refuse a run that trains what the data lacks (AUDIT_KINDS)
+    tokenizer: str | None = None  # local folder or hub id; None = built-in Qwen3
+    chat_template: str | None = None  # None/"auto", "tokenizer", a built-in, "trl:NAME" or a file
+    train_on: str = "assistant"
+    template_date: str | None = None  # strftime_now() in templates; None: DEFAULT_DATE
+    special_in_content: str = "keep"
+    strict_labels: bool = False
     num_proc: int | None = None  # None = all cores (one process for small inputs)
     cache: bool = True
-    tokenizer_backend: str = "auto"  # auto | fastokens | hf (see packtool.tokenization.run_plan)
+    tokenizer_backend: str = "auto"
     read: ReadConfig = field(default_factory=ReadConfig)
 
     def __post_init__(self) -> None:
@@ -132,11 +124,9 @@ class TokenizeConfig:
                     f"--template-date {self.template_date!r} is not a date like 2026-01-01"
                 ) from None
 
-    def fingerprint_dict(self) -> dict:
-        # strict_labels refuses a run, never changes its ids or labels
-        return {
-            k: v for k, v in asdict(self).items() if k not in ("num_proc", "cache", "strict_labels")
-        }
+    def fingerprint_dict(self) -> dict:  # (strict_labels refuses a run, never changes its ids)
+        skip = ("num_proc", "cache", "strict_labels")
+        return {k: v for k, v in asdict(self).items() if k not in skip}
 
 
 @dataclass(frozen=True)
@@ -152,9 +142,8 @@ class ProfileConfig:
     mfu: float = 0.4
     bins: int = 24  # terminal histogram
     plot_bins: int = 80  # PNG histogram
-    # what happens to examples longer than --len: as in PackConfig (pack's default)
-    overflow: str = "drop"
-    pad_to_multiple: int = 1  # as PackConfig: each document padded to a multiple of N slots
+    overflow: str = "drop"  # as PackConfig
+    pad_to_multiple: int = 1
 
     def __post_init__(self) -> None:
         choice("--overflow", self.overflow, OVERFLOWS)
@@ -224,14 +213,12 @@ class VerifyConfig:
     """What `packtool verify` checks. The pack folder itself is checked when verify runs."""
 
     path: str | None = None
-    backend: str = "auto"  # see VERIFY_BACKENDS and packtool.verify.backends
-    device: str = "auto"  # auto|cpu|cuda
-    # rows tested for isolation; None = DEFAULT_ROWS[device]; 0 = integrity only
-    rows: int | None = None
+    backend: str = "auto"  # packtool.verify.backends
+    device: str = "auto"
+    rows: int | None = None  # rows tested for isolation; None = DEFAULT_ROWS[device]
     seed: int = 0
-    # rows per forward; None = 2 (1 above 8192 tokens: the CPU masks are L^2)
-    batch_rows: int | None = None
-    model: str | None = None  # --model: isolation through this architecture (packtool.arch)
+    batch_rows: int | None = None  # rows per forward; None = 2 (1 above 8192 tokens)
+    model: str | None = None  # isolation through this architecture (packtool.arch)
     allow_download: bool = False  # --model may fetch config.json from the hub
 
     def __post_init__(self) -> None:

@@ -1,17 +1,14 @@
 """Every option and argument the commands share, each defined once.
 
-Single options are `Annotated` aliases (`Data`, `JsonOpt`). The options that say how records are
-read and tokenized (inspect, profile, pack) are one bundle, `TokenizeArgs`: each field declares its
-option (flag, help, default) once, and `@tokenize_options()` adds them all to a command's
-signature and hands the command one `TokenizeArgs` instead (typer has no option groups):
+Single options are `Annotated` aliases (`Data`, `JsonOpt`). The read and tokenize options
+(inspect, profile, pack) are one bundle, `TokenizeArgs`, that `@tokenize_options()` adds to a
+command's signature (typer has no option groups):
 
     @tokenize_options()
     def pack(data: Data, ..., *, tok: TokenizeArgs) -> None:
         cfg = tok.config()          # a validated TokenizeConfig
 
-The values are checked by the configs themselves (packtool.config) when `tok.config()` builds
-them, so a command decides when bad values are reported (pack: after its own options). Also here:
-NAME=NAME option values, the DATA::options of several inputs, the --model warning.
+Also here: NAME=NAME option values, the DATA::options of several inputs, the --model warning.
 """
 
 from __future__ import annotations
@@ -40,7 +37,6 @@ INPUTS_HELP = (
     "optional ::options, e.g. 'b.json::format=alpaca,weight=0.5' (README: Mixtures)."
 )
 Inputs = Annotated[list[str], typer.Argument(help=INPUTS_HELP, metavar="DATA", show_default=False)]
-# a pack folder (export, verify)
 PACK_ARG = typer.Argument(
     metavar="PACK",
     help="Pack folder written by `packtool pack` (manifest.json + data/).",
@@ -67,8 +63,6 @@ JsonOpt = Annotated[
     ),
 ]
 
-
-# one declaration for the commands that take it (the tokenizing ones, verify --model)
 ALLOW_DOWNLOAD = typer.Option(
     "--allow-download",
     help="Fetch from the Hugging Face hub what is not in its local cache: a --tokenizer hub id "
@@ -79,8 +73,7 @@ AllowDownloadOpt = Annotated[bool, ALLOW_DOWNLOAD]
 
 
 def _option(default: Any, *decls: str, help: str, whole_input: bool = False, **kw: Any):
-    """A TokenizeArgs field and its command-line option. `whole_input`: only for commands that
-    tokenize a whole input (profile, pack), not for `inspect`, which encodes one record."""
+    """A TokenizeArgs field and its option; `whole_input`: not for `inspect` (one record)."""
     return field(
         default=default,
         metadata={
@@ -199,9 +192,7 @@ class TokenizeArgs:
     )
 
     def config(self, **fixed: Any) -> TokenizeConfig:
-        """The TokenizeConfig of these values (`fixed` replaces some, e.g. inspect's num_proc=1); it
-        validates itself. --allow-download sets PACKTOOL_ALLOW_DOWNLOAD=1 (read by the tokenizer
-        loading, in this process and its workers)."""
+        """The TokenizeConfig of these values (`fixed` replaces some, e.g. inspect's num_proc=1)."""
         v = dataclasses.replace(self, **fixed)
         read = ReadConfig(
             format=v.fmt,
@@ -232,9 +223,8 @@ class TokenizeArgs:
         return EngineConfig(self.engine, self.ray_address, self.num_proc)
 
     def pack_args(self) -> list[str]:
-        """The options set away from their defaults, as words for the recommended `packtool pack`
-        command, so that it reads and tokenizes as this run did (not --num-proc, --no-cache,
-        --allow-download: they do not change what is packed)."""
+        """The options set away from their defaults (but those that do not change what is packed),
+        as words for the recommended `packtool pack` command."""
         words: list[str] = []
         for name, f in _FIELDS.items():
             value = getattr(self, name)
@@ -257,7 +247,6 @@ class TokenizeArgs:
 
 
 def flag(name: str) -> str:
-    """`--format` for the TokenizeArgs field `fmt`."""
     return _FIELDS[name].metadata["flag"]
 
 
@@ -268,9 +257,8 @@ WHOLE_INPUT_OPTION_NAMES = tuple(n for n, f in _FIELDS.items() if f.metadata["wh
 
 
 def tokenize_options(whole_input: bool = True):
-    """Add the TokenizeArgs options to a command (after its own) and pass them as one TokenizeArgs
-    in its keyword argument `tok`. `whole_input=False` (inspect) leaves out the options that only
-    apply to tokenizing a whole input (--on-error, --num-proc, --no-cache, --limit)."""
+    """Add the TokenizeArgs options to a command (after its own), passed as one TokenizeArgs `tok`;
+    `whole_input=False` (inspect) leaves out the whole_input ones."""
 
     def decorate(fn):
         own = [
@@ -317,18 +305,18 @@ def name_pairs(values: list[str] | None, option: str) -> tuple[tuple[str, str], 
 INPUT_SEP = "::"
 INPUT_KEYS = ("format", "column", "role", "split", "limit", "weight")
 # options that hold for the whole pack (one tokenizer, one template per pack): never per input
-GLOBAL_KEYS = {
-    "tokenizer": "--tokenizer",
-    "chat-template": "--chat-template",
-    "train-on": "--train-on",
-    "template-date": "--template-date",
-    "special-in-content": "--special-in-content",
-    "tokenizer-backend": "--tokenizer-backend",
-    "on-error": "--on-error",
-    "num-proc": "--num-proc",
-    "no-cache": "--no-cache",
-    "allow-download": "--allow-download",
-}
+GLOBAL_KEYS = (
+    "tokenizer",
+    "chat-template",
+    "train-on",
+    "template-date",
+    "special-in-content",
+    "tokenizer-backend",
+    "on-error",
+    "num-proc",
+    "no-cache",
+    "allow-download",
+)
 
 
 def parse_inputs(data: list[str], read: ReadConfig):
@@ -341,8 +329,6 @@ def parse_inputs(data: list[str], read: ReadConfig):
     A key given on an input replaces that option's global value for it (column and role: the whole
     list, from the input's repeated keys). Unknown keys, bad values and per-input tokenizer options
     are UsageErrors naming the input and the fix."""
-    import dataclasses
-
     from packtool.config import InputSpec
 
     if len(data) == 1 and INPUT_SEP not in data[0]:
@@ -359,7 +345,7 @@ def parse_inputs(data: list[str], read: ReadConfig):
             if key in GLOBAL_KEYS:
                 raise UsageError(
                     f"input {spec!r}: {key} is a global option (one tokenizer and template per "
-                    f"pack); pass {GLOBAL_KEYS[key]} once, before or after the inputs"
+                    f"pack); pass --{key} once, before or after the inputs"
                 )
             if key not in INPUT_KEYS:
                 raise UsageError(
@@ -410,8 +396,7 @@ def _number(spec: str, key: str, text: str, kind, example: str):
 
 
 def warn_model(out, model: str | None, tokenizer: str | None) -> str | None:
-    """Say packtool.arch's early warning for --model (or a --tokenizer model folder) on stderr,
-    before any tokenizing; return it (profile puts it beside its recommendation)."""
+    """Say api.model_warning on stderr, before any tokenizing; return it (for profile's advice)."""
     from packtool import api
 
     text = api.model_warning(model, tokenizer)

@@ -128,21 +128,16 @@ def pack(
     else:  # Ray keeps the tokens in part files beside the pack until the shards are written
         what = "about 3x the input's size: the pack and Ray's part files beside it"
         api.check_output(out, force, 3 * size, what)
-    with api.engine(engine_cfg) as engine:
-        _pack(source, tcfg, cfg, out, seed, output, engine)
-
-
-def _pack(source, tcfg, cfg, out, seed, output, engine) -> None:
     from packtool.report.pack import pack_json, render_pack
 
-    if engine is not None:  # Ray keeps the encoded parts beside the pack: storage its workers share
-        engine.scratch_parent = str(Path(out).resolve().parent)
-    # its options are the manifest's (api.load_tokenized): the same as a pack built from Python
-    tokenized = api.load_tokenized(
-        source, tcfg, progress=output, seed=seed, engine=engine, pack=cfg
-    )
-    if output.human:
-        announce(tokenized, output.console, warnings=False)  # render_pack lists the warnings
-    with output.stage("writing", unit="rows") as stage:
-        result = api.pack(tokenized, cfg, out, stage.update, num_proc=tcfg.num_proc)
-    output.report(lambda: pack_json(result), lambda console: render_pack(result, console))
+    with api.engine(engine_cfg) as engine:
+        if engine is not None:  # Ray keeps the encoded parts beside the pack: storage it shares
+            engine.scratch_parent = str(Path(out).resolve().parent)
+        tokenized = api.load_tokenized(
+            source, tcfg, progress=output, seed=seed, engine=engine, pack=cfg
+        )
+        if output.human:
+            announce(tokenized, output.console, warnings=False)  # render_pack lists the warnings
+        with output.stage("writing", unit="rows") as stage:
+            result = api.pack(tokenized, cfg, out, stage.update, num_proc=tcfg.num_proc)
+        output.report(lambda: pack_json(result), lambda console: render_pack(result, console))
