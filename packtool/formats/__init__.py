@@ -53,3 +53,8 @@ PLAIN_PROMPT_COMPLETION = (
 
 class FormatError(PacktoolError):
     """A record that cannot be normalized; the message is one line and says what is wrong."""
+
+
+def wrong_type(what: str, value, expected: str) -> FormatError:
+    """The FormatError "WHAT is a TYPE, expected EXPECTED"."""
+    return FormatError(f"{what} is a {type(value).__name__}, expected {expected}")

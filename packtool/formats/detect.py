@@ -13,7 +13,7 @@ from typing import Any
 
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
-from packtool.formats import FORMATS, PLAIN_PROMPT_COMPLETION, FormatError
+from packtool.formats import FORMATS, PLAIN_PROMPT_COMPLETION, FormatError, wrong_type
 
 # Role names and ShareGPT tags -> (our role, whether the content is a JSON tool call).
 ROLE_TAGS: dict[str, tuple[str, bool]] = {
@@ -219,7 +219,7 @@ def detect_format(record: dict, cfg: ReadConfig) -> tuple[str, str]:
     if cfg.format is not None:
         return cfg.format, f"forced by --format {cfg.format}"
     if not isinstance(record, dict):
-        raise FormatError(f"record is a {type(record).__name__}, expected a JSON object")
+        raise wrong_type("record", record, "a JSON object")
     stored = record
     if plan.renames:
         record = rename(record, plan.renames)

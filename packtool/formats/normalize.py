@@ -7,7 +7,7 @@ from typing import Any
 
 from packtool.config import ReadConfig
 from packtool.errors import UsageError
-from packtool.formats import AUTO, FORMATS, FormatError
+from packtool.formats import AUTO, FORMATS, FormatError, wrong_type
 from packtool.formats.detect import (
     ROLE_TAGS,
     ReadPlan,
@@ -30,7 +30,7 @@ def normalize(record: dict, fmt: str, cfg: ReadConfig) -> dict:
     if fn is None:
         raise UsageError(f"unknown format {fmt!r}; use one of {'|'.join(FORMATS)}")
     if not isinstance(record, dict):
-        raise FormatError(f"record is a {type(record).__name__}, expected a JSON object")
+        raise wrong_type("record", record, "a JSON object")
     if plan.renames:
         record = rename(record, plan.renames)
     if cfg.format is not None:  # detection refuses these on the file's first record
@@ -85,7 +85,7 @@ def _system(value: Any) -> list[dict]:
     if value is None or value == "":
         return []
     if not isinstance(value, str):
-        raise FormatError(f"'system' is a {type(value).__name__}, expected a string")
+        raise wrong_type("'system'", value, "a string")
     return [make_message("system", value)]
 
 
@@ -93,17 +93,13 @@ def _norm_firefly(record: dict, plan: ReadPlan) -> dict:
     """Firefly / MOSS-003: `conversation` [{human, assistant}, ...] -> [system], user, assistant, ..."""
     pairs = _require(record, "conversation", "firefly")
     if not isinstance(pairs, list):
-        raise FormatError(
-            f"'conversation' is a {type(pairs).__name__}, expected a list of {{human, assistant}} pairs"
-        )
+        raise wrong_type("'conversation'", pairs, "a list of {human, assistant} pairs")
     if not pairs:
         raise FormatError("empty conversation: 'conversation' has no turns")
     messages = _system(record.get("system"))
     for i, pair in enumerate(pairs):
         if not isinstance(pair, dict):
-            raise FormatError(
-                f"'conversation' item {i} is a {type(pair).__name__}, expected {{human, assistant}}"
-            )
+            raise wrong_type(f"'conversation' item {i}", pair, "{human, assistant}")
         for key, role in (("human", "user"), ("assistant", "assistant")):
             value = pair.get(key)
             if not isinstance(value, str):
@@ -152,9 +148,7 @@ def _norm_chosen_sft(record: dict, plan: ReadPlan) -> dict:
     elif isinstance(chosen, dict):
         chosen = [chosen]
     if not isinstance(chosen, list) or not chosen:
-        raise FormatError(
-            f"'chosen' is a {type(chosen).__name__}, expected a string, a turn or a list of turns"
-        )
+        raise wrong_type("'chosen'", chosen, "a string, a turn or a list of turns")
     first = chosen[0] if isinstance(chosen[0], dict) else {}
     opener = first_of(first, plan.role_keys)
     whole = isinstance(opener, str) and ROLE_TAGS.get(
@@ -182,32 +176,26 @@ def _norm_alpaca(record: dict, plan: ReadPlan) -> dict:
     extra = record.get("input")
     for key, value in (("instruction", instruction), ("output", output), ("input", extra)):
         if value is not None and not isinstance(value, str):
-            raise FormatError(f"'{key}' is a {type(value).__name__}, expected a string")
+            raise wrong_type(f"'{key}'", value, "a string")
     messages = _system(record.get("system") or None)
     history = record.get("history")
     if history:
         if not isinstance(history, list):
-            raise FormatError(f"'history' is a {type(history).__name__}, expected [[q, a], ...]")
+            raise wrong_type("'history'", history, "[[q, a], ...]")
         for i, pair in enumerate(history):
-            if (
-                not isinstance(pair, (list, tuple))
-                or len(pair) != 2
-                or not isinstance(pair[0], str)
-                or not isinstance(pair[1], str)
-            ):
+            two = isinstance(pair, (list, tuple)) and len(pair) == 2
+            if not two or not all(isinstance(x, str) for x in pair):
                 raise FormatError(f"'history' item {i} is not a [question, answer] pair of strings")
-            messages.append(make_message("user", pair[0]))
-            messages.append(make_message("assistant", pair[1]))
+            messages += [make_message("user", pair[0]), make_message("assistant", pair[1])]
     user = f"{instruction}\n\n{extra}" if instruction and extra else instruction or extra or ""
-    messages.append(make_message("user", user))
-    messages.append(make_message("assistant", output))
+    messages += [make_message("user", user), make_message("assistant", output)]
     return make_example("chat", messages)
 
 
 def _norm_text(record: dict, plan: ReadPlan) -> dict:
     text = _require(record, "text", "text")
     if not isinstance(text, str):
-        raise FormatError(f"'text' is a {type(text).__name__}, expected a string")
+        raise wrong_type("'text'", text, "a string")
     if not text:
         raise FormatError("'text' is empty")
     return make_example("text", text=text)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from packtool.formats import FormatError
+from packtool.formats import FormatError, wrong_type
 from packtool.formats.detect import PAIR_KEYS, ReadPlan, keys_text
 from packtool.formats.turns import first_of, make_example, read_tools, read_turns
 
@@ -96,35 +96,24 @@ def _as_turns(value: Any, key: str) -> list:
         return [value]
     if isinstance(value, list):
         return value
-    raise FormatError(
-        f"'{key}' is a {type(value).__name__}, expected a string, a message or a list of messages"
+    raise wrong_type(f"'{key}'", value, "a string, a message or a list of messages")
+
+
+def _shared_prefix(a, b) -> int:
+    """How many leading items (turns as stored, or characters) `a` and `b` share."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
     )
-
-
-def _shared_prefix(a: list, b: list) -> int:
-    """How many leading turns `a` and `b` share, as stored."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _text_pair(prompt: Any, chosen: str, rejected: str, margin: float | None) -> Pair:
     if prompt is None:  # implicit: the characters both share (trl.extract_prompt's rule)
-        n = 0
-        for x, y in zip(chosen, rejected, strict=False):
-            if x != y:
-                break
-            n += 1
+        n = _shared_prefix(chosen, rejected)
         if n and chosen[n - 1] == " ":
             n -= 1
         prompt, chosen, rejected = chosen[:n], chosen[n:], rejected[n:]
     elif not isinstance(prompt, str):
-        raise FormatError(
-            f"'prompt' is a {type(prompt).__name__}, expected a string or a list of messages"
-        )
+        raise wrong_type("'prompt'", prompt, "a string or a list of messages")
     if not chosen or not rejected:
         side = "chosen" if not chosen else "rejected"
         raise FormatError(f"'{side}' is empty after the prompt both sides share: nothing to prefer")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from packtool.formats import FormatError
+from packtool.formats import FormatError, wrong_type
 from packtool.formats.detect import KNOWN_ROLES_TEXT, ROLE_TAGS, ReadPlan, keys_text
 
 _TEXT_PARTS = frozenset(("text", "input_text", "output_text"))
@@ -41,7 +41,7 @@ def make_message(role, content, tool_calls=None, reasoning=None, weight=None, na
 
 def read_turns(turns: Any, plan: ReadPlan, key: str, allow_empty=False, offset=0) -> list[dict]:
     if not isinstance(turns, list):
-        raise FormatError(f"'{key}' is a {type(turns).__name__}, expected a list of messages")
+        raise wrong_type(f"'{key}'", turns, "a list of messages")
     if not turns and not allow_empty:
         raise FormatError(f"empty conversation: '{key}' has no messages")
     return [_turn(t, i, plan) for i, t in enumerate(turns, offset)]
@@ -70,7 +70,7 @@ def _turn(turn: Any, i: int, plan: ReadPlan) -> dict:
 
 def _read_turn(turn: Any, i: int, plan: ReadPlan) -> dict:
     if not isinstance(turn, dict):
-        raise FormatError(f"message {i} is a {type(turn).__name__}, expected an object with a role")
+        raise wrong_type(f"message {i}", turn, "an object with a role")
     raw = first_of(turn, plan.role_keys)
     if not isinstance(raw, str):
         if raw is None:
@@ -78,7 +78,7 @@ def _read_turn(turn: Any, i: int, plan: ReadPlan) -> dict:
                 f"message {i} has no {' or '.join(map(repr, plan.role_keys))}; "
                 f"it has keys {keys_text(turn)}"
             )
-        raise FormatError(f"message {i} role is a {type(raw).__name__}, expected a string")
+        raise wrong_type(f"message {i} role", raw, "a string")
     tag = plan.roles.get(raw, raw)
     found = ROLE_TAGS.get(tag) or ROLE_TAGS.get(tag.lower())
     if found is None:
@@ -94,9 +94,7 @@ def _read_turn(turn: Any, i: int, plan: ReadPlan) -> dict:
     tool_calls = None
     reasoning = first_of(turn, ("reasoning_content", "reasoning", "thinking"))
     if reasoning is not None and not isinstance(reasoning, str):
-        raise FormatError(
-            f"message {i} ({role}) reasoning is a {type(reasoning).__name__}, expected a string"
-        )
+        raise wrong_type(f"message {i} ({role}) reasoning", reasoning, "a string")
     if is_call:  # ShareGPT function_call: the content is the call itself
         if content is None:
             raise FormatError(f"message {i} (function_call) has no content")
@@ -129,9 +127,7 @@ def _read_turn(turn: Any, i: int, plan: ReadPlan) -> dict:
         weight = float(weight)
     name = turn.get("name")
     if name is not None and not isinstance(name, str):
-        raise FormatError(
-            f"message {i} ({role}) name is a {type(name).__name__}, expected a string"
-        )
+        raise wrong_type(f"message {i} ({role}) name", name, "a string")
     return make_message(role, content, tool_calls or None, reasoning, weight, name)
 
 
@@ -145,9 +141,8 @@ def _parts(parts: list, i: int, role: str) -> tuple[str, str | None, list | None
             texts.append(part)
             continue
         if not isinstance(part, dict):
-            raise FormatError(
-                f"message {i} ({role}) content part {j} is a {type(part).__name__}, "
-                "expected an object with a 'type'"
+            raise wrong_type(
+                f"message {i} ({role}) content part {j}", part, "an object with a 'type'"
             )
         kind = part.get("type")
         if kind in _TOOL_CALL_PARTS:
@@ -194,7 +189,7 @@ def _tool_call(call: Any, i: int) -> dict:
     if isinstance(call, str):
         call = _json(call, f"message {i} tool call")
     if not isinstance(call, dict):
-        raise FormatError(f"message {i} tool call is a {type(call).__name__}, expected an object")
+        raise wrong_type(f"message {i} tool call", call, "an object")
     fn = call.get("function")
     if not isinstance(fn, dict):
         fn = call
@@ -221,15 +216,13 @@ def read_tools(value: Any) -> list[dict] | None:
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list):
-        raise FormatError(
-            f"'tools' is a {type(value).__name__}, expected a list of function schemas"
-        )
+        raise wrong_type("'tools'", value, "a list of function schemas")
     out = []
     for j, tool in enumerate(value):
         if isinstance(tool, str):  # some datasets store each schema as its own JSON string
             tool = _json(tool, f"'tools' item {j}")
         if not isinstance(tool, dict):
-            raise FormatError(f"'tools' item {j} is a {type(tool).__name__}, expected an object")
+            raise wrong_type(f"'tools' item {j}", tool, "an object")
         if "function" not in tool and "name" in tool:
             tool = {"type": "function", "function": tool}
         out.append(tool)
