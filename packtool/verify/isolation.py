@@ -24,19 +24,11 @@ import math
 import time
 
 from packtool.arch import tiny
-from packtool.verify import Check
+from packtool.verify import Check, tolerances
 from packtool.verify import backends as bk
 from packtool.verify.backends import Backend
 from packtool.verify.forwards import compare, quiet_transformers, run_alone, tf_version, track_worst
 from packtool.verify.sampling import Sample, crop
-from packtool.verify.tolerances import (
-    CAUSAL_TOL,
-    CONTROL_MARGIN,
-    LOGIT_TOL,
-    LOSS_TOL,
-    REFERENCE_TOL,
-    SWAP_TOL,
-)
 
 MODELS = ("llama", "gpt2")
 FLASH = "FlashAttention kernel"
@@ -115,8 +107,8 @@ def _group(kind, backend, samples, ref_alone, pack_len, seed, batch_rows) -> lis
     except Exception as e:  # the reference failing is a failed check, not a traceback
         msg = f"the fp32 reference run failed: {bk.one_line(e)}"
         return [Check(label, False, msg, {"backend": backend.name, "model_type": kind})]
-    tol, loss_tol = LOGIT_TOL[backend.dtype], LOSS_TOL[backend.dtype]
-    swap_tol = 0.0 if backend.deterministic else SWAP_TOL[backend.dtype]
+    tol, loss_tol = tolerances.LOGIT_TOL[backend.dtype], tolerances.LOSS_TOL[backend.dtype]
+    swap_tol = 0.0 if backend.deterministic else tolerances.SWAP_TOL[backend.dtype]
     run = {
         "kernel": backend.kernel,
         "backend": backend.name,
@@ -161,7 +153,7 @@ def _group(kind, backend, samples, ref_alone, pack_len, seed, batch_rows) -> lis
             s = samples[i]
             where = {"shard": s.shard, "row": s.row, "document": j, "position": s.bounds[j][0]}
             worst, at = track_worst(worst, at, logits, ref_alone[backend.device][i, j][0], where)
-        out.append(reference(label, worst, at, REFERENCE_TOL[backend.dtype], ev))
+        out.append(reference(label, worst, at, tolerances.REFERENCE_TOL[backend.dtype], ev))
     out.append(control(label, ctrl, tol, ev))
     return out
 
@@ -229,10 +221,10 @@ def compared(label: str, good, ev: dict, tol: float, loss_tol: float, swap_tol: 
 
 def _causal(label: str, good, ev: dict) -> Check:
     w, power = good.causal_worst, good.causal_power
-    ok = good.causal <= CAUSAL_TOL and power > 0 and good.causal_docs > 0
+    ok = good.causal <= tolerances.CAUSAL_TOL and power > 0 and good.causal_docs > 0
     if not good.causal_docs:
         msg = "no document of 2 or more tokens: nothing to probe"
-    elif good.causal > CAUSAL_TOL:
+    elif good.causal > tolerances.CAUSAL_TOL:
         msg = (
             f"each document's last token changed: earlier logits moved by max|Δ| {good.causal:.3g} "
             f"(must be bit-identical); worst: {where(w)} moved when position {w['changed']} "
@@ -245,7 +237,7 @@ def _causal(label: str, good, ev: dict) -> Check:
             f"each document's last token changed: earlier logits bit-identical over {good.causal_docs} "
             f"documents (the changed token's own logits moved ≥ {power:.3g})"
         )
-    ev = {**ev, "max_abs_diff": good.causal, "tol": CAUSAL_TOL}
+    ev = {**ev, "max_abs_diff": good.causal, "tol": tolerances.CAUSAL_TOL}
     ev["changed_token_min_diff"] = power if math.isfinite(power) else None
     ev |= {"documents_probed": good.causal_docs, "worst": w}
     return Check(f"{label} causal", ok, msg, ev)
@@ -267,7 +259,7 @@ def control(label: str, ctrl, tol: float, ev: dict) -> Check:
     """The control must fail every comparison, by a margin above the tolerance."""
     power = {"logits": ctrl.logits / tol, "loss": ctrl.loss_sum, "swap": ctrl.swap / tol}
     power = {k: float(f"{v:.3g}") for k, v in power.items()}
-    weak = [k for k, v in power.items() if not v > CONTROL_MARGIN]
+    weak = [k for k, v in power.items() if not v > tolerances.CONTROL_MARGIN]
     msg = (
         f"plain causal row (positions 0..L-1) fails as it must: logits Δ {ctrl.logits:.3g}, "
         f"loss-sum Δ {ctrl.loss_sum_abs:.3g}, swap Δ {ctrl.swap:.3g} (≥ {min(power.values()):.3g}× tol)"

@@ -100,7 +100,7 @@ def test_correct_rows_pass_on_cpu_backend(samples, backend):
         assert calls["varlen_calls"] == calls["dense_calls"] == 0 and calls["forwards"] > 0
     if backend != "reference":
         ref = checks[f"isolation llama/{backend} vs reference"].evidence
-        assert ref["max_abs_diff"] <= ref["tol"] == iso.REFERENCE_TOL["float32"]
+        assert ref["max_abs_diff"] <= ref["tol"] == tol.REFERENCE_TOL["float32"]
 
 
 @pytest.mark.slow

@@ -36,24 +36,7 @@ import time
 import numpy as np
 
 from packtool.verify import Check
-from packtool.verify.sources.load import (
-    FILES,
-    ORDER,
-    TOKENS,
-    MixtureProvenance,
-    Provenance,
-    SideProvenance,
-    Stop,
-    files_check,
-    input_specs_from,
-    inputs_files_check,
-    locate_recorded,
-    options_check,
-    recorded_data,
-    template_check,
-    tokenize_again,
-    tokenizer_check,
-)
+from packtool.verify.sources import load
 from packtool.verify.sources.match import Compare, missing_pieces, scan_shard, settle_deferred
 from packtool.verify.sources.pieces import account_check, expected_pieces
 
@@ -74,37 +57,41 @@ def check_sources(
     manifest, merr = load_manifest(pack)
     try:
         if merr:
-            raise Stop(FILES, merr)
-        opt_check, cfg = options_check(manifest)
+            raise load.Stop(load.FILES, merr)
+        opt_check, cfg = load.options_check(manifest)
         read = cfg.read
         checks.append(opt_check)
         if "pack_len" not in manifest:
-            raise Stop(FILES, "the manifest records no pack_len")
+            raise load.Stop(load.FILES, "the manifest records no pack_len")
         mixed = bool(manifest.get("inputs"))
         if mixed and data is not None and not os.path.isdir(data):
-            raise Stop(
-                FILES,
+            raise load.Stop(
+                load.FILES,
                 f"{pack} is a mixture of {len(manifest['inputs'])} inputs: each is read where the "
                 "manifest records it (inputs[].data, relative to where pack ran); DATA may only be "
                 "that folder: packtool verify PACK --sources FOLDER",
             )
         # a mixture's relative inputs: from DATA (the folder pack ran in), else from here or beside PACK
-        specs = input_specs_from(manifest, cfg, lambda rec: locate_recorded(rec, pack, data))
+        specs = load.input_specs_from(
+            manifest, cfg, lambda rec: load.locate_recorded(rec, pack, data)
+        )
         if specs:
-            checks.append(inputs_files_check(specs, manifest))
+            checks.append(load.inputs_files_check(specs, manifest))
         else:
-            data = data if data is not None else recorded_data(manifest, pack)
-            checks.append(files_check(data, manifest, read.split)[0])
-        checks.append(tokenizer_check(cfg, manifest))
+            data = data if data is not None else load.recorded_data(manifest, pack)
+            checks.append(load.files_check(data, manifest, read.split)[0])
+        checks.append(load.tokenizer_check(cfg, manifest))
         t_tok = time.perf_counter()
         pack_seed = manifest.get("seed") if isinstance(manifest.get("seed"), int) else 0
-        tokenized = tokenize_again(specs or data, cfg, progress=progress, seed=pack_seed)
+        tokenized = load.tokenize_again(specs or data, cfg, progress=progress, seed=pack_seed)
         t_tok = time.perf_counter() - t_tok
-        checks.append(template_check(cfg, manifest, tokenized))
+        checks.append(load.template_check(cfg, manifest, tokenized))
         exp = expected_pieces(tokenized, manifest)
-        where = MixtureProvenance(specs, tokenized.inputs) if specs else Provenance(data, read)
+        where = load.Provenance(data, read)
+        if specs:
+            where = load.MixtureProvenance(specs, tokenized.inputs)
         if manifest.get("task") == "preference":  # documents keyed 2 * source_index + side
-            where = SideProvenance(where)
+            where = load.SideProvenance(where)
         cmp = Compare(exp, where, seen=np.zeros(exp.piece_row.size, np.int64))
         candidates = np.flatnonzero(exp.num_pieces > 0)
         wanted_records = None
@@ -116,7 +103,7 @@ def check_sources(
         for shard in list_shards(pack):
             try:
                 scan_shard(cmp, pack, shard, wanted)
-            except Stop:
+            except load.Stop:
                 raise
             except Exception as e:  # unreadable shard: the integrity layer says why
                 cmp.strays(1, [f"{shard}: not compared ({type(e).__name__}: {e})"])
@@ -126,12 +113,12 @@ def check_sources(
         compared = cmp if wanted_records is None else None  # None: first-token loss not known
         checks.append(account_check(manifest, tokenized, exp, compared, where))
         checks.append(_tokens_check(cmp, candidates, wanted_records, sample, seed, t_tok, t_cmp))
-    except Stop as stop:
+    except load.Stop as stop:
         checks.append(stop.check)
         done, why = {c.name for c in checks}, f"not run: {stop.check.name} failed"
-        checks += [Check(n, False, why, skipped=True) for n in ORDER if n not in done]
-    order = {n: i for i, n in enumerate(ORDER)}
-    checks.sort(key=lambda c: order.get(c.name, len(ORDER)))
+        checks += [Check(n, False, why, skipped=True) for n in load.ORDER if n not in done]
+    order = {n: i for i, n in enumerate(load.ORDER)}
+    checks.sort(key=lambda c: order.get(c.name, len(load.ORDER)))
     return checks
 
 
@@ -161,9 +148,9 @@ def _tokens_check(cmp: Compare, candidates, wanted_records, sample, seed, t_tok,
     if ev["first"]:
         n_bad = ev["documents_failed"]
         more = f" (+{n_bad - 1} more)" if n_bad > 1 else ""
-        return Check(TOKENS, False, ev["first"][0]["message"] + more, ev)
+        return Check(load.TOKENS, False, ev["first"][0]["message"] + more, ev)
     return Check(
-        TOKENS,
+        load.TOKENS,
         True,
         f"{scope}: {cmp.docs_compared} documents, {cmp.tokens_compared:,} tokens "
         f"of input_ids and labels equal the sources tokenized again ({t_tok:.1f} s tokenize, "
