@@ -204,19 +204,16 @@ def account_check(manifest: dict, tokenized, exp: Expected, cmp, where) -> Check
         "split_parts": int(pieces.split_parts.sum()),
         "dropped": int(rec_rows["dropped"].size),
     }
-    for key, v in have.items():
-        if key in counts and counts[key] != v:
-            problems.append(f"counts.{key} is {counts[key]} in the manifest, {v} from the sources")
-    t_have = {
-        "in": int(exp.lengths.sum()),
-        "loss_in": int(np.asarray(tokenized.loss_counts, np.int64).sum()),
-    }
+    t_have = {"in": int(exp.lengths.sum())}
+    t_have["loss_in"] = int(np.asarray(tokenized.loss_counts, np.int64).sum())
     if cmp is not None:  # every piece compared: first-token loss is known exactly
         t_have["loss_first_token"] = cmp.first_token_loss
-    for key, v in t_have.items():
-        if key in tokens and tokens[key] != v:
-            problems.append(f"tokens.{key} is {tokens[key]} in the manifest, {v} from the sources")
-
+    for group, rec, now in (("counts", counts, have), ("tokens", tokens, t_have)):
+        for key, v in now.items():
+            if key in rec and rec[key] != v:
+                problems.append(
+                    f"{group}.{key} is {rec[key]} in the manifest, {v} from the sources"
+                )
     for key, rows in rec_rows.items():
         if not isinstance(manifest.get(key), list):
             continue
@@ -252,13 +249,8 @@ def account_check(manifest: dict, tokenized, exp: Expected, cmp, where) -> Check
                 f"skipped records differ: the manifest lists source indices {rec[:5]}, the sources give "
                 f"{now[:5]}"
             )
-    return Check(
-        ACCOUNT,
-        not problems,
-        "; ".join(problems)
-        or (
-            f"{have['tokenized']} records tokenized again: counts, dropped, truncated, split and skipped agree with "
-            "the manifest"
-        ),
-        dict(have),
+    msg = "; ".join(problems) or (
+        f"{have['tokenized']} records tokenized again: counts, dropped, truncated, split and skipped "
+        "agree with the manifest"
     )
+    return Check(ACCOUNT, not problems, msg, dict(have))
