@@ -6,9 +6,8 @@
     run.py        pack_tokenized: plan, write, manifest, conservation, warnings
     (here)        warm: the pack stage's first-use costs, paid while the run would otherwise wait
 
-The planner and its numba kernels are packtool.plan (the row kernels: gather.py), the file layout packtool.io.shards.
-run.py imports the numba kernels, so its names are imported at first use: a run that is still
-tokenizing (warm, overflow) does not wait for them.
+The planner is packtool.plan, the file layout packtool.io.shards. run.py's names are imported at
+first use: they import the numba kernels, which a run still tokenizing does not wait for.
 """
 
 from __future__ import annotations

@@ -10,9 +10,8 @@ Located: per piece the address of its first token in both columns  ──copy_ro
                     ▼
 FileGather: pread each block's pieces into two staging buffers instead of touching the map
 
-Addresses, not a list of chunk arrays: the kernels take int64 addresses (int32_at), so a
-fresh process compiles nothing (a numba.typed.List compiles its methods in every process).
-ListColumn keeps the chunks alive while the addresses are used.
+The kernels take int64 addresses (int32_at), not a numba.typed.List of chunks, which would
+compile its methods in every fresh process; ListColumn keeps the chunks alive meanwhile.
 """
 
 from __future__ import annotations
@@ -37,9 +36,9 @@ from packtool.pack.overflow import Pieces
 
 
 class ListColumn:
-    """A list<int> column of a (possibly chunked, sliced, memory-mapped) Arrow table, zero-copy;
-    `mask`: a list<bool> loss_mask (packtool.data.labels), 1 bit a token, whose `first` are then
-    bit addresses (8 x the byte's address + the bit, least significant first)."""
+    """A list<int> column of a (chunked, sliced, memory-mapped) Arrow table, zero-copy: per row the
+    address of its first token and its length; `mask`: a list<bool> loss_mask, whose `first` are
+    then bit addresses (8 x the byte's address + the bit, least significant first)."""
 
     def __init__(self, chunked, name: str, mask: bool = False):
         import pyarrow as pa
@@ -70,7 +69,6 @@ class ListColumn:
                 self.chunks.append(vals)
                 firsts.append(vals.ctypes.data + 4 * offsets[:-1])
             lens.append(np.diff(offsets))
-        # address of each row's first token, and its length
         self.first = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
         self.length = np.concatenate(lens) if lens else np.zeros(0, np.int64)
 
@@ -90,8 +88,7 @@ def _locate_in_files(at: np.ndarray, files: list[tuple[str, int, int]]):
 
 
 def _table_rows(table) -> tuple[Any, np.ndarray | None]:
-    """The Arrow table of tokenized data and its row mapping (a datasets.Dataset after select or
-    shuffle has one), if any."""
+    """The Arrow table and its row mapping (a datasets.Dataset after select or shuffle), if any."""
     import pyarrow as pa
 
     if isinstance(table, pa.Table):
@@ -103,8 +100,7 @@ def _table_rows(table) -> tuple[Any, np.ndarray | None]:
 
 @dataclass
 class Located:
-    """Pieces located in the Arrow buffers: piece p's tokens are at address ids_at[p], its labels
-    at lab_at[p] (piece_len[p] int32 values each; `ids` and `lab` keep that memory alive)."""
+    """Piece p's tokens at address ids_at[p], its labels at lab_at[p] (`ids`, `lab` keep them alive)."""
 
     ids: ListColumn | None  # (None: the pieces are in files only, read by a FileGather)
     lab: ListColumn | None
@@ -116,19 +112,14 @@ class Located:
     unmask: Any = None  # () -> (labels ListColumn, lab_at): a masked table's labels, built
 
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
-        """copy_rows' token arguments for pieces `pcs`: the pieces where they are (labels, not a mask:
-        file_gather builds a masked table's labels when no FileGather reads them)."""
+        """copy_rows' token arguments for pieces `pcs`, where they are (labels: file_gather built them)."""
         return pcs, piece_len, self.ids_at, self.lab_at
 
 
 class FileGather:
-    """Reads a block's pieces from the tokenization cache file with pread, into staging buffers.
-
-    Why not read them through the memory map: documents are gathered in plan order, i.e. at random
-    positions of the file, and the page cache maps large folios whole, so 5,000 random 3 KB reads
-    map ~900 MB of a 1 GB file. Resident memory (VmHWM) would grow to the size of the input. With
-    pread the pages stay in the page cache (shared, reclaimable) and this process holds only the
-    staging buffers: 2 x one row group of tokens.
+    """Reads a block's pieces from the tokenization cache file with pread, into staging buffers:
+    through the memory map, random reads in plan order would map large folios whole (5,000 3 KB
+    reads map ~900 MB of a 1 GB file) and resident memory would grow to the input's size.
 
         staging  ids  [piece q0 tokens | piece q1 tokens | ...]   (block order)
                  labs [piece q0 labels | piece q1 labels | ...]
@@ -140,9 +131,8 @@ class FileGather:
     def __init__(
         self, paths: list[str], where: tuple, capacity: int, lab_bit: np.ndarray | None = None
     ):
-        """where: ((file, byte offset) of each piece's tokens, the same of its labels or of the
-        byte that holds its first loss_mask bit), file indexing `paths`; lab_bit: for a loss_mask,
-        that bit's place in its byte (0-7), else None."""
+        """where: (file, byte offset) of each piece's tokens, and of its labels or of the byte of
+        its first loss_mask bit; lab_bit: for a loss_mask, that bit's place in its byte (0-7)."""
         self.fds = np.array([os.open(path, os.O_RDONLY) for path in paths], dtype=np.int64)
         (self.ids_file, self.ids_offset), (self.lab_file, self.lab_offset) = where
         self.ids = np.empty(capacity, dtype=np.int32)
@@ -155,9 +145,8 @@ class FileGather:
             os.close(fd)
 
     def stage(self, pcs: np.ndarray, piece_len: np.ndarray):
-        """copy_rows' token arguments for pieces `pcs`, read into the staging buffers (Located.stage's
-        shape: local pieces and lengths, the address of each in the staging buffers). The reads are
-        one kernel call a column (pread_pieces: no Python per piece, no GIL)."""
+        """copy_rows' token arguments for pieces `pcs` (as Located.stage), read into the staging
+        buffers by one pread_pieces call a column."""
         n = piece_len[pcs].astype(np.int64)
         first = np.zeros(len(pcs), dtype=np.int64)  # byte offset of piece q in the staging buffer
         np.cumsum(4 * n[:-1], out=first[1:])
@@ -182,9 +171,8 @@ class FileGather:
         return local, n, self.ids.ctypes.data + first, self.lab.ctypes.data + first
 
     def _read(self, file_of, offset, nbytes, dest) -> None:
-        """pread_pieces; a piece read short is read again once, from that piece on (a
-        signal such as Ctrl-C interrupts pread with EINTR: its handler runs in between), and a
-        second short read of the same piece is a truncated file."""
+        """pread_pieces; a piece read short (EINTR: a signal) is read again once, from that piece on;
+        a second short read of the same piece is a truncated file."""
         done, again = 0, -1
         while (
             short := pread_pieces(
@@ -217,8 +205,7 @@ def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather 
 
 
 def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> Located:
-    """The pieces in `table` (a pyarrow Table, or a datasets.Dataset with its row mapping), whose
-    rows have `lengths` and source indices `src`; checked against the table's own list lengths."""
+    """The pieces in `table` (a pyarrow Table or a datasets.Dataset), checked against its lengths."""
     table, mapping = _table_rows(table)
     ids = ListColumn(table.column("input_ids"), "input_ids")
     masked = labels.stored(table) == labels.LOSS_MASK
@@ -238,15 +225,11 @@ def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: 
         kept = np.zeros(lengths.shape[0], dtype=np.int64)
         kept[pieces.row] = pieces.length
         keep = kept[pieces.truncated]  # L, or a pair's cut (pack.pairs)
-    if pieces.truncated.size and masked:
-        tails = int(labels.loss_after(table, trow[pieces.truncated], keep).sum())
-    elif pieces.truncated.size:
-        tr = trow[pieces.truncated]
-        tails = int(
-            count_not_equal(
-                lab.first[tr] + 4 * keep, lengths[pieces.truncated] - keep, schema.IGNORE_INDEX
-            ).sum()
-        )
+        tr, cut = trow[pieces.truncated], lengths[pieces.truncated] - keep
+        if masked:
+            tails = int(labels.loss_after(table, tr, keep).sum())
+        else:
+            tails = int(count_not_equal(lab.first[tr] + 4 * keep, cut, schema.IGNORE_INDEX).sum())
     return Located(
         ids=ids,
         lab=lab,
@@ -266,21 +249,16 @@ def _built_labels(table, prow: np.ndarray, start: np.ndarray) -> tuple[ListColum
 
 
 # ---------------------------------------------------------------------------------------------
-# Gather kernels for the shard writer.  A "piece" is a document as packed: a whole example, its
-# truncated head, or one split part; piece p's tokens are the piece_len[p] int32 values at memory
-# address ids_at[p] (an Arrow chunk's values, the mapped cache file, or a staging buffer: whoever
-# passes the address keeps that memory alive while the kernel runs).  Addresses, not a list of
-# arrays: a numba.typed.List compiles its methods in every fresh process (not cached by cache=True).
-#
-#   layout_rows   position_ids, document_id, the pad tail and each document's padding (a piece of
-#                 piece_len tokens takes slot_len >= piece_len slots) of a block of rows; CSR of its pieces
+# Gather kernels for the shard writer.  A piece (a document as packed: a whole example, its
+# truncated head, or one split part) is piece_len[p] int32 values at address ids_at[p]; whoever
+# passes the address keeps that memory alive while the kernel runs.
+#   layout_rows   position_ids, document_id and padding of a block of rows; CSR of its pieces
 #   copy_rows     input_ids and labels of those pieces, straight from where they are
 # ---------------------------------------------------------------------------------------------
 
 
 def int32_at(address, n):
-    """The n int32 values at memory `address`, as an array over that memory (no copy).  Plain
-    Python (NUMBA_DISABLE_JIT=1) reads it through ctypes; compiled code through the overload below."""
+    """The n int32 values at memory `address`, no copy (compiled: the overload below)."""
     return np.ctypeslib.as_array((ctypes.c_int32 * int(n)).from_address(int(address)))
 
 
@@ -301,8 +279,7 @@ def _int32_at_compiled(address, n):
 
 
 def pread_into(fd, address, n, offset):
-    """pread(2): n bytes of file `fd` at `offset` into memory at `address`; the bytes read, -1 on an
-    error.  Plain Python through os.preadv; compiled code calls libc's pread (overload below)."""
+    """pread(2) into memory at `address`: the bytes read, -1 on an error (compiled: libc's pread)."""
     try:
         return os.preadv(
             int(fd), [(ctypes.c_char * int(n)).from_address(int(address))], int(offset)
@@ -415,11 +392,8 @@ def copy_rows(
     labels,
     ignore_index,
 ):
-    """Copy each piece's tokens (at address ids_at[p]) and labels (at lab_at[p]) into its row; mask
-    every document's first label.
-
-    Returns (num_loss_tokens int64[k], first_loss): first_loss counts documents whose first label
-    carried loss before it became `ignore_index` (accounted for in the manifest, not silently lost).
+    """Copy each piece's tokens (at ids_at[p]) and labels (at lab_at[p]) into its row; mask every
+    document's first label. Returns (num_loss_tokens int64[k], documents whose first label had loss).
     """
     k = seq_offsets.shape[0] - 1
     num_loss = np.zeros(k, dtype=np.int64)
@@ -453,13 +427,9 @@ def count_not_equal(at, n, ignore_index):
 
 @njit(cache=True, nogil=True)
 def labels_from_bits(packed, at, bit, n, ids, ignore_index, out):
-    """Labels of pieces whose loss-mask bits were read into `packed` (packtool.data.labels: 1 bit a
-    token, least significant first): piece q's n[q] bits start at bit bit[q] of byte at[q], and its
-    ids and labels follow the previous piece's in `ids` and `out`:
-
-        out[k] = ids[k] where the token's bit is 1, else ignore_index
-
-    Returns the number of tokens written."""
+    """Labels of pieces whose loss-mask bits were read into `packed`: piece q's n[q] bits from bit
+    bit[q] of byte at[q]; out[k] = ids[k] where the token's bit is 1, else ignore_index (pieces
+    back to back in `ids` and `out`). Returns the number of tokens written."""
     k = 0
     for q in range(n.shape[0]):
         b = at[q] * 8 + bit[q]
