@@ -1,9 +1,6 @@
 """The error types the CLI turns into one-line messages and exit codes.
 
-Raise `PacktoolError` for bad input (exit 1), `UsageError` for bad options (exit 2) and
-`NotChecked` where a check asked for could not be run (exit 3: not a pass, and not a finding that
-the input is bad; a CI step still stops on it, being non-zero). The message
-names the value, the limit and the fix, e.g.
+The message names the value, the limit and the fix, e.g.
 "example 1832 has 9120 tokens > --len 4096; use --overflow truncate|split or raise --len".
 """
 
@@ -22,7 +19,7 @@ class UsageError(PacktoolError):
 
 class NotChecked(PacktoolError):
     """A check that could not be run on what was asked (verify --model on an architecture it
-    cannot build or bound): exit code 3, "not checked: ..." rather than a failure."""
+    cannot build or bound): exit code 3, "not checked: ..." (not a pass, not a finding)."""
 
     exit_code = 3
 

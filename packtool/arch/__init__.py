@@ -43,6 +43,12 @@ class Family:
     note: str  # what happens without them, as measured
 
 
+def _unpackable(name: str, kinds: str, model_types: tuple[str, ...], what: str) -> Family:
+    """A family whose documents no input keeps apart: transformers' `what` (as measured)."""
+    note = f"no input keeps documents apart: transformers' {what}, so each document's state runs on into the next; it cannot be trained packed"
+    return Family(name, kinds, (), (), model_types, note)
+
+
 FAMILIES = (
     Family(
         "gated_deltanet",
@@ -71,35 +77,25 @@ FAMILIES = (
         "position_ids and cu_seq_lens: documents mix silently in the conv layers; seq_idx without "
         "causal-conv1d: transformers refuses",
     ),
-    Family(
+    _unpackable(
         "mamba2",
         "Mamba-2 only",
-        (),
-        (),
         ("mamba2",),
-        "no input keeps documents apart: transformers' Mamba-2 model passes neither seq_idx nor "
-        "cu_seq_lens to its scan or its convolution, so each document's state runs on into the "
-        "next; it cannot be trained packed",
+        "Mamba-2 model passes neither seq_idx nor cu_seq_lens to its scan or its convolution",
     ),
-    Family(
+    _unpackable(
         "mamba",
         "Mamba (v1) only",
-        (),
-        (),
         ("mamba", "falcon_mamba"),
-        "no input keeps documents apart: transformers' Mamba model (v1, also Falcon-Mamba) passes "
-        "no document boundary to its selective scan or its convolution, so each document's state "
-        "runs on into the next; it cannot be trained packed",
+        "Mamba model (v1, also Falcon-Mamba) passes no document boundary to its selective scan or "
+        "its convolution",
     ),
-    Family(
+    _unpackable(
         "recurrent",
         "recurrent blocks (RWKV, RG-LRU, xLSTM), with or without attention",
-        (),
-        (),
         ("rwkv", "recurrent_gemma", "xlstm"),
-        "no input keeps documents apart: transformers' recurrent blocks (RWKV time mixing, "
-        "RecurrentGemma's RG-LRU and convolution, xLSTM) take no document boundary, so each "
-        "document's state runs on into the next; it cannot be trained packed",
+        "recurrent blocks (RWKV time mixing, RecurrentGemma's RG-LRU and convolution, xLSTM) take "
+        "no document boundary",
     ),
     Family(
         "gpt_oss",

@@ -72,12 +72,9 @@ class HashedSink:
                      block B  ◀── filled meanwhile              this sink's own thread
         close()  ──▶ the last, partial block: written without O_DIRECT (fcntl clears it)
 
-    Why: on VMs that back memory at its first touch, a page the kernel has not handed out lately
-    costs system CPU to fill (anonymous memory and page cache alike; benchmarks/README.md,
-    "Pre-tokenized input"), and shards are not read again by the pack. A direct write waits for the
-    disk, so a full block is written by a thread while the caller (pyarrow's encoder) fills the
-    other. Where O_DIRECT is refused (tmpfs, some network or FUSE file systems: EINVAL at open or
-    at a write), the writes are plain ones.
+    (Page-cache pages cost system CPU on VMs that back memory at first touch: benchmarks/README.md,
+    "Pre-tokenized input".) Where O_DIRECT is refused (tmpfs, some network or FUSE file systems:
+    EINVAL at open or at a write), the writes are plain ones.
     """
 
     CHUNK = 8 << 20
@@ -202,8 +199,7 @@ def unwritable(folder: Path) -> str | None:
 
 
 def umask() -> int:
-    """The process umask, read without changing it where /proc allows (os.umask sets it: racy
-    with threads that create files)."""
+    """The process umask, read without changing it where /proc allows (os.umask sets it)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -383,7 +379,7 @@ def alive(pid: int) -> bool:
 
 def remove_dead(parent: str | Path | None) -> list[str]:
     """Remove the folders of runs that died from `parent` (None: the system's temporary folder);
-    one line for each folder removed, or kept (an `old` folder whose OUT is gone: the only copy)."""
+    one line for each folder removed or kept (module docstring)."""
     parent = Path(parent if parent is not None else tempfile.gettempdir())
     try:
         names = [e.name for e in os.scandir(parent) if e.is_dir(follow_symlinks=False)]

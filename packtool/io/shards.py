@@ -34,11 +34,8 @@ from packtool.errors import Interrupt, PacktoolError, UsageError
 from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
-# token slots (4 int32 columns) per row group (256 rows at --len 4096): bounds the write buffers.
-# 16 MiB, not 64: on VMs that back memory at its first touch the first block's buffers and
-# pyarrow's encoding memory cost system time by the GiB, and a smaller block means less of it and a
-# lower peak; 8 MiB pays more blocks, each with its fixed cost (measured side by side: git
-# history of benchmarks/README.md, 2026-12-03)
+# token slots (4 int32 columns) per row group (256 rows at --len 4096): bounds the write buffers
+# (a larger block costs first-touch memory, a smaller one more fixed cost per block)
 ROW_GROUP_BYTES = 16 << 20
 
 
@@ -109,14 +106,13 @@ class ShardWriter:
         self.rows = 0
         with naming(self.path):
             self._sink = files.HashedSink(self.path)  # sha256 as written, O_DIRECT
-        try:
-            with naming(self.path):
+            try:
                 self._writer = pq.ParquetWriter(
                     self._sink, schema.arrow_schema(pack_len, padded, pairs), **writer_options()
                 )
-        except BaseException:
-            self._sink.close()
-            raise
+            except BaseException:
+                self._sink.close()
+                raise
 
     def write(self, table) -> None:
         with naming(self.path):
@@ -220,7 +216,7 @@ def _not_a_pack(out: Path) -> str | None:
 
 def check_target(out: Path, force: bool) -> None:
     """Fail early (before tokenizing) when OUT exists and may not be replaced: --force replaces
-    only an empty folder or a packtool pack (see `_not_a_pack`)."""
+    only an empty folder or a packtool pack."""
     if not out.exists() and not out.is_symlink():
         return
     if not force:

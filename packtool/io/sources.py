@@ -75,12 +75,6 @@ def data_kind(name: str) -> str | None:
     return kind
 
 
-def _is_saved_dataset(path: Path) -> bool:
-    return (path / "dataset_dict.json").is_file() or (
-        (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
-    )
-
-
 def _split_of(rel: Path) -> str | None:
     for part in rel.parts[:-1]:
         if part.lower() in _SPLIT_NAMES:
@@ -257,7 +251,9 @@ def locate(source: str, split: str = "train") -> Located:
             )
         return Located("files", (source,))
     if path.is_dir():
-        if _is_saved_dataset(path):
+        if (path / "dataset_dict.json").is_file() or (
+            (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+        ):  # a datasets.save_to_disk folder
             return _load_from_disk(path, source, split)
         return _folder_files(path, source, split)
     if glob.has_magic(source):
@@ -293,9 +289,8 @@ def _load_from_disk(path: Path, label: str, split: str) -> Located:
 
 @contextmanager
 def _offline() -> Iterator[None]:
-    """Offline mode for datasets and huggingface_hub while we look in the cache: a dataset that is
-    not cached fails at once instead of waiting on the network. Both libraries read the flag from
-    these module constants (set from HF_HUB_OFFLINE at import), so we set them, then restore."""
+    """Offline mode for datasets and huggingface_hub (their module constants, which they read
+    HF_HUB_OFFLINE into at import) while we look in the cache, then restored."""
     import datasets
     import huggingface_hub.constants as hub_constants
 
