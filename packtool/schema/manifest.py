@@ -28,11 +28,9 @@
 first key missing or of the wrong type. `conservation_problems` is the one statement of where
 examples and tokens go (the writer and verify both check it).
 
-Structured warnings (a report's `warnings`, JSON for a CI): Notice(code, message, count,
-items), e.g. Notice("truncated", "truncated 3 example(s) to --len 4096: ...", 3, [12, 40, 41]).
-`code` says what kind of thing happened (a report renders the kinds it knows, such as
-truncated/dropped, its own way and prints the rest); `items` are the source indices concerned.
-`group_reasons` groups skip reasons by cause for messages.
+Structured warnings (a report's `warnings`): Notice(code, message, count, items), e.g.
+Notice("truncated", "truncated 3 example(s) to --len 4096: ...", 3, [12, 40, 41]), items the
+source indices concerned. `group_reasons` groups skip reasons by cause for messages.
 """
 
 from __future__ import annotations
@@ -148,9 +146,8 @@ class Manifest:
     shards: list[dict[str, Any]]
     pad_to_multiple: int = 1  # the layout (schema/shard.py); written only when not the default
     fixed_docs: bool = False
-    # "preference": each example is a pair, packed as two adjacent documents (chosen, rejected) in
-    # one row, the shards' `side` column says which; `preference` then holds {pairs, layout, sides,
-    # ...} (pack/run.py); both written only for preference packs
+    # "preference": each example a pair of adjacent documents in one row, `preference` what
+    # pack.pairs.pair_manifest says; both written only for preference packs
     task: str = "sft"
     preference: dict[str, Any] = field(default_factory=dict)
     # keys a later writer added: kept as they are
@@ -200,13 +197,8 @@ class Manifest:
             kw[f.name] = d[f.name]
         lists = ("shards", "skipped", "dropped", "truncated", "split")
         types = {"pack_len": int, "counts": dict, "tokens": dict, **dict.fromkeys(lists, list)}
-        types |= {
-            "pad_to_multiple": int,
-            "fixed_docs": bool,
-            "not_read": list,
-            "task": str,
-            "preference": dict,
-        }  # only when recorded
+        types |= {"pad_to_multiple": int, "fixed_docs": bool, "not_read": list}  # when recorded
+        types |= {"task": str, "preference": dict}
         for name, typ in types.items():
             if name in kw and not (_int(kw[name]) if typ is int else isinstance(kw[name], typ)):
                 raise ManifestError(f"{where}: {name} is not {_TYPES[typ]}")
@@ -245,6 +237,8 @@ def _int(x) -> bool:
 
 
 _OUTCOMES = ("packed", "truncated", "split", "dropped")  # what becomes of each example
+# the counts of one input of a mixture (manifest inputs[].counts; data.input_counts)
+INPUT_COUNTS = ("read", "skipped", "tokenized", "not_selected", "examples", *_OUTCOMES)
 
 
 def _sum_rule(c: dict, total: str, parts: tuple[str, ...], prefix: str = "") -> list[str]:
@@ -315,20 +309,6 @@ def conservation_problems(
     return problems
 
 
-# the counts of one input of a mixture (manifest inputs[].counts; data.input_counts)
-INPUT_COUNTS = (
-    "read",
-    "skipped",
-    "tokenized",
-    "not_selected",
-    "examples",
-    "packed",
-    "truncated",
-    "split",
-    "dropped",
-)
-
-
 def input_problems(inputs: Any, counts: dict | None = None) -> list[str]:
     """The per-input rules of a mixture's `inputs` and, with the manifest's `counts`, their sums
     against the global counts (which count the weighted stream: tokenized = examples after weighting):
@@ -342,7 +322,7 @@ def input_problems(inputs: Any, counts: dict | None = None) -> list[str]:
     if not isinstance(inputs, list):
         return [f"inputs is {type(inputs).__name__}, not a list"]
     problems: list[str] = []
-    total = dict.fromkeys(("examples", "skipped", "packed", "truncated", "split", "dropped"), 0)
+    total = dict.fromkeys(("examples", "skipped", *_OUTCOMES), 0)
     offset = 0
     for k, e in enumerate(inputs, 1):
         e = e if isinstance(e, dict) else {}

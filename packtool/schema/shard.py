@@ -29,12 +29,9 @@ has B*(K+1)+1 cu_seqlens entries whatever the rows hold:
     source_index        [i_a, i_b, -1]      num_tokens 7 (real tokens only)
     segments            [4, 4, 0, 4]        cu_seqlens_unpadded counts real tokens, 0 for the tail
 
-The manifest records the layout only when it is not the default, so default packs keep their bytes.
-The writer's kernel (`pack.gather.layout_rows`) lays rows out by this rule; every reader's segments
-come from these functions.
-
-There is deliberately no `attention_mask` column (an all-ones mask beside packed position_ids makes
-transformers' sdpa/eager paths attend across documents).
+The writer's kernel (`pack.gather.layout_rows`) lays rows out by this rule; every reader's
+segments come from these functions. There is deliberately no `attention_mask` column (an all-ones
+mask beside packed position_ids makes transformers' sdpa/eager paths attend across documents).
 """
 
 from __future__ import annotations
@@ -66,9 +63,8 @@ def shard_name(index: int, total: int) -> str:
 
 
 def arrow_schema(pack_len: int, padded: bool = False, pairs: bool = False):
-    """The exact Arrow schema of a v1 shard for rows of `pack_len` tokens; `padded` (a pack written
-    with --pad-to-multiple N > 1) adds the list<int32> column seq_lengths_unpadded, `pairs` (a
-    preference pack) then the list<int8> column side, at the end."""
+    """The exact Arrow schema of a v1 shard for rows of `pack_len` tokens; `padded` (N > 1) adds
+    seq_lengths_unpadded, `pairs` (a preference pack) then side, at the end."""
     import pyarrow as pa
 
     fixed, ints = pa.list_(pa.int32(), pack_len), pa.list_(pa.int32())
@@ -90,12 +86,9 @@ def pack_len_of(got) -> int | None:
 def shard_schema_problems(
     got, pack_len: int, padded: bool = False, pairs: bool = False
 ) -> list[str]:
-    """What is wrong with a shard's Arrow schema `got` for rows of `pack_len` tokens (empty: nothing);
-    `padded`: the manifest says the pack was written with --pad-to-multiple N > 1; `pairs`: it is
-    a preference pack.
-
-    The one shard-schema check: verify reports the problems, the trainer-side dataset refuses the
-    shard. A forbidden column (attention_mask) is named first: it is the mistake that matters."""
+    """What is wrong with a shard's Arrow schema `got` (as arrow_schema's arguments say it should
+    be); empty: nothing. The one shard-schema check (verify reports, the trainer-side dataset
+    refuses); a forbidden column (attention_mask) is named first: it is the mistake that matters."""
     want = arrow_schema(pack_len, padded, pairs)
     problems = [
         f"forbidden column {c!r} (schema v{SCHEMA_VERSION} has none)"
@@ -135,8 +128,7 @@ class Layout:
 
     @classmethod
     def from_manifest(cls, m: dict | None) -> Layout:
-        """The layout a manifest (a dict, maybe damaged) records; values that are not usable
-        integers count as the default (the manifest check reports them)."""
+        """The layout a manifest (maybe damaged: unusable values count as the default) records."""
         m = m if isinstance(m, dict) else {}
         n = m.get("pad_to_multiple", 1)
         n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
@@ -146,8 +138,8 @@ class Layout:
 
 
 def row_segments(seq_lengths: Sequence[int], pack_len: int, fixed: bool = False) -> list[int]:
-    """The row's segment lengths: its documents, then the pad tail when there is one; `fixed`
-    (fixed docs: seq_lengths already K long, empty entries last) keeps the tail even when empty."""
+    """The row's segment lengths: its documents, then the pad tail when there is one (`fixed`:
+    seq_lengths already K long, empty entries last; the tail kept even when empty)."""
     lengths = [int(n) for n in seq_lengths]
     used = sum(lengths)
     if used > pack_len:
@@ -205,8 +197,7 @@ def segment_starts(
     row_starts: np.ndarray, doc_starts: np.ndarray, pad_starts: np.ndarray, n: int
 ) -> np.ndarray:
     """For `n` slots of rows laid end to end, the flat index where each slot's segment starts, from
-    the flat start indices of rows, documents and pad tails (the bulk form of `position_ids`:
-    position = slot - segment start)."""
+    the starts of rows, documents and pad tails (bulk `position_ids`: slot - segment start)."""
     idx_t = row_starts.dtype
     seg = np.zeros(n, idx_t)
     seg[row_starts] = row_starts
