@@ -13,14 +13,6 @@ them; and the manifest's counts and lists against those records (the ACCOUNT che
                  split      [0, L), [L, 2L), ..., [kL, n_r)                            k + 1
                  error      as drop (pack refused such a record: none is in the shards)
 
-    Expected
-      ids_col, table         the tokenized table's input_ids (no copy), the table (labels: data.labels)
-      src, lengths           per record
-      piece_row/start/len    per piece; first_piece[r] .. first_piece[r] + num_pieces[r] - 1 are r's
-      record_of(source_index) ──▶ record, or -1
-      gather(records, starts, lengths) ──▶ (ids, labels, offsets): pieces back to back, flat int32
-      part_hashes(r) ──▶ uint64 per part of split record r (which part a shard document is)
-
     account_check: manifest.json                 from the sources (TokenizedData, Expected.pieces)
       counts.examples_read, .skipped, .tokenized   num_read, the records skipped, records tokenized
       counts.truncated, .split, .split_parts, .dropped, and the lists {source_index, length}
@@ -57,7 +49,7 @@ class Expected:
     piece_row: np.ndarray  # record of each piece
     piece_start: np.ndarray
     piece_len: np.ndarray
-    first_piece: np.ndarray  # per record: index of its first piece
+    first_piece: np.ndarray  # per record: its pieces are first_piece[r] .. + num_pieces[r] - 1
     num_pieces: np.ndarray  # per record: 0 (dropped), 1, or the parts of a split record
     pack_len: int
     overflow: str
@@ -88,6 +80,7 @@ class Expected:
         return ids[at].astype(np.int32, copy=False), lab[at].astype(np.int32, copy=False), out_off
 
     def part_hashes(self, record: int) -> np.ndarray:
+        """uint64 per part of split record `record` (which part a shard document is)."""
         if record not in self.hashes:
             p0, n = int(self.first_piece[record]), int(self.num_pieces[record])
             sl = slice(p0, p0 + n)
