@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -145,8 +146,6 @@ def write_shard(pack: str, rel: str, table, *, fix_manifest: bool = True) -> Non
 def _break_positions(src: str, dst: str) -> None:
     """Copy the pack at `src` to `dst` with row 0 of the first shard's positions counting on
     across documents (the classic packing bug)."""
-    import shutil
-
     shutil.copytree(src, dst)
     rel, table = read_shard(dst, 0)
     pos = token_column(table, "position_ids")
@@ -210,23 +209,15 @@ def _layout_check(tmp: str, seed: int) -> Check:
     failed = [c for c in integ.check_integrity(out)[0] if not c.passed and not c.skipped]
     if failed:
         return Check(name, False, f"the layout's pack fails {failed[0].name}: {failed[0].message}")
-    import shutil
-
     shutil.copytree(out, broken)
     rel, table = read_shard(broken, 0)
     seq = table.column("seq_lengths").to_pylist()
     real = table.column(schema.UNPADDED_COLUMN).to_pylist()
-    hit = next(
-        (
-            (r, sum(seq[r][:d]) + real[r][d])
-            for r in range(len(seq))
-            for d in range(len(seq[r]))
-            if seq[r][d] > real[r][d]
-        ),
-        None,
-    )
-    if hit is None:
+    padded = [(r, d) for r, s in enumerate(seq) for d in range(len(s)) if s[d] > real[r][d]]
+    if not padded:
         return Check(name, False, "the layout's pack has no padded document to damage")
+    r, d = padded[0]
+    hit = r, sum(seq[r][:d]) + real[r][d]  # the first pad slot of the first padded document
     lab = token_column(table, "labels")
     ids = token_column(table, "input_ids")
     lab[hit[0], hit[1]] = ids[hit[0], hit[1]]
