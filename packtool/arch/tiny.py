@@ -42,17 +42,17 @@ INIT_STD = 0.1  # sharper than the usual 0.02, so a leak moves the logits visibl
 
 # config attribute -> small value (only attributes the config already has are set)
 _WIDTHS = {
-    "hidden_size": HIDDEN,
-    "d_model": HIDDEN,
-    "n_embd": HIDDEN,
-    "intermediate_size": MLP,
-    "ffn_hidden_size": MLP,
-    "ffn_dim": MLP,
-    "n_inner": MLP,
-    "moe_intermediate_size": EXPERT_MLP,
-    "shared_expert_intermediate_size": EXPERT_MLP,
-    "moe_shared_expert_intermediate_size": EXPERT_MLP,
-    "expert_intermediate_size": EXPERT_MLP,
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd"), HIDDEN),
+    **dict.fromkeys(("intermediate_size", "ffn_hidden_size", "ffn_dim", "n_inner"), MLP),
+    **dict.fromkeys(
+        (
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "moe_shared_expert_intermediate_size",
+            "expert_intermediate_size",
+        ),
+        EXPERT_MLP,
+    ),
     "vocab_size": VOCAB,
     "head_dim": HEAD_DIM,
     "kv_lora_rank": 16,
@@ -61,16 +61,11 @@ _WIDTHS = {
     "qk_nope_head_dim": 8,
     "v_head_dim": HEAD_DIM,
     # gated delta net (qwen3.5 / qwen3-next / olmo-hybrid linear attention)
-    "linear_key_head_dim": HEAD_DIM,
-    "linear_value_head_dim": HEAD_DIM,
+    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim"), HEAD_DIM),
     # Mamba-2 (mamba2, nemotron_h, falcon_h1, bamba, granitemoehybrid, zamba2)
-    "state_size": SSM_STATE,
-    "ssm_state_size": SSM_STATE,
-    "mamba_d_state": SSM_STATE,
-    "mamba_head_dim": SSM_HEAD_DIM,
-    "mamba_d_head": SSM_HEAD_DIM,
-    "chunk_size": CHUNK,
-    "mamba_chunk_size": CHUNK,
+    **dict.fromkeys(("state_size", "ssm_state_size", "mamba_d_state"), SSM_STATE),
+    **dict.fromkeys(("mamba_head_dim", "mamba_d_head"), SSM_HEAD_DIM),
+    **dict.fromkeys(("chunk_size", "mamba_chunk_size"), CHUNK),
     "time_step_rank": 8,
     "initializer_range": INIT_STD,
     # gemma 3n / 4: per-layer input embeddings, a global head size beside the sliding one
