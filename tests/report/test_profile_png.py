@@ -115,7 +115,9 @@ def test_note_agrees_with_the_data(case):
 # the drawing
 
 
-def test_write_png_uses_the_note(tmp_path, monkeypatch):
+@pytest.fixture
+def xlabels(monkeypatch) -> list[str]:
+    """The x-axis labels write_png sets, in order."""
     import matplotlib.axes
 
     labels: list[str] = []
@@ -125,28 +127,23 @@ def test_write_png_uses_the_note(tmp_path, monkeypatch):
         "set_xlabel",
         lambda self, text, *a, **k: labels.append(text) or set_xlabel(self, text, *a, **k),
     )
+    return labels
+
+
+def test_write_png_uses_the_note(tmp_path, xlabels):
     r = profiled(np.concatenate([synthetic_lengths(BULK), [5000, 8000, 11_540]]), 4096)
     png = tmp_path / "sub" / "p.png"
     profile_png.write_png(r, str(png))
-    assert "tokens per example   (--len 4,096 is in the tail bar: 3 examples exceed it)" in labels
-    assert not any("beyond" in x for x in labels)
+    assert "tokens per example   (--len 4,096 is in the tail bar: 3 examples exceed it)" in xlabels
+    assert not any("beyond" in x for x in xlabels)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
 
 
-def test_write_png_without_a_note(tmp_path, monkeypatch):
-    import matplotlib.axes
-
-    labels: list[str] = []
-    set_xlabel = matplotlib.axes.Axes.set_xlabel
-    monkeypatch.setattr(
-        matplotlib.axes.Axes,
-        "set_xlabel",
-        lambda self, text, *a, **k: labels.append(text) or set_xlabel(self, text, *a, **k),
-    )
+def test_write_png_without_a_note(tmp_path, xlabels):
     r = profiled(np.concatenate([synthetic_lengths(BULK), [11_540]]), 1024)
     profile_png.write_png(r, str(tmp_path / "p.png"))
-    assert labels[0] == "tokens per example"
+    assert xlabels[0] == "tokens per example"
 
 
 def test_report_profile_reexports_write_png():
