@@ -28,21 +28,13 @@ from packtool.schema import IGNORE_INDEX
 LABELS, LOSS_MASK = "labels", "loss_mask"
 
 
-_ARROW_TYPES = {
-    np.dtype(np.int32): "int32",
-    np.dtype(np.int64): "int64",
-    np.dtype(np.uint8): "uint8",
-    np.dtype(np.int8): "int8",
-}
-
-
 def arrow_array(values: np.ndarray):
-    """A pyarrow array over a contiguous int32/int64/uint8/int8 numpy array, zero-copy. (pa.array(ndarray)
-    would import pandas in every process that builds a batch.)"""
+    """A pyarrow array over an int32/int64/uint8/int8 numpy array, zero-copy (pa.array(ndarray)
+    would import pandas)."""
     import pyarrow as pa
 
     values = np.ascontiguousarray(values)
-    kind = getattr(pa, _ARROW_TYPES[values.dtype])()
+    kind = pa.from_numpy_dtype(values.dtype)
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
@@ -77,7 +69,7 @@ def stored(table) -> str:
 
 def flat(arr) -> tuple[np.ndarray, np.ndarray]:
     """(offsets int64[n+1] from 0, values) of a list array without null rows, zero-copy values
-    (a list<bool>'s values unpacked: uint8 0/1)."""
+    (a list<bool>'s unpacked: uint8 0/1)."""
     import pyarrow as pa
 
     offs = arrow_numpy(arr.offsets)
@@ -112,10 +104,8 @@ def packed_mask(mask: np.ndarray):
 
 
 def labels_into(ids: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out[i] = ids[i] where mask[i] (0 or 1) else -100, for flat int32 ids and out, uint8 mask.
-
-    As (ids + 100) * mask - 100 in uint32 (wrapping, so exact for every int32 id): three streaming
-    passes, where np.copyto(out, ids, where=mask) is a masked copy element by element."""
+    """out[i] = ids[i] where mask[i] (0 or 1) else -100, as (ids + 100) * mask - 100 in uint32
+    (wrapping: exact for every int32 id), three streaming passes rather than a masked copy."""
     u = out.view(np.uint32)
     np.add(ids.view(np.uint32), np.uint32(-IGNORE_INDEX), out=u)
     np.multiply(u, mask, out=u)
@@ -148,7 +138,7 @@ def _batch_labels(ids_arr, mask_arr):
 
 def labels_column(table):
     """The labels as a ChunkedArray list<int32>: the column itself, or built from the mask chunk by
-    chunk (memory: 4 bytes a token of the table; a pack reads a mask without it, pack.gather)."""
+    chunk (4 bytes a token; a pack reads a mask without it)."""
     import pyarrow as pa
 
     if stored(table) == LABELS:
@@ -175,8 +165,7 @@ def take_labels(table, rows):
 
 
 def loss_after(table, rows: np.ndarray, start) -> np.ndarray:
-    """Per row of `rows` (ascending): its loss tokens at positions >= start (one int, or one per
-    row). Reads those rows only."""
+    """Per row of `rows` (ascending): its loss tokens at positions >= start (one, or one per row)."""
     name = stored(table)
     out = np.zeros(len(rows), dtype=np.int64)
     rows = np.asarray(rows, dtype=np.int64)

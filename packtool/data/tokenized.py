@@ -14,18 +14,6 @@ example:
     source_index     int64           index of the record in the input (counts skipped records too)
 
 `lengths` and `loss_counts` are the same numbers as numpy arrays, for the numba kernels.
-
-    SourceFile     path, size, sha256                       the manifest's `sources`
-    FileFormat     format, reason, records                  per file read; NO_FORMAT: none fits
-    SkippedRecord  source_index, file, line | record, reason    --on-error skip
-    where          a record named within its own file: 'data.jsonl:12', 'data.json record 3'
-    short_names    paths → names relative to their shared folder (for messages)
-    formats_summary   {path: FileFormat} → ("mixed: alpaca (a.json 91), ...", why) or None
-    InputBlock     a mixture's input k owns the source indices [offset, offset + copies * records);
-                   describe_source names one: "input 2 (alpaca.json) record 17, copy 1"
-    token_schema, token_batch
-                   the schema above; flat ids/labels/offsets → a batch of it (Arrow without
-                   pandas: the zero-copy helpers are in labels.py)
 """
 
 from __future__ import annotations
@@ -43,11 +31,9 @@ NAMED_PER_FORMAT = 3
 
 @dataclass(frozen=True)
 class SkippedRecord:
-    """A record that was not tokenized: where it was and why.
-
-    `line`: its 1-based line (JSON Lines), else None. `record`: its 0-based index within its file
-    (a JSON array, Parquet), recorded only where that differs from `source_index` (a file after the
-    first of a folder or glob), so the entries of a single file read as they always did."""
+    """A record that was not tokenized (--on-error skip): where it was and why. `line`: its 1-based
+    line (JSON Lines), else None; `record`: its 0-based index within its file, only where that
+    differs from `source_index` (a file after the first of a folder or glob)."""
 
     source_index: int
     file: str
@@ -56,7 +42,6 @@ class SkippedRecord:
     record: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        # a dict literal, not dataclasses.asdict: that deep-copies, per skipped record
         out = {
             "source_index": self.source_index,
             "file": self.file,
@@ -78,21 +63,19 @@ class SkippedRecord:
 
 
 def where(file: str, line: int | None, position: int) -> str:
-    """'data.jsonl:12' (its line) or 'data.json record 3' (its 0-based position), both within the
-    record's own file: how every message names a record."""
+    """How every message names a record in its own file: 'data.jsonl:12' or 'data.json record 3'."""
     return f"{file}:{line}" if line is not None else f"{file} record {position}"
 
 
 @dataclass(frozen=True)
-class SourceFile:
+class SourceFile:  # the manifest's `sources`
     path: str
     size: int
     sha256: str
 
 
 class FileFormat(NamedTuple):
-    """How one input file was read: its format (detected from its own records, or forced), why, and
-    how many records were read from it (skipped ones included)."""
+    """How one input file was read: its format (NO_FORMAT: none fits), why, and its records."""
 
     format: str
     reason: str
@@ -100,8 +83,8 @@ class FileFormat(NamedTuple):
 
 
 def short_names(paths) -> dict[str, str]:
-    """Each path relative to the folder the paths share (a folder or glob's root), or its basename
-    when there is one path: {"data/sub/a.jsonl": "sub/a.jsonl", ...}. For messages and summaries."""
+    """Each path relative to the folder the paths share, or its basename when there is one path:
+    {"data/sub/a.jsonl": "sub/a.jsonl", ...}."""
     import os
 
     paths = list(dict.fromkeys(paths))
@@ -116,9 +99,8 @@ def short_names(paths) -> dict[str, str]:
 
 def formats_summary(formats: dict[str, FileFormat]) -> tuple[str, str] | None:
     """(format, reason) of an input whose files were read in two or more formats, e.g.
-    ('mixed: alpaca (identity.json 91), sharegpt (a.json 300, b.json 500)', 'each file's format ...');
-    None when one format covers every file (then the input's format is that one, as for one file).
-    At most NAMED_PER_FORMAT files are named per format; beyond that, how many."""
+    ('mixed: alpaca (identity.json 91), sharegpt (a.json 300, b.json 500)', 'each file's format ...')
+    (at most NAMED_PER_FORMAT files named per format); None when one format covers every file."""
     groups: dict[str, list[tuple[str, int]]] = {}
     names = short_names(formats)
     for path, f in formats.items():
@@ -191,8 +173,7 @@ def describe_source(source_index: int, inputs) -> str:
 
 
 def input_counts(block: InputBlock, dropped, truncated, split) -> dict[str, int]:
-    """The counts of one input in a pack, from the global source indices the packer dropped,
-    truncated and split (numpy arrays); schema.input_problems states the rules they obey."""
+    """The counts of one input in a pack (schema.input_problems states their rules)."""
 
     def inside(a) -> int:
         a = np.asarray(a, dtype=np.int64)
@@ -211,7 +192,7 @@ def input_counts(block: InputBlock, dropped, truncated, split) -> dict[str, int]
 
 
 def token_schema():
-    """The Arrow schema of a tokenized table (and of every batch the encode step returns)."""
+    """The Arrow schema of a tokenized table (module drawing) and of every encoded batch."""
     import pyarrow as pa
 
     return pa.schema(
@@ -258,43 +239,35 @@ class TokenizedData:
     source_index: np.ndarray  # int64[n]
     num_read: int  # records read, skipped ones included
     skipped: list[SkippedRecord] = field(default_factory=list)
-    # detected or forced input format; "mixed: ..." (formats_summary) when files differ
-    format: str = ""
+    format: str = ""  # detected or forced; "mixed: ..." (formats_summary) when files differ
     format_reason: str = ""
-    # per file read: its format, why, records
-    formats: dict[str, FileFormat] = field(default_factory=dict)
-    # name, vocab_size, pad_id, eos_id, files_hash, template
-    tokenizer: dict[str, Any] = field(default_factory=dict)
+    formats: dict[str, FileFormat] = field(default_factory=dict)  # per file read
+    tokenizer: dict[str, Any] = field(default_factory=dict)  # name, vocab_size, pad_id, eos_id, ...
     sources: list[SourceFile] = field(default_factory=list)
     # paths DATA named or a folder held that were not read ({path, why}: a link loop, a broken link)
     not_read: list[dict[str, str]] = field(default_factory=list)
-    # tokenization options that shaped the labels
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(
+        default_factory=dict
+    )  # tokenization options (api.load_tokenized)
     cache_hit: bool = False
-    # said once each, e.g. "12 examples have no loss token"
-    warnings: list[str] = field(default_factory=list)
-    # the tokenizer backend that ran, and its start-up check
-    backend: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # e.g. "12 examples have no loss token"
+    backend: dict[str, Any] = field(default_factory=dict)  # the tokenizer backend that ran
     seconds: dict[str, float] = field(default_factory=dict)  # timings of the stages that ran
-    # callable dropping the memory-mapped pages this process touched, or None
-    release_pages: Any = None
+    release_pages: Any = None  # drops the memory-mapped pages this process touched
     # (path, base address, size) of each file `table` is memory-mapped from (a mixture: several)
     mapped_files: list[tuple[str, int, int]] = field(default_factory=list)
-    # a mixture's inputs and their source-index blocks; empty for one input
-    inputs: list[InputBlock] = field(default_factory=list)
+    inputs: list[InputBlock] = field(default_factory=list)  # a mixture's; empty for one input
     # "preference": rows 2k and 2k+1 are pair k (chosen, rejected; one source_index), each
     # side's prompt the leading prompt_lengths[i] tokens (untrained, the same ids on both sides)
     task: str = "sft"
     prompt_lengths: np.ndarray | None = None  # int32[n], preference only
-    rows: Any = None  # where the token rows are when `table` is None: the Ray engine's
-    # packtool.cluster.tokenize.ClusterRows (part files on the cluster), whose `write` packs them
+    rows: Any = None  # when `table` is None: the Ray engine's ClusterRows, whose `write` packs them
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def as_pairs(self) -> TokenizedData:
-        """Mark data tokenized from preference records (format "preference": rows 2k, 2k+1 pair
-        k) as pairs: task "preference", each side's prompt its leading untrained run."""
+        """Mark data read from preference records as pairs (task "preference", prompt_lengths)."""
         from packtool.data.labels import prompt_lengths
 
         self.task = "preference"
@@ -302,9 +275,8 @@ class TokenizedData:
         return self
 
     def inputs_manifest(self, dropped, truncated, split) -> list[dict[str, Any]]:
-        """The manifest's `inputs` (empty for one input): each input as given, its options, format,
-        weight, block, files and counts, from the global source indices the packer dropped,
-        truncated and split (the writer checks them with schema.conservation_problems)."""
+        """The manifest's `inputs` (empty for one input), with the counts of the global source
+        indices the packer dropped, truncated and split."""
         return [
             {
                 "input": b.number,
@@ -322,8 +294,7 @@ class TokenizedData:
         ]
 
     def input_shares(self) -> list[dict[str, Any]]:
-        """What each input of a mixture contributes (empty for one input): examples after weighting,
-        their tokens and loss tokens, and the share of all tokens."""
+        """What each input of a mixture contributes (empty for one input), its share of all tokens."""
         total = int(self.lengths.sum()) or 1
         names = short_names(b.data for b in self.inputs)
         out = []
@@ -351,8 +322,7 @@ class TokenizedData:
         return short_names(self.formats)
 
     def labels(self):
-        """The labels as a ChunkedArray list<int32>, built from the loss mask where the table holds
-        one (4 bytes a token: for inspection and small data; pack reads the mask as it is)."""
+        """The labels as a ChunkedArray list<int32> (labels.labels_column)."""
         from packtool.data.labels import labels_column
 
         return labels_column(self.table)
