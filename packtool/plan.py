@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from packtool.config import ORDERS, STRATEGIES  # noqa: F401  (one definition, in config)
+from packtool.config import ORDERS, STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -69,19 +69,12 @@ def plan_packs(
     max_docs: int = 0,
     seed: int = 0,
 ) -> PackPlan:
-    """Assign each document to a row of `pack_len` slots.
-
-    strategy  "bfd": best fit (tightest row), "ffd": first fit (lowest row index).
-    order     "sorted": longest first (the "decreasing" of FFD/BFD); "random": a shuffle seeded
-              with `seed`, so rows are not length-sorted (batches closer to i.i.d.).
-    max_docs  at most this many documents per row (0 = no cap).
-
-    Raises ValueError for lengths outside 1..pack_len or bad options.
-    """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy {strategy!r} is not one of {'|'.join(STRATEGIES)}")
-    if order not in ORDERS:
-        raise ValueError(f"order {order!r} is not one of {'|'.join(ORDERS)}")
+    """Assign each document to a row of `pack_len` slots: "bfd" the tightest row, "ffd" the lowest;
+    "sorted" longest first, "random" a shuffle seeded with `seed`; at most `max_docs` documents a
+    row (0 = no cap). ValueError for lengths outside 1..pack_len or bad options."""
+    for name, value, allowed in (("strategy", strategy, STRATEGIES), ("order", order, ORDERS)):
+        if value not in allowed:
+            raise ValueError(f"{name} {value!r} is not one of {'|'.join(allowed)}")
     pack_len = int(pack_len)
     if pack_len < 1:
         raise ValueError(f"pack_len {pack_len} must be >= 1")
@@ -125,8 +118,7 @@ def plan_packs(
 def plan_pairs(
     slots: np.ndarray, pack_len: int, strategy: str, order: str, max_docs: int, seed: int
 ) -> PackPlan:
-    """Plan pieces that come in pairs (2u, 2u+1) so that each pair shares a row, chosen first.
-    `max_docs` counts documents (a pair is two)."""
+    """Plan pieces in pairs (2u, 2u+1), each pair in one row, chosen first (max_docs: documents)."""
     unit = slots[0::2] + slots[1::2]
     plan = plan_packs(unit, pack_len, strategy, order, max_docs // 2, seed)
     doc_order = np.stack([2 * plan.doc_order, 2 * plan.doc_order + 1], axis=1).ravel()
@@ -151,8 +143,7 @@ _LOW = np.array(
 
 @njit(cache=True, inline="always")
 def _ctz(word):
-    """Index of the lowest set bit of a non-zero uint64, by halving the width searched (no
-    overflowing multiply, so it runs the same under NUMBA_DISABLE_JIT=1)."""
+    """Index of the lowest set bit of a non-zero uint64, by halving (same without the JIT)."""
     n = 0
     for k in range(6):
         if (word & _LOW[k]) == 0:
@@ -223,10 +214,7 @@ def bitset_next(bits, offs, i):
 
 @njit(cache=True)
 def decreasing_order(lengths, pack_len):
-    """Stable counting sort, longest first, equal lengths by lower index.
-
-    Returns (seq int64[n] document indices, sizes int64[n] = lengths[seq]).
-    """
+    """Stable counting sort, longest first: (seq int64[n] document indices, sizes = lengths[seq])."""
     count = np.bincount(lengths, minlength=pack_len + 1)
     start = np.cumsum(count[::-1])[::-1] - count  # documents longer than each length
     seq = np.empty(lengths.shape[0], dtype=np.int64)
@@ -239,10 +227,7 @@ def decreasing_order(lengths, pack_len):
 @njit(cache=True)
 def best_fit(sizes, pack_len, max_docs):
     """Best fit over `sizes` (lengths in processing order): the row with the least room that fits.
-
-    Returns (row int64[n] per processing position, num_rows).  Working on the processing order
-    keeps every array access sequential except the per-row state.
-    """
+    Returns (row int64[n] per processing position, num_rows)."""
     n = sizes.shape[0]
     row = np.empty(n, dtype=np.int64)
     head = np.full(pack_len + 1, -1, dtype=np.int32)  # capacity -> most recently touched row
@@ -277,11 +262,8 @@ def best_fit(sizes, pack_len, max_docs):
 @njit(cache=True)
 def first_fit(sizes, pack_len, max_docs, max_rows):
     """First fit over `sizes` (lengths in processing order): the lowest-index row that fits.
-
-    `max_rows` must bound the number of rows (any-fit: at most one row is <= half full among rows
-    not closed by max_docs, so 2*ceil(total/L) + 1 + ceil(n/max_docs) is always enough).
-    Returns (row int64[n] per processing position, num_rows).
-    """
+    `max_rows` must bound the rows (any-fit: at most one open row is <= half full, so
+    2*ceil(total/L) + 1 + ceil(n/max_docs) is enough). Returns (row int64[n], num_rows)."""
     n = sizes.shape[0]
     row = np.empty(n, dtype=np.int64)
     size = 1
