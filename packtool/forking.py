@@ -1,7 +1,7 @@
 """Forked worker processes: the parent handles Ctrl-C, the workers ignore it; the workers'
 garbage collector leaves what they inherit alone.
 
-    parent   with forking_workers():         SIGINT held back in this thread (sigint_blocked), so
+    parent   with forking_workers():         SIGINT held back in this thread, so
                  fork the workers             a Ctrl-C sent to the whole process group while they
              (leaving: a held-back Ctrl-C     fork waits ...and reaches the parent alone, as
               raises KeyboardInterrupt here)  KeyboardInterrupt, once every worker ignores it;
@@ -29,29 +29,19 @@ _MASK = hasattr(signal, "pthread_sigmask")
 
 
 @contextmanager
-def sigint_blocked() -> Iterator[None]:
-    """SIGINT blocked in this thread for the block (processes forked in it inherit the mask)."""
+def forking_workers() -> Iterator[None]:
+    """Around forking worker processes: SIGINT blocked in this thread (the workers inherit the
+    mask), and this process's objects frozen (gc.freeze), so that the workers' collections neither
+    walk nor copy-on-write the heap they inherit (transformers, numba)."""
+    gc.freeze()
     if _MASK:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
+        gc.unfreeze()  # (first: the unblock may raise a held-back KeyboardInterrupt)
         if _MASK:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-@contextmanager
-def forking_workers() -> Iterator[None]:
-    """Around forking worker processes: SIGINT blocked (sigint_blocked), and this process's objects
-    frozen (gc.freeze), so that the workers' collections neither walk nor copy-on-write the heap
-    they inherit (transformers, numba). On
-    leaving, this process's objects are collected as before."""
-    gc.freeze()
-    try:
-        with sigint_blocked():
-            yield
-    finally:
-        gc.unfreeze()
 
 
 def ignore_sigint() -> None:
@@ -68,7 +58,7 @@ _WORKER_FN: Callable | None = None  # a worker process's fn (set once, at its st
 
 def _worker_init(fn: Callable) -> None:
     global _WORKER_FN
-    ignore_sigint()  # Ctrl-C is the parent's to handle (blocked by start_pool around the fork)
+    ignore_sigint()
     _WORKER_FN = fn
 
 
@@ -77,8 +67,7 @@ def _worker_call(item):
 
 
 def start_pool(fn: Callable, num_proc: int):
-    """A pool of `num_proc` workers that inherit `fn` (forked where the platform can), forked in
-    forking_workers: a Ctrl-C waits until every worker ignores it, then reaches the parent alone."""
+    """A pool of `num_proc` workers that inherit `fn` (forked where the platform can)."""
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with forking_workers():
         return mp.get_context(method).Pool(num_proc, initializer=_worker_init, initargs=(fn,))
@@ -98,10 +87,9 @@ class _Done:
 
 
 def ordered_map(fn: Callable, items: Iterable, num_proc: int) -> Iterator[tuple]:
-    """(item, result) for every item, in input order; result.get() is fn(item) (result.ready():
-    done). `items` is read lazily, IN_FLIGHT_PER_WORKER items per worker submitted ahead of the
-    one yielded, so memory does not grow with the input when the caller gets each result in turn
-    (a caller may keep a few results to get later)."""
+    """(item, result) for every item, in input order; result.get() is fn(item). `items` is read
+    lazily, IN_FLIGHT_PER_WORKER items a worker ahead of the one yielded: memory does not grow with
+    the input."""
     if num_proc <= 1:
         for item in items:
             yield item, _Done(fn(item))
