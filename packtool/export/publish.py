@@ -30,7 +30,7 @@ RECORD_KEY = "packtool_export"  # the key that marks the record as ours
 
 @dataclass
 class ExportResult:
-    """What an export wrote: the API's result, rendered by report/export.py."""
+    """What an export wrote: the API's result, rendered by report/pack.py."""
 
     format: str
     pack: str
