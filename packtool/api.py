@@ -78,9 +78,8 @@ def __getattr__(name: str):
 
 @contextmanager
 def engine(cfg: EngineConfig = EngineConfig()):
-    """Where load_tokenized and pack run: None for this machine (--engine local), or for
-    --engine ray a packtool.cluster.session.Session on a Ray cluster (joined at cfg.address, or
-    started here and stopped at the end). Without Ray installed: UsageError with the install hint."""
+    """Where load_tokenized and pack run: None for this machine, or a cluster.session.Session on a
+    Ray cluster (joined at cfg.address, or started here and stopped at the end)."""
     if cfg.name == "local":
         yield None
         return
@@ -100,17 +99,12 @@ def load_tokenized(
 ) -> TokenizedData:
     """Read, normalize and tokenize `data` (cached), or load it as is when it is pre-tokenized.
 
-    `data`: one input, or a mixture's InputSpecs (each tokenized on its own, weighted with `seed`:
-    packtool.tokenization.mixture). `progress`: a packtool.progress.Reporter, True (bars on a
-    terminal, a line otherwise) or False. `engine`: what `engine()` gave; on Ray the tokens stay in
-    part files on the cluster (`.rows`) and `.table` is None: `pack` writes them there.
-
-    The result's `options` are what the manifest records (`verify --sources` tokenizes the sources
-    again from them): the tokenize options, the input as given (a mixture: every InputSpec's spec),
-    and the keys the tokenizer recorded (train_on, chat_template, labels_from) with their values.
-
-    `pack`: the options of the local pack this data goes to next: that stage's first-use costs
-    (pack.warm) are paid where tokenizing would wait (packtool.idle)."""
+    `data`: one input, or a mixture's InputSpecs (weighted with `seed`). `progress`: a Reporter,
+    True or False. `engine`: what `engine()` gave; on Ray the tokens stay on the cluster (`.rows`,
+    `.table` None). `pack`: the options of the local pack this data goes to next, whose first-use
+    costs (pack.warm) are paid while tokenizing waits (packtool.idle). The result's `options` are
+    what the manifest records and `verify --sources` tokenizes again from: the tokenize options,
+    the input as given and the keys the tokenizer recorded."""
     from packtool import idle
 
     one = isinstance(data, str)
@@ -161,10 +155,8 @@ def load_tokenized(
 def profile(
     data_or_lengths, cfg: ProfileConfig, *, lens=None, source: dict | None = None, on_stage=None
 ):
-    """Length statistics, strategy table and FLOP projection (a ProfileResult) of TokenizedData or
-    of bare example lengths (a numpy array, e.g. from `synthetic_lengths`), at cfg.pack_len or at
-    each of `lens` (a list or a --len text): then the full profile at the --len the advice picks,
-    with the per-len table attached."""
+    """The ProfileResult of TokenizedData or bare example lengths at cfg.pack_len, or at each of
+    `lens` (a list or a --len text): then at the --len the advice picks, the per-len table attached."""
     from packtool.profiler import profile_lens
 
     lens = [cfg.pack_len] if lens is None else lens
@@ -186,9 +178,8 @@ def input_bytes(data: str | list[InputSpec]) -> int:
 def check_output(
     out: str, force: bool, need_bytes: int = 0, estimate: str = "about the input's size"
 ) -> None:
-    """Before tokenizing: UsageError when `out` exists and may not be replaced (--force replaces
-    only a packtool pack), or its folder cannot be written or lacks about `need_bytes` of space
-    (`estimate`: what that counts, for the message)."""
+    """Before tokenizing: UsageError when `out` may not be replaced (--force: only a pack), or its
+    folder cannot be written or lacks about `need_bytes` of space (`estimate`: what that counts)."""
     from pathlib import Path
 
     from packtool.io.shards import check_space, check_target
@@ -211,9 +202,8 @@ def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None, num_proc
 
 
 def model_warning(model: str | None, tokenizer: str | None) -> str | None:
-    """The one-line early warning of inspect/profile/pack for the model to be trained (--model,
-    or a --tokenizer folder holding its config.json): packtool.arch.warning, or None (and packtool.arch
-    is not imported when there is no config to judge)."""
+    """The early warning for --model (or a --tokenizer folder with a config.json), or None;
+    packtool.arch is imported only when there is a config to judge."""
     folder = os.path.expanduser(tokenizer) if tokenizer else None
     if not model and not (folder and os.path.isfile(os.path.join(folder, "config.json"))):
         return None

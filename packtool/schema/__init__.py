@@ -1,13 +1,6 @@
-"""The pack contract: what `packtool pack` writes and everything else reads.
-
-    shard.py      a shard: constants (IGNORE_INDEX, column names, SCHEMA_VERSION), its Arrow schema and
-                  the one shard-schema check; the row layout (documents padded to a multiple of N,
-                  K entries per row); the segments, where attention may look (cu_seqlens, position_ids)
-    manifest.py   manifest.json as a typed Manifest (to/from JSON), the conservation rules, and
-                  structured warnings (Notice: code, message, count, items)
-    rows.py       the row check: every slot of a batch of rows against its seq_lengths (verify, export)
-
-Pure: numpy only (pyarrow is imported inside the functions that take or build Arrow schemas).
+"""The pack contract: what `packtool pack` writes and everything else reads: shard.py (columns,
+Arrow schema, row layout, segments), manifest.py (manifest.json, conservation rules, Notice),
+rows.py (the row check). Pure: numpy only (pyarrow imported inside the functions that need it).
 """
 
 # ruff: noqa: F401  (the names below are re-exported)
