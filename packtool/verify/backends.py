@@ -79,9 +79,6 @@ class KernelCalls:
     dense_calls: int = 0  # torch scaled_dot_product_attention calls made outside a varlen call
     forwards: int = 0  # model forwards (isolation counts them)
 
-    def to_dict(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
-
 
 _calls: KernelCalls | None = None
 _inside_varlen = 0

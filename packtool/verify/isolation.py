@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import asdict
 
 from packtool.arch import tiny
 from packtool.verify import Check, tolerances
@@ -128,7 +129,7 @@ def _group(kind, backend, samples, ref_alone, pack_len, seed, batch_rows) -> lis
             good = compare(model, backend, samples, alone, **kw)
             ctrl = compare(model, backend, samples, alone, **{**kw, "control": True})
         except Exception as e:  # a kernel that raises fails its checks, with the reason
-            ev = {**run, "kernel_calls": calls.to_dict()}
+            ev = {**run, "kernel_calls": asdict(calls)}
             return [Check(label, False, f"the {backend.name} kernel raised {bk.one_line(e)}", ev)]
     if is_ref:
         ref_alone[backend.device] = alone
@@ -141,7 +142,7 @@ def _group(kind, backend, samples, ref_alone, pack_len, seed, batch_rows) -> lis
         "documents": good.docs,
         "tokens": good.tokens,
         "batch_rows": batch_rows,
-        "kernel_calls": {**calls.to_dict(), "attention_layers": LAYERS},
+        "kernel_calls": {**asdict(calls), "attention_layers": LAYERS},
         "torch": torch.__version__,
         "transformers": tf_version(),
         "seconds": round(time.perf_counter() - t0, 2),

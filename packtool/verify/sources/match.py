@@ -218,21 +218,15 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
             unp_off, unp = flat_list(batch.column(schema.UNPADDED_COLUMN))
             unp_ok = np.diff(unp_off) == np.diff(seq_off)
             real = seq.copy()
-            real[np.repeat(unp_ok, np.diff(seq_off))] = unp.astype(np.int64)[
-                np.repeat(unp_ok, np.diff(unp_off))
-            ]
+            own = unp.astype(np.int64)[np.repeat(unp_ok, np.diff(unp_off))]
+            real[np.repeat(unp_ok, np.diff(seq_off))] = own
         seq_off, seq, src_off, src, real = _without_empty_entries(seq_off, seq, src_off, src, real)
         nd, ns = np.diff(seq_off), np.diff(src_off)
         cs = np.concatenate(([0], np.cumsum(seq)))
-        ok_row = (
-            unp_ok
-            & (nd == ns)
-            & (cs[seq_off[1:]] - cs[seq_off[:-1]] <= L)
-            & (
-                np.minimum.reduceat(np.concatenate((seq, [1])), np.minimum(seq_off[:-1], seq.size))
-                >= 1
-            )
+        shortest = np.minimum.reduceat(
+            np.concatenate((seq, [1])), np.minimum(seq_off[:-1], seq.size)
         )
+        ok_row = unp_ok & (nd == ns) & (cs[seq_off[1:]] - cs[seq_off[:-1]] <= L) & (shortest >= 1)
         bad_rows = np.flatnonzero(~ok_row)
         cmp.strays(
             bad_rows.size,
