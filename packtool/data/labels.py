@@ -154,14 +154,9 @@ def take_labels(table, rows):
     """The labels of table rows `rows` (an int array) as one list<int32> array."""
     import pyarrow as pa
 
-    idx = pa.array(np.asarray(rows, dtype=np.int64))
-    if stored(table) == LABELS:
-        return table.column(LABELS).take(idx).combine_chunks()
-    part = table.select(["input_ids", LOSS_MASK]).take(idx).combine_chunks()
-    if part.num_rows == 0:
-        return pa.array([], type=pa.list_(pa.int32()))
-    b = part.to_batches()[0]
-    return _batch_labels(b.column(0), b.column(1))
+    cols = [LABELS] if stored(table) == LABELS else ["input_ids", LOSS_MASK]
+    part = table.select(cols).take(pa.array(np.asarray(rows, dtype=np.int64)))
+    return labels_column(part).combine_chunks()
 
 
 def loss_after(table, rows: np.ndarray, start) -> np.ndarray:
