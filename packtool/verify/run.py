@@ -168,13 +168,9 @@ def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Ch
         )
         return [Check("isolation", False, f"not run: {why}")]
     batch = cfg.batch_rows or (2 if pack_len <= 8192 else 1)  # > 1: cu_seqlens over a flat batch
+    tokens = ROW_TOKENS[backends[0].device]
     return run_isolation(
-        samples,
-        backends,
-        pack_len=pack_len,
-        seed=cfg.seed,
-        batch_rows=batch,
-        row_tokens=ROW_TOKENS[backends[0].device],
+        samples, backends, pack_len=pack_len, seed=cfg.seed, batch_rows=batch, row_tokens=tokens
     )
 
 
