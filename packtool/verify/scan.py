@@ -202,10 +202,8 @@ def pair_checks(input_ids, labels, seq_val, seq_off, src_val, side_val, ignore=-
     columns flat with their row offsets (seq_val/src_val/side_val share seq_off, int64[B+1]). Per
     rule: (failing documents, the first as (row in batch, position in row or -1, message))."""
     B, L = labels.shape
-    seq_val = np.asarray(seq_val, dtype=np.int64)
-    seq_off = np.asarray(seq_off, dtype=np.int64)
-    src_val = np.asarray(src_val, dtype=np.int64)
-    side_val = np.asarray(side_val, dtype=np.int64)
+    lists = (seq_val, seq_off, src_val, side_val)
+    seq_val, seq_off, src_val, side_val = (np.asarray(a, dtype=np.int64) for a in lists)
     row = np.repeat(np.arange(B), np.diff(seq_off))
     start = np.cumsum(seq_val) - seq_val  # flat start, then made per row
     start -= np.repeat(start[seq_off[:-1]] if B else start[:0], np.diff(seq_off))
@@ -224,13 +222,9 @@ def pair_checks(input_ids, labels, seq_val, seq_off, src_val, side_val, ignore=-
          f"{'chosen (0)' if j[d] % 2 == 0 else 'rejected (1)'}: sides swapped, or a side missing")
         for d in np.flatnonzero(bad)[:MAX_EXAMPLES]
     ]  # fmt: skip
+    odd = "documents: a pair's side is missing or split to another row"
     shown += [
-        (
-            int(r),
-            -1,
-            f"{int(counts[r])} documents: a pair's side is missing or split to another row",
-        )
-        for r in odd_rows[: MAX_EXAMPLES - len(shown)]
+        (int(r), -1, f"{int(counts[r])} {odd}") for r in odd_rows[: MAX_EXAMPLES - len(shown)]
     ]
     out[PAIR_SIDES] = (int(bad.sum()) + int(odd_rows.size), shown)
 
