@@ -109,22 +109,15 @@ def _where_text(hits: list[tuple[str, int, int]]) -> str:
     return ", ".join(f"{shard} row {row} document {doc}" for shard, row, doc in hits)
 
 
-def _row_sources(tot: Totals, shard: str, row: int) -> list[int] | None:
-    for vals, (s, row0, off) in zip(tot.source_index, tot.source_rows, strict=True):
-        if s == shard and row0 <= row < row0 + off.size - 1:
-            r = row - row0
-            return vals[off[r] : off[r + 1]].tolist()
-    return None
-
-
 def _duplicate_rows(tot: Totals, hits: list[tuple[str, int, int]]) -> str:
     """'; data/x row 7 holds the same documents as data/x row 3 ([4, 9]): a duplicated row', when
     two of the rows holding a repeated source index hold exactly the same source indices."""
-    rows = list(dict.fromkeys((shard, row) for shard, row, _ in hits))
     seen: dict[tuple, tuple[str, int]] = {}
-    for shard, row in rows:
-        src = _row_sources(tot, shard, row)
-        key = tuple(src or ())
+    for shard, row in dict.fromkeys((shard, row) for shard, row, _ in hits):
+        key = ()  # the row's source indices
+        for vals, (s, row0, off) in zip(tot.source_index, tot.source_rows, strict=True):
+            if s == shard and row0 <= row < row0 + off.size - 1:
+                key = tuple(vals[off[row - row0] : off[row - row0 + 1]].tolist())
         if key in seen:
             s0, r0 = seen[key]
             return f"; {shard} row {row} holds the same documents as {s0} row {r0} ({list(key)}): a duplicated row"
