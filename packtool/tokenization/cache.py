@@ -14,17 +14,13 @@
 A cache folder that cannot be written (or is short of space) is not fatal: `check_usable` warns
 once and the run keeps its entry in a temporary folder that is removed at exit.
 
-Trust nothing on disk: `meta.json` carries the xxh3-128 of data.arrow (hashed while it was
-written) and a checksum of its own content (format, counts, pad id, ...). `open_entry` re-hashes
-data.arrow with buffered reads (page cache, none of it counted in our RSS) and returns
-None, after a one-line warning naming the entry and removing it, when anything differs or cannot be
-read. A run that dies leaves only a work folder, which the next run removes once its process is
-gone. Two runs on the same input write separate work folders; the first rename wins and the second
-run uses the winner's entry (the bytes are the same).
+Trust nothing on disk: `meta.json` carries the xxh3-128 of data.arrow (hashed while written) and
+a checksum of its own content; `open_entry` re-hashes data.arrow and, when anything differs, warns
+in one line, removes the entry and returns None. A run that dies leaves only a work folder (removed
+by the next run once its process is gone); of two runs on one input, the first rename wins.
 
-Memory: the table is memory-mapped through Python's mmap, so `MappedEntry.release()` can drop the
-pages it touched from this process (MADV_DONTNEED: a file mapping re-reads them from the page
-cache) and a pack of any size keeps a bounded resident set.
+Memory: the table is memory-mapped (Python's mmap), so `MappedEntry.release()` drops the pages it
+touched (MADV_DONTNEED) and a pack of any size keeps a bounded resident set.
 """
 
 from __future__ import annotations
@@ -353,18 +349,15 @@ class EntryWriter:
     token instead of 4 bytes) while every label is its id or -100; the first batch where one is not
     turns the entry back into labels: the batches written so far are rewritten, once.
 
-    Writing is the kernel copying into new page-cache pages, as costly as reading and checking
-    the batches, so the two overlap. An error in the
-    thread (a full disk) is raised by the next `write` or by `commit`.
+    An error in the thread (a full disk) is raised by the next `write` or by `commit`.
     """
 
     _count = 0
     QUEUE_BATCHES = 2
 
     def __init__(self, schema):
-        """`schema`: the batches' (labels list<int32>); data.arrow holds a loss_mask in their place
-        while every label is its id or -100 (packtool.data.labels), else the labels as given. The
-        key is given to `commit` (the sources may still be hashing while the batches are written)."""
+        """`schema`: the batches' (labels list<int32>); the key comes with `commit` (the sources
+        may still be hashing while the batches are written)."""
         EntryWriter._count += 1
         self.work = cache_root() / f"work-{os.getpid()}-{EntryWriter._count}"
         shutil.rmtree(self.work, ignore_errors=True)

@@ -23,15 +23,10 @@ trim_blocks, lstrip_blocks) is the tag's own:
     text      <|im_start|>assistant\\nHello!<|im_end|>\\n      the characters taken out
     spans                              [(22, 38)]           where they stood, in the text
 
-transformers records a block as (characters rendered before it, + its length): the same span.
-What the two engines would render differently is never rendered here (NotCompiled: the caller
-renders it with jinja): a float that MiniJinja prints otherwise (an exponent, or 16-17 significant
-digits, which it rounds differently), a reserved character in the data (a template or special
-token holding one is not compiled), and anything MiniJinja refuses (an error is re-rendered by
-jinja, so a refused example gives jinja's own message). Every run checks the
-rest: the fast path's probe compares it with the jinja reference on the run's first examples
-(packtool.tokenization.pipeline.FastCheck), and tests/tokenization/test_compiled.py renders every TRL
-template and the shared tokenizers' templates with both engines.
+What the two engines would render differently is never rendered here (NotCompiled: jinja renders
+it): a float MiniJinja prints otherwise (an exponent, 16-17 significant digits), a reserved
+character in the data, and anything MiniJinja refuses (so a refused example gets jinja's own
+message). Every run checks the rest on its first examples (pipeline.FastCheck).
 """
 
 from __future__ import annotations

@@ -18,13 +18,8 @@ not as MiniJinja would.
                       {<|start|>assistant<|channel|>final<|message|>Hello!<|return|>}
                                        {...}: a generation block, a span; (...): when there is one
 
-`complete`: the text holds, as written, everything content.lost_content looks for (every message's
-text, the last assistant turn's reasoning; no tools, tool calls or turns the template skips), so
-the Renderer need not search for it; False says nothing (lost_content searches).
-
-Every run checks it as it checks the compiled renderer (packtool.tokenization.pipeline.FastCheck: the
-start-up probe against jinja on the run's first examples), and tests/tokenization/test_gptoss.py
-renders generated, shared and edge-case conversations with both.
+`complete`: the text holds, as written, everything render.lost_content looks for (so it need not
+search); False says nothing. Every run checks it on its first examples (pipeline.FastCheck).
 """
 
 from __future__ import annotations
