@@ -56,7 +56,6 @@ class PackResult:
     out: str
     manifest: dict[str, Any]
     seconds: dict[str, float]  # timings: kept out of the manifest so that it stays byte-identical
-    # the input's warnings, then truncated / dropped
     warnings: list[schema.Notice] = field(default_factory=list)
     engine: dict[str, Any] = field(default_factory=dict)  # where it ran, when not here (ray)
 
@@ -77,12 +76,9 @@ def pack_tokenized(
     writer: Writer | None = None,
     procs: int = 1,
 ) -> PackResult:
-    """Plan, gather and write `data` into `out` (atomically).  Returns the manifest and timings.
-
-    `writer(tmp, data, job) -> Written` writes the planned rows: `write_local` (the tokens are in
-    `data.table`) unless another engine holds them (packtool.cluster: the Ray engine's workers).
-    `procs` > 1: write_local writes the shards in that many forked processes when it pays
-    (pack.write.write_in_processes; the bytes are the same)."""
+    """Plan, gather and write `data` into `out` (atomically). `writer(tmp, data, job) -> Written`
+    writes the planned rows: `write_local`, unless another engine holds the tokens (the Ray
+    engine's workers); `procs`: the writer processes write_local may fork when it pays."""
     out = Path(out)
     shards.check_target(out, cfg.force)
     t_start = time.perf_counter()
@@ -245,9 +241,8 @@ Writer = Callable[[Path, TokenizedData, WriteJob], Written]
 
 
 def write_local(tmp: Path, data: TokenizedData, job: WriteJob) -> Written:
-    """The rows gathered from `data.table` (read from the cache file with pread when it is mapped
-    from one) and written by this process's writer threads, or by forked writer processes when
-    job.procs allows them and the pack is large enough (pack.write.processes)."""
+    """The rows gathered from `data.table` (or by pread from the cache file it is mapped from) and
+    written by this process's writer threads, or by forked writer processes (write.processes)."""
     if data.table is None or len(data.table) != data.lengths.shape[0]:
         rows = "no" if data.table is None else len(data.table)
         raise PacktoolError(
