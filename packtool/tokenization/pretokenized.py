@@ -12,7 +12,7 @@ The label source is chosen from the first record's keys or the column names (`la
 and required of every row. Every row is checked: whole non-negative int32 ids, one label / mask
 entry per id, no pre-shifted labels.
 
-Two paths give the same rows and the same messages (the msg_* functions: one text per kind):
+Two paths give the same rows; `record_arrays` words every reason, for both:
 
 * `record_arrays` (one dict record: `packtool inspect`), and `records_validated` (a list of them);
 * packtool.tokenization.pretokenized_batch: `validate_batch` (Parquet, Arrow, save_to_disk
@@ -44,48 +44,8 @@ class RecordError(ValueError):
     """A pre-tokenized record is malformed; the message says what and where in the record."""
 
 
-# messages: one text per kind, shared by the record path and the batch path
-
-
-def msg_no_ids(keys: Iterable[str]) -> str:
-    return f"no input_ids (keys: {', '.join(sorted(keys))})"
-
-
-def msg_holds(name: str, dtype) -> str:
-    return f"{name} holds {dtype} values, not integers"
-
-
-def msg_not_whole(name: str, j: int, value: float) -> str:
-    return f"{name}[{j}] = {value!r} is not a whole number"
-
-
-def msg_not_token(j: int, value: int) -> str:
-    return f"input_ids[{j}] = {value} is not a token id (0..2^31-1)"
-
-
-def msg_extra(column: str) -> str:
-    return (
-        f"has {column} but the first record has no label column; give every record the same columns"
-    )
-
-
-def msg_no_source(label_source: str, keys: Iterable[str]) -> str:
-    keys = ", ".join(sorted(keys))
-    return f"no {label_source} although the first record has them (keys: {keys})"
-
-
-def msg_count(name: str, got: int, want: int) -> str:
+def _count(name: str, got: int, want: int) -> str:
     return f"{name} has {got} entries for {want} input_ids"
-
-
-def msg_shifted(j: int, label: int, token: int) -> str:
-    return (
-        f"labels[{j}] = {label} but input_ids[{j}] = {token}: labels must be -100 or equal to their input "
-        "id (unshifted Hugging Face labels; they look pre-shifted or use another ignore index)"
-    )
-
-
-# one record
 
 
 def label_source_of(names: Iterable[str]) -> str:
@@ -104,38 +64,48 @@ def _ints(value, name: str) -> np.ndarray:
     if a.ndim != 1:
         raise RecordError(f"{name} is not a flat list of integers (it has {a.ndim} dimensions)")
     if a.size and a.dtype.kind not in "biuf":
-        raise RecordError(msg_holds(name, a.dtype))
+        raise RecordError(f"{name} holds {a.dtype} values, not integers")
     if a.dtype.kind == "f":
         bad = np.flatnonzero(~np.isfinite(a) | (a != np.round(a)))
         if bad.size:
-            raise RecordError(msg_not_whole(name, int(bad[0]), a[bad[0]].item()))
+            raise RecordError(f"{name}[{int(bad[0])}] = {a[bad[0]].item()!r} is not a whole number")
     return a.astype(np.int64)
 
 
 def record_arrays(record: dict, label_source: str) -> tuple[np.ndarray, np.ndarray, int]:
     """Checked (input_ids, labels) as int32 arrays, and the number of padding positions removed."""
     if "input_ids" not in record or record["input_ids"] is None:
-        raise RecordError(msg_no_ids(record))
+        raise RecordError(f"no input_ids (keys: {', '.join(sorted(record))})")
     ids = _ints(record["input_ids"], "input_ids")
     if ids.size and (ids.min() < 0 or ids.max() > INT32_MAX):
         bad = int(np.flatnonzero((ids < 0) | (ids > INT32_MAX))[0])
-        raise RecordError(msg_not_token(bad, int(ids[bad])))
+        raise RecordError(f"input_ids[{bad}] = {int(ids[bad])} is not a token id (0..2^31-1)")
     if label_source == "all":
         extra = [c for c in LABEL_COLUMNS if record.get(c) is not None]
         if extra:
-            raise RecordError(msg_extra(extra[0]))
+            raise RecordError(
+                f"has {extra[0]} but the first record has no label column; give every record "
+                "the same columns"
+            )
         labels = ids.copy()
     else:
         if record.get(label_source) is None:
-            raise RecordError(msg_no_source(label_source, record))
+            keys = ", ".join(sorted(record))
+            raise RecordError(
+                f"no {label_source} although the first record has them (keys: {keys})"
+            )
         col = _ints(record[label_source], label_source)
         if col.size != ids.size:
-            raise RecordError(msg_count(label_source, col.size, ids.size))
+            raise RecordError(_count(label_source, col.size, ids.size))
         if label_source == "labels":
             wrong = (col != IGNORE_INDEX) & (col != ids)
             if wrong.any():
                 j = int(np.flatnonzero(wrong)[0])
-                raise RecordError(msg_shifted(j, int(col[j]), int(ids[j])))
+                raise RecordError(
+                    f"labels[{j}] = {int(col[j])} but input_ids[{j}] = {int(ids[j])}: labels must "
+                    "be -100 or equal to their input id (unshifted Hugging Face labels; they look "
+                    "pre-shifted or use another ignore index)"
+                )
             labels = col
         else:
             labels = np.where(col != 0, ids, IGNORE_INDEX)
@@ -144,7 +114,7 @@ def record_arrays(record: dict, label_source: str) -> tuple[np.ndarray, np.ndarr
     if mask is not None:
         m = _ints(mask, "attention_mask")
         if m.size != ids.size:
-            raise RecordError(msg_count("attention_mask", m.size, ids.size))
+            raise RecordError(_count("attention_mask", m.size, ids.size))
         keep = m != 0
         removed = int(ids.size - keep.sum())
         if removed:

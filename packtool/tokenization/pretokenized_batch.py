@@ -8,14 +8,11 @@ values, sliced arrays):
     _Col     valid bool[n], off int64[n + 1], vals (native dtype), nulls bool[values] | None
 
 Each check runs over the whole flat buffer (null values; whole, finite floats; ids in 0..2^31-1;
-one entry per id; labels -100 or their id; attention_mask zeros) and only on the rows still good,
-in the order `record_arrays` checks, so a row bad in several ways gets the same first message. A
-row's first offending position comes from `np.flatnonzero` over a boolean of the flat values and
-`np.searchsorted` at the row starts; only bad rows get a message built in Python. Good rows' values
-are copied into int32 buffers at most once; an int32 column whose rows are all good and unpadded
-is reused zero-copy (and "all" reuses the ids as labels). A column of any other type (strings,
-nested lists, structs, ...) can never give a good row: each of its non-null rows gets its message
-from `record_arrays` on that row (today's text, numpy's dtype names included).
+one entry per id; labels -100 or their id; attention_mask zeros); a bad row's reason is
+`record_arrays`' on that row alone (one text for both paths, numpy's dtype names included). Good
+rows' values are copied into int32 buffers at most once; an int32 column whose rows are all good
+and unpadded is reused zero-copy (and "all" reuses the ids as labels). A column of any other type
+(strings, nested lists, structs, ...) can never give a good row.
 
 `records_batch` (a list of JSON/JSONL records) builds Arrow columns by `pa.array`, then validates
 them so; when Arrow cannot build a column (mixed types, for example), the batch goes record by
@@ -24,7 +21,6 @@ record through `records_validated`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,21 +35,12 @@ from packtool.tokenization.pretokenized import (
     Validated,
     check_total,
     empty_table,
-    msg_count,
-    msg_extra,
-    msg_holds,
-    msg_no_ids,
-    msg_no_source,
-    msg_not_token,
-    msg_not_whole,
-    msg_shifted,
     out_table,
     record_arrays,
     records_validated,
 )
 
 _MAX_RUNS = 64  # good rows in at most this many runs: copy slices; more: one boolean compress
-_CHUNK = 1 << 22  # values per np.flatnonzero when looking for the first bad value of each row
 
 
 class _Unhandled(Exception):
@@ -64,7 +51,6 @@ class _Unhandled(Exception):
 class _Col:
     """A list column as flat numpy values: row i is vals[off[i]:off[i + 1]] (when valid[i])."""
 
-    name: str
     valid: np.ndarray  # bool per row
     off: np.ndarray  # int64, n + 1, off[0] == 0
     vals: np.ndarray  # native dtype, len off[-1]; after _check_ints: integers with int64 semantics
@@ -97,7 +83,7 @@ def _flat_numpy(child: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     return np.frombuffer(buf, dtype=dtype, count=child.offset + len(child))[child.offset :], nulls
 
 
-def _column_view(arr: pa.Array, name: str) -> _Col | None:
+def _column_view(arr: pa.Array) -> _Col | None:
     """A list column of numbers as a _Col; None for any other type (no row of it can be good)."""
     if isinstance(arr.type, pa.ExtensionType):
         arr = arr.storage
@@ -131,46 +117,7 @@ def _column_view(arr: pa.Array, name: str) -> _Col | None:
     ):
         return None
     vals, nulls = _flat_numpy(child)
-    return _Col(
-        name,
-        _row_validity(arr),
-        off,
-        vals,
-        nulls,
-        child if ct == pa.int32() else None,
-    )
-
-
-def _first_per_row(
-    bad: np.ndarray, col: _Col, rows_ok: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, first position in the row) of the rows in rows_ok (and valid in col) with a True in bad.
-
-    Positions of True come from np.flatnonzero a slice of about _CHUNK values at a time (memory stays
-    bounded when most values are bad); each row's first one from np.searchsorted at the row starts.
-    """
-    off = col.off
-    n = off.size - 1
-    cand_rows = rows_ok & col.valid
-    cuts = np.r_[0, np.searchsorted(off, np.arange(_CHUNK, int(off[-1]), _CHUNK), side="right"), n]
-    out_rows, out_pos = [], []
-    for r0, r1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-        if r1 <= r0:
-            continue
-        p0 = int(off[r0])
-        pos = np.flatnonzero(bad[p0 : off[r1]])
-        if pos.size == 0:
-            continue
-        cand = r0 + np.flatnonzero(cand_rows[r0:r1])
-        at = np.searchsorted(pos, off[cand] - p0)  # the first bad value at or after each row start
-        has = at < pos.size
-        cand, first = cand[has], pos[at[has]] + p0
-        inside = first < off[cand + 1]
-        out_rows.append(cand[inside])
-        out_pos.append(first[inside])
-    if not out_rows:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return np.concatenate(out_rows), np.concatenate(out_pos)
+    return _Col(_row_validity(arr), off, vals, nulls, child if ct == pa.int32() else None)
 
 
 def _segment_counts(flat: np.ndarray, off: np.ndarray) -> np.ndarray:
@@ -214,7 +161,6 @@ class _Batch:
         self.n = batch.num_rows
         self.names = batch.schema.names
         self.ok = np.ones(self.n, dtype=bool)
-        self.msgs: dict[int, str] = {}
 
     def column(self, name: str) -> pa.Array | None:
         idx = [i for i, nm in enumerate(self.names) if nm == name]
@@ -223,62 +169,27 @@ class _Batch:
         arr = self.batch.column(idx[-1])  # duplicate names: the last one, as to_pylist() does
         return None if pa.types.is_null(arr.type) else arr
 
-    def keys(self, i: int) -> list[str]:
-        return list(self.records[i]) if self.records is not None else self.names
+    def fail_where(self, bad_rows: np.ndarray) -> None:
+        """These rows fail (record_arrays words why: `_validated`)."""
+        self.ok &= ~bad_rows
 
-    def fail(self, rows: np.ndarray, message: Callable[[int, int], str]) -> None:
-        """Rows (all still ok) fail; message(k, row) for the k-th of them."""
-        for k, i in enumerate(rows.tolist()):
-            self.msgs[i] = message(k, i)
-        self.ok[rows] = False
-
-    def fail_where(self, bad_rows: np.ndarray, message: Callable[[int, int], str]) -> None:
-        self.fail(np.flatnonzero(bad_rows & self.ok), message)
+    def fail_values(self, bad: np.ndarray, col: _Col) -> None:
+        """The rows of col (not null) holding a value where `bad` (one per value) is True fail."""
+        self.fail_where((_segment_counts(bad, col.off) > 0) & col.valid)
 
     def check_ints(self, col: _Col) -> None:
-        """_ints for every row of col: null values, then values that are not whole; then int64 semantics."""
-        name = col.name
+        """_ints for every row of col: null values, values that are not whole; int64 semantics."""
         if col.nulls is not None:
-            rows, _ = _first_per_row(col.nulls, col, self.ok)
-            self.fail(rows, lambda k, i: msg_holds(name, "object"))
+            self.fail_values(col.nulls, col)
         if col.vals.dtype.kind == "f":
             with np.errstate(invalid="ignore"):
                 v = col.vals
-                bad = ~np.isfinite(v)
-                bad |= v != np.round(v)
-                rows, pos = _first_per_row(bad, col, self.ok)
-                self.fail(
-                    rows,
-                    lambda k, i: msg_not_whole(
-                        name, int(pos[k] - col.off[i]), float(col.vals[pos[k]])
-                    ),
-                )
+                self.fail_values(~np.isfinite(v) | (v != np.round(v)), col)
                 col.vals = v.astype(np.int64)
         elif col.vals.dtype.kind == "b":
             col.vals = col.vals.view(np.uint8)
         elif col.vals.dtype == np.uint64:  # as astype(np.int64) in the record path: wraps
             col.vals = col.vals.view(np.int64)
-
-
-def _python_rows(state: _Batch, rows: np.ndarray) -> None:
-    """Rows with a value of a type the batch path does not read: record_arrays says what is wrong."""
-    records = state.records
-    if records is None:
-        dicts = state.batch.take(pa.array(rows)).to_pylist()
-    else:
-        dicts = [records[i] for i in rows.tolist()]
-    for i, rec in zip(rows.tolist(), dicts, strict=True):
-        if not state.ok[i]:
-            continue
-        try:
-            ids, _, _ = record_arrays(rec, state.label_source)
-        except RecordError as e:
-            state.msgs[i] = str(e)
-        else:
-            if ids.size:
-                raise _Unhandled
-            state.msgs[i] = EMPTY
-        state.ok[i] = False
 
 
 def _runs(good: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -305,7 +216,23 @@ def _take(vals: np.ndarray, how, total: int, dtype) -> np.ndarray:
 
 
 def _validated(state: _Batch, table, keep, removed: int) -> Validated:
-    rejects = sorted(state.msgs.items())
+    """The batch's Validated; the reason of each failed row is record_arrays' on that row alone (one
+    text for both paths). A row it accepts is one the batch path cannot read: `_Unhandled`."""
+    rows = np.flatnonzero(~state.ok)
+    if state.records is not None:
+        dicts = [state.records[i] for i in rows.tolist()]
+    else:
+        dicts = state.batch.take(pa.array(rows)).to_pylist() if len(rows) else []
+    rejects = []
+    for i, rec in zip(rows.tolist(), dicts, strict=True):
+        try:
+            ids, _, _ = record_arrays(rec, state.label_source)
+        except RecordError as e:
+            rejects.append((i, str(e)))
+            continue
+        if ids.size:
+            raise _Unhandled
+        rejects.append((i, EMPTY))
     return Validated(table, keep, rejects, removed)
 
 
@@ -320,7 +247,7 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
     python = np.zeros(n, dtype=bool)
     for name in relevant:
         arr = st.column(name)
-        v = None if arr is None else _column_view(arr, name)
+        v = None if arr is None else _column_view(arr)
         if arr is not None and v is None:
             python |= _row_validity(arr)
         views[name] = v
@@ -329,9 +256,7 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
     ids = views["input_ids"]
     ids_arr = st.column("input_ids")
     ids_valid = np.zeros(n, dtype=bool) if ids_arr is None else _row_validity(ids_arr)
-    st.fail_where(~ids_valid, lambda k, i: msg_no_ids(st.keys(i)))
-    if python.any():
-        _python_rows(st, np.flatnonzero(python & st.ok))
+    st.fail_where(~ids_valid | python)  # python: a value of a type only the record path reads
     if ids is None or not st.ok.any():
         return _validated(st, empty_table(), np.zeros(0, dtype=np.int64), 0)
     st.check_ints(ids)
@@ -343,18 +268,15 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
         for c in LABEL_COLUMNS:
             arr = st.column(c)
             if arr is not None:
-                st.fail_where(_row_validity(arr), lambda k, i, c=c: msg_extra(c))
+                st.fail_where(_row_validity(arr))
     else:
         lab = views[label_source]
         if lab is None:
-            st.fail(np.flatnonzero(st.ok), lambda k, i: msg_no_source(label_source, st.keys(i)))
+            st.fail_where(st.ok)
         else:
-            st.fail_where(~lab.valid, lambda k, i: msg_no_source(label_source, st.keys(i)))
+            st.fail_where(~lab.valid)
             st.check_ints(lab)
-            llens, ilens = lab.lens, ids.lens
-            st.fail_where(
-                llens != ilens, lambda k, i: msg_count(label_source, int(llens[i]), int(ilens[i]))
-            )
+            st.fail_where(lab.lens != ids.lens)
             aligned = _align(lab, ids, st.ok)
             if aligned is not lab.vals:
                 lab.child = None
@@ -362,13 +284,7 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
             if label_source == "labels":
                 wrong = lab.vals != ids.vals
                 wrong &= lab.vals != IGNORE_INDEX
-                rows, pos = _first_per_row(wrong, ids, st.ok)
-                st.fail(
-                    rows,
-                    lambda k, i: msg_shifted(
-                        int(pos[k] - ids.off[i]), _int(lab.vals[pos[k]]), _int(ids.vals[pos[k]])
-                    ),
-                )
+                st.fail_values(wrong, ids)
 
     # attention_mask: padding positions
     ilens = ids.lens
@@ -377,11 +293,7 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
     mask = views["attention_mask"]
     if mask is not None:
         st.check_ints(mask)
-        mlens = mask.lens
-        st.fail_where(
-            mask.valid & (mlens != ilens),
-            lambda k, i: msg_count("attention_mask", int(mlens[i]), int(ilens[i])),
-        )
+        st.fail_where(mask.valid & (mask.lens != ilens))
         rows_m = st.ok & mask.valid
         nz = _align(mask, ids, rows_m) != 0
         if not nz.all():
@@ -390,7 +302,7 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
             counts = _segment_counts(nz, ids.off)
             if not np.array_equal(counts, ilens):
                 kept, out_len = nz, counts
-    st.fail_where(out_len == 0, lambda k, i: EMPTY)
+    st.fail_where(out_len == 0)
 
     good = st.ok
     keep = np.flatnonzero(good)
@@ -429,10 +341,6 @@ def _validate(batch: pa.RecordBatch, label_source: str, records: list[dict] | No
     return _validated(st, table, keep.astype(np.int64), removed)
 
 
-def _int(v) -> int:
-    return int(np.asarray(v).astype(np.int64))
-
-
 def _check_range(st: _Batch, ids: _Col) -> None:
     """Token ids in 0..2^31-1 (int64 semantics: the values are already integers here). One pass
     when every id is good: only a bound the dtype can break is looked at, int64 as uint64 (where
@@ -443,8 +351,7 @@ def _check_range(st: _Batch, ids: _Col) -> None:
     if u.size == 0:
         return
     if (info.min < 0 and u.min() < 0) or (info.max > INT32_MAX and u.max() > INT32_MAX):
-        rows, pos = _first_per_row((u < 0) | (u > INT32_MAX), ids, st.ok)
-        st.fail(rows, lambda k, i: msg_not_token(int(pos[k] - ids.off[i]), _int(v[pos[k]])))
+        st.fail_values((u < 0) | (u > INT32_MAX), ids)
 
 
 def validate_batch(batch: pa.RecordBatch | pa.Table, label_source: str) -> Validated:
