@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 # name here: (module, its name there)
 _FORWARD = {
     "TokenizedData": ("packtool.data.tokenized", "TokenizedData"),
-    # one example as the trainer will see it: format, conversation, tokens and loss runs
     "inspect_example": ("packtool.inspecting", "inspect_example"),
     # --len values: 4096 | 2048,4096,8192 | 1024-8192 (powers of two between) | 1024:8192:1024
     "parse_lens": ("packtool.stats.sweep", "parse_lens"),
@@ -41,7 +40,6 @@ _FORWARD = {
     "model_from_config": ("packtool.stats", "model_from_config"),  # a config.json's model shape
     "model_from_params": ("packtool.stats", "model_from_params"),  # params, layers, hidden
     "gpu_spec": ("packtool.stats", "gpu_spec"),  # a GPU by name or its dense bf16 TFLOP/s
-    # before tokenizing: an unusable cache is one warning, and the run tokenizes into a temp folder
     "check_cache": ("packtool.tokenization.cache", "check_usable"),
     "verify": ("packtool.verify.run", "verify"),
     "self_test": ("packtool.verify.selftest", "run_self_test"),  # verify --self-test

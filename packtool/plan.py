@@ -126,9 +126,8 @@ def plan_pairs(
 
 
 # ---------------------------------------------------------------------------------------------
-# 64-ary bitset: 4 levels cover capacities up to 64**4 - 1 (16.7M tokens per row).
-# Level k word w has bit b set when level k-1 word 64*w+b is non-zero (level 0: bucket c is
-# non-empty).
+# 64-ary bitset over capacities 0..64**4 - 1: level k word w has bit b set when level k-1 word
+# 64*w+b is non-zero (level 0: bucket c is non-empty).
 # ---------------------------------------------------------------------------------------------
 
 BITSET_LEVELS = 4

@@ -249,11 +249,8 @@ def _built_labels(table, prow: np.ndarray, start: np.ndarray) -> tuple[ListColum
 
 
 # ---------------------------------------------------------------------------------------------
-# Gather kernels for the shard writer.  A piece (a document as packed: a whole example, its
-# truncated head, or one split part) is piece_len[p] int32 values at address ids_at[p]; whoever
-# passes the address keeps that memory alive while the kernel runs.
-#   layout_rows   position_ids, document_id and padding of a block of rows; CSR of its pieces
-#   copy_rows     input_ids and labels of those pieces, straight from where they are
+# Gather kernels for the shard writer. A piece (a whole example, its truncated head, or one split
+# part) is piece_len[p] int32 values at address ids_at[p], kept alive by the caller meanwhile.
 # ---------------------------------------------------------------------------------------------
 
 
