@@ -12,7 +12,7 @@
     chat_template.py which template (ours, TRL's, the tokenizer's or a file) and its mode (probed)
     label_audit.py   what is trained that the data lacks, control tokens in text, the run's meta
     cache.py         cache entries: written once as Arrow IPC, checksummed, memory-mapped
-    pretokenized.py  records that already carry input_ids (vectorized: pretokenized_batch.py)
+    pretokenized.py  records that already carry input_ids: one at a time, or a batch vectorized
     pairs.py, mixture.py, cut.py   preference pairs; weighted inputs; a BPE cut for `inspect`
 
 transformers is imported lazily inside functions: `import packtool.cli` must stay light.

@@ -447,7 +447,7 @@ class EncodeStep:
 
         from packtool.data.labels import arrow_array
         from packtool.data.tokenized import token_schema
-        from packtool.tokenization import pretokenized_batch as pt
+        from packtool.tokenization import pretokenized as pt
 
         if batch.arrow is not None:
             v = pt.validate_batch(batch.arrow, self.label_source)

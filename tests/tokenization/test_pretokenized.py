@@ -13,9 +13,10 @@ from packtool.tokenization.pretokenized import (
     Validated,
     label_source_of,
     record_arrays,
+    records_batch,
     records_validated,
+    validate_batch,
 )
-from packtool.tokenization.pretokenized_batch import records_batch, validate_batch
 
 OUT_TYPES = {
     "input_ids": pa.list_(pa.int32()),
