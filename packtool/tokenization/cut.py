@@ -1,7 +1,6 @@
 """A BPE tokenizer cut down to the words of a few texts: the same ids and offsets, built in ms.
 
-`packtool inspect` encodes one example. Building the whole Rust tokenizer for it was most of the
-command's time (benchmarks/README.md).
+`packtool inspect` encodes one example (building the whole Rust tokenizer was most of its time).
 BPE encodes each word (a piece of the pre-tokenizer, byte-level mapped) on its own, and every
 string it looks up while doing so is a contiguous substring of that word:
 
@@ -11,17 +10,14 @@ string it looks up while doing so is a contiguous substring of that word:
 
 So a tokenizer keeping, of the model, only the tokens that are substrings of the texts' words and
 the merges whose result is one of them (in their order: BPE only compares ranks) encodes those
-texts exactly as the whole one does, offsets included. Everything around the model (added tokens,
-normalizer, pre-tokenizer, post-processor, decoder) is kept as it is, and decoding the ids it
-gives is unchanged too.
+texts exactly as the whole one does, offsets included; everything around the model is kept.
 
 The words come from the tokenizer's own pipeline: a *shell* (the same JSON, its model's vocabulary
 replaced by the 256 byte-level symbols and no merges) encodes the texts; its symbols grouped by
 `word_ids` spell the words, while added tokens come out whole under their own ids.
 
-Tables, made once per tokenizer from its JSON (one parse) and kept in the
-cache as $PACKTOOL_CACHE/tokenizers/cut-<xxh3-128 of the JSON>.bin (checksummed, cache.read_bytes),
-so that a warm cut reads them without building one Python object per token:
+Tables, made once per tokenizer and kept as $PACKTOOL_CACHE/tokenizers/cut-<xxh3-128 of the
+JSON>.bin (checksummed, cache.read_bytes): a warm cut builds no Python object per token:
 
     a JSON line, padded to 8 bytes   {"version": 3, "vocab": V, "merges": M, "longest": L,
                                       "tokens_bytes": B, "rest": the tokenizer JSON with the

@@ -15,11 +15,10 @@ failed and how, and the whole pair is refused (one record: no side is ever packe
 
     unlike_trl(encoder, pairs, enc, why) -> int     the kept pairs TRL's DPOTrainer tokenizes otherwise
 
-TRL (1.16, DPOTrainer._prepare_dataset) tokenizes a string pair's side as one string with the
-tokenizer's special tokens, prompt + answer + the EOS text (not added when the answer ends with it);
-ours is tok(prompt) + tok(answer, no special tokens) + [EOS], the boundary exact. They differ when a
-token merges across the boundary, when the answer already ends with the EOS text (we add EOS again),
-or anywhere else the whole string tokenizes otherwise:
+TRL (1.16, DPOTrainer._prepare_dataset) tokenizes a string pair's side as one string, prompt +
+answer + the EOS text (not added when the answer ends with it); ours is tok(prompt) + tok(answer)
++ [EOS], the boundary exact. They differ where a token merges across the boundary or the answer
+already ends with the EOS text:
 
     prompt "The sky is bl"  chosen "ue."   ours  The sky is bl | ue . <eos>    TRL  The sky is blue . <eos>
     prompt "Hi"  chosen "Yo<|im_end|>"     ours  Hi | Yo <eos> <eos>           TRL  Hi Yo <eos>
