@@ -33,12 +33,6 @@ from packtool.errors import PacktoolError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate_rows
 from packtool.pack.overflow import apply_overflow, outcomes, overflow_loss
-from packtool.pack.pairs import (
-    apply_pair_overflow,
-    pair_manifest,
-    pair_outcomes,
-    pair_overflow_loss,
-)
 from packtool.pack.write import (
     Progress,
     WriteJob,
@@ -97,9 +91,11 @@ def pack_tokenized(
             f"tokenized data is inconsistent: {n} lengths, "
             f"{src.shape[0]} source indices, {loss_counts.shape[0]} loss counts"
         )
-    pairs = data.task == "preference"  # the pair rules: pack/pairs.py
-    if pairs:
-        pieces = apply_pair_overflow(lengths, data.prompt_lengths, src, L, cfg.overflow)
+    pairs = data.task == "preference"
+    if pairs:  # the pair rules, imported by preference runs only
+        from packtool.pack import pairs as pair_rules
+
+        pieces = pair_rules.apply_pair_overflow(lengths, data.prompt_lengths, src, L, cfg.overflow)
     else:
         pieces = apply_overflow(lengths, src, L, cfg.overflow)
     if pieces.row.shape[0] == 0:
@@ -125,7 +121,11 @@ def pack_tokenized(
     leftover: list[str] = []  # folders of runs that died, removed beside out
     with shards.atomic_output(out, cfg.force, said=leftover) as tmp:
         written = (writer or write_local)(tmp, data, job)
-        oc = pair_outcomes(lengths, src, pieces) if pairs else outcomes(lengths, src, pieces, L)
+        oc = (
+            pair_rules.pair_outcomes(lengths, src, pieces)
+            if pairs
+            else outcomes(lengths, src, pieces, L)
+        )
         n_ex = oc.length.shape[0]
         truncated_cut = int(oc.cut.sum())
         counts = {
@@ -196,7 +196,7 @@ def pack_tokenized(
             pad_to_multiple=cfg.pad_to_multiple,
             fixed_docs=cfg.fixed_docs,
             task=data.task,
-            preference=pair_manifest(pieces, data) if pairs else {},
+            preference=pair_rules.pair_manifest(pieces, data) if pairs else {},
         ).to_json()
         shards.write_manifest(tmp, manifest)
     t_end = time.perf_counter()
@@ -214,7 +214,7 @@ def pack_tokenized(
             listed = [x["source_index"] for x in manifest[what]]
             warnings.append(schema.Notice(what, message, counts[what], listed))
     if pairs:
-        loss = pair_overflow_loss(oc, L, cfg.overflow)
+        loss = pair_rules.pair_overflow_loss(oc, L, cfg.overflow)
     else:
         loss = overflow_loss(lengths, pieces, L, cfg.overflow)
     if loss is not None:
