@@ -105,8 +105,6 @@ def make_template(text: str, name: str, origin: str = "file") -> ChatTemplate:
 
 
 # --------------------------------------------------------------------------- TRL's templates
-
-
 def trl_dir() -> Path | None:
     """trl/chat_templates of the installed TRL, found without importing trl (which imports torch)."""
     trl = package_dir("trl")
@@ -215,8 +213,6 @@ def _trl_template(name: str) -> ChatTemplate:
 
 
 # --------------------------------------------------------------------------- tokens
-
-
 _MARKER = re.compile(r"<\|[A-Za-z0-9_]+\|>|<｜[^｜<>]{1,40}｜>|<(?:start|end)_of_turn>")
 _COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 
@@ -302,8 +298,6 @@ def family_fix(
 
 
 # --------------------------------------------------------------------------- choosing
-
-
 def own_template(spec) -> str | None:
     """The tokenizer's own template text (its default one when it has several), None without one."""
     own = spec.chat_template
@@ -371,7 +365,6 @@ def pick(spec, choice: str | None) -> ChatTemplate:
 
 
 # --------------------------------------------------------------------------- the probe
-
 PROBE = [
     {"role": "system", "content": "You are a probe."},
     {"role": "user", "content": "First question?"},

@@ -58,11 +58,9 @@ def label_notes(
     native: bool = False,
     omits_think: bool = False,
 ) -> dict[str, list[int]]:
-    """{kind: [turns, tokens]} of what is trained that the data does not hold and of what the data
-    holds that the template does not render (the kinds of the module docstring). `paired`: (turn,
-    trained char span) of each trained assistant turn, None when spans and turns do not pair up;
-    `count(piece)`: its tokens; `native`: rendered by chatml.render, which writes every turn's
-    reasoning; `omits_think`: chatml-train on a tokenizer whose own template writes <think>."""
+    """{kind: [turns, tokens]} (module docstring). `paired`: (turn, trained char span) of each trained
+    assistant turn, None when they do not pair up; `count(piece)`: its tokens; `native`: rendered
+    by render.chatml (every turn's reasoning written); `omits_think`: see THINK_OMITTED."""
     notes: dict[str, list[int]] = {}
     if not native:
         for m in messages:
@@ -219,10 +217,9 @@ class ContentTokens:
         self.spec = spec
         self.control = tuple(sorted(spec.control_tokens, key=len, reverse=True))
         firsts = {t[0] for t in self.control if t}
-        # "<": a cheap test before the regex
-        self.first = firsts.pop() if len(firsts) == 1 else None
-        # every control token written in JSON as itself (no quote, backslash or control char): a
-        # search of the messages as JSON finds every one in their texts (may_hold)
+        self.first = firsts.pop() if len(firsts) == 1 else None  # "<": a test before the regex
+        # every control token written in JSON as itself: a search of the messages as JSON finds
+        # every one in their texts (may_hold)
         self.json_safe = all(_json(t)[1:-1] == t.encode() for t in self.control)
         self._plain = None  # (reference backend, a Tokenizer reading control tokens as text)
 
@@ -260,9 +257,8 @@ class ContentTokens:
         return out
 
     def may_hold(self, conversations: list) -> bool:
-        """False when no message text of these conversations (lists of messages) holds a control
-        token: one search of them as JSON, a superset of the texts `found` reads, for the batch
-        (cheaper than its walk over each message)."""
+        """False when no message text of these conversations holds a control token: one search of
+        them as JSON (a superset of the texts `found` reads) for the whole batch."""
         if not self.control:
             return False
         if not self.json_safe:

