@@ -7,7 +7,7 @@ shared folders with TRL's training template), `packtool pack DATA --len 4096 --o
 --force` runs once per renderer the fast path could use, in a fresh process each, wall and CPU
 seconds (the process tree's), rounds alternating the order:
 
-    native     the run's own choice (render's chatml for chatml-train, render/gptoss.py for TRL's
+    native     the run's own choice (render/native.py's chatml for chatml-train and gptoss for TRL's
                gptoss_training: what a user gets; TRL's llama3_training: MiniJinja, as compiled)
     compiled   the native renderer turned off: MiniJinja renders every conversation
     jinja      transformers' jinja renders every conversation (fastokens still tokenizes)

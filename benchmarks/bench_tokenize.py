@@ -13,7 +13,7 @@ training version of the folder's own template X, see families.folder_tok) for a 
   ours fast      Encoder(backend="fastokens", renderer=<the run's>): the default path of a run whose
                  start-up check passed — the renderer chain of packtool.tokenization.render from
                  its top: built-in: native chatml-train render with generation spans; TRL's
-                 gptoss_training: rendered natively (render/gptoss.py); any other
+                 gptoss_training: rendered natively (render/native.py); any other
                  template: the compiled renderer (MiniJinja); then fastokens batch encode, spans →
                  tokens through per-token byte lengths
   ours fast/mj   built-in and TRL's templates above: the same with MiniJinja alone (what any other
@@ -70,10 +70,10 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
     import numpy as np
     import tokenizers
 
-    from packtool.tokenization.chat_template import choose
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import TokenizerSpec, load_tokenizer
     from packtool.tokenization.render import best, native_for
+    from packtool.tokenization.template_probe import choose
 
     if not tk.tools:  # Llama 3's template renders no tools: both paths get the records without
         convs = [c for c in convs if not has_tools(c)]

@@ -2,10 +2,10 @@
 
 Reads up to record N (its file's format: tokenization.source.record_format of the file's first
 record whose format is found, as the pipeline decides it; pre-tokenized by decide.is_pretokenized),
-normalizes it, runs the reference step that tokenization.run_plan builds for `profile`/`pack` on a
+normalizes it, runs the reference step that tokenization.pipeline.plan_run builds for `profile`/`pack` on a
 batch of that one record, with the renderer the plan's fast path uses (native or MiniJinja: no
 transformers import; jinja with --tokenizer-backend fastokens, whose step is then compared with it
-by run_plan.compare), and splits the token stream into runs of trained / untrained tokens for
+by pipeline.compare), and splits the token stream into runs of trained / untrained tokens for
 display:
 
     runs = [{"text": "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n", "loss": False, "tokens": 9},
@@ -124,7 +124,7 @@ def inspect_example(data: str, cfg: TokenizeConfig, index: int = 0) -> dict[str,
     if reference.backend == "hf":  # the same ids from a tokenizer cut to this example's words
         from packtool.tokenization.cut import CutBackend
 
-        cut = CutBackend(spec.backend_json)
+        cut = CutBackend(spec.engines)
         reference = reference.with_backend("hf", reference.renderer, built=cut)
     res = reference(batch)  # the record as a pack encodes it: a batch of one
     if res.rejects:

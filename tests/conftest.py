@@ -35,11 +35,11 @@ def _engines_built_once_per_test_process():
     """A run builds its tokenizer's engines once (TokenizerSpec.engines: the Rust tokenizers and
     the byte table, 1-2 s for the built-in one); the suite makes hundreds of runs of the same few
     tokenizers in each test process, so here each is built once and handed to every later run's
-    Engines. Built objects are never changed by their callers (backends.Engines)."""
-    from packtool.tokenization import backends
+    Engines. Built objects are never changed by their callers (loading.Engines)."""
+    from packtool.tokenization import loading
 
     built: dict[tuple[str, str], object] = {}
-    original = backends.Engines._get
+    original = loading.Engines._get
 
     def _get(self, what: str):
         got = self._built.get(what)
@@ -52,9 +52,9 @@ def _engines_built_once_per_test_process():
                 self._built[what] = got
         return got
 
-    backends.Engines._get = _get
+    loading.Engines._get = _get
     yield
-    backends.Engines._get = original
+    loading.Engines._get = original
 
 
 @pytest.fixture(scope="session")

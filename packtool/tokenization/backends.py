@@ -30,8 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packtool.tokenization.loading import Engines
-
 BACKENDS = ("fastokens", "hf")
 
 _BYTE_FALLBACK = re.compile(r'"byte_fallback"\s*:\s*true')
@@ -290,8 +288,8 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, tokenizer: Engines | str):
-        self.engines = tokenizer if isinstance(tokenizer, Engines) else Engines(tokenizer)
+    def __init__(self, engines):  # a loading.Engines
+        self.engines = engines
         self.backend_json = self.engines.backend_json
 
     def _tokenizer(self, texts: list[str] | None = None):
@@ -350,8 +348,8 @@ class FastBackend:
 
     name = "fastokens"
 
-    def __init__(self, tokenizer: Engines | str):
-        self.engines = tokenizer if isinstance(tokenizer, Engines) else Engines(tokenizer)
+    def __init__(self, engines):  # a loading.Engines
+        self.engines = engines
         self.backend_json = self.engines.backend_json
         self.fallbacks = 0
         # fastokens reads a literal "<0x0A>" as the byte piece <0x0A>: such texts go through HF
@@ -487,11 +485,11 @@ def _splice(n: int, redo: list[int], flat: tuple, ref: tuple) -> tuple:
     return new_ids, new_off, new_mask
 
 
-def make_backend(name: str, tokenizer: Engines | str):
-    """ "hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first) on `tokenizer`'s
-    engines (a bare JSON: its own); nothing is built yet."""
+def make_backend(name: str, engines):
+    """ "hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first) on a
+    loading.Engines; nothing is built yet."""
     if name not in BACKENDS:
         raise ValueError(
             f"unknown tokenizer backend {name!r}; expected one of {', '.join(BACKENDS)}"
         )
-    return (HFBackend if name == "hf" else FastBackend)(tokenizer)
+    return (HFBackend if name == "hf" else FastBackend)(engines)

@@ -25,7 +25,6 @@ touched (MADV_DONTNEED) and a pack of any size keeps a bounded resident set.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import mmap
@@ -161,46 +160,6 @@ def write_bytes(path: Path, body: bytes) -> None:
 
 def entry_path(key: str) -> Path:
     return cache_root() / f"tok-{key}"
-
-
-def _template_key(choice: str | None) -> str:
-    """The chosen template's bytes where the tokenizer's files and library versions do not cover
-    them (a file, a built-in, a TRL template: edits never hit old entries)."""
-    from packtool.tokenization.chat_template import BUILTIN_TEMPLATES, trl_dir
-
-    choice = choice or "auto"
-    if choice in ("auto", "tokenizer"):  # auto may pick the built-in chatml-train: its bytes count
-        builtin = BUILTIN_TEMPLATES["chatml-train"].read_bytes()
-        return f"{choice}:{hashlib.sha256(builtin).hexdigest()}"
-    if choice.startswith("trl:"):
-        folder = trl_dir()
-        path = folder / f"{choice[4:]}.jinja" if folder else None
-    else:
-        path = BUILTIN_TEMPLATES.get(choice) or Path(choice).expanduser()
-    if path is not None and path.is_file():
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    return f"name:{choice}"
-
-
-def cache_key(sources: list, cfg, tokenizer: str | None = None, not_read=()) -> str:
-    """`tokenizer`: tokenizer_key(cfg.tokenizer) when the caller has it (it hashes the tokenizer's
-    files); `not_read`: the paths found and not read (their warning is in the entry)."""
-    import packtool
-    from packtool.tokenization.loading import library_versions, tokenizer_key
-
-    parts = {
-        "packtool": packtool.__version__,
-        # 6: tokenizer.pairs_unlike_trl; 5: UTF-16/32 JSON Lines; 4: label notes; 3: per-file formats
-        "encoder": 6,
-        "libraries": library_versions(),
-        "sources": [(s.path, s.size, s.sha256) for s in sources],
-        "tokenizer": tokenizer or tokenizer_key(cfg.tokenizer),
-        "template": _template_key(cfg.chat_template),
-        "options": cfg.fingerprint_dict(),
-    }
-    if not_read:  # (only then: other entries keep their keys)
-        parts["not_read"] = list(not_read)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
 def has_entries() -> bool:

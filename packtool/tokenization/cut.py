@@ -315,8 +315,8 @@ class CutBackend(HFBackend):
     be); `decoder()`: a tokenizer cut to every text encoded so far, that decodes all the ids they
     gave (an example may be encoded in several calls: a prompt, then its completion)."""
 
-    def __init__(self, tokenizer):
-        super().__init__(tokenizer)
+    def __init__(self, engines):  # a loading.Engines
+        super().__init__(engines)
         self.texts: list[str] = []
         self.last = None  # the tokenizer of the last call
         self.calls = 0

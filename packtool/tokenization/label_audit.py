@@ -60,7 +60,7 @@ def label_notes(
 ) -> dict[str, list[int]]:
     """{kind: [turns, tokens]} (module docstring). `paired`: (turn, trained char span) of each trained
     assistant turn, None when they do not pair up; `count(piece)`: its tokens; `native`: rendered
-    by render.chatml (every turn's reasoning written); `omits_think`: see THINK_OMITTED."""
+    by render.native.chatml (every turn's reasoning written); `omits_think`: see THINK_OMITTED."""
     notes: dict[str, list[int]] = {}
     if not native:
         for m in messages:
@@ -314,7 +314,7 @@ class ContentTokens:
             from tokenizers import Tokenizer
 
             self._plain = (
-                make_backend("hf", self.spec.backend_json),
+                make_backend("hf", self.spec.engines),
                 Tokenizer.from_str(self.spec.backend_json),
             )
             self._plain[1].encode_special_tokens = True

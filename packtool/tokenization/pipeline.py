@@ -1,7 +1,7 @@
 """One tokenize run: plan → cache → decide → executor.map(step, parts) → probes / retry → commit.
 
     load_tokenized(data, cfg)            the local engine (packtool.cluster.tokenize: the Ray one)
-      cache.cache_key hit ──▶ the entry, checked and memory-mapped (transformers never imported)
+      cache_key hit ──▶ the entry, checked and memory-mapped (transformers never imported)
       RecordSource ──RawBatch──▶ source.decided_stream (each file's FileDecision; batch.fmt)
       plan_run ──RunPlan──▶ Run (data, cfg, source, decisions, plan, batches)
       checked(run, attempt)                attempt(run, check, stats); a probe that differs
@@ -22,20 +22,17 @@
 
 The fast path (fastokens + render.best's renderer, when `--tokenizer-backend auto` allows it and
 fastokens serves the tokenizer) runs only where it gives ids, labels and refusals identical to the
-reference path (tokenizers + jinja) on the probes (FastCheck): the first CHECK_EXAMPLES examples of
-the run's first file, CHECK_PER_FILE of each later file's (of the first CHECK_FILES files; after
-them only of a format not probed yet). A difference: the run starts again on the reference path
-(`RunPlan.on_difference`). The Ray engine runs the same plan, check, Stats and meta with its own
-executor, concluding its probes in reading order with the same FastCheck.
-
-The cache key hashes the sources, the tokenizer files, the chat template, the options that shape
-labels and the library versions; it is waited for first only when the cache holds entries.
+reference path (tokenizers + jinja) on the probes (FastCheck: the CHECK_* constants say which
+examples). A difference: the run starts again on the reference path (`RunPlan.on_difference`). The
+Ray engine runs the same plan, check, Stats and meta with its own executor and the same FastCheck.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import os
 import time
 from collections import deque
@@ -44,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import packtool
 from packtool import idle
 from packtool.config import TokenizeConfig
 from packtool.data.labels import arrow_numpy
@@ -52,13 +50,14 @@ from packtool.errors import PacktoolError, UsageError
 from packtool.forking import ordered_map
 from packtool.progress import Reporter, reporter
 from packtool.tokenization import cache
-from packtool.tokenization.chat_template import choose
+from packtool.tokenization.chat_template import template_key
 from packtool.tokenization.encode import EncodeStep
 from packtool.tokenization.label_audit import check_strict_labels, meta, meta_fields, no_examples
-from packtool.tokenization.loading import load_spec, tokenizer_key
+from packtool.tokenization.loading import library_versions, load_spec, tokenizer_key
 from packtool.tokenization.render import best
 from packtool.tokenization.render import preload as jinja_preload
 from packtool.tokenization.source import RecordSource, decided_stream, input_kind
+from packtool.tokenization.template_probe import choose
 
 BACKENDS = ("auto", "fastokens", "hf")
 
@@ -373,6 +372,25 @@ def _items(batches, check: FastCheck | None):
         yield False, b
 
 
+def cache_key(sources: list, cfg, tokenizer: str | None = None, not_read=()) -> str:
+    """The entry's key: the sources, the tokenizer files (`tokenizer`: tokenizer_key(cfg.tokenizer)
+    when the caller has it), the chat template, the options that shape labels, the library versions
+    and the paths found and not read (their warning is in the entry)."""
+    parts = {
+        "packtool": packtool.__version__,
+        # 6: tokenizer.pairs_unlike_trl; 5: UTF-16/32 JSON Lines; 4: label notes; 3: per-file formats
+        "encoder": 6,
+        "libraries": library_versions(),
+        "sources": [(s.path, s.size, s.sha256) for s in sources],
+        "tokenizer": tokenizer or tokenizer_key(cfg.tokenizer),
+        "template": template_key(cfg.chat_template),
+        "options": cfg.fingerprint_dict(),
+    }
+    if not_read:  # (only then: other entries keep their keys)
+        parts["not_read"] = list(not_read)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
 def load_tokenized(
     data: str, cfg: TokenizeConfig, progress: bool | Reporter = True
 ) -> TokenizedData:
@@ -388,7 +406,7 @@ def load_tokenized(
     # the sources' sha256 are still being hashed (source.files waits): an empty cache has no hit
     if cfg.cache and cache.has_entries():
         entry = cache.open_entry(
-            cache.entry_path(cache.cache_key(source.files, cfg, tok_key, source.not_read))
+            cache.entry_path(cache_key(source.files, cfg, tok_key, source.not_read))
         )
         if entry is not None:
             td = _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
@@ -469,7 +487,7 @@ def _tokenize(run: Run, check: FastCheck | None, stats: Stats, tok_key: str, pro
         settle(every=True)
         if writer.rows == 0:
             raise no_examples(run)
-        key = cache.cache_key(source.files, cfg, tok_key, source.not_read)
+        key = cache_key(source.files, cfg, tok_key, source.not_read)
         return writer.commit(key, meta(run, stats), replace=not cfg.cache)
 
 

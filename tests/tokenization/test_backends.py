@@ -24,6 +24,7 @@ from packtool.tokenization.backends import (
     spans_to_mask,
     supports_fast,
 )
+from packtool.tokenization.loading import Engines
 
 SHARED = SHARED_TOKENIZERS
 FAMILIES = ["qwen", "llama3", "gptoss"]
@@ -151,9 +152,9 @@ def _family(name: str, qwen) -> SimpleNamespace:
 
             tok = AutoTokenizer.from_pretrained(str(folder))
         js = tok.backend_tokenizer.to_str()
-        fast = FastBackend(js)
+        fast = FastBackend(Engines(js))
         fast.engines.preload()  # builds on a thread while the HF tokenizer is built
-        hf = HFBackend(js)
+        hf = HFBackend(Engines(js))
         hf.encode(["warm up"])
         rust = tok.backend_tokenizer
         if rust.padding is not None or rust.truncation is not None:  # left on by an earlier call
@@ -349,14 +350,21 @@ def test_same_mask_as_apply_chat_template(qwen_family):
 
 def test_pickle_round_trip(qwen_family, sp_json):
     texts, spans = _adversarial(seed=3, n=40)
-    for b in (qwen_family.hf, qwen_family.fast, HFBackend(sp_json), FastBackend(sp_json)):
+    for b in (
+        qwen_family.hf,
+        qwen_family.fast,
+        HFBackend(Engines(sp_json)),
+        FastBackend(Engines(sp_json)),
+    ):
         want = b.encode_spans(texts, spans)
         copy = pickle.loads(pickle.dumps(b))  # the Rust tokenizer is dropped and rebuilt lazily
         assert not copy.engines._built.keys() - {"table"} and copy.name == b.name
         _assert_same(copy.encode_spans(texts, spans), want)
         assert np.array_equal(copy.encode(texts)[0], b.encode(texts)[0])
-    fresh = pickle.loads(pickle.dumps(FastBackend(sp_json)))  # before any use
-    _assert_same(fresh.encode_spans(texts, spans), FastBackend(sp_json).encode_spans(texts, spans))
+    fresh = pickle.loads(pickle.dumps(FastBackend(Engines(sp_json))))  # before any use
+    _assert_same(
+        fresh.encode_spans(texts, spans), FastBackend(Engines(sp_json)).encode_spans(texts, spans)
+    )
 
 
 def test_supports_fast_real(qwen_family):
@@ -432,7 +440,7 @@ def test_sentencepiece_style_identical(sp_json, added_bytes):
     js = _bpe(added_bytes=True) if added_bytes else sp_json
     assert supports_fast(js) is None
     texts, spans = _adversarial(seed=4, n=300)
-    hf, fast = HFBackend(js), FastBackend(js)
+    hf, fast = HFBackend(Engines(js)), FastBackend(Engines(js))
     ref = hf.encode_spans(texts, spans)
     _assert_same(fast.encode_spans(texts, spans), ref)
     encs = _rust(js).encode_batch(texts, add_special_tokens=False)
@@ -477,7 +485,7 @@ def test_supports_fast_reasons(tiny_tokenizer, monkeypatch):
     probe = "a  b"
     assert _rust(trimmed).encode(probe).offsets != _rust(untrimmed).encode(probe).offsets
     with pytest.raises(ValueError, match="trims offsets"):
-        FastBackend(trimmed).encode_spans(["x"], [np.zeros((0, 2))])
+        FastBackend(Engines(trimmed)).encode_spans(["x"], [np.zeros((0, 2))])
     assert "prefix space" in supports_fast(_bytelevel_bpe(add_prefix_space=True))
     monkeypatch.setitem(sys.modules, "fastokens", None)
     assert supports_fast(trimmed) == "fastokens is not installed"
@@ -488,8 +496,8 @@ def test_unknown_tokens_fall_back():
     js = _bpe(byte_fallback=False)
     texts = ["hello wörld", "hello ☃ world", "☃☃ and ☂"]
     spans = [np.array([[0, len(t)]]) for t in texts]
-    fast = FastBackend(js)
-    _assert_same(fast.encode_spans(texts, spans), HFBackend(js).encode_spans(texts, spans))
+    fast = FastBackend(Engines(js))
+    _assert_same(fast.encode_spans(texts, spans), HFBackend(Engines(js)).encode_spans(texts, spans))
     assert fast.fallbacks == 2
 
 
@@ -503,26 +511,28 @@ def test_lstrip_tokens_fall_back():
     assert "   <mask>" in tok.encode("hello   <mask> world", add_special_tokens=False).tokens
     texts = ["hello   <mask> world", "<mask>x", "no mask here"]
     spans = [np.array([[0, 7]]), np.array([[0, 1]]), np.array([[0, 2]])]
-    fast = FastBackend(js)
-    _assert_same(fast.encode_spans(texts, spans), HFBackend(js).encode_spans(texts, spans))
+    fast = FastBackend(Engines(js))
+    _assert_same(fast.encode_spans(texts, spans), HFBackend(Engines(js)).encode_spans(texts, spans))
     assert fast.fallbacks == 2
 
 
 def test_preload_and_errors(sp_json, tiny_tokenizer):
-    fast = FastBackend(sp_json)
+    fast = FastBackend(Engines(sp_json))
     fast.engines.preload()
     fast.engines.preload()
     texts = ["hello world", ""]
     spans = [np.array([[0, 5]]), np.zeros((0, 2), dtype=np.int64)]
-    _assert_same(fast.encode_spans(texts, spans), HFBackend(sp_json).encode_spans(texts, spans))
-    broken = FastBackend(tiny_tokenizer().backend_tokenizer.to_str())
+    _assert_same(
+        fast.encode_spans(texts, spans), HFBackend(Engines(sp_json)).encode_spans(texts, spans)
+    )
+    broken = FastBackend(Engines(tiny_tokenizer().backend_tokenizer.to_str()))
     broken.engines.preload()  # fails on the thread; the error surfaces in the caller
     with pytest.raises(ValueError, match="WordLevel"):
         broken.encode(["hello"])
 
 
 def test_empty_and_bad_spans(sp_json):
-    for b in (HFBackend(sp_json), FastBackend(sp_json)):
+    for b in (HFBackend(Engines(sp_json)), FastBackend(Engines(sp_json))):
         ids, offsets, mask = b.encode_spans([], [])
         assert len(ids) == len(mask) == 0 and offsets.tolist() == [0]
         ids, offsets, mask = b.encode_spans(["", "hello"], [np.zeros((0, 2)), [[0, 0], [1, 1]]])
@@ -574,11 +584,11 @@ def test_covered_is_the_overlap_rule():
 
 def test_make_backend(sp_json):
     assert BACKENDS == ("fastokens", "hf")
-    assert isinstance(make_backend("hf", sp_json), HFBackend)
-    assert isinstance(make_backend("fastokens", sp_json), FastBackend)
-    assert [make_backend(n, sp_json).name for n in BACKENDS] == list(BACKENDS)
+    assert isinstance(make_backend("hf", Engines(sp_json)), HFBackend)
+    assert isinstance(make_backend("fastokens", Engines(sp_json)), FastBackend)
+    assert [make_backend(n, Engines(sp_json)).name for n in BACKENDS] == list(BACKENDS)
     with pytest.raises(ValueError, match="unknown tokenizer backend"):
-        make_backend("slow", sp_json)
+        make_backend("slow", Engines(sp_json))
 
 
 def test_import_is_cheap():

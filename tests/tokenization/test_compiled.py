@@ -210,7 +210,7 @@ def test_fast_path_equals_reference_on_other_families(family):
     name = {"llama3": "trl:llama3_training", "gptoss": "trl:gptoss_training"}[family]
     if TRL is None:
         pytest.skip("TRL is not installed")
-    from packtool.tokenization.chat_template import choose
+    from packtool.tokenization.template_probe import choose
 
     tpl = choose(spec, name, "assistant", "2026-12-02")
     assert pick(spec, name).name == tpl.name

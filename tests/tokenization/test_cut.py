@@ -10,6 +10,7 @@ import pytest
 from paths import SHARED_DATA, SHARED_TOKENIZERS, needs_shared
 
 from packtool.tokenization import cut
+from packtool.tokenization.loading import Engines
 
 FAMILIES = ["builtin", "llama3", "gptoss"]
 
@@ -215,7 +216,7 @@ def test_too_many_substrings_uses_the_whole_tokenizer(monkeypatch):
     js = _bpe_json()
     monkeypatch.setattr(cut, "MAX_SUBSTRINGS", 10)
     assert cut.cut_json(cut.build_tables(js), ["hello lowest world"]) is None
-    backend = cut.CutBackend(js)
+    backend = cut.CutBackend(Engines(js))
     ids, offsets, mask = backend.encode_spans(["hello lowest"], [[(0, 5)]])
     assert backend.decoder() is backend.engines.rust()  # the whole one, built once
     assert mask.any() and len(ids) == offsets[-1]

@@ -210,8 +210,8 @@ def test_native_chatml_renderer_equals_jinja(chatml):
     from transformers.utils.chat_template_utils import render_jinja_template
 
     from packtool.formats.normalize import template_messages
-    from packtool.tokenization.render import GENERATION_PROMPT, NotNative
-    from packtool.tokenization.render import chatml as native
+    from packtool.tokenization.render.native import GENERATION_PROMPT, NotNative
+    from packtool.tokenization.render.native import chatml as native
 
     checked = handed_back = 0
     for ex in chat_examples():

@@ -1,4 +1,4 @@
-"""The native renderer of TRL's gptoss_training (packtool.tokenization.render.gptoss)
+"""The native renderer of TRL's gptoss_training (packtool.tokenization.render.native)
 against transformers' jinja renderer: the same text and generation spans on the generated, shared
 and edge-case conversations, or NotNative; `complete` only where lost_content finds nothing; the
 Renderer hands what it refuses to MiniJinja."""
@@ -13,7 +13,9 @@ from chat_examples import TOOLS, chat_examples
 
 from packtool.formats.normalize import template_messages
 from packtool.tokenization.chat_template import make_template, trl_dir
-from packtool.tokenization.render import NotNative, Renderer, dated_text, gptoss, lost_content
+from packtool.tokenization.render import Renderer, dated_text, lost_content
+from packtool.tokenization.render import native as gptoss
+from packtool.tokenization.render.native import NotNative
 
 TRL = trl_dir()
 pytestmark = pytest.mark.skipif(TRL is None, reason="TRL is not installed (its chat_templates/)")

@@ -9,10 +9,10 @@
 Renderers, each giving the text and spans of the one below it for what it covers (the rest goes
 one step down, per conversation; each kept only where it earns >= 20%: benchmarks/README.md):
 
-    native (`chatml` below, gptoss.py; by the template's bytes) ──NotNative──▶ compiled
+    native (native.py: chatml-train, gptoss_training; by the template's bytes) ──NotNative──▶ compiled
     (compiled.py: MiniJinja) ──NotCompiled──▶ jinja (`render_jinja`: transformers', the reference)
 
-How assistant text is located is the template's `mode` (chat_template.choose):
+How assistant text is located is the template's `mode` (template_probe.choose):
 
     markers   each {% generation %} block, less the generation prompt the template writes at its
               start (the model is given it at inference, e.g. `<|start|>assistant`)
@@ -38,6 +38,7 @@ from packtool.tokenization.chat_template import (
     family_fix,
     family_of,
 )
+from packtool.tokenization.render.native import GENERATION_PROMPT, native_for
 
 
 class ExampleError(Exception):
@@ -46,10 +47,6 @@ class ExampleError(Exception):
 
 class NotPrefixPreserving(ExampleError):
     """The template renders an earlier turn differently once later turns follow (mode prefix)."""
-
-
-class NotNative(Exception):
-    """This conversation goes to the next renderer of the chain."""
 
 
 def first_line(e: Exception) -> str:
@@ -134,15 +131,6 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
         if name and name not in text:
             return f"the tool definition {name!r}"
     return None
-
-
-def native_for(text: str):
-    """A template's native renderer: (messages, tools, kwargs, date) -> (text, spans, complete)."""
-    if text == BUILTIN_TEMPLATES["chatml-train"].read_text():
-        return chatml
-    from packtool.tokenization.render import gptoss  # (imported only for another template)
-
-    return gptoss.native_for(text)
 
 
 class Renderer:
@@ -407,91 +395,3 @@ def dated_text(template: ChatTemplate) -> str:
     table = json.dumps({f: day.strftime(f) for f in formats})
     macro = "{%%- macro strftime_now(fmt) -%%}{{ %s[fmt] if fmt in %s else %s }}{%%- endmacro %%}"
     return macro % (table, table, json.dumps(template.date)) + template.text
-
-
-# -- chatml: the built-in chatml-train, natively ---------------------------------------------------
-TOOLS_HEAD = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-)
-TOOLS_TAIL = (
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
-    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
-    '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
-)
-_REASONING = ("reasoning_content", "thinking", "reasoning")
-GENERATION_PROMPT = "<|im_start|>assistant\n"  # what add_generation_prompt writes
-
-
-def _tojson(x) -> str:
-    return json.dumps(x, ensure_ascii=False)  # transformers' tojson filter with its defaults
-
-
-def _str(x) -> str:
-    if type(x) is not str:
-        raise NotNative
-    return x
-
-
-def chatml(messages: list[dict], tools: list | None, kwargs=None, date=None):
-    """templates/chatml-train.jinja natively: (text, generation spans, complete: always) for the
-    messages `formats` produces (string contents, OpenAI tool calls, reasoning); else NotNative."""
-    if not messages:
-        raise NotNative
-    out: list[str] = []
-    size = 0
-    spans: list[tuple[int, int]] = []
-
-    def emit(s: str) -> None:
-        nonlocal size
-        out.append(s)
-        size += len(s)
-
-    first = messages[0]
-    if tools:
-        emit("<|im_start|>system\n")
-        if first.get("role") == "system":
-            emit(_str(first.get("content")) + "\n\n")
-        emit(TOOLS_HEAD)
-        for tool in tools:
-            emit("\n" + _tojson(tool))
-        emit(TOOLS_TAIL)
-    elif first.get("role") == "system":
-        emit("<|im_start|>system\n" + _str(first.get("content")) + "<|im_end|>\n")
-    n = len(messages)
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role == "user" or (role == "system" and i > 0):
-            emit("<|im_start|>" + role + "\n" + _str(m.get("content")) + "<|im_end|>\n")
-        elif role == "assistant":
-            emit(GENERATION_PROMPT)
-            start = size
-            reasoning = next((m[k] for k in _REASONING if m.get(k) is not None), None)
-            if reasoning:
-                emit("<think>\n" + _str(reasoning).strip("\n") + "\n</think>\n\n")
-            content = m.get("content", "")
-            emit(_str(content))
-            for j, call in enumerate(m.get("tool_calls") or ()):
-                if not isinstance(call, dict):
-                    raise NotNative
-                fn = call["function"] if "function" in call else call
-                if not isinstance(fn, dict) or "arguments" not in fn:
-                    raise NotNative
-                if (j == 0 and content) or j > 0:
-                    emit("\n")
-                args = fn["arguments"]
-                emit('<tool_call>\n{"name": "' + _str(fn.get("name")) + '", "arguments": ')
-                emit(args if type(args) is str else _tojson(args))
-                emit("}\n</tool_call>")
-            emit("<|im_end|>")
-            spans.append((start, size))
-            emit("\n")
-        elif role == "tool":
-            if i == 0 or messages[i - 1].get("role") != "tool":
-                emit("<|im_start|>user")
-            emit("\n<tool_response>\n" + _str(m.get("content")) + "\n</tool_response>")
-            if i == n - 1 or messages[i + 1].get("role") != "tool":
-                emit("<|im_end|>\n")
-        elif role != "system":
-            raise NotNative  # the template renders unknown roles as nothing; let jinja say so
-    return "".join(out), spans, True

@@ -35,11 +35,12 @@ import datetime
 import json
 import re
 
+from packtool.tokenization.render.native import alias
+
 OPEN, CLOSE = "\x02", "\x03"  # STX, ETX: reserved here (data holding them goes to jinja)
 _TAG = re.compile(r"\{%([-+]?)\s*(end)?generation\s*([-+]?)%\}")
 _OPERAND = r"(?<![\w.|\])'\"])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\[\]()]*\]|\([^()]*\))*)"
 _IS = re.compile(_OPERAND + r"\s+is\s+(not\s+)?(iterable|sequence)\b")
-_REASONING = ("reasoning_content", "thinking", "reasoning")
 
 
 class Unfit(Exception):
@@ -131,13 +132,6 @@ def aliased(messages: list[dict]) -> list[dict]:
     """Reasoning under each name templates read it by, as transformers passes it (its
     `_alias_reasoning_fields`: `thinking` first, `reasoning_content` last)."""
     return [alias(m) for m in messages]
-
-
-def alias(m: dict) -> dict:
-    if m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
-        return m
-    r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
-    return m if r is None else {"thinking": r, **m, "reasoning_content": r}
 
 
 def prepared(messages, tools) -> list | None:

@@ -1,17 +1,16 @@
-"""A native renderer of TRL's `gptoss_training` template: the text and the generation spans jinja
-renders, faster than MiniJinja (which reaches every value through Python objects; end to end at
-200k conversations: benchmarks/README.md, "Renderers").
+"""Native renderers: the built-in chatml-train and TRL's `gptoss_training` written out in Python,
+giving the text and the generation spans jinja renders, faster than MiniJinja (which reaches every
+value through Python objects; end to end at 200k conversations: benchmarks/README.md, "Renderers").
 
-    native_for(template text) -> gptoss | None
-    gptoss(messages, tools, kwargs, date) -> (text, [(start, end), ...], complete)  or NotNative
+    native_for(template text) -> chatml | gptoss | None      by the template's bytes
+    chatml / gptoss(messages, tools, kwargs, date) -> (text, [(start, end), ...], complete)  or NotNative
 
-It is used only when the template is TRL's file byte for byte (`native_for` compares the text), and
-covers what the template does with the messages `packtool.formats` produces: string contents,
-OpenAI tool calls, reasoning as `thinking`, tools whose parameters are plain types. Anything else
-(a non-string content, a tool-call turn with both content and thinking, a parameter schema with a
-default, items, oneOf, ...) raises NotNative and the next renderer (MiniJinja, then jinja) renders
-it. Values are printed by Python as jinja prints them (`|tojson` is json.dumps(ensure_ascii=False)),
-not as MiniJinja would.
+Each covers what its template does with the messages `packtool.formats` produces: string
+contents, OpenAI tool calls, reasoning, tools (gptoss: whose parameters are plain types). Anything
+else (a non-string content, a tool-call turn with both content and thinking, a parameter schema
+with a default, items, oneOf, ...) raises NotNative and the next renderer (MiniJinja, then jinja)
+renders it. Values are printed by Python as jinja prints them (`|tojson` is
+json.dumps(ensure_ascii=False)), not as MiniJinja would.
 
     gptoss_training   <|start|>system<|message|>...<|end|>(<|start|>developer<|message|>...<|end|>)
                       <|start|>user<|message|>Hi<|end|>
@@ -26,9 +25,118 @@ from __future__ import annotations
 
 import datetime
 import functools
+import json
 
-from packtool.tokenization.render import NotNative, _str, _tojson
-from packtool.tokenization.render.compiled import alias
+from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
+
+_REASONING = ("reasoning_content", "thinking", "reasoning")
+
+
+class NotNative(Exception):
+    """This conversation goes to the next renderer of the chain."""
+
+
+def native_for(text: str):
+    """A template's native renderer: chatml for the built-in chatml-train, gptoss for TRL's
+    gptoss_training file byte for byte, else None."""
+    if text == BUILTIN_TEMPLATES["chatml-train"].read_text():
+        return chatml
+    return gptoss if text == _trl_text() else None
+
+
+def _tojson(x) -> str:
+    return json.dumps(x, ensure_ascii=False)  # transformers' tojson filter with its defaults
+
+
+def _str(x) -> str:
+    if type(x) is not str:
+        raise NotNative
+    return x
+
+
+def alias(m: dict) -> dict:
+    if m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
+        return m
+    r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+    return m if r is None else {"thinking": r, **m, "reasoning_content": r}
+
+
+# -- chatml: the built-in chatml-train, natively ---------------------------------------------------
+TOOLS_HEAD = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_TAIL = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+    '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+)
+GENERATION_PROMPT = "<|im_start|>assistant\n"  # what add_generation_prompt writes
+
+
+def chatml(messages: list[dict], tools: list | None, kwargs=None, date=None):
+    """templates/chatml-train.jinja natively: (text, generation spans, complete: always) for the
+    messages `formats` produces (string contents, OpenAI tool calls, reasoning); else NotNative."""
+    if not messages:
+        raise NotNative
+    out: list[str] = []
+    size = 0
+    spans: list[tuple[int, int]] = []
+
+    def emit(s: str) -> None:
+        nonlocal size
+        out.append(s)
+        size += len(s)
+
+    first = messages[0]
+    if tools:
+        emit("<|im_start|>system\n")
+        if first.get("role") == "system":
+            emit(_str(first.get("content")) + "\n\n")
+        emit(TOOLS_HEAD)
+        for tool in tools:
+            emit("\n" + _tojson(tool))
+        emit(TOOLS_TAIL)
+    elif first.get("role") == "system":
+        emit("<|im_start|>system\n" + _str(first.get("content")) + "<|im_end|>\n")
+    n = len(messages)
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "user" or (role == "system" and i > 0):
+            emit("<|im_start|>" + role + "\n" + _str(m.get("content")) + "<|im_end|>\n")
+        elif role == "assistant":
+            emit(GENERATION_PROMPT)
+            start = size
+            reasoning = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+            if reasoning:
+                emit("<think>\n" + _str(reasoning).strip("\n") + "\n</think>\n\n")
+            content = m.get("content", "")
+            emit(_str(content))
+            for j, call in enumerate(m.get("tool_calls") or ()):
+                if not isinstance(call, dict):
+                    raise NotNative
+                fn = call["function"] if "function" in call else call
+                if not isinstance(fn, dict) or "arguments" not in fn:
+                    raise NotNative
+                if (j == 0 and content) or j > 0:
+                    emit("\n")
+                args = fn["arguments"]
+                emit('<tool_call>\n{"name": "' + _str(fn.get("name")) + '", "arguments": ')
+                emit(args if type(args) is str else _tojson(args))
+                emit("}\n</tool_call>")
+            emit("<|im_end|>")
+            spans.append((start, size))
+            emit("\n")
+        elif role == "tool":
+            if i == 0 or messages[i - 1].get("role") != "tool":
+                emit("<|im_start|>user")
+            emit("\n<tool_response>\n" + _str(m.get("content")) + "\n</tool_response>")
+            if i == n - 1 or messages[i + 1].get("role") != "tool":
+                emit("<|im_end|>\n")
+        elif role != "system":
+            raise NotNative  # the template renders unknown roles as nothing; let jinja say so
+    return "".join(out), spans, True
+
 
 Spans = list[tuple[int, int]]
 Rendered = tuple[str, Spans, bool]  # text, generation spans, complete (see the module docstring)
@@ -248,8 +356,3 @@ def _trl_text() -> str | None:
     folder = trl_dir()
     path = folder / "gptoss_training.jinja" if folder is not None else None
     return path.read_text() if path is not None and path.is_file() else None
-
-
-def native_for(text: str):
-    """`gptoss` for TRL's gptoss_training file byte for byte, else None."""
-    return gptoss if text == _trl_text() else None
