@@ -3,7 +3,7 @@
     caller that knows what comes next      idle.later(fn), or    e.g. `pack`: its stage's first-use
                                            with idle.meanwhile(fn)   costs (pack.warm); a chat run:
                                                                  transformers' jinja renderer
-                                                                 (run_plan.plan_run)
+                                                                 (pipeline.plan_run)
     a wait on work running elsewhere       idle.run()            each fn once, in order, then the wait
       (the fast backend building on its thread)
 

@@ -9,7 +9,7 @@ imported unless `--engine ray` is given.
     functions, called in the driver: while it starts, and in every run with 2+ workers; session.py)
     locate the files (io.readers)
     per file ─────────────────────────────▶  size, sha256, FileDecision, parts   tokenize.py
-    RunPlan = tokenization.run_plan.plan_run(cfg, decisions)   (the local pipeline's own)
+    RunPlan = tokenization.pipeline.plan_run(cfg, decisions)   (the local run's own)
     per part ─────────────────────────────▶  read a part, plan.step (a worker keeps its tokenizer)
                                               tokens ──▶ SCRATCH/part-k.ids, .labels   tokenize.py
     ◀── (index, length, loss) per example + one meta per part (records, lines, rejects, ...)
@@ -30,7 +30,7 @@ temporary folder (the Python API on a local cluster); `profile` keeps none (Sess
 A task holds one batch while tokenizing, and one row group's staging buffers while writing.
 
 The Ray engine decides nothing of its own: the input's kind and each file's format
-(tokenization.source), the plan and the fast path's verdict (tokenization.run_plan), the retry on
+(tokenization.source), the plan and the fast path's verdict (tokenization.pipeline), the retry on
 the reference path, the Stats and the run's meta (tokenization.pipeline) are the local engine's objects
 on the same records; source indices, skipped records with file and line, --on-error and --limit are
 counted from what the parts report, and the writer is pack.write.write_shards on

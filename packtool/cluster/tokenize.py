@@ -95,7 +95,7 @@ def probe(path: str, read: ReadConfig, fmt: str, n: int, setup):
     """The fast step and the reference step (the encode tasks' Setup, tokenize.encode_part: one
     spec, so a worker builds its tokenizer once for the parts and the probes) on the first `n` records of
     the file's first batch: None when they agree, else where they first differ
-    (tokenization.run_plan.compare). The reference first: in the driver, the fast backend is
+    (tokenization.pipeline.compare). The reference first: in the driver, the fast backend is
     still building on its thread meanwhile (as the local engine's first probe)."""
     from packtool.tokenization.pipeline import compare
 

@@ -201,7 +201,7 @@ class RawBatch:
         return self.offset + i
 
     def where(self, i: int) -> str:
-        """Record i of the batch named within its file (data.provenance.where), for messages."""
+        """Record i of the batch named within its file (data.tokenized.where), for messages."""
         return where(self.file, self.line_of(i), self.offset + i)
 
     def parsed(self) -> tuple[list[dict | None], list[str | None]]:

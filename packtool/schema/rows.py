@@ -47,7 +47,7 @@ from packtool.schema.shard import (
     segment_starts,
 )
 
-# the row checks' names (verify's report and `--json` readers match them; verify/names.py)
+# the row checks' names (verify's report and `--json` readers match them; verify/scan.py ROW_CHECKS)
 SEQ = "seq_lengths"
 DOC = "document_id"
 POS = "position_ids"
