@@ -177,6 +177,8 @@ def _check_rows(
 def _check_source(docs_out, source, pack_len: int, manifest: dict, problems: list[str]) -> None:
     """Each document's tokens equal a slice of its source example; labels too, bar the first."""
     ds = source.dataset
+    # a cache entry may store a loss_mask instead of labels: then labels through data.labels
+    all_labels = None if "labels" in ds.column_names else source.labels()
     by_src = {int(s): i for i, s in enumerate(np.asarray(source.source_index).tolist())}
     seen: dict[int, list[int]] = {}
     taken: dict[int, set[int]] = {}
@@ -191,7 +193,8 @@ def _check_source(docs_out, source, pack_len: int, manifest: dict, problems: lis
                     continue
                 ex = ds[by_src[s]]
                 tok = np.asarray(ex["input_ids"], dtype=np.int64)
-                lab = np.asarray(ex["labels"], dtype=np.int64)
+                lab = ex["labels"] if all_labels is None else all_labels[by_src[s]].as_py()
+                lab = np.asarray(lab, dtype=np.int64)
                 got, got_lab = ids[r, c0 : c0 + n], labels[r, c0 : c0 + n]
                 # offsets where this document could come from (split parts may repeat content)
                 used = taken.setdefault(s, set())
