@@ -384,7 +384,12 @@ def _assemble(run, stats, got: _Collected, counted: _Counted, parts, order) -> T
     """The TokenizedData the local engine would hand on, from what the parts reported (its rows:
     the collected ones in `order`): the parts' counts filled into the run's Stats, then the
     pipeline's meta."""
-    from packtool.tokenization.pipeline import check_strict_labels, meta, meta_fields, no_examples
+    from packtool.tokenization.label_audit import (
+        check_strict_labels,
+        meta,
+        meta_fields,
+        no_examples,
+    )
 
     cfg, source = run.cfg, run.source
     end = cfg.read.limit if cfg.read.limit is not None else np.iinfo(np.int64).max  # --limit
