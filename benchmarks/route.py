@@ -7,6 +7,8 @@ threading.setprofile. A call counts when its code lives in packtool/, except cli
 progress.py and commands/output.py (the terminal's wording). It prints the distinct files entered,
 their lines, and the distinct hand-overs: ordered pairs (file of one counted call, file of the next
 counted call) where the two differ. Worker processes are not followed (a small input runs in one).
+A module imported during the run counts as entered (its body runs); the files entered for nothing
+else (a package __init__.py, say) are listed apart, on the line before the totals.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def main(argv: list[str]) -> int:
     out = tempfile.mkdtemp(prefix="route-")
     args = argv or ["pack", str(shared), "--len", "4096", "--no-cache", "--out", f"{out}/packed"]
     calls: list[str] = []
+    called: set[str] = set()  # files where something other than the module body ran
 
     def profile(frame, event, arg):
         if event == "call":
@@ -35,6 +38,8 @@ def main(argv: list[str]) -> int:
                 rel = f[len(PKG) :]
                 if not rel.startswith(LEFT_OUT):
                     calls.append(rel)
+                    if frame.f_code.co_name != "<module>":
+                        called.add(rel)
 
     from packtool.cli import app
 
@@ -52,6 +57,8 @@ def main(argv: list[str]) -> int:
     pairs = {(a, b) for a, b in itertools.pairwise(calls) if a != b}
     for f in files:
         print(f"  {f}")
+    imported_only = [f for f in files if f not in called]
+    print(f"entered only to import them: {len(imported_only)} ({', '.join(imported_only)})")
     print(f"exit {rc}: {len(files)} files, {lines} lines, {len(pairs)} distinct hand-overs")
     return 0
 
