@@ -46,11 +46,6 @@ class Pair:
     margin: float | None  # the record's margin or score difference, if it has one
 
 
-def is_pair(record: dict) -> bool:
-    """The record holds both sides of a pair under one of the known key pairs."""
-    return any(c in record and r in record for c, r in PAIR_KEYS)
-
-
 def read_pair(record: dict, plan: ReadPlan) -> Pair:
     for c_key, r_key in PAIR_KEYS:
         if c_key in record and r_key in record:
