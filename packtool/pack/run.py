@@ -114,7 +114,7 @@ def pack_tokenized(
     rng = np.random.default_rng((cfg.seed, 1))
     row_order = rng.permutation(R).astype(np.int64) if cfg.shuffle else np.arange(R, dtype=np.int64)
     pad_id, pad_from = pad_id_of(data.tokenizer or {})
-    shard_rows = cfg.effective_shard_rows()
+    shard_rows = shards.rows_per_shard(L, cfg.shard_rows)
     job = WriteJob(
         plan, row_order, pieces, slots, layout, pad_id, shard_rows, progress, procs, pairs
     )
