@@ -191,7 +191,7 @@ def pack(data: TokenizedData, cfg: PackConfig, out: str, progress=None, num_proc
     `num_proc`: writer processes allowed (None: all cores; a large pack uses one per 2 cores)."""
     from packtool.pack import pack_tokenized
 
-    rows = getattr(data, "rows", None)  # on a Ray cluster (--engine ray): written there
+    rows = data.rows  # on a Ray cluster (--engine ray): written there
     procs = num_proc or os.cpu_count() or 1
     result = pack_tokenized(data, cfg, out, progress, writer=rows and rows.write, procs=procs)
     if rows is not None:

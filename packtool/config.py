@@ -30,7 +30,6 @@ ORDERS = ("sorted", "random")
 OVERFLOWS = ("drop", "truncate", "split", "error")
 VERIFY_BACKENDS = ("auto", "flash-attn", "torch-varlen", "sdpa", "eager", "flex", "reference")
 DEVICES = ("auto", "cpu", "cuda")
-SHARD_BYTES = 512 << 20  # raw token bytes (4 int32 columns) a shard without --shard-rows
 MAX_PACK_LEN = 64**4 - 1  # the planner's 4-level bitset holds 64**4 values (plan.MAX_BITSET_SIZE)
 MAX_WEIGHT = 1000  # an input taken more than 1000 times over is a typo, not a mixture
 
@@ -176,7 +175,7 @@ class PackConfig:
     overflow: str = "drop"
     seed: int = 0
     shuffle: bool = True
-    shard_rows: int = 0  # 0 = about 512 MiB of raw token slots per shard
+    shard_rows: int = 0  # 0 = about 512 MiB of raw token slots per shard (io.shards.rows_per_shard)
     force: bool = False
     pad_to_multiple: int = 1  # each document takes ceil(n/N)*N slots (1 = off); --len % N == 0
     fixed_docs: bool = False  # every row's seq_lengths exactly --max-docs long (zeros at the end)
@@ -202,10 +201,6 @@ class PackConfig:
                 "--fixed-docs needs --max-docs K > 0: every row then lists exactly K documents; "
                 "e.g. --fixed-docs --max-docs 16"
             )
-
-    def effective_shard_rows(self) -> int:
-        """--shard-rows, or for 0 the rows of about 512 MiB of raw token slots."""
-        return self.shard_rows or max(1, SHARD_BYTES // (16 * self.pack_len))
 
 
 @dataclass(frozen=True)

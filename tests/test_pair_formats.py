@@ -11,7 +11,7 @@ from paths import SHARED_DATA
 from packtool.config import ReadConfig
 from packtool.formats import FormatError
 from packtool.formats.detect import read_plan
-from packtool.formats.pairs import is_pair, read_pair
+from packtool.formats.pairs import read_pair
 
 PLAN = read_plan(ReadConfig())
 Q = {"role": "user", "content": "2+2?"}
@@ -24,18 +24,18 @@ def _roles(example):
 
 def test_explicit_prompt_with_message_lists():
     p = read_pair({"prompt": [Q], "chosen": [A], "rejected": [B]}, PLAN)
-    assert _roles(p.chosen) == [("user", "2+2?", 0.0), ("assistant", "4", None)]
-    assert _roles(p.rejected) == [("user", "2+2?", 0.0), ("assistant", "5", None)]
+    assert _roles(p["chosen"]) == [("user", "2+2?", 0.0), ("assistant", "4", None)]
+    assert _roles(p["rejected"]) == [("user", "2+2?", 0.0), ("assistant", "5", None)]
 
 
 def test_explicit_prompt_as_a_string_with_string_answers_under_a_chat_prompt():
     p = read_pair({"prompt": [Q], "chosen": "4", "rejected": "5"}, PLAN)
-    assert _roles(p.chosen)[-1] == ("assistant", "4", None)
+    assert _roles(p["chosen"])[-1] == ("assistant", "4", None)
 
 
 def test_plain_text_pairs_are_prompt_completion():
     p = read_pair({"prompt": "Q: 2+2? A:", "chosen": " 4", "rejected": " 5"}, PLAN)
-    assert (p.chosen["kind"], p.chosen["prompt"], p.chosen["completion"]) == (
+    assert (p["chosen"]["kind"], p["chosen"]["prompt"], p["chosen"]["completion"]) == (
         "prompt_completion", "Q: 2+2? A:", " 4",
     )  # fmt: skip
 
@@ -44,7 +44,7 @@ def test_implicit_prompt_is_the_shared_turns():
     earlier = [Q, {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"}]
     p = read_pair({"chosen": [*earlier, {"role": "assistant", "content": "6"}],
                    "rejected": [*earlier, {"role": "assistant", "content": "7"}]}, PLAN)  # fmt: skip
-    weights = [m["weight"] for m in p.chosen["messages"]]
+    weights = [m["weight"] for m in p["chosen"]["messages"]]
     assert weights == [0.0, 0.0, 0.0, None]  # the earlier assistant turn is prompt: no loss
 
 
@@ -53,23 +53,23 @@ def test_implicit_text_prompt_follows_trl_extract_prompt():
         {"chosen": "\n\nHuman: hi\n\nAssistant: yes", "rejected": "\n\nHuman: hi\n\nAssistant: no"},
         PLAN,
     )
-    assert p.chosen["prompt"] == "\n\nHuman: hi\n\nAssistant:"
-    assert (p.chosen["completion"], p.rejected["completion"]) == (" yes", " no")
+    assert p["chosen"]["prompt"] == "\n\nHuman: hi\n\nAssistant:"
+    assert (p["chosen"]["completion"], p["rejected"]["completion"]) == (" yes", " no")
 
 
 def test_llama_factory_pairwise_sharegpt_and_margin_from_scores():
     rec = {"conversations": [{"from": "human", "value": "hi"}], "chosen": {"from": "gpt", "value": "hello"},
            "rejected": {"from": "gpt", "value": "go away"}, "score_chosen": 8.5, "score_rejected": 2}  # fmt: skip
     p = read_pair(rec, PLAN)
-    assert _roles(p.rejected) == [("user", "hi", 0.0), ("assistant", "go away", None)]
-    assert p.margin == 6.5
+    assert _roles(p["rejected"]) == [("user", "hi", 0.0), ("assistant", "go away", None)]
+    assert p["margin"] == 6.5
 
 
 def test_role_mapping_applies_to_pairs():
     plan = read_plan(ReadConfig(roles=(("bot", "assistant"),)))
     p = read_pair({"prompt": [Q], "chosen": [{"role": "bot", "content": "4"}],
                    "rejected": [{"role": "bot", "content": "5"}]}, plan)  # fmt: skip
-    assert p.chosen["messages"][-1]["role"] == "assistant"
+    assert p["chosen"]["messages"][-1]["role"] == "assistant"
 
 
 @pytest.mark.parametrize(
@@ -95,8 +95,7 @@ def test_the_shared_preference_files_read_as_pairs():
     lines = (SHARED_DATA / "preference" / "v1_dpo_demo.jsonl").read_text().splitlines()
     records += [json.loads(line) for line in lines]
     for rec in records:
-        assert is_pair(rec)
         p = read_pair(rec, PLAN)
-        c, r = p.chosen["messages"], p.rejected["messages"]
+        c, r = p["chosen"]["messages"], p["rejected"]["messages"]
         n = sum(1 for m in c if m["weight"] == 0.0)
         assert n >= 1 and c[:n] == r[:n] and c[n:] != r[n:]

@@ -103,19 +103,15 @@ def packed_mask(mask: np.ndarray):
     return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
 
 
-def labels_into(ids: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out[i] = ids[i] where mask[i] (0 or 1) else -100, as (ids + 100) * mask - 100 in uint32
-    (wrapping: exact for every int32 id), three streaming passes rather than a masked copy."""
+def labels_from_mask(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Flat int32 labels: ids where mask (0 or 1) is 1, else -100, as (ids + 100) * mask - 100 in
+    uint32 (wrapping: exact for every int32 id), three streaming passes rather than a masked copy."""
+    out = np.empty(ids.shape, dtype=np.int32)
     u = out.view(np.uint32)
     np.add(ids.view(np.uint32), np.uint32(-IGNORE_INDEX), out=u)
     np.multiply(u, mask, out=u)
     np.subtract(u, np.uint32(-IGNORE_INDEX), out=u)
     return out
-
-
-def labels_from_mask(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Flat int32 labels: ids where mask != 0, else -100."""
-    return labels_into(ids, mask, np.empty(ids.shape, dtype=np.int32))
 
 
 def _list(offsets: np.ndarray, values):

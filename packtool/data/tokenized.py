@@ -246,9 +246,7 @@ class TokenizedData:
     sources: list[SourceFile] = field(default_factory=list)
     # paths DATA named or a folder held that were not read ({path, why}: a link loop, a broken link)
     not_read: list[dict[str, str]] = field(default_factory=list)
-    options: dict[str, Any] = field(
-        default_factory=dict
-    )  # tokenization options (api.load_tokenized)
+    options: dict[str, Any] = field(default_factory=dict)  # as api.load_tokenized records them
     cache_hit: bool = False
     warnings: list[str] = field(default_factory=list)  # e.g. "12 examples have no loss token"
     backend: dict[str, Any] = field(default_factory=dict)  # the tokenizer backend that ran

@@ -133,8 +133,7 @@ def _norm_pair(record: dict, plan: ReadPlan) -> dict:
     side the shared prompt (no loss) + its answer (formats/pairs.py)."""
     from packtool.formats.pairs import read_pair  # preference runs only
 
-    pair = read_pair(record, plan)
-    return {"kind": "pair", "chosen": pair.chosen, "rejected": pair.rejected, "margin": pair.margin}
+    return read_pair(record, plan)
 
 
 def _norm_chosen_sft(record: dict, plan: ReadPlan) -> dict:

@@ -12,7 +12,7 @@
     margin (optional)           "margin", or "score_chosen" - "score_rejected" (also *_rating,
                                 chosen_score / rejected_score)
 
-    read_pair(record, plan) -> Pair(chosen, rejected, margin)
+    read_pair(record, plan) -> {"kind": "pair", "chosen", "rejected", "margin"}
         chosen   = make_example("chat", prompt turns (weight 0) + chosen turns, tools)
         rejected = make_example("chat", prompt turns (weight 0) + rejected turns, tools)
         strings:   make_example("prompt_completion", prompt=P, completion=C | R)
@@ -24,7 +24,6 @@ after the shared prompt, is refused (FormatError, one line).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from packtool.formats import FormatError, wrong_type
@@ -39,19 +38,7 @@ _SCORES = (
 )
 
 
-@dataclass(frozen=True)
-class Pair:
-    chosen: dict  # an Example (formats.turns.make_example)
-    rejected: dict
-    margin: float | None  # the record's margin or score difference, if it has one
-
-
-def is_pair(record: dict) -> bool:
-    """The record holds both sides of a pair under one of the known key pairs."""
-    return any(c in record and r in record for c, r in PAIR_KEYS)
-
-
-def read_pair(record: dict, plan: ReadPlan) -> Pair:
+def read_pair(record: dict, plan: ReadPlan) -> dict:
     for c_key, r_key in PAIR_KEYS:
         if c_key in record and r_key in record:
             break
@@ -86,7 +73,7 @@ def read_pair(record: dict, plan: ReadPlan) -> Pair:
         )
     if sides[0]["messages"] == sides[1]["messages"]:
         raise FormatError(f"'{c_key}' and '{r_key}' are the same: nothing to prefer")
-    return Pair(sides[0], sides[1], margin)
+    return {"kind": "pair", "chosen": sides[0], "rejected": sides[1], "margin": margin}
 
 
 def _as_turns(value: Any, key: str) -> list:
@@ -106,7 +93,7 @@ def _shared_prefix(a, b) -> int:
     )
 
 
-def _text_pair(prompt: Any, chosen: str, rejected: str, margin: float | None) -> Pair:
+def _text_pair(prompt: Any, chosen: str, rejected: str, margin: float | None) -> dict:
     if prompt is None:  # implicit: the characters both share (trl.extract_prompt's rule)
         n = _shared_prefix(chosen, rejected)
         if n and chosen[n - 1] == " ":
@@ -119,11 +106,12 @@ def _text_pair(prompt: Any, chosen: str, rejected: str, margin: float | None) ->
         raise FormatError(f"'{side}' is empty after the prompt both sides share: nothing to prefer")
     if chosen == rejected:
         raise FormatError("'chosen' and 'rejected' are the same: nothing to prefer")
-    return Pair(
-        make_example("prompt_completion", prompt=prompt, completion=chosen),
-        make_example("prompt_completion", prompt=prompt, completion=rejected),
-        margin,
-    )
+    return {
+        "kind": "pair",
+        "chosen": make_example("prompt_completion", prompt=prompt, completion=chosen),
+        "rejected": make_example("prompt_completion", prompt=prompt, completion=rejected),
+        "margin": margin,
+    }
 
 
 def _margin(record: dict) -> float | None:

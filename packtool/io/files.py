@@ -72,9 +72,9 @@ class HashedSink:
                      block B  ◀── filled meanwhile              this sink's own thread
         close()  ──▶ the last, partial block: written without O_DIRECT (fcntl clears it)
 
-    (Page-cache pages cost system CPU on VMs that back memory at first touch: benchmarks/README.md,
-    "Pre-tokenized input".) Where O_DIRECT is refused (tmpfs, some network or FUSE file systems:
-    EINVAL at open or at a write), the writes are plain ones.
+    (Page-cache pages cost system CPU on VMs that back memory at first touch.) Where O_DIRECT is
+    refused (tmpfs, some network or FUSE file systems: EINVAL at open or at a write), the writes
+    are plain ones.
     """
 
     CHUNK = 8 << 20

@@ -34,9 +34,15 @@ from packtool.errors import Interrupt, PacktoolError, UsageError
 from packtool.io import files
 from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
-# token slots (4 int32 columns) per row group (256 rows at --len 4096): bounds the write buffers
-# (a larger block costs first-touch memory, a smaller one more fixed cost per block)
+SHARD_BYTES = 512 << 20  # raw token slots (4 int32 columns) of a shard without --shard-rows
+# token slots per row group (256 rows at --len 4096): bounds the write buffers (a larger block
+# costs first-touch memory, a smaller one more fixed cost per block)
 ROW_GROUP_BYTES = 16 << 20
+
+
+def rows_per_shard(pack_len: int, shard_rows: int) -> int:
+    """--shard-rows, or for 0 the rows of about SHARD_BYTES of raw token slots."""
+    return shard_rows or max(1, SHARD_BYTES // (16 * pack_len))
 
 
 def row_group_rows(pack_len: int, shard_rows: int) -> int:
@@ -49,7 +55,7 @@ def writer_options() -> dict[str, Any]:
         "compression_level": 1,
         "use_dictionary": False,
         "write_statistics": list(schema.SCALAR_COLUMNS),
-        "write_batch_size": 1 << 16,  # values per encoder batch (default 1024): -6% CPU
+        "write_batch_size": 1 << 16,  # values per encoder batch (default 1024)
     }
 
 

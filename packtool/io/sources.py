@@ -64,6 +64,13 @@ class Located:
     label: str = ""  # RawRecord.file for a dataset
     not_read: tuple[tuple[str, str], ...] = ()  # (path, why) found but not read (module docstring)
 
+    @property
+    def paths(self) -> list[str]:
+        """The files behind it, sorted: the data files, or the dataset's Arrow cache files."""
+        if self.kind == "files":
+            return sorted(self.files)
+        return sorted(f["filename"] for f in self.dataset.cache_files)
+
 
 def data_kind(name: str) -> str | None:
     """'jsonl' | 'json' | 'parquet' | None, from the file name."""
@@ -355,13 +362,8 @@ def _load_hub(repo_id: str, split: str) -> Located:
 
 
 def resolve_sources(source: str, split: str = "train") -> list[SourceFile]:
-    """The concrete files behind `source`, sorted by path, with size and sha256. For a
-    save_to_disk folder or a prepared hub dataset: the Arrow files of the split."""
-    located = locate(source, split)
-    if located.kind == "files":
-        paths = list(located.files)
-    else:
-        paths = [f["filename"] for f in located.dataset.cache_files]
+    """The files behind `source` (Located.paths) with size and sha256: the manifest's `sources`."""
     return [
-        SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p)) for p in sorted(paths)
+        SourceFile(path=p, size=os.path.getsize(p), sha256=sha256_file(p))
+        for p in locate(source, split).paths
     ]

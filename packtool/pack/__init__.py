@@ -4,6 +4,7 @@
     gather.py     locating each piece's tokens in the Arrow buffers (or the cache file, by pread)
     write.py      rows → Parquet shards, writer threads (or processes), bytes independent of timing
     run.py        pack_tokenized: plan, write, manifest, conservation, warnings
+    pairs.py      a preference pack's rules: overflow per pair, outcomes, the manifest's entry
     (here)        warm: the pack stage's first-use costs, paid while the run would otherwise wait
 
 The planner is packtool.plan, the file layout packtool.io.shards. run.py's names are imported at

@@ -189,7 +189,7 @@ class FileGather:
 def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather | None:
     """A pread gather when the tokenized table is memory-mapped from cache files (one, or one per
     input of a mixture), else None."""
-    mapped = list(getattr(data, "mapped_files", None) or [])  # [(path, base address, size)]
+    mapped = data.mapped_files  # [(path, base address, size)]
     ids = _locate_in_files(loc.ids_at, mapped)
     lab_at = loc.lab_at >> 3 if loc.masked else loc.lab_at  # a mask's: the byte of its first bit
     lab = _locate_in_files(lab_at, mapped) if ids is not None else None

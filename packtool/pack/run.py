@@ -114,7 +114,7 @@ def pack_tokenized(
     rng = np.random.default_rng((cfg.seed, 1))
     row_order = rng.permutation(R).astype(np.int64) if cfg.shuffle else np.arange(R, dtype=np.int64)
     pad_id, pad_from = pad_id_of(data.tokenizer or {})
-    shard_rows = cfg.effective_shard_rows()
+    shard_rows = shards.rows_per_shard(L, cfg.shard_rows)
     job = WriteJob(
         plan, row_order, pieces, slots, layout, pad_id, shard_rows, progress, procs, pairs
     )
@@ -172,11 +172,11 @@ def pack_tokenized(
             pad_id=pad_id,
             pad_id_from=pad_from,
             tokenizer=dict(data.tokenizer or {}),
-            tokenizer_backend=dict(getattr(data, "backend", {}) or {}),
+            tokenizer_backend=dict(data.backend or {}),
             options=dict(data.options or {}),
             format=data.format,
             sources=[{"path": s.path, "size": s.size, "sha256": s.sha256} for s in data.sources],
-            not_read=list(getattr(data, "not_read", None) or []),
+            not_read=list(data.not_read),
             inputs=inputs,
             counts=schema.Counts(**counts),
             skipped=[r.to_json() for r in data.skipped],
@@ -200,7 +200,7 @@ def pack_tokenized(
         ).to_json()
         shards.write_manifest(tmp, manifest)
     t_end = time.perf_counter()
-    warnings = [schema.Notice(INPUT, str(w)) for w in getattr(data, "warnings", []) or []]
+    warnings = [schema.Notice(INPUT, str(w)) for w in data.warnings]
     warnings += [schema.Notice(LEFTOVER, line) for line in leftover]
     unit = "pair(s)" if pairs else "example(s)"
     keeps = "each side keeps a trained token" if pairs else "--overflow split keeps them"

@@ -185,9 +185,7 @@ def buffer_sets(R: int, shard_rows: int, group_rows: int, writers: int) -> list[
 
 
 PROCESS_MIN_TOKENS = 1 << 26  # token slots from which writer processes pay for their start-up
-# cores one writing process keeps busy (gather + encoding threads; benchmarks/README.md, "Shards
-# written in processes": on 2 cores, 2 processes were slower than one)
-CORES_PER_PROCESS = 2
+CORES_PER_PROCESS = 2  # cores one writing process keeps busy (gather + encoding threads)
 _JOB: tuple | None = None  # write_in_processes' arguments, inherited by its forked processes
 
 

@@ -80,9 +80,6 @@ def test_labels_from_a_mask_are_exact_for_every_int32_id():
     mask = np.array([1] * 7 + [0] * 7, dtype=np.uint8)
     want = np.where(mask == 1, ids, -100).astype(np.int32)
     assert np.array_equal(labels.labels_from_mask(ids, mask), want)
-    out = np.full(ids.size + 3, 7, dtype=np.int32)
-    labels.labels_into(ids, mask, out[: ids.size])
-    assert np.array_equal(out[: ids.size], want) and out[ids.size :].tolist() == [7, 7, 7]
 
 
 def test_mask_bits_honour_the_bit_offset_of_a_sliced_boolean_array():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from packtool.errors import PacktoolError, UsageError
+from packtool.io import shards
 from packtool.pack import PackConfig, apply_overflow, pad_id_of
 
 LENGTHS = np.array([3, 0, 9, 4, 20, 8], dtype=np.int64)  # pack_len 8: rows 2 and 4 are too long
@@ -83,8 +84,8 @@ def test_bad_options(kw, match):
 
 
 def test_default_shard_rows_by_bytes():
-    assert PackConfig(pack_len=4096).effective_shard_rows() == 8192
-    assert PackConfig(pack_len=4096, shard_rows=10).effective_shard_rows() == 10
+    assert shards.rows_per_shard(4096, 0) == 8192
+    assert shards.rows_per_shard(4096, 10) == 10
 
 
 def test_pad_id_falls_back_to_eos_then_zero():
