@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from packtool import stats
 from packtool.config import ProfileConfig  # noqa: F401  (re-exported: profiler.ProfileConfig)
 from packtool.errors import PacktoolError, UsageError
 from packtool.predict import (
@@ -34,6 +33,9 @@ from packtool.predict import (
 )
 from packtool.schema.manifest import group_reasons
 from packtool.stats import choice
+from packtool.stats.flops import ModelSpec, reference_model
+from packtool.stats.lengths import Histogram, describe, length_histogram
+from packtool.stats.strategies import StrategyResult
 from packtool.stats.sweep import SweepPoint, parse_lens  # noqa: F401  (re-exported: profiler.parse_lens)
 
 
@@ -42,14 +44,14 @@ class ProfileResult:
     source: dict[str, Any]
     config: ProfileConfig
     counts: dict[str, Any]
-    lengths: dict[str, Any]  # stats.describe of tokens per example (before --overflow)
-    loss_lengths: dict[str, Any] | None  # stats.describe of loss tokens per example
+    lengths: dict[str, Any]  # describe of tokens per example (before --overflow)
+    loss_lengths: dict[str, Any] | None  # describe of loss tokens per example
     truncation: dict[str, Any]  # examples over --len and what --overflow takes from them (v1 name)
-    strategies: dict[str, stats.StrategyResult]  # simulated on the pieces pack would pack
-    model: stats.ModelSpec  # the given one, or the reference shape
+    strategies: dict[str, StrategyResult]  # simulated on the pieces pack would pack
+    model: ModelSpec  # the given one, or the reference shape
     costs: dict[str, dict[str, Any]]  # per strategy: FLOPs, relative FLOPs, savings, GPU-hours
-    histogram: stats.Histogram  # terminal
-    plot_histogram: stats.Histogram  # PNG
+    histogram: Histogram  # terminal
+    plot_histogram: Histogram  # PNG
     batch_waste: dict[str, Any]  # random padded batches: describe + log-spaced histogram
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -110,8 +112,8 @@ def _profile(
         total = num_read if num_read is not None else empty + len(skipped)
         raise PacktoolError(f"nothing to profile: none of the {total:,} examples read has a token")
     say("length statistics")
-    dist = stats.describe(kept)
-    loss_dist = stats.describe(kept_loss) if kept_loss is not None else None
+    dist = describe(kept)
+    loss_dist = describe(kept_loss) if kept_loss is not None else None
     tokens = dist["sum"]
     reasons = group_reasons(getattr(r, "reason", str(r)) for r in skipped)
     counts = {
@@ -138,11 +140,11 @@ def _profile(
             raise nothing_to_pack(inp, dataclasses.replace(cfg, pack_len=given[-1]))
         main = picked.pack_len if picked.pack_len in done else max(done)
         cfg = dataclasses.replace(cfg, pack_len=main)
-    hist = stats.length_histogram(kept, cfg.pack_len, cfg.bins, p99=dist["p99"])
-    plot_hist = stats.length_histogram(kept, cfg.pack_len, cfg.plot_bins, p99=dist["p99"])
+    hist = length_histogram(kept, cfg.pack_len, cfg.bins, p99=dist["p99"])
+    plot_hist = length_histogram(kept, cfg.pack_len, cfg.plot_bins, p99=dist["p99"])
     timings["statistics"] = time.perf_counter() - t0
 
-    model = cfg.model or stats.reference_model()
+    model = cfg.model or reference_model()
     at = done[cfg.pack_len] if points else at_len(inp, cfg, model, say)
     if not at.strategies:
         raise nothing_to_pack(inp, cfg)
@@ -270,7 +272,7 @@ def _sweep(
     inp: Examples, cfg: ProfileConfig, lens: list[int], on_stage
 ) -> tuple[list[SweepPoint], dict[int, AtLen]]:
     say = on_stage or (lambda _s: None)
-    model = cfg.model or stats.reference_model()
+    model = cfg.model or reference_model()
     points, done = [], {}
     for L in lens:
         c = dataclasses.replace(cfg, pack_len=int(L))  # validates --len

@@ -33,7 +33,8 @@ import numpy as np
 
 from packtool.profiler import ProfileResult
 from packtool.report.format import pct
-from packtool.stats import Histogram, advice
+from packtool.stats import advice
+from packtool.stats.lengths import Histogram
 
 _COLOR = {
     "pad_to_len": "#c44e52",

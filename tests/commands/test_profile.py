@@ -15,7 +15,7 @@ from packtool.data.tokenized import SkippedRecord, TokenizedData
 from packtool.errors import PacktoolError
 from packtool.profiler import ProfileConfig, profile_data, profile_lengths
 from packtool.report.profile import STRATEGY_KEYS, to_json
-from packtool.stats import STRATEGY_LABELS
+from packtool.stats.strategies import STRATEGY_LABELS
 
 TOP_KEYS = [
     "schema",

@@ -11,7 +11,7 @@ import pytest
 from packtool.profiler import ProfileConfig, profile_lengths
 from packtool.report import profile as report
 from packtool.report import profile_png
-from packtool.stats import Histogram
+from packtool.stats.lengths import Histogram
 from packtool.stats.synthetic import synthetic_lengths
 
 BULK = "lognormal:median=400,sigma=0.6,n=5000,max=3000,seed=4"

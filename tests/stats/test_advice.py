@@ -302,10 +302,10 @@ def test_recommendation_over_a_grid(spec, L0, overflow):
 
 
 def test_recommendation_with_gpu_hours_never_negative():
-    from packtool import stats
+    from packtool.stats import flops
 
     cfg = ProfileConfig(
-        pack_len=4096, model=stats.model_from_params(7e9, 32, 4096), gpu=stats.gpu_spec("h100")
+        pack_len=4096, model=flops.model_from_params(7e9, 32, 4096), gpu=flops.gpu_spec("h100")
     )
     for spec in (
         "constant:value=3,n=3",
