@@ -36,7 +36,7 @@ from packtool.stats import choice
 from packtool.stats.flops import ModelSpec, reference_model
 from packtool.stats.lengths import Histogram, describe, length_histogram
 from packtool.stats.strategies import StrategyResult
-from packtool.stats.sweep import SweepPoint, parse_lens  # noqa: F401  (re-exported: profiler.parse_lens)
+from packtool.stats.sweep import SweepPoint, parse_lens
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Render a ProfileResult: rich tables and a unicode histogram (stderr) and JSON; decide what to
 lead with (best_strategy, headline) and what to do (stats.advice.recommend, shown last). The PNG is
-packtool.report.profile_png (write_png is re-exported here).
+packtool.report.profile_png.
 
 JSON (schema "packtool.profile/v1"; keys are only ever added): schema, packtool_version, source,
 options, counts, lengths, loss_tokens_per_example, truncation (what --overflow takes from examples
@@ -23,7 +23,6 @@ from typing import Any
 
 from packtool.profiler import ProfileResult
 from packtool.report.format import bar, count, num, pct, pct_small, si
-from packtool.report.profile_png import write_png  # noqa: F401  (re-exported: report.profile.write_png)
 from packtool.stats import advice
 from packtool.stats.flops import ATTENTION_CONVENTION, FLOPS_FORMULA
 from packtool.stats.strategies import OVERFLOW_NOTES, StrategyResult
