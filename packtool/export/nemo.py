@@ -43,16 +43,9 @@ from pathlib import Path
 import numpy as np
 
 from packtool import schema
-from packtool.export.publish import (
-    RECORD,
-    RECORD_KEY,
-    ExportResult,
-    check_export_target,
-    export_output,
-)
+from packtool.export.publish import RECORD, RECORD_KEY, ExportResult, check_export_target
 from packtool.export.reader import DocBatch, PackReader
-from packtool.io.shards import check_space as check_out_space
-from packtool.io.shards import naming
+from packtool.io.shards import atomic_output, check_space, naming
 from packtool.schema.manifest import LEFTOVER, Notice
 
 FORMAT = "nemo"
@@ -154,11 +147,12 @@ def export_nemo(pack: str, out: str, force: bool = False, progress=None) -> Expo
     with PackReader(pack) as reader:
         m = reader.manifest
         check_export_target(out_path, force)
-        check_out_space(out_path, BYTES_PER_TOKEN * m.tokens.out + BYTES_PER_ROW * m.counts.rows)
+        check_space(out_path, BYTES_PER_TOKEN * m.tokens.out + BYTES_PER_ROW * m.counts.rows)
         names = file_names(m.pack_len)
         rows = _Rows(m.tokenizer.get("eos_id") if isinstance(m.tokenizer, dict) else None)
         leftover: list[str] = []
-        with export_output(out_path, force, said=leftover) as tmp:
+        # a temporary folder beside OUT, renamed to OUT at the end (publish.py)
+        with atomic_output(out_path, force, check=check_export_target, said=leftover) as tmp:
             for b in reader.batches():
                 rows.add(b)
                 if progress is not None:
