@@ -258,10 +258,7 @@ def profile_data(
 ) -> ProfileResult:
     """Profile a `TokenizedData` (lengths and loss counts from the tokenization cache; labels for
     the loss tokens --overflow truncate cuts) under cfg.overflow, as pack would pack it."""
-    if on_stage:
-        on_stage("what --overflow takes")
-    inp, args = _input(data, source)
-    return _profile(inp, cfg, **args, on_stage=on_stage)
+    return profile_lens(data, cfg, [cfg.pack_len], source=source, on_stage=on_stage)
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,17 +296,17 @@ def profile_lens(
     source: dict[str, Any] | None = None,
     on_stage=None,
 ) -> ProfileResult:
-    """`packtool profile --len TEXT`: one value profiles as profile_data / profile_lengths at it;
-    several profile each (sweep), then give the full profile at the --len stats.choice picks
-    among them (choice.pick_len), with `sweep` attached. `lens` is a list or a --len text."""
+    """`packtool profile --len TEXT`: one value profiles `data_or_lengths` (a TokenizedData or bare
+    lengths) at it; several profile each (sweep), then give the full profile at the --len
+    stats.choice picks among them (choice.pick_len), with `sweep` attached. `lens` is a list or a
+    --len text."""
     lens = _lens(lens)
-    if len(lens) == 1:
-        one = dataclasses.replace(cfg, pack_len=lens[0])
-        if _is_data(data_or_lengths):
-            return profile_data(data_or_lengths, one, source=source, on_stage=on_stage)
-        return profile_lengths(data_or_lengths, one, source=source, on_stage=on_stage)
     t0 = time.perf_counter()
+    if len(lens) == 1 and on_stage and _is_data(data_or_lengths):
+        on_stage("what --overflow takes")
     inp, args = _input(data_or_lengths, source)
+    if len(lens) == 1:
+        return _profile(inp, dataclasses.replace(cfg, pack_len=lens[0]), **args, on_stage=on_stage)
     r = _profile(inp, cfg, **args, on_stage=on_stage, swept=_sweep(inp, cfg, lens, on_stage))
     r.timings["sweep"] = time.perf_counter() - t0
     return r
