@@ -135,6 +135,7 @@ def inputs_table(shares: list[dict]):
 
 
 def render_inspect(result: dict[str, Any], console) -> None:
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
@@ -201,8 +202,6 @@ def render_inspect(result: dict[str, Any], console) -> None:
             text.append(f"[[{run['text']}]]" if run["loss"] else run["text"])
         else:
             text.append(run["text"], style="bold black on green" if run["loss"] else "dim")
-    from rich.markup import escape
-
     legend = (
         escape("rendered tokens: [[trained]] no loss")
         if plain

@@ -412,8 +412,6 @@ def recommend(r) -> Recommendation:
     given = [p.pack_len for p in sweep] if sweep else [cfg.pack_len]
     points = {p.pack_len: p for p in sweep} if sweep else None
     t = totals_of(r)
-    if any(L not in cuts for L in given):
-        raise ValueError("the ProfileResult has no cuts_by_len for its --len values")
     choice = choose_len(cuts, t, given, points, cfg.pad_to_multiple)
     L, ov = choice.pack_len, choice.overflow
     over = cuts[L]["examples_over"]

@@ -337,10 +337,3 @@ def test_recommendation_uses_the_sweep():
     assert not rec.hints or all(
         "profile DATA --len" not in h or "compares" not in h for h in rec.hints
     )
-
-
-def test_recommend_needs_cuts():
-    r = profile_lengths(np.array([5, 6]), ProfileConfig(pack_len=8))
-    r.cuts = {}
-    with pytest.raises(ValueError, match="cuts_by_len"):
-        advice.recommend(r)
