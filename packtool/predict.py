@@ -149,7 +149,7 @@ def loss_tokens_cut(data, pack_len: int, pieces=None) -> int | None:
         idx, keep = pieces.truncated, kept[pieces.truncated]
     if idx.size == 0:
         return 0
-    table = getattr(data, "table", None)
+    table = data.table
     if not hasattr(table, "column") and getattr(table, "_indices", None) is None:
         # a datasets.Dataset without an indices mapping: its Arrow table (None stays None)
         table = getattr(getattr(table, "data", None), "table", None)

@@ -115,7 +115,7 @@ def _profile(
     dist = describe(kept)
     loss_dist = describe(kept_loss) if kept_loss is not None else None
     tokens = dist["sum"]
-    reasons = group_reasons(getattr(r, "reason", str(r)) for r in skipped)
+    reasons = group_reasons(r.reason for r in skipped)
     counts = {
         "examples_read": int(num_read if num_read is not None else n + empty + len(skipped)),
         "examples_skipped": len(skipped),
@@ -207,25 +207,23 @@ def _input(data_or_lengths, source: dict[str, Any] | None) -> tuple[Examples, di
     x = data_or_lengths
     if not _is_data(x):
         return examples_of(x), {"source": source or {"kind": "lengths"}}
-    pairs = getattr(x, "task", "sft") == "preference"  # one example a pair (predict.pair_examples)
+    pairs = x.task == "preference"  # one example a pair (predict.pair_examples)
     inp = (
-        pair_examples(x)
-        if pairs
-        else examples_of(x.lengths, x.loss_counts, getattr(x, "source_index", None), data=x)
+        pair_examples(x) if pairs else examples_of(x.lengths, x.loss_counts, x.source_index, data=x)
     )
     return inp, {
         "source": {
             "kind": "data",
             **({"task": "preference"} if pairs else {}),
-            "format": getattr(x, "format", ""),
-            "tokenizer": dict(getattr(x, "tokenizer", {}) or {}),
-            "cache_hit": bool(getattr(x, "cache_hit", False)),
-            "tokenizer_backend": dict(getattr(x, "backend", {}) or {}),
+            "format": x.format,
+            "tokenizer": dict(x.tokenizer),
+            "cache_hit": x.cache_hit,
+            "tokenizer_backend": dict(x.backend),
             **(source or {}),
         },
         "num_read": x.num_read,
         "skipped": list(x.skipped),
-        "notes": list(getattr(x, "warnings", []) or []),
+        "notes": list(x.warnings),
     }
 
 
