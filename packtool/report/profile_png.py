@@ -120,8 +120,7 @@ def histogram_title(r: ProfileResult) -> str:
 
 
 def write_png(r: ProfileResult, path: str) -> None:
-    """Four panels: length histogram with p50/p90/p99/--len; occupancy by strategy; relative
-    training FLOPs split into linear and attention; per-batch attention waste of random batches."""
+    """The PNG at `path`: the panels drawn in the module docstring."""
     import os
 
     import matplotlib
