@@ -203,10 +203,8 @@ def render(r: ProfileResult, console) -> None:
     t.add_row("tokens", num(c["tokens"]))
     if c["loss_tokens"] is not None:
         t.add_row("loss tokens", f"{c['loss_tokens']:,} ({c['loss_share']:.1%})")
-        style = "yellow" if c["examples_without_loss"] else ""
-        t.add_row(
-            "examples without loss", f"[{style}]{c['examples_without_loss']:,}[/]" if style else "0"
-        )
+        k = c["examples_without_loss"]
+        t.add_row("examples without loss", f"[yellow]{k:,}[/]" if k else "0")
     console.print(t)
     if src.get("inputs"):
         from packtool.report.tokenized import inputs_table
