@@ -458,8 +458,7 @@ def recommend(r) -> Recommendation:
     if cfg.pad_to_multiple > 1 and "--pad-to-multiple" not in extra:
         extra += ["--pad-to-multiple", str(cfg.pad_to_multiple)]  # the prediction's layout
     command = pack_command(data, L, ov, extra)
-    read = int(r.counts.get("examples_read") or 0)
-    n_skipped = int(r.counts.get("examples_skipped") or 0)
+    read, n_skipped = r.counts["examples_read"], r.counts["examples_skipped"]
     if n_skipped:
         skipped_share = share(n_skipped, read)
         keeps = "--on-error" in extra

@@ -264,11 +264,11 @@ def cut_at(c: dict, t: Totals, overflow: str) -> dict[str, Any]:
 def totals_of(r) -> Totals:
     c = r.counts
     return Totals(
-        examples=int(c["examples"]),
-        tokens=int(c["tokens"]),
-        loss_tokens=c.get("loss_tokens"),
-        longest=int(r.lengths["max"] or 0),
-        empty=int(c.get("examples_empty") or 0),
+        examples=c["examples"],
+        tokens=c["tokens"],
+        loss_tokens=c["loss_tokens"],
+        longest=r.lengths["max"],
+        empty=c["examples_empty"],
         pairs=r.source.get("task") == "preference",
     )
 
