@@ -451,10 +451,10 @@ def recommend(r) -> Recommendation:
         hints.append(
             f"{_plural(t.empty, 'example')} without tokens {'is' if t.empty == 1 else 'are'} always dropped"
         )
-    data = (r.source or {}).get("data")
+    data = r.source.get("data")
     if not data:
         hints.append("profiled from lengths, not a dataset: put your dataset in place of DATA")
-    extra = list((r.source or {}).get("pack_args") or ())
+    extra = list(r.source.get("pack_args", ()))
     if cfg.pad_to_multiple > 1 and "--pad-to-multiple" not in extra:
         extra += ["--pad-to-multiple", str(cfg.pad_to_multiple)]  # the prediction's layout
     command = pack_command(data, L, ov, extra)
