@@ -1,7 +1,7 @@
 """Build a profile: counts, length distributions, what pack would write, strategy simulation and
 FLOP projection, one --len or a sweep of several.
 
-    TokenizedData ──profile_data──┐                       ┌──▶ packtool.report.profile (rich, JSON)
+    TokenizedData ──profile_lens──┐                       ┌──▶ packtool.report.profile (rich, JSON)
                                   ├──▶ ProfileResult ─────┤
     lengths (synthetic / file) ───┘ profile_lengths  │    └──▶ packtool.report.profile_png (PNG)
                                                      └──▶ stats.advice.recommend ─▶ Recommendation
@@ -245,18 +245,6 @@ def profile_lengths(
     return _profile(
         inp, cfg, source=source or {"kind": "lengths"}, on_stage=on_stage, advise=advise
     )
-
-
-def profile_data(
-    data,
-    cfg: ProfileConfig,
-    *,
-    source: dict[str, Any] | None = None,
-    on_stage=None,
-) -> ProfileResult:
-    """Profile a `TokenizedData` (lengths and loss counts from the tokenization cache; labels for
-    the loss tokens --overflow truncate cuts) under cfg.overflow, as pack would pack it."""
-    return profile_lens(data, cfg, [cfg.pack_len], source=source, on_stage=on_stage)
 
 
 # --------------------------------------------------------------------------------------------
