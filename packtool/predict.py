@@ -6,7 +6,7 @@ Per --len L (`at_len`; docs/ARCHITECTURE.md, "Semantics", Overflow):
     lengths int[n] (0 = empty) ──pack.overflow.apply_overflow(--overflow)──▶ pieces (1..L tokens)
         drop: over-length and empty examples left out; truncate: cut to L; split: parts;
         error: PacktoolError naming the example, as pack
-    pieces.length ──stats.simulate──▶ strategies; packed_bfd_* = plan_packs(pieces.length, L,
+    pieces.length ──strategies.simulate──▶ strategies; packed_bfd_* = plan_packs(pieces.length, L,
         "bfd", "sorted", 0, 0): the call pack/run.py makes with pack's defaults ─▶ pack["rows"]
 
 --pad-to-multiple N (ProfileConfig.pad_to_multiple): as pack, each piece takes ceil(n/N)*N slots
@@ -27,11 +27,20 @@ from typing import Any
 
 import numpy as np
 
-from packtool import schema, stats
+from packtool import schema
 from packtool.config import ProfileConfig
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow, outcomes, overflow_loss
 from packtool.stats.choice import share
+from packtool.stats.flops import ModelSpec, gpu_hours, training_flops
+from packtool.stats.strategies import (
+    PACK_MAX_DOCS,
+    PACK_ORDER,
+    PACK_SEED,
+    StrategyResult,
+    simulate,
+    simulate_pairs,
+)
 from packtool.stats.sweep import SweepPoint
 
 BASELINES = ("pad_to_len", "random_padded")
@@ -101,18 +110,16 @@ class AtLen:
 
     pack: dict[str, Any]
     truncation: dict[str, Any]
-    strategies: dict[str, stats.StrategyResult]
+    strategies: dict[str, StrategyResult]
     costs: dict[str, dict[str, Any]]
     seconds: float
     loss: str | None = None  # pack's warning when --overflow loses > 1% (pack.overflow_loss)
 
 
-def costs_of(
-    strategies: dict[str, stats.StrategyResult], cfg: ProfileConfig, model: stats.ModelSpec
-) -> dict:
+def costs_of(strategies: dict[str, StrategyResult], cfg: ProfileConfig, model: ModelSpec) -> dict:
     out: dict[str, dict[str, Any]] = {}
     for name, s in strategies.items():
-        lin, att = stats.training_flops(model, s.slots, s.attention_work)
+        lin, att = training_flops(model, s.slots, s.attention_work)
         out[name] = {"flops_linear": lin, "flops_attention": att, "flops": lin + att}
     ideal = out["padding_free"]["flops"]
     for c in out.values():
@@ -121,9 +128,9 @@ def costs_of(
             b = out[base]["flops"]
             c[f"saving_vs_{base}"] = 1.0 - c["flops"] / b if b else 0.0
         if cfg.gpu is not None:
-            c["gpu_hours"] = stats.gpu_hours(c["flops"], cfg.gpu, cfg.mfu)
+            c["gpu_hours"] = gpu_hours(c["flops"], cfg.gpu, cfg.mfu)
             for base in BASELINES:
-                c[f"gpu_hours_saved_vs_{base}"] = stats.gpu_hours(
+                c[f"gpu_hours_saved_vs_{base}"] = gpu_hours(
                     out[base]["flops"] - c["flops"], cfg.gpu, cfg.mfu
                 )
     return out
@@ -142,7 +149,7 @@ def loss_tokens_cut(data, pack_len: int, pieces=None) -> int | None:
         idx, keep = pieces.truncated, kept[pieces.truncated]
     if idx.size == 0:
         return 0
-    table = getattr(data, "table", None)
+    table = data.table
     if not hasattr(table, "column") and getattr(table, "_indices", None) is None:
         # a datasets.Dataset without an indices mapping: its Arrow table (None stays None)
         table = getattr(getattr(table, "data", None), "table", None)
@@ -171,7 +178,7 @@ def nothing_to_pack(inp: Examples, cfg: ProfileConfig) -> PacktoolError:
     )
 
 
-def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> AtLen:
+def at_len(inp: Examples, cfg: ProfileConfig, model: ModelSpec, say) -> AtLen:
     """Pack's overflow, then every strategy on its pieces, at cfg.pack_len."""
     t0 = time.perf_counter()
     L, lengths = cfg.pack_len, inp.lengths
@@ -179,7 +186,6 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
     # --overflow error: PacktoolError, as pack
     if pairs:  # preference pairs: pack's pair rules, pair batching
         from packtool.pack.pairs import apply_pair_overflow, pair_outcomes, pair_overflow_loss
-        from packtool.stats.strategies import simulate_pairs
 
         pieces = apply_pair_overflow(
             inp.sides, inp.prompts, np.repeat(inp.source_index, 2), L, cfg.overflow
@@ -205,11 +211,9 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
     loss_in = None if inp.loss_counts is None else int(inp.loss_counts.sum())
     slots = schema.Layout(cfg.pad_to_multiple).slots(pieces.length)  # pack plans these
     doc_pad = int(slots.sum()) - tokens_out
-    simulate = simulate_pairs if pairs else stats.simulate
+    run = simulate_pairs if pairs else simulate
     strategies = (
-        simulate(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say)
-        if pieces.length.size
-        else {}
+        run(slots, L, cfg.batch_size, cfg.group_window, cfg.seed, say) if pieces.length.size else {}
     )
     rows = strategies["packed_bfd_varlen"].rows if strategies else 0
     # ProfileResult.pack / JSON "pack" / SweepPoint.pack: what `packtool pack --len L --overflow X`
@@ -222,9 +226,9 @@ def at_len(inp: Examples, cfg: ProfileConfig, model: stats.ModelSpec, say) -> At
         "len": L,
         "overflow": cfg.overflow,
         "strategy": "bfd",
-        "order": stats.PACK_ORDER,
-        "max_docs": stats.PACK_MAX_DOCS,
-        "seed": stats.PACK_SEED,
+        "order": PACK_ORDER,
+        "max_docs": PACK_MAX_DOCS,
+        "seed": PACK_SEED,
         "pad_to_multiple": cfg.pad_to_multiple,
         "examples": n_all,
         "examples_packed": n_all - int(oc.truncated.size + oc.split.size + oc.dropped.size),

@@ -1,7 +1,7 @@
 """Build a profile: counts, length distributions, what pack would write, strategy simulation and
 FLOP projection, one --len or a sweep of several.
 
-    TokenizedData ──profile_data──┐                       ┌──▶ packtool.report.profile (rich, JSON)
+    TokenizedData ──profile_lens──┐                       ┌──▶ packtool.report.profile (rich, JSON)
                                   ├──▶ ProfileResult ─────┤
     lengths (synthetic / file) ───┘ profile_lengths  │    └──▶ packtool.report.profile_png (PNG)
                                                      └──▶ stats.advice.recommend ─▶ Recommendation
@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from packtool import stats
 from packtool.config import ProfileConfig  # noqa: F401  (re-exported: profiler.ProfileConfig)
 from packtool.errors import PacktoolError, UsageError
 from packtool.predict import (
@@ -34,7 +33,10 @@ from packtool.predict import (
 )
 from packtool.schema.manifest import group_reasons
 from packtool.stats import choice
-from packtool.stats.sweep import SweepPoint, parse_lens  # noqa: F401  (re-exported: profiler.parse_lens)
+from packtool.stats.flops import ModelSpec, reference_model
+from packtool.stats.lengths import Histogram, describe, length_histogram
+from packtool.stats.strategies import StrategyResult
+from packtool.stats.sweep import SweepPoint, parse_lens
 
 
 @dataclass
@@ -42,14 +44,14 @@ class ProfileResult:
     source: dict[str, Any]
     config: ProfileConfig
     counts: dict[str, Any]
-    lengths: dict[str, Any]  # stats.describe of tokens per example (before --overflow)
-    loss_lengths: dict[str, Any] | None  # stats.describe of loss tokens per example
+    lengths: dict[str, Any]  # describe of tokens per example (before --overflow)
+    loss_lengths: dict[str, Any] | None  # describe of loss tokens per example
     truncation: dict[str, Any]  # examples over --len and what --overflow takes from them (v1 name)
-    strategies: dict[str, stats.StrategyResult]  # simulated on the pieces pack would pack
-    model: stats.ModelSpec  # the given one, or the reference shape
+    strategies: dict[str, StrategyResult]  # simulated on the pieces pack would pack
+    model: ModelSpec  # the given one, or the reference shape
     costs: dict[str, dict[str, Any]]  # per strategy: FLOPs, relative FLOPs, savings, GPU-hours
-    histogram: stats.Histogram  # terminal
-    plot_histogram: stats.Histogram  # PNG
+    histogram: Histogram  # terminal
+    plot_histogram: Histogram  # PNG
     batch_waste: dict[str, Any]  # random padded batches: describe + log-spaced histogram
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -110,10 +112,10 @@ def _profile(
         total = num_read if num_read is not None else empty + len(skipped)
         raise PacktoolError(f"nothing to profile: none of the {total:,} examples read has a token")
     say("length statistics")
-    dist = stats.describe(kept)
-    loss_dist = stats.describe(kept_loss) if kept_loss is not None else None
+    dist = describe(kept)
+    loss_dist = describe(kept_loss) if kept_loss is not None else None
     tokens = dist["sum"]
-    reasons = group_reasons(getattr(r, "reason", str(r)) for r in skipped)
+    reasons = group_reasons(r.reason for r in skipped)
     counts = {
         "examples_read": int(num_read if num_read is not None else n + empty + len(skipped)),
         "examples_skipped": len(skipped),
@@ -138,11 +140,11 @@ def _profile(
             raise nothing_to_pack(inp, dataclasses.replace(cfg, pack_len=given[-1]))
         main = picked.pack_len if picked.pack_len in done else max(done)
         cfg = dataclasses.replace(cfg, pack_len=main)
-    hist = stats.length_histogram(kept, cfg.pack_len, cfg.bins, p99=dist["p99"])
-    plot_hist = stats.length_histogram(kept, cfg.pack_len, cfg.plot_bins, p99=dist["p99"])
+    hist = length_histogram(kept, cfg.pack_len, cfg.bins, p99=dist["p99"])
+    plot_hist = length_histogram(kept, cfg.pack_len, cfg.plot_bins, p99=dist["p99"])
     timings["statistics"] = time.perf_counter() - t0
 
-    model = cfg.model or stats.reference_model()
+    model = cfg.model or reference_model()
     at = done[cfg.pack_len] if points else at_len(inp, cfg, model, say)
     if not at.strategies:
         raise nothing_to_pack(inp, cfg)
@@ -205,25 +207,23 @@ def _input(data_or_lengths, source: dict[str, Any] | None) -> tuple[Examples, di
     x = data_or_lengths
     if not _is_data(x):
         return examples_of(x), {"source": source or {"kind": "lengths"}}
-    pairs = getattr(x, "task", "sft") == "preference"  # one example a pair (predict.pair_examples)
+    pairs = x.task == "preference"  # one example a pair (predict.pair_examples)
     inp = (
-        pair_examples(x)
-        if pairs
-        else examples_of(x.lengths, x.loss_counts, getattr(x, "source_index", None), data=x)
+        pair_examples(x) if pairs else examples_of(x.lengths, x.loss_counts, x.source_index, data=x)
     )
     return inp, {
         "source": {
             "kind": "data",
             **({"task": "preference"} if pairs else {}),
-            "format": getattr(x, "format", ""),
-            "tokenizer": dict(getattr(x, "tokenizer", {}) or {}),
-            "cache_hit": bool(getattr(x, "cache_hit", False)),
-            "tokenizer_backend": dict(getattr(x, "backend", {}) or {}),
+            "format": x.format,
+            "tokenizer": dict(x.tokenizer),
+            "cache_hit": x.cache_hit,
+            "tokenizer_backend": dict(x.backend),
             **(source or {}),
         },
         "num_read": x.num_read,
         "skipped": list(x.skipped),
-        "notes": list(getattr(x, "warnings", []) or []),
+        "notes": list(x.warnings),
     }
 
 
@@ -247,21 +247,6 @@ def profile_lengths(
     )
 
 
-def profile_data(
-    data,
-    cfg: ProfileConfig,
-    *,
-    source: dict[str, Any] | None = None,
-    on_stage=None,
-) -> ProfileResult:
-    """Profile a `TokenizedData` (lengths and loss counts from the tokenization cache; labels for
-    the loss tokens --overflow truncate cuts) under cfg.overflow, as pack would pack it."""
-    if on_stage:
-        on_stage("what --overflow takes")
-    inp, args = _input(data, source)
-    return _profile(inp, cfg, **args, on_stage=on_stage)
-
-
 # --------------------------------------------------------------------------------------------
 # several --len values
 
@@ -270,7 +255,7 @@ def _sweep(
     inp: Examples, cfg: ProfileConfig, lens: list[int], on_stage
 ) -> tuple[list[SweepPoint], dict[int, AtLen]]:
     say = on_stage or (lambda _s: None)
-    model = cfg.model or stats.reference_model()
+    model = cfg.model or reference_model()
     points, done = [], {}
     for L in lens:
         c = dataclasses.replace(cfg, pack_len=int(L))  # validates --len
@@ -297,17 +282,17 @@ def profile_lens(
     source: dict[str, Any] | None = None,
     on_stage=None,
 ) -> ProfileResult:
-    """`packtool profile --len TEXT`: one value profiles as profile_data / profile_lengths at it;
-    several profile each (sweep), then give the full profile at the --len stats.choice picks
-    among them (choice.pick_len), with `sweep` attached. `lens` is a list or a --len text."""
+    """`packtool profile --len TEXT`: one value profiles `data_or_lengths` (a TokenizedData or bare
+    lengths) at it; several profile each (sweep), then give the full profile at the --len
+    stats.choice picks among them (choice.pick_len), with `sweep` attached. `lens` is a list or a
+    --len text."""
     lens = _lens(lens)
-    if len(lens) == 1:
-        one = dataclasses.replace(cfg, pack_len=lens[0])
-        if _is_data(data_or_lengths):
-            return profile_data(data_or_lengths, one, source=source, on_stage=on_stage)
-        return profile_lengths(data_or_lengths, one, source=source, on_stage=on_stage)
     t0 = time.perf_counter()
+    if len(lens) == 1 and on_stage and _is_data(data_or_lengths):
+        on_stage("what --overflow takes")
     inp, args = _input(data_or_lengths, source)
+    if len(lens) == 1:
+        return _profile(inp, dataclasses.replace(cfg, pack_len=lens[0]), **args, on_stage=on_stage)
     r = _profile(inp, cfg, **args, on_stage=on_stage, swept=_sweep(inp, cfg, lens, on_stage))
     r.timings["sweep"] = time.perf_counter() - t0
     return r

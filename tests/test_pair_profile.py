@@ -12,15 +12,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "pack"))
 from test_pair_pack import pair_data  # noqa: E402
 
+from packtool import api  # noqa: E402
+from packtool.config import ProfileConfig  # noqa: E402
 from packtool.pack import PackConfig, pack_tokenized  # noqa: E402
-from packtool.profiler import ProfileConfig, profile_data  # noqa: E402
 from packtool.report import profile as report  # noqa: E402
 
 
 @pytest.mark.parametrize("overflow", ["drop", "truncate"])
 def test_the_profile_predicts_the_pair_pack(tmp_path, overflow):
     data = pair_data(n=200, long=(5, 50, 150))
-    r = profile_data(data, ProfileConfig(pack_len=128, overflow=overflow))
+    r = api.profile(data, ProfileConfig(pack_len=128, overflow=overflow))
     pack_tokenized(data, PackConfig(pack_len=128, overflow=overflow), tmp_path / "p")
     m = json.loads((tmp_path / "p" / "manifest.json").read_text())
     p = r.pack
@@ -40,7 +41,7 @@ def test_the_profile_predicts_the_pair_pack(tmp_path, overflow):
 
 def test_the_advice_never_splits_a_pair():
     data = pair_data(n=200, long=(5, 50, 150))
-    r = profile_data(data, ProfileConfig(pack_len=128))
+    r = api.profile(data, ProfileConfig(pack_len=128))
     from packtool.stats import advice
 
     rec = advice.recommend(r)

@@ -11,17 +11,13 @@ import numpy as np
 import pytest
 from paths import SHARED_DATA, needs_shared
 
+from packtool import api
 from packtool.config import PackConfig, TokenizeConfig
 from packtool.data.tokenized import SkippedRecord, TokenizedData
 from packtool.errors import PacktoolError, UsageError
 from packtool.pack.overflow import apply_overflow
 from packtool.plan import plan_packs
-from packtool.profiler import (
-    ProfileConfig,
-    profile_data,
-    profile_lengths,
-    profile_lens,
-)
+from packtool.profiler import ProfileConfig, profile_lengths, profile_lens
 from packtool.stats import advice
 
 # the keys of a pack prediction, in order (ProfileResult.pack, JSON "pack", SweepPoint.pack)
@@ -241,7 +237,7 @@ def packed_manifest(td, pack_len: int, overflow: str, out, multiple: int = 1) ->
 def profiled(td, pack_len: int, overflow: str, multiple: int = 1) -> dict | str:
     cfg = ProfileConfig(pack_len=pack_len, overflow=overflow, pad_to_multiple=multiple)
     try:
-        return predicted(profile_data(td, cfg))
+        return predicted(api.profile(td, cfg))
     except PacktoolError as e:
         return f"error: {e}"
 
@@ -253,7 +249,7 @@ def test_profile_predicts_padded_packs_by_hand(overflow, tmp_path):
     m = packed_manifest(td, 4, overflow, tmp_path / "out", multiple=2)
     assert profiled(td, 4, overflow, 2) == manifest_view(m)
     assert m["tokens"]["doc_pad"] > 0 and m["pad_to_multiple"] == 2
-    r = profile_data(td, ProfileConfig(pack_len=4, overflow=overflow, pad_to_multiple=2))
+    r = api.profile(td, ProfileConfig(pack_len=4, overflow=overflow, pad_to_multiple=2))
     assert r.pack["doc_pad"] == m["tokens"]["doc_pad"] and r.pack["pad_to_multiple"] == 2
     assert r.pack["doc_pad_share"] == pytest.approx(
         m["tokens"]["doc_pad"] / (4 * m["counts"]["rows"])
@@ -273,7 +269,7 @@ def test_profile_predicts_the_manifest_by_hand(overflow, tmp_path):
     td = tokenized_by_hand()
     m = packed_manifest(td, 4, overflow, tmp_path / "out")
     assert profiled(td, 4, overflow) == manifest_view(m)
-    r = profile_data(td, ProfileConfig(pack_len=4, overflow=overflow))
+    r = api.profile(td, ProfileConfig(pack_len=4, overflow=overflow))
     want_loss_cut = {"drop": 4 + 7, "truncate": 2 + 5, "split": 0}[overflow]
     assert r.truncation["loss_tokens_cut"] == r.pack["loss_tokens_cut"] == want_loss_cut
 
@@ -318,7 +314,7 @@ def test_the_glaive_issue(tmp_path):
     td = load_tokenized(
         str(SHARED_DATA / "glaive_toolcall_en_demo.json"), TokenizeConfig(), progress=False
     )
-    r = profile_data(
+    r = api.profile(
         td, ProfileConfig(pack_len=4096), source={"data": "glaive_toolcall_en_demo.json"}
     )
     p = r.pack
@@ -328,7 +324,7 @@ def test_the_glaive_issue(tmp_path):
         11_540,
         5_730,
     )
-    t = profile_data(td, ProfileConfig(pack_len=4096, overflow="truncate")).pack
+    t = api.profile(td, ProfileConfig(pack_len=4096, overflow="truncate")).pack
     assert (t["rows"], t["tokens_cut"]) == (40, 7_444)
     rec = advice.recommend(r)
     assert (rec.pack_len, rec.overflow) == (4096, "split")
@@ -338,7 +334,7 @@ def test_the_glaive_issue(tmp_path):
     )
     assert (
         rec.rows
-        == profile_data(td, ProfileConfig(pack_len=4096, overflow="split")).pack["rows"]
+        == api.profile(td, ProfileConfig(pack_len=4096, overflow="split")).pack["rows"]
         == 42
     )
 
@@ -375,7 +371,7 @@ def test_sweep_on_tokenized_data_and_an_empty_len():
     td = tokenized_by_hand()
     points = sweep(td, ProfileConfig(overflow="drop"), [1, 4, 16])
     assert [p.rows for p in points][1:] == [
-        profile_data(td, ProfileConfig(pack_len=L)).pack["rows"] for L in (4, 16)
+        api.profile(td, ProfileConfig(pack_len=L)).pack["rows"] for L in (4, 16)
     ]
     assert (
         points[0].rows == 0 and points[0].fill is None and points[0].strategies == {}

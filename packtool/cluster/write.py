@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 
 from packtool.cluster.session import memory
-from packtool.errors import PacktoolError
 from packtool.pack.write import Written
 
 _TOTALS = [f.name for f in dataclasses.fields(Written) if f.name != "shards"]  # summed over shards
@@ -84,19 +83,13 @@ def write_shards(rows, tmp: Path, data, job) -> Written:
         results = rows.session.run(write_shard, calls())
     except Exception as e:  # noqa: BLE001 - whatever failed in a worker: one clean error
         raise rows.session.failure(e) from None
-    return _written(results, S, R, job.progress, rows)
+    return _written(results, R, job.progress, rows)
 
 
-def _written(results: list[dict], S: int, R: int, progress, rows) -> Written:
-    by_shard = {int(r["shard"]): r for r in results}
-    if sorted(by_shard) != list(range(S)) or len(results) != S:
-        raise PacktoolError(
-            f"the Ray engine wrote {len(by_shard)} distinct shards of {S} ({len(results)} results); "
-            "run again"
-        )
+def _written(results: list[dict], R: int, progress, rows) -> Written:
+    """The shards' results (Session.run: in shard order) summed into one Written."""
     out = Written(shards=[])
-    for s in range(S):
-        r = by_shard[s]
+    for r in results:
         out.shards.append(r["entry"])
         for name in _TOTALS:
             setattr(out, name, getattr(out, name) + int(r[name]))
@@ -107,7 +100,7 @@ def _written(results: list[dict], S: int, R: int, progress, rows) -> Written:
 
 
 def write_shard(s: int, sub: dict, settings: dict) -> dict:
-    """Shard s: its pieces read from the part files and written → its totals (`_written`)."""
+    """Shard s: its pieces read from the part files and written → its entry and totals."""
     from packtool.cluster import parts
     from packtool.pack.overflow import Pieces
     from packtool.pack.write import WriteJob
@@ -158,4 +151,4 @@ def write_shard(s: int, sub: dict, settings: dict) -> dict:
         gather.close()
     written.loss_cut_tails = tails  # as pack.run sets it
     out = {name: getattr(written, name) for name in _TOTALS}
-    return {**out, "shard": s, "entry": written.shards[0], "memory": memory()}
+    return {**out, "entry": written.shards[0], "memory": memory()}

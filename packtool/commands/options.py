@@ -252,8 +252,6 @@ def flag(name: str) -> str:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TokenizeArgs)}
 _HINTS = typing.get_type_hints(TokenizeArgs)
-TOKENIZE_OPTION_NAMES = tuple(_FIELDS)
-WHOLE_INPUT_OPTION_NAMES = tuple(n for n, f in _FIELDS.items() if f.metadata["whole_input"])
 
 
 def tokenize_options(whole_input: bool = True):

@@ -52,11 +52,6 @@ class Output:
 
     # ----------------------------------------------------------------------- what is said
 
-    def say(self, *objects: Any, **kw: Any) -> None:
-        """Human output (not under `--json -`)."""
-        if self.human:
-            self.console.print(*objects, **kw)
-
     def note(self, text: str) -> None:
         """A dim line that is said even under `--json -` (on stderr), e.g. `wrote profile.png`."""
         self.console.print(f"[dim]{text}[/]")

@@ -151,6 +151,7 @@ def profile(
       e.g. lognormal:median=300,n=9000+constant:value=8192,n=100
     """
     from packtool.report import profile as report
+    from packtool.report.profile_png import write_png
 
     data = data or None  # typer gives [] for no DATA
     sources = [x for x in (data, synthetic, lengths_file) if x is not None]
@@ -216,7 +217,7 @@ def profile(
             )
         if plot is not None:
             stage.step("drawing the PNG")
-            report.write_png(result, plot)
+            write_png(result, plot)
         stage.advance(result.counts["examples"])
     out.report(lambda: report.to_json(result), lambda console: report.render(result, console))
     if plot is not None:

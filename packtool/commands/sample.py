@@ -20,4 +20,4 @@ def sample(
     if n < 1:
         raise UsageError(f"--n {n} must be >= 1")
     path = api.write_sample(out, n=n, seed=seed)
-    Output().say(f"wrote {n} conversations to {path}")
+    Output().console.print(f"wrote {n} conversations to {path}")

@@ -43,16 +43,9 @@ from pathlib import Path
 import numpy as np
 
 from packtool import schema
-from packtool.export.publish import (
-    RECORD,
-    RECORD_KEY,
-    ExportResult,
-    check_export_target,
-    export_output,
-)
+from packtool.export.publish import RECORD, RECORD_KEY, ExportResult, check_export_target
 from packtool.export.reader import DocBatch, PackReader
-from packtool.io.shards import check_space as check_out_space
-from packtool.io.shards import naming
+from packtool.io.shards import atomic_output, check_space, naming
 from packtool.schema.manifest import LEFTOVER, Notice
 
 FORMAT = "nemo"
@@ -79,8 +72,6 @@ class _Rows:
         self.max_doc = 0  # longest e-s-1 of a document
         self.max_docs = 0
         self.min_row = None  # shortest sum of e-s-1 over a row's documents
-        self.train_tokens = 0
-        self.documents = 0
         self.repeated_eos = 0
 
     def add(self, b: DocBatch) -> None:
@@ -112,16 +103,15 @@ class _Rows:
             self.min_row = train if self.min_row is None else min(self.min_row, train)
         self.max_doc = max(self.max_doc, int(b.doc_len.max()) - 1)
         self.max_docs = max(self.max_docs, int(b.row_docs.max()))
-        self.train_tokens += int(b.doc_len.sum() - b.doc_len.size)
-        self.documents += int(b.doc_len.size)
 
-    def metadata(self, pack_len: int) -> dict:
-        n = len(self.rows)
+    def metadata(self, pack_len: int, totals) -> dict:
+        """The metadata file's one dict; `totals`: the reader's (documents, tokens) of these rows."""
+        n, train_tokens = len(self.rows), totals.tokens - totals.documents
         return {
             "dataset_max_seqlen": self.max_doc,
             "max_samples_per_bin": self.max_docs,
-            "packing_factor": round(self.documents / n, 2) if n else 0.0,
-            "packing_efficiency": round(self.train_tokens / n / pack_len * 100, 2) if n else 0.0,
+            "packing_factor": round(totals.documents / n, 2) if n else 0.0,
+            "packing_efficiency": round(train_tokens / n / pack_len * 100, 2) if n else 0.0,
             "pack_size": pack_len,
             "min_packed_seqlen": self.min_row or 0,
         }
@@ -154,11 +144,12 @@ def export_nemo(pack: str, out: str, force: bool = False, progress=None) -> Expo
     with PackReader(pack) as reader:
         m = reader.manifest
         check_export_target(out_path, force)
-        check_out_space(out_path, BYTES_PER_TOKEN * m.tokens.out + BYTES_PER_ROW * m.counts.rows)
+        check_space(out_path, BYTES_PER_TOKEN * m.tokens.out + BYTES_PER_ROW * m.counts.rows)
         names = file_names(m.pack_len)
         rows = _Rows(m.tokenizer.get("eos_id") if isinstance(m.tokenizer, dict) else None)
         leftover: list[str] = []
-        with export_output(out_path, force, said=leftover) as tmp:
+        # a temporary folder beside OUT, renamed to OUT at the end (publish.py)
+        with atomic_output(out_path, force, check=check_export_target, said=leftover) as tmp:
             for b in reader.batches():
                 rows.add(b)
                 if progress is not None:
@@ -169,7 +160,7 @@ def export_nemo(pack: str, out: str, force: bool = False, progress=None) -> Expo
             with naming(tmp / names["data"]):
                 save_object_npy(tmp / names["data"], arr)
             del arr
-            meta = rows.metadata(m.pack_len)
+            meta = rows.metadata(m.pack_len, totals)
             record = _record(pack, reader, totals, meta, names)
             texts = {names["metadata"]: json.dumps([meta]), RECORD: json.dumps(record, indent=2)}
             for name, text in texts.items():

@@ -8,15 +8,13 @@
                                   it was; one that a run which died (kill -9) left is removed by
                                   the next export or pack there (io.files), and said
 
-The writing is io.shards.atomic_output's (the same as a pack's), given this module's check of
-what may be replaced. ExportResult is what an export wrote (files, sizes, the record).
+The writing is io.shards.atomic_output's (the same as a pack's), given check_export_target as
+its check of what may be replaced. ExportResult is what an export wrote (files, sizes, the record).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,12 +76,3 @@ def check_export_target(out: Path, force: bool) -> None:
         raise UsageError(
             f"refusing to replace {out}: {why}; remove it yourself or choose another --out"
         )
-
-
-@contextmanager
-def export_output(out: Path, force: bool, said: list[str] | None = None) -> Iterator[Path]:
-    """Yield a temporary folder beside `out`; on success it becomes `out`, on any error it vanishes
-    (io.shards.atomic_output, replacing only what check_export_target allows; the folders runs
-    that died left beside `out` are removed first, one line each appended to `said`)."""
-    with shards.atomic_output(Path(out), force, check=check_export_target, said=said) as tmp:
-        yield tmp

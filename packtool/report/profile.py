@@ -1,6 +1,6 @@
 """Render a ProfileResult: rich tables and a unicode histogram (stderr) and JSON; decide what to
 lead with (best_strategy, headline) and what to do (stats.advice.recommend, shown last). The PNG is
-packtool.report.profile_png (write_png is re-exported here).
+packtool.report.profile_png.
 
 JSON (schema "packtool.profile/v1"; keys are only ever added): schema, packtool_version, source,
 options, counts, lengths, loss_tokens_per_example, truncation (what --overflow takes from examples
@@ -9,7 +9,7 @@ strategies, flops, histogram, random_batch_waste, sweep, recommendation, notes, 
 
     "strategies": {"pad_to_len": {"label": "pad to --len", "rows": …, "docs_per_row": null, …}, …,
                    "packed_ffd_dense": {…, "docs_per_row": 3.1, "gpu_hours": null (no --gpu), …}}
-                  (fixed ids in stats.STRATEGY_LABELS order, the same STRATEGY_KEYS for each)
+                  (fixed ids in strategies.STRATEGY_LABELS order, the same STRATEGY_KEYS for each)
     "sweep": null, or per --len {**pack, "strategies": {id: {rows, occupancy, attention_waste,
              relative_flops, flops, gpu_hours}}}  (profiler.profile_lens with several --len values)
     "recommendation": advice.Recommendation.to_json(): strategy, pack_len, overflow, reasons, cut,
@@ -21,11 +21,11 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from packtool import stats
 from packtool.profiler import ProfileResult
 from packtool.report.format import bar, count, num, pct, pct_small, si
-from packtool.report.profile_png import write_png  # noqa: F401  (re-exported: report.profile.write_png)
 from packtool.stats import advice
+from packtool.stats.flops import ATTENTION_CONVENTION, FLOPS_FORMULA
+from packtool.stats.strategies import OVERFLOW_NOTES, StrategyResult
 
 SCHEMA = "packtool.profile/v1"
 STRATEGY_KEYS = (
@@ -57,7 +57,7 @@ PAIR_SHORT_LABELS = {  # preference pairs (stats.strategies.simulate_pairs)
 }
 
 
-def _strategy_json(s: stats.StrategyResult, cost: dict[str, Any]) -> dict[str, Any]:
+def _strategy_json(s: StrategyResult, cost: dict[str, Any]) -> dict[str, Any]:
     d = {
         "label": s.label,
         "rows": s.rows,
@@ -99,8 +99,8 @@ def to_json(r: ProfileResult) -> dict[str, Any]:
         "pack": r.pack,
         "strategies": {n: _strategy_json(s, r.costs[n]) for n, s in r.strategies.items()},
         "flops": {
-            "formula": stats.FLOPS_FORMULA,
-            "attention_convention": stats.ATTENTION_CONVENTION,
+            "formula": FLOPS_FORMULA,
+            "attention_convention": ATTENTION_CONVENTION,
             "relative_to": "padding_free",
             "model": r.model.to_json(),
             "gpu": None
@@ -203,10 +203,8 @@ def render(r: ProfileResult, console) -> None:
     t.add_row("tokens", num(c["tokens"]))
     if c["loss_tokens"] is not None:
         t.add_row("loss tokens", f"{c['loss_tokens']:,} ({c['loss_share']:.1%})")
-        style = "yellow" if c["examples_without_loss"] else ""
-        t.add_row(
-            "examples without loss", f"[{style}]{c['examples_without_loss']:,}[/]" if style else "0"
-        )
+        k = c["examples_without_loss"]
+        t.add_row("examples without loss", f"[yellow]{k:,}[/]" if k else "0")
     console.print(t)
     if src.get("inputs"):
         from packtool.report.tokenized import inputs_table
@@ -287,15 +285,13 @@ def render(r: ProfileResult, console) -> None:
     console.print(f"[bold]{headline(r)}[/]")
     m = r.model
     params = f"P={si(m.matmul_params)} matmul params, layers={m.layers}, d_attn={m.d_attn}"
+    console.print(f"[dim]{FLOPS_FORMULA}  ({m.name}: {params}); rel. FLOPs are ÷ padding-free.[/]")
     console.print(
-        f"[dim]{stats.FLOPS_FORMULA}  ({m.name}: {params}); rel. FLOPs are ÷ padding-free.[/]"
-    )
-    console.print(
-        f"[dim]attention waste = Σ attention work / Σ own-length work (Σ n²); {stats.ATTENTION_CONVENTION}.[/]"
+        f"[dim]attention waste = Σ attention work / Σ own-length work (Σ n²); {ATTENTION_CONVENTION}.[/]"
     )
     console.print(
         "[dim]rows: padded rows, varlen sequences or packed rows; steps: micro-batches of "
-        f"{cfg.batch_size} rows; {stats.overflow_note(cfg.overflow)}.[/]"
+        f"{cfg.batch_size} rows; {OVERFLOW_NOTES[cfg.overflow]}.[/]"
     )
     for note in r.notes:
         console.print(f"[yellow]warning:[/] {escape(note)}")

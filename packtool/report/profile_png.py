@@ -33,7 +33,8 @@ import numpy as np
 
 from packtool.profiler import ProfileResult
 from packtool.report.format import pct
-from packtool.stats import Histogram, advice
+from packtool.stats import advice
+from packtool.stats.lengths import Histogram
 
 _COLOR = {
     "pad_to_len": "#c44e52",
@@ -119,8 +120,7 @@ def histogram_title(r: ProfileResult) -> str:
 
 
 def write_png(r: ProfileResult, path: str) -> None:
-    """Four panels: length histogram with p50/p90/p99/--len; occupancy by strategy; relative
-    training FLOPs split into linear and attention; per-batch attention waste of random batches."""
+    """The PNG at `path`: the panels drawn in the module docstring."""
     import os
 
     import matplotlib

@@ -54,11 +54,10 @@ def format_lines(td) -> list[str]:
     """One line per file, 'identity.json: alpaca, 91 records — why', when the files of the input
     were not all read in one format (td.format is then a 'mixed: ...' summary, or the one format
     beside files that fit none); else none."""
-    formats = getattr(td, "formats", None) or {}
-    if len({f.format for f in formats.values()}) < 2:
+    if len({f.format for f in td.formats.values()}) < 2:
         return []
     names = td.file_names()
-    items = list(formats.items())
+    items = list(td.formats.items())
     lines = [
         f"{names[p]}: {f.format}, {f.records:,} record{'s' if f.records != 1 else ''} — {f.reason}"
         for p, f in items[:MAX_FILES]
@@ -84,11 +83,11 @@ def announce(td, con, warnings: bool = True) -> None:
         con.print(f"tokenizer: {tok['name']}")
         if tok.get("chat_template") and "no chat template" not in td.format_reason:
             con.print(template_line(tok))  # (prompt/completion strings: formats says what is done)
-    for b in getattr(td, "inputs", None) or ():
+    for b in td.inputs:
         con.print(escape(input_line(b)))
     backend = (td.backend or {}).get("name")
     what, done = "examples", len(td)
-    if getattr(td, "task", "sft") == "preference":  # a record is a pair, tokenized as two sides
+    if td.task == "preference":  # a record is a pair, tokenized as two sides
         what, done = "pairs", len(td) // 2
     con.print(
         f"{what}: {td.num_read} read, {done} tokenized, {len(td.skipped)} skipped"
@@ -135,6 +134,7 @@ def inputs_table(shares: list[dict]):
 
 
 def render_inspect(result: dict[str, Any], console) -> None:
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
@@ -201,8 +201,6 @@ def render_inspect(result: dict[str, Any], console) -> None:
             text.append(f"[[{run['text']}]]" if run["loss"] else run["text"])
         else:
             text.append(run["text"], style="bold black on green" if run["loss"] else "dim")
-    from rich.markup import escape
-
     legend = (
         escape("rendered tokens: [[trained]] no loss")
         if plain

@@ -412,8 +412,6 @@ def recommend(r) -> Recommendation:
     given = [p.pack_len for p in sweep] if sweep else [cfg.pack_len]
     points = {p.pack_len: p for p in sweep} if sweep else None
     t = totals_of(r)
-    if any(L not in cuts for L in given):
-        raise ValueError("the ProfileResult has no cuts_by_len for its --len values")
     choice = choose_len(cuts, t, given, points, cfg.pad_to_multiple)
     L, ov = choice.pack_len, choice.overflow
     over = cuts[L]["examples_over"]
@@ -453,15 +451,14 @@ def recommend(r) -> Recommendation:
         hints.append(
             f"{_plural(t.empty, 'example')} without tokens {'is' if t.empty == 1 else 'are'} always dropped"
         )
-    data = (r.source or {}).get("data")
+    data = r.source.get("data")
     if not data:
         hints.append("profiled from lengths, not a dataset: put your dataset in place of DATA")
-    extra = list((r.source or {}).get("pack_args") or ())
+    extra = list(r.source.get("pack_args", ()))
     if cfg.pad_to_multiple > 1 and "--pad-to-multiple" not in extra:
         extra += ["--pad-to-multiple", str(cfg.pad_to_multiple)]  # the prediction's layout
     command = pack_command(data, L, ov, extra)
-    read = int(r.counts.get("examples_read") or 0)
-    n_skipped = int(r.counts.get("examples_skipped") or 0)
+    read, n_skipped = r.counts["examples_read"], r.counts["examples_skipped"]
     if n_skipped:
         skipped_share = share(n_skipped, read)
         keeps = "--on-error" in extra

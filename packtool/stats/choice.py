@@ -264,11 +264,11 @@ def cut_at(c: dict, t: Totals, overflow: str) -> dict[str, Any]:
 def totals_of(r) -> Totals:
     c = r.counts
     return Totals(
-        examples=int(c["examples"]),
-        tokens=int(c["tokens"]),
-        loss_tokens=c.get("loss_tokens"),
-        longest=int(r.lengths["max"] or 0),
-        empty=int(c.get("examples_empty") or 0),
+        examples=c["examples"],
+        tokens=c["tokens"],
+        loss_tokens=c["loss_tokens"],
+        longest=r.lengths["max"],
+        empty=c["examples_empty"],
         pairs=r.source.get("task") == "preference",
     )
 
@@ -277,9 +277,7 @@ def evidence(r, pack_len: int, overflow: str, nothing_over: bool):
     """The case the FLOP figures come from: of every simulated case of `r` (the profile itself,
     its advice point, its sweep points), the first at (pack_len, overflow), else the profile
     itself. Returns (len, overflow, rows or None, per-strategy costs, packed fill)."""
-    pk = r.pack or {}
-    own = (r.config.pack_len, r.config.overflow, int(pk.get("rows") or 0))
-    own += ({n: dict(c) for n, c in r.costs.items()}, pk.get("fill"))
+    own = (r.config.pack_len, r.config.overflow, r.pack["rows"], r.costs, r.pack["fill"])
     points = [r.advice_point, *(r.sweep or [])]
     for L, ov, rows, costs, fill in [own] + [
         (p.pack_len, p.overflow, p.rows, p.strategies, p.fill) for p in points if p and p.rows

@@ -44,14 +44,8 @@ OVERFLOW_NOTES: dict[str, str] = {
     "split": "examples longer than --len are split into parts of --len, each a document of its own",
     "error": "no example is longer than --len (--overflow error)",
 }
-OVERFLOW_POLICY = OVERFLOW_NOTES["truncate"]  # the v1 wording, when profile always truncated
 # pack's planner options that the packed strategies use: config.PackConfig's defaults
 PACK_ORDER, PACK_MAX_DOCS, PACK_SEED = "sorted", 0, 0
-
-
-def overflow_note(policy: str) -> str:
-    """One line: what the strategies do with examples longer than --len under `policy`."""
-    return OVERFLOW_NOTES.get(policy, OVERFLOW_POLICY)
 
 
 STRATEGY_LABELS: dict[str, str] = {
@@ -95,14 +89,6 @@ class StrategyResult:
     @property
     def attention_waste(self) -> float:
         return self.attention_work / self.own_work if self.own_work else 1.0
-
-
-def truncate(lengths: np.ndarray, pack_len: int) -> tuple[np.ndarray, int, int]:
-    """(effective int64 lengths min(n, L), examples over L, tokens truncation cuts)."""
-    n = np.asarray(lengths, dtype=np.int64)
-    over = n > pack_len
-    cut = int((n[over] - pack_len).sum())
-    return np.minimum(n, pack_len), int(over.sum()), cut
 
 
 def _total(e: np.ndarray) -> int:
@@ -271,7 +257,7 @@ def simulate(
     first). Random and length-grouped batching share one shuffle seeded with `seed` (profile's
     --seed); the packed rows use pack's planner defaults (PACK_ORDER, PACK_MAX_DOCS, PACK_SEED)."""
     say = on_stage or (lambda _s: None)
-    e, _, _ = truncate(lengths, pack_len)  # int64
+    e = np.minimum(np.asarray(lengths, dtype=np.int64), pack_len)
     own = int((e * e).sum())
     e = e.astype(np.int32)  # <= --len < 2**24: half the memory traffic; products are taken in int64
     out: dict[str, StrategyResult] = {}

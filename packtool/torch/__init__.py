@@ -44,7 +44,7 @@ the ignore index `schema.IGNORE_INDEX`: this package defines neither):
 
 from __future__ import annotations
 
-from packtool.torch.collate import MODES as MODES  # not in __all__, importable as before the split
+from packtool.torch.collate import MODES as MODES  # importable, not in __all__
 from packtool.torch.collate import PackedCollator, PairCollator, document_block_mask, model_inputs
 from packtool.torch.dataset import PackedDataset, PairDataset
 from packtool.torch.loss import (

@@ -167,8 +167,6 @@ class PackedCollator:
             )
         if mode != "flex":
             options.setdefault("seq_idx", "seq_idx" in needs)
-        if mode == "hf":
-            options.setdefault("flash_kwargs", True)
         return cls(mode, **options)
 
     def __repr__(self) -> str:

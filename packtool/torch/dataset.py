@@ -43,6 +43,7 @@ from packtool import schema
 from packtool.errors import PacktoolError
 from packtool.io.files import cache_root, sha256_file
 from packtool.schema import SIDE_COLUMN
+from packtool.torch.collate import PackedCollator, PairCollator
 
 # rows per record batch when converting Parquet -> Arrow IPC (bounded RAM)
 _CONVERT_BATCH_ROWS = 256
@@ -196,6 +197,7 @@ class PackedDataset(torch.utils.data.Dataset):
     """
 
     task = "sft"
+    _collator_class = PackedCollator
 
     def __init__(
         self,
@@ -266,10 +268,8 @@ class PackedDataset(torch.utils.data.Dataset):
         return bool(self.layout.fixed_docs)
 
     def collator(self, mode: str = "hf", **kwargs):
-        """A PackedCollator for this pack's layout (fixed_docs passed on)."""
-        from packtool.torch.collate import PackedCollator
-
-        return PackedCollator(mode, fixed_docs=self.fixed_docs, **kwargs)
+        """A PackedCollator (PairDataset: a PairCollator) for this pack's layout (its fixed_docs)."""
+        return self._collator_class(mode, fixed_docs=self.fixed_docs, **kwargs)
 
     @property
     def shard_offsets(self) -> np.ndarray:
@@ -339,6 +339,7 @@ class PairDataset(PackedDataset):
     `ds.collator(mode)` gives the `PairCollator` for this pack's layout."""
 
     task = "preference"
+    _collator_class = PairCollator
 
     def _wrong_task(self, manifest_path: Path, task: str) -> str:
         return (
@@ -356,9 +357,3 @@ class PairDataset(PackedDataset):
         """The pack's pair count (manifest preference.pairs)."""
         n = (self.manifest.get("preference") or {}).get("pairs")
         return None if n is None else int(n)
-
-    def collator(self, mode: str = "hf", **kwargs):
-        """A PairCollator for this pack's layout (fixed_docs passed on)."""
-        from packtool.torch.collate import PairCollator
-
-        return PairCollator(mode, fixed_docs=self.fixed_docs, **kwargs)

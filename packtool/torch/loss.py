@@ -237,11 +237,6 @@ def pair_loss(
     return per_pair.sum(), per_pair.numel()
 
 
-def count_pairs(batch: Mapping[str, Any]) -> int:
-    """The pairs of one pair batch."""
-    return int(batch["pairs"]["source_index"].numel())
-
-
 def global_pairs(
     micro_batches: Iterable[Mapping[str, Any]],
     *,
@@ -260,7 +255,8 @@ def global_pairs(
                 (loss_sum / n * world_size).backward()
             optimizer.step(); optimizer.zero_grad()
     """
-    total = torch.tensor(sum(count_pairs(mb) for mb in micro_batches), dtype=torch.int64)
+    pairs = sum(int(mb["pairs"]["source_index"].numel()) for mb in micro_batches)
+    total = torch.tensor(pairs, dtype=torch.int64)
     return sum_over_ranks(total, group=group, device=device)
 
 

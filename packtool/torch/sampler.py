@@ -90,12 +90,8 @@ class PackedSampler(torch.utils.data.Sampler[int]):
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
     def rank_indices(self, epoch: int) -> np.ndarray:
-        order = self.epoch_order(epoch)
-        total = len(self) * self.world_size
-        if total <= len(order):
-            order = order[:total]
-        else:
-            order = np.resize(order, total)  # wraps around: a few rows twice, equal counts per rank
+        # cut to a multiple of the ranks (drop_last), or wrapped around: a few rows twice
+        order = np.resize(self.epoch_order(epoch), len(self) * self.world_size)
         return order[self.rank :: self.world_size]
 
     def set_epoch(self, epoch: int) -> None:

@@ -5,6 +5,7 @@ DATA arguments, each with `::key=value,...` options (mixtures)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
@@ -36,8 +37,9 @@ def _options(name: str) -> dict[str, tuple]:
 
 
 def test_tokenize_bundle_is_the_same_in_inspect_profile_and_pack():
-    bundle = set(options.TOKENIZE_OPTION_NAMES)
-    whole = set(options.WHOLE_INPUT_OPTION_NAMES)
+    fields = dataclasses.fields(options.TokenizeArgs)
+    bundle = {f.name for f in fields}
+    whole = {f.name for f in fields if f.metadata["whole_input"]}
     assert whole == {"on_error", "num_proc", "no_cache", "limit", "engine", "ray_address"}
     assert whole < bundle and len(bundle) == 18
     pack, profile, inspect = _options("pack"), _options("profile"), _options("inspect")

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from packtool import api
 from packtool.cli import app
 from packtool.data.tokenized import SkippedRecord, TokenizedData
 from packtool.errors import PacktoolError
-from packtool.profiler import ProfileConfig, profile_data, profile_lengths
+from packtool.profiler import ProfileConfig, profile_lengths
 from packtool.report.profile import STRATEGY_KEYS, to_json
-from packtool.stats import STRATEGY_LABELS
+from packtool.stats.strategies import STRATEGY_LABELS
 
 TOP_KEYS = [
     "schema",
@@ -296,7 +297,7 @@ def test_profile_tokenized_data_by_hand():
         skipped=[SkippedRecord(1, "f.jsonl", 2, "no assistant turn")],
         format="messages",
     )
-    r = profile_data(
+    r = api.profile(
         td,
         ProfileConfig(pack_len=4, batch_size=2, group_window=2, overflow="truncate"),
         source={"data": "f.jsonl"},

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from packtool.profiler import ProfileConfig, profile_lengths
 from packtool.report import profile as report
-from packtool.stats import STRATEGY_LABELS
+from packtool.stats.strategies import OVERFLOW_NOTES, STRATEGY_LABELS
 
 
 @pytest.fixture(scope="module")
@@ -207,14 +207,8 @@ def test_render_says_what_overflow_does(overflow, says):
         f"pack --len 4 --overflow {overflow} would write {r.pack['rows']} rows of {r.pack['documents']} documents"
         in out
     )
-    assert stats_note(overflow) in out
+    assert OVERFLOW_NOTES[overflow] in out
     assert f"--overflow {overflow} · --batch-size 2" in out
-
-
-def stats_note(policy: str) -> str:
-    from packtool import stats
-
-    return stats.overflow_note(policy)
 
 
 def test_render_ends_with_the_recommendation_and_an_unwrapped_command():
@@ -263,11 +257,11 @@ def test_sweep_table_marks_the_pick():
 def test_rendered_savings_are_never_negative(spec):
     import re
 
-    from packtool import stats
+    from packtool.stats import flops
     from packtool.stats.synthetic import synthetic_lengths
 
     cfg = ProfileConfig(
-        pack_len=2048, model=stats.model_from_params(7e9, 32, 4096), gpu=stats.gpu_spec("h100")
+        pack_len=2048, model=flops.model_from_params(7e9, 32, 4096), gpu=flops.gpu_spec("h100")
     )
     out = rendered(profile_lengths(synthetic_lengths(spec), cfg), width=200)
     block = out[out.index("\nrecommendation\n") :]

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from packtool.profiler import ProfileConfig, profile_lengths
-from packtool.report import profile as report
 from packtool.report import profile_png
-from packtool.stats import Histogram
+from packtool.stats.lengths import Histogram
 from packtool.stats.synthetic import synthetic_lengths
 
 BULK = "lognormal:median=400,sigma=0.6,n=5000,max=3000,seed=4"
@@ -144,10 +143,6 @@ def test_write_png_without_a_note(tmp_path, xlabels):
     r = profiled(np.concatenate([synthetic_lengths(BULK), [11_540]]), 1024)
     profile_png.write_png(r, str(tmp_path / "p.png"))
     assert xlabels[0] == "tokens per example"
-
-
-def test_report_profile_reexports_write_png():
-    assert report.write_png is profile_png.write_png
 
 
 def test_matplotlib_is_imported_only_to_draw():

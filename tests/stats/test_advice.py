@@ -302,10 +302,10 @@ def test_recommendation_over_a_grid(spec, L0, overflow):
 
 
 def test_recommendation_with_gpu_hours_never_negative():
-    from packtool import stats
+    from packtool.stats import flops
 
     cfg = ProfileConfig(
-        pack_len=4096, model=stats.model_from_params(7e9, 32, 4096), gpu=stats.gpu_spec("h100")
+        pack_len=4096, model=flops.model_from_params(7e9, 32, 4096), gpu=flops.gpu_spec("h100")
     )
     for spec in (
         "constant:value=3,n=3",
@@ -337,10 +337,3 @@ def test_recommendation_uses_the_sweep():
     assert not rec.hints or all(
         "profile DATA --len" not in h or "compares" not in h for h in rec.hints
     )
-
-
-def test_recommend_needs_cuts():
-    r = profile_lengths(np.array([5, 6]), ProfileConfig(pack_len=8))
-    r.cuts = {}
-    with pytest.raises(ValueError, match="cuts_by_len"):
-        advice.recommend(r)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.plan import plan_pairs
-from packtool.stats import STRATEGY_LABELS
-from packtool.stats.strategies import simulate_pairs
+from packtool.stats.strategies import STRATEGY_LABELS, simulate_pairs
 
 
 def test_random_pair_batches_pad_both_sides_to_the_longest_of_the_batch():

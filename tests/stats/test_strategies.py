@@ -16,12 +16,6 @@ IDENTITY4 = np.arange(4)
 # by hand: lengths [1, 2, 3, 4], batch size 2, --len 4   (own work Σ n² = 1 + 4 + 9 + 16 = 30)
 
 
-def test_truncate_by_hand():
-    e, over, cut = strategies.truncate(np.array([1, 2, 3, 9, 6]), 4)
-    assert e.tolist() == [1, 2, 3, 4, 4]
-    assert (over, cut) == (2, 5 + 2)
-
-
 def test_pad_to_len_by_hand():
     e = np.array([1, 2, 3, 4])
     s = strategies.pad_to_len(e, 4, 2, own_work=30)
@@ -162,3 +156,15 @@ def test_against_oracle(case):
     assert out["padding_free"].slots <= out["length_grouped"].slots
     assert out["random_padded"].slots <= out["pad_to_len"].slots
     assert out["packed_bfd_varlen"].attention_work <= out["packed_bfd_dense"].attention_work
+
+
+def test_pack_plan_defaults_are_packs():
+    from packtool.config import PackConfig
+
+    cfg = PackConfig(pack_len=4096)
+    assert (strategies.PACK_ORDER, strategies.PACK_MAX_DOCS, strategies.PACK_SEED) == (
+        cfg.order,
+        cfg.max_docs,
+        cfg.seed,
+    )
+    assert cfg.strategy == "bfd" and cfg.overflow == "drop"
