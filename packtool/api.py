@@ -37,9 +37,9 @@ _FORWARD = {
     "parse_lens": ("packtool.stats.sweep", "parse_lens"),
     "synthetic_lengths": ("packtool.stats.synthetic", "synthetic_lengths"),  # --synthetic SPEC
     "read_lengths": ("packtool.stats.synthetic", "read_lengths"),  # --lengths .txt | .npy
-    "model_from_config": ("packtool.stats", "model_from_config"),  # a config.json's model shape
-    "model_from_params": ("packtool.stats", "model_from_params"),  # params, layers, hidden
-    "gpu_spec": ("packtool.stats", "gpu_spec"),  # a GPU by name or its dense bf16 TFLOP/s
+    "model_from_config": ("packtool.stats.flops", "model_from_config"),  # config.json's shape
+    "model_from_params": ("packtool.stats.flops", "model_from_params"),  # params, layers, hidden
+    "gpu_spec": ("packtool.stats.flops", "gpu_spec"),  # a GPU by name or its dense bf16 TFLOP/s
     "check_cache": ("packtool.tokenization.cache", "check_usable"),
     "verify": ("packtool.verify.run", "verify"),
     "self_test": ("packtool.verify.selftest", "run_self_test"),  # verify --self-test

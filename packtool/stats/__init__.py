@@ -7,7 +7,7 @@ No typer, rich, pyarrow, transformers or matplotlib here (docs/ARCHITECTURE.md, 
              ┌──────────────────────────────┼─────────────────────────────────┐
              ▼                              ▼                                 ▼
     lengths.py                     strategies.py                         flops.py
-    describe, length_histogram     truncate, simulate                    ModelSpec, GpuSpec
+    describe, length_histogram     simulate                              ModelSpec, GpuSpec
     → percentiles, Histogram       → {name: StrategyResult}  ─(slots, ─▶ training_flops, gpu_hours
                                                                 work)    → FLOPs, GPU-hours
 
@@ -19,8 +19,3 @@ No typer, rich, pyarrow, transformers or matplotlib here (docs/ARCHITECTURE.md, 
 
 Each name lives in its own submodule (`stats.lengths.describe`, `stats.advice.recommend`).
 """
-
-from __future__ import annotations
-
-# ruff: noqa: F401  (packtool.api forwards to these three by this package's name)
-from packtool.stats.flops import gpu_spec, model_from_config, model_from_params
