@@ -43,9 +43,7 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals, each: int =
     source_index entries do not match their documents (the scan's per-row check). `each`: the
     documents one example makes (a preference pack's pair: 2, one a side)."""
     if fail.count:
-        return Check(
-            SRC, False, fail.message(), {"rows_failed": fail.count, "first": fail.examples}
-        )
+        return fail.check(SRC, "", {})
     src = tot.all_sources()
     uniq, counts = np.unique(src, return_counts=True)
     split = {

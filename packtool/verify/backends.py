@@ -35,7 +35,7 @@ import inspect
 import itertools
 from dataclasses import dataclass
 
-from packtool.config import DEVICES  # noqa: F401  (one definition, in config)
+from packtool.config import DEVICES
 from packtool.config import VERIFY_BACKENDS as BACKENDS
 from packtool.errors import UsageError
 
@@ -434,17 +434,11 @@ def _varlen_attention(
     return out.reshape(B, S, H, D), None
 
 
-_registered = False
-
-
+@functools.cache
 def register() -> None:
-    """Make our varlen functions known to transformers (idempotent)."""
-    global _registered
-    if _registered:
-        return
+    """Make our varlen functions known to transformers (once)."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(REFERENCE, reference_attention)
     AttentionInterface.register(TORCH_VARLEN, functools.partial(_varlen_attention, "torch-varlen"))
     AttentionInterface.register(FLASH_VARLEN, functools.partial(_varlen_attention, "flash-attn"))
-    _registered = True

@@ -109,10 +109,10 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     checks.append(Check(scan.NO_MASK, not walk.mask_bad, mask))
     rows_ev = {"rows_scanned": walk.tot.rows, "tokens_scanned": walk.tot.rows * (pack_len or 0)}
     for name in scan.row_checks(layout.padded, bool(layout.fixed_docs)):
-        checks.append(_failures_check(name, walk, rows_ev, scan.passed_text(name, pad_id)))
+        checks.append(walk.fails[name].check(name, scan.passed_text(name, pad_id), rows_ev))
     for name in scan.PAIR_CHECKS if paired else ():
         ev = {"rows_scanned": walk.tot.rows}
-        checks.append(_failures_check(name, walk, ev, scan.PASSED[name], "failed"))
+        checks.append(walk.fails[name].check(name, scan.PASSED[name], ev, "failed"))
     hashes_done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
     tot, src_fails = walk.tot, walk.fails[scan.SRC]
@@ -158,14 +158,6 @@ def _scan_shard(pf, shard: str, walk: _Walk) -> None:
             for name, (count, shown) in found.items():
                 walk.fails[name].add(count, _pair_examples(shown, shard, row0))
         row0 += R
-
-
-def _failures_check(name: str, walk: _Walk, ev: dict, passed: str, key="rows_failed") -> Check:
-    """One row check (or pair rule): the first failure's message (+ how many more rows), or `passed`."""
-    f = walk.fails[name]
-    if not f.count:
-        return Check(name, True, passed, dict(ev))
-    return Check(name, False, f.message(), {**ev, key: f.count, "first": f.examples})
 
 
 def _pair_examples(shown: list[tuple[int, int, str]], shard: str, row0: int) -> list[dict]:

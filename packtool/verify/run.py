@@ -4,7 +4,7 @@
     backends.resolve          which kernels run (a backend that cannot run here: a usage error)
     integrity (every row, numpy)  ──samples rows with >= 2 documents──▶  isolation (tiny models)
                                   (none: sampling.synthesize builds rows of two from the pack's own)
-    messages.flash_check      whether a FlashAttention varlen kernel ran, from counted calls
+    isolation.flash_check     whether a FlashAttention varlen kernel ran, from counted calls
 
 The result passes only when every check passes; skipped checks (the FlashAttention kernel without
 CUDA) never count as passes of what they skip.
@@ -25,7 +25,6 @@ DEFAULT_ROWS = {"cpu": 4, "cuda": 16}
 # CPU: each row runs as its first 1024 slots or more, its first two documents whole (sampling.crop):
 # the sdpa path's packed mask is L^2 per row (benchmarks/README.md times it); CUDA: whole rows
 ROW_TOKENS = {"cpu": 1024, "cuda": None}
-NOT_CHECKED = NotChecked.exit_code
 MODEL_ROWS = 16  # --model: rows cut to model_check.TOKENS, so 16 of them fit the same time
 
 
@@ -57,7 +56,7 @@ class VerifyResult:
     @property
     def exit_code(self) -> int:
         """0 passed, 1 a check failed, 3 nothing failed but a check asked for was not run."""
-        return 0 if self.passed else 1 if self.failed else NOT_CHECKED
+        return 0 if self.passed else 1 if self.failed else NotChecked.exit_code
 
     def to_dict(self) -> dict:
         return {

@@ -62,6 +62,7 @@ from packtool.schema.rows import (  # noqa: F401  (the row check and its names, 
     flat_list,
     scan_rows,
 )
+from packtool.verify import Check
 
 MAX_EXAMPLES = 5
 MANIFEST_CHECK = "manifest"
@@ -103,10 +104,14 @@ class Failures:
         if room > 0:
             self.examples.extend(examples[:room])
 
-    def message(self) -> str:
-        """The first failure's message, and how many more rows failed."""
+    def check(self, name: str, passed: str, ev: dict, key: str = "rows_failed") -> Check:
+        """Check `name`: `passed` when nothing failed, else the first failure's message (+ how
+        many more rows failed) with the count and the first few as evidence."""
+        if not self.count:
+            return Check(name, True, passed, dict(ev))
         more = f" (+{self.count - 1} more rows)" if self.count > 1 else ""
-        return self.examples[0]["message"] + more
+        ev = {**ev, key: self.count, "first": self.examples}
+        return Check(name, False, self.examples[0]["message"] + more, ev)
 
 
 @dataclass
@@ -119,7 +124,6 @@ class Totals:
     loss_tokens: int = 0  # labels != IGNORE_INDEX counted
     documents: int = 0
     num_tokens_sum: int = 0
-    num_loss_sum: int = 0
     source_index: list[np.ndarray] = field(default_factory=list)
     # per scanned batch, parallel to source_index: (shard, first row, offsets of its rows' entries),
     # so that a source index found twice or missing is named by shard, row and document
@@ -133,7 +137,6 @@ class Totals:
         self.loss_tokens += batch["loss_tokens"]
         self.documents += batch["documents"]
         self.num_tokens_sum += batch["num_tokens_sum"]
-        self.num_loss_sum += batch["num_loss_sum"]
         vals = np.asarray(cols["src_val"], dtype=np.int64)
         off = np.asarray(cols["src_off"], dtype=np.int64)
         keep = batch.get("src_keep")
