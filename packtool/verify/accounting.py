@@ -21,16 +21,10 @@ import numpy as np
 from packtool import schema
 from packtool.schema.manifest import CONSERVED_COUNTS
 from packtool.verify import Check
-from packtool.verify.audit import is_int, value
+from packtool.verify.audit import is_int, listed, section, value
 from packtool.verify.scan import CONSERVE, COUNTS, SRC, Failures, Totals
 
 LISTS = ("skipped", "dropped", "truncated", "split")
-
-
-def listed(m: dict | None, key: str) -> list[dict]:
-    """The objects of the manifest's list `key` (none where it is no list)."""
-    v = (m or {}).get(key)
-    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,8 +120,7 @@ def _duplicate_rows(tot: Totals, hits: list[tuple[str, int, int]]) -> str:
 def _missing_sources(m: dict, tot: Totals, limit: int = 3) -> str:
     """Source indices that are in no row and not listed as skipped or dropped (rare path), e.g. a
     document merged into its neighbour, or a row overwritten by a copy of another."""
-    c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
-    n = c.get("examples_read")
+    n = section(m, "counts").get("examples_read")
     lists = isinstance(m.get("skipped"), list) and isinstance(m.get("dropped"), list)
     if not is_int(n) or n < 0 or not lists:
         return ""
@@ -188,8 +181,7 @@ def conservation_check(m: dict, tot: Totals) -> Check:
                                                                    twice that for pairs)
         distinct source_index in the rows = packed + truncated + split
     """
-    c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
-    tokens = m.get("tokens") if isinstance(m.get("tokens"), dict) else {}
+    c, tokens = section(m, "counts"), section(m, "tokens")
     for k in ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut"):
         if tokens.get(k) is not None and not is_int(tokens[k]):
             raise TypeError(f"tokens.{k} is {tokens[k]!r}, not an integer")

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from packtool import schema
-from packtool.verify import Check, scan
+from packtool.verify import Check, audit, scan
 
 SELF_TEST_PAD_ID = 0
 SELF_TEST_DOCS = 160  # documents of 8..pack_len // 3 tokens: all packed whole, several per row
@@ -166,7 +166,7 @@ def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
     m = schema.read_pack_manifest(out)
     if m is None:
         return failed(f"{out} has no readable packtool manifest")
-    counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
+    counts = audit.section(m, "counts")
     rows = docs = 0
     try:
         for entry in m.get("shards") or []:

@@ -29,6 +29,7 @@ import os
 
 from packtool.errors import PacktoolError
 from packtool.verify import Check
+from packtool.verify.audit import section
 
 OPTIONS = "sources options"
 FILES = "sources sha256"
@@ -171,7 +172,7 @@ def input_specs_from(manifest: dict, cfg, locate=lambda data: data) -> list:
 def recorded_data(manifest: dict, pack: str) -> str:
     """What to read when --sources names no DATA: the input given to pack, or the one recorded
     source, or the folder holding all of them (relative paths: locate_recorded)."""
-    options = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
+    options = section(manifest, "options")
     sources = [s for s in manifest.get("sources") or [] if isinstance(s, dict) and s.get("path")]
     rec = options.get("input")
     if not rec:
@@ -262,7 +263,7 @@ def inputs_files_check(specs: list, manifest: dict) -> Check:
 def tokenizer_check(cfg, manifest: dict) -> Check:
     """Check TOKENIZER: the recorded tokenizer loads and its files hash to what the manifest records
     (skipped for pre-tokenized input)."""
-    rec = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else {}
+    rec = section(manifest, "tokenizer")
     want = rec.get("files_hash")
     if not want:
         msg = "no tokenizer files hash in the manifest (pre-tokenized input): ids are read as they are"
@@ -303,7 +304,7 @@ def tokenize_again(data, cfg, progress=False, seed: int = 0):
 def template_check(cfg, manifest: dict, tokenized) -> Check:
     """Check TEMPLATE: the chat template resolved now hashes to what the manifest records (a
     failure, not a Stop: the token comparison still runs and shows what changed)."""
-    rec = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else {}
+    rec = section(manifest, "tokenizer")
     now = tokenized.tokenizer or {}
     want, have = rec.get("chat_template_hash"), now.get("chat_template_hash")
     if want is None and have is None:

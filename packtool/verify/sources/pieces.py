@@ -34,7 +34,7 @@ from packtool.data.labels import take_labels
 from packtool.errors import PacktoolError
 from packtool.schema import IGNORE_INDEX
 from packtool.verify import Check
-from packtool.verify.accounting import listed
+from packtool.verify.audit import listed, section
 from packtool.verify.sources.load import ACCOUNT, TOKENS, Stop
 
 
@@ -173,8 +173,7 @@ def expected_pieces(tokenized, manifest: dict) -> Expected:
 def account_check(manifest: dict, tokenized, exp: Expected, cmp, where) -> Check:
     """Check ACCOUNT; `cmp` is None under --sample (first-token loss is then not known)."""
     pieces = exp.pieces
-    counts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
-    tokens = manifest.get("tokens") if isinstance(manifest.get("tokens"), dict) else {}
+    counts, tokens = section(manifest, "counts"), section(manifest, "tokens")
     problems = []
     # an example: a record's document(s), or a preference pair (its two sides, keyed
     # 2 * source_index + side in exp: pieces.pair_keys), listed by its record's source_index
