@@ -6,10 +6,8 @@
     per input set (forwards.INPUT_SETS): packed vs alone, per module when it differs
     control (positions through the row, no boundaries): must differ by MODEL_POWER x MODEL_TOL
 
-Checks (worded in messages.py): "model isolation" (the batch PackedCollator.for_model gives keeps
-documents apart), "model control" (the check has power). The report's matrix carries every set's
-difference or error, the minimum set that keeps documents apart here, and per layer kind where it
-leaks.
+The report (messages.py words its checks) carries every set's difference or error, the minimum set
+that keeps documents apart here, and per layer kind where it leaks.
 
 On CPU the check runs in a spawned child (`bounded`), given at most LIMIT_S seconds of wall clock,
 MEMORY bytes resident and THREADS threads, so that an architecture whose tiny copy is not tiny, or
@@ -26,7 +24,6 @@ in this process, bounded by the parameter count only.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import sys
@@ -59,18 +56,16 @@ def fit(sample: Sample, tokens: int) -> Sample | None:
     lens = [int(n) for n in sample.seq_lengths if n > 0]
     if len(lens) < 2:
         return None
-    keep, used = [], 0
+    used, pieces = 0, []
     starts = np.concatenate(([0], np.cumsum(lens)))
-    pieces = []
     for i, n in enumerate(lens):
         room = tokens - used if i else max(1, min(n, tokens // 2))
         take = min(n, room)
         if take < 1:
             break
-        keep.append(take)
         pieces.append((int(starts[i]), int(starts[i]) + take))
         used += take
-    if len(keep) < 2:
+    if len(pieces) < 2:
         return None
     docs = [(sample.input_ids[a:b], sample.labels[a:b]) for a, b in pieces]
     return packed(sample.shard, sample.row, docs, used, sample.synthetic)
@@ -85,15 +80,14 @@ def pad(sample: Sample, length: int) -> Sample:
     return packed(sample.shard, sample.row, docs, length, sample.synthetic)
 
 
-def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: int, progress=None):
+def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: int, say):
     """(model, tiny config, attention implementation, kinds per layer, declared kinds missing from
     the tiny copy) or NotChecked."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from packtool.arch import layers, tiny
+    from packtool.arch import installed, layers, tiny
 
-    say = progress or (lambda text: None)
     mt = cfg_dict.get("model_type")
     try:
         full = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
@@ -133,7 +127,7 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
     built = {k for ks in layers.layer_kinds(small, cfg) for k in ks}
     missing += sorted(k for ks in layers.layer_kinds(meta, wide) for k in ks if k not in built)
     last = None
-    flash = device == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    flash = device == "cuda" and installed("flash_attn")
     for attn in ("flash_attention_2",) * flash + ("sdpa", "eager"):
         try:
             dtype = "bfloat16" if attn == "flash_attention_2" else "float32"
@@ -186,7 +180,7 @@ def _run(cfg_dict, path, where, samples, device, seed, progress):
         raise PacktoolError("verify --model: no sampled row holds two documents")
     width = max(len(r.input_ids) for r in rows)  # rows cut short of the budget: one batch shape
     rows = [pad(r, width) for r in rows]
-    model, cfg, attn, kinds, missing = build(cfg_dict, path, rows, device, seed, progress)
+    model, cfg, attn, kinds, missing = build(cfg_dict, path, rows, device, seed, say)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     tol = TOL.get(dtype, 1e-4)
     fam = arch.family(cfg_dict)

@@ -1,11 +1,6 @@
 """The row scan of the integrity layer: the row check itself (`scan_rows`, `batch_columns`,
 `describe`: every slot of a batch of rows against what its `seq_lengths` say, numpy only) lives in
-schema/rows.py, shared with export; here is what verify keeps of it.
-
-    Failures      one check's failures over the pack: a count, the first MAX_EXAMPLES as evidence
-    Totals        what the scan counted over the whole pack (accounting compares it with the manifest)
-    examples      a batch's failing rows of one check as evidence: shard, row, position, message
-    passed_text   the message of a row check that no row failed
+schema/rows.py, shared with export; here is what verify keeps of it (Failures, Totals).
 
 The integrity checks' names, in report order (tests, the report and `--json` readers match them):
 
