@@ -175,12 +175,8 @@ def counts_check(
 
 def conservation_check(m: dict, tot: Totals) -> Check:
     """Every example read is skipped, dropped or packed (whole, truncated or split), and tokens in =
-    out + cut: the manifest's own arithmetic (schema.conservation_problems), then the rows against it
-
-        documents     = packed + truncated + split_parts          (= documents in the rows;
-                                                                   twice that for pairs)
-        distinct source_index in the rows = packed + truncated + split
-    """
+    out + cut: the manifest's own arithmetic (schema.conservation_problems), then the rows against
+    it (the table above; a preference pair is two documents)."""
     c, tokens = section(m, "counts"), section(m, "tokens")
     for k in ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut"):
         if tokens.get(k) is not None and not is_int(tokens[k]):

@@ -27,6 +27,7 @@ import numpy as np
 
 from packtool import schema
 from packtool.io.shards import sha256_file
+from packtool.schema.rows import flat_list
 from packtool.verify import Check, accounting, audit, scan
 from packtool.verify.sampling import Sampler
 
@@ -150,7 +151,7 @@ def _scan_shard(pf, shard: str, walk: _Walk) -> None:
         for name, r in res.items():
             walk.fails[name].add(int(r["rows"].size), scan.examples(name, r, cols, shard, row0))
         if walk.paired:
-            _, side = scan.flat_list(batch.column(schema.SIDE_COLUMN))
+            _, side = flat_list(batch.column(schema.SIDE_COLUMN))
             found = scan.pair_checks(
                 cols["input_ids"], cols["labels"], cols["seq_val"], cols["seq_off"],
                 cols["src_val"], side,

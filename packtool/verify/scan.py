@@ -53,8 +53,6 @@ from packtool.schema.rows import (  # noqa: F401  (the row check and its names, 
     UNPAD,
     batch_columns,
     describe,
-    flat_fixed,
-    flat_list,
     scan_rows,
 )
 from packtool.verify import Check

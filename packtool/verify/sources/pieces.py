@@ -33,6 +33,7 @@ import numpy as np
 from packtool.data.labels import take_labels
 from packtool.errors import PacktoolError
 from packtool.schema import IGNORE_INDEX
+from packtool.schema.rows import flat_list
 from packtool.verify import Check
 from packtool.verify.audit import listed, section
 from packtool.verify.sources.load import ACCOUNT, TOKENS, Stop
@@ -66,8 +67,6 @@ class Expected:
     def gather(self, records: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
         """(ids, labels, offsets): the pieces [start, start + length) of `records`, back to back."""
         import pyarrow as pa
-
-        from packtool.verify.scan import flat_list
 
         uniq, inv = np.unique(records, return_inverse=True)
         take = pa.array(uniq.astype(np.int64))
