@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from packtool.arch import KERNELS
+from packtool.arch.layers import layer_types, word
 from packtool.verify import Check
 
 MODEL = "model isolation"
@@ -25,8 +27,6 @@ def not_checked_check(reason: str) -> Check:
 def layer_words(cfg, kinds) -> list[str]:
     """Per layer of the tiny model, its type as the config declares it (layer_types,
     layers_block_type), else the kinds of its modules ("full attention+moe"), else "-"."""
-    from packtool.arch.layers import layer_types
-
     types = layer_types(cfg)
     out = []
     for i, ks in enumerate(kinds):
@@ -37,8 +37,6 @@ def layer_words(cfg, kinds) -> list[str]:
 
 def _needs(error: str) -> str | None:
     """The package a transformers refusal names ("... without `causal_conv1d`"), as pip names it."""
-    from packtool.arch import KERNELS
-
     m = re.search(r"without `([^`]+)`", error)
     return m and KERNELS.get(m.group(1), m.group(1).replace("_", "-"))
 
@@ -126,8 +124,6 @@ def fix(report: dict, sets, fam) -> str:
 
 
 def isolation_check(report: dict, sets, fam) -> Check:
-    from packtool.arch.layers import word
-
     given = report["collator"]
     r = sets[given]
     mt = report["model_type"]

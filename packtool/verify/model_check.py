@@ -31,8 +31,12 @@ import time
 
 import numpy as np
 
+from packtool import arch
+from packtool.arch import layers, tiny
+from packtool.arch.config import concern
 from packtool.errors import NotChecked, PacktoolError
-from packtool.verify.forwards import quiet_transformers, tf_version
+from packtool.verify import forwards as mf
+from packtool.verify import messages
 from packtool.verify.messages import (
     cells,  # noqa: F401  (report/verify.py reads it here)
     not_checked_check,
@@ -86,14 +90,12 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from packtool.arch import installed, layers, tiny
-
     mt = cfg_dict.get("model_type")
     try:
         full = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as e:
         raise NotChecked(
-            f"transformers {tf_version()} cannot read a {mt!r} config ({type(e).__name__}: "
+            f"transformers {mf.tf_version()} cannot read a {mt!r} config ({type(e).__name__}: "
             f"{_line(e)}); verify never runs remote code: upgrade transformers if it is new"
         ) from e
     docs = [int(n) for s in samples for n in s.seq_lengths if n > 1]
@@ -127,7 +129,7 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
     built = {k for ks in layers.layer_kinds(small, cfg) for k in ks}
     missing += sorted(k for ks in layers.layer_kinds(meta, wide) for k in ks if k not in built)
     last = None
-    flash = device == "cuda" and installed("flash_attn")
+    flash = device == "cuda" and arch.installed("flash_attn")
     for attn in ("flash_attention_2",) * flash + ("sdpa", "eager"):
         try:
             dtype = "bfloat16" if attn == "flash_attention_2" else "float32"
@@ -150,14 +152,12 @@ def run(
     """([Check, Check] or [a not-checked Check], the report dict) for the sampled rows through
     the tiny model of the config at `path` (read as `cfg_dict`; `where` is how the user named it).
     What cannot be built or run is "not checked" (NotChecked's words), never a pass."""
-    from packtool.arch.config import concern
-
     try:
         if why := concern(cfg_dict, where):  # before transformers is asked: remote code, unknown
             raise NotChecked(why)
         return _run(cfg_dict, path, where, samples, device, seed, progress)
     except NotChecked as e:
-        return _not_checked(cfg_dict, where, str(e), transformers=tf_version())
+        return _not_checked(cfg_dict, where, str(e), transformers=mf.tf_version())
 
 
 def _not_checked(cfg_dict: dict, where: str, reason: str, **more):
@@ -168,13 +168,8 @@ def _not_checked(cfg_dict: dict, where: str, reason: str, **more):
 def _run(cfg_dict, path, where, samples, device, seed, progress):
     import torch
 
-    from packtool import arch
-    from packtool.arch import layers
-    from packtool.verify import forwards as mf
-    from packtool.verify import messages
-
     say = progress or (lambda text: None)
-    quiet_transformers()
+    mf.quiet_transformers()
     rows = [r for r in (fit(s, TOKENS[device]) for s in samples) if r is not None]
     if not rows:
         raise PacktoolError("verify --model: no sampled row holds two documents")
@@ -238,7 +233,7 @@ def _run(cfg_dict, path, where, samples, device, seed, progress):
         "leaks": _by_kind(sets, recorder.modules, tol),
         "leaking_layers": _by_layer(sets, recorder.modules, tol),
         "missing_kernels": arch.missing_kernels(cfg_dict),
-        "transformers": tf_version(),
+        "transformers": mf.tf_version(),
     }
     iso = messages.isolation_check(report, sets, fam)
     report["status"] = "passed" if iso.passed else "not checked" if iso.unchecked else "failed"

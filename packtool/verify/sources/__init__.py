@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from packtool.verify import Check
+from packtool.verify.audit import list_shards, load_manifest
 from packtool.verify.sources import load
 from packtool.verify.sources.match import Compare, missing_pieces, scan_shard, settle_deferred
 from packtool.verify.sources.pieces import account_check, expected_pieces
@@ -51,8 +52,6 @@ def check_sources(
     """The `verify --sources` checks of the pack folder `pack`: sources re-read from `data` (None:
     where the manifest says), tokenized again with the recorded tokenizer, template and options,
     and every document (or `sample` records, picked with `seed`) compared with the shards."""
-    from packtool.verify.audit import list_shards, load_manifest
-
     checks: list[Check] = []
     manifest, merr = load_manifest(pack)
     try:

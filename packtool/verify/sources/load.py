@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import packtool
+from packtool.config import InputSpec, ReadConfig, TokenizeConfig
 from packtool.errors import PacktoolError
 from packtool.verify import Check
 from packtool.verify.audit import section
@@ -59,8 +61,6 @@ def _tuples(v):
 def _build(cls, d: dict, where: str, missing: list[str]):
     """`cls(**d)` for a (nested) frozen dataclass: keys this packtool does not know are refused,
     missing ones take the dataclass's default (and are listed in `missing`)."""
-    import packtool
-
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(d) - set(fields) - (EXTRA_OPTIONS if where == "options" else set()))
     if unknown:
@@ -93,8 +93,6 @@ def _build(cls, d: dict, where: str, missing: list[str]):
 
 def tokenize_config_from(manifest: dict):
     """(TokenizeConfig, keys not recorded): the recorded options with the cache off."""
-    from packtool.config import TokenizeConfig
-
     options = manifest.get("options")
     if not isinstance(options, dict):
         raise Stop(
@@ -115,7 +113,6 @@ def tokenize_config_from(manifest: dict):
 
 def options_text(cfg) -> str:
     """The options that differ from a default TokenizeConfig, e.g. 'train_on last, read.format alpaca'."""
-    from packtool.config import TokenizeConfig
 
     def flat(d, p=""):
         return [(f"{p}{k}", v) for k, v in d.items() if not isinstance(v, dict)] + [
@@ -142,8 +139,6 @@ def options_check(manifest: dict):
 def input_specs_from(manifest: dict, cfg, locate=lambda data: data) -> list:
     """The InputSpecs of a mixture pack (manifest `inputs`; [] for a single input): each input's
     recorded data through `locate`, its ReadConfig rebuilt from inputs[k].options, its weight."""
-    from packtool.config import InputSpec, ReadConfig
-
     inputs = manifest.get("inputs")
     if not inputs:
         return []

@@ -36,6 +36,7 @@ from packtool.schema import IGNORE_INDEX
 from packtool.schema.rows import flat_list
 from packtool.verify import Check
 from packtool.verify.audit import listed, section
+from packtool.verify.sampling import mix
 from packtool.verify.sources.load import ACCOUNT, TOKENS, Stop
 
 
@@ -112,8 +113,6 @@ def hashes(ids: np.ndarray, labels: np.ndarray, off: np.ndarray, pack_len: int) 
     in a prompt and one in a reply (a long run of one token), are told apart too. Equal hash ->
     compared anyway, token by token."""
     if pack_len not in _MULT:
-        from packtool.verify.sampling import mix
-
         _MULT[pack_len] = mix(np.arange(pack_len, dtype=np.uint64)) | np.uint64(1)
     lens = np.diff(off)
     if not lens.size:
