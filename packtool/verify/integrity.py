@@ -57,8 +57,8 @@ class _Walk:
 
 
 def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[list[Check], dict]:
-    """(checks, summary) of the pack folder `path`: the summary carries pack_len, pad id, and
-    `samples`, up to `sample_rows` rows with >= 2 documents chosen with `seed` during the scan
+    """(checks, summary) of the pack folder `path`: the summary carries pack_len, rows, documents
+    and `samples`, up to `sample_rows` rows with >= 2 documents chosen with `seed` during the scan
     (and `singles`, rows with one document, in case no row holds two)."""
     manifest, why = audit.load_manifest(path)
     shards = audit.list_shards(path)
@@ -80,7 +80,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         where = f"{os.path.join(path, schema.DATA_DIR)}/*.parquet"
         checks.append(Check(scan.SHARDS, False, f"no shards under {where}"))
         pool.shutdown()
-        return checks, {"pack_len": pack_len, "shards": [], "rows": 0, "pad_id": pad_id}
+        return checks, {"pack_len": pack_len, "rows": 0}
 
     samplers = Sampler(sample_rows, seed), Sampler(2 * sample_rows, seed + 7)
     walk = _Walk(pack_len, pad_id, layout, paired, samplers)
@@ -123,10 +123,8 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         todo += [(scan.COUNTS, accounting.counts_check, manifest, tot, pack_len, layout)]
         todo += [(scan.CONSERVE, accounting.conservation_check, manifest, tot)]
     checks += [audit.guarded(*t) for t in todo]
-    summary = {"pack_len": pack_len, "shards": shards, "shard_rows": walk.shard_rows}
-    summary |= {"rows": tot.rows, "pad_id": pad_id, "tokens": tot.tokens}
-    summary |= {"documents": tot.documents, "samples": samplers[0].rows()}
-    return checks, {**summary, "singles": samplers[1].rows()}
+    summary = {"pack_len": pack_len, "rows": tot.rows, "documents": tot.documents}
+    return checks, summary | {"samples": samplers[0].rows(), "singles": samplers[1].rows()}
 
 
 def _scan_shard(pf, shard: str, walk: _Walk) -> None:
