@@ -193,7 +193,7 @@ def passed_text(name: str, pad_id: int | None) -> str:
     }[name]
 
 
-def pair_checks(input_ids, labels, seq_val, seq_off, src_val, side_val, ignore=-100) -> dict:
+def pair_checks(input_ids, labels, seq_val, seq_off, src_val, side_val) -> dict:
     """The pair rules over a batch of B rows of L slots: `input_ids`, `labels` [B, L]; the list
     columns flat with their row offsets (seq_val/src_val/side_val share seq_off, int64[B+1]). Per
     rule: (failing documents, the first as (row in batch, position in row or -1, message))."""
@@ -241,7 +241,7 @@ def pair_checks(input_ids, labels, seq_val, seq_off, src_val, side_val, ignore=-
     flat_ids = input_ids.reshape(-1)
     pos = row * L + start  # flat slot of each document's first token
     # the prompt: each document's leading untrained run (its length: nothing trained)
-    prompt = leading_untrained((labels != ignore).reshape(-1), pos, length)
+    prompt = leading_untrained((labels != schema.IGNORE_INDEX).reshape(-1), pos, length)
     none = np.flatnonzero(prompt == length)
     out[PAIR_TRAINED] = (
         int(none.size),

@@ -71,9 +71,7 @@ def check_sources(
                 "that folder: packtool verify PACK --sources FOLDER",
             )
         # a mixture's relative inputs: from DATA (the folder pack ran in), else from here or beside PACK
-        specs = load.input_specs_from(
-            manifest, cfg, lambda rec: load.locate_recorded(rec, pack, data)
-        )
+        specs = load.input_specs_from(manifest, pack, data)
         if specs:
             checks.append(load.inputs_files_check(specs, manifest))
         else:

@@ -136,9 +136,10 @@ def options_check(manifest: dict):
     return Check(OPTIONS, True, f"{options_text(cfg)}; cache off{note}", ev), cfg
 
 
-def input_specs_from(manifest: dict, cfg, locate=lambda data: data) -> list:
+def input_specs_from(manifest: dict, pack: str, folder: str | None) -> list:
     """The InputSpecs of a mixture pack (manifest `inputs`; [] for a single input): each input's
-    recorded data through `locate`, its ReadConfig rebuilt from inputs[k].options, its weight."""
+    recorded data located from `folder` or beside `pack` (locate_recorded), its ReadConfig rebuilt
+    from inputs[k].options, its weight."""
     inputs = manifest.get("inputs")
     if not inputs:
         return []
@@ -157,8 +158,9 @@ def input_specs_from(manifest: dict, cfg, locate=lambda data: data) -> list:
             )
         read = _build(ReadConfig, opts, f"inputs[{k - 1}].options", [])
         data = str(e["data"])
+        located = locate_recorded(data, pack, folder)
         try:
-            specs.append(InputSpec(str(e.get("spec") or data), locate(data), read, e["weight"]))
+            specs.append(InputSpec(str(e.get("spec") or data), located, read, e["weight"]))
         except PacktoolError as err:
             raise Stop(OPTIONS, f"manifest inputs[{k - 1}]: {err}") from None
     return specs
