@@ -37,10 +37,7 @@ from packtool.arch.config import concern
 from packtool.errors import NotChecked, PacktoolError
 from packtool.verify import forwards as mf
 from packtool.verify import messages
-from packtool.verify.messages import (
-    cells,  # noqa: F401  (report/verify.py reads it here)
-    not_checked_check,
-)
+from packtool.verify.messages import cells  # noqa: F401  (report/verify.py reads it here)
 from packtool.verify.sampling import Sample, packed
 from packtool.verify.tolerances import MODEL_POWER as POWER
 from packtool.verify.tolerances import MODEL_TOL as TOL
@@ -162,7 +159,7 @@ def run(
 
 def _not_checked(cfg_dict: dict, where: str, reason: str, **more):
     report = {"model": where, "model_type": cfg_dict.get("model_type"), "status": "not checked"}
-    return [not_checked_check(reason)], {**report, "reason": reason, **more}
+    return [messages.not_checked_check(reason)], {**report, "reason": reason, **more}
 
 
 def _run(cfg_dict, path, where, samples, device, seed, progress):
