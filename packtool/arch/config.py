@@ -128,11 +128,9 @@ def folder_config(folder: str | None) -> dict | None:
     if not folder or not os.path.isdir(os.path.expanduser(folder)):
         return None
     try:
-        with open(os.path.join(os.path.expanduser(folder), CONFIG), encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
+        return read_config(folder)[0]
+    except PacktoolError:  # no config.json, not JSON, no model_type
         return None
-    return cfg if isinstance(cfg, dict) and "model_type" in cfg else None
 
 
 def model_warning(model: str | None, tokenizer: str | None) -> str | None:
