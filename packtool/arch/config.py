@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 
+from packtool import arch
 from packtool.errors import PacktoolError, UsageError
 
 CONFIG = "config.json"
@@ -127,18 +128,14 @@ def folder_config(folder: str | None) -> dict | None:
     if not folder or not os.path.isdir(os.path.expanduser(folder)):
         return None
     try:
-        with open(os.path.join(os.path.expanduser(folder), CONFIG), encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
+        return read_config(folder)[0]
+    except PacktoolError:  # no config.json, not JSON, no model_type
         return None
-    return cfg if isinstance(cfg, dict) and "model_type" in cfg else None
 
 
 def model_warning(model: str | None, tokenizer: str | None) -> str | None:
     """inspect/profile/pack's one-line early warning for --model, or for a --tokenizer folder that
     holds the model's config.json: `concern`, else packtool.arch.warning; None: nothing to say."""
-    from packtool import arch
-
     if model:
         cfg, path = read_config(model, need_type=False)
         if "model_type" not in cfg:  # a FLOPs-only config (profile's sizes): nothing to judge

@@ -1,19 +1,15 @@
 """A tiny random-weight copy of the user's architecture: the same code path, every layer kind once.
 
-    config.json ──AutoConfig──▶ full config ──shrink──▶ tiny config ──from_config──▶ model (random)
+    config.json ──AutoConfig──▶ full config ──widths──▶ tiny config ──from_config──▶ model (random)
 
-`shrink` keeps what decides how documents can leak (layer kinds and their order, attention
+`widths` keeps what decides how documents can leak (layer kinds and their order, attention
 variants: GQA ratio, qk-norm, sinks, RoPE type and scaling, M-RoPE sections, sliding windows,
-chunked scans) and makes every width small:
-
-    hidden 64, heads 4 (key/value heads: 1 | 2 | 4 as the original is MQA | GQA | MHA), head_dim 16
-    (32 with partial rotary), MLP 128, experts 4 (top-2), vocab 512, Mamba/linear-attention heads
-    small with chunks of 16 tokens (so a document crosses chunk boundaries), a sliding window below
-    the shortest sampled document.
+chunked scans) and makes every width small (the constants below; key/value heads 1 | 2 | 4 of 4
+as the original is MQA | GQA | MHA; a sliding window below the shortest sampled document).
 
 Depth: the full-depth tiny model is built once on the meta device (no memory), each decoder layer
-classified by its modules (`layer_kinds`), and the depth cut to the shortest prefix that still
-holds every kind (gemma3: 5 sliding + 1 full -> 6 layers; qwen3.5: 3 linear + 1 full -> 4).
+classified by its modules (layers.layer_kinds), and the depth `cut` to the shortest prefix that
+still holds every kind (gemma3: 5 sliding + 1 full -> 6 layers; qwen3.5: 3 linear + 1 full -> 4).
 Per-layer lists of the config (layer_types, layers_block_type, a hybrid pattern string) are cut
 with it; lists of layer indices keep those below the cut.
 

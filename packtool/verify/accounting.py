@@ -21,16 +21,10 @@ import numpy as np
 from packtool import schema
 from packtool.schema.manifest import CONSERVED_COUNTS
 from packtool.verify import Check
-from packtool.verify.audit import is_int, value
+from packtool.verify.audit import is_int, listed, section, value
 from packtool.verify.scan import CONSERVE, COUNTS, SRC, Failures, Totals
 
 LISTS = ("skipped", "dropped", "truncated", "split")
-
-
-def listed(m: dict | None, key: str) -> list[dict]:
-    """The objects of the manifest's list `key` (none where it is no list)."""
-    v = (m or {}).get(key)
-    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
 
 # --------------------------------------------------------------------------------------------
@@ -43,9 +37,7 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals, each: int =
     source_index entries do not match their documents (the scan's per-row check). `each`: the
     documents one example makes (a preference pack's pair: 2, one a side)."""
     if fail.count:
-        return Check(
-            SRC, False, fail.message(), {"rows_failed": fail.count, "first": fail.examples}
-        )
+        return fail.check(SRC, "", {})
     src = tot.all_sources()
     uniq, counts = np.unique(src, return_counts=True)
     split = {
@@ -128,8 +120,7 @@ def _duplicate_rows(tot: Totals, hits: list[tuple[str, int, int]]) -> str:
 def _missing_sources(m: dict, tot: Totals, limit: int = 3) -> str:
     """Source indices that are in no row and not listed as skipped or dropped (rare path), e.g. a
     document merged into its neighbour, or a row overwritten by a copy of another."""
-    c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
-    n = c.get("examples_read")
+    n = section(m, "counts").get("examples_read")
     lists = isinstance(m.get("skipped"), list) and isinstance(m.get("dropped"), list)
     if not is_int(n) or n < 0 or not lists:
         return ""
@@ -184,14 +175,9 @@ def counts_check(
 
 def conservation_check(m: dict, tot: Totals) -> Check:
     """Every example read is skipped, dropped or packed (whole, truncated or split), and tokens in =
-    out + cut: the manifest's own arithmetic (schema.conservation_problems), then the rows against it
-
-        documents     = packed + truncated + split_parts          (= documents in the rows;
-                                                                   twice that for pairs)
-        distinct source_index in the rows = packed + truncated + split
-    """
-    c = m.get("counts") if isinstance(m.get("counts"), dict) else {}
-    tokens = m.get("tokens") if isinstance(m.get("tokens"), dict) else {}
+    out + cut: the manifest's own arithmetic (schema.conservation_problems), then the rows against
+    it (the table above; a preference pair is two documents)."""
+    c, tokens = section(m, "counts"), section(m, "tokens")
     for k in ("in", "out", "cut", "loss_in", "loss_out", "loss_first_token", "loss_cut"):
         if tokens.get(k) is not None and not is_int(tokens[k]):
             raise TypeError(f"tokens.{k} is {tokens[k]!r}, not an integer")

@@ -54,6 +54,18 @@ def value(m: dict | None, dotted: str):
     return cur
 
 
+def section(m: dict | None, key: str) -> dict:
+    """The manifest's object `key` ({} where it is absent or not an object)."""
+    v = (m or {}).get(key)
+    return v if isinstance(v, dict) else {}
+
+
+def listed(m: dict | None, key: str) -> list[dict]:
+    """The objects of the manifest's list `key` (none where it is no list)."""
+    v = (m or {}).get(key)
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
 def manifest_pack_len(m: dict | None) -> int | None:
     """The manifest's pack_len when it is a positive integer (else the shards say)."""
     v = value(m, "pack_len")
@@ -167,14 +179,10 @@ def shards_check(
 ) -> Check:
     """Every shard the manifest lists is on disk with its rows and sha256, and nothing else is."""
     problems: list[str] = []
-    listed = manifest.get("shards") if isinstance(manifest, dict) else None
-    if not isinstance(listed, list):
+    if not isinstance((manifest or {}).get("shards"), list):
         problems.append("the manifest lists no shards: rows and sha256 cannot be checked")
-        listed = []
-    by_file = {}
-    for s in listed:
-        if isinstance(s, dict) and "file" in s:
-            by_file[str(s["file"]).replace(os.sep, "/")] = s
+    entries = [s for s in listed(manifest, "shards") if "file" in s]
+    by_file = {str(s["file"]).replace(os.sep, "/"): s for s in entries}
     for f in sorted(set(by_file) - set(shards)):
         rows = by_file[f].get("rows")
         problems.append(f"{f} is listed in the manifest ({rows} rows) but missing on disk")

@@ -35,7 +35,7 @@ import inspect
 import itertools
 from dataclasses import dataclass
 
-from packtool.config import DEVICES  # noqa: F401  (one definition, in config)
+from packtool.config import DEVICES
 from packtool.config import VERIFY_BACKENDS as BACKENDS
 from packtool.errors import UsageError
 
@@ -323,34 +323,35 @@ def call_varlen(name: str, q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale):
     python ints -> [T, H, D]."""
     fn = _varlen_fn(name)
     if name == "flash-attn":  # GQA native; the keywords transformers' _flash_attention_forward uses
+        args = (q, k, v)
         kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k)
-        call = lambda: fn(q, k, v, **kw, dropout_p=0.0, softmax_scale=scale, causal=True)  # noqa: E731
+        kw |= dict(dropout_p=0.0, softmax_scale=scale, causal=True)
     else:
         params = inspect.signature(fn).parameters
-        extra = {}
+        kw = {}
         if k.shape[1] != q.shape[1]:
             if "enable_gqa" in params:
-                extra["enable_gqa"] = True
+                kw["enable_gqa"] = True
             else:
                 rep = q.shape[1] // k.shape[1]
                 k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         if "window_size" in params:  # torch >= 2.10: (-1, -1) is full attention, (-1, 0) is causal
-            extra["window_size"] = (-1, 0)
+            kw["window_size"] = (-1, 0)
         elif "is_causal" in params:  # torch 2.9
-            extra["is_causal"] = True
+            kw["is_causal"] = True
         else:
             raise RuntimeError(
                 "varlen_attn offers neither window_size nor is_causal: cannot make it causal"
             )
         if "scale" in params and scale is not None:
-            extra["scale"] = scale
+            kw["scale"] = scale
         elif scale is not None and abs(scale - q.shape[-1] ** -0.5) > 1e-6:
             raise RuntimeError(
                 f"varlen_attn takes no scale here and the model wants {scale:g}, not 1/sqrt(head_dim)"
             )
-        call = lambda: fn(q, k, v, cu_q, cu_k, max_q, max_k, **extra)  # noqa: E731
+        args = (q, k, v, cu_q, cu_k, max_q, max_k)
     with _varlen_call(int(q.shape[0])):
-        out = call()
+        out = fn(*args, **kw)
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -434,17 +435,11 @@ def _varlen_attention(
     return out.reshape(B, S, H, D), None
 
 
-_registered = False
-
-
+@functools.cache
 def register() -> None:
-    """Make our varlen functions known to transformers (idempotent)."""
-    global _registered
-    if _registered:
-        return
+    """Make our varlen functions known to transformers (once)."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(REFERENCE, reference_attention)
     AttentionInterface.register(TORCH_VARLEN, functools.partial(_varlen_attention, "torch-varlen"))
     AttentionInterface.register(FLASH_VARLEN, functools.partial(_varlen_attention, "flash-attn"))
-    _registered = True

@@ -27,6 +27,7 @@ import numpy as np
 
 from packtool import schema
 from packtool.io.shards import sha256_file
+from packtool.schema.rows import flat_list
 from packtool.verify import Check, accounting, audit, scan
 from packtool.verify.sampling import Sampler
 
@@ -56,8 +57,8 @@ class _Walk:
 
 
 def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[list[Check], dict]:
-    """(checks, summary) of the pack folder `path`: the summary carries pack_len, pad id, and
-    `samples`, up to `sample_rows` rows with >= 2 documents chosen with `seed` during the scan
+    """(checks, summary) of the pack folder `path`: the summary carries pack_len, rows, documents
+    and `samples`, up to `sample_rows` rows with >= 2 documents chosen with `seed` during the scan
     (and `singles`, rows with one document, in case no row holds two)."""
     manifest, why = audit.load_manifest(path)
     shards = audit.list_shards(path)
@@ -79,7 +80,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         where = f"{os.path.join(path, schema.DATA_DIR)}/*.parquet"
         checks.append(Check(scan.SHARDS, False, f"no shards under {where}"))
         pool.shutdown()
-        return checks, {"pack_len": pack_len, "shards": [], "rows": 0, "pad_id": pad_id}
+        return checks, {"pack_len": pack_len, "rows": 0}
 
     samplers = Sampler(sample_rows, seed), Sampler(2 * sample_rows, seed + 7)
     walk = _Walk(pack_len, pad_id, layout, paired, samplers)
@@ -109,10 +110,10 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     checks.append(Check(scan.NO_MASK, not walk.mask_bad, mask))
     rows_ev = {"rows_scanned": walk.tot.rows, "tokens_scanned": walk.tot.rows * (pack_len or 0)}
     for name in scan.row_checks(layout.padded, bool(layout.fixed_docs)):
-        checks.append(_failures_check(name, walk, rows_ev, scan.passed_text(name, pad_id)))
+        checks.append(walk.fails[name].check(name, scan.passed_text(name, pad_id), rows_ev))
     for name in scan.PAIR_CHECKS if paired else ():
         ev = {"rows_scanned": walk.tot.rows}
-        checks.append(_failures_check(name, walk, ev, scan.PASSED[name], "failed"))
+        checks.append(walk.fails[name].check(name, scan.PASSED[name], ev, "failed"))
     hashes_done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
     tot, src_fails = walk.tot, walk.fails[scan.SRC]
@@ -122,10 +123,8 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         todo += [(scan.COUNTS, accounting.counts_check, manifest, tot, pack_len, layout)]
         todo += [(scan.CONSERVE, accounting.conservation_check, manifest, tot)]
     checks += [audit.guarded(*t) for t in todo]
-    summary = {"pack_len": pack_len, "shards": shards, "shard_rows": walk.shard_rows}
-    summary |= {"rows": tot.rows, "pad_id": pad_id, "tokens": tot.tokens}
-    summary |= {"documents": tot.documents, "samples": samplers[0].rows()}
-    return checks, {**summary, "singles": samplers[1].rows()}
+    summary = {"pack_len": pack_len, "rows": tot.rows, "documents": tot.documents}
+    return checks, summary | {"samples": samplers[0].rows(), "singles": samplers[1].rows()}
 
 
 def _scan_shard(pf, shard: str, walk: _Walk) -> None:
@@ -150,7 +149,7 @@ def _scan_shard(pf, shard: str, walk: _Walk) -> None:
         for name, r in res.items():
             walk.fails[name].add(int(r["rows"].size), scan.examples(name, r, cols, shard, row0))
         if walk.paired:
-            _, side = scan.flat_list(batch.column(schema.SIDE_COLUMN))
+            _, side = flat_list(batch.column(schema.SIDE_COLUMN))
             found = scan.pair_checks(
                 cols["input_ids"], cols["labels"], cols["seq_val"], cols["seq_off"],
                 cols["src_val"], side,
@@ -158,14 +157,6 @@ def _scan_shard(pf, shard: str, walk: _Walk) -> None:
             for name, (count, shown) in found.items():
                 walk.fails[name].add(count, _pair_examples(shown, shard, row0))
         row0 += R
-
-
-def _failures_check(name: str, walk: _Walk, ev: dict, passed: str, key="rows_failed") -> Check:
-    """One row check (or pair rule): the first failure's message (+ how many more rows), or `passed`."""
-    f = walk.fails[name]
-    if not f.count:
-        return Check(name, True, passed, dict(ev))
-    return Check(name, False, f.message(), {**ev, key: f.count, "first": f.examples})
 
 
 def _pair_examples(shown: list[tuple[int, int, str]], shard: str, row0: int) -> list[dict]:

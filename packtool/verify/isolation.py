@@ -27,7 +27,6 @@ from dataclasses import asdict
 from packtool.arch import tiny
 from packtool.verify import Check, tolerances
 from packtool.verify import backends as bk
-from packtool.verify.backends import Backend
 from packtool.verify.forwards import compare, quiet_transformers, run_alone, tf_version, track_worst
 from packtool.verify.sampling import Sample, crop
 
@@ -36,7 +35,7 @@ FLASH = "FlashAttention kernel"
 LAYERS = 2  # attention layers per model: a varlen backend makes LAYERS varlen calls per forward
 
 
-def build_model(kind: str, backend: Backend, pack_len: int, seed: int):
+def build_model(kind: str, backend: bk.Backend, pack_len: int, seed: int):
     """The preset `kind` at tiny width, LAYERS layers, random weights, through the backend."""
     cfg = tiny.preset(kind, pack_len=max(pack_len, 64), layers=LAYERS)
     return tiny.build(cfg, backend.attn_implementation, backend.device, backend.dtype, seed)
@@ -52,7 +51,7 @@ def model_desc(kind: str) -> str:
 
 def run_isolation(
     samples: list[Sample],
-    backends: list[Backend],
+    backends: list[bk.Backend],
     *,
     pack_len: int,
     seed: int = 0,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from packtool.arch import KERNELS
+from packtool.arch.layers import layer_types, word
 from packtool.verify import Check
 
 MODEL = "model isolation"
@@ -25,8 +27,6 @@ def not_checked_check(reason: str) -> Check:
 def layer_words(cfg, kinds) -> list[str]:
     """Per layer of the tiny model, its type as the config declares it (layer_types,
     layers_block_type), else the kinds of its modules ("full attention+moe"), else "-"."""
-    from packtool.arch.layers import layer_types
-
     types = layer_types(cfg)
     out = []
     for i, ks in enumerate(kinds):
@@ -37,8 +37,6 @@ def layer_words(cfg, kinds) -> list[str]:
 
 def _needs(error: str) -> str | None:
     """The package a transformers refusal names ("... without `causal_conv1d`"), as pip names it."""
-    from packtool.arch import KERNELS
-
     m = re.search(r"without `([^`]+)`", error)
     return m and KERNELS.get(m.group(1), m.group(1).replace("_", "-"))
 
@@ -82,25 +80,26 @@ def _leaking_types(report: dict) -> set[str]:
     return {words[e["layer"]] for layers in found for e in layers} | set(report["leaks"])
 
 
-def fix(report: dict, sets, fam) -> str:
+def fix(report: dict, fam) -> str:
     """What would change the result, from the matrix: the inputs that were exact, the package a
     refusal names, the kernels whose absence makes this machine's path ignore an input, or
     (nothing would) training unpacked."""
-    given = report["collator"]
-    r = sets[given]
+    given, matrix = report["collator"], report["matrix"]
+    r = matrix[given]
     missing = report["missing_kernels"]
     unpacked = "train it unpacked: `packtool pack ... --max-docs 1` (one document per row)"
     if report["minimum"] is not None:
         return f"train with the {report['minimum']} inputs (PackedCollator(...) options)"
     if not fam.inputs:  # no input reaches the recurrent state: measured as such, nothing to install
         return f"{fam.note}; {unpacked}"
-    if missing and r.error is not None:  # refused: the package transformers names
+    if missing and r["error"] is not None:  # refused: the package transformers names
         return (
             f"install {' and '.join(missing)} (CUDA) and train with "
             "PackedCollator.for_model(model); then run this check again on that machine"
         )
     if missing:  # the collator's inputs ran, nothing refused them, and they leaked
-        same = r.logits >= sets["position_ids"].logits * 0.5 and sets["position_ids"].error is None
+        pos_only = matrix["position_ids"]
+        same = r["logits"] >= pos_only["logits"] * 0.5 and pos_only["error"] is None
         return (
             f"{given} was passed and still leaks here"
             + (" about as much as position_ids alone" if same else "")
@@ -125,37 +124,37 @@ def fix(report: dict, sets, fam) -> str:
     )
 
 
-def isolation_check(report: dict, sets, fam) -> Check:
-    from packtool.arch.layers import word
-
+def isolation_check(report: dict, fam) -> Check:
     given = report["collator"]
-    r = sets[given]
+    r = report["matrix"][given]
     mt = report["model_type"]
     matrix = "; ".join(f"{n}: {w}" for n, w in cells(report).items())
     built = ", ".join(f"{i}: {w}" for i, w in enumerate(report["layer_types"]))
     evidence = {"inputs": matrix, "layers": built, "not_built": report["not_built"]}
     absent = ", ".join(sorted({word(k) for k in report["not_built"]}))
-    if r.error is None and r.logits <= report["tolerance"]:
+    if r["error"] is None and r["logits"] <= report["tolerance"]:
         if absent:
             msg = (
                 f"{mt}: the layers built (layer {built}) keep documents apart with {given} "
-                f"(max difference {r.logits:.0e}), but the tiny copy holds no {absent} layer "
+                f"(max difference {r['logits']:.0e}), but the tiny copy holds no {absent} layer "
                 f"the config declares: {absent} not checked"
             )
             return Check(MODEL, False, f"not checked: {msg}", evidence=evidence, unchecked=True)
         msg = (
             f"{mt}: documents stay apart with the batch PackedCollator.for_model gives "
-            f"({given}; the minimum here: {report['minimum']}), max difference {r.logits:.0e}, "
+            f"({given}; the minimum here: {report['minimum']}), max difference {r['logits']:.0e}, "
             f"every declared layer kind built (layer {built})"
         )
         return Check(MODEL, True, msg, evidence=evidence)
-    if r.error is not None and not _needs(r.error):  # it raised, and not for a missing package
+    if r["error"] is not None and not _needs(
+        r["error"]
+    ):  # it raised, and not for a missing package
         msg = (
-            f"not checked: the tiny {mt} does not run packed with {given} here ({r.error[:200]}); "
+            f"not checked: the tiny {mt} does not run packed with {given} here ({r['error'][:200]}); "
             "this architecture is not covered by verify --model"
         )
         return Check(MODEL, False, msg, evidence=evidence, unchecked=True)
-    leak = _leaking(report) or f"logits differ by {r.logits:.2g}"
+    leak = _leaking(report) or f"logits differ by {r['logits']:.2g}"
     if absent:
         leak += f" (not built, so not checked: {absent})"
     unsafe = report["minimum"] is None
@@ -163,7 +162,7 @@ def isolation_check(report: dict, sets, fam) -> Check:
         f"{mt} mixes packed documents here ({report['attention']}, {report['device']}): "
         f"{leak}; inputs: {matrix}. "
         + ("Packed training of this model is not safe on this machine. " if unsafe else "")
-        + f"Fix: {fix(report, sets, fam)}"
+        + f"Fix: {fix(report, fam)}"
     )
     return Check(MODEL, False, msg, evidence=evidence)
 

@@ -6,10 +6,8 @@
     per input set (forwards.INPUT_SETS): packed vs alone, per module when it differs
     control (positions through the row, no boundaries): must differ by MODEL_POWER x MODEL_TOL
 
-Checks (worded in messages.py): "model isolation" (the batch PackedCollator.for_model gives keeps
-documents apart), "model control" (the check has power). The report's matrix carries every set's
-difference or error, the minimum set that keeps documents apart here, and per layer kind where it
-leaks.
+The report (messages.py words its checks) carries every set's difference or error, the minimum set
+that keeps documents apart here, and per layer kind where it leaks.
 
 On CPU the check runs in a spawned child (`bounded`), given at most LIMIT_S seconds of wall clock,
 MEMORY bytes resident and THREADS threads, so that an architecture whose tiny copy is not tiny, or
@@ -26,7 +24,6 @@ in this process, bounded by the parameter count only.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import sys
@@ -34,12 +31,13 @@ import time
 
 import numpy as np
 
+from packtool import arch
+from packtool.arch import layers, tiny
+from packtool.arch.config import concern
 from packtool.errors import NotChecked, PacktoolError
-from packtool.verify.forwards import quiet_transformers, tf_version
-from packtool.verify.messages import (
-    cells,  # noqa: F401  (report/verify.py reads it here)
-    not_checked_check,
-)
+from packtool.verify import forwards as mf
+from packtool.verify import messages
+from packtool.verify.messages import cells  # noqa: F401  (report/verify.py reads it here)
 from packtool.verify.sampling import Sample, packed
 from packtool.verify.tolerances import MODEL_POWER as POWER
 from packtool.verify.tolerances import MODEL_TOL as TOL
@@ -59,18 +57,16 @@ def fit(sample: Sample, tokens: int) -> Sample | None:
     lens = [int(n) for n in sample.seq_lengths if n > 0]
     if len(lens) < 2:
         return None
-    keep, used = [], 0
+    used, pieces = 0, []
     starts = np.concatenate(([0], np.cumsum(lens)))
-    pieces = []
     for i, n in enumerate(lens):
         room = tokens - used if i else max(1, min(n, tokens // 2))
         take = min(n, room)
         if take < 1:
             break
-        keep.append(take)
         pieces.append((int(starts[i]), int(starts[i]) + take))
         used += take
-    if len(keep) < 2:
+    if len(pieces) < 2:
         return None
     docs = [(sample.input_ids[a:b], sample.labels[a:b]) for a, b in pieces]
     return packed(sample.shard, sample.row, docs, used, sample.synthetic)
@@ -85,21 +81,18 @@ def pad(sample: Sample, length: int) -> Sample:
     return packed(sample.shard, sample.row, docs, length, sample.synthetic)
 
 
-def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: int, progress=None):
+def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: int, say):
     """(model, tiny config, attention implementation, kinds per layer, declared kinds missing from
     the tiny copy) or NotChecked."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from packtool.arch import layers, tiny
-
-    say = progress or (lambda text: None)
     mt = cfg_dict.get("model_type")
     try:
         full = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as e:
         raise NotChecked(
-            f"transformers {tf_version()} cannot read a {mt!r} config ({type(e).__name__}: "
+            f"transformers {mf.tf_version()} cannot read a {mt!r} config ({type(e).__name__}: "
             f"{_line(e)}); verify never runs remote code: upgrade transformers if it is new"
         ) from e
     docs = [int(n) for s in samples for n in s.seq_lengths if n > 1]
@@ -133,7 +126,7 @@ def build(cfg_dict: dict, path: str, samples: list[Sample], device: str, seed: i
     built = {k for ks in layers.layer_kinds(small, cfg) for k in ks}
     missing += sorted(k for ks in layers.layer_kinds(meta, wide) for k in ks if k not in built)
     last = None
-    flash = device == "cuda" and importlib.util.find_spec("flash_attn") is not None
+    flash = device == "cuda" and arch.installed("flash_attn")
     for attn in ("flash_attention_2",) * flash + ("sdpa", "eager"):
         try:
             dtype = "bfloat16" if attn == "flash_attention_2" else "float32"
@@ -156,37 +149,30 @@ def run(
     """([Check, Check] or [a not-checked Check], the report dict) for the sampled rows through
     the tiny model of the config at `path` (read as `cfg_dict`; `where` is how the user named it).
     What cannot be built or run is "not checked" (NotChecked's words), never a pass."""
-    from packtool.arch.config import concern
-
     try:
         if why := concern(cfg_dict, where):  # before transformers is asked: remote code, unknown
             raise NotChecked(why)
         return _run(cfg_dict, path, where, samples, device, seed, progress)
     except NotChecked as e:
-        return _not_checked(cfg_dict, where, str(e), transformers=tf_version())
+        return _not_checked(cfg_dict, where, str(e), transformers=mf.tf_version())
 
 
 def _not_checked(cfg_dict: dict, where: str, reason: str, **more):
     report = {"model": where, "model_type": cfg_dict.get("model_type"), "status": "not checked"}
-    return [not_checked_check(reason)], {**report, "reason": reason, **more}
+    return [messages.not_checked_check(reason)], {**report, "reason": reason, **more}
 
 
 def _run(cfg_dict, path, where, samples, device, seed, progress):
     import torch
 
-    from packtool import arch
-    from packtool.arch import layers
-    from packtool.verify import forwards as mf
-    from packtool.verify import messages
-
     say = progress or (lambda text: None)
-    quiet_transformers()
+    mf.quiet_transformers()
     rows = [r for r in (fit(s, TOKENS[device]) for s in samples) if r is not None]
     if not rows:
         raise PacktoolError("verify --model: no sampled row holds two documents")
     width = max(len(r.input_ids) for r in rows)  # rows cut short of the budget: one batch shape
     rows = [pad(r, width) for r in rows]
-    model, cfg, attn, kinds, missing = build(cfg_dict, path, rows, device, seed, progress)
+    model, cfg, attn, kinds, missing = build(cfg_dict, path, rows, device, seed, say)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     tol = TOL.get(dtype, 1e-4)
     fam = arch.family(cfg_dict)
@@ -244,9 +230,9 @@ def _run(cfg_dict, path, where, samples, device, seed, progress):
         "leaks": _by_kind(sets, recorder.modules, tol),
         "leaking_layers": _by_layer(sets, recorder.modules, tol),
         "missing_kernels": arch.missing_kernels(cfg_dict),
-        "transformers": tf_version(),
+        "transformers": mf.tf_version(),
     }
-    iso = messages.isolation_check(report, sets, fam)
+    iso = messages.isolation_check(report, fam)
     report["status"] = "passed" if iso.passed else "not checked" if iso.unchecked else "failed"
     return [iso, messages.control_check(report, POWER)], report
 

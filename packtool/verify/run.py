@@ -4,7 +4,7 @@
     backends.resolve          which kernels run (a backend that cannot run here: a usage error)
     integrity (every row, numpy)  ──samples rows with >= 2 documents──▶  isolation (tiny models)
                                   (none: sampling.synthesize builds rows of two from the pack's own)
-    messages.flash_check      whether a FlashAttention varlen kernel ran, from counted calls
+    isolation.flash_check     whether a FlashAttention varlen kernel ran, from counted calls
 
 The result passes only when every check passes; skipped checks (the FlashAttention kernel without
 CUDA) never count as passes of what they skip.
@@ -17,15 +17,18 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from packtool import schema
+from packtool.arch.config import read_config
 from packtool.config import VerifyConfig  # noqa: F401  (re-exported: verify.run.VerifyConfig)
 from packtool.errors import NotChecked, UsageError
-from packtool.verify import Check
+from packtool.verify import Check, integrity, model_check
+from packtool.verify import backends as bk
+from packtool.verify.isolation import flash_check, kernel_calls, run_isolation
+from packtool.verify.sampling import synthesize
 
 DEFAULT_ROWS = {"cpu": 4, "cuda": 16}
 # CPU: each row runs as its first 1024 slots or more, its first two documents whole (sampling.crop):
 # the sdpa path's packed mask is L^2 per row (benchmarks/README.md times it); CUDA: whole rows
 ROW_TOKENS = {"cpu": 1024, "cuda": None}
-NOT_CHECKED = NotChecked.exit_code
 MODEL_ROWS = 16  # --model: rows cut to model_check.TOKENS, so 16 of them fit the same time
 
 
@@ -57,7 +60,7 @@ class VerifyResult:
     @property
     def exit_code(self) -> int:
         """0 passed, 1 a check failed, 3 nothing failed but a check asked for was not run."""
-        return 0 if self.passed else 1 if self.failed else NOT_CHECKED
+        return 0 if self.passed else 1 if self.failed else NotChecked.exit_code
 
     def to_dict(self) -> dict:
         return {
@@ -107,12 +110,8 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
     cfg = replace(cfg, path=os.path.expanduser(cfg.path))  # (an API caller's "~/out")
     if cfg.model:
         return _verify_model(cfg)
-    backends = []
     # resolve first: a backend that cannot run here (or no torch) is a usage error
-    if cfg.rows != 0:
-        from packtool.verify import backends as bk
-
-        backends = bk.resolve(cfg.backend, cfg.device)
+    backends = bk.resolve(cfg.backend, cfg.device) if cfg.rows != 0 else []
     device = backends[0].device if backends else "cpu"
     rows = DEFAULT_ROWS[device] if cfg.rows is None else cfg.rows
     res, summary = _integrity(cfg, rows, device)
@@ -121,8 +120,6 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
             Check("isolation", False, "not run (--rows 0): integrity only", skipped=True)
         )
         return res
-    from packtool.verify.isolation import flash_check, kernel_calls
-
     t1 = time.perf_counter()
     iso = _isolation(cfg, summary, backends, rows)
     res.checks.extend(iso)
@@ -140,8 +137,6 @@ def verify(cfg: VerifyConfig) -> VerifyResult:
 def _integrity(cfg: VerifyConfig, rows: int, device: str) -> tuple[VerifyResult, dict]:
     """A VerifyResult holding the integrity checks and timings, and the scan's summary (with
     `rows` rows sampled for isolation)."""
-    from packtool.verify import integrity
-
     res = VerifyResult(path=cfg.path, config={**asdict(cfg), "rows": rows, "device": device})
     t0 = time.perf_counter()
     checks, summary = integrity.check_integrity(cfg.path, sample_rows=rows, seed=cfg.seed)
@@ -153,8 +148,6 @@ def _integrity(cfg: VerifyConfig, rows: int, device: str) -> tuple[VerifyResult,
 
 
 def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Check]:
-    from packtool.verify.isolation import run_isolation
-
     pack_len = summary.get("pack_len")
     if not isinstance(pack_len, int) or pack_len < 2:
         return [Check("isolation", False, f"not run: pack_len {pack_len!r} unknown or < 2")]
@@ -177,10 +170,6 @@ def _isolation(cfg: VerifyConfig, summary: dict, backends, rows: int) -> list[Ch
 def _verify_model(cfg: VerifyConfig) -> VerifyResult:
     """Integrity of every row, then isolation through a tiny copy of cfg.model's architecture
     (model_check) instead of the two generic tiny models."""
-    from packtool.arch.config import read_config
-    from packtool.verify import backends as bk
-    from packtool.verify import model_check
-
     # a bad --model: before any scan
     cfg_dict, config_file = read_config(cfg.model, cfg.allow_download)
     bk.require_torch()
@@ -216,8 +205,6 @@ def _verify_model(cfg: VerifyConfig) -> VerifyResult:
 def _samples(summary: dict, pack_len: int, rows: int) -> list:
     """The integrity scan's sampled rows, or (none holds two documents) rows of two built from its
     one-document rows."""
-    from packtool.verify.sampling import synthesize
-
     return summary.get("samples") or synthesize(summary.get("singles", []), pack_len, rows)
 
 

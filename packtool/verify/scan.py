@@ -1,11 +1,6 @@
 """The row scan of the integrity layer: the row check itself (`scan_rows`, `batch_columns`,
 `describe`: every slot of a batch of rows against what its `seq_lengths` say, numpy only) lives in
-schema/rows.py, shared with export; here is what verify keeps of it.
-
-    Failures      one check's failures over the pack: a count, the first MAX_EXAMPLES as evidence
-    Totals        what the scan counted over the whole pack (accounting compares it with the manifest)
-    examples      a batch's failing rows of one check as evidence: shard, row, position, message
-    passed_text   the message of a row check that no row failed
+schema/rows.py, shared with export; here is what verify keeps of it (Failures, Totals).
 
 The integrity checks' names, in report order (tests, the report and `--json` readers match them):
 
@@ -58,10 +53,9 @@ from packtool.schema.rows import (  # noqa: F401  (the row check and its names, 
     UNPAD,
     batch_columns,
     describe,
-    flat_fixed,
-    flat_list,
     scan_rows,
 )
+from packtool.verify import Check
 
 MAX_EXAMPLES = 5
 MANIFEST_CHECK = "manifest"
@@ -103,10 +97,14 @@ class Failures:
         if room > 0:
             self.examples.extend(examples[:room])
 
-    def message(self) -> str:
-        """The first failure's message, and how many more rows failed."""
+    def check(self, name: str, passed: str, ev: dict, key: str = "rows_failed") -> Check:
+        """Check `name`: `passed` when nothing failed, else the first failure's message (+ how
+        many more rows failed) with the count and the first few as evidence."""
+        if not self.count:
+            return Check(name, True, passed, dict(ev))
         more = f" (+{self.count - 1} more rows)" if self.count > 1 else ""
-        return self.examples[0]["message"] + more
+        ev = {**ev, key: self.count, "first": self.examples}
+        return Check(name, False, self.examples[0]["message"] + more, ev)
 
 
 @dataclass
@@ -119,7 +117,6 @@ class Totals:
     loss_tokens: int = 0  # labels != IGNORE_INDEX counted
     documents: int = 0
     num_tokens_sum: int = 0
-    num_loss_sum: int = 0
     source_index: list[np.ndarray] = field(default_factory=list)
     # per scanned batch, parallel to source_index: (shard, first row, offsets of its rows' entries),
     # so that a source index found twice or missing is named by shard, row and document
@@ -133,7 +130,6 @@ class Totals:
         self.loss_tokens += batch["loss_tokens"]
         self.documents += batch["documents"]
         self.num_tokens_sum += batch["num_tokens_sum"]
-        self.num_loss_sum += batch["num_loss_sum"]
         vals = np.asarray(cols["src_val"], dtype=np.int64)
         off = np.asarray(cols["src_off"], dtype=np.int64)
         keep = batch.get("src_keep")
@@ -197,7 +193,7 @@ def passed_text(name: str, pad_id: int | None) -> str:
     }[name]
 
 
-def pair_checks(input_ids, labels, seq_val, seq_off, src_val, side_val, ignore=-100) -> dict:
+def pair_checks(input_ids, labels, seq_val, seq_off, src_val, side_val) -> dict:
     """The pair rules over a batch of B rows of L slots: `input_ids`, `labels` [B, L]; the list
     columns flat with their row offsets (seq_val/src_val/side_val share seq_off, int64[B+1]). Per
     rule: (failing documents, the first as (row in batch, position in row or -1, message))."""
@@ -245,7 +241,7 @@ def pair_checks(input_ids, labels, seq_val, seq_off, src_val, side_val, ignore=-
     flat_ids = input_ids.reshape(-1)
     pos = row * L + start  # flat slot of each document's first token
     # the prompt: each document's leading untrained run (its length: nothing trained)
-    prompt = leading_untrained((labels != ignore).reshape(-1), pos, length)
+    prompt = leading_untrained((labels != schema.IGNORE_INDEX).reshape(-1), pos, length)
     none = np.flatnonzero(prompt == length)
     out[PAIR_TRAINED] = (
         int(none.size),

@@ -14,15 +14,22 @@ build the broken packs verify must catch (the tests use them the same way).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
 from packtool import schema
-from packtool.verify import Check, scan
+from packtool.io import shards
+from packtool.verify import Check, audit, scan
+from packtool.verify import integrity as integ
+from packtool.verify.run import verify
+from packtool.verify.sampling import packed
 
 SELF_TEST_PAD_ID = 0
 SELF_TEST_DOCS = 160  # documents of 8..pack_len // 3 tokens: all packed whole, several per row
@@ -74,8 +81,6 @@ def sample_rows(pack_len: int, rows: int, *, seed: int = 0, max_len: int | None 
     IGNORE_INDEX on each first label, positions by schema.position_ids), without writing a
     pack: what benchmarks/gpu_check.sh measures the tolerances on. Documents are 8..max_len tokens
     (default pack_len // 3), so every row holds >= 2 of them."""
-    from packtool.verify.sampling import packed
-
     max_len = max_len or max(8, pack_len // 3)
     docs = iter(make_documents(rows * (pack_len // 8 + 2), seed=seed, min_len=8, max_len=max_len))
     out, doc = [], next(docs)
@@ -128,8 +133,6 @@ def write_shard(pack: str, rel: str, table, *, fix_manifest: bool = True) -> Non
     only the deliberate change is left for verify to find."""
     import pyarrow.parquet as pq
 
-    from packtool.io import shards
-
     path = os.path.join(pack, rel)
     pq.write_table(table, path, **shards.writer_options())
     if fix_manifest:
@@ -166,7 +169,7 @@ def _pack_check(out: str, writer: str, seconds: float, n_docs: int) -> Check:
     m = schema.read_pack_manifest(out)
     if m is None:
         return failed(f"{out} has no readable packtool manifest")
-    counts = m.get("counts") if isinstance(m.get("counts"), dict) else {}
+    counts = audit.section(m, "counts")
     rows = docs = 0
     try:
         for entry in m.get("shards") or []:
@@ -199,8 +202,6 @@ LAYOUT_MULTIPLE, LAYOUT_DOCS = 8, 6  # the self-test's padded + fixed-docs case
 def _layout_check(tmp: str, seed: int) -> Check:
     """One more case, integrity only (cheap): documents padded to multiples of 8 in rows of exactly
     6 entries pass every check, and a copy with a label on a document's padding is caught."""
-    from packtool.verify import integrity as integ
-
     out, broken = os.path.join(tmp, "layout"), os.path.join(tmp, "layout-broken")
     docs = make_documents(40, seed=seed + 1, min_len=3, max_len=60)
     layout = dict(max_docs=LAYOUT_DOCS, pad_to_multiple=LAYOUT_MULTIPLE, fixed_docs=True)
@@ -234,13 +235,6 @@ def run_self_test(cfg):
     """Build a pack in a temporary folder, check that it reads back whole, verify it with `cfg`
     (path ignored), and check that the integrity layer catches a deliberately broken copy.
     Returns the VerifyResult."""
-    import dataclasses
-    import tempfile
-    import time
-
-    from packtool.verify import integrity as integ
-    from packtool.verify.run import verify
-
     with tempfile.TemporaryDirectory(prefix="packtool-selftest-") as tmp:
         out = os.path.join(tmp, "pack")
         t0 = time.perf_counter()

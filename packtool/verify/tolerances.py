@@ -16,37 +16,28 @@ benchmarks/gpu_check.sh (its probe step, measure_tolerances) prints the max |Δ|
 comparison beside them, to set the bf16 numbers from data.
 """
 
-# bf16 keeps 8 mantissa bits: 1 ulp is 0.016-0.03 at |logit| 2-4. The bf16 numbers below were
-# measured on CPU (sdpa in bf16, 2-16 rows of 192-4096 tokens); the GPU kernels have not run yet.
+# bf16 keeps 8 mantissa bits: 1 ulp is 0.016-0.03 at |logit| 2-4. The bf16 numbers below are set
+# above the largest differences measured on CPU (sdpa in bf16, 2-16 rows of 192-4096 tokens; the
+# GPU kernels not yet).
 #
-# packed vs alone, same backend: fp32 differs only by reduction order (measured <= 3.4e-6 at 4096
-# tokens with sdpa; the reference is bit-exact). bf16: measured <= 0.051 at 4096 tokens -> 0.125,
-# ~2.5x that; the negative control moves logits by 4.5-5.5.
+# packed vs alone: fp32 <= 3.4e-6 (sdpa, 4096 tokens; the reference is bit-exact), bf16 <= 0.051
+# -> 0.125; the negative control moves logits by 4.5-5.5.
 BF16_LOGIT_TOL = 0.125
 LOGIT_TOL = {"float32": 1e-4, "bfloat16": BF16_LOGIT_TOL}
-# backend alone vs the fp32 reference alone: bf16 rounds the weights and every activation, so this
-# is looser than packed vs alone. Measured <= 0.054 (192 tokens), 0.068 (1024), 0.119 (4096 tokens;
-# Llama, the larger of the two models) -> 0.25. A non-causal kernel is off by 3.4 (GPT-2) to 6.6.
+# vs the fp32 reference: bf16 <= 0.054 (192 tokens), 0.068 (1024), 0.119 (4096; Llama) -> 0.25; a
+# non-causal kernel is off by 3.4 (GPT-2) to 6.6.
 BF16_REFERENCE_TOL = 0.25
 REFERENCE_TOL = {"float32": 1e-4, "bfloat16": BF16_REFERENCE_TOL}
-# swap A: the swapped run has the packed run's shapes, cu_seqlens and max lengths, so every kernel
-# takes the same tiles, splits and reduction order, and B's outputs are computed from B's inputs by
-# the same instructions: bit-exact is expected (measured exact on CPU in bf16). 1e-3 is below one
-# bf16 step of any logit above 0.25 in magnitude, so a leak that moves a logit by a single rounding
-# step still fails, while a kernel with some run-to-run nondeterminism in the last bits of
-# near-zero logits would not turn the check red. Deterministic (CPU fp32) backends must be exact.
+# swap A: the swapped run takes the packed run's tiles and reduction order, so bit-exact is expected
+# (measured exact on CPU in bf16); 1e-3 is below one bf16 step of any |logit| > 0.25, so a leak of a
+# single rounding step still fails while last-bit noise in near-zero logits does not.
 BF16_SWAP_TOL = 1e-3
 SWAP_TOL = {"float32": 0.0, "bfloat16": BF16_SWAP_TOL}
-# causal probe: the positions before a changed token see it only through masked scores, which
-# contribute exactly 0 (exp(-inf) or an underflow), and every other op is per token: the earlier
-# logits are bit-identical in any dtype, or some position read a later token.
 CAUSAL_TOL = 0.0
-# per-document loss sums: |sum packed - sum alone| <= LOSS_TOL * sqrt(loss tokens + 1) (rounding
-# errors add like a random walk); a label left on a document's first token adds one whole
-# cross-entropy term (~log(vocab) = 6.9), far above it. Measured bf16 noise: <= 0.35 per document.
+# a label left on a document's first token adds a whole cross-entropy term (~log(vocab) = 6.9), far
+# above the measured bf16 noise (<= 0.35 per document)
 LOSS_TOL = {"float32": 2e-4, "bfloat16": 0.05}
-CONTROL_MARGIN = 2.0  # the control must miss every tolerance by at least this factor
-# verify --model (model_check.py): relative logits difference that still counts as equal, per
-# dtype (bf16 where the FlashAttention implementation runs), and the control's margin over it
+CONTROL_MARGIN = 2.0
+# verify --model (model_check.py): bf16 where the FlashAttention implementation runs
 MODEL_TOL = {"float32": 1e-4, "bfloat16": 2e-2}
 MODEL_POWER = 10

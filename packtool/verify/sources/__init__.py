@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from packtool.verify import Check
+from packtool.verify.audit import list_shards, load_manifest
 from packtool.verify.sources import load
 from packtool.verify.sources.match import Compare, missing_pieces, scan_shard, settle_deferred
 from packtool.verify.sources.pieces import account_check, expected_pieces
@@ -51,8 +52,6 @@ def check_sources(
     """The `verify --sources` checks of the pack folder `pack`: sources re-read from `data` (None:
     where the manifest says), tokenized again with the recorded tokenizer, template and options,
     and every document (or `sample` records, picked with `seed`) compared with the shards."""
-    from packtool.verify.audit import list_shards, load_manifest
-
     checks: list[Check] = []
     manifest, merr = load_manifest(pack)
     try:
@@ -63,8 +62,7 @@ def check_sources(
         checks.append(opt_check)
         if "pack_len" not in manifest:
             raise load.Stop(load.FILES, "the manifest records no pack_len")
-        mixed = bool(manifest.get("inputs"))
-        if mixed and data is not None and not os.path.isdir(data):
+        if manifest.get("inputs") and data is not None and not os.path.isdir(data):
             raise load.Stop(
                 load.FILES,
                 f"{pack} is a mixture of {len(manifest['inputs'])} inputs: each is read where the "
@@ -72,9 +70,7 @@ def check_sources(
                 "that folder: packtool verify PACK --sources FOLDER",
             )
         # a mixture's relative inputs: from DATA (the folder pack ran in), else from here or beside PACK
-        specs = load.input_specs_from(
-            manifest, cfg, lambda rec: load.locate_recorded(rec, pack, data)
-        )
+        specs = load.input_specs_from(manifest, pack, data)
         if specs:
             checks.append(load.inputs_files_check(specs, manifest))
         else:
@@ -103,8 +99,6 @@ def check_sources(
         for shard in list_shards(pack):
             try:
                 scan_shard(cmp, pack, shard, wanted)
-            except load.Stop:
-                raise
             except Exception as e:  # unreadable shard: the integrity layer says why
                 cmp.strays(1, [f"{shard}: not compared ({type(e).__name__}: {e})"])
         settle_deferred(cmp)

@@ -27,8 +27,11 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import packtool
+from packtool.config import InputSpec, ReadConfig, TokenizeConfig
 from packtool.errors import PacktoolError
 from packtool.verify import Check
+from packtool.verify.audit import section
 
 OPTIONS = "sources options"
 FILES = "sources sha256"
@@ -58,8 +61,6 @@ def _tuples(v):
 def _build(cls, d: dict, where: str, missing: list[str]):
     """`cls(**d)` for a (nested) frozen dataclass: keys this packtool does not know are refused,
     missing ones take the dataclass's default (and are listed in `missing`)."""
-    import packtool
-
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(d) - set(fields) - (EXTRA_OPTIONS if where == "options" else set()))
     if unknown:
@@ -92,8 +93,6 @@ def _build(cls, d: dict, where: str, missing: list[str]):
 
 def tokenize_config_from(manifest: dict):
     """(TokenizeConfig, keys not recorded): the recorded options with the cache off."""
-    from packtool.config import TokenizeConfig
-
     options = manifest.get("options")
     if not isinstance(options, dict):
         raise Stop(
@@ -114,7 +113,6 @@ def tokenize_config_from(manifest: dict):
 
 def options_text(cfg) -> str:
     """The options that differ from a default TokenizeConfig, e.g. 'train_on last, read.format alpaca'."""
-    from packtool.config import TokenizeConfig
 
     def flat(d, p=""):
         return [(f"{p}{k}", v) for k, v in d.items() if not isinstance(v, dict)] + [
@@ -138,11 +136,10 @@ def options_check(manifest: dict):
     return Check(OPTIONS, True, f"{options_text(cfg)}; cache off{note}", ev), cfg
 
 
-def input_specs_from(manifest: dict, cfg, locate=lambda data: data) -> list:
+def input_specs_from(manifest: dict, pack: str, folder: str | None) -> list:
     """The InputSpecs of a mixture pack (manifest `inputs`; [] for a single input): each input's
-    recorded data through `locate`, its ReadConfig rebuilt from inputs[k].options, its weight."""
-    from packtool.config import InputSpec, ReadConfig
-
+    recorded data located from `folder` or beside `pack` (locate_recorded), its ReadConfig rebuilt
+    from inputs[k].options, its weight."""
     inputs = manifest.get("inputs")
     if not inputs:
         return []
@@ -161,8 +158,9 @@ def input_specs_from(manifest: dict, cfg, locate=lambda data: data) -> list:
             )
         read = _build(ReadConfig, opts, f"inputs[{k - 1}].options", [])
         data = str(e["data"])
+        located = locate_recorded(data, pack, folder)
         try:
-            specs.append(InputSpec(str(e.get("spec") or data), locate(data), read, e["weight"]))
+            specs.append(InputSpec(str(e.get("spec") or data), located, read, e["weight"]))
         except PacktoolError as err:
             raise Stop(OPTIONS, f"manifest inputs[{k - 1}]: {err}") from None
     return specs
@@ -171,7 +169,7 @@ def input_specs_from(manifest: dict, cfg, locate=lambda data: data) -> list:
 def recorded_data(manifest: dict, pack: str) -> str:
     """What to read when --sources names no DATA: the input given to pack, or the one recorded
     source, or the folder holding all of them (relative paths: locate_recorded)."""
-    options = manifest.get("options") if isinstance(manifest.get("options"), dict) else {}
+    options = section(manifest, "options")
     sources = [s for s in manifest.get("sources") or [] if isinstance(s, dict) and s.get("path")]
     rec = options.get("input")
     if not rec:
@@ -262,7 +260,7 @@ def inputs_files_check(specs: list, manifest: dict) -> Check:
 def tokenizer_check(cfg, manifest: dict) -> Check:
     """Check TOKENIZER: the recorded tokenizer loads and its files hash to what the manifest records
     (skipped for pre-tokenized input)."""
-    rec = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else {}
+    rec = section(manifest, "tokenizer")
     want = rec.get("files_hash")
     if not want:
         msg = "no tokenizer files hash in the manifest (pre-tokenized input): ids are read as they are"
@@ -303,7 +301,7 @@ def tokenize_again(data, cfg, progress=False, seed: int = 0):
 def template_check(cfg, manifest: dict, tokenized) -> Check:
     """Check TEMPLATE: the chat template resolved now hashes to what the manifest records (a
     failure, not a Stop: the token comparison still runs and shows what changed)."""
-    rec = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else {}
+    rec = section(manifest, "tokenizer")
     now = tokenized.tokenizer or {}
     want, have = rec.get("chat_template_hash"), now.get("chat_template_hash")
     if want is None and have is None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool import schema
+from packtool.schema.rows import flat_fixed, flat_list
 from packtool.verify.scan import MAX_EXAMPLES, Failures
 from packtool.verify.sources.load import Provenance
 from packtool.verify.sources.pieces import Expected, hashes, pair_keys, segments
@@ -189,8 +190,6 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
     """Every document of `shard` (or those whose source_index is in `wanted`) matched to its piece
     and compared; what matches no piece is a stray."""
     import pyarrow.parquet as pq
-
-    from packtool.verify.scan import flat_fixed, flat_list
 
     exp = cmp.exp
     L = exp.pack_len

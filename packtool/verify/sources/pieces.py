@@ -33,8 +33,10 @@ import numpy as np
 from packtool.data.labels import take_labels
 from packtool.errors import PacktoolError
 from packtool.schema import IGNORE_INDEX
+from packtool.schema.rows import flat_list
 from packtool.verify import Check
-from packtool.verify.accounting import listed
+from packtool.verify.audit import listed, section
+from packtool.verify.sampling import mix
 from packtool.verify.sources.load import ACCOUNT, TOKENS, Stop
 
 
@@ -66,8 +68,6 @@ class Expected:
     def gather(self, records: np.ndarray, starts: np.ndarray, lengths: np.ndarray):
         """(ids, labels, offsets): the pieces [start, start + length) of `records`, back to back."""
         import pyarrow as pa
-
-        from packtool.verify.scan import flat_list
 
         uniq, inv = np.unique(records, return_inverse=True)
         take = pa.array(uniq.astype(np.int64))
@@ -113,8 +113,6 @@ def hashes(ids: np.ndarray, labels: np.ndarray, off: np.ndarray, pack_len: int) 
     in a prompt and one in a reply (a long run of one token), are told apart too. Equal hash ->
     compared anyway, token by token."""
     if pack_len not in _MULT:
-        from packtool.verify.sampling import mix
-
         _MULT[pack_len] = mix(np.arange(pack_len, dtype=np.uint64)) | np.uint64(1)
     lens = np.diff(off)
     if not lens.size:
@@ -173,8 +171,7 @@ def expected_pieces(tokenized, manifest: dict) -> Expected:
 def account_check(manifest: dict, tokenized, exp: Expected, cmp, where) -> Check:
     """Check ACCOUNT; `cmp` is None under --sample (first-token loss is then not known)."""
     pieces = exp.pieces
-    counts = manifest.get("counts") if isinstance(manifest.get("counts"), dict) else {}
-    tokens = manifest.get("tokens") if isinstance(manifest.get("tokens"), dict) else {}
+    counts, tokens = section(manifest, "counts"), section(manifest, "tokens")
     problems = []
     # an example: a record's document(s), or a preference pair (its two sides, keyed
     # 2 * source_index + side in exp: pieces.pair_keys), listed by its record's source_index
