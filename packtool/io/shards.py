@@ -32,7 +32,6 @@ from packtool import schema
 from packtool.data.labels import arrow_array
 from packtool.errors import Interrupt, PacktoolError, UsageError
 from packtool.io import files
-from packtool.io.files import sha256_file  # noqa: F401  (re-exported: shard checksums)
 
 SHARD_BYTES = 512 << 20  # raw token slots (4 int32 columns) of a shard without --shard-rows
 # token slots per row group (256 rows at --len 4096): bounds the write buffers (a larger block

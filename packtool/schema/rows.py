@@ -287,7 +287,6 @@ def scan_rows(
         "loss_tokens": int(loss.sum()),
         "documents": int(nreal.sum()),
         "num_tokens_sum": int(cols["num_tokens"].sum(dtype=np.int64)),
-        "num_loss_sum": int(cols["num_loss_tokens"].sum(dtype=np.int64)),
         "src_keep": src_keep,
     }
     return out

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool import schema
-from packtool.io.shards import sha256_file
+from packtool.io.files import sha256_file
 from packtool.schema.rows import flat_list
 from packtool.verify import Check, accounting, audit, scan
 from packtool.verify.sampling import Sampler

@@ -26,6 +26,7 @@ import numpy as np
 
 from packtool import schema
 from packtool.io import shards
+from packtool.io.files import sha256_file
 from packtool.verify import Check, audit, scan
 from packtool.verify import integrity as integ
 from packtool.verify.run import verify
@@ -141,7 +142,7 @@ def write_shard(pack: str, rel: str, table, *, fix_manifest: bool = True) -> Non
             m = json.load(f)
         for s in m["shards"]:
             if s["file"] == rel:
-                s["sha256"] = shards.sha256_file(path)
+                s["sha256"] = sha256_file(path)
                 s["rows"] = table.num_rows
         shards.write_manifest(Path(pack), m)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from packtool import schema
+from packtool.io.files import sha256_file
 from packtool.verify import scan
 from packtool.verify import selftest as st
 
@@ -141,7 +142,7 @@ def _write_synthetic_pack(out, n_rows: int, pack_len: int, chunk: int = 2_000) -
             "loss_out": loss,
             "pad": n_rows * pack_len - tok,
         },
-        "shards": [{"file": rel, "rows": n_rows, "sha256": shards.sha256_file(out / rel)}],
+        "shards": [{"file": rel, "rows": n_rows, "sha256": sha256_file(out / rel)}],
     }
     (out / schema.MANIFEST).write_text(json.dumps(m))
 
