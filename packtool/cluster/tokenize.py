@@ -92,11 +92,9 @@ def file_infos(session, paths: list[str], read: ReadConfig, part_bytes: int) -> 
 
 
 def probe(path: str, read: ReadConfig, fmt: str, n: int, setup):
-    """The fast step and the reference step (the encode tasks' Setup, tokenize.encode_part: one
-    spec, so a worker builds its tokenizer once for the parts and the probes) on the first `n` records of
-    the file's first batch: None when they agree, else where they first differ
-    (tokenization.pipeline.compare). The reference first: in the driver, the fast backend is
-    still building on its thread meanwhile (as the local engine's first probe)."""
+    """The fast step and the reference step (the encode tasks' Setup) on the first `n` records of
+    the file's first batch: None when they agree, else where they first differ (pipeline.compare).
+    The reference first: in the driver, the fast backend may still be building on its thread."""
     from packtool.tokenization.pipeline import compare
 
     run = fetch_once(setup)
@@ -111,9 +109,7 @@ def probe(path: str, read: ReadConfig, fmt: str, n: int, setup):
 @dataclass
 class Setup:
     """What every encode task of a run needs, one object in the store (a Shared argument): a
-    worker process fetches it once and keeps it, with the tokenizer its steps build (one spec:
-    the fast step and the reference share its engines), for the next parts it is given
-    (session.fetch_once). A spec pickles with the byte table the driver built, if any."""
+    worker fetches it once and keeps it, with the tokenizer its steps build (session.fetch_once)."""
 
     step: Any  # the plan's EncodeStep
     reference: Any  # the plan's reference EncodeStep (None: no probes)
@@ -128,23 +124,17 @@ def encode_part(k: int, setup: Shared, folder: str | None):
     None: not kept, `profile` needs the lengths only), with the run's Setup. Returns the part's
     rows (source_index in the part, length, loss) and meta."""
     run = fetch_once(setup)
-    step, read, (path, part), fmts, stop = (
-        run.step,
-        run.read,
-        run.parts[k],
-        run.fmts,
-        run.stop,
-    )
+    path, part = run.parts[k]
     meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
     cols: dict[str, list] = {c: [] for c in ("source_index", "length", "num_loss_tokens")}
     with PartWriter(folder, k) if folder is not None else nullcontext() as out:
-        for b in readers.part_batches(path, read, part):
+        for b in readers.part_batches(path, run.read, part):
             if b.lines_read is not None:
                 meta["lines"] = b.lines_read
             if not len(b):
                 continue
-            b.fmt = fmts[path]
-            result = step(b)
+            b.fmt = run.fmts[path]
+            result = run.step(b)
             meta["records"] += len(b)
             meta["rejects"] += [
                 [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
@@ -156,7 +146,7 @@ def encode_part(k: int, setup: Shared, folder: str | None):
                 out.add(result.table)
             for c, v in cols.items():  # (np.asarray of an Arrow array imports pandas)
                 v.append(arrow_numpy(result.table.column(c)))
-            if meta["rejects"] and stop:
+            if meta["rejects"] and run.stop:
                 break
     got = {c: np.concatenate(v) if v else np.zeros(0, _DTYPES[c]) for c, v in cols.items()}
     return got, json.loads(json.dumps({**meta, "memory": memory()}))  # (as JSON: plain lists)
@@ -254,12 +244,9 @@ def load_tokenized(
     cluster of `session`: a TokenizedData with lengths and no table, its rows in `.rows`. The run,
     its retry on the reference path and its Stats and meta are tokenization.pipeline's; this
     executor maps the plan's step over the parts (encode_part) and the probes (files.probe)."""
-    from packtool.tokenization.pipeline import Run, check_backend, checked, plan_run
+    from packtool.tokenization.pipeline import Run, checked, plan_run
     from packtool.tokenization.source import RecordSource, input_kind, not_a_pack
 
-    check_backend(cfg)
-    if cfg.read.limit is not None and cfg.read.limit < 1:
-        raise UsageError(f"--limit {cfg.read.limit} must be >= 1")
     t0 = time.perf_counter()
     not_a_pack(data)
     located = locate(data, cfg.read.split)

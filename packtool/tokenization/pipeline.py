@@ -59,8 +59,6 @@ from packtool.tokenization.render import preload as jinja_preload
 from packtool.tokenization.source import RecordSource, decided_stream, input_kind
 from packtool.tokenization.template_probe import choose
 
-BACKENDS = ("auto", "fastokens", "hf")
-
 
 @dataclass(frozen=True)
 class BackendReport:
@@ -105,13 +103,6 @@ class RunPlan:
     def building(self) -> bool:
         """The fast backend is still being built on its thread (time to spare)."""
         return self.step.spec is not None and self.step.spec.engines.building()
-
-
-def check_backend(cfg: TokenizeConfig) -> None:
-    if cfg.tokenizer_backend not in BACKENDS:
-        raise UsageError(
-            f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}"
-        )
 
 
 def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
@@ -188,9 +179,12 @@ def fast_refused(spec, requested: str) -> str | None:
     """Why the fast path is not tried (None: it is); UsageError for --tokenizer-backend fastokens."""
     if requested == "hf":
         return "--tokenizer-backend hf"
-    from packtool.tokenization.backends import supports_fast
-
-    why = supports_fast(spec, load=False)
+    try:
+        import fastokens  # noqa: F401
+    except ImportError:
+        why = "fastokens is not installed"
+    else:
+        why = spec.fast_refusal  # the byte rules' verdict (backends.refusal_of)
     if why is not None and requested == "fastokens":
         raise UsageError(
             f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"
@@ -247,7 +241,7 @@ class FastCheck:
     def conclude(self, n: int, where: str | None) -> None:
         self.examples += n
         check = {"examples": self.examples, "identical": where is None}
-        if len(self.files) > 1:  # (one file: the report as it always was)
+        if len(self.files) > 1:
             check["files"] = len(self.files)
         backend = self.backend
         if where is None:
@@ -378,8 +372,7 @@ def cache_key(sources: list, cfg, tokenizer: str | None = None, not_read=()) -> 
     and the paths found and not read (their warning is in the entry)."""
     parts = {
         "packtool": packtool.__version__,
-        # 6: tokenizer.pairs_unlike_trl; 5: UTF-16/32 JSON Lines; 4: label notes; 3: per-file formats
-        "encoder": 6,
+        "encoder": 6,  # raised when an entry's content changes within one packtool version
         "libraries": library_versions(),
         "sources": [(s.path, s.size, s.sha256) for s in sources],
         "tokenizer": tokenizer or tokenizer_key(cfg.tokenizer),
@@ -396,7 +389,6 @@ def load_tokenized(
 ) -> TokenizedData:
     """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run;
     `progress`: where the tokenizing stage reports (packtool.progress.reporter)."""
-    check_backend(cfg)
     t0 = time.perf_counter()
     source = RecordSource(data, cfg.read)
     tok_key = tokenizer_key(cfg.tokenizer)

@@ -7,7 +7,7 @@
     spans                                                     [(52, 65)]   "Hello!<|im_end|>"
 
 Renderers, each giving the text and spans of the one below it for what it covers (the rest goes
-one step down, per conversation; each kept only where it earns >= 20%: benchmarks/README.md):
+one step down, per conversation; benchmarks/README.md, "Renderers"):
 
     native (native.py: chatml-train, gptoss_training; by the template's bytes) ──NotNative──▶ compiled
     (compiled.py: MiniJinja) ──NotCompiled──▶ jinja (`render_jinja`: transformers', the reference)
@@ -291,7 +291,7 @@ class Renderer:
             )
         return full, [(len(before), self._turn_end(full))]
 
-    def generation_prompt(self, tools=None) -> str:
+    def generation_prompt(self) -> str:
         """What the template writes to open an assistant turn at inference (the generation prompt)."""
         if self._gen_prompt is None:  # native: no jinja (transformers is not imported)
             native = self.renderer == "native"
