@@ -30,10 +30,15 @@ import numpy as np
 from packtool.config import ReadConfig
 from packtool.formats.normalize import template_messages
 from packtool.schema import IGNORE_INDEX
-from packtool.tokenization.chat_template import ChatTemplate, own_template
 from packtool.tokenization.label_audit import ContentTokens, label_notes
 from packtool.tokenization.loading import TokenizerSpec
-from packtool.tokenization.render import ExampleError, Renderer, first_line
+from packtool.tokenization.render import (
+    ChatTemplate,
+    ExampleError,
+    Renderer,
+    first_line,
+    own_template,
+)
 
 
 @dataclass

@@ -50,14 +50,13 @@ from packtool.errors import PacktoolError, UsageError
 from packtool.forking import ordered_map
 from packtool.progress import Reporter, reporter
 from packtool.tokenization import cache
-from packtool.tokenization.chat_template import template_key
+from packtool.tokenization.chat_template import choose, template_key
 from packtool.tokenization.encode import EncodeStep
 from packtool.tokenization.label_audit import check_strict_labels, meta, meta_fields, no_examples
 from packtool.tokenization.loading import library_versions, load_spec, tokenizer_key
 from packtool.tokenization.render import best
 from packtool.tokenization.render import preload as jinja_preload
 from packtool.tokenization.source import RecordSource, decided_stream, input_kind
-from packtool.tokenization.template_probe import choose
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from packtool.config import TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
 from packtool.formats.turns import make_example, make_message
 from packtool.tokenization import chat_template as ct
+from packtool.tokenization.chat_template import choose
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec
-from packtool.tokenization.template_probe import choose
 
 CHAT = [
     {"role": "user", "content": "Hi"},

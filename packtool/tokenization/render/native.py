@@ -1,7 +1,7 @@
 """Native renderers: the built-in chatml-train and TRL's `gptoss_training` written out in Python,
 giving the text and the generation spans jinja renders (benchmarks/README.md, "Renderers").
 
-    native_for(template text) -> chatml | gptoss | None      by the template's bytes
+    render.native_for(template text) -> chatml | gptoss | None      by the template's bytes
     chatml / gptoss(messages, tools, kwargs, date) -> (text, [(start, end), ...], complete)  or NotNative
 
 Each covers what its template does with the messages `packtool.formats` produces; anything else (a
@@ -24,21 +24,11 @@ import datetime
 import functools
 import json
 
-from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
-
 _REASONING = ("reasoning_content", "thinking", "reasoning")
 
 
 class NotNative(Exception):
     """This conversation goes to the next renderer of the chain."""
-
-
-def native_for(text: str):
-    """A template's native renderer: chatml for the built-in chatml-train, gptoss for TRL's
-    gptoss_training file byte for byte, else None."""
-    if text == BUILTIN_TEMPLATES["chatml-train"].read_text():
-        return chatml
-    return gptoss if text == _trl_text() else None
 
 
 def _tojson(x) -> str:  # transformers' tojson filter with its defaults
@@ -335,13 +325,3 @@ def _assistant(m: dict, loop: list, i: int, last: bool) -> tuple[str, str | None
         + "<|call|>"
     )
     return out + call_text, name
-
-
-@functools.cache
-def _trl_text() -> str | None:
-    """TRL's gptoss_training.jinja as the installed TRL ships it (None: no TRL)."""
-    from packtool.tokenization.chat_template import trl_dir
-
-    folder = trl_dir()
-    path = folder / "gptoss_training.jinja" if folder is not None else None
-    return path.read_text() if path is not None and path.is_file() else None
