@@ -120,9 +120,8 @@ class Setup:
 
 
 def encode_part(k: int, setup: Shared, folder: str | None):
-    """The task that reads part k and encodes it, its tokens written to `folder` (cluster.parts;
-    None: not kept, `profile` needs the lengths only), with the run's Setup. Returns the part's
-    rows (source_index in the part, length, loss) and meta."""
+    """The task that reads part k and encodes it with the run's Setup, its tokens written to `folder`
+    (None: not kept, `profile` needs the lengths only): the part's rows and meta."""
     run = fetch_once(setup)
     path, part = run.parts[k]
     meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
@@ -183,9 +182,8 @@ class ClusterRows:
         return written
 
     def report(self) -> dict[str, Any]:
-        """The run's engine: its workers, parts and shards, the calls (files, probes, parts,
-        shards) the driver made itself while the cluster started, and the largest peak (VmHWM)
-        and anonymous resident memory that any worker reported after a part or a shard."""
+        """The run's engine: workers, parts, shards, the calls the driver made itself while the
+        cluster started, and the largest peak (VmHWM) and anonymous memory any worker reported."""
         workers = [m for m in self.memory if not m.get("driver")]
         return {
             "name": "ray",
@@ -212,9 +210,8 @@ class _Collected:
 
 
 def _encode(session: Session, setup: Shared, parts, folder, probes=()) -> tuple:
-    """The executor: the plan's step over every part (one task each, cluster.parts files), each
-    part's rows and meta collected, and the fast path's `probes` (probe's arguments:
-    run first, in the same run); it decides nothing. (_Collected, the probes' results)."""
+    """The executor: the plan's step over every part (one task each) and the fast path's `probes`
+    (probe's arguments, run first); it decides nothing. (_Collected, the probes' results)."""
     where = None if folder is None else str(folder)
     calls = [(probe, *p) for p in probes]
     calls += [(encode_part, k, setup, where) for k in range(len(parts))]
@@ -242,8 +239,7 @@ def load_tokenized(
 ) -> TokenizedData:
     """`data` (a file, folder or glob of JSON Lines, JSON or Parquet) read and tokenized on the
     cluster of `session`: a TokenizedData with lengths and no table, its rows in `.rows`. The run,
-    its retry on the reference path and its Stats and meta are tokenization.pipeline's; this
-    executor maps the plan's step over the parts (encode_part) and the probes (files.probe)."""
+    its retry, Stats and meta are tokenization.pipeline's; only the executor is this module's."""
     from packtool.tokenization.pipeline import Run, checked, plan_run
     from packtool.tokenization.source import RecordSource, input_kind, not_a_pack
 
@@ -314,9 +310,8 @@ PARTS_PER_WORKER = 8  # parts of uneven cost, and the driver's, even out over se
 
 
 def part_bytes(paths: list[str], workers: int) -> int:
-    """The size of a part: about PARTS_PER_WORKER parts per worker over the input, within
-    [MIN_PART_BYTES, readers.PART_BYTES] (or below, when PART_BYTES is set smaller). The parts
-    change only how the work is spread: the pack is the same for any."""
+    """About PARTS_PER_WORKER parts per worker, within [MIN_PART_BYTES, readers.PART_BYTES]: the
+    parts change only how the work is spread, the pack is the same for any."""
     total = sum(os.path.getsize(p) for p in paths)
     share = total // max(1, workers * PARTS_PER_WORKER)
     return min(readers.PART_BYTES, max(MIN_PART_BYTES, share))

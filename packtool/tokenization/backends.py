@@ -348,8 +348,7 @@ class FastBackend:
     def _suspects(self, texts: list[str]) -> list[int]:
         return [i for i, t in enumerate(texts) if "<0x" in t] if self._literal_bytes else []
 
-    def encode(self, texts: list[str], add_special_tokens: bool = False):
-        """Flat int32 ids of all texts, int64 offsets[len(texts) + 1]."""
+    def encode(self, texts: list[str], add_special_tokens: bool = False):  # as HFBackend's
         texts = list(texts)
         ids_b, off_b = self._tokenizer().encode_batch_flat(
             texts, add_special_tokens=add_special_tokens
@@ -363,8 +362,7 @@ class FastBackend:
             ids, offsets, _ = _splice(len(texts), redo, (ids, offsets, None), (r_ids, r_off, None))
         return ids, offsets
 
-    def encode_spans(self, texts: list[str], spans: list[np.ndarray]):
-        """Flat int32 ids, int64 offsets[n + 1], flat bool mask (token overlaps a char span of its text)."""
+    def encode_spans(self, texts: list[str], spans: list[np.ndarray]):  # as HFBackend's
         texts = list(texts)
         rows, row_at, counts = _check_spans(texts, spans)
         rules, table = self._table()
