@@ -277,11 +277,11 @@ def load_tokenized(
             stop = cfg.read.on_error == "error"
             setup = Shared(Setup(plan.step, plan.reference, cfg.read, parts, fmts, stop))
             if check is not None and cfg.read.limit is None:  # the probes are known: with the parts
-                probes = _probes(cfg, check, plan, setup, decisions, lambda d: d.first_len)
+                probes = _probes(cfg, check, setup, decisions, lambda d: d.first_len)
             got, results = _encode(session, setup, parts, folder, probes)
             counted = _count(got, parts, cfg.read.limit)
             if check is not None and not probes:  # --limit: the heads of the files it reaches
-                probes = _probes(cfg, check, plan, setup, decisions, counted.first_len)
+                probes = _probes(cfg, check, setup, decisions, counted.first_len)
                 results = _encode(session, setup, [], None, probes)[1]
             for n, where in results:
                 stats.conclude(check, n, where)
@@ -317,7 +317,7 @@ def part_bytes(paths: list[str], workers: int) -> int:
     return min(readers.PART_BYTES, max(MIN_PART_BYTES, share))
 
 
-def _probes(cfg, check, plan, setup: Shared, decisions, first_len) -> list[tuple]:
+def _probes(cfg, check, setup: Shared, decisions, first_len) -> list[tuple]:
     """probe's arguments for each probe of `check` (FastCheck.probes)."""
     probes = check.probes([(d.file, d.fmt, first_len(d)) for d in decisions])
     return [(f, cfg.read, fmt, n, setup) for f, fmt, n in probes]
