@@ -290,7 +290,7 @@ class Run:
         if self.batches is None:
             return dataclasses.replace(self, plan=plan)
         source = RecordSource(self.data, self.cfg.read)
-        _, _, decisions, batches = decided_stream(source.batches(), self.cfg.read)
+        _, decisions, batches = decided_stream(source.batches(), self.cfg.read)
         return Run(self.data, self.cfg, source, decisions, plan, batches)
 
 
@@ -403,7 +403,7 @@ def load_tokenized(
             td = _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
             return check_strict_labels(td, cfg)
     cache.remove_stale_work()
-    kind, _, decisions, batches = decided_stream(source.batches(), cfg.read)
+    kind, decisions, batches = decided_stream(source.batches(), cfg.read)
     first = next(batches, None)  # its file decided: the plan's reference format
     plan = plan_run(cfg, decisions, preload=kind == "chat")
     batches = itertools.chain([first] if first is not None else [], batches)

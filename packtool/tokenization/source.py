@@ -404,11 +404,10 @@ def input_kind(decisions) -> tuple[str, str | None]:
 
 
 def decided_stream(batches, read: ReadConfig):
-    """The local pipeline's input, read once: (kind, label source, [FileDecision], the batches in
-    order, chat batches with their file's `fmt` set). The kind is found first (on the batches up
-    to the first readable record, held and read again); each file is then decided as
-    the stream reaches it and appended to the list. A file's detection error is raised there,
-    before any of its batches."""
+    """The local pipeline's input, read once: (kind, [FileDecision], the batches in order, chat
+    batches with their file's `fmt` set). The kind is found first (on the batches up to the first
+    readable record, held and read again); each file is then decided as the stream reaches it and
+    appended to the list. A file's detection error is raised there, before any of its batches."""
     it = iter(batches)
     seen: list = []
     kind, label = "chat", None
@@ -424,18 +423,14 @@ def decided_stream(batches, read: ReadConfig):
         for file, own in itertools.groupby(itertools.chain(seen, it), key=lambda b: b.file):
             d = decide_file(file, own, read, kind, label)
             decisions.append(dataclasses.replace(d, first=()))  # its batches are not kept
-            yield from _released(d, own, kind)  # noqa: B031 - the rest of the file
+            if kind == "chat" and d.error is not None:
+                raise UsageError(d.error)
+            for b in itertools.chain(d.first, own):  # noqa: B031 - the rest of the file
+                if kind == "chat":
+                    b.fmt = d.fmt
+                yield b
 
-    return kind, label, decisions, stream()
-
-
-def _released(d: FileDecision, rest, kind: str):
-    if kind == "chat" and d.error is not None:
-        raise UsageError(d.error)
-    for b in itertools.chain(d.first, rest):
-        if kind == "chat":
-            b.fmt = d.fmt
-        yield b
+    return kind, decisions, stream()
 
 
 def formats_table(decisions, per_file: dict[str, int]) -> dict[str, FileFormat]:
