@@ -157,7 +157,9 @@ def _param_type(spec) -> str:
 
 
 def _namespace(tools: list) -> str:
-    """render_tool_namespace("functions", tools) for tools of plain parameters."""
+    """render_tool_namespace("functions", tools) for a list of tools of plain parameters."""
+    if type(tools) is not list:
+        raise NotNative
     out = ["## functions\n\nnamespace functions {\n\n"]
     for tool in tools:
         fn = tool.get("function") if type(tool) is dict else None
@@ -209,7 +211,7 @@ def gptoss(messages: list[dict], tools, kwargs: dict, date: str | None):
         if dev:
             piece += "# Instructions\n\n" + dev + "\n\n"
         if tools:
-            piece += "# Tools\n\n" + _namespace(_list(tools))
+            piece += "# Tools\n\n" + _namespace(tools)
         out.append(piece + "<|end|>")
         size += len(out[-1])
     last_call = None  # the name of the last tool call (tool turns are its answers)
@@ -256,12 +258,6 @@ def gptoss(messages: list[dict], tools, kwargs: dict, date: str | None):
         if type(r) is str and r.strip():
             complete = last_i == n - 1 and last.get("thinking") == r
     return "".join(out), spans, complete
-
-
-def _list(tools) -> list:
-    if type(tools) is not list:
-        raise NotNative
-    return tools
 
 
 def _tagged(s: str) -> bool:
