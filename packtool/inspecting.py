@@ -1,12 +1,9 @@
 """`packtool inspect`: one example, as the trainer will see it.
 
-Reads up to record N (its file's format: tokenization.source.record_format of the file's first
-record whose format is found, as the pipeline decides it; pre-tokenized by decide.is_pretokenized),
-normalizes it, runs the reference step that tokenization.pipeline.plan_run builds for `profile`/`pack` on a
-batch of that one record, with the renderer the plan's fast path uses (native or MiniJinja: no
-transformers import; jinja with --tokenizer-backend fastokens, whose step is then compared with it
-by pipeline.compare), and splits the token stream into runs of trained / untrained tokens for
-display:
+Record N, in its file's format (tokenization.source's rules), through the reference step of the
+RunPlan a pack of its file makes (pipeline.plan_run), with the renderer of the plan's fast path
+(jinja with --tokenizer-backend fastokens, whose step is then compared with it), its token stream
+split into runs of trained / untrained tokens:
 
     runs = [{"text": "<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n", "loss": False, "tokens": 9},
             {"text": "Hello!<|im_end|>", "loss": True, "tokens": 3}, ...]

@@ -92,11 +92,9 @@ def file_infos(session, paths: list[str], read: ReadConfig, part_bytes: int) -> 
 
 
 def probe(path: str, read: ReadConfig, fmt: str, n: int, setup):
-    """The fast step and the reference step (the encode tasks' Setup, tokenize.encode_part: one
-    spec, so a worker builds its tokenizer once for the parts and the probes) on the first `n` records of
-    the file's first batch: None when they agree, else where they first differ
-    (tokenization.pipeline.compare). The reference first: in the driver, the fast backend is
-    still building on its thread meanwhile (as the local engine's first probe)."""
+    """The fast step and the reference step (the encode tasks' Setup) on the first `n` records of
+    the file's first batch: None when they agree, else where they first differ (pipeline.compare).
+    The reference first: in the driver, the fast backend may still be building on its thread."""
     from packtool.tokenization.pipeline import compare
 
     run = fetch_once(setup)
@@ -111,9 +109,7 @@ def probe(path: str, read: ReadConfig, fmt: str, n: int, setup):
 @dataclass
 class Setup:
     """What every encode task of a run needs, one object in the store (a Shared argument): a
-    worker process fetches it once and keeps it, with the tokenizer its steps build (one spec:
-    the fast step and the reference share its engines), for the next parts it is given
-    (session.fetch_once). A spec pickles with the byte table the driver built, if any."""
+    worker fetches it once and keeps it, with the tokenizer its steps build (session.fetch_once)."""
 
     step: Any  # the plan's EncodeStep
     reference: Any  # the plan's reference EncodeStep (None: no probes)
@@ -124,27 +120,20 @@ class Setup:
 
 
 def encode_part(k: int, setup: Shared, folder: str | None):
-    """The task that reads part k and encodes it, its tokens written to `folder` (cluster.parts;
-    None: not kept, `profile` needs the lengths only), with the run's Setup. Returns the part's
-    rows (source_index in the part, length, loss) and meta."""
+    """The task that reads part k and encodes it with the run's Setup, its tokens written to `folder`
+    (None: not kept, `profile` needs the lengths only): the part's rows and meta."""
     run = fetch_once(setup)
-    step, read, (path, part), fmts, stop = (
-        run.step,
-        run.read,
-        run.parts[k],
-        run.fmts,
-        run.stop,
-    )
+    path, part = run.parts[k]
     meta = {"records": 0, "lines": None, "rejects": [], "special": [], "notes": [], "removed": 0}
     cols: dict[str, list] = {c: [] for c in ("source_index", "length", "num_loss_tokens")}
     with PartWriter(folder, k) if folder is not None else nullcontext() as out:
-        for b in readers.part_batches(path, read, part):
+        for b in readers.part_batches(path, run.read, part):
             if b.lines_read is not None:
                 meta["lines"] = b.lines_read
             if not len(b):
                 continue
-            b.fmt = fmts[path]
-            result = step(b)
+            b.fmt = run.fmts[path]
+            result = run.step(b)
             meta["records"] += len(b)
             meta["rejects"] += [
                 [b.start + i, b.line_of(i), b.position(i), why] for i, why in result.rejects
@@ -156,7 +145,7 @@ def encode_part(k: int, setup: Shared, folder: str | None):
                 out.add(result.table)
             for c, v in cols.items():  # (np.asarray of an Arrow array imports pandas)
                 v.append(arrow_numpy(result.table.column(c)))
-            if meta["rejects"] and stop:
+            if meta["rejects"] and run.stop:
                 break
     got = {c: np.concatenate(v) if v else np.zeros(0, _DTYPES[c]) for c, v in cols.items()}
     return got, json.loads(json.dumps({**meta, "memory": memory()}))  # (as JSON: plain lists)
@@ -193,9 +182,8 @@ class ClusterRows:
         return written
 
     def report(self) -> dict[str, Any]:
-        """The run's engine: its workers, parts and shards, the calls (files, probes, parts,
-        shards) the driver made itself while the cluster started, and the largest peak (VmHWM)
-        and anonymous resident memory that any worker reported after a part or a shard."""
+        """The run's engine: workers, parts, shards, the calls the driver made itself while the
+        cluster started, and the largest peak (VmHWM) and anonymous memory any worker reported."""
         workers = [m for m in self.memory if not m.get("driver")]
         return {
             "name": "ray",
@@ -222,9 +210,8 @@ class _Collected:
 
 
 def _encode(session: Session, setup: Shared, parts, folder, probes=()) -> tuple:
-    """The executor: the plan's step over every part (one task each, cluster.parts files), each
-    part's rows and meta collected, and the fast path's `probes` (probe's arguments:
-    run first, in the same run); it decides nothing. (_Collected, the probes' results)."""
+    """The executor: the plan's step over every part (one task each) and the fast path's `probes`
+    (probe's arguments, run first); it decides nothing. (_Collected, the probes' results)."""
     where = None if folder is None else str(folder)
     calls = [(probe, *p) for p in probes]
     calls += [(encode_part, k, setup, where) for k in range(len(parts))]
@@ -252,14 +239,10 @@ def load_tokenized(
 ) -> TokenizedData:
     """`data` (a file, folder or glob of JSON Lines, JSON or Parquet) read and tokenized on the
     cluster of `session`: a TokenizedData with lengths and no table, its rows in `.rows`. The run,
-    its retry on the reference path and its Stats and meta are tokenization.pipeline's; this
-    executor maps the plan's step over the parts (encode_part) and the probes (files.probe)."""
-    from packtool.tokenization.pipeline import Run, check_backend, checked, plan_run
+    its retry, Stats and meta are tokenization.pipeline's; only the executor is this module's."""
+    from packtool.tokenization.pipeline import Run, checked, plan_run
     from packtool.tokenization.source import RecordSource, input_kind, not_a_pack
 
-    check_backend(cfg)
-    if cfg.read.limit is not None and cfg.read.limit < 1:
-        raise UsageError(f"--limit {cfg.read.limit} must be >= 1")
     t0 = time.perf_counter()
     not_a_pack(data)
     located = locate(data, cfg.read.split)
@@ -294,11 +277,11 @@ def load_tokenized(
             stop = cfg.read.on_error == "error"
             setup = Shared(Setup(plan.step, plan.reference, cfg.read, parts, fmts, stop))
             if check is not None and cfg.read.limit is None:  # the probes are known: with the parts
-                probes = _probes(cfg, check, plan, setup, decisions, lambda d: d.first_len)
+                probes = _probes(cfg, check, setup, decisions, lambda d: d.first_len)
             got, results = _encode(session, setup, parts, folder, probes)
             counted = _count(got, parts, cfg.read.limit)
             if check is not None and not probes:  # --limit: the heads of the files it reaches
-                probes = _probes(cfg, check, plan, setup, decisions, counted.first_len)
+                probes = _probes(cfg, check, setup, decisions, counted.first_len)
                 results = _encode(session, setup, [], None, probes)[1]
             for n, where in results:
                 stats.conclude(check, n, where)
@@ -327,15 +310,14 @@ PARTS_PER_WORKER = 8  # parts of uneven cost, and the driver's, even out over se
 
 
 def part_bytes(paths: list[str], workers: int) -> int:
-    """The size of a part: about PARTS_PER_WORKER parts per worker over the input, within
-    [MIN_PART_BYTES, readers.PART_BYTES] (or below, when PART_BYTES is set smaller). The parts
-    change only how the work is spread: the pack is the same for any."""
+    """About PARTS_PER_WORKER parts per worker, within [MIN_PART_BYTES, readers.PART_BYTES]: the
+    parts change only how the work is spread, the pack is the same for any."""
     total = sum(os.path.getsize(p) for p in paths)
     share = total // max(1, workers * PARTS_PER_WORKER)
     return min(readers.PART_BYTES, max(MIN_PART_BYTES, share))
 
 
-def _probes(cfg, check, plan, setup: Shared, decisions, first_len) -> list[tuple]:
+def _probes(cfg, check, setup: Shared, decisions, first_len) -> list[tuple]:
     """probe's arguments for each probe of `check` (FastCheck.probes)."""
     probes = check.probes([(d.file, d.fmt, first_len(d)) for d in decisions])
     return [(f, cfg.read, fmt, n, setup) for f, fmt, n in probes]

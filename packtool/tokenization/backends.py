@@ -13,7 +13,7 @@ through bytes: byte_len int32[vocab + 1] (-1: unknown; last slot: ids past the t
 covering bytes [ends[t-1], ends[t]) of ends = cumsum(byte_len[ids]). A text whose tokens' bytes do
 not sum to its UTF-8 length (or hold a -1, or is not in its NFC form) goes through HFBackend
 (`fallbacks`): every way a table length can differ from a token's real bytes shortens the sum.
-Byte lengths (`supports_fast`: which tokenizers qualify):
+Byte lengths (`refusal_of`: which tokenizers qualify):
 
     byte-level BPE (ByteLevel pre-tokenizer: Qwen3, Llama-3, gpt-oss)   number of chars of the piece
     other BPE (sentencepiece-style: Replace " "→"▁", ByteFallback)       UTF-8 length, "▁" = 1 byte,
@@ -160,42 +160,10 @@ def table_of(spec: dict) -> tuple[ByteRules | None, np.ndarray | None, str | Non
     return (None, None, reason) if rules is None else (rules, _byte_lengths(spec, rules), None)
 
 
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else type(e).__name__
-
-
 def refusal_of(spec: dict) -> str | None:
     """Why fastokens' spans cannot be mapped for a parsed tokenizer JSON (its model, normalizer,
     pre-tokenizer or post-processor), None when they can (TokenizerSpec.fast_refusal keeps it)."""
     return _byte_rules(spec)[1]
-
-
-def supports_fast(tokenizer, load: bool = True) -> str | None:
-    """None when fastokens is installed, loads this tokenizer (its backend JSON, or a TokenizerSpec:
-    its fast_refusal) and its byte lengths can be derived; else a short reason. `load=False`:
-    static checks only."""
-    try:
-        import fastokens
-    except ImportError:
-        return "fastokens is not installed"
-    if isinstance(tokenizer, str):
-        import orjson
-
-        backend_json = tokenizer
-        try:
-            reason = refusal_of(orjson.loads(tokenizer))
-        except ValueError as e:
-            reason = f"the tokenizer JSON cannot be parsed ({_first_line(e)})"
-    else:
-        backend_json, reason = tokenizer.backend_json, tokenizer.fast_refusal
-    if reason is not None or not load:  # (load=False: the caller builds it, Engines.preload)
-        return reason
-    try:
-        fastokens.Tokenizer.from_json_str(backend_json)
-    except Exception as e:
-        return f"fastokens cannot load this tokenizer: {_first_line(e)}"
-    return None
 
 
 # -- the mask rule -------------------------------------------------------------------------------
@@ -380,8 +348,7 @@ class FastBackend:
     def _suspects(self, texts: list[str]) -> list[int]:
         return [i for i, t in enumerate(texts) if "<0x" in t] if self._literal_bytes else []
 
-    def encode(self, texts: list[str], add_special_tokens: bool = False):
-        """Flat int32 ids of all texts, int64 offsets[len(texts) + 1]."""
+    def encode(self, texts: list[str], add_special_tokens: bool = False):  # as HFBackend's
         texts = list(texts)
         ids_b, off_b = self._tokenizer().encode_batch_flat(
             texts, add_special_tokens=add_special_tokens
@@ -395,8 +362,7 @@ class FastBackend:
             ids, offsets, _ = _splice(len(texts), redo, (ids, offsets, None), (r_ids, r_off, None))
         return ids, offsets
 
-    def encode_spans(self, texts: list[str], spans: list[np.ndarray]):
-        """Flat int32 ids, int64 offsets[n + 1], flat bool mask (token overlaps a char span of its text)."""
+    def encode_spans(self, texts: list[str], spans: list[np.ndarray]):  # as HFBackend's
         texts = list(texts)
         rows, row_at, counts = _check_spans(texts, spans)
         rules, table = self._table()
@@ -486,8 +452,7 @@ def _splice(n: int, redo: list[int], flat: tuple, ref: tuple) -> tuple:
 
 
 def make_backend(name: str, engines):
-    """ "hf" → HFBackend, "fastokens" → FastBackend (check `supports_fast` first) on a
-    loading.Engines; nothing is built yet."""
+    """ "hf" → HFBackend, "fastokens" → FastBackend on a loading.Engines; nothing is built yet."""
     if name not in BACKENDS:
         raise ValueError(
             f"unknown tokenizer backend {name!r}; expected one of {', '.join(BACKENDS)}"

@@ -43,8 +43,7 @@ from packtool.io.files import cache_root
 
 DATA = "data.arrow"
 META = "meta.json"
-FORMAT = 4  # entry layout version; older entries are recomputed (3: labels as a loss mask of a
-# byte a token, 4: of a bit a token)
+FORMAT = 4  # entry layout version; entries of another are recomputed
 _CHUNK = 16 << 20
 
 
@@ -84,10 +83,7 @@ def check_usable(need_bytes: int = 0) -> None:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# small JSON entries (resolved tokenizers)
-
-
+# -- small JSON entries (resolved tokenizers, template verdicts) ----------------------------------
 def tokenizer_path(digest: str) -> Path:
     return cache_root() / "tokenizers" / f"{digest}.json"
 
@@ -96,13 +92,8 @@ _JSON_MAGIC = b"packtool-json 1 "  # then the xxh3-128 hex of the body, a newlin
 
 
 def read_json(path: Path) -> Any | None:
-    """The stored object, or None when absent; damaged files are removed with a warning.
-
-        packtool-json 1 <xxh3-128 of BODY, hex>\n
-        BODY: the object as JSON (or, read_bytes / write_bytes, any bytes: a resolved tokenizer
-              spec keeps its 4-14 MB tokenizer JSON so, beside the rest: no string to unescape)
-
-    The checksum covers the bytes, so a read is one hash at memory speed and one orjson parse."""
+    """The stored object, or None when absent (_JSON_MAGIC's layout); a damaged file is removed
+    with a warning."""
     import orjson
 
     body = read_bytes(path)
@@ -154,10 +145,7 @@ def write_bytes(path: Path, body: bytes) -> None:
         _say(f"cannot write cache file {path} ({e.strerror or e}); continuing without it")
 
 
-# ---------------------------------------------------------------------------------------------
-# tokenized entries
-
-
+# -- tokenized entries ----------------------------------------------------------------------------
 def entry_path(key: str) -> Path:
     return cache_root() / f"tok-{key}"
 
@@ -274,8 +262,7 @@ class _HashingFile(io.RawIOBase):
 
 
 def remove_stale_work() -> None:
-    """Work folders of runs that are gone (killed, crashed): `work-<pid>-<n>` (older packtools:
-    `work-<key>-<pid>-<n>`)."""
+    """Work folders (`work-<pid>-<n>`) of runs that are gone (killed, crashed)."""
     root = cache_root()
     if not root.is_dir():
         return
@@ -315,8 +302,7 @@ class EntryWriter:
     QUEUE_BATCHES = 2
 
     def __init__(self, schema):
-        """`schema`: the batches' (labels list<int32>); the key comes with `commit` (the sources
-        may still be hashing while the batches are written)."""
+        """`schema`: the batches'; the key comes with `commit` (the sources may still be hashing)."""
         EntryWriter._count += 1
         self.work = cache_root() / f"work-{os.getpid()}-{EntryWriter._count}"
         shutil.rmtree(self.work, ignore_errors=True)

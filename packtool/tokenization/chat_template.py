@@ -1,6 +1,6 @@
 """The run's chat template: which one (`pick`: ours, TRL's read without importing trl, the
-tokenizer's or a file; the family table and its fixes) and its mode, decided on a probe
-conversation (`choose`); refused where it cannot work.
+tokenizer's or a file) and its mode, decided on a probe conversation (`choose`); refused where it
+cannot work.
 
     --chat-template auto (the default), decided once per run, announced, recorded in the manifest:
 
@@ -13,67 +13,48 @@ conversation (`choose`); refused where it cannot work.
         not, --train-on last ────────────────────────────▶ it                            mode last
         not ─────────────────────────────────────────────▶ refusal with this family's fix
 
-    --chat-template tokenizer | chatml-train | trl:NAME | FILE picks one, probed the same way (hf
-    backend, jinja); its trained runs must end in EOS or an end-of-turn token (`end_of_turn`), and
-    every `<|name|>`-style marker it writes must be one token (`check_markers`).
+    --chat-template tokenizer | chatml-train | trl:NAME | FILE picks one, probed the same way.
+
+The probe (`choose` → `probe`): PROBE encoded in the template's mode (hf backend, jinja renderer);
+where mode prefix fails, mode last for --train-on last, else a refusal with the family's fix (or
+"cannot render PROBE"). Its trained runs must end in EOS or an end-of-turn token (`end_of_turn`),
+and every `<|name|>`-style marker the template writes must be one token (`check_markers`). The
+verdict (mode, end of turn) is cached per template, tokenizer files and library versions.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import packtool
 from packtool.errors import PacktoolError, UsageError
-from packtool.tokenization.loading import package_dir
+from packtool.formats.turns import make_example, make_message
+from packtool.schema import IGNORE_INDEX
+from packtool.tokenization import cache
+from packtool.tokenization.encode import Encoder
+from packtool.tokenization.loading import library_versions
+from packtool.tokenization.render import (
+    BUILTIN_TEMPLATES,
+    FAMILIES,
+    ChatTemplate,
+    ExampleError,
+    NotPrefixPreserving,
+    family_fix,
+    family_of,
+    first_line,
+    make_template,
+    official_name,
+    own_template,
+    trl_dir,
+)
 
-TEMPLATE_DIR = Path(__file__).parent / "templates"
-BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
 DEFAULT_DATE = "2026-01-01"  # what strftime_now() returns unless --template-date says otherwise
 CHOICES = "auto | tokenizer | chatml-train | trl:NAME | FILE"
-
-# family: (a marker its templates write, its fix when its own template cannot be used as it is)
-FAMILIES = {
-    "gpt-oss (harmony)": ("<|channel|>", "gptoss_training"),
-    "Llama 3": ("<|start_header_id|>", "llama3_training"),
-    "Gemma": ("<start_of_turn>", "gemma3_training"),
-    "DeepSeek": ("<｜Assistant｜>", "deepseekv3_training"),
-    "Cohere": ("<|START_OF_TURN_TOKEN|>", "cohere_training"),
-    "GLM": ("[gMASK]", "glm4moe_training"),
-    "Phi-3": ("<|assistant|>", "phi3_training"),
-    "ChatML (Qwen)": ("<|im_start|>", None),  # chatml-train is ours
-}
-
-
-@dataclass(frozen=True)
-class ChatTemplate:
-    text: str  # the template itself (Jinja)
-    name: str  # "chatml-train", "trl:llama3_training", a file path, or "tokenizer"
-    hash: str
-    has_generation: bool  # True when the template marks assistant text with {% generation %}
-    origin: str = ""  # "packtool", "trl 1.16.0", "tokenizer", "file"
-    mode: str = ""  # markers | prefix | last | all (see the module docstring); "" = not decided yet
-    why: str = ""  # the decision, in words (announced)
-    date: str | None = None  # the date strftime_now() returns, when the template calls it
-    family: str | None = None
-    end_of_turn: str | None = None  # the trained end token, e.g. "<|eot_id|> (EOS)"
-    near: str | None = None  # TRL's training template of the official one this is a near miss of
-    near_alike: str = ""  # how near, in words: "88% alike, 3 of 40 blocks differ"
-
-    def info(self) -> dict:
-        return {
-            "chat_template": self.name,
-            "chat_template_hash": self.hash,
-            "chat_template_origin": self.origin,
-            "chat_template_mode": self.mode,
-            "chat_template_why": self.why,
-            "generation_markers": self.has_generation,
-            "template_date": self.date,
-            "family": self.family,
-            "end_of_turn": self.end_of_turn,
-        }
 
 
 def check_parses(template: ChatTemplate) -> None:
@@ -88,26 +69,13 @@ def check_parses(template: ChatTemplate) -> None:
     try:
         _compile_jinja_template(template.text)
     except Exception as e:
-        msg = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError(
-            f"chat template {template.name} does not parse: {msg}; fix the Jinja or pass "
+            f"chat template {template.name} does not parse: {first_line(e)}; fix the Jinja or pass "
             f"--chat-template {CHOICES}"
         ) from e
 
 
-def make_template(text: str, name: str, origin: str = "file") -> ChatTemplate:
-    has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", text) is not None
-    return ChatTemplate(text, name, hashlib.sha256(text.encode()).hexdigest()[:16], has_gen, origin)
-
-
 # --------------------------------------------------------------------------- TRL's templates
-def trl_dir() -> Path | None:
-    """trl/chat_templates of the installed TRL, found without importing trl (which imports torch)."""
-    trl = package_dir("trl")
-    folder = trl / "chat_templates" if trl is not None else None
-    return folder if folder is not None and folder.is_dir() else None
-
-
 def trl_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -185,10 +153,6 @@ def alike(near: tuple[str, float, int, int]) -> str:
     """How near a template is to TRL's official one, in words."""
     _, ratio, differ, blocks = near
     return f"{ratio:.0%} alike, {differ} of {blocks} blocks differ"
-
-
-def _official(training: str) -> str:
-    return training[: -len("_training")] + ".jinja"
 
 
 def _trl_template(name: str) -> ChatTemplate:
@@ -275,50 +239,7 @@ def no_template_fix(spec) -> str:
     return "pass " + "; or ".join(fixes)
 
 
-def family_of(text: str) -> str | None:
-    for family, (marker, _) in FAMILIES.items():
-        if marker in text:
-            return family
-    return None
-
-
-def family_fix(
-    family: str | None, train_on: str, near: str | None = None, near_alike: str = ""
-) -> str:
-    """What to do when this family's own template cannot locate every assistant turn; `near` (a
-    TRL training template this one is a near miss of, `near_alike` how near) first."""
-    fixes = []
-    training = FAMILIES.get(family, (None, None))[1] if family else None
-    if near:
-        fixes.append(
-            f"--chat-template trl:{near} (TRL's training version of {_official(near)}, the official "
-            "template this one is a near miss of" + (f": {near_alike})" if near_alike else ")")
-        )
-        if near == training:
-            training = None
-    if family == "ChatML (Qwen)":
-        fixes.append("--chat-template chatml-train (packtool's ChatML training template)")
-    elif training:
-        have = trl_dir() is not None and (trl_dir() / f"{training}.jinja").is_file()
-        fixes.append(
-            f"--chat-template trl:{training} (TRL's training template for {family})"
-            + ("" if have else ", after pip install 'packtool[templates]' (TRL)")
-        )
-    if train_on != "last":
-        fixes.append("--train-on last (only the last assistant turn carries loss)")
-    fixes.append("--chat-template FILE with {% generation %} markers")
-    return "; or ".join(fixes)
-
-
 # --------------------------------------------------------------------------- choosing
-def own_template(spec) -> str | None:
-    """The tokenizer's own template text (its default one when it has several), None without one."""
-    own = spec.chat_template
-    if isinstance(own, dict):  # several named templates: take the default one
-        own = own.get("default") or next(iter(own.values()), None)
-    return own or None
-
-
 def pick(spec, choice: str | None) -> ChatTemplate:
     """The template `choice` names (None/"auto": the automatic choice), mode not decided yet."""
     choice = choice or "auto"
@@ -354,7 +275,7 @@ def pick(spec, choice: str | None) -> ChatTemplate:
         return replace(
             _trl_template(name),
             why=f"TRL's training version of the tokenizer's official template "
-            f"({name[: -len('_training')]}.jinja)",
+            f"({official_name(name)})",
         )
     nearest = trl_nearest(own)
     if nearest and nearest[0][1] >= NEAR:
@@ -363,11 +284,11 @@ def pick(spec, choice: str | None) -> ChatTemplate:
             tpl,
             near=name,
             near_alike=alike(nearest[0]),
-            why=f"the tokenizer's own template, a near miss of TRL's official {_official(name)} "
+            why=f"the tokenizer's own template, a near miss of TRL's official {official_name(name)} "
             f"({alike(nearest[0])}): --chat-template trl:{name} is most likely its training version",
         )
     if nearest:  # named, not chosen: an older or other revision is no training version of this one
-        named = ", ".join(f"{_official(n[0])} ({n[1]:.0%} alike)" for n in nearest[:2])
+        named = ", ".join(f"{official_name(n[0])} ({n[1]:.0%} alike)" for n in nearest[:2])
         return replace(
             tpl,
             why=f"the tokenizer's own template (no training version known; nearest of TRL's "
@@ -375,3 +296,128 @@ def pick(spec, choice: str | None) -> ChatTemplate:
             f"trl:{nearest[0][0]} before training on one)",
         )
     return replace(tpl, why="the tokenizer's own template (no training version known)")
+
+
+# --------------------------------------------------------------------------- the probe
+PROBE = [
+    {"role": "system", "content": "You are a probe."},
+    {"role": "user", "content": "First question?"},
+    {"role": "assistant", "content": "First answer."},
+    {"role": "user", "content": "Second question?"},
+    {"role": "assistant", "content": "Second answer."},
+]
+_END_NAME = re.compile(r"end|eot|eos|eom|return|call|stop", re.IGNORECASE)  # end-of-turn tokens
+
+
+@dataclass(frozen=True)
+class Probe:
+    """PROBE (or PROBE without its system turn) through one template and mode."""
+
+    template: ChatTemplate
+    encoded: object  # the Encoded of the first conversation that encoded; None when neither did
+    error: str | None = None  # why the first conversation failed, when neither encoded
+    prefix_preserving: bool = True  # False: an earlier turn renders differently once turns follow
+
+
+def probe(spec, template: ChatTemplate, train_on: str) -> Probe:
+    """Encode PROBE, then PROBE without its system turn (templates that refuse one), with `template`'s mode."""
+    encoder = Encoder(spec, template, train_on, "hf")
+    first = None
+    for messages in (PROBE, PROBE[1:]):
+        ex = make_example("chat", [make_message(m["role"], m["content"]) for m in messages])
+        enc = encoder.encode([ex])
+        if enc.errors[0] is None:
+            return Probe(template, enc)
+        first = first or (ex, enc.errors[0])
+    ex, error = first
+    try:  # the same conversation again, for the typed reason it failed
+        encoder.chat_text(ex)
+        preserving = True
+    except NotPrefixPreserving:
+        preserving = False
+    except ExampleError:
+        preserving = True
+    return Probe(template, None, error, preserving)
+
+
+def choose(
+    spec, choice: str | None, train_on: str = "assistant", date: str | None = None
+) -> ChatTemplate:
+    """The run's template with its mode decided on a probe conversation; refuses what cannot work."""
+    tpl = pick(spec, choice)
+    family = family_of(tpl.text)
+    uses_date = "strftime_now" in tpl.text
+    tpl = replace(tpl, family=family, date=(date or DEFAULT_DATE) if uses_date else None)
+    mode = "all" if train_on == "all" else "markers" if tpl.has_generation else "prefix"
+    path = _verdict_path(spec, tpl, mode, train_on)
+    stored = cache.read_json(path) if path is not None else None
+    if isinstance(stored, dict) and set(stored) == {"mode", "end_of_turn"}:
+        return replace(tpl, **stored)
+    tpl = _probed(spec, tpl, mode, train_on, family)
+    if path is not None:
+        cache.write_json(path, {"mode": tpl.mode, "end_of_turn": tpl.end_of_turn})
+    return tpl
+
+
+def _verdict_path(spec, tpl: ChatTemplate, mode: str, train_on: str):
+    """Where the probe's verdict is kept ($PACKTOOL_CACHE/templates), keyed by everything it depends
+    on (a warm start renders nothing); None for a tokenizer without files."""
+    if not spec.files_hash:
+        return None
+    parts = [tpl.text, tpl.date, mode, train_on, spec.name, spec.files_hash]
+    parts += [library_versions(), packtool.__version__]
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return cache.cache_root() / "templates" / f"{digest}.json"
+
+
+def _probed(spec, tpl: ChatTemplate, mode: str, train_on: str, family) -> ChatTemplate:
+    """The template in the mode that works on PROBE, its end-of-turn token found; else a refusal."""
+    check_parses(tpl)
+    check_markers(spec, tpl)
+    got = probe(spec, replace(tpl, mode=mode), train_on)
+    if got.error and mode == "prefix":
+        last = probe(spec, replace(got.template, mode="last"), train_on)
+        if train_on == "last" and not last.error:
+            got = last
+        elif not got.prefix_preserving:
+            raise UsageError(
+                f"chat template '{tpl.name}'{f' ({family})' if family else ''} of tokenizer {spec.name} is not "
+                "prefix-preserving (it renders earlier turns differently once later turns follow), so its assistant "
+                f"turns cannot be located; fix: {family_fix(family, train_on, tpl.near, tpl.near_alike)}"
+            )
+    tpl = got.template
+    if got.error:
+        error = got.error.replace(f"chat template '{tpl.name}' ", "").replace(" on this record", "")
+        raise UsageError(
+            f"chat template '{tpl.name}' cannot render a plain test conversation (system, user, "
+            f"assistant turns): {error}; fix the template or pass --chat-template {CHOICES}"
+        )
+    if tpl.mode != "all":
+        tpl = replace(tpl, end_of_turn=end_of_turn(spec, tpl, got.encoded))
+    return tpl
+
+
+def end_of_turn(spec, tpl: ChatTemplate, enc) -> str:
+    """Each trained run of the probe must end in EOS or another special token: say which."""
+    import numpy as np
+
+    ids, labels = enc.input_ids[0], enc.labels[0]
+    trained = labels != IGNORE_INDEX
+    edges = np.flatnonzero(trained & ~np.append(trained[1:], False))  # last token of each run
+    specials = {v: k for k, v in spec.control_tokens.items() if _END_NAME.search(k)}
+    ends = [int(ids[i]) for i in edges]
+    bad = [e for e in ends if e != spec.eos_id and e not in specials]
+    if not ends or bad:
+        tok = spec.engines.rust()
+        what = repr(tok.decode([bad[0]], skip_special_tokens=False)) if bad else "nothing"
+        raise UsageError(
+            f"chat template '{tpl.name}' ends the trained part of an assistant turn with {what}, not with an "
+            f"end-of-turn token of tokenizer {spec.name} (EOS {spec.eos_token!r}): the model would not learn to "
+            f"stop; use a template whose assistant turns end in EOS or an end-of-turn token "
+            f"(--chat-template {CHOICES})"
+        )
+    return ", ".join(
+        f"{specials.get(e) or spec.eos_token} "
+        f"({'EOS' if e == spec.eos_id else f'end-of-turn token; EOS is {spec.eos_token}'})"
+        for e in dict.fromkeys(ends)
+    )

@@ -1,6 +1,6 @@
-"""A BPE tokenizer cut down to the words of a few texts: the same ids and offsets, built in ms.
+"""A BPE tokenizer cut down to the words of a few texts (`packtool inspect`: one example): the same
+ids and offsets, without building the whole tokenizer (benchmarks/README.md, "Renderers").
 
-`packtool inspect` encodes one example (building the whole Rust tokenizer was most of its time).
 BPE encodes each word (a piece of the pre-tokenizer, byte-level mapped) on its own, and every
 string it looks up while doing so is a contiguous substring of that word:
 

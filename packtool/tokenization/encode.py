@@ -30,10 +30,15 @@ import numpy as np
 from packtool.config import ReadConfig
 from packtool.formats.normalize import template_messages
 from packtool.schema import IGNORE_INDEX
-from packtool.tokenization.chat_template import ChatTemplate, own_template
 from packtool.tokenization.label_audit import ContentTokens, label_notes
 from packtool.tokenization.loading import TokenizerSpec
-from packtool.tokenization.render import ExampleError, Renderer, first_line
+from packtool.tokenization.render import (
+    ChatTemplate,
+    ExampleError,
+    Renderer,
+    first_line,
+    own_template,
+)
 
 
 @dataclass
@@ -204,13 +209,12 @@ class Encoder:
                         chat_texts.append(t)
                         chat_spans.append(s)
                 elif kind == "prompt_completion":
-                    (
-                        pc_idx.append(i),
-                        prompts.append(ex["prompt"]),
-                        completions.append(ex["completion"]),
-                    )
+                    pc_idx.append(i)
+                    prompts.append(ex["prompt"])
+                    completions.append(ex["completion"])
                 elif kind == "text":
-                    text_idx.append(i), texts.append(ex["text"])
+                    text_idx.append(i)
+                    texts.append(ex["text"])
                 else:
                     raise ExampleError(f"unknown example kind {kind!r}")
             except ExampleError as e:
@@ -248,11 +252,8 @@ class Encoder:
                     lab[: len(pi[0])] = IGNORE_INDEX
                 pieces[i] = (a, lab)
         if texts:
-            for i, ti in zip(
-                text_idx,
-                self._each(lambda t: encode(t, add_special_tokens=True), texts),
-                strict=True,
-            ):
+            got = self._each(lambda t: encode(t, add_special_tokens=True), texts)
+            for i, ti in zip(text_idx, got, strict=True):
                 if isinstance(ti, str):
                     errors[i] = ti
                     continue
@@ -319,10 +320,7 @@ def _assemble(n: int, flat, pieces: dict, errors: list, special, notes: list) ->
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# the step that worker processes run
-
-
+# -- the step that worker processes run -----------------------------------------------------------
 @dataclass
 class StepResult:
     """What one batch became: the good rows, and (row in the batch, reason) for every other."""
@@ -391,9 +389,7 @@ class EncodeStep:
         from packtool.formats.normalize import normalize
 
         records, read_errors = batch.parsed()
-        fmt = (
-            batch.fmt if getattr(batch, "fmt", None) is not None else self.fmt
-        )  # its file's format
+        fmt = batch.fmt if batch.fmt is not None else self.fmt  # its file's format
         rejects: list[tuple[int, str]] = []
         keep, examples = [], []
         for i, (rec, err) in enumerate(zip(records, read_errors, strict=True)):

@@ -23,9 +23,7 @@ control tokens (`keep`, what apply_chat_template does), refused (`error`), or re
     encoded   the pieces between placeholders through the reference tokenizer, each literal alone
               with special-token matching off
 
-`meta(run, stats)`: the entry's meta (format, formats {file: [format, why, records]}, tokenizer
-(+ label_audit, special_in_content, pairs_unlike_trl), backend, warnings, sources, options,
-num_read, skipped, not_read); `meta_fields(meta)`: TokenizedData's fields.
+`meta(run, stats)`: a finished run's meta (the cache entry's, TokenizedData's fields: `meta_fields`).
 """
 
 from __future__ import annotations
@@ -41,12 +39,8 @@ from packtool.data.tokenized import FileFormat, SkippedRecord, SourceFile, short
 from packtool.errors import PacktoolError
 from packtool.tokenization.render import ExampleError, appears, leaf_values, locate
 
-TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, THINK_OMITTED = (
-    "template_inserted",
-    "empty_turns",
-    "dropped_reasoning",
-    "think_omitted",
-)
+TEMPLATE_INSERTED, EMPTY_TURNS = "template_inserted", "empty_turns"
+DROPPED_REASONING, THINK_OMITTED = "dropped_reasoning", "think_omitted"
 _EMPTY_BLOCK = re.compile(r"<([A-Za-z_][\w-]*)>\s*</\1>\s*")  # <think>\n\n</think>\n\n
 
 
@@ -65,7 +59,7 @@ def label_notes(
     if not native:
         for m in messages:
             r = m.get("reasoning_content")
-            if r is not None and m["role"] == "assistant" and isinstance(r, str) and r.strip():
+            if isinstance(r, str) and m["role"] == "assistant" and r.strip():
                 if not appears(r, text):
                     _add(notes, DROPPED_REASONING, 0)
     for i, (a, b) in paired or ():
@@ -73,9 +67,7 @@ def label_notes(
             continue  # nothing of this turn is trained
         m = messages[i]
         reasoning = m.get("reasoning_content")
-        if m.get("tool_calls") or (
-            reasoning is not None and isinstance(reasoning, str) and reasoning.strip()
-        ):
+        if m.get("tool_calls") or (isinstance(reasoning, str) and reasoning.strip()):
             continue  # the template's framing of a call or of reasoning is the data's
         content = m.get("content")
         if not isinstance(content, str):
@@ -112,9 +104,7 @@ def _add(notes: dict[str, list[int]], kind: str, tokens: int) -> None:
     t[1] += tokens
 
 
-# ---------------------------------------------------------------------------------------------
-# a run's label notes: summed per kind (manifest tokenizer.label_audit), said, refused
-
+# -- a run's label notes: summed per kind (manifest tokenizer.label_audit), said, refused --------
 ZERO_LOSS_DOCUMENTS = "zero_loss_documents"
 AUDIT_KINDS = (TEMPLATE_INSERTED, EMPTY_TURNS, DROPPED_REASONING, ZERO_LOSS_DOCUMENTS)
 _REFUSED = {
@@ -321,29 +311,22 @@ class ContentTokens:
         ref, plain = self._plain
         ids, mask, at = [], [], 0
 
-        def trained(a: int, b: int) -> bool:
-            return bool(len(spans)) and bool(((spans[:, 0] < b) & (spans[:, 1] > a)).any())
-
-        pieces = []
-        for m in PLACEHOLDER.finditer(text):
-            pieces.append(("text", at, m.start()))
-            pieces.append(("literal", m.start(), m.end(), int(m.group(1))))
-            at = m.end()
-        pieces.append(("text", at, len(text)))
-        for p in pieces:
-            a, b = p[1], p[2]
-            if p[0] == "literal":
-                got = np.asarray(
-                    plain.encode(literals[p[3]], add_special_tokens=False).ids, dtype=np.int32
-                )
-                ids.append(got)
-                mask.append(np.full(len(got), trained(a, b)))
-            elif b > a:
+        def text_piece(a: int, b: int) -> None:  # text[a:b], its spans moved into it
+            if b > a:
                 local = np.clip(spans - a, 0, b - a) if len(spans) else spans
                 local = local[local[:, 0] < local[:, 1]] if len(local) else local
                 got, _, m = ref.encode_spans([text[a:b]], [local.reshape(-1, 2)])
                 ids.append(got.astype(np.int32))
                 mask.append(m.astype(bool))
+
+        for m in PLACEHOLDER.finditer(text):
+            text_piece(at, m.start())
+            literal = plain.encode(literals[int(m.group(1))], add_special_tokens=False).ids
+            trained = len(spans) and ((spans[:, 0] < m.end()) & (spans[:, 1] > m.start())).any()
+            ids.append(np.asarray(literal, dtype=np.int32))
+            mask.append(np.full(len(literal), bool(trained)))
+            at = m.end()
+        text_piece(at, len(text))
         return (
             np.concatenate(ids) if ids else np.zeros(0, np.int32),
             np.concatenate(mask) if mask else np.zeros(0, bool),

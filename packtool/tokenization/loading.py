@@ -366,7 +366,7 @@ def interruptible(fn, *args):
     return out["value"]
 
 
-# how a spec is resolved, part of its cache key (specs packtool 0.x resolved otherwise are not read)
+# how a spec is resolved, part of its cache key (specs resolved otherwise are not read)
 RESOLUTION = "AutoTokenizer.from_pretrained"
 
 

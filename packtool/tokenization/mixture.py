@@ -66,7 +66,7 @@ def load_mixture(
             td = load_tokenized(
                 spec.data, dataclasses.replace(cfg, read=spec.read), progress=progress
             )
-        except (PacktoolError, UsageError) as e:
+        except PacktoolError as e:  # (its class kept: a UsageError stays one)
             raise type(e)(f"input {k} ({spec.spec}): {e}") from None
         parts.append(td)
     return combine(inputs, parts, seed, cfg)

@@ -50,16 +50,13 @@ from packtool.errors import PacktoolError, UsageError
 from packtool.forking import ordered_map
 from packtool.progress import Reporter, reporter
 from packtool.tokenization import cache
-from packtool.tokenization.chat_template import template_key
+from packtool.tokenization.chat_template import choose, template_key
 from packtool.tokenization.encode import EncodeStep
 from packtool.tokenization.label_audit import check_strict_labels, meta, meta_fields, no_examples
 from packtool.tokenization.loading import library_versions, load_spec, tokenizer_key
 from packtool.tokenization.render import best
 from packtool.tokenization.render import preload as jinja_preload
 from packtool.tokenization.source import RecordSource, decided_stream, input_kind
-from packtool.tokenization.template_probe import choose
-
-BACKENDS = ("auto", "fastokens", "hf")
 
 
 @dataclass(frozen=True)
@@ -105,13 +102,6 @@ class RunPlan:
     def building(self) -> bool:
         """The fast backend is still being built on its thread (time to spare)."""
         return self.step.spec is not None and self.step.spec.engines.building()
-
-
-def check_backend(cfg: TokenizeConfig) -> None:
-    if cfg.tokenizer_backend not in BACKENDS:
-        raise UsageError(
-            f"--tokenizer-backend {cfg.tokenizer_backend!r} is not one of {'|'.join(BACKENDS)}"
-        )
 
 
 def plan_run(cfg: TokenizeConfig, decisions, preload: bool = False) -> RunPlan:
@@ -188,9 +178,12 @@ def fast_refused(spec, requested: str) -> str | None:
     """Why the fast path is not tried (None: it is); UsageError for --tokenizer-backend fastokens."""
     if requested == "hf":
         return "--tokenizer-backend hf"
-    from packtool.tokenization.backends import supports_fast
-
-    why = supports_fast(spec, load=False)
+    try:
+        import fastokens  # noqa: F401
+    except ImportError:
+        why = "fastokens is not installed"
+    else:
+        why = spec.fast_refusal  # the byte rules' verdict (backends.refusal_of)
     if why is not None and requested == "fastokens":
         raise UsageError(
             f"--tokenizer-backend fastokens: {why}; use --tokenizer-backend auto or hf"
@@ -247,7 +240,7 @@ class FastCheck:
     def conclude(self, n: int, where: str | None) -> None:
         self.examples += n
         check = {"examples": self.examples, "identical": where is None}
-        if len(self.files) > 1:  # (one file: the report as it always was)
+        if len(self.files) > 1:
             check["files"] = len(self.files)
         backend = self.backend
         if where is None:
@@ -297,7 +290,7 @@ class Run:
         if self.batches is None:
             return dataclasses.replace(self, plan=plan)
         source = RecordSource(self.data, self.cfg.read)
-        _, _, decisions, batches = decided_stream(source.batches(), self.cfg.read)
+        _, decisions, batches = decided_stream(source.batches(), self.cfg.read)
         return Run(self.data, self.cfg, source, decisions, plan, batches)
 
 
@@ -378,8 +371,7 @@ def cache_key(sources: list, cfg, tokenizer: str | None = None, not_read=()) -> 
     and the paths found and not read (their warning is in the entry)."""
     parts = {
         "packtool": packtool.__version__,
-        # 6: tokenizer.pairs_unlike_trl; 5: UTF-16/32 JSON Lines; 4: label notes; 3: per-file formats
-        "encoder": 6,
+        "encoder": 6,  # raised when an entry's content changes within one packtool version
         "libraries": library_versions(),
         "sources": [(s.path, s.size, s.sha256) for s in sources],
         "tokenizer": tokenizer or tokenizer_key(cfg.tokenizer),
@@ -396,7 +388,6 @@ def load_tokenized(
 ) -> TokenizedData:
     """Read, normalize and tokenize `data`, or load the checked cache entry of an earlier run;
     `progress`: where the tokenizing stage reports (packtool.progress.reporter)."""
-    check_backend(cfg)
     t0 = time.perf_counter()
     source = RecordSource(data, cfg.read)
     tok_key = tokenizer_key(cfg.tokenizer)
@@ -412,7 +403,7 @@ def load_tokenized(
             td = _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
             return check_strict_labels(td, cfg)
     cache.remove_stale_work()
-    kind, _, decisions, batches = decided_stream(source.batches(), cfg.read)
+    kind, decisions, batches = decided_stream(source.batches(), cfg.read)
     first = next(batches, None)  # its file decided: the plan's reference format
     plan = plan_run(cfg, decisions, preload=kind == "chat")
     batches = itertools.chain([first] if first is not None else [], batches)

@@ -3,11 +3,8 @@
     RecordSource(data, read)
         .files      [SourceFile(path, size, sha256)]   hashed in a thread meanwhile (waits for it)
         .batches()  RawBatch, RawBatch, ...             one file each, with start index and lines
-        .per_file   {file: records read}                in reading order
-        .reject(batch, i, reason) / .reject_at(index, file, line, reason, record)
-                    --on-error error: PacktoolError "data.jsonl:12: <reason>; fix the record, or ..."
-                    --on-error skip:  counted and listed in .skipped (file, line or record, reason)
-        .skip_warning(...) / .not_read_warning()   the one line each says what was skipped
+        .reject(batch, i, reason)   --on-error error: PacktoolError "data.jsonl:12: <reason>; ..."
+                                    --on-error skip:  counted and listed in .skipped
 
 Every stage that can refuse a record reports it here with its real provenance (file and line, or
 position), whichever process found the problem.
@@ -85,8 +82,7 @@ class RecordSource:
     def __init__(
         self, data: str, read: ReadConfig, located=None, files: list[SourceFile] | None = None
     ):
-        """`located` and `files`: located and hashed elsewhere (the Ray engine hashes them in its
-        workers; it reads the records there too, and counts them in with `count`)."""
+        """`located` and `files`: located and hashed elsewhere (by the Ray engine's tasks)."""
         self.data, self.read = data, read
         self.skipped: list[SkippedRecord] = []
         self.num_read = 0
@@ -107,8 +103,7 @@ class RecordSource:
 
     @property
     def files(self) -> list[SourceFile]:
-        """The files with their sha256 (the cache key, the manifest's sources): waits for the hashing
-        thread the first time (an error reading a file is raised here)."""
+        """The files with their sha256: waits for the hashing thread (its error is raised here)."""
         if self._files is None:
             self._files = [
                 SourceFile(path=p, size=n, sha256=h)
@@ -157,8 +152,7 @@ class RecordSource:
     ) -> str | None:
         """What was skipped, in one line (None when nothing was). A few records: where they are. More
         than SKIP_SHARE of the records read, or every record of a file: the share, those files, the
-        top reasons (whole words) and what to do. `formats`: how each file was read; `forced`: --format;
-        `looks`: the format each file's first record has without --format."""
+        top reasons and what to do (`looks`: each file's first record's format without --format)."""
         if not self.skipped:
             return None
         n, read = len(self.skipped), max(self.num_read, 1)
@@ -189,8 +183,8 @@ class RecordSource:
         )
 
     def not_read_warning(self) -> str | None:
-        """'skipped 2 input path(s) of DATA: a/self, a/sub/up (symlink to a folder already read);
-        a/x.jsonl (broken symlink: ...)': each reason once, at most MAX_LISTED paths (None: none)."""
+        """'skipped 2 input path(s) of DATA: a/self, a/sub/up (symlink to a folder already read)':
+        each reason once, at most MAX_LISTED paths (None: none)."""
         if not self.not_read:
             return None
         groups: dict[str, list[str]] = {}
@@ -311,8 +305,8 @@ class FileDecision:
 
 
 def _records_of(b):
-    """The records of a batch, parsed one by one (None where unreadable): detection usually needs
-    only the first, so no more than that is parsed."""
+    """The records of a batch, parsed one at a time (None where unreadable): detection usually needs
+    only the first."""
     from packtool.io.readers import parse_json_record
 
     if b.raw is not None:
@@ -410,11 +404,10 @@ def input_kind(decisions) -> tuple[str, str | None]:
 
 
 def decided_stream(batches, read: ReadConfig):
-    """The local pipeline's input, read once: (kind, label source, [FileDecision], the batches in
-    order, chat batches with their file's `fmt` set). The kind is found first (on the batches up
-    to the first readable record, held and read again); each file is then decided as
-    the stream reaches it and appended to the list. A file's detection error is raised there,
-    before any of its batches."""
+    """The local pipeline's input, read once: (kind, [FileDecision], the batches in order, chat
+    batches with their file's `fmt` set). The kind is found first (on the batches up to the first
+    readable record, held and read again); each file is then decided as the stream reaches it and
+    appended to the list. A file's detection error is raised there, before any of its batches."""
     it = iter(batches)
     seen: list = []
     kind, label = "chat", None
@@ -430,18 +423,14 @@ def decided_stream(batches, read: ReadConfig):
         for file, own in itertools.groupby(itertools.chain(seen, it), key=lambda b: b.file):
             d = decide_file(file, own, read, kind, label)
             decisions.append(dataclasses.replace(d, first=()))  # its batches are not kept
-            yield from _released(d, own, kind)  # noqa: B031 - the rest of the file
+            if kind == "chat" and d.error is not None:
+                raise UsageError(d.error)
+            for b in itertools.chain(d.first, own):  # noqa: B031 - the rest of the file
+                if kind == "chat":
+                    b.fmt = d.fmt
+                yield b
 
-    return kind, label, decisions, stream()
-
-
-def _released(d: FileDecision, rest, kind: str):
-    if kind == "chat" and d.error is not None:
-        raise UsageError(d.error)
-    for b in itertools.chain(d.first, rest):
-        if kind == "chat":
-            b.fmt = d.fmt
-        yield b
+    return kind, decisions, stream()
 
 
 def formats_table(decisions, per_file: dict[str, int]) -> dict[str, FileFormat]:

@@ -21,12 +21,20 @@ from packtool.tokenization.backends import (
     HFBackend,
     _covered,
     make_backend,
+    refusal_of,
     spans_to_mask,
-    supports_fast,
 )
 from packtool.tokenization.loading import Engines
+from packtool.tokenization.pipeline import fast_refused
 
 SHARED = SHARED_TOKENIZERS
+
+
+def supports_fast(js: str) -> str | None:
+    """The byte rules' verdict on a tokenizer JSON (TokenizerSpec.fast_refusal)."""
+    return refusal_of(json.loads(js))
+
+
 FAMILIES = ["qwen", "llama3", "gptoss"]
 
 # pieces of adversarial text: normalizer bait (NFD accents, singletons, composition exclusions,
@@ -474,10 +482,6 @@ def test_supports_fast_reasons(tiny_tokenizer, monkeypatch):
     assert supports_fast(wp.to_str()) == "WordPiece models are not supported"
     assert "Prepend" in supports_fast(_bpe(normalizer=normalizers.Prepend("▁")))
     assert "Lowercase" in supports_fast(_bpe(normalizer=normalizers.Lowercase()))
-    # a form we could handle but fastokens does not load
-    assert supports_fast(_bpe(normalizer=normalizers.NFKC())).startswith(
-        "fastokens cannot load this tokenizer"
-    )
     # fastokens loads these, but the offsets are not the byte ranges: refused, and rightly so
     trimmed, untrimmed = _bytelevel_bpe(trim_offsets=True), _bytelevel_bpe()
     assert supports_fast(untrimmed) is None
@@ -487,8 +491,10 @@ def test_supports_fast_reasons(tiny_tokenizer, monkeypatch):
     with pytest.raises(ValueError, match="trims offsets"):
         FastBackend(Engines(trimmed)).encode_spans(["x"], [np.zeros((0, 2))])
     assert "prefix space" in supports_fast(_bytelevel_bpe(add_prefix_space=True))
+    spec = SimpleNamespace(fast_refusal=None)
+    assert fast_refused(spec, "auto") is None
     monkeypatch.setitem(sys.modules, "fastokens", None)
-    assert supports_fast(trimmed) == "fastokens is not installed"
+    assert fast_refused(spec, "auto") == "fastokens is not installed"
 
 
 def test_unknown_tokens_fall_back():

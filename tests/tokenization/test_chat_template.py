@@ -17,10 +17,9 @@ from packtool.formats import FormatError
 from packtool.formats.detect import detect_format
 from packtool.formats.normalize import normalize
 from packtool.tokenization import chat_template as ct
-from packtool.tokenization import template_probe
+from packtool.tokenization.chat_template import choose, probe
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec, load_spec
-from packtool.tokenization.template_probe import choose, probe
 
 GPTOSS = SHARED / "tokenizers" / "gptoss"
 LLAMA3 = SHARED / "tokenizers" / "llama3"
@@ -127,7 +126,7 @@ def test_a_probed_verdict_is_kept_and_a_warm_choice_renders_nothing(spec, tmp_pa
     def no_probe(*a, **k):
         raise AssertionError("a warm choice must not render the probe")
 
-    monkeypatch.setattr(template_probe, "probe", no_probe)
+    monkeypatch.setattr(ct, "probe", no_probe)
     assert choose(spec, "chatml-train") == cold
     with pytest.raises(AssertionError, match="must not render"):  # another --train-on: its own
         choose(spec, "chatml-train", train_on="last")
@@ -197,7 +196,10 @@ def gptoss():
 
 
 def test_gptoss_without_trl_refuses_with_its_own_fix(gptoss, monkeypatch):
-    monkeypatch.setattr(ct, "trl_dir", lambda: None)
+    from packtool.tokenization import render
+
+    for module in (ct, render):  # choosing (chat_template) and the fix it names (render)
+        monkeypatch.setattr(module, "trl_dir", lambda: None)
     with pytest.raises(UsageError) as e:
         choose(gptoss, None)
     msg = str(e.value)

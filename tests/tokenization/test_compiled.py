@@ -15,6 +15,7 @@ from packtool.formats.normalize import template_messages
 from packtool.tokenization.chat_template import ChatTemplate, make_template, trl_dir
 from packtool.tokenization.render import compiled, dated_text
 from packtool.tokenization.render.compiled import Compiled, NotCompiled
+from packtool.tokenization.render.native import alias
 
 TRL = trl_dir()
 TEMPLATES = sorted(p.name for p in TRL.glob("*.jinja")) if TRL is not None else []
@@ -210,7 +211,7 @@ def test_fast_path_equals_reference_on_other_families(family):
     name = {"llama3": "trl:llama3_training", "gptoss": "trl:gptoss_training"}[family]
     if TRL is None:
         pytest.skip("TRL is not installed")
-    from packtool.tokenization.template_probe import choose
+    from packtool.tokenization.chat_template import choose
 
     tpl = choose(spec, name, "assistant", "2026-12-02")
     assert pick(spec, name).name == tpl.name
@@ -293,7 +294,7 @@ def test_spans_of_against_an_oracle():
 
 
 def _walked(messages, tools):
-    return compiled.aliased(messages) if compiled.plain((messages, tools)) else None
+    return [alias(m) for m in messages] if compiled.plain((messages, tools)) else None
 
 
 def _outcome(fn, messages, tools):
@@ -328,7 +329,7 @@ def test_plain_finds_what_the_engines_print_otherwise():
     assert [compiled.plain(v) for v in odd] == [False] * len(odd)
     assert [compiled.plain(v) for v in alike] == [True] * len(alike)
     assert compiled.plain((PLAIN[0], None)) and not compiled.plain((ODD[0], None))
-    # prepared (the check and the aliasing in one pass) == aliased when plain, else None
+    # prepared (the check and the aliasing in one pass) == each message aliased when plain, else None
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     for v in [*odd, *alike]:
         for where in ("value", "key", "tools", "reasoning", "message"):

@@ -13,7 +13,7 @@ from chat_examples import TOOLS, chat_examples
 
 from packtool.formats.normalize import template_messages
 from packtool.tokenization.chat_template import make_template, trl_dir
-from packtool.tokenization.render import Renderer, dated_text, lost_content
+from packtool.tokenization.render import Renderer, dated_text, lost_content, native_for
 from packtool.tokenization.render import native as gptoss
 from packtool.tokenization.render.native import NotNative
 
@@ -141,7 +141,7 @@ def _jinja(template, messages, tools):
 
 def test_native_renders_as_jinja():
     template = _template("gptoss_training")
-    native = gptoss.native_for(template.text)
+    native = native_for(template.text)
     assert native is not None
     same = refused = complete = 0
     for messages, tools in _conversations():
@@ -164,10 +164,10 @@ def test_native_renders_as_jinja():
 
 def test_native_only_for_trl_files_byte_for_byte():
     text = (TRL / "gptoss_training.jinja").read_text()
-    assert gptoss.native_for(text) is gptoss.gptoss
-    assert gptoss.native_for(text + "\n") is None
+    assert native_for(text) is gptoss.gptoss
+    assert native_for(text + "\n") is None
     for other in ("llama3_training", "qwen3_training"):  # (MiniJinja renders them)
-        assert gptoss.native_for((TRL / f"{other}.jinja").read_text()) is None
+        assert native_for((TRL / f"{other}.jinja").read_text()) is None
 
 
 class _Spec:

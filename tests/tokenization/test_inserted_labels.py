@@ -15,9 +15,9 @@ from packtool.config import TokenizeConfig
 from packtool.errors import PacktoolError, UsageError
 from packtool.formats.turns import make_example, make_message
 from packtool.tokenization import chat_template as ct
+from packtool.tokenization.chat_template import choose
 from packtool.tokenization.encode import Encoder
 from packtool.tokenization.loading import TokenizerSpec
-from packtool.tokenization.template_probe import choose
 
 CHAT = [
     {"role": "user", "content": "Hi"},
@@ -177,9 +177,9 @@ def test_reasoning_an_official_template_drops_is_counted(spec, tmp_path):
 
 @pytest.mark.parametrize("data", [CHAT, MISSING])
 def test_fast_path_and_reference_path_agree_on_ids_labels_and_notes(spec, data):
-    from packtool.tokenization.backends import supports_fast
+    from packtool.tokenization.pipeline import fast_refused
 
-    if supports_fast(spec.backend_json, load=False) is not None:
+    if fast_refused(spec, "auto") is not None:
         pytest.skip("fastokens is not available here")
     t = choose(spec, None)
     ref = Encoder(spec, t, backend="hf", renderer="jinja").encode([chat(data)])

@@ -1,4 +1,4 @@
-"""Chat templates rendered: one conversation → the text, and the char spans to train.
+"""A ChatTemplate rendered: one conversation → the text, and the char spans to train.
 
     Renderer(spec, template, train_on, renderer).conversation(messages, tools) -> text, spans
     best(template) -> (renderer, why jinja)       the fast path's renderer: made once per run
@@ -7,12 +7,12 @@
     spans                                                     [(52, 65)]   "Hello!<|im_end|>"
 
 Renderers, each giving the text and spans of the one below it for what it covers (the rest goes
-one step down, per conversation; each kept only where it earns >= 20%: benchmarks/README.md):
+one step down, per conversation; benchmarks/README.md, "Renderers"):
 
     native (native.py: chatml-train, gptoss_training; by the template's bytes) ──NotNative──▶ compiled
     (compiled.py: MiniJinja) ──NotCompiled──▶ jinja (`render_jinja`: transformers', the reference)
 
-How assistant text is located is the template's `mode` (template_probe.choose):
+How assistant text is located is the template's `mode` (chat_template.choose):
 
     markers   each {% generation %} block, less the generation prompt the template writes at its
               start (the model is given it at inference, e.g. `<|start|>assistant`)
@@ -27,18 +27,131 @@ A span ends at the turn's end-of-turn token; what the template drops (`lost_cont
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import functools
+import hashlib
 import json
 import re
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
-from packtool.tokenization.chat_template import (
-    BUILTIN_TEMPLATES,
-    ChatTemplate,
-    family_fix,
-    family_of,
-)
-from packtool.tokenization.render.native import GENERATION_PROMPT, native_for
+from packtool.tokenization.loading import package_dir
+from packtool.tokenization.render import native
+
+TEMPLATE_DIR = Path(__file__).parent.parent / "templates"
+BUILTIN_TEMPLATES = {p.stem: p for p in sorted(TEMPLATE_DIR.glob("*.jinja"))}
+
+# family: (a marker its templates write, its fix when its own template cannot be used as it is)
+FAMILIES = {
+    "gpt-oss (harmony)": ("<|channel|>", "gptoss_training"),
+    "Llama 3": ("<|start_header_id|>", "llama3_training"),
+    "Gemma": ("<start_of_turn>", "gemma3_training"),
+    "DeepSeek": ("<｜Assistant｜>", "deepseekv3_training"),
+    "Cohere": ("<|START_OF_TURN_TOKEN|>", "cohere_training"),
+    "GLM": ("[gMASK]", "glm4moe_training"),
+    "Phi-3": ("<|assistant|>", "phi3_training"),
+    "ChatML (Qwen)": ("<|im_start|>", None),  # chatml-train is ours
+}
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    text: str  # the template itself (Jinja)
+    name: str  # "chatml-train", "trl:llama3_training", a file path, or "tokenizer"
+    hash: str
+    has_generation: bool  # True when the template marks assistant text with {% generation %}
+    origin: str = ""  # "packtool", "trl 1.16.0", "tokenizer", "file"
+    mode: str = ""  # markers | prefix | last | all (module docstring); "" = not decided yet
+    why: str = ""  # the decision, in words (announced)
+    date: str | None = None  # the date strftime_now() returns, when the template calls it
+    family: str | None = None
+    end_of_turn: str | None = None  # the trained end token, e.g. "<|eot_id|> (EOS)"
+    near: str | None = None  # TRL's training template of the official one this is a near miss of
+    near_alike: str = ""  # how near, in words: "88% alike, 3 of 40 blocks differ"
+
+    def info(self) -> dict:
+        return {
+            "chat_template": self.name,
+            "chat_template_hash": self.hash,
+            "chat_template_origin": self.origin,
+            "chat_template_mode": self.mode,
+            "chat_template_why": self.why,
+            "generation_markers": self.has_generation,
+            "template_date": self.date,
+            "family": self.family,
+            "end_of_turn": self.end_of_turn,
+        }
+
+
+def make_template(text: str, name: str, origin: str = "file") -> ChatTemplate:
+    has_gen = re.search(r"\{%-?\s*generation\s*-?%\}", text) is not None
+    return ChatTemplate(text, name, hashlib.sha256(text.encode()).hexdigest()[:16], has_gen, origin)
+
+
+def own_template(spec) -> str | None:
+    """The tokenizer's own template text (its default one when it has several), None without one."""
+    own = spec.chat_template
+    if isinstance(own, dict):  # several named templates: take the default one
+        own = own.get("default") or next(iter(own.values()), None)
+    return own or None
+
+
+def trl_dir() -> Path | None:
+    """trl/chat_templates of the installed TRL, found without importing trl (which imports torch)."""
+    trl = package_dir("trl")
+    folder = trl / "chat_templates" if trl is not None else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
+def family_of(text: str) -> str | None:
+    return next((family for family, (marker, _) in FAMILIES.items() if marker in text), None)
+
+
+def family_fix(
+    family: str | None, train_on: str, near: str | None = None, near_alike: str = ""
+) -> str:
+    """What to do when this family's own template cannot locate every assistant turn; `near` (a
+    TRL training template this one is a near miss of, `near_alike` how near) first."""
+    fixes = []
+    training = FAMILIES.get(family, (None, None))[1] if family else None
+    if near:
+        fixes.append(
+            f"--chat-template trl:{near} (TRL's training version of {official_name(near)}, the official "
+            "template this one is a near miss of" + (f": {near_alike})" if near_alike else ")")
+        )
+        if near == training:
+            training = None
+    if family == "ChatML (Qwen)":
+        fixes.append("--chat-template chatml-train (packtool's ChatML training template)")
+    elif training:
+        have = trl_dir() is not None and (trl_dir() / f"{training}.jinja").is_file()
+        fixes.append(
+            f"--chat-template trl:{training} (TRL's training template for {family})"
+            + ("" if have else ", after pip install 'packtool[templates]' (TRL)")
+        )
+    if train_on != "last":
+        fixes.append("--train-on last (only the last assistant turn carries loss)")
+    fixes.append("--chat-template FILE with {% generation %} markers")
+    return "; or ".join(fixes)
+
+
+def official_name(training: str) -> str:  # X_training → X.jinja
+    return training[: -len("_training")] + ".jinja"
+
+
+@functools.lru_cache(maxsize=8)
+def native_for(text: str):
+    """A template's native renderer: native.chatml for the built-in chatml-train, native.gptoss for
+    the installed TRL's gptoss_training.jinja byte for byte, else None."""
+    if text == BUILTIN_TEMPLATES["chatml-train"].read_text():
+        return native.chatml
+    folder = trl_dir()
+    gptoss = folder / "gptoss_training.jinja" if folder is not None else None
+    if gptoss is not None and gptoss.is_file() and text == gptoss.read_text():
+        return native.gptoss
+    return None
 
 
 class ExampleError(Exception):
@@ -85,9 +198,7 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
     """What of the conversation the rendered `text` lacks, in words (None: nothing): a message's
     text; the last assistant turn's reasoning (templates may drop earlier turns' by design); each
     tool call's name (as often as it is called), argument names and values; each tool definition."""
-    last = len(messages) - 1
-    while last >= 0 and messages[last]["role"] != "assistant":
-        last -= 1
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
     defined = [
         (t.get("function", t) if isinstance(t, dict) else {}).get("name") for t in tools or ()
     ]
@@ -115,16 +226,13 @@ def lost_content(messages: list[dict], tools, text: str) -> str | None:
             if text.count(name) < calls[name] + defined.count(name):
                 return f"the tool call {name!r} of turn {i} ({m['role']})"
             args = fn.get("arguments")
+            missing = []
             if isinstance(args, dict):
                 missing = [k for k in args if k not in text] + [
                     repr(v) for v in leaf_values(args) if not _leafappears(v, text)
                 ]
-            else:
-                missing = (
-                    ["(all)"]
-                    if isinstance(args, str) and args.strip() and not appears(args, text)
-                    else []
-                )
+            elif isinstance(args, str) and args.strip() and not appears(args, text):
+                missing = ["(all)"]
             if missing:
                 return f"the arguments {', '.join(map(str, missing))} of tool call {name!r} of turn {i}"
     for name in defined:
@@ -149,14 +257,14 @@ class Renderer:
         self._heads: list[str] | None = None
         self.mode = template.mode or ("markers" if template.has_generation else "prefix")
         self._text = dated_text(template)
-        self._compiled = self._own = None  # compiled / native renderer, on first use (False: none)
+        self._compiled = self._own = None  # compiled / native renderer, on first use
 
     def __getstate__(self):
         return {**self.__dict__, "_compiled": None, "_own": None}
 
     def _native(self, messages, tools) -> tuple[str, list, bool] | None:
         """(text, spans, complete) of the template's native renderer; None: not rendered so."""
-        if self._own is None:
+        if self._own is None:  # (False: none)
             self._own = (self.renderer != "jinja" and native_for(self.template.text)) or False
         if not self._own:
             return None
@@ -232,10 +340,8 @@ class Renderer:
         empty conversation's prompt, else render(messages[:1]) up to its first `_after_user`."""
         if i:
             return self._render(messages[:i], tools, marks=False, gen_prompt=True)[0]
-        try:
+        with contextlib.suppress(Exception):
             return self._render([], tools, marks=False, gen_prompt=True)[0]
-        except Exception:
-            pass
         header = self._after_user(tools)
         first, _ = self._render(messages[:1], tools, marks=False)
         at = first.find(header) if header else -1
@@ -272,8 +378,7 @@ class Renderer:
 
     def _turn_end(self, text: str, a: int = 0, b: int | None = None) -> int:
         """The end of text[a:b] as trained: before whitespace after a closing end-of-turn token."""
-        b = len(text) if b is None else b
-        end = b
+        end = b = len(text) if b is None else b
         while end > a and text[end - 1].isspace():
             end -= 1
         return end if text.endswith(self._end_tokens, a, end) else b
@@ -291,18 +396,17 @@ class Renderer:
             )
         return full, [(len(before), self._turn_end(full))]
 
-    def generation_prompt(self, tools=None) -> str:
+    def generation_prompt(self) -> str:
         """What the template writes to open an assistant turn at inference (the generation prompt)."""
         if self._gen_prompt is None:  # native: no jinja (transformers is not imported)
-            native = self.renderer == "native"
-            self._gen_prompt = GENERATION_PROMPT if native else self._after_user(None)
+            by_native = self.renderer == "native"
+            self._gen_prompt = native.GENERATION_PROMPT if by_native else self._after_user(None)
         return self._gen_prompt
 
     def _trim_prompt(self, text: str, spans) -> list[tuple[int, int]]:
         """Generation blocks less the generation prompt (or its longest head ending in a special
-        token: DeepSeek's `<｜Assistant｜>`) at their start, and less whitespace after a closing
-        end-of-turn token. A last block of only the EOS (Phi-3's training template) joins the turn
-        before it."""
+        token: DeepSeek's `<｜Assistant｜>`) at their start and whitespace after a closing end of
+        turn; a last block of only the EOS (Phi-3's training template) joins the turn before it."""
         heads = self._prompt_heads()
         shortest = heads[-1] if heads else None
         out: list[tuple[int, int]] = []
@@ -336,8 +440,8 @@ class Renderer:
         return 0
 
     def _no_tools(self, messages: list[dict], tools) -> str:
-        """' (the template ... has no tool role ...' when the record uses tools and the template
-        never mentions them (Gemma 3: its refusal only says that roles must alternate); else ''."""
+        """Why a record with tools fails where the template never mentions them (Gemma 3's refusal
+        only says that roles must alternate); else ''."""
         used = tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
         if not used or re.search(r"\btools?\b|tool_calls", self.template.text):
             return ""
@@ -350,8 +454,8 @@ class Renderer:
 
 
 def best(template) -> tuple[str, str | None]:
-    """The fast path's renderer and, when it is jinja, why: "native" for the built-in chatml-train
-    template, else "compiled" where MiniJinja compiles it (the chain from the top), else jinja."""
+    """The fast path's renderer and, when it is jinja, why: "native" for chatml-train, else
+    "compiled" where MiniJinja compiles it (the chain from the top), else jinja."""
     if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text():
         return "native", None
     from packtool.tokenization.render.compiled import compile_template  # (not for native)
@@ -367,8 +471,7 @@ def render_jinja(
     text: str, kwargs: dict, messages, tools, *, marks: bool, gen_prompt: bool = False
 ):
     """transformers' render_jinja_template (what apply_chat_template calls): (text, the char spans
-    of the `{% generation %}` blocks when `marks`, else None). transformers is imported on first
-    use (a run whose renderers cover every conversation never imports it)."""
+    of the `{% generation %}` blocks when `marks`, else None); transformers imported on first use."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
     texts, spans = render_jinja_template(

@@ -1,5 +1,5 @@
 """The compiled renderer: any chat template rendered with MiniJinja (Rust), the text and the
-generation spans transformers' jinja renderer gives, faster (benchmarks/README.md, "Renderers").
+generation spans transformers' jinja renderer gives (benchmarks/README.md, "Renderers").
 
     Compiled(text, globals)              compiles the template; Unfit (why) when MiniJinja cannot
         .render(messages, tools, marks, gen_prompt) -> (text, spans | None)
@@ -97,8 +97,7 @@ def exact_float(v: float) -> bool:
 def plain(v) -> bool:
     """`v` holds nothing the engines would print differently: no float MiniJinja writes otherwise,
     no reserved character, none of U+001C-U+001F (Python's strip/trim/split take them for
-    whitespace, MiniJinja's do not) (walked with a stack: a third of the time of a recursive walk;
-    a dict's string values checked in place, the rest stacked)."""
+    whitespace, MiniJinja's do not)."""
     stack = [v]
     while stack:
         v = stack.pop()
@@ -128,19 +127,13 @@ def _odd(x: str) -> bool:
     return OPEN in x or CLOSE in x or "\x1c" in x or "\x1d" in x or "\x1e" in x or "\x1f" in x
 
 
-def aliased(messages: list[dict]) -> list[dict]:
-    """Reasoning under each name templates read it by, as transformers passes it (its
-    `_alias_reasoning_fields`: `thinking` first, `reasoning_content` last)."""
-    return [alias(m) for m in messages]
-
-
 def prepared(messages, tools) -> list | None:
-    """aliased(messages) when plain((messages, tools)), else None: for a list of message dicts
-    in one pass, each message checked then aliased."""
+    """The messages with reasoning under each name templates read it by, as transformers passes
+    it (native.alias), when plain((messages, tools)); else None."""
     out = []
     for m in messages:
         if type(m) is not dict:
-            return aliased(messages) if plain((messages, tools)) else None
+            return [alias(m) for m in messages] if plain((messages, tools)) else None
         if not plain(m):
             return None
         out.append(alias(m))
@@ -148,10 +141,9 @@ def prepared(messages, tools) -> list | None:
 
 
 def spans_of(marked: str) -> tuple[str, list[tuple[int, int]]]:
-    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it: the
-    marks found with str.find (memchr: str.split and str.count walk the text char by char),
-    each char passed once per mark, the pieces between the
-    marks joined once. Blocks alternate OPEN, CLOSE: anything else is refused."""
+    """The text less the OPEN / CLOSE characters, and the (start, end) of each block in it (the
+    marks found with str.find, the pieces between them joined once). Blocks alternate OPEN, CLOSE:
+    anything else is refused."""
     a = marked.find(OPEN)
     b = marked.find(CLOSE)  # the first CLOSE: the one after `a`
     if a < 0:

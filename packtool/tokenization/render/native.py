@@ -1,16 +1,13 @@
 """Native renderers: the built-in chatml-train and TRL's `gptoss_training` written out in Python,
-giving the text and the generation spans jinja renders, faster than MiniJinja (which reaches every
-value through Python objects; end to end at 200k conversations: benchmarks/README.md, "Renderers").
+giving the text and the generation spans jinja renders (benchmarks/README.md, "Renderers").
 
-    native_for(template text) -> chatml | gptoss | None      by the template's bytes
+    render.native_for(template text) -> chatml | gptoss | None      by the template's bytes
     chatml / gptoss(messages, tools, kwargs, date) -> (text, [(start, end), ...], complete)  or NotNative
 
-Each covers what its template does with the messages `packtool.formats` produces: string
-contents, OpenAI tool calls, reasoning, tools (gptoss: whose parameters are plain types). Anything
-else (a non-string content, a tool-call turn with both content and thinking, a parameter schema
-with a default, items, oneOf, ...) raises NotNative and the next renderer (MiniJinja, then jinja)
-renders it. Values are printed by Python as jinja prints them (`|tojson` is
-json.dumps(ensure_ascii=False)), not as MiniJinja would.
+Each covers what its template does with the messages `packtool.formats` produces; anything else (a
+non-string content, a tool-call turn with both content and thinking, a parameter schema with a
+default, items, oneOf, ...) raises NotNative and the next renderer renders it. Values are printed
+as jinja prints them (`|tojson` is json.dumps(ensure_ascii=False)).
 
     gptoss_training   <|start|>system<|message|>...<|end|>(<|start|>developer<|message|>...<|end|>)
                       <|start|>user<|message|>Hi<|end|>
@@ -27,8 +24,6 @@ import datetime
 import functools
 import json
 
-from packtool.tokenization.chat_template import BUILTIN_TEMPLATES
-
 _REASONING = ("reasoning_content", "thinking", "reasoning")
 
 
@@ -36,16 +31,8 @@ class NotNative(Exception):
     """This conversation goes to the next renderer of the chain."""
 
 
-def native_for(text: str):
-    """A template's native renderer: chatml for the built-in chatml-train, gptoss for TRL's
-    gptoss_training file byte for byte, else None."""
-    if text == BUILTIN_TEMPLATES["chatml-train"].read_text():
-        return chatml
-    return gptoss if text == _trl_text() else None
-
-
-def _tojson(x) -> str:
-    return json.dumps(x, ensure_ascii=False)  # transformers' tojson filter with its defaults
+def _tojson(x) -> str:  # transformers' tojson filter with its defaults
+    return json.dumps(x, ensure_ascii=False)
 
 
 def _str(x) -> str:
@@ -55,6 +42,8 @@ def _str(x) -> str:
 
 
 def alias(m: dict) -> dict:
+    """Reasoning under each name templates read it by, as transformers passes it (its
+    `_alias_reasoning_fields`: `thinking` first, `reasoning_content` last)."""
     if m.keys().isdisjoint(_REASONING):  # (most turns have no reasoning)
         return m
     r = next((m[k] for k in _REASONING if m.get(k) is not None), None)
@@ -138,10 +127,6 @@ def chatml(messages: list[dict], tools: list | None, kwargs=None, date=None):
     return "".join(out), spans, True
 
 
-Spans = list[tuple[int, int]]
-Rendered = tuple[str, Spans, bool]  # text, generation spans, complete (see the module docstring)
-
-
 # -- gptoss_training ------------------------------------------------------------------------------
 _SYSTEM = (
     "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
@@ -172,7 +157,9 @@ def _param_type(spec) -> str:
 
 
 def _namespace(tools: list) -> str:
-    """render_tool_namespace("functions", tools) for tools of plain parameters."""
+    """render_tool_namespace("functions", tools) for a list of tools of plain parameters."""
+    if type(tools) is not list:
+        raise NotNative
     out = ["## functions\n\nnamespace functions {\n\n"]
     for tool in tools:
         fn = tool.get("function") if type(tool) is dict else None
@@ -207,31 +194,25 @@ def _system(date: str, tools: bool) -> str:
     return _SYSTEM.format(date=day) + (_CALLS if tools else "") + "<|end|>"
 
 
-def gptoss(messages: list[dict], tools, kwargs: dict, date: str | None) -> Rendered:
+def gptoss(messages: list[dict], tools, kwargs: dict, date: str | None):
     if not messages or type(messages[0]) is not dict:
         raise NotNative
     # the system block (strftime_now() unfixed: today's date)
     head = _system(date or datetime.date.today().isoformat(), bool(tools))
     out = [head]
     size = len(head)
-    spans: Spans = []
+    spans: list[tuple[int, int]] = []
     first = messages[0]
-    loop = messages
+    loop, dev = messages, ""
     if first.get("role") in ("developer", "system"):
-        loop = messages[1:]
-        dev = _str(first.get("content"))
-        if dev or tools:
-            piece = "<|start|>developer<|message|>"
-            if dev:
-                piece += "# Instructions\n\n" + dev + "\n\n"
-            if tools:
-                piece += "# Tools\n\n" + _namespace(_list(tools))
-            out.append(piece + "<|end|>")
-            size += len(out[-1])
-    elif tools:
-        out.append(
-            "<|start|>developer<|message|># Tools\n\n" + _namespace(_list(tools)) + "<|end|>"
-        )
+        loop, dev = messages[1:], _str(first.get("content"))
+    if dev or tools:
+        piece = "<|start|>developer<|message|>"
+        if dev:
+            piece += "# Instructions\n\n" + dev + "\n\n"
+        if tools:
+            piece += "# Tools\n\n" + _namespace(tools)
+        out.append(piece + "<|end|>")
         size += len(out[-1])
     last_call = None  # the name of the last tool call (tool turns are its answers)
     n = len(loop)
@@ -277,12 +258,6 @@ def gptoss(messages: list[dict], tools, kwargs: dict, date: str | None) -> Rende
         if type(r) is str and r.strip():
             complete = last_i == n - 1 and last.get("thinking") == r
     return "".join(out), spans, complete
-
-
-def _list(tools) -> list:
-    if type(tools) is not list:
-        raise NotNative
-    return tools
 
 
 def _tagged(s: str) -> bool:
@@ -346,13 +321,3 @@ def _assistant(m: dict, loop: list, i: int, last: bool) -> tuple[str, str | None
         + "<|call|>"
     )
     return out + call_text, name
-
-
-@functools.cache
-def _trl_text() -> str | None:
-    """TRL's gptoss_training.jinja as the installed TRL ships it (None: no TRL)."""
-    from packtool.tokenization.chat_template import trl_dir
-
-    folder = trl_dir()
-    path = folder / "gptoss_training.jinja" if folder is not None else None
-    return path.read_text() if path is not None and path.is_file() else None
