@@ -70,10 +70,10 @@ def bench_one(tk: Tok, convs: list[dict], repeat: int) -> dict:
     import numpy as np
     import tokenizers
 
+    from packtool.tokenization.chat_template import choose
     from packtool.tokenization.encode import Encoder
     from packtool.tokenization.loading import TokenizerSpec, load_tokenizer
     from packtool.tokenization.render import best, native_for
-    from packtool.tokenization.template_probe import choose
 
     if not tk.tools:  # Llama 3's template renders no tools: both paths get the records without
         convs = [c for c in convs if not has_tools(c)]

@@ -90,11 +90,7 @@ class RecordSource:
         if located is None:
             not_a_pack(data)
             located = locate(data, read.split)
-            if located.kind == "files":
-                paths = list(located.files)
-            else:
-                paths = [f["filename"] for f in located.dataset.cache_files]
-            self.paths = [(p, os.path.getsize(p)) for p in sorted(paths)]
+            self.paths = [(p, os.path.getsize(p)) for p in located.paths]
             self._hashing = _hash_in_thread([p for p, _ in self.paths])
         else:
             self.paths = [(f.path, f.size) for f in files or []]
