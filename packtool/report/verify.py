@@ -125,7 +125,7 @@ def _kernel_lines(result, console) -> None:
     for k in result.kernels:
         console.print(f"kernel  {k}", soft_wrap=True)
     if result.model:
-        from packtool.verify.model_check import cells
+        from packtool.verify.messages import cells
 
         for name, words in cells(result.model).items():
             console.print(f"inputs  {name:<13} {words}", soft_wrap=True)

@@ -37,7 +37,6 @@ from packtool.arch.config import concern
 from packtool.errors import NotChecked, PacktoolError
 from packtool.verify import forwards as mf
 from packtool.verify import messages
-from packtool.verify.messages import cells  # noqa: F401  (report/verify.py reads it here)
 from packtool.verify.sampling import Sample, packed
 from packtool.verify.tolerances import MODEL_POWER as POWER
 from packtool.verify.tolerances import MODEL_TOL as TOL

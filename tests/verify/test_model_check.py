@@ -17,7 +17,7 @@ from packs import model_samples  # noqa: E402
 
 from packtool import schema  # noqa: E402
 from packtool.cli import app  # noqa: E402
-from packtool.verify import model_check  # noqa: E402
+from packtool.verify import messages, model_check  # noqa: E402
 
 KERNELS = [k for k in ("fla", "causal_conv1d", "mamba_ssm") if importlib.util.find_spec(k)]
 no_kernels = pytest.mark.skipif(bool(KERNELS), reason=f"kernel packages installed: {KERNELS}")
@@ -68,7 +68,7 @@ FAST = {"llama", "qwen3_5", "nemotron_h"}  # the issue's pass / fail cases run i
 def test_matrix(tmp_path, model_type, expected):
     cfg, path, _ = _config(tmp_path, model_type)
     checks, report = model_check.run(cfg, path, model_type, model_samples(), "cpu", 0)
-    cells = model_check.cells(report)
+    cells = messages.cells(report)
     got = tuple(re.sub(r" \(.*| [0-9.e+-]+$", "", c) for c in cells.values())
     assert got == expected, cells
     isolation, control = checks
