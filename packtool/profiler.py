@@ -288,11 +288,13 @@ def profile_lens(
     --len text."""
     lens = _lens(lens)
     t0 = time.perf_counter()
-    if len(lens) == 1 and on_stage and _is_data(data_or_lengths):
-        on_stage("what --overflow takes")
-    inp, args = _input(data_or_lengths, source)
     if len(lens) == 1:
-        return _profile(inp, dataclasses.replace(cfg, pack_len=lens[0]), **args, on_stage=on_stage)
+        one = dataclasses.replace(cfg, pack_len=lens[0])  # the --len's own checks come first
+        if on_stage and _is_data(data_or_lengths):
+            on_stage("what --overflow takes")
+        inp, args = _input(data_or_lengths, source)
+        return _profile(inp, one, **args, on_stage=on_stage)
+    inp, args = _input(data_or_lengths, source)
     r = _profile(inp, cfg, **args, on_stage=on_stage, swept=_sweep(inp, cfg, lens, on_stage))
     r.timings["sweep"] = time.perf_counter() - t0
     return r

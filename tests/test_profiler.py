@@ -264,6 +264,15 @@ def test_profile_refuses_a_len_that_is_no_multiple():
         ProfileConfig(pack_len=100, pad_to_multiple=8)
 
 
+def test_one_len_is_checked_before_the_lengths_are_read():
+    """As the CLI, which builds its config from the --len: the --len's error, not the input's."""
+    cfg = ProfileConfig(pad_to_multiple=8)
+    with pytest.raises(UsageError, match="--len 4095 is not a multiple of --pad-to-multiple 8"):
+        profile_lens(np.array([-1, 5]), cfg, [4095])
+    with pytest.raises(UsageError, match="length #1 is -1"):
+        profile_lens(np.array([-1, 5]), cfg, [4096])
+
+
 @pytest.mark.parametrize("overflow", ["drop", "truncate", "split"])
 def test_profile_predicts_the_manifest_by_hand(overflow, tmp_path):
     td = tokenized_by_hand()
