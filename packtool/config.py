@@ -136,8 +136,8 @@ class ProfileConfig:
     batch_size: int = 8
     group_window: int = 512
     seed: int = 0
-    model: Any = None  # a stats.ModelSpec; None: the reference 7B shape, for relative FLOPs only
-    gpu: Any = None  # a stats.GpuSpec; None: no GPU-hours
+    model: Any = None  # a stats.flops.ModelSpec; None: the reference 7B shape (relative FLOPs)
+    gpu: Any = None  # a stats.flops.GpuSpec; None: no GPU-hours
     mfu: float = 0.4
     bins: int = 24  # terminal histogram
     plot_bins: int = 80  # PNG histogram

@@ -129,7 +129,7 @@ def fitting_lens(lengths: np.ndarray, pack_len: int, unit: str = "example") -> l
     """The --len that fits 99% of the `unit`s (when above pack_len and short of the next) and the
     one that fits the longest: the fixes overflow's warnings name."""
     fits = []
-    p99 = int(np.ceil(np.percentile(lengths, 99)))  # linear, as profile's p99 (stats.describe)
+    p99 = int(np.ceil(np.percentile(lengths, 99)))  # linear, as stats.lengths.describe's p99
     longest = int(lengths.max())
     if p99 > pack_len and _round_len(p99) < _round_len(longest):
         fits.append(f"--len {_round_len(p99)} (fits 99% of the {unit}s)")

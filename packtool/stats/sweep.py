@@ -20,7 +20,7 @@ full profile):
                    "examples_dropped", "examples_truncated", "examples_split", "loss_tokens_cut",
                    "fill", ...}                 what `packtool pack --len N` would write (ProfileResult.pack)
       strategies  {name: {"rows", "occupancy", "attention_waste", "relative_flops", "flops",
-                          "gpu_hours"}}         per strategy of stats.STRATEGY_LABELS
+                          "gpu_hours"}}         per strategy of stats.strategies.STRATEGY_LABELS
 """
 
 from __future__ import annotations
