@@ -456,7 +456,7 @@ class Renderer:
 def best(template) -> tuple[str, str | None]:
     """The fast path's renderer and, when it is jinja, why: "native" for chatml-train, else
     "compiled" where MiniJinja compiles it (the chain from the top), else jinja."""
-    if template.text == BUILTIN_TEMPLATES["chatml-train"].read_text():
+    if native_for(template.text) is native.chatml:
         return "native", None
     from packtool.tokenization.render.compiled import compile_template  # (not for native)
 
