@@ -40,7 +40,7 @@ _FORWARD = {
     "model_from_config": ("packtool.stats.flops", "model_from_config"),  # config.json's shape
     "model_from_params": ("packtool.stats.flops", "model_from_params"),  # params, layers, hidden
     "gpu_spec": ("packtool.stats.flops", "gpu_spec"),  # a GPU by name or its dense bf16 TFLOP/s
-    "check_cache": ("packtool.tokenization.cache", "check_usable"),
+    "check_cache": ("packtool.tokenization.cache", "check_usable"),  # else a temp folder
     "verify": ("packtool.verify.run", "verify"),
     "self_test": ("packtool.verify.selftest", "run_self_test"),  # verify --self-test
     "check_sources": ("packtool.verify.sources", "check_sources"),  # verify --sources
@@ -100,9 +100,10 @@ def load_tokenized(
     `data`: one input, or a mixture's InputSpecs (weighted with `seed`). `progress`: a Reporter,
     True or False. `engine`: what `engine()` gave; on Ray the tokens stay on the cluster (`.rows`,
     `.table` None). `pack`: the options of the local pack this data goes to next, whose first-use
-    costs (pack.warm) are paid while tokenizing waits (packtool.idle). The result's `options` are
-    what the manifest records and `verify --sources` tokenizes again from: the tokenize options,
-    the input as given and the keys the tokenizer recorded."""
+    costs (pack.warm) are paid while tokenizing waits for the fast backend to build
+    (pipeline._tokenize's idle.run; with no build, at the pack's first use). The result's
+    `options` are what the manifest records and `verify --sources` tokenizes again from: the
+    tokenize options, the input as given and the keys the tokenizer recorded."""
     from packtool import idle
 
     one = isinstance(data, str)

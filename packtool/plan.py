@@ -10,9 +10,10 @@ A plan is a CSR assignment of documents to rows of `pack_len` token slots:
     row_offsets  [0, 1, 3, 5]
     doc_order    [2, 0, 1, 4, 3]
 
-Rows come out in the order the packer opened them (long documents first for "sorted"); the shard
-writer shuffles them with the seed.  All lengths must already be in 1..pack_len: the caller applies
-`--overflow` (drop, truncate, split, error) before planning.
+Rows come out in the order the packer opened them (long documents first for "sorted");
+pack.run.pack_tokenized shuffles them with the seed (row_order), which the shard writer follows.
+All lengths must already be in 1..pack_len: the caller applies `--overflow` (drop, truncate,
+split, error) before planning.
 
 The kernels below it (numba) pack documents of integer length into rows of capacity L:
 

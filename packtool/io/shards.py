@@ -98,7 +98,7 @@ def rows_table(
 
 
 class ShardWriter:
-    """One shard file: append row groups, then `close()` → {file, rows, sha256}."""
+    """One shard file: append row groups, then `close()` → {file, rows, bytes, sha256}."""
 
     def __init__(
         self, root: Path, index: int, total: int, pack_len: int, padded=False, pairs=False

@@ -188,7 +188,8 @@ class FileGather:
 
 def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather | None:
     """A pread gather when the tokenized table is memory-mapped from cache files (one, or one per
-    input of a mixture), else None."""
+    input of a mixture), else None. It changes `loc`: with None and a loss mask, `loc` is given the
+    labels built in memory (before any writer thread); with a gather, the map's pages are released."""
     mapped = data.mapped_files  # [(path, base address, size)]
     ids = _locate_in_files(loc.ids_at, mapped)
     lab_at = loc.lab_at >> 3 if loc.masked else loc.lab_at  # a mask's: the byte of its first bit
@@ -204,7 +205,7 @@ def file_gather(data: TokenizedData, loc: Located, capacity: int) -> FileGather 
     return FileGather([m[0] for m in mapped], (ids, lab), capacity, lab_bit)
 
 
-def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces, L: int) -> Located:
+def locate_rows(table, lengths: np.ndarray, src: np.ndarray, pieces: Pieces) -> Located:
     """The pieces in `table` (a pyarrow Table or a datasets.Dataset), checked against its lengths."""
     table, mapping = _table_rows(table)
     ids = ListColumn(table.column("input_ids"), "input_ids")

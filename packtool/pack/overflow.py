@@ -1,11 +1,12 @@
 """--overflow: examples → pieces, the documents a row can hold (1..pack_len tokens each).
 
     example lengths   [3, 9, 0, 5]          pack_len 4
-    drop      pieces  (0,0,3) (3,0,4)        dropped [1 (longer than --len), 2 (empty)]
+    drop      pieces  (0,0,3)                dropped [1, 3 (longer than --len), 2 (empty)]
     truncate  pieces  (0,0,3) (1,0,4) (3,0,4)  truncated [1, 3]: tokens past pack_len are cut
     split     pieces  (0,0,3) (1,0,4) (1,4,4) (1,8,1) (3,0,4) (3,4,1)   split [1, 3], parts [3, 2]
     error     PacktoolError naming the first example longer than --len
-                      piece = (dataset row, first token, length)
+                      piece = (dataset row, first token, length); an empty example is dropped
+                      under every mode (2 above)
 
 Pure numpy: profile uses the same function to predict what pack will do.
 """

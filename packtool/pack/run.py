@@ -251,7 +251,7 @@ def write_local(tmp: Path, data: TokenizedData, job: WriteJob) -> Written:
     lengths = np.ascontiguousarray(data.lengths, dtype=np.int64)
     src = np.ascontiguousarray(data.source_index, dtype=np.int64)
     L = job.plan.pack_len
-    loc = locate_rows(data.table, lengths, src, job.pieces, L)
+    loc = locate_rows(data.table, lengths, src, job.pieces)
     gather = file_gather(data, loc, shards.row_group_rows(L, job.shard_rows) * L)
     procs = processes(job.procs, -(-job.plan.num_rows // job.shard_rows), int(job.slots.sum()))
     try:

@@ -4,7 +4,8 @@
         tok-<key>/                  one tokenized input (key: sources, tokenizer, template, options)
             data.arrow              Arrow IPC file, the tokenized table (packtool.data), written once;
                                 its labels as a 1-bit loss_mask where they allow (data/labels.py)
-            meta.json               {"meta": {...}, "data": {"bytes", "xxh3_128"}, "checksum": ...}
+            meta.json               {"format", "meta": {...}, "data": {"bytes", "rows", "xxh3_128"},
+                                     "checksum"}
         tokenizers/<digest>.json    resolved TokenizerSpecs: a checksum line, then JSON (read_json),
         tokenizers/<digest>.tokenizer.json    ...their tokenizer JSON beside, as it is (read_bytes)
         tokenizers/cut-<xxh3>.bin   a tokenizer JSON's BPE tables for `inspect` (tokenization.cut)

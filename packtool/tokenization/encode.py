@@ -330,7 +330,7 @@ class StepResult:
     removed_padding: int = 0
     # source indices whose message text holds control tokens
     special: list[int] = field(default_factory=list)
-    # (source index, Encoder.label_notes) of each encoded example that has some
+    # (source index, label_audit.label_notes' {kind: [turns, tokens]}) of each example with some
     notes: list[tuple[int, dict]] = field(default_factory=list)
     # preference pairs packed here whose ids TRL's DPOTrainer would tokenize otherwise (pairs.unlike_trl)
     unlike_trl: int = 0

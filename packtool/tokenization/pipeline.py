@@ -1,4 +1,4 @@
-"""One tokenize run: plan → cache → decide → executor.map(step, parts) → probes / retry → commit.
+"""One tokenize run: cache → decide → plan → ordered_map(step, batches) → probes / retry → commit.
 
     load_tokenized(data, cfg)            the local engine (packtool.cluster.tokenize: the Ray one)
       cache_key hit ──▶ the entry, checked and memory-mapped (transformers never imported)
@@ -403,9 +403,11 @@ def load_tokenized(
             td = _finish(entry, cache_hit=True, seconds={"load_cache": time.perf_counter() - t0})
             return check_strict_labels(td, cfg)
     cache.remove_stale_work()
-    kind, decisions, batches = decided_stream(source.batches(), cfg.read)
-    first = next(batches, None)  # its file decided: the plan's reference format
-    plan = plan_run(cfg, decisions, preload=kind == "chat")
+    _, decisions, batches = decided_stream(source.batches(), cfg.read)
+    # decided_stream fills `decisions` as it is read: pulling the first batch decides the first
+    # file, whose FileDecision plan_run reads (the input's kind, pre-tokenized labels)
+    first = next(batches, None)
+    plan = plan_run(cfg, decisions, preload=True)  # a pre-tokenized plan preloads nothing
     batches = itertools.chain([first] if first is not None else [], batches)
     run = Run(data, cfg, source, decisions, plan, batches)
     t_enc = time.perf_counter()
@@ -443,7 +445,9 @@ def _tokenize(run: Run, check: FastCheck | None, stats: Stats, tok_key: str, pro
     if num_proc > 1:
         _ = source.files  # hashed before the worker processes fork (no thread running then)
     if plan.building():
-        idle.run()  # what the caller needs later (packtool.idle), while the fast backend builds
+        # what the caller registered for later, while the fast backend builds: api.load_tokenized's
+        # pack.warm (a toy pack_tokenized) and plan_run's jinja preload; without a build, not run here
+        idle.run()
     if num_proc > 1:
         plan.wait()  # built before forking: workers inherit it (and what the idle work imported)
     with (

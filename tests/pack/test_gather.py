@@ -29,7 +29,7 @@ def mixture(tmp_path, monkeypatch):
 def test_a_mixture_is_gathered_from_both_cache_files(mixture):
     assert mixture.cache_hit and len(mixture.mapped_files) == 2
     lengths, src = mixture.lengths.astype("int64"), mixture.source_index.astype("int64")
-    loc = locate_rows(mixture.table, lengths, src, apply_overflow(lengths, src, 512, "split"), 512)
+    loc = locate_rows(mixture.table, lengths, src, apply_overflow(lengths, src, 512, "split"))
     gather = file_gather(mixture, loc, 4096)
     assert gather is not None and len(gather.fds) == 2
     assert set(gather.ids_file.tolist()) == set(gather.lab_file.tolist()) == {0, 1}
@@ -81,7 +81,7 @@ def test_a_cache_file_cut_short_while_packing_is_one_clear_error(mixture, tmp_pa
 
     lengths, src = mixture.lengths.astype("int64"), mixture.source_index.astype("int64")
     pieces = apply_overflow(lengths, src, 512, "split")
-    loc = locate_rows(mixture.table, lengths, src, pieces, 512)
+    loc = locate_rows(mixture.table, lengths, src, pieces)
     gather = file_gather(mixture, loc, 4096)
     gather.close()
     short = []
@@ -105,7 +105,7 @@ def test_a_read_cut_short_once_is_read_again(mixture, monkeypatch):
 
     lengths, src = mixture.lengths.astype("int64"), mixture.source_index.astype("int64")
     pieces = apply_overflow(lengths, src, 512, "split")
-    loc = locate_rows(mixture.table, lengths, src, pieces, 512)
+    loc = locate_rows(mixture.table, lengths, src, pieces)
     pcs = np.arange(np.searchsorted(np.cumsum(pieces.length), 4096))
     clean = file_gather(mixture, loc, 4096)
     _, n, ids_at, lab_at = clean.stage(pcs, pieces.length)

@@ -4,7 +4,7 @@
     best(template) -> (renderer, why jinja)       the fast path's renderer: made once per run
 
     text   "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
-    spans                                                     [(52, 65)]   "Hello!<|im_end|>"
+    spans                                                     [(52, 68)]   "Hello!<|im_end|>"
 
 Renderers, each giving the text and spans of the one below it for what it covers (the rest goes
 one step down, per conversation; benchmarks/README.md, "Renderers"):
@@ -248,7 +248,7 @@ class Renderer:
         self.spec = spec
         self.template = template
         self.train_on = train_on
-        # where the chain starts: "native" | "compiled" (its top), "jinja" (jinja alone)
+        # chain start: "native" (chatml-train's), "compiled" (top: gpt-oss native, MiniJinja), "jinja"
         self.renderer = renderer
         self._kwargs = dict(spec.special_tokens)
         ends = {t for t in [spec.eos_token, *spec.all_special_tokens, *spec.control_tokens] if t}
@@ -454,8 +454,8 @@ class Renderer:
 
 
 def best(template) -> tuple[str, str | None]:
-    """The fast path's renderer and, when it is jinja, why: "native" for chatml-train, else
-    "compiled" where MiniJinja compiles it (the chain from the top), else jinja."""
+    """The fast path's renderer (the manifest's) and, if jinja, why: "native" only for chatml-train;
+    else "compiled" where MiniJinja compiles it (the chain's top: gptoss_training native first)."""
     if native_for(template.text) is native.chatml:
         return "native", None
     from packtool.tokenization.render.compiled import compile_template  # (not for native)
