@@ -119,7 +119,10 @@ def plan_packs(
 def plan_pairs(
     slots: np.ndarray, pack_len: int, strategy: str, order: str, max_docs: int, seed: int
 ) -> PackPlan:
-    """Plan pieces in pairs (2u, 2u+1), each pair in one row, chosen first (max_docs: documents)."""
+    """Plan pieces in pairs (2u, 2u+1), each pair in one row, chosen first. `max_docs` counts
+    documents: 0 no cap, else a row holds max_docs // 2 pairs (1 cannot hold one)."""
+    if max_docs == 1:
+        raise ValueError("max_docs 1 cannot hold a pair: its two sides are two documents of a row")
     unit = slots[0::2] + slots[1::2]
     plan = plan_packs(unit, pack_len, strategy, order, max_docs // 2, seed)
     doc_order = np.stack([2 * plan.doc_order, 2 * plan.doc_order + 1], axis=1).ravel()

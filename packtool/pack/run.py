@@ -29,7 +29,7 @@ import packtool
 from packtool import schema
 from packtool.config import PackConfig
 from packtool.data.tokenized import TokenizedData
-from packtool.errors import PacktoolError
+from packtool.errors import PacktoolError, UsageError
 from packtool.io import shards
 from packtool.pack.gather import file_gather, locate_rows
 from packtool.pack.overflow import apply_overflow, outcomes, overflow_loss
@@ -95,6 +95,11 @@ def pack_tokenized(
     if pairs:  # the pair rules, imported by preference runs only
         from packtool.pack import pairs as pair_rules
 
+        if cfg.max_docs == 1:
+            raise UsageError(
+                "--max-docs 1 cannot hold a preference pair: its chosen and rejected sides are two "
+                "documents of one row; use --max-docs 2 (one pair a row) or more, or 0 (no cap)"
+            )
         pieces = pair_rules.apply_pair_overflow(lengths, data.prompt_lengths, src, L, cfg.overflow)
     else:
         pieces = apply_overflow(lengths, src, L, cfg.overflow)

@@ -105,6 +105,9 @@ class PackedCollator:
     (`packtool.arch`).
     """
 
+    # for_model's advice where the architecture cannot be trained packed
+    UNPACKED = "pack with `packtool pack ... --max-docs 1` (one document per row) and use it"
+
     def __init__(
         self,
         mode: str = "hf",
@@ -154,9 +157,8 @@ class PackedCollator:
             f = family(config)
             mt = config.get("model_type") if isinstance(config, dict) else config.model_type
             raise ValueError(
-                f"{mt} cannot be trained packed ({f.kinds}): {f.note}. Train it unpacked: pack "
-                "with `packtool pack ... --max-docs 1` (one document per row) and use "
-                "PackedCollator() on that pack"
+                f"{mt} cannot be trained packed ({f.kinds}): {f.note}. Train it unpacked: "
+                f"{cls.UNPACKED}"
             )
         needs = inputs_for(config)
         if mode == "flex" and "seq_idx" in needs and options.get("seq_idx", True):
@@ -369,6 +371,11 @@ def _row_documents(
 class PairCollator(PackedCollator):
     """`PackedCollator` for preference packs: the same modes, options and batch (cu_seq_lens,
     seq_idx, `for_model`), plus `batch["pairs"]` (drawn in this module's docstring)."""
+
+    UNPACKED = (
+        "a preference pack holds each pair's two sides in one row, so none can train it; train on "
+        "unpacked pairs (TRL's DPOTrainer with padding_free=False)"
+    )
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         batch = super().__call__(features)

@@ -23,8 +23,9 @@ documents 2j and 2j+1 of a row are the row's pair j. Both sides start with the s
     labels       -100 -100 c c c|-100 -100 r r|-100 -100 d|-100 -100 e e|-100 -100
     seq_lengths   [5, 4, 3, 4]      side [0, 1, 0, 1]      source_index [7, 7, 12, 12]
 
-Fixed-docs packs (--fixed-docs) list an even K entries per row, empty ones (length 0) last; with
---pad-to-multiple, seq_lengths_unpadded holds the real lengths, as for SFT.
+Fixed-docs packs (--fixed-docs --max-docs K, K >= 2) list K entries per row, at most K // 2 pairs,
+empty ones (length 0) last; with --pad-to-multiple, seq_lengths_unpadded holds the real lengths, as
+for SFT.
 """
 
 from __future__ import annotations

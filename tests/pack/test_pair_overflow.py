@@ -73,3 +73,5 @@ def test_plan_pairs_keeps_each_pair_adjacent_in_one_row():
                 assert len(docs) % 2 == 0 and len(docs) <= 6
                 assert (docs[0::2] % 2 == 0).all() and (docs[1::2] == docs[0::2] + 1).all()
                 assert slots[docs].sum() <= 64
+    with pytest.raises(ValueError, match="max_docs 1 cannot hold a pair"):
+        plan_pairs(slots, 64, "bfd", "sorted", 1, seed=1)  # halved, 1 was once 0: no cap

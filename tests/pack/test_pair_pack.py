@@ -76,3 +76,17 @@ def test_overflow_is_decided_per_pair(tmp_path):
     assert any("truncated 2 pair(s)" in w.message for w in r.warnings)
     with pytest.raises(UsageError, match="split would put a pair"):
         pack_tokenized(data, PackConfig(pack_len=128, overflow="split"), tmp_path / "s")
+
+
+def test_max_docs_counts_documents_and_one_cannot_hold_a_pair(tmp_path):
+    """--max-docs counts documents: 1 is refused for pairs (it once meant no cap at all), and an
+    odd K holds K // 2 pairs, a fixed-docs row's last entry empty."""
+    data = pair_data()
+    with pytest.raises(UsageError, match="--max-docs 1 cannot hold a preference pair"):
+        pack_tokenized(data, PackConfig(pack_len=128, max_docs=1), tmp_path / "one")
+    assert not (tmp_path / "one").exists()
+    cfg = PackConfig(pack_len=128, max_docs=3, fixed_docs=True)
+    pack_tokenized(data, cfg, tmp_path / "three")
+    rows = _rows(tmp_path / "three")
+    assert rows and all(len(r["seq_lengths"]) == 3 and r["seq_lengths"][2] == 0 for r in rows)
+    assert all(r["side"][:2] == [0, 1] for r in rows)

@@ -113,3 +113,12 @@ def test_for_model_refuses_what_cannot_be_trained_packed(model_type):
     to do, instead of handing out a collator whose batches mix their documents."""
     with pytest.raises(ValueError, match=rf"{model_type} cannot be trained packed.*--max-docs 1"):
         PackedCollator.for_model({"model_type": model_type})
+
+
+def test_pair_collator_for_model_does_not_advise_what_a_preference_pack_cannot_do():
+    """--max-docs 1 holds no pair: PairCollator's refusal names unpacked pair training instead."""
+    from packtool.torch.collate import PairCollator
+
+    with pytest.raises(ValueError, match="cannot be trained packed.*padding_free=False") as e:
+        PairCollator.for_model({"model_type": "mamba"})
+    assert "--max-docs 1" not in str(e.value)
