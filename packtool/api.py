@@ -148,7 +148,7 @@ def load_tokenized(
             f"preference pairs in {where}: packtool keeps pairs whole with --engine local and one "
             "input (a file, folder or glob) only; pack them that way"
         )
-    return td.as_pairs()
+    return td.as_pairs()  # td itself marked: task "preference", prompt_lengths (pack/run.py)
 
 
 def profile(

@@ -10,7 +10,8 @@
     LLaMA-Factory pairwise      {"conversations": P, "chosen": {from, value}, "rejected": {...}}
     LLaMA-Factory v1            {"chosen_messages": [...], "rejected_messages": [...]}  (implicit prompt)
     margin (optional)           "margin", or "score_chosen" - "score_rejected" (also *_rating,
-                                chosen_score / rejected_score)
+                                chosen_score / rejected_score): checked to be a number, not packed
+                                yet (README, "Preference pairs")
 
     read_pair(record, plan) -> {"kind": "pair", "chosen", "rejected", "margin"}
         chosen   = make_example("chat", prompt turns (weight 0) + chosen turns, tools)

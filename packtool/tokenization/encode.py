@@ -409,6 +409,7 @@ class EncodeStep:
             unlike_trl = 0
             enc = self.encoder.encode(examples)
         good = np.array([e is None for e in enc.errors], dtype=bool)
+        # a refused pair's two sides carry one row and one reason: dict.fromkeys keeps one reject
         rejects += dict.fromkeys((keep[j], e) for j, e in enumerate(enc.errors) if e is not None)
         rejects.sort()
         if not good.all():

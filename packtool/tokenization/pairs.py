@@ -81,6 +81,7 @@ def encode_pairs(encoder, pairs: list[dict], keep: list[int]):
     unlike_trl: how many of the kept pairs TRL would tokenize into other ids)."""
     sides = [side for p in pairs for side in (p["chosen"], p["rejected"])]
     enc = encoder.encode(sides)
+    # the prompt lengths the pack uses are read off the entry's labels (TokenizedData.as_pairs)
     _, why = check_pairs(enc.ids, enc.label_values, enc.offsets, enc.errors)
     for k, reason in enumerate(why):
         if reason is not None:

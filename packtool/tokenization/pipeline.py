@@ -303,7 +303,9 @@ class Stats:
     zero_loss: list[int] = field(default_factory=list)
     special: list[int] = field(default_factory=list)
     notes: list[tuple[int, dict]] = field(default_factory=list)
-    unlike_trl: int = 0  # preference pairs TRL's DPOTrainer would tokenize otherwise
+    # preference pairs TRL's DPOTrainer would tokenize otherwise: label_audit.meta keeps it as
+    # tokenizer["pairs_unlike_trl"], which the manifest's preference.unlike_trl reads
+    unlike_trl: int = 0
 
     def add(self, result) -> None:
         """One batch's StepResult."""

@@ -30,7 +30,7 @@ Labels are unshifted (the model shifts). For a shifted loss the count of loss to
 `labels[..., 1:] != -100` (`schema.IGNORE_INDEX`); `packtool.torch.loss` says why packing needs no
 extra care there.
 
-Who does what (the rows' segments, position_ids and cu_seqlens are `packtool.schema.segments`'s,
+Who does what (the rows' segments, position_ids and cu_seqlens are `packtool/schema/shard.py`'s,
 the ignore index `schema.IGNORE_INDEX`: this package defines neither):
 
     dataset.py   PackedDataset: manifest + shards (cached as memory-mapped Arrow IPC) -> one item

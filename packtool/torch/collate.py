@@ -3,11 +3,11 @@ FlexAttention (the three layouts are drawn in `packtool.torch`'s docstring); Pai
 for preference packs; document_block_mask, the FlexAttention BlockMask of a "flex" batch.
 
 Rows are stacked, never padded or truncated: every row already holds `pack_len` tokens. Where
-attention may look is the schema's rule (`schema.segments`: every document a segment, the pad tail
-one more): position_ids rebuilt from seq_lengths are `schema.position_ids`, cu_seqlens are
+attention may look is the schema's rule (`schema.row_segments`: every document a segment, the pad
+tail one more): position_ids rebuilt from seq_lengths are `schema.position_ids`, cu_seqlens are
 `schema.cu_seqlens`, converted to torch tensors here.
 
-Layouts (schema/layout.py): in a pack written with --pad-to-multiple N, seq_lengths are the padded
+Layouts (`schema.Layout`): in a pack written with --pad-to-multiple N, seq_lengths are the padded
 slots (what the kernel runs over: `cu_seqlens`) and items carry seq_lengths_unpadded, from which
 varlen batches also get `cu_seqlens_unpadded` (the same segments in real tokens, 0 for the pad
 tail; TransformerEngine's cu_seqlens beside cu_seqlens_padded). With fixed_docs=True (a pack
@@ -23,7 +23,7 @@ which pair it belongs to. Documents are numbered through the batch in row order 
 D = 2P); pair p is documents 2p (chosen) and 2p+1 (rejected). For two rows of L = 10 (mode "hf";
 flat positions b*L + t):
 
-    row 0   P P c c | P P r | p p p        row 1   Q c' | Q r' r' | p p p p
+    row 0   P P c c | P P r | p p p        row 1   Q c' | Q r' r' | p p p p p
     document  0 0 0 0 1 1 1 -1 -1 -1               2 2  3 3 3  -1 -1 -1 -1 -1
 
     pairs["side"]          [0, 1, 0, 1]     int64 [D]   0 chosen, 1 rejected

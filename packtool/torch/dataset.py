@@ -43,7 +43,6 @@ import torch
 from packtool import schema
 from packtool.errors import PacktoolError
 from packtool.io.files import cache_root, sha256_file
-from packtool.schema import SIDE_COLUMN
 from packtool.torch.collate import PackedCollator, PairCollator
 
 # rows per record batch when converting Parquet -> Arrow IPC (bounded RAM)
@@ -69,12 +68,11 @@ def convert_shard(
     sha256: str | None = None,
     verify_checksum: bool = False,
     padded: bool = False,
-    extra: tuple = (),
+    pairs: bool = False,
 ) -> None:
     """Write Parquet shard `src` (rows of `pack_len` tokens, `rows` of them per the manifest; with
-    seq_lengths_unpadded when the manifest says `padded`) to the Arrow IPC file `dest`, atomically.
-    `extra`: pyarrow fields of list columns the pack's task adds to schema v1 (a preference pack's
-    `side`), each required with exactly that type and kept after the v1 columns. PacktoolError
+    seq_lengths_unpadded when the manifest says `padded`, with `side` when it is a preference pack,
+    `pairs`) to the Arrow IPC file `dest`, atomically. PacktoolError
     when the shard is missing, does not match `sha256` (checked only with verify_checksum), breaks
     the shard schema or has another row count."""
     import pyarrow as pa
@@ -90,16 +88,7 @@ def convert_shard(
         )
     pf = pq.ParquetFile(src)
     got = pf.schema_arrow
-    problems = []
-    for f in extra:  # the task's columns, checked here; the v1 check sees the shard without them
-        i = got.get_field_index(f.name)
-        if i < 0:
-            problems.append(f"column {f.name} is missing")
-        else:
-            if not got.field(i).type.equals(f.type):
-                problems.append(f"column {f.name} is {got.field(i).type}, expected {f.type}")
-            got = got.remove(i)
-    problems += schema.shard_schema_problems(got, pack_len, padded)
+    problems = schema.shard_schema_problems(got, pack_len, padded, pairs)
     if problems:
         raise PacktoolError(
             f"shard {src} is not a schema v{schema.SCHEMA_VERSION} shard with pack_len {pack_len}: "
@@ -109,9 +98,7 @@ def convert_shard(
         raise PacktoolError(
             f"shard {src} has {pf.metadata.num_rows} rows, the manifest says {rows}"
         )
-    expected = schema.arrow_schema(pack_len, padded)
-    for f in extra:
-        expected = expected.append(pa.field(f.name, f.type, nullable=False))
+    expected = schema.arrow_schema(pack_len, padded, pairs)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f"{dest.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
@@ -178,8 +165,9 @@ class MappedShard:
 class PackedDataset(torch.utils.data.Dataset):
     """Map-style dataset over a pack folder (`OUT/manifest.json` + `OUT/data/*.parquet`).
 
-    Each shard is converted on first use into the Arrow IPC cache under `cache_dir` (default
-    `$PACKTOOL_CACHE/arrow`, else `~/.cache/packtool/arrow`; delete it to reclaim the space),
+    The first item read converts every shard not yet cached (in each process that reads: DataLoader
+    workers too) into the Arrow IPC cache under `cache_dir` (default `arrow/` in packtool's cache:
+    $PACKTOOL_CACHE, $XDG_CACHE_HOME/packtool or ~/.cache/packtool; delete it to reclaim the space),
     memory-mapped from then on: nothing is loaded up front, and `ds[i]` copies one row out of the
     page cache, as `datasets` does without fingerprints.
 
@@ -245,10 +233,6 @@ class PackedDataset(torch.utils.data.Dataset):
             )
         return f"{manifest_path} declares task {task!r}; PackedDataset reads SFT packs only"
 
-    def _extra_fields(self) -> tuple:
-        """pyarrow fields of the list columns this task adds to schema v1 (SFT: none)."""
-        return ()
-
     def _shard_path(self, file: str) -> Path:
         # the manifest names shards relative to the pack folder ("data/train-...parquet"); a bare
         # file name is taken to be inside data/
@@ -301,7 +285,7 @@ class PackedDataset(torch.utils.data.Dataset):
                     sha256=self._shard_sha[s],
                     verify_checksum=self.verify_checksums,
                     padded=self.layout.padded,
-                    extra=self._extra_fields(),
+                    pairs=self.task == "preference",
                 )
             views.append(MappedShard(path, pack_len=self.pack_len, rows=self.shard_rows[s]))
         return views
@@ -347,11 +331,6 @@ class PairDataset(PackedDataset):
             f"{manifest_path} is not a preference pack (task {task!r}, no chosen/rejected pairs): "
             "read it with packtool.torch.PackedDataset"
         )
-
-    def _extra_fields(self) -> tuple:
-        import pyarrow as pa
-
-        return (pa.field(SIDE_COLUMN, pa.list_(pa.int8())),)
 
     @property
     def pairs(self) -> int | None:

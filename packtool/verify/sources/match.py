@@ -5,7 +5,7 @@ shard batch of R rows (~BATCH_TOKENS token slots), row layout of docs/ARCHITECTU
     input_ids, labels (R, L)   seq_lengths [n_0, n_1, ...]   source_index [s_0, s_1, ...]
     document k of a row starts at col = cumsum(seq_lengths)[k-1] (0 for k = 0), holds n_k tokens
 row whose seq_lengths and source_index cannot be paired ──▶ stray (the integrity checks say why)
-layouts (schema/layout.py): seq_lengths are slots, so they place the documents; a padded pack's
+layouts (`schema.Layout`): seq_lengths are slots, so they place the documents; a padded pack's
 seq_lengths_unpadded say how many of those slots are the document's own tokens, and only those are
 compared (the padding is the integrity scan's); the empty entries of fixed docs (0, -1) are no
 documents and are left out
