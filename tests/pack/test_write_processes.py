@@ -143,7 +143,8 @@ def test_a_writer_process_that_dies_is_one_error(tmp_path, always, monkeypatch):
 
 
 CTRL_C = """
-import os, sys, time
+import faulthandler, os, sys, time
+faulthandler.enable()  # a crash while Ctrl-C unwinds says where (it once died of SIGSEGV, silent)
 from packtool.io import shards
 from packtool.pack import PackConfig, pack_tokenized, write
 sys.path.insert(0, sys.argv[2])
@@ -183,5 +184,5 @@ def test_a_real_ctrl_c_reaches_every_process_and_leaves_no_folder(tmp_path):
     assert child.stdout.readline().startswith("writing")
     os.killpg(child.pid, signal.SIGINT)
     _, err = child.communicate(timeout=60)
-    assert "KeyboardInterrupt" in err and child.returncode != 0
+    assert "KeyboardInterrupt" in err and child.returncode != 0, (child.returncode, err)
     assert list(out.parent.iterdir()) == []
