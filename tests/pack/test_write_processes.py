@@ -151,6 +151,7 @@ sys.path.insert(0, sys.argv[2])
 from test_write_processes import _data
 
 write.PROCESS_MIN_TOKENS = 0
+write.usable_cores = lambda: 64  # writer processes on any machine (2 cores gave one: threads)
 real = shards.ShardWriter.write
 
 def slow(self, table):
