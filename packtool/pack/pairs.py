@@ -129,11 +129,28 @@ def pair_manifest(pieces: Pieces, data) -> dict:
     return out
 
 
+def pair_overflow_lost(oc: Outcomes, overflow: str) -> np.ndarray:
+    """The pairs --overflow loses tokens of: drop's dropped ones (empty ones lose nothing), or
+    truncate's truncated ones and those it drops (NO_ROOM: a prompt leaves no trained token)."""
+    reasons = np.array(oc.dropped_reason + [""], dtype=object)[:-1]  # 1-D even when empty
+    if overflow == "drop":
+        return oc.dropped[reasons != EMPTY]
+    return np.union1d(oc.truncated, oc.dropped[reasons == NO_ROOM]).astype(np.int64)
+
+
 def pair_overflow_loss(oc: Outcomes, pack_len: int, overflow: str) -> str | None:
     """The warning when --overflow loses more than LOSS_SHARE of the pairs or their tokens, with
-    the --len that fits 99% of the pairs and the one that fits the longest (as overflow_loss)."""
+    the --len that fits 99% of the pairs and the one that fits the longest (as overflow_loss).
+    Under truncate the pairs it drops (NO_ROOM) count, with all their tokens: what pack writes as
+    counts.dropped and tokens.cut."""
     if overflow not in ("drop", "truncate"):
         return None
-    lost = oc.dropped if overflow == "drop" else oc.truncated
-    cut = int(oc.length[lost].sum()) if overflow == "drop" else int(oc.cut.sum())
-    return loss_warning(overflow, int(lost.size), cut, oc.length, pack_len, "pair")
+    lost = pair_overflow_lost(oc, overflow)
+    if overflow == "drop":
+        cut = int(oc.length[lost].sum())
+        return loss_warning(overflow, int(lost.size), cut, oc.length, pack_len, "pair")
+    no_room = np.setdiff1d(lost, oc.truncated)
+    cut = int(oc.cut.sum()) + int(oc.length[no_room].sum())
+    return loss_warning(
+        overflow, int(lost.size), cut, oc.length, pack_len, "pair", dropped=int(no_room.size)
+    )

@@ -224,6 +224,8 @@ def pack_tokenized(
         loss = overflow_loss(lengths, pieces, L, cfg.overflow)
     if loss is not None:
         lost = oc.dropped if cfg.overflow == "drop" else oc.truncated
+        if pairs:  # truncate's drops too (pair_overflow_lost)
+            lost = pair_rules.pair_overflow_lost(oc, cfg.overflow)
         items = oc.source[lost][:1000].tolist()
         warnings.append(schema.Notice(OVERFLOW_LOSS, loss, int(lost.size), items))
     return PackResult(

@@ -44,6 +44,18 @@ OVERFLOW_NOTES: dict[str, str] = {
     "split": "examples longer than --len are split into parts of --len, each a document of its own",
     "error": "no example is longer than --len (--overflow error)",
 }
+
+
+def overflow_note(overflow: str, pairs: bool = False) -> str:
+    """OVERFLOW_NOTES[overflow], for preference pairs under truncate their own rule."""
+    if pairs and overflow == "truncate":
+        return (
+            "pairs longer than --len are cut or dropped for every strategy, as pack: their answers "
+            "cut to fit, or the pair dropped when a prompt leaves no trained token"
+        )
+    return OVERFLOW_NOTES[overflow]
+
+
 # pack's planner options that the packed strategies use: config.PackConfig's defaults
 PACK_ORDER, PACK_MAX_DOCS, PACK_SEED = "sorted", 0, 0
 
