@@ -80,3 +80,38 @@ def test_the_recommended_truncate_cuts_what_pack_cuts_drops_included(tmp_path):
     head = report.overflow_lines(t)[0]
     assert f"drops {counts['dropped']}" in head and f"{tokens['cut']:,} tokens" in head
     assert "truncates them to --len" not in head
+
+
+@pytest.mark.parametrize(
+    "pack_len, overflow, cause, fix",
+    [
+        (20, "truncate", "with a prompt too long", "raise --len: each side must keep"),
+        (
+            20,
+            "drop",
+            "with chosen + rejected longer than --len 20",
+            "truncate keeps no pair either",
+        ),
+        (80, "drop", "with chosen + rejected longer", "use --overflow truncate"),
+    ],
+)
+def test_nothing_to_pack_names_the_pair_cause_and_only_fixes_that_work(
+    tmp_path, pack_len, overflow, cause, fix
+):
+    """Profile and pack said 'shortest N tokens > --len; use --overflow truncate|split': split is
+    refused for pairs, and under truncate the cause is prompts leaving no trained token."""
+    from packtool.errors import PacktoolError
+
+    data = pair_data(n=6, long=tuple(range(6)))  # every pair 2 × (prompt + 90) > 80
+    data.prompt_lengths = data.prompt_lengths * 0 + 12  # as if every prompt were 12 tokens
+    for run in (
+        lambda: api.profile(data, ProfileConfig(pack_len=pack_len, overflow=overflow)),
+        lambda: pack_tokenized(
+            data, PackConfig(pack_len=pack_len, overflow=overflow), tmp_path / "p"
+        ),
+    ):
+        with pytest.raises(PacktoolError) as e:
+            run()
+        msg = str(e.value)
+        assert msg.startswith("nothing to pack: all 6 pairs") and cause in msg and fix in msg
+        assert "split" not in msg

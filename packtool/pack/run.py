@@ -103,6 +103,9 @@ def pack_tokenized(
         pieces = pair_rules.apply_pair_overflow(lengths, data.prompt_lengths, src, L, cfg.overflow)
     else:
         pieces = apply_overflow(lengths, src, L, cfg.overflow)
+    if pieces.row.shape[0] == 0 and pairs:
+        prompts = data.prompt_lengths
+        raise PacktoolError(pair_rules.nothing_to_pack(lengths, prompts, src, L, cfg.overflow))
     if pieces.row.shape[0] == 0:
         raise PacktoolError(
             f"nothing to pack: all {n} examples were dropped (longest {int(lengths.max())} "
