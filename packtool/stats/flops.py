@@ -186,8 +186,8 @@ def reference_model() -> ModelSpec:
 
 
 def model_from_params(params: float, layers: int, hidden: int) -> ModelSpec:
-    if not params > 0:
-        raise UsageError(f"--params {params} must be > 0, e.g. --params 7e9")
+    if not (params > 0 and math.isfinite(params)):  # 1e400 reads as inf: nan× in every ratio
+        raise UsageError(f"--params {params} must be a finite number > 0, e.g. --params 7e9")
     if layers < 1:
         raise UsageError(f"--layers {layers} must be >= 1")
     if hidden < 1:

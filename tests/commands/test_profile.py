@@ -239,6 +239,10 @@ def test_gpu_hours_follow_the_formula(tmp_path):
             ],
             "not a known GPU",
         ),
+        (
+            ["--synthetic", SPEC, "--params", "1e400", "--layers", "32", "--hidden", "4096"],
+            "--params inf must be a finite number > 0",  # was nan× and Infinity in the JSON
+        ),
         (["--synthetic", SPEC, "--model", "nope/config.json"], "no such file"),
         (["--synthetic", SPEC, "--model", "c.json", "--params", "7e9"], "not both"),
         (["--synthetic", SPEC, "--tokenizer", "gpt2"], "--tokenizer only apply to DATA"),
