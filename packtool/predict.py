@@ -164,7 +164,14 @@ def loss_tokens_cut(data, pack_len: int, pieces=None) -> int | None:
 
 
 def nothing_to_pack(inp: Examples, cfg: ProfileConfig) -> PacktoolError:
-    """What pack says when --overflow leaves nothing (pack/run.py), with the shortest example."""
+    """What pack says when --overflow leaves nothing (pack/run.py), with the shortest example;
+    for pairs pack's pair message (its causes: a pair too long, a prompt leaving no room)."""
+    if inp.sides is not None:
+        from packtool.pack import pairs
+
+        src, L = np.repeat(inp.source_index, 2), cfg.pack_len
+        text = pairs.nothing_to_pack(inp.sides, inp.prompts, src, L, cfg.overflow, would=True)
+        return PacktoolError(text)
     n = inp.lengths
     keep = n[n > 0]
     shortest = (

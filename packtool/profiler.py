@@ -1,12 +1,16 @@
 """Build a profile: counts, length distributions, what pack would write, strategy simulation and
 FLOP projection, one --len or a sweep of several.
 
-    TokenizedData ──profile_lens──┐                       ┌──▶ packtool.report.profile (rich, JSON)
-                                  ├──▶ ProfileResult ─────┤
-    lengths (synthetic / file) ───┘ profile_lengths  │    └──▶ packtool.report.profile_png (PNG)
-                                                     └──▶ stats.advice.recommend ─▶ Recommendation
-    either, several --len ──profile_lens──▶ a SweepPoint per --len, then the full profile at the
-                                            --len the advice picks, the sweep attached
+    TokenizedData ─────────────┐
+    lengths (synthetic, file) ─┴─ profile_lens (api.profile; the CLI) ──┐
+    bare lengths, one --len ───── profile_lengths (a Python caller) ────┴─▶ ProfileResult
+                                                                              │
+        ┌──────────────────────────────┬──────────────────────────────────────┤
+        ▼                              ▼                                      ▼
+    report.profile (rich, JSON)    report.profile_png (PNG)    stats.advice.recommend ─▶ Recommendation
+
+    several --len ──profile_lens──▶ a SweepPoint per --len, then the full profile at the --len the
+                                    advice picks, the sweep attached
 
 One --len is packtool.predict's `at_len`. No rendering here; everything is computed on whole arrays.
 """

@@ -197,8 +197,10 @@ def profile(
     with out.stage("profiling", spinner=True) as stage:
         if td is not None:
             lengths = td
-            # the recommended pack command names every input (the others after DATA)
-            source = {"data": data[0], "pack_args": [*data[1:], *tok.pack_args()]}
+            # the recommended pack command names every input (the others after DATA) and the
+            # seed: it draws the fractional weights' subsamples (and pack's row shuffle)
+            seeded = ["--seed", str(seed)] if seed else []
+            source = {"data": data[0], "pack_args": [*data[1:], *tok.pack_args(), *seeded]}
             if inputs is not None:
                 source["inputs"] = td.input_shares()
         elif synthetic is not None:

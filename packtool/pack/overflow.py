@@ -108,21 +108,32 @@ def overflow_loss(lengths: np.ndarray, pieces: Pieces, pack_len: int, overflow: 
 
 
 def loss_warning(
-    overflow: str, k: int, cut: int, lengths: np.ndarray, pack_len: int, unit: str, keep: str = ""
+    overflow: str,
+    k: int,
+    cut: int,
+    lengths: np.ndarray,
+    pack_len: int,
+    unit: str,
+    keep: str = "",
+    dropped: int = 0,
 ) -> str | None:
     """overflow_loss's (unit "example") and pack.pairs.pair_overflow_loss's (unit "pair") warning:
-    `k` of the `lengths` lost, `cut` tokens; None when both shares are at most LOSS_SHARE."""
+    `k` of the `lengths` lost, `cut` tokens; None when both shares are at most LOSS_SHARE.
+    `dropped`: of the k, the pairs truncate drops (their prompts leave no trained token)."""
     n, total = int(lengths.shape[0]), int(lengths.sum())
     if not n or not k or (k / n <= LOSS_SHARE and cut / max(total, 1) <= LOSS_SHARE):
         return None
     fits = " / ".join(fitting_lens(lengths, pack_len, unit))
-    what = "drops" if overflow == "drop" else "truncates"
+    what = f"{'drops' if overflow == 'drop' else 'truncates'} {k:,}"
+    if dropped:  # pairs under truncate: "truncates 5 and drops 3 of 10 pairs"
+        what = f"truncates {k - dropped:,} and drops {dropped:,}" if k > dropped else f"drops {k:,}"
     tokens = "tokens cut" if overflow == "truncate" and unit == "example" else "tokens"
     longer = "chosen + rejected longer" if unit == "pair" else "longer"
+    no_room = f", the {dropped:,} dropped as a prompt leaves no trained token" if dropped else ""
     return (
-        f"--overflow {overflow} {what} {k:,} of {n:,} {unit}s ({100 * k / n:.1f}%) and "
-        f"{cut:,} of {total:,} {tokens} ({100 * cut / max(total, 1):.1f}%): {longer} than --len "
-        f"{pack_len}; use {f'{keep}, or {fits}' if keep else fits}"
+        f"--overflow {overflow} {what} of {n:,} {unit}s "
+        f"({100 * k / n:.1f}%) and {cut:,} of {total:,} {tokens} ({100 * cut / max(total, 1):.1f}%): "
+        f"{longer} than --len {pack_len}{no_room}; use {f'{keep}, or {fits}' if keep else fits}"
     )
 
 

@@ -99,6 +99,38 @@ def apply_pair_overflow(
     )
 
 
+def nothing_to_pack(
+    lengths: np.ndarray,
+    prompt_lengths: np.ndarray,
+    source_index: np.ndarray,
+    pack_len: int,
+    overflow: str,
+    would: bool = False,
+) -> str:
+    """pack's (and profile's, `would`) error when --overflow drops every pair: each cause counted,
+    and only the fixes that can work: truncate when it would keep a pair, else a longer --len
+    (split never does for a pair)."""
+    args = (lengths, prompt_lengths, source_index, pack_len)
+    reasons = apply_pair_overflow(*args, overflow).dropped_reason[0::2]
+    count = {r: reasons.count(r) for r in (TOO_LONG, NO_ROOM, EMPTY)}
+    causes = {
+        TOO_LONG: f"chosen + rejected longer than --len {pack_len:,}",
+        NO_ROOM: f"a prompt too long: cut to --len {pack_len:,}, a side keeps no trained token",
+        EMPTY: "a side without tokens",
+    }
+    said = "; ".join(f"{count[r]:,} with {causes[r]}" for r in causes if count[r])
+    if count[EMPTY] == len(reasons):
+        fix = "check the data: every pair has an empty side"
+    elif overflow == "drop" and apply_pair_overflow(*args, "truncate").row.size:
+        fix = "use --overflow truncate (it cuts the answers) or raise --len"
+    elif overflow == "drop":
+        fix = "raise --len (--overflow truncate keeps no pair either: a prompt leaves no room)"
+    else:
+        fix = "raise --len: each side must keep a trained token after its prompt"
+    verb = "would be" if would else "were"
+    return f"nothing to pack: all {len(reasons):,} pairs {verb} dropped ({said}); {fix}"
+
+
 def pair_outcomes(lengths: np.ndarray, source: np.ndarray, pieces: Pieces) -> Outcomes:
     """One example a pair (rows 2e, 2e + 1): its length both sides', a truncated pair's cut both
     sides' cuts."""
@@ -129,11 +161,28 @@ def pair_manifest(pieces: Pieces, data) -> dict:
     return out
 
 
+def pair_overflow_lost(oc: Outcomes, overflow: str) -> np.ndarray:
+    """The pairs --overflow loses tokens of: drop's dropped ones (empty ones lose nothing), or
+    truncate's truncated ones and those it drops (NO_ROOM: a prompt leaves no trained token)."""
+    reasons = np.array(oc.dropped_reason + [""], dtype=object)[:-1]  # 1-D even when empty
+    if overflow == "drop":
+        return oc.dropped[reasons != EMPTY]
+    return np.union1d(oc.truncated, oc.dropped[reasons == NO_ROOM]).astype(np.int64)
+
+
 def pair_overflow_loss(oc: Outcomes, pack_len: int, overflow: str) -> str | None:
     """The warning when --overflow loses more than LOSS_SHARE of the pairs or their tokens, with
-    the --len that fits 99% of the pairs and the one that fits the longest (as overflow_loss)."""
+    the --len that fits 99% of the pairs and the one that fits the longest (as overflow_loss).
+    Under truncate the pairs it drops (NO_ROOM) count, with all their tokens: what pack writes as
+    counts.dropped and tokens.cut."""
     if overflow not in ("drop", "truncate"):
         return None
-    lost = oc.dropped if overflow == "drop" else oc.truncated
-    cut = int(oc.length[lost].sum()) if overflow == "drop" else int(oc.cut.sum())
-    return loss_warning(overflow, int(lost.size), cut, oc.length, pack_len, "pair")
+    lost = pair_overflow_lost(oc, overflow)
+    if overflow == "drop":
+        cut = int(oc.length[lost].sum())
+        return loss_warning(overflow, int(lost.size), cut, oc.length, pack_len, "pair")
+    no_room = np.setdiff1d(lost, oc.truncated)
+    cut = int(oc.cut.sum()) + int(oc.length[no_room].sum())
+    return loss_warning(
+        overflow, int(lost.size), cut, oc.length, pack_len, "pair", dropped=int(no_room.size)
+    )

@@ -103,6 +103,9 @@ def pack_tokenized(
         pieces = pair_rules.apply_pair_overflow(lengths, data.prompt_lengths, src, L, cfg.overflow)
     else:
         pieces = apply_overflow(lengths, src, L, cfg.overflow)
+    if pieces.row.shape[0] == 0 and pairs:
+        prompts = data.prompt_lengths
+        raise PacktoolError(pair_rules.nothing_to_pack(lengths, prompts, src, L, cfg.overflow))
     if pieces.row.shape[0] == 0:
         raise PacktoolError(
             f"nothing to pack: all {n} examples were dropped (longest {int(lengths.max())} "
@@ -224,6 +227,8 @@ def pack_tokenized(
         loss = overflow_loss(lengths, pieces, L, cfg.overflow)
     if loss is not None:
         lost = oc.dropped if cfg.overflow == "drop" else oc.truncated
+        if pairs:  # truncate's drops too (pair_overflow_lost)
+            lost = pair_rules.pair_overflow_lost(oc, cfg.overflow)
         items = oc.source[lost][:1000].tolist()
         warnings.append(schema.Notice(OVERFLOW_LOSS, loss, int(lost.size), items))
     return PackResult(

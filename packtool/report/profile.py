@@ -25,7 +25,7 @@ from packtool.profiler import ProfileResult
 from packtool.report.format import bar, count, num, pct, pct_small, si
 from packtool.stats import advice
 from packtool.stats.flops import ATTENTION_CONVENTION, FLOPS_FORMULA
-from packtool.stats.strategies import OVERFLOW_NOTES, StrategyResult
+from packtool.stats.strategies import StrategyResult, overflow_note
 
 SCHEMA = "packtool.profile/v1"
 STRATEGY_KEYS = (
@@ -291,7 +291,7 @@ def render(r: ProfileResult, console) -> None:
     )
     console.print(
         "[dim]rows: padded rows, varlen sequences or packed rows; steps: micro-batches of "
-        f"{cfg.batch_size} rows; {OVERFLOW_NOTES[cfg.overflow]}.[/]"
+        f"{cfg.batch_size} rows; {overflow_note(cfg.overflow, r.source.get('task') == 'preference')}.[/]"
     )
     for note in r.notes:
         console.print(f"[yellow]warning:[/] {escape(note)}")
@@ -325,6 +325,15 @@ def overflow_lines(r: ProfileResult) -> list[str]:
             out.append(
                 head + f"--overflow drop leaves {_them(k)} out, {tr['tokens_cut']:,} tokens "
                 f"({tr['tokens_cut_share']:.2%}){loss}. Every strategy below leaves {_them(k)} out."
+            )
+        elif cfg.overflow == "truncate" and r.source.get("task") == "preference":
+            drops = tr["examples_dropped"] - pk["examples_dropped_empty"]  # no room for a prompt
+            out.append(
+                head
+                + f"--overflow truncate cuts the answers of {tr['examples_truncated']:,}"
+                + (f" and drops {drops:,} (a prompt leaves no trained token)" if drops else "")
+                + f", {tr['tokens_cut']:,} tokens ({tr['tokens_cut_share']:.2%}){loss}. "
+                "Every strategy below takes them cut or dropped, as pack."
             )
         elif cfg.overflow == "truncate":
             out.append(

@@ -35,6 +35,7 @@ from packtool.stats.choice import (
     StrategyPick,
     Totals,
     cut_at,
+    cut_of_pack,
     evidence,
     pick_len,
     pick_strategy,
@@ -42,6 +43,7 @@ from packtool.stats.choice import (
     share,
     totals_of,
 )
+from packtool.stats.flops import gpu_time, hours_versus, versus  # noqa: F401  (advice.gpu_time)
 from packtool.stats.strategies import STRATEGY_LABELS
 
 OUT = "packed/"
@@ -90,20 +92,29 @@ class LenChoice:
     overflow_reason: str
 
 
-def _overflow_reason(c: dict, t: Totals, overflow: str) -> str:
+def _overflow_reason(c: dict, t: Totals, overflow: str, cut: dict | None = None) -> str:
+    """Why --overflow; `cut`: cut_of_pack's exact figures at this case, when it was simulated."""
     k = c["examples_over"]
     if k == 0:
         return f"no {_unit(t)} is longer than --len: --overflow does not matter (drop is pack's default)"
-    trunc = (
-        f"truncate would cut the ends of {_plural(k, _unit(t))} ({c['tokens_truncated']:,} tokens)"
+    trunc = (  # pairs: Σ (n - L) is a lower bound of what the pair rule cuts (choice.cut_at)
+        f"truncate would cut at least {c['tokens_truncated']:,} tokens from the answers of "
+        f"{_plural(k, 'pair')}"
+        if t.pairs
+        else f"truncate would cut the ends of {_plural(k, _unit(t))} ({c['tokens_truncated']:,} tokens)"
     )
     if overflow == "truncate":  # pairs: what keeps every pair (split would part its sides)
         them = "it" if k == 1 else "them"
+        what = (
+            f"cuts the answers of {_plural(k, 'pair')} (at least {c['tokens_truncated']:,} tokens), "
+            "each side keeping a trained token"
+            if cut is None
+            else _truncated_text(cut)
+        )
         return (
             f"truncate: dropping {them} would lose {_pct(share(c['tokens_over'], t.tokens))} of "
             f"tokens (more than {MAX_LOST_SHARE:.0%}); a pair cannot be split across rows, so "
-            f"truncate cuts the answers of {_plural(k, 'pair')} ({c['tokens_truncated']:,} tokens), "
-            "each side keeping a trained token"
+            f"truncate {what}"
         )
     if overflow == "drop":
         return (
@@ -116,6 +127,17 @@ def _overflow_reason(c: dict, t: Totals, overflow: str) -> str:
         f"{MAX_LOST_SHARE:.0%}); split keeps every token as {c['split_parts']:,} documents of at most --len "
         f"(each part's first token carries no loss); {trunc}"
     )
+
+
+def _truncated_text(c: dict) -> str:
+    """'cuts the answers of 5 pairs, each side keeping a trained token, and drops 3 pairs whose
+    prompt leaves no room for one (3,662 tokens in all)' (c: choice.cut_of_pack's figures)."""
+    k, drops = c["examples_truncated"], c["examples_dropped"] - c["examples_empty"]
+    cuts = f"cuts the answers of {_plural(k, 'pair')}, each side keeping a trained token"
+    if not drops:
+        return f"{cuts} ({c['tokens']:,} tokens)"
+    dropped = f"drops {_plural(drops, 'pair')} whose prompt leaves no room for one"
+    return f"{cuts + ', and ' if k else ''}{dropped} ({c['tokens']:,} tokens in all)"
 
 
 def _within_text(p: LenPick) -> str:
@@ -208,44 +230,6 @@ def choose_len(
 # the recommendation
 
 
-def versus(flops: float, base: float, what: str) -> str:
-    """'2.31× fewer training FLOPs than X', 'about the same training FLOPs as X' or '1.20× more
-    training FLOPs than X': a ratio of positive numbers, never a negative saving."""
-    if not (flops > 0 and base > 0):
-        return f"about the same training FLOPs as {what}"
-    r = base / flops
-    if r >= 1.005:
-        return f"{r:.2f}× fewer training FLOPs than {what}"
-    if r > 1 / 1.005:
-        return f"about the same training FLOPs as {what}"
-    return f"{1 / r:.2f}× more training FLOPs than {what}"
-
-
-def hours_versus(hours: float, base: float, what: str) -> str:
-    """'saves 12.3 GPU-hours against X' or 'costs 4.1 GPU-minutes more than X' (never negative)."""
-    d = base - hours
-    if d >= 0:
-        return f"saves {gpu_time(d, 'GPU-')} against {what}"
-    return f"costs {gpu_time(-d, 'GPU-')} more than {what}"
-
-
-def gpu_time(h: float, prefix: str = "") -> str:
-    """Hours, readably: '1,234 h', '12.3 h', '42 min', '4.1 min', '8.4 s'; with prefix 'GPU-' the
-    units are spelled out ('12.3 GPU-hours', '4.1 GPU-minutes', '8.4 GPU-seconds')."""
-    units = ("hours", "minutes", "seconds") if prefix else ("h", "min", "s")
-    h = abs(h)
-    value, unit = (
-        (h, units[0]) if h >= 1 else (h * 60, units[1]) if h * 60 >= 1 else (h * 3600, units[2])
-    )
-    if value >= 100 or (unit != units[0] and value >= 10):
-        text = f"{value:,.0f}"
-    elif unit == units[0]:
-        text = f"{value:.1f}"
-    else:
-        text = f"{value:.2g}" if value >= 0.01 else "0"
-    return f"{text} {prefix}{unit}"
-
-
 def pack_command(
     data: str | None, pack_len: int, overflow: str, extra: list[str] | tuple[str, ...] = ()
 ) -> str:
@@ -256,6 +240,13 @@ def pack_command(
         words += ["--overflow", overflow]
     words += [shlex.quote(str(w)) for w in extra]
     return " ".join(words + ["--out", OUT])
+
+
+def _loss(c: dict) -> str:
+    """', 879 loss tokens (33.0%)', or '' when unknown."""
+    if c["loss_tokens"] is None:
+        return ""
+    return f", {c['loss_tokens']:,} loss tokens ({_pct(c['loss_tokens_share'])})"
 
 
 @dataclass(frozen=True)
@@ -303,9 +294,12 @@ class Recommendation:
             else f" ({_plural(c['examples_empty'], 'empty example')} dropped)"
         )
         if self.overflow == "truncate" and c.get("examples_truncated"):
+            drops = c["examples_dropped"] - c["examples_empty"]  # a prompt leaves no room
             return (
-                f"cuts {c['tokens']:,} tokens ({_pct(c['tokens_share'])}) from the answers of "
-                f"{_plural(c['examples_truncated'], 'pair')}{empty}"
+                f"cuts {c['tokens']:,} tokens ({_pct(c['tokens_share'])}){_loss(c)} from the answers of "
+                f"{_plural(c['examples_truncated'], 'pair')}"
+                + (f" and the {_plural(drops, 'pair')} it drops (prompt too long)" if drops else "")
+                + empty
             )
         if self.overflow == "split" and c["examples_split"]:
             return (
@@ -315,12 +309,7 @@ class Recommendation:
         over = c["examples_dropped"] - c["examples_empty"]
         if not over:
             return "nothing cut" + empty
-        loss = (
-            ""
-            if c["loss_tokens"] is None
-            else f", {c['loss_tokens']:,} loss tokens ({_pct(c['loss_tokens_share'])})"
-        )
-        return f"drops {_plural(over, c.get('unit', 'example'))}: {c['tokens']:,} tokens ({_pct(c['tokens_share'])}){loss}{empty}"
+        return f"drops {_plural(over, c.get('unit', 'example'))}: {c['tokens']:,} tokens ({_pct(c['tokens_share'])}){_loss(c)}{empty}"
 
     def summary(self) -> str:
         """One line for a title: strategy, --len, overflow and the saving."""
@@ -415,8 +404,12 @@ def recommend(r) -> Recommendation:
     choice = choose_len(cuts, t, given, points, cfg.pad_to_multiple)
     L, ov = choice.pack_len, choice.overflow
     over = cuts[L]["examples_over"]
-    cut = cut_at(cuts[L], t, ov)
-    ev_len, ev_ov, rows, ev, fill = evidence(r, L, ov, over == 0)
+    ev_len, ev_ov, rows, ev, fill, pk = evidence(r, L, ov, over == 0)
+    # pack's own figures when (L, ov) was simulated: one source with the table and pack's warning
+    cut = cut_at(cuts[L], t, ov) if pk is None else cut_of_pack(pk, t, over)
+    overflow_reason = choice.overflow_reason
+    if pk is not None and ov == "truncate":
+        overflow_reason = _overflow_reason(cuts[L], t, ov, cut)
     pick = pick_strategy(ev)
     s = _strategy(pick, ev, cfg.gpu)
     hints = []
@@ -482,7 +475,7 @@ def recommend(r) -> Recommendation:
         pack_len=L,
         len_reason=choice.len_reason,
         overflow=ov,
-        overflow_reason=choice.overflow_reason,
+        overflow_reason=overflow_reason,
         rule=choice.rule,
         cut=cut,
         rows=rows,

@@ -224,9 +224,29 @@ def _pick_len(cuts, totals, given, points, multiple) -> LenPick:
     return LenPick(given[-1], "split", "sweep-split", given[0])
 
 
+def cut_of_pack(pk: dict, t: Totals, over: int) -> dict[str, Any]:
+    """cut_at's figures from a simulated pack (predict.at_len's `pack` dict, the manifest's
+    counts): exact for every --overflow, pairs' truncate included (the pairs it drops when a
+    prompt leaves no trained token, and the loss tokens it cuts). `over`: the examples over --len."""
+    return {
+        **({"unit": "pair"} if t.pairs else {}),
+        "examples_over": over,
+        "tokens": pk["tokens_cut"],
+        "tokens_share": share(pk["tokens_cut"], t.tokens),
+        "examples_dropped": pk["examples_dropped"],
+        "examples_empty": pk["examples_dropped_empty"],
+        "examples_split": pk["examples_split"],
+        "split_parts": pk["split_parts"],
+        "examples_truncated": pk["examples_truncated"],
+        "loss_tokens": pk["loss_tokens_cut"],
+        "loss_tokens_share": share(pk["loss_tokens_cut"], t.loss_tokens),
+    }
+
+
 def cut_at(c: dict, t: Totals, overflow: str) -> dict[str, Any]:
     """What pack cuts at one --len (c: its cuts_by_len entry) with --overflow drop or split, or
-    truncate for pairs (their loss cut unknown from lengths alone)."""
+    truncate for pairs, from the lengths alone: there Σ (n - L) is only a lower bound (a pair
+    truncate drops loses all its tokens) and the loss cut is unknown; cut_of_pack is exact."""
     over = c["examples_over"]
     if overflow == "truncate":
         return {
@@ -276,15 +296,18 @@ def totals_of(r) -> Totals:
 def evidence(r, pack_len: int, overflow: str, nothing_over: bool):
     """The case the FLOP figures come from: of every simulated case of `r` (the profile itself,
     its advice point, its sweep points), the first at (pack_len, overflow), else the profile
-    itself. Returns (len, overflow, rows or None, per-strategy costs, packed fill)."""
-    own = (r.config.pack_len, r.config.overflow, r.pack["rows"], r.costs, r.pack["fill"])
+    itself. Returns (len, overflow, rows or None, per-strategy costs, packed fill, the case's
+    pack dict or None: what pack writes there)."""
+    own = (r.config.pack_len, r.config.overflow, r.pack["rows"], r.costs, r.pack["fill"], r.pack)
     points = [r.advice_point, *(r.sweep or [])]
-    for L, ov, rows, costs, fill in [own] + [
-        (p.pack_len, p.overflow, p.rows, p.strategies, p.fill) for p in points if p and p.rows
+    for L, ov, rows, costs, fill, pk in [own] + [
+        (p.pack_len, p.overflow, p.rows, p.strategies, p.fill, p.pack)
+        for p in points
+        if p and p.rows
     ]:
         if L == pack_len and (ov == overflow or nothing_over):
-            return L, ov, rows, costs, fill
-    return own[0], own[1], None, own[3], own[4]
+            return L, ov, rows, costs, fill, pk
+    return own[0], own[1], None, own[3], own[4], None
 
 
 @dataclass(frozen=True)

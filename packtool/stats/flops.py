@@ -186,8 +186,8 @@ def reference_model() -> ModelSpec:
 
 
 def model_from_params(params: float, layers: int, hidden: int) -> ModelSpec:
-    if not params > 0:
-        raise UsageError(f"--params {params} must be > 0, e.g. --params 7e9")
+    if not (params > 0 and math.isfinite(params)):  # 1e400 reads as inf: nan× in every ratio
+        raise UsageError(f"--params {params} must be a finite number > 0, e.g. --params 7e9")
     if layers < 1:
         raise UsageError(f"--layers {layers} must be >= 1")
     if hidden < 1:
@@ -230,3 +230,45 @@ def training_flops(model: ModelSpec, slots: int, attention_work: int) -> tuple[f
 def gpu_hours(flops: float, gpu: GpuSpec, mfu: float) -> float:
     """Hours on one GPU: flops / (peak · MFU)."""
     return flops / (gpu.peak_tflops * 1e12 * mfu) / 3600.0
+
+
+# --------------------------------------------------------------------------------------------
+# in words (stats.advice and report/ print them)
+
+
+def versus(flops: float, base: float, what: str) -> str:
+    """'2.31× fewer training FLOPs than X', 'about the same training FLOPs as X' or '1.20× more
+    training FLOPs than X': a ratio of positive numbers, never a negative saving."""
+    if not (flops > 0 and base > 0):
+        return f"about the same training FLOPs as {what}"
+    r = base / flops
+    if r >= 1.005:
+        return f"{r:.2f}× fewer training FLOPs than {what}"
+    if r > 1 / 1.005:
+        return f"about the same training FLOPs as {what}"
+    return f"{1 / r:.2f}× more training FLOPs than {what}"
+
+
+def hours_versus(hours: float, base: float, what: str) -> str:
+    """'saves 12.3 GPU-hours against X' or 'costs 4.1 GPU-minutes more than X' (never negative)."""
+    d = base - hours
+    if d >= 0:
+        return f"saves {gpu_time(d, 'GPU-')} against {what}"
+    return f"costs {gpu_time(-d, 'GPU-')} more than {what}"
+
+
+def gpu_time(h: float, prefix: str = "") -> str:
+    """Hours, readably: '1,234 h', '12.3 h', '42 min', '4.1 min', '8.4 s'; with prefix 'GPU-' the
+    units are spelled out ('12.3 GPU-hours', '4.1 GPU-minutes', '8.4 GPU-seconds')."""
+    units = ("hours", "minutes", "seconds") if prefix else ("h", "min", "s")
+    h = abs(h)
+    value, unit = (
+        (h, units[0]) if h >= 1 else (h * 60, units[1]) if h * 60 >= 1 else (h * 3600, units[2])
+    )
+    if value >= 100 or (unit != units[0] and value >= 10):
+        text = f"{value:,.0f}"
+    elif unit == units[0]:
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.2g}" if value >= 0.01 else "0"
+    return f"{text} {prefix}{unit}"

@@ -4,7 +4,7 @@ Every strategy is computed on the *documents pack would pack*: the pieces that `
 of the examples (packtool.pack.overflow.apply_overflow; the profiler applies it, docs/ARCHITECTURE.md,
 "Semantics", Overflow), each of 1..L tokens e_i:
 
-    examples  [3, 9, 0, 5]   L 4      drop      e = [3, 4]          9 and 0 left out
+    examples  [3, 9, 0, 5]   L 4      drop      e = [3]             9, 5 and 0 left out
                                       truncate  e = [3, 4, 4]       9 → 4, 5 → 4
                                       split     e = [3, 4, 4, 1, 4, 1]
 
@@ -44,6 +44,18 @@ OVERFLOW_NOTES: dict[str, str] = {
     "split": "examples longer than --len are split into parts of --len, each a document of its own",
     "error": "no example is longer than --len (--overflow error)",
 }
+
+
+def overflow_note(overflow: str, pairs: bool = False) -> str:
+    """OVERFLOW_NOTES[overflow], for preference pairs under truncate their own rule."""
+    if pairs and overflow == "truncate":
+        return (
+            "pairs longer than --len are cut or dropped for every strategy, as pack: their answers "
+            "cut to fit, or the pair dropped when a prompt leaves no trained token"
+        )
+    return OVERFLOW_NOTES[overflow]
+
+
 # pack's planner options that the packed strategies use: config.PackConfig's defaults
 PACK_ORDER, PACK_MAX_DOCS, PACK_SEED = "sorted", 0, 0
 
@@ -113,11 +125,12 @@ def pad_to_len(e: np.ndarray, pack_len: int, batch_size: int, own_work: int) -> 
 
 
 def padded_batches(
-    x: np.ndarray, batch_size: int, sq: np.ndarray | None = None
+    x: np.ndarray, batch_size: int, sq: np.ndarray | None = None, starts: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cut `x` (lengths in batch order) into consecutive batches of `batch_size` (the last may be
-    short). Returns per batch (rows, longest, Σ e²) as int64, via ufunc.reduceat (no padding copy);
-    `sq` gives each item's own Σ e² where it is not x² (a pair: both sides).
+    short), or at `starts` (each batch's first item). Returns per batch (rows, longest, Σ e²) as
+    int64, via ufunc.reduceat (no padding copy); `sq` gives each item's own Σ e² where it is not
+    x² (a pair: both sides).
 
         x        5 1 | 2 7 | 3       batch_size 2
         rows     2     2     1
@@ -125,7 +138,7 @@ def padded_batches(
         Σ e²     26    53    9
     """
     n = x.size
-    starts = np.arange(0, n, batch_size)
+    starts = np.arange(0, n, batch_size) if starts is None else starts
     rows = np.diff(np.append(starts, n))
     longest = np.maximum.reduceat(x, starts).astype(np.int64)
     if sq is None:
@@ -288,10 +301,12 @@ PAIR_LABELS = {
 }
 
 
-def _pair_batches(longest: np.ndarray, sq: np.ndarray, name: str, batch_size: int, common: dict):
+def _pair_batches(
+    longest: np.ndarray, sq: np.ndarray, name: str, batch_size: int, common: dict, starts=None
+):
     """Batches of `batch_size` consecutive pairs (longest side, Σ e² of both sides, in batch
-    order), both sides padded to the batch's longest."""
-    pairs, m, own = padded_batches(longest, batch_size, sq)
+    order), or cut at `starts`, both sides padded to the batch's longest."""
+    pairs, m, own = padded_batches(longest, batch_size, sq, starts)
     return StrategyResult(
         name,
         steps=int(pairs.size),
@@ -339,11 +354,18 @@ def simulate_pairs(
         longest[perm], sq[perm], "random_padded", batch_size, common
     )
     say("length-grouped pair batches")
-    window = -(-max(1, min(group_window, n)) // batch_size) * batch_size  # batches stay inside
+    # as length_grouped: windows of `window` consecutive shuffled pairs (the last may be short),
+    # each sorted and cut into batches of B (a window's last batch may be short): none crosses one
+    window = max(1, min(group_window, n))
     order = np.concatenate(
-        [w[np.argsort(-longest[w], kind="stable")] for w in np.array_split(perm, -(-n // window))]
+        [
+            w[np.argsort(-longest[w], kind="stable")]
+            for w in np.split(perm, range(window, n, window))
+        ]
     )
-    grouped = _pair_batches(longest[order], sq[order], "length_grouped", batch_size, common)
+    at = np.arange(n)
+    starts = at[at % window % batch_size == 0]
+    grouped = _pair_batches(longest[order], sq[order], "length_grouped", batch_size, common, starts)
     grouped.extra.pop("batch_waste")
     out["length_grouped"] = grouped
     out["padding_free"] = padding_free(e, 2 * batch_size, own)

@@ -37,6 +37,7 @@ from packtool.errors import PacktoolError, UsageError
 
 EXAMPLE = "lognormal:median=450,sigma=0.9,n=20000,max=4096,seed=0"
 MAX_N = 500_000_000  # 500M int32 lengths = 2 GB
+MAX_LENGTH = 2**31 - 1  # lengths are int32: min, max and value at most this
 
 _COMMON = {"n": 10_000, "min": 1, "max": None, "seed": 0}
 DISTRIBUTIONS: dict[str, dict[str, float | None]] = {
@@ -82,6 +83,8 @@ def _number(text: str, key: str, part: str) -> float:
         value = float(m.group(1).replace("_", "")) * _SUFFIX.get(m.group(2), 1.0)
     except ValueError:
         raise _fail(part, f"{key}={text!r} is not a number") from None
+    if not np.isfinite(value):  # 1e400 reads as inf
+        raise _fail(part, f"{key}={text!r} is not a finite number")
     if key in _INTEGER:
         if value != int(value):
             raise _fail(part, f"{key}={text!r} must be a whole number")
@@ -114,6 +117,9 @@ def _component(text: str) -> Component:
 
 
 def _check(name: str, p: dict, part: str) -> None:
+    for key in ("value", "min", "max"):  # lengths are int32
+        if p.get(key) is not None and p[key] > MAX_LENGTH:
+            raise _fail(part, f"{key}={p[key]:.6g} is above the longest length, {MAX_LENGTH:,}")
     if not 1 <= p["n"] <= MAX_N:
         raise _fail(part, f"n={p['n']} must be in 1..{MAX_N:,}")
     if p["min"] < 1:

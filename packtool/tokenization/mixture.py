@@ -6,7 +6,8 @@ and laid end to end in one TokenizedData:
 
     input k: R_k records read (skipped ones included), n_k tokenized, weight w_k
         copies C_k = ceil(w_k); copies 0 .. floor(w_k)-1 hold every example,
-        a fractional part f = w_k - floor(w_k) adds copy floor(w_k) with round(f * n_k) examples,
+        a fractional part f = w_k - floor(w_k) adds copy floor(w_k) with f × n_k examples rounded
+        half up (floor(f × n_k + 0.5): 0.4 × 1 → 0, 0.5 × 1 → 1; none selected anywhere: UsageError),
         drawn without replacement by numpy default_rng([seed, MIX_TAG, k]) and kept in input order
     global source_index of copy c of record r:  O_k + c * R_k + r,   O_1 = 0,  O_{k+1} = O_k + C_k * R_k
     table = [input 1 copy 0 | input 1 copy 1 | ... | input 2 copy 0 | ...]   (source_index rewritten)
@@ -74,7 +75,8 @@ def load_mixture(
 
 def selection(n: int, weight: float, seed: int, k: int) -> tuple[int, np.ndarray]:
     """(copies, rows of the last copy) of an input of `n` examples and `weight`, the k-th (1-based)
-    input: the last copy holds every row for a whole weight, else round(frac * n) seeded rows."""
+    input: the last copy holds every row for a whole weight, else frac × n (rounded half up)
+    seeded rows."""
     whole = math.floor(weight)
     frac = weight - whole
     if frac <= 0:
@@ -90,7 +92,7 @@ def combine(
     """The weighted concatenation of the inputs' tokenized data (module docstring)."""
     import pyarrow as pa
 
-    tables, blocks, skipped, warnings = [], [], [], []
+    tables, blocks, skipped, warnings, none = [], [], [], [], []
     offset = 0
     for k, (spec, td) in enumerate(zip(inputs, parts, strict=True), 1):
         n, R = len(td), int(td.num_read)
@@ -117,10 +119,9 @@ def combine(
             )
         name = f"input {k} ({spec.data})"
         warnings += [f"{name}: {w}" for w in td.warnings]
-        if examples == 0:
-            warnings.append(
-                f"{name}: weight {spec.weight:g} selects none of its {n} examples; raise the weight"
-            )
+        if examples == 0 and n:
+            none.append(f"{name}: weight {spec.weight:g} selects none of its {n:,} examples")
+            warnings.append(f"{none[-1]}; raise the weight")
         blocks.append(
             InputBlock(
                 number=k,
@@ -140,6 +141,11 @@ def combine(
             )
         )
         offset += copies * R
+    if none and not sum(len(t) for t in tables):  # the weights, not the data, left nothing
+        raise UsageError(
+            f"the weights select no example: {'; '.join(none)} (f × n rounded half up is 0); "
+            "raise the weight (w >= 0.5 / n selects one)"
+        )
     if len({labels.stored(t) for t in tables}) > 1:  # some entry kept its labels: all do here
         tables = [labels.with_labels(t) for t in tables]
     table = pa.concat_tables(tables) if tables else parts[0].table.slice(0, 0)

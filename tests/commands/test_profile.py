@@ -239,6 +239,10 @@ def test_gpu_hours_follow_the_formula(tmp_path):
             ],
             "not a known GPU",
         ),
+        (
+            ["--synthetic", SPEC, "--params", "1e400", "--layers", "32", "--hidden", "4096"],
+            "--params inf must be a finite number > 0",  # was nan× and Infinity in the JSON
+        ),
         (["--synthetic", SPEC, "--model", "nope/config.json"], "no such file"),
         (["--synthetic", SPEC, "--model", "c.json", "--params", "7e9"], "not both"),
         (["--synthetic", SPEC, "--tokenizer", "gpt2"], "--tokenizer only apply to DATA"),
@@ -390,3 +394,24 @@ def test_pad_to_multiple_shows_its_cost_and_the_command_keeps_it():
     assert "--pad-to-multiple 64" in d["recommendation"]["command"]
     human = run("--synthetic", SPEC, "--len", "4096", "--pad-to-multiple", "64")
     assert "cost of --pad-to-multiple 64" in human.stderr
+
+
+def test_the_recommended_command_keeps_the_seed_of_a_fractional_weight(tmp_path):
+    """profile --seed 5 of 'f::weight=0.5' predicted one seeded half; the command it recommended
+    had no --seed, so pack drew another half."""
+    import shlex
+
+    from packtool.demo_data import write_sample
+
+    f = write_sample(tmp_path / "s.jsonl", n=40, seed=3)
+    res = run(f"{f}::weight=0.5", "--seed", "5", "--num-proc", "1", "--json", "-")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    words = shlex.split(d["recommendation"]["command"])
+    assert words[words.index("--seed") + 1] == "5"
+    out = tmp_path / "p"
+    res = runner.invoke(app, [*words[1:-2], "--out", str(out), "--num-proc", "1"])
+    assert res.exit_code == 0, res.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["tokens"]["in"] == d["counts"]["tokens"]
+    assert m["counts"]["rows"] == d["recommendation"]["rows"]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from packtool.plan import plan_pairs
-from packtool.stats.strategies import STRATEGY_LABELS, simulate_pairs
+from packtool.stats.strategies import STRATEGY_LABELS, length_grouped, simulate_pairs
 
 
 def test_random_pair_batches_pad_both_sides_to_the_longest_of_the_batch():
@@ -38,3 +39,16 @@ def test_packed_pairs_are_the_rows_pack_plans():
         assert varlen.attention_work == int((e * e).sum()) == got["padding_free"].attention_work
         assert dense.attention_work == rows * 128 * 128
     assert got["packed_bfd_varlen"].occupancy > got["random_padded"].occupancy
+
+
+@pytest.mark.parametrize("n, window, batch_size", [(1000, 512, 8), (101, 20, 8), (64, 64, 8)])
+def test_length_grouped_pairs_batch_as_sft_windows_do(n, window, batch_size):
+    """Pairs whose two sides are equal batch as SFT length-grouped batches of those lengths: windows
+    of `group_window` consecutive shuffled pairs, batches never crossing one (np.array_split made
+    [500, 500] of 1000 at window 512, and a batch straddled the two)."""
+    e = np.random.default_rng(5).integers(1, 300, n)
+    pairs = simulate_pairs(np.repeat(e, 2), 1024, batch_size, window, seed=2)["length_grouped"]
+    perm = np.random.default_rng(2).permutation(n)
+    sft = length_grouped(e.astype(np.int32), batch_size, window, perm, int((e * e).sum()))
+    assert pairs.steps == sft.steps
+    assert (pairs.slots, pairs.attention_work) == (2 * sft.slots, 2 * sft.attention_work)

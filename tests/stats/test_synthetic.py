@@ -122,3 +122,30 @@ def test_read_lengths_errors(tmp_path):
     np.save(floats, np.ones(3))
     with pytest.raises(PacktoolError, match="1-D integer array"):
         read_lengths(str(floats))
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("lognormal:n=1e400", r"n='1e400' is not a finite number"),
+        ("lognormal:median=1e400", r"median='1e400' is not a finite number"),
+        (
+            "uniform:max=1e30",
+            r"max=1e\+30 is above the longest length, 2,147,483,647",
+        ),
+        ("uniform:min=1,max=1e10,n=5", r"max=1e\+10 is above the longest length"),
+        ("constant:value=3e9,max=5e9", r"value=3e\+09 is above the longest length"),
+        ("normal:min=3G", r"min=3e\+09 is above the longest length"),
+    ],
+)
+def test_numbers_out_of_range_are_refused_by_key_and_limit(spec, match):
+    """Non-finite numbers and lengths past int32 were tracebacks or wrapped to negative lengths."""
+    with pytest.raises(UsageError, match=match):
+        synthetic_lengths(spec)
+
+
+def test_the_longest_int32_length_is_drawn_as_given():
+    x = synthetic_lengths(
+        "uniform:min=2147483640,max=2147483647,n=50+constant:value=2147483647,n=2"
+    )
+    assert x.min() >= 2147483640 and x.max() == 2**31 - 1 and (x > 0).all()

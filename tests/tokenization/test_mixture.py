@@ -169,3 +169,16 @@ def test_inputs_with_different_tokenizers_cannot_share_a_pack(files):
 
     with pytest.raises(PacktoolError, match="one pack has one tokenizer and template"):
         _tokenizer([spec("a"), spec("b")], [TD("x"), TD("y")])
+
+
+def test_weights_that_select_nothing_at_all_are_refused_by_name(files, tmp_path):
+    """One record at weight 0.4: 0.4 × 1 rounds half up to 0. The error names the input and its
+    weight instead of profile's 'none of the 0 examples read has a token'."""
+    one = alpaca(tmp_path / "one.json", 1)
+    with pytest.raises(
+        UsageError,
+        match=r"weights select no example: input 1 \(.*one.json\): "
+        r"weight 0.4 selects none of its 1 examples.*raise the weight",
+    ):
+        load_tokenized([spec(one, 0.4)], CFG, progress=False)
+    assert load_tokenized([spec(one, 0.5)], CFG, progress=False).inputs[0].examples == 1
