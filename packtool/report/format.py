@@ -4,7 +4,7 @@
     pct(0.9997) "99.97%" (never "100.0%" below 1)    pct_small(0.0003) "0.03%" (never "0.0%")
     plural(3, "row") "3 rows"    size(3_500_000) "3.3 MiB"    bar(5, 10, 5) "██▌" (eighths)
 
-GPU time is stats.advice.gpu_time ("4.1 min"). Stdlib only: report/pack.py stays light.
+GPU time is stats.flops.gpu_time ("4.1 min"). Stdlib only: report/pack.py stays light.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from packtool.stats.choice import (
     share,
     totals_of,
 )
-from packtool.stats.flops import gpu_time, hours_versus, versus  # noqa: F401  (advice.gpu_time)
+from packtool.stats.flops import gpu_time, hours_versus, versus
 from packtool.stats.strategies import STRATEGY_LABELS
 
 OUT = "packed/"
