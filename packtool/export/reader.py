@@ -94,6 +94,7 @@ class PackReader:
         self.raw = raw
         self.pack_len = self.manifest.pack_len
         self.pad_id = self.manifest.pad_id
+        self.vocab_size = schema.vocab_size_of(raw)  # None: ids checked >= 0 only
         self.layout = schema.Layout.from_manifest(raw)
         self.padded = self.layout.padded  # the shards carry seq_lengths_unpadded
         problems = schema.conservation_problems(
@@ -182,7 +183,7 @@ class PackReader:
         except ValueError as e:  # nulls
             self._check_hash(s)
             raise PacktoolError(f"{self.path}/{s['file']}: {e}; {self._fix}") from None
-        found = rows.scan_rows(cols, self.pad_id, self.layout)
+        found = rows.scan_rows(cols, self.pad_id, self.layout, self.vocab_size)
         found.pop("_totals")
         if found:
             self._check_hash(s)

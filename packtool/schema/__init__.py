@@ -14,6 +14,7 @@ from packtool.schema.manifest import (
     conservation_problems,
     is_pack_manifest,
     read_pack_manifest,
+    vocab_size_of,
 )
 from packtool.schema.shard import (
     COLUMNS,

@@ -228,6 +228,15 @@ def read_pack_manifest(folder: str) -> dict | None:
     return m if is_pack_manifest(m) else None
 
 
+def vocab_size_of(m: dict | None) -> int | None:
+    """tokenizer.vocab_size when the manifest records it as a positive integer: len(tokenizer),
+    added tokens included (tokenization/loading.py), so every id in the rows is below it; None for
+    pre-tokenized input packed without a tokenizer (nothing bounds its ids)."""
+    tok = m.get("tokenizer") if isinstance(m, dict) else None
+    v = tok.get("vocab_size") if isinstance(tok, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None
+
+
 # the counts the conservation rules relate: all but documents and rows (checked against the rows)
 CONSERVED_COUNTS = tuple(f.name for f in fields(Counts) if f.name not in ("documents", "rows"))
 

@@ -18,6 +18,8 @@ segment rule of docs/ARCHITECTURE.md, "Schema": `shard.segment_starts`) and comp
     expected document_id   0 0 0 0 1 1 1 -1 -1      cumsum of document-start marks; PAD_DOCUMENT_ID on the tail
     label must be -100     x . . . x . . x  x       IGNORE_INDEX: each document's first token, padding
     label == input_id      . o o o . o o .  .       wherever the label is not IGNORE_INDEX
+    input_id               0 <= id < tokenizer.vocab_size in every slot, pad tail included (only
+                           id >= 0 when the manifest records no vocab_size)
 
 Layouts (shard.Layout): with --pad-to-multiple N the documents' slots are `seq_lengths` and their
 real tokens `seq_lengths_unpadded` (cols["unp_off"], cols["unp_val"]); the slots past a document's
@@ -54,6 +56,7 @@ POS = "position_ids"
 LAB_MASK = f"labels {IGNORE_INDEX} (doc starts, pad)"
 LAB_EQ = "labels == input_ids"
 PAD = "pad tokens"
+IDS = "token ids"
 NTOK = "num_tokens"
 NLOSS = "num_loss_tokens"
 SRC = "source_index"
@@ -124,11 +127,15 @@ def _first_per_row(bad_entries: np.ndarray, row_of: np.ndarray, R: int) -> np.nd
 
 
 def scan_rows(
-    cols: dict[str, np.ndarray], pad_id: int | None = None, layout: Layout | None = None
+    cols: dict[str, np.ndarray],
+    pad_id: int | None = None,
+    layout: Layout | None = None,
+    vocab_size: int | None = None,
 ) -> dict[str, dict]:
     """Check a batch of rows (`cols`: the module docstring's; `layout`: the manifest's). Returns
     {check: {"rows", "pos", "got", "expected", "doc"}} for the failing rows only (one entry per
-    row: its first bad position), and "_totals"."""
+    row: its first bad position), and "_totals". Every input_id, pad tail included, must be >= 0
+    and, when `vocab_size` (the manifest's tokenizer.vocab_size) is given, below it."""
     layout = layout or Layout()
     K, N = layout.fixed_docs, layout.pad_to_multiple
     ids, lab, pos, doc = (cols[c] for c in ("input_ids", "labels", "position_ids", "document_id"))
@@ -250,6 +257,15 @@ def scan_rows(
         e = expected[r, p] if isinstance(expected, np.ndarray) else np.full(r.size, expected)
         out[name] = {"rows": r, "pos": p, "got": got[r, p], "expected": e, "doc": exp_doc[r, p]}
 
+    # token ids: checked on every row, also one whose seq_lengths fail (the ids are wrong either way)
+    bad_id = (ids < 0) if vocab_size is None else ((ids < 0) | (ids >= vocab_size))
+    r = np.flatnonzero(bad_id.any(axis=1))
+    if r.size:
+        p = bad_id[r].argmax(axis=1)
+        got = ids[r, p]
+        out[IDS] = {"rows": r, "pos": p, "got": got, "doc": exp_doc[r, p]}
+        out[IDS]["expected"] = np.full(r.size, -1 if vocab_size is None else int(vocab_size))
+
     report(DOC, doc != exp_doc, doc, exp_doc)
     report(POS, pos != exp_pos, pos, exp_pos)
     report(LAB_MASK, masked & has_loss, lab, IGNORE_INDEX)
@@ -329,6 +345,16 @@ def describe(
         return (
             f"{at} document {doc}: seq_lengths_unpadded {got}, but seq_lengths {exp}; each must be "
             f"ceil(unpadded / {n}) * {n} (--pad-to-multiple {n}), unpadded >= 1 for a document"
+        )
+    if name == IDS:  # exp: the vocabulary size (-1: not recorded)
+        if got < 0:
+            return (
+                f"{at} position {pos}: input_id {got} is negative, no token has it: the shard was "
+                "edited after packing; pack it again"
+            )
+        return (
+            f"{at} position {pos}: input_id {got} is outside the tokenizer's vocabulary (0..{exp - 1}): "
+            "the shard was edited or packed with another tokenizer; pack it again with the recorded one"
         )
     if name == DOC_PAD:
         if exp == ignore:

@@ -8,7 +8,8 @@
 
 A damaged manifest is still read as a dict, not as `schema.Manifest` (which stops at the first bad
 key): each of its problems is reported in the check it concerns. Every failure is a failed Check,
-never a traceback (`guarded`: a manifest value of the wrong type).
+never a traceback (`guarded`: a manifest value of the wrong type; `open_shard`: a file that is not
+Parquet; integrity's `_sha256`: a shard that cannot be read at all, a folder or no permission).
 """
 
 from __future__ import annotations
@@ -93,7 +94,13 @@ def manifest_check(path: str, m: dict | None, why: str | None) -> Check:
     if manifest_pack_len(m) is None:
         problems.append(f"pack_len {pack_len!r} is not a positive integer")
     pad_id = _raw_pad_id(m)
-    if pad_id is not None and manifest_pad_id(m) is None:
+    if "pad_id" not in m:  # schema.Manifest requires it: export refuses such a pack
+        problems.append(
+            "pad_id is missing: the pad tail's id is not recorded"
+            + ("" if is_int(pad_id) else ", the pad checks cannot run")
+            + "; write the pack again with `packtool pack`"
+        )
+    elif manifest_pad_id(m) is None:
         problems.append(f"pad_id {pad_id!r} is not an integer")
     for key in ("counts", "tokens", "shards"):
         if key not in m:
@@ -175,10 +182,21 @@ def guarded(name: str, fn, *args) -> Check:
 
 
 def shards_check(
-    manifest: dict | None, shards: list[str], shard_rows: dict[str, int], hashes: dict[str, str]
+    manifest: dict | None,
+    shards: list[str],
+    shard_rows: dict[str, int],
+    hashes: dict[str, str],
+    unreadable: dict[str, str] | None = None,
 ) -> Check:
-    """Every shard the manifest lists is on disk with its rows and sha256, and nothing else is."""
+    """Every shard the manifest lists is on disk with its rows and sha256, and nothing else is;
+    `unreadable`: the files that could not be read at all, with the OS's reason (no sha256)."""
     problems: list[str] = []
+    unreadable = unreadable or {}
+    for f in sorted(unreadable):
+        problems.append(
+            f"{f} cannot be read ({unreadable[f]}): its bytes are not checked; make it the shard "
+            f"file `packtool pack` wrote (or remove it) and verify again"
+        )
     if not isinstance((manifest or {}).get("shards"), list):
         problems.append("the manifest lists no shards: rows and sha256 cannot be checked")
     entries = [s for s in listed(manifest, "shards") if "file" in s]
@@ -205,12 +223,16 @@ def shards_check(
                 )
             else:
                 problems.append(f"{f} has {have} rows, the manifest says {want!r}")
-        if s.get("sha256") != hashes[f]:
+        if f in unreadable:
+            continue
+        if s.get("sha256") is None:
+            problems.append(f"the manifest records no sha256 for {f}; re-run packtool pack")
+        elif s.get("sha256") != hashes[f]:
             problems.append(
                 f"{f} sha256 is {hashes[f][:12]}…, the manifest says {str(s.get('sha256'))[:12]}…: "
                 f"the shard's bytes changed after packing"
             )
     ev = {"shards": len(shards), "rows": sum(shard_rows.values())}
-    ev["sha256_checked"] = len(set(shards) & set(by_file))
+    ev["sha256_checked"] = len(set(shards) & set(by_file) - set(unreadable))
     msg = "; ".join(problems) or "every shard present; rows and sha256 match the manifest"
     return Check(SHARDS, not problems, msg, ev)

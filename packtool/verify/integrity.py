@@ -9,7 +9,8 @@
           scan.batch_columns -> scan.scan_rows ── row checks (seq_lengths ... num_loss_tokens)
           scan.Totals.add                         what the manifest is compared with
           sampling.Sampler.offer                  rows for the isolation layer (same pass)
-      sha256 of every shard (a thread, overlapping the decoding)
+      sha256 of every shard (a thread, overlapping the decoding; a file that cannot be read, a
+      folder named like a shard, is a failed "shards on disk" naming it and the OS's reason)
       ─────────────────────────────────────────── audit.shards_check, accounting.source_check,
                                                   accounting.counts_check, accounting.conservation_check
 
@@ -43,6 +44,7 @@ class _Walk:
 
     pack_len: int | None
     pad_id: int | None
+    vocab_size: int | None
     layout: schema.Layout
     paired: bool
     samplers: tuple[Sampler, Sampler]
@@ -54,6 +56,16 @@ class _Walk:
     schema_bad: list[str] = field(default_factory=list)
     mask_bad: list[str] = field(default_factory=list)
     read_bad: list[str] = field(default_factory=list)
+    pairs_not_run: list[str] = field(default_factory=list)  # rows the pair rules could not read
+
+
+def _sha256(path: str) -> tuple[str | None, str | None]:
+    """(sha256, None), or (None, the OS's reason) when the file cannot be read (a folder named
+    like a shard, no permission): a failed check, never a traceback."""
+    try:
+        return sha256_file(path), None
+    except OSError as e:
+        return None, f"{type(e).__name__}: {e.strerror or e}"
 
 
 def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[list[Check], dict]:
@@ -63,7 +75,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     manifest, why = audit.load_manifest(path)
     shards = audit.list_shards(path)
     pool = ThreadPoolExecutor(max_workers=1)  # hashing overlaps decoding (hashlib drops the GIL)
-    hashes = {s: pool.submit(sha256_file, os.path.join(path, s)) for s in shards}
+    hashes = {s: pool.submit(_sha256, os.path.join(path, s)) for s in shards}
     # only an int from the manifest is used; else the first shard that opens says (the manifest
     # check fails either way)
     pack_len, opened = audit.manifest_pack_len(manifest), {}
@@ -72,7 +84,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         if opened[shard][0] is not None:
             pack_len = schema.pack_len_of(opened[shard][0].schema_arrow)
             break
-    pad_id = audit.manifest_pad_id(manifest)
+    pad_id, vocab_size = audit.manifest_pad_id(manifest), schema.vocab_size_of(manifest)
     layout = schema.Layout.from_manifest(manifest)
     paired = isinstance(manifest, dict) and manifest.get("task") == "preference"
     checks = [audit.manifest_check(path, manifest, why)]
@@ -83,7 +95,7 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
         return checks, {"pack_len": pack_len, "rows": 0}
 
     samplers = Sampler(sample_rows, seed), Sampler(2 * sample_rows, seed + 7)
-    walk = _Walk(pack_len, pad_id, layout, paired, samplers)
+    walk = _Walk(pack_len, pad_id, vocab_size, layout, paired, samplers)
     for shard in shards:
         pf, bad = opened.pop(shard, None) or audit.open_shard(os.path.join(path, shard))
         if pf is None:
@@ -109,15 +121,33 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     mask = "; ".join(walk.mask_bad) or "no attention_mask column"
     checks.append(Check(scan.NO_MASK, not walk.mask_bad, mask))
     rows_ev = {"rows_scanned": walk.tot.rows, "tokens_scanned": walk.tot.rows * (pack_len or 0)}
+    # rows never scanned (see schema): no row check passes for them
+    unscanned = _not_scanned(walk.read_bad, "the row checks")
     for name in scan.row_checks(layout.padded, bool(layout.fixed_docs)):
-        checks.append(walk.fails[name].check(name, scan.passed_text(name, pad_id), rows_ev))
+        passed = scan.passed_text(name, pad_id, vocab_size)
+        not_run = scan.not_run_text(name, pad_id, vocab_size) or unscanned
+        checks.append(walk.fails[name].check(name, passed, rows_ev, not_run=not_run))
+    pairs_not_run = unscanned or _not_scanned(walk.pairs_not_run, "the pair rules")
     for name in scan.PAIR_CHECKS if paired else ():
         ev = {"rows_scanned": walk.tot.rows}
-        checks.append(walk.fails[name].check(name, scan.PASSED[name], ev, "failed"))
-    hashes_done = {s: h.result() for s, h in hashes.items()}
+        ev |= {"rows_not_checked": len(walk.pairs_not_run)} if walk.pairs_not_run else {}
+        checks.append(walk.fails[name].check(name, scan.PASSED[name], ev, "failed", pairs_not_run))
+    done = {s: h.result() for s, h in hashes.items()}
     pool.shutdown()
+    hashes_done = {s: h for s, (h, _) in done.items() if h is not None}
+    unreadable = {s: why for s, (_, why) in done.items() if why is not None}
     tot, src_fails = walk.tot, walk.fails[scan.SRC]
-    todo = [(scan.SHARDS, audit.shards_check, manifest, shards, walk.shard_rows, hashes_done)]
+    todo = [
+        (
+            scan.SHARDS,
+            audit.shards_check,
+            manifest,
+            shards,
+            walk.shard_rows,
+            hashes_done,
+            unreadable,
+        )
+    ]
     todo += [(scan.SRC, accounting.source_check, manifest, src_fails, tot, 1 + paired)]
     if manifest is not None:
         todo += [(scan.COUNTS, accounting.counts_check, manifest, tot, pack_len, layout)]
@@ -125,6 +155,14 @@ def check_integrity(path: str, sample_rows: int = 0, seed: int = 0) -> tuple[lis
     checks += [audit.guarded(*t) for t in todo]
     summary = {"pack_len": pack_len, "rows": tot.rows, "documents": tot.documents}
     return checks, summary | {"samples": samplers[0].rows(), "singles": samplers[1].rows()}
+
+
+def _not_scanned(where: list[str], what: str) -> str | None:
+    """The message of a check that no scanned row failed but that did not run on every row."""
+    if not where:
+        return None
+    more = f" (+{len(where) - 1} more)" if len(where) > 1 else ""
+    return f"{what} did not run on every row, no row they read fails; not run: {where[0]}{more}"
 
 
 def _scan_shard(pf, shard: str, walk: _Walk) -> None:
@@ -140,7 +178,7 @@ def _scan_shard(pf, shard: str, walk: _Walk) -> None:
         if R == 0:
             continue
         cols = scan.batch_columns(batch, pack_len, row0)
-        res = scan.scan_rows(cols, walk.pad_id, layout)
+        res = scan.scan_rows(cols, walk.pad_id, layout, walk.vocab_size)
         t = res.pop("_totals")
         gidx = np.arange(walk.tot.rows, walk.tot.rows + R, dtype=np.uint64)
         samplers[0].offer(t["valid"] & (t["ndocs"] >= 2), gidx, cols, shard, row0)
@@ -149,14 +187,54 @@ def _scan_shard(pf, shard: str, walk: _Walk) -> None:
         for name, r in res.items():
             walk.fails[name].add(int(r["rows"].size), scan.examples(name, r, cols, shard, row0))
         if walk.paired:
-            _, side = flat_list(batch.column(schema.SIDE_COLUMN))
-            found = scan.pair_checks(
-                cols["input_ids"], cols["labels"], cols["seq_val"], cols["seq_off"],
-                cols["src_val"], side,
-            )  # fmt: skip
-            for name, (count, shown) in found.items():
-                walk.fails[name].add(count, _pair_examples(shown, shard, row0))
+            _pair_rules(cols, flat_list(batch.column(schema.SIDE_COLUMN)), shard, row0, walk)
         row0 += R
+
+
+def _pair_rules(cols: dict, side: tuple, shard: str, row0: int, walk: _Walk) -> None:
+    """The pair rules (scan.pair_checks) over the batch's rows whose side and source_index lists
+    have one entry per seq_lengths entry; every other row is a failure of pair sides / pair
+    source naming it, and left out of the rules (they pair the lists entry by entry)."""
+    side_off, side_val = side
+    n_seq = np.diff(cols["seq_off"])
+    n_side, n_src = np.diff(side_off), np.diff(cols["src_off"])
+    ok = (n_side == n_seq) & (n_src == n_seq)
+    for name, n, what, why in (
+        (scan.PAIR_SIDES, n_side, "sides", "the side column was edited"),
+        (scan.PAIR_SOURCE, n_src, "source_index entries", "see the source_index check"),
+    ):
+        bad = np.flatnonzero(n != n_seq)
+        shown = [
+            (int(r), -1, f"lists {int(n[r])} {what} for {int(n_seq[r])} documents ({why}); "
+             "its pairs are not checked")
+            for r in bad[: scan.MAX_EXAMPLES]
+        ]  # fmt: skip
+        walk.fails[name].add(int(bad.size), _pair_examples(shown, shard, row0))
+    keep = np.flatnonzero(ok)
+    walk.pairs_not_run += [f"{shard} row {row0 + int(r)}" for r in np.flatnonzero(~ok)]
+    if keep.size == ok.size:  # every row pairs up (a sound pack): the batch as it is
+        found = scan.pair_checks(
+            cols["input_ids"], cols["labels"], cols["seq_val"], cols["seq_off"],
+            cols["src_val"], side_val,
+        )  # fmt: skip
+        for name, (count, shown) in found.items():
+            walk.fails[name].add(count, _pair_examples(shown, shard, row0))
+        return
+    if not keep.size:
+        return
+
+    def rows_of(off, val):  # the kept rows' entries of a list column, and their offsets
+        n = np.diff(off)
+        return np.asarray(val)[np.repeat(ok, n)], np.concatenate(([0], np.cumsum(n[keep])))
+
+    seq_val, seq_off = rows_of(cols["seq_off"], cols["seq_val"])
+    src_val, _ = rows_of(cols["src_off"], cols["src_val"])
+    side_kept, _ = rows_of(side_off, side_val)
+    ids, labels = cols["input_ids"][keep], cols["labels"][keep]
+    found = scan.pair_checks(ids, labels, seq_val, seq_off, src_val, side_kept)
+    for name, (count, shown) in found.items():
+        shown = [(int(keep[r]), pos, text) for r, pos, text in shown]
+        walk.fails[name].add(count, _pair_examples(shown, shard, row0))
 
 
 def _pair_examples(shown: list[tuple[int, int, str]], shard: str, row0: int) -> list[dict]:

@@ -42,6 +42,7 @@ from packtool.schema.rows import (  # noqa: F401  (the row check and its names, 
     DOC,
     DOC_PAD,
     FIXED,
+    IDS,
     LAB_EQ,
     LAB_MASK,
     NLOSS,
@@ -64,7 +65,7 @@ NO_MASK = "no attention_mask"
 SHARDS = "shards on disk"
 COUNTS = "manifest counts"
 CONSERVE = "conservation"
-ROW_CHECKS = (SEQ, DOC, POS, LAB_MASK, LAB_EQ, PAD, NTOK, NLOSS)
+ROW_CHECKS = (SEQ, DOC, POS, LAB_MASK, LAB_EQ, PAD, IDS, NTOK, NLOSS)
 LAYOUT_CHECKS = (UNPAD, DOC_PAD, FIXED)
 PAIR_SIDES = "pair sides"
 PAIR_SOURCE = "pair source"
@@ -97,10 +98,16 @@ class Failures:
         if room > 0:
             self.examples.extend(examples[:room])
 
-    def check(self, name: str, passed: str, ev: dict, key: str = "rows_failed") -> Check:
+    def check(
+        self, name: str, passed: str, ev: dict, key: str = "rows_failed", not_run: str | None = None
+    ) -> Check:
         """Check `name`: `passed` when nothing failed, else the first failure's message (+ how
-        many more rows failed) with the count and the first few as evidence."""
+        many more rows failed) with the count and the first few as evidence. `not_run`: why
+        the check could not run in full (nothing to compare with): then a clean scan is a
+        skipped check with that message, never a pass."""
         if not self.count:
+            if not_run:
+                return Check(name, False, not_run, dict(ev), skipped=True)
             return Check(name, True, passed, dict(ev))
         more = f" (+{self.count - 1} more rows)" if self.count > 1 else ""
         ev = {**ev, key: self.count, "first": self.examples}
@@ -174,17 +181,35 @@ def examples(name: str, fail: dict, cols: dict, shard: str, row0: int) -> list[d
     return out
 
 
-def passed_text(name: str, pad_id: int | None) -> str:
-    """The message of a row check that no row failed."""
+def not_run_text(name: str, pad_id: int | None, vocab_size: int | None) -> str | None:
+    """Why row check `name` could not run in full on this pack (None: it ran in full): the pad
+    checks without a pad id, the token ids' upper bound without a vocab_size in the manifest."""
+    if name == PAD and pad_id is None:
+        return "not checked: the manifest records no integer pad_id (see the manifest check)"
+    if name == DOC_PAD and pad_id is None:
+        return (
+            f"labels {schema.IGNORE_INDEX} checked; the pad ids not checked: the manifest "
+            "records no integer pad_id (see the manifest check)"
+        )
+    if name == IDS and vocab_size is None:
+        return (
+            "no id is negative; the upper bound was not checked: the manifest records no "
+            "tokenizer.vocab_size (pre-tokenized input packed without a tokenizer)"
+        )
+    return None
+
+
+def passed_text(name: str, pad_id: int | None, vocab_size: int | None = None) -> str:
+    """The message of a row check that no row failed (and that ran in full: not_run_text)."""
     ignore = schema.IGNORE_INDEX
-    pad = f"pad tail holds pad id {pad_id}" if pad_id is not None else None
     return {
         SEQ: "every row: lengths >= 1, sum <= pack_len",
         DOC: f"0..k-1 in row order, {schema.PAD_DOCUMENT_ID} on padding, agrees with seq_lengths",
         POS: "restart at 0 at every document, count by one; pad tail its own segment",
         LAB_MASK: f"{ignore} on every document's first token and on padding",
         LAB_EQ: f"labels equal input_ids wherever not {ignore}",
-        PAD: pad or "pad id not in manifest: not checked",
+        PAD: f"pad tail holds pad id {pad_id}",
+        IDS: f"every input_id inside the tokenizer's vocabulary (0..{(vocab_size or 0) - 1})",
         NTOK: "matches the document tokens of every row",
         NLOSS: f"matches the labels that are not {ignore}",
         UNPAD: "every document: seq_lengths = ceil(seq_lengths_unpadded / N) * N",

@@ -6,6 +6,9 @@ build the broken packs verify must catch (the tests use them the same way).
 
     "self-test pack"                the pack was written and reads back whole (manifest, rows, documents)
     every check of `verify`         on that pack
+    "self-test: --pad-to-multiple 8 --fixed-docs --max-docs 6"   (_layout_check, integrity only) a
+                                    pack of that layout passes, and a copy with a label on a
+                                    document's padding fails document padding
     "self-test: broken copy caught" a copy with positions not reset in row 0 fails position_ids
 
     doc  = [p p p p c c c]           labels = [-100 -100 -100 -100 c c c]
@@ -33,11 +36,12 @@ from packtool.verify.run import verify
 from packtool.verify.sampling import packed
 
 SELF_TEST_PAD_ID = 0
+SELF_TEST_VOCAB = 5000  # the synthetic tokenizer's vocab_size: ids 1..4999, the pad id 0
 SELF_TEST_DOCS = 160  # documents of 8..pack_len // 3 tokens: all packed whole, several per row
 
 
 def make_documents(
-    n: int, *, seed: int = 0, min_len: int = 8, max_len: int = 200, vocab: int = 5000
+    n: int, *, seed: int = 0, min_len: int = 8, max_len: int = 200, vocab: int = SELF_TEST_VOCAB
 ):
     """n documents as (input_ids, labels) int32 arrays; ids avoid the pad id 0."""
     rng = np.random.default_rng(seed)
@@ -61,7 +65,7 @@ def write_documents(out: str, docs, pack_len: int, *, shard_rows: int = 16, **op
     td = TokenizedData.from_lists(
         [d[0].tolist() for d in docs],
         [d[1].tolist() for d in docs],
-        tokenizer={"name": "synthetic", "pad_id": SELF_TEST_PAD_ID},
+        tokenizer={"name": "synthetic", "pad_id": SELF_TEST_PAD_ID, "vocab_size": SELF_TEST_VOCAB},
         format="synthetic",
     )
     pack_tokenized(td, PackConfig(pack_len=pack_len, shard_rows=shard_rows, **options), out)

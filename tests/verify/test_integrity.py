@@ -119,6 +119,7 @@ def _write_synthetic_pack(out, n_rows: int, pack_len: int, chunk: int = 2_000) -
         "schema_version": 1,
         "pack_len": pack_len,
         "pad_id": 0,
+        "tokenizer": {"pad_id": 0, "vocab_size": 150_000},  # _synthetic_rows' ids are below it
         "counts": {
             "examples_read": src0,
             "skipped": 0,
