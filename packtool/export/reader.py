@@ -1,7 +1,9 @@
 """The documents of a pack, shard by shard and batch by batch: what every export format starts from.
 
     PackReader(PACK)   manifest.json read and typed, its own arithmetic checked (conservation:
-                       schema.conservation_problems); one-line error for anything else
+                       schema.conservation_problems); one-line error for anything else; a
+                       preference pack (task "preference") refused up front (UsageError, exit 2):
+                       the one format, NeMo's packed SFT, has no pairs
       .batches()  for each shard (manifest order), for each Arrow batch of ~1M token slots, every
                   row checked as verify checks it (schema/rows.py); the first failing row is the
                   error, naming shard, row and slot
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packtool import schema
-from packtool.errors import PacktoolError
+from packtool.errors import PacktoolError, UsageError
 from packtool.io.files import sha256_file
 from packtool.schema import rows
 
@@ -92,6 +94,12 @@ class PackReader:
         except schema.ManifestError as e:
             raise PacktoolError(f"{e}; write the pack again with `packtool pack`") from None
         self.raw = raw
+        if raw.get("task") == "preference":  # before any shard is read or hashed
+            raise UsageError(
+                f"{pack} is a preference pack (chosen and rejected documents in pairs): NeMo's packed "
+                "SFT format has no pairs; export an SFT pack (or pack the chosen answers with "
+                "`packtool pack DATA --format chosen-sft`)"
+            )
         self.pack_len = self.manifest.pack_len
         self.pad_id = self.manifest.pad_id
         self.layout = schema.Layout.from_manifest(raw)
