@@ -120,6 +120,11 @@ class PackReader:
                 raise PacktoolError(
                     f"{pack}/{schema.MANIFEST}: shards[{i}] names no file; write the pack again"
                 )
+            if not isinstance(s.get("sha256"), str) or not s["sha256"]:  # every shard is checked
+                raise PacktoolError(
+                    f"{pack}/{schema.MANIFEST}: the manifest records no sha256 for {s['file']}; "
+                    "re-run packtool pack"
+                )
             if not os.path.isfile(os.path.join(self.path, s["file"])):
                 raise PacktoolError(
                     f"{pack}/{s['file']}: listed in {schema.MANIFEST} but missing; the pack is "
@@ -249,7 +254,7 @@ class PackReader:
     def _check_hash(self, s: dict) -> None:
         """PacktoolError when the shard's sha256 is not the manifest's (waits for its hash)."""
         got = self._hashes[s["file"]].result()
-        if s.get("sha256") and got != s["sha256"]:
+        if got != s["sha256"]:  # recorded: __init__ refused a shard without one
             raise PacktoolError(
                 f"{self.path}/{s['file']}: sha256 {got[:12]}… differs from {schema.MANIFEST}'s "
                 f"{str(s['sha256'])[:12]}…; the shard changed after packing (packtool verify "

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from packs import make_docs, real_pack
 from typer.testing import CliRunner
 
 from packtool import schema
 from packtool.cli import app
-from packtool.errors import UsageError
+from packtool.errors import PacktoolError, UsageError
 from packtool.export.nemo import export_nemo
 
 PAIRS = [
@@ -39,3 +40,21 @@ def test_a_preference_pack_is_refused_as_usage(tmp_path):
     assert "Traceback" not in r.output and not (tmp_path / "x").exists()
     with pytest.raises(UsageError):
         export_nemo(str(tmp_path / "p"), str(tmp_path / "x"))
+
+
+@pytest.mark.parametrize("how", ["absent", "empty"])
+def test_a_shard_without_sha256_is_refused(tmp_path, how):
+    real_pack(tmp_path / "pack", make_docs(30), 32, shard_rows=4)
+    mpath = tmp_path / "pack" / schema.MANIFEST
+    m = json.loads(mpath.read_text())
+    shard = m["shards"][1]
+    if how == "absent":
+        del shard["sha256"]
+    else:
+        shard["sha256"] = ""
+    mpath.write_text(json.dumps(m))
+    with pytest.raises(PacktoolError) as e:
+        export_nemo(str(tmp_path / "pack"), str(tmp_path / "o"))
+    msg = str(e.value)
+    assert f"the manifest records no sha256 for {shard['file']}; re-run packtool pack" in msg, msg
+    assert "\n" not in msg and not (tmp_path / "o").exists()
