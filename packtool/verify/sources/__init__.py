@@ -74,7 +74,7 @@ def check_sources(
         if specs:
             checks.append(load.inputs_files_check(specs, manifest))
         else:
-            data = data if data is not None else load.recorded_data(manifest, pack)
+            data = data if data is not None else load.recorded_data(manifest, pack, read.split)
             checks.append(load.files_check(data, manifest, read.split)[0])
         checks.append(load.tokenizer_check(cfg, manifest))
         t_tok = time.perf_counter()
