@@ -91,8 +91,8 @@ def verify(
         int | None,
         typer.Option(
             "--sample",
-            help="With --sources: compare N records picked with "
-            "--seed instead of all (the sources are still tokenized whole).",
+            help="With --sources: compare N records picked with --seed instead of all (a "
+            "preference pair is one record: both sides; the sources are still tokenized whole).",
             show_default=False,
         ),
     ] = None,

@@ -1,7 +1,9 @@
 """The documents of a pack, shard by shard and batch by batch: what every export format starts from.
 
     PackReader(PACK)   manifest.json read and typed, its own arithmetic checked (conservation:
-                       schema.conservation_problems); one-line error for anything else
+                       schema.conservation_problems); one-line error for anything else; a
+                       preference pack (task "preference") refused up front (UsageError, exit 2):
+                       the one format, NeMo's packed SFT, has no pairs
       .batches()  for each shard (manifest order), for each Arrow batch of ~1M token slots, every
                   row checked as verify checks it (schema/rows.py); the first failing row is the
                   error, naming shard, row and slot
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packtool import schema
-from packtool.errors import PacktoolError
+from packtool.errors import PacktoolError, UsageError
 from packtool.io.files import sha256_file
 from packtool.schema import rows
 
@@ -92,6 +94,12 @@ class PackReader:
         except schema.ManifestError as e:
             raise PacktoolError(f"{e}; write the pack again with `packtool pack`") from None
         self.raw = raw
+        if raw.get("task") == "preference":  # before any shard is read or hashed
+            raise UsageError(
+                f"{pack} is a preference pack (chosen and rejected documents in pairs): NeMo's packed "
+                "SFT format has no pairs; export an SFT pack (or pack the chosen answers with "
+                "`packtool pack DATA --format chosen-sft`)"
+            )
         self.pack_len = self.manifest.pack_len
         self.pad_id = self.manifest.pad_id
         self.vocab_size = schema.vocab_size_of(raw)  # None: ids checked >= 0 only
@@ -112,6 +120,11 @@ class PackReader:
             if not isinstance(s, dict) or not isinstance(s.get("file"), str):
                 raise PacktoolError(
                     f"{pack}/{schema.MANIFEST}: shards[{i}] names no file; write the pack again"
+                )
+            if not isinstance(s.get("sha256"), str) or not s["sha256"]:  # every shard is checked
+                raise PacktoolError(
+                    f"{pack}/{schema.MANIFEST}: the manifest records no sha256 for {s['file']}; "
+                    "re-run packtool pack"
                 )
             if not os.path.isfile(os.path.join(self.path, s["file"])):
                 raise PacktoolError(
@@ -242,7 +255,7 @@ class PackReader:
     def _check_hash(self, s: dict) -> None:
         """PacktoolError when the shard's sha256 is not the manifest's (waits for its hash)."""
         got = self._hashes[s["file"]].result()
-        if s.get("sha256") and got != s["sha256"]:
+        if got != s["sha256"]:  # recorded: __init__ refused a shard without one
             raise PacktoolError(
                 f"{self.path}/{s['file']}: sha256 {got[:12]}… differs from {schema.MANIFEST}'s "
                 f"{str(s['sha256'])[:12]}…; the shard changed after packing (packtool verify "

@@ -39,6 +39,9 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals, each: int =
     if fail.count:
         return fail.check(SRC, "", {})
     src = tot.all_sources()
+    stray = _out_of_range(manifest, tot, src)
+    if stray:
+        return Check(SRC, False, stray, {"documents": int(src.size)})
     uniq, counts = np.unique(src, return_counts=True)
     split = {
         int(x.get("source_index", -1)): int(x.get("parts", 0)) for x in listed(manifest, "split")
@@ -85,6 +88,44 @@ def source_check(manifest: dict | None, fail: Failures, tot: Totals, each: int =
     return Check(SRC, True, msg + (f" ({len(split)} split into parts)" if split else ""), ev)
 
 
+def source_bound(m: dict | None) -> tuple[int, str] | None:
+    """(n, what): every source_index lies in [0, n); n is counts.examples_read, or for a mixture the
+    end of its last input's block (schema.input_problems: the blocks follow each other from 0). None
+    where the manifest does not say."""
+    inputs = (m or {}).get("inputs")
+    if inputs:
+        blocks = [e.get("block") if isinstance(e, dict) else None for e in inputs]
+        blocks = [b for b in blocks if isinstance(b, dict)]
+        keys = ("offset", "records", "copies")
+        if len(blocks) != len(inputs) or not all(is_int(b.get(k)) for b in blocks for k in keys):
+            return None
+        last = blocks[-1]
+        return last["offset"] + last["copies"] * last[
+            "records"
+        ], "the end of the mixture's last input block"
+    n = section(m, "counts").get("examples_read")
+    return (n, "counts.examples_read") if is_int(n) and n >= 0 else None
+
+
+def _out_of_range(m: dict | None, tot: Totals, src: np.ndarray) -> str:
+    """'source_index 99999 (data/x row 0 document 0) is outside [0, 200) ...' where a document's
+    source_index names no record that was read, else ''."""
+    bound = source_bound(m)
+    if bound is None or not src.size:
+        return ""
+    n, what = bound
+    bad = src[(src < 0) | (src >= n)]
+    if not bad.size:
+        return ""
+    v = int(bad[0])
+    more = f"; {bad.size} such documents in all" if bad.size > 1 else ""
+    return (
+        f"source_index {v} ({_where_text(_locate_source(tot, v, 1))}) is outside [0, {n}) "
+        f"({what}): it names no record that was read{more}; the row was edited or the manifest "
+        f"belongs to another pack: re-pack with packtool pack"
+    )
+
+
 def _locate_source(tot: Totals, value: int, limit: int = 3) -> list[tuple[str, int, int]]:
     """(shard, row, document) of the first `limit` documents with source index `value` (rare path)."""
     hits = []
@@ -118,8 +159,9 @@ def _duplicate_rows(tot: Totals, hits: list[tuple[str, int, int]]) -> str:
 
 
 def _missing_sources(m: dict, tot: Totals, limit: int = 3) -> str:
-    """Source indices that are in no row and not listed as skipped or dropped (rare path), e.g. a
-    document merged into its neighbour, or a row overwritten by a copy of another."""
+    """Source indices in [0, examples_read) that are in no row and not listed as skipped or dropped,
+    e.g. a document merged into its neighbour, a row overwritten by a copy of another, or a
+    source_index edited to name no record."""
     n = section(m, "counts").get("examples_read")
     lists = isinstance(m.get("skipped"), list) and isinstance(m.get("dropped"), list)
     if not is_int(n) or n < 0 or not lists:
@@ -135,8 +177,8 @@ def _missing_sources(m: dict, tot: Totals, limit: int = 3) -> str:
     )
     return (
         f": source_index {head} {'is' if missing.size == 1 else 'are'} in no row and not listed as skipped or "
-        f"dropped (merged into another document, or its row overwritten); `packtool verify PACK --sources` "
-        f"names the row"
+        f"dropped (merged into another document, its row overwritten or its source_index edited); "
+        f"`packtool verify PACK --sources` names the row"
     )
 
 
@@ -193,7 +235,10 @@ def conservation_check(m: dict, tot: Totals) -> Check:
             docs *= 2
         whole = v["packed"] + v["truncated"] + v["split"]
         uniq = int(np.unique(tot.all_sources()).size)
-        missing = _missing_sources(m, tot) if docs != tot.documents or uniq != whole else ""
+        # a record in no row is named whatever the counts say; a mixture's weights leave gaps in
+        # its blocks, so there only where the counts disagree (as before)
+        differ = docs != tot.documents or uniq != whole
+        missing = _missing_sources(m, tot) if differ or not m.get("inputs") else ""
         if docs != tot.documents:
             problems.append(
                 f"packed + truncated + split_parts = {docs} documents expected, {tot.documents} in the "
@@ -205,6 +250,9 @@ def conservation_check(m: dict, tot: Totals) -> Check:
                 f"{uniq} distinct source indices in the rows, but packed + truncated + split = {whole}"
                 f"{missing}"
             )
+            missing = ""
+        if missing:
+            problems.append(missing.removeprefix(": "))
     ev = {f"tokens_{k}": tokens.get(k) for k in ("in", "out", "cut")}
     msg = "; ".join(problems) or "tokens in = out + cut; every example accounted for"
     return Check(CONSERVE, not problems, msg, {**ev, **v})

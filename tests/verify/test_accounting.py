@@ -145,3 +145,28 @@ def test_dropped_but_packed(pack, failed_of):
         ),
     )
     assert "source_index 0 is listed as dropped" in failed_of(pack)[scan.SRC].message
+
+
+def _set_first_source(pack, v):
+    rel, table = st.read_shard(str(pack), 0)
+    src = table.column("source_index").to_pylist()
+    old, src[0][0] = src[0][0], v
+    st.write_shard(str(pack), rel, st.replace_columns(table, source_index=src))
+    return rel, old
+
+
+def test_source_index_naming_no_record_fails(pack, failed_of):
+    """A source_index outside [0, examples_read) (sha256 re-signed) names no record: it fails,
+    located by shard and row, and the record it replaced, now in no row, is named."""
+    n = json.load(open(os.path.join(pack, schema.MANIFEST)))["counts"]["examples_read"]
+    for v in (99999, -1):
+        rel, old = _set_first_source(pack, v)
+        failed = failed_of(pack)
+        msg = failed[scan.SRC].message
+        assert msg.startswith(
+            f"source_index {v} ({rel} row 0 document 0) is outside [0, {n}) (counts.examples_read)"
+        ), msg
+        assert "re-pack with packtool pack" in msg and "\n" not in msg
+        assert f"source_index {old} is in no row and not listed" in failed[scan.CONSERVE].message
+        _set_first_source(pack, old)
+    assert not failed_of(pack)

@@ -74,7 +74,7 @@ def check_sources(
         if specs:
             checks.append(load.inputs_files_check(specs, manifest))
         else:
-            data = data if data is not None else load.recorded_data(manifest, pack)
+            data = data if data is not None else load.recorded_data(manifest, pack, read.split)
             checks.append(load.files_check(data, manifest, read.split)[0])
         checks.append(load.tokenizer_check(cfg, manifest))
         t_tok = time.perf_counter()
@@ -89,11 +89,15 @@ def check_sources(
         if manifest.get("task") == "preference":  # documents keyed 2 * source_index + side
             where = load.SideProvenance(where)
         cmp = Compare(exp, where, seen=np.zeros(exp.piece_row.size, np.int64))
-        candidates = np.flatnonzero(exp.num_pieces > 0)
-        wanted_records = None
-        if sample is not None and sample < candidates.size:
+        # the packed records by their source_index; a preference pair's two sides are one record
+        candidates = np.flatnonzero(exp.num_pieces > 0)  # tokenized records (a pair: its sides)
+        of_candidate = exp.source_index(exp.src[candidates])
+        packed = np.unique(of_candidate)
+        wanted_records = sampled = None
+        if sample is not None and sample < packed.size:
             rng = np.random.default_rng(seed)
-            wanted_records = np.sort(rng.choice(candidates, size=sample, replace=False))
+            sampled = np.sort(rng.choice(packed, size=sample, replace=False))
+            wanted_records = candidates[np.isin(of_candidate, sampled)]  # a pair: both sides
         wanted = None if wanted_records is None else exp.src[wanted_records]
         t_cmp = time.perf_counter()
         for shard in list_shards(pack):
@@ -106,7 +110,7 @@ def check_sources(
         t_cmp = time.perf_counter() - t_cmp
         compared = cmp if wanted_records is None else None  # None: first-token loss not known
         checks.append(account_check(manifest, tokenized, exp, compared, where))
-        checks.append(_tokens_check(cmp, candidates, wanted_records, sample, seed, t_tok, t_cmp))
+        checks.append(_tokens_check(cmp, packed, sampled, sample, seed, t_tok, t_cmp))
     except load.Stop as stop:
         checks.append(stop.check)
         done, why = {c.name for c in checks}, f"not run: {stop.check.name} failed"
@@ -116,18 +120,19 @@ def check_sources(
     return checks
 
 
-def _tokens_check(cmp: Compare, candidates, wanted_records, sample, seed, t_tok, t_cmp) -> Check:
+def _tokens_check(cmp: Compare, packed, sampled, sample, seed, t_tok, t_cmp) -> Check:
     """Check TOKENS from what the comparison found: its first difference (+ how many more), or
-    how much was compared (`wanted_records`: the records --sample picked, else None)."""
-    n_rec = int(candidates.size if wanted_records is None else wanted_records.size)
+    how much was compared. `packed`: the packed records' source indices (a preference pair is one
+    record), `sampled`: those --sample picked, else None."""
+    n_rec = int(packed.size if sampled is None else sampled.size)
     scope = (
         f"every one of the {n_rec} packed records"
-        if wanted_records is None
-        else f"{n_rec} of {candidates.size} packed records (--sample {sample}, --seed {seed})"
+        if sampled is None
+        else f"{n_rec} of {packed.size} packed records (--sample {sample}, --seed {seed})"
     )
     ev = {
         "records_compared": n_rec,
-        "records_packed": int(candidates.size),
+        "records_packed": int(packed.size),
         "documents": cmp.docs_compared,
         "tokens_compared": cmp.tokens_compared,
         "documents_failed": cmp.failed.count + cmp.stray.count,
@@ -137,8 +142,8 @@ def _tokens_check(cmp: Compare, candidates, wanted_records, sample, seed, t_tok,
         "sample": sample,
         "seed": seed,
     }
-    if wanted_records is not None:
-        ev["sampled_source_index"] = cmp.exp.src[wanted_records].tolist()
+    if sampled is not None:
+        ev["sampled_source_index"] = sampled.tolist()
     if ev["first"]:
         n_bad = ev["documents_failed"]
         more = f" (+{n_bad - 1} more)" if n_bad > 1 else ""

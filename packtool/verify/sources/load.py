@@ -11,7 +11,7 @@ against the manifest, then tokenized again; and the checks' names, in report ord
       inputs[k] {data, options, weight} ─────▶ InputSpec(data, ReadConfig(**options), weight)
 
     recorded_data: DATA as given to pack (or the one source, or their common folder); a relative
-    path is tried from here, then beside the pack folder
+    path is found here or beside the pack folder (in both: the one with the recorded sha256)
     sources.resolve_sources(DATA) [path, size, sha256]  == manifest sources    files_check
     load_spec(cfg.tokenizer).files_hash                 == tokenizer.files_hash tokenizer_check
     pipeline.load_tokenized(DATA, cfg) ──▶ TokenizedData (the path pack took; cache off)
@@ -158,7 +158,7 @@ def input_specs_from(manifest: dict, pack: str, folder: str | None) -> list:
             )
         read = _build(ReadConfig, opts, f"inputs[{k - 1}].options", [])
         data = str(e["data"])
-        located = locate_recorded(data, pack, folder)
+        located = locate_recorded(data, pack, folder, e.get("files"), read.split)
         try:
             specs.append(InputSpec(str(e.get("spec") or data), located, read, e["weight"]))
         except PacktoolError as err:
@@ -166,7 +166,7 @@ def input_specs_from(manifest: dict, pack: str, folder: str | None) -> list:
     return specs
 
 
-def recorded_data(manifest: dict, pack: str) -> str:
+def recorded_data(manifest: dict, pack: str, split: str = "train") -> str:
     """What to read when --sources names no DATA: the input given to pack, or the one recorded
     source, or the folder holding all of them (relative paths: locate_recorded)."""
     options = section(manifest, "options")
@@ -181,22 +181,50 @@ def recorded_data(manifest: dict, pack: str) -> str:
             )
         paths = [str(s["path"]) for s in sources]
         rec = paths[0] if len(paths) == 1 else os.path.commonpath(paths)
-    return locate_recorded(str(rec), pack)
+    return locate_recorded(str(rec), pack, None, manifest.get("sources"), split)
 
 
-def locate_recorded(rec: str, pack: str, folder: str | None = None) -> str:
-    """A recorded input path as it can be read from here: absolute as it is; relative tried from
-    `folder` (the folder pack ran in, when given), else from the current directory, then beside
-    the pack folder; else as recorded (a hub id)."""
+def locate_recorded(
+    rec: str,
+    pack: str,
+    folder: str | None = None,
+    recorded: list | None = None,
+    split: str = "train",
+) -> str:
+    """A recorded input path as it can be read from here: absolute as it is; relative joined to
+    `folder` (the folder pack ran in, when given), else found in the current directory or beside
+    the pack folder, as an absolute path. Where it exists in both, the one whose files have the
+    `recorded` sha256 (the manifest's sources) is taken; beside the pack when neither (or both)
+    has them. Else as recorded (a hub id)."""
     if os.path.isabs(rec):
         return rec
     if folder is not None:
         return os.path.join(folder, rec)
-    for base in (os.getcwd(), os.path.dirname(os.path.abspath(pack))):
-        cand = os.path.join(base, rec)
-        if os.path.exists(cand):
-            return cand if base != os.getcwd() else rec
-    return rec  # a hub id, or a path that moved: located (or refused) like any input
+    bases = dict.fromkeys((os.path.dirname(os.path.abspath(pack)), os.getcwd()))  # beside first
+    found = [os.path.join(b, rec) for b in bases if os.path.exists(os.path.join(b, rec))]
+    if len(found) > 1:
+        found = [c for c in found if _has_recorded_files(c, recorded, split)] or found
+    return os.path.abspath(found[0]) if found else rec  # else a hub id, or a path that moved
+
+
+def _has_recorded_files(path: str, recorded: list | None, split: str) -> bool:
+    """Whether the files at `path` are the `recorded` ones ([{path, size, sha256}]): their count and
+    sizes first, then their sha256 (only where a relative path exists in two places)."""
+    from packtool.io.files import sha256_file
+    from packtool.io.sources import locate
+
+    rec = sorted(
+        (r for r in recorded or [] if isinstance(r, dict)), key=lambda r: str(r.get("path"))
+    )
+    try:
+        now = list(locate(path, split).paths)
+    except PacktoolError:
+        return False
+    if not rec or len(now) != len(rec):
+        return False
+    if any(os.path.getsize(f) != r.get("size") for f, r in zip(now, rec, strict=True)):
+        return False
+    return all(sha256_file(f) == r.get("sha256") for f, r in zip(now, rec, strict=True))
 
 
 def files_check(data: str, manifest: dict, split: str) -> tuple[Check, list]:
@@ -235,7 +263,8 @@ def files_check(data: str, manifest: dict, split: str) -> tuple[Check, list]:
             )
     if problems:
         raise Stop(FILES, "; ".join(problems), ev)
-    msg = f"{len(now)} source file(s) at {data}: sha256 match the manifest"
+    at = os.path.abspath(data) if os.path.exists(data) else data  # the path read, in full
+    msg = f"{len(now)} source file(s) at {at}: sha256 match the manifest"
     return Check(FILES, True, msg, ev), now
 
 

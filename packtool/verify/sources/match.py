@@ -128,13 +128,14 @@ def compare_docs(cmp: Compare, shard, row0, docs: Doc, pieces, got_ids, got_lab,
             continue
         p, t = int(pieces[j]), int(bad_at[j])
         row, k, c = row0 + int(docs.row[j]), int(docs.k[j]), int(docs.col[j])
-        s = int(docs.src[j])
-        head = f"{cmp.where(s)} (source_index {s}{piece_note(exp, p)}) -> {shard} row {row}"
+        s = int(docs.src[j])  # the document's key (a pair's side: pieces.pair_keys)
+        i = int(exp.source_index(s))  # what the row's source_index holds
+        head = f"{cmp.where(s)} (source_index {i}{piece_note(exp, p)}) -> {shard} row {row}"
         g0, e0 = int(got_start[j]), int(e_off[j])
         gl, el = int(docs.length[j]), int(elen[j])
         g_ids, g_lab = got_ids[g0 : g0 + gl], got_lab[g0 : g0 + gl]
         x_ids, x_lab = e_ids[e0 : e0 + el], e_lab[e0 : e0 + el]
-        at = {"shard": shard, "row": row, "document": k, "position": c + t, "source_index": s}
+        at = {"shard": shard, "row": row, "document": k, "position": c + t, "source_index": i}
         if t >= min(gl, el):
             what = (
                 f"document {k} holds {gl} tokens, the record gives {el} when tokenized again "
@@ -206,10 +207,11 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
             continue
         seq_off, seq = flat_list(batch.column("seq_lengths"))
         src_off, src = flat_list(batch.column("source_index"))
+        keyed = False  # src holds pair keys: messages halve them back to the rows' source_index
         if sided:
             side_off, side = flat_list(batch.column(schema.SIDE_COLUMN))
             if np.array_equal(side_off, src_off):  # else the rows are strays: integrity says why
-                src = np.where(src >= 0, pair_keys(src, side), src)
+                src, keyed = np.where(src >= 0, pair_keys(src, side), src), True
         seq = seq.astype(np.int64)
         unp_ok = np.ones(R, bool)
         real = seq  # the documents' own tokens per entry
@@ -231,7 +233,7 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
             bad_rows.size,
             [
                 f"{shard} row {row0 + r}: seq_lengths {seq[seq_off[r] : seq_off[r + 1]].tolist()} with "
-                f"source_index {src[src_off[r] : src_off[r + 1]].tolist()} cannot be matched (see the integrity "
+                f"source_index {(src[src_off[r] : src_off[r + 1]] // (1 + keyed)).tolist()} cannot be matched (see the integrity "
                 "checks): its documents are not compared"
                 for r in bad_rows[:MAX_EXAMPLES].tolist()
             ],
@@ -259,7 +261,8 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         cmp.strays(
             unknown.size,
             [
-                f"{shard} row {row0 + int(row[j])} document {int(k[j])}: source_index {int(s[j])} is no "
+                f"{shard} row {row0 + int(row[j])} document {int(k[j])}: source_index "
+                f"{int(exp.source_index(s[j]))} is no "
                 "record of the sources tokenized again (skipped, or beyond the input)"
                 for j in unknown[:MAX_EXAMPLES].tolist()
             ],
@@ -269,7 +272,8 @@ def scan_shard(cmp: Compare, pack: str, shard: str, wanted: np.ndarray | None) -
         cmp.strays(
             dropped.size,
             [
-                f"{cmp.where(int(s[j]))} (source_index {int(s[j])}, {int(exp.lengths[rec[j]])} tokens) is "
+                f"{cmp.where(int(s[j]))} (source_index {int(exp.source_index(s[j]))}, "
+                f"{int(exp.lengths[rec[j]])} tokens) is "
                 f"dropped by --overflow {exp.overflow} at --len {L}, but {shard} row {row0 + int(row[j])} "
                 f"document {int(k[j])} holds it"
                 for j in dropped[:MAX_EXAMPLES].tolist()
@@ -315,7 +319,8 @@ def settle_deferred(cmp: Compare) -> None:
             cmp.strays(
                 1,
                 [
-                    f"{cmp.where(src)} (source_index {src}) is split into {n} parts, but {shard} "
+                    f"{cmp.where(src)} (source_index {exp.source_index(src)}) is split into {n} "
+                    f"parts, but {shard} "
                     f"row {row} document {k} is one more"
                 ],
             )
@@ -342,7 +347,7 @@ def missing_pieces(cmp: Compare, wanted_records: np.ndarray | None) -> None:
 
     def piece(p: int) -> str:
         s = int(exp.src[exp.piece_row[p]])
-        return f"{cmp.where(s)} (source_index {s}{piece_note(exp, p)}"
+        return f"{cmp.where(s)} (source_index {exp.source_index(s)}{piece_note(exp, p)}"
 
     cmp.strays(
         lost.size,

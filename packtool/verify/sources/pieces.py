@@ -57,6 +57,12 @@ class Expected:
     overflow: str
     pieces: object = None  # the packer's Pieces (dropped, truncated, split lists)
     hashes: dict[int, np.ndarray] = field(default_factory=dict)  # record -> its parts' hashes
+    pairs: bool = False  # a preference pack: `src` holds pair_keys, a record is one side
+
+    def source_index(self, key):
+        """The source_index the rows hold for document key(s) `key`: a pair's 2 * source_index +
+        side halved, else the key itself (int or array alike)."""
+        return key // 2 if self.pairs else key
 
     def record_of(self, source_index: np.ndarray) -> np.ndarray:
         """Record (row of the tokenized table) of each source index, -1 if it is not one."""
@@ -165,7 +171,9 @@ def expected_pieces(tokenized, manifest: dict) -> Expected:
     num = np.bincount(pieces.row, minlength=lengths.size).astype(np.int64)
     first = np.searchsorted(pieces.row, np.arange(lengths.size))
     ids, p = table.column("input_ids"), pieces
-    return Expected(ids, table, src, lengths, p.row, p.start, p.length, first, num, L, overflow, p)
+    exp = Expected(ids, table, src, lengths, p.row, p.start, p.length, first, num, L, overflow, p)
+    exp.pairs = pairs
+    return exp
 
 
 def account_check(manifest: dict, tokenized, exp: Expected, cmp, where) -> Check:

@@ -76,6 +76,35 @@ def test_relative_source_path_is_found_beside_the_pack(built, tmp_path, monkeypa
     assert checks[vs.FILES]["evidence"]["data"] == str(work / "chats.jsonl")
 
 
+def test_relative_source_path_in_two_places_takes_the_recorded_one(built, tmp_path, monkeypatch):
+    """A relative source path that exists both here and beside the pack: the copy with the
+    recorded sha256 is read, whichever place it is in, and the message names its absolute path."""
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(built[0], work / "chats.jsonl")
+    monkeypatch.chdir(work)
+    assert cli("pack", "chats.jsonl", "--len", L, "--out", "rel").exit_code == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "chats.jsonl").write_text(built[0].read_text().splitlines(keepends=True)[0])
+    monkeypatch.chdir(other)  # an unrelated chats.jsonl here: the one beside the pack is read
+    code, checks = verify(work / "rel", "--sources")
+    assert code == 0, [c["message"] for c in failed(checks).values()]
+    beside = work / "chats.jsonl"
+    assert checks[vs.FILES]["message"] == f"1 source file(s) at {beside}: sha256 match the manifest"
+    # the recorded file here, an unrelated one beside the pack: the recorded one is read
+    shutil.copy(beside, other / "chats.jsonl")
+    beside.write_text(built[0].read_text().splitlines(keepends=True)[1])
+    code, checks = verify(work / "rel", "--sources")
+    assert code == 0, [c["message"] for c in failed(checks).values()]
+    here = other / "chats.jsonl"
+    assert checks[vs.FILES]["message"] == f"1 source file(s) at {here}: sha256 match the manifest"
+    # neither has the recorded sha256: the one beside the pack is read, and named in full
+    here.write_text(built[0].read_text().splitlines(keepends=True)[2])
+    code, checks = verify(work / "rel", "--sources")
+    assert code == 1 and checks[vs.FILES]["message"].startswith(f"{beside}: sha256 ")
+
+
 def test_no_recorded_source_asks_for_the_data(tmp_path):
     with pytest.raises(vs.Stop) as e:
         vs.recorded_data({"options": {}, "sources": []}, str(tmp_path))
