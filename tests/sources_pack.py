@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 from typer.testing import CliRunner
@@ -71,13 +72,14 @@ def copy_pack(pack, tmp_path):
 
 
 def manifest(pack) -> dict:
-    return json.loads((pack / schema.MANIFEST).read_text())
+    return json.loads((Path(pack) / schema.MANIFEST).read_text())
 
 
 def edit_manifest(pack, fn) -> None:
+    """fn(manifest) edits PACK/manifest.json in place (any test that damages a manifest)."""
     m = manifest(pack)
     fn(m)
-    (pack / schema.MANIFEST).write_text(json.dumps(m, indent=1))
+    (Path(pack) / schema.MANIFEST).write_text(json.dumps(m, indent=1))
 
 
 def prompt_token(table, skip_first: bool = True):

@@ -9,6 +9,7 @@ import os
 import re
 
 import numpy as np
+from sources_pack import edit_manifest
 
 from packtool import schema
 from packtool.verify import audit, scan
@@ -25,13 +26,6 @@ def _all_sources(pack):
     for i in range(len(audit.list_shards(str(pack)))):
         out += st.read_shard(str(pack), i)[1].column("source_index").to_pylist()
     return out
-
-
-def _edit_manifest(pack, fn):
-    p = os.path.join(pack, schema.MANIFEST)
-    m = json.load(open(p))
-    fn(m)
-    json.dump(m, open(p, "w"))
 
 
 def test_document_packed_twice(pack, failed_of):
@@ -99,12 +93,12 @@ def test_merged_documents_name_the_lost_source_index(pack, failed_of):
 
 
 def test_conservation_tokens(pack, failed_of):
-    _edit_manifest(pack, lambda m: m["tokens"].update({"in": m["tokens"]["in"] + 5}))
+    edit_manifest(pack, lambda m: m["tokens"].update({"in": m["tokens"]["in"] + 5}))
     assert "tokens in" in failed_of(pack)[scan.CONSERVE].message
 
 
 def test_conservation_examples(pack, failed_of):
-    _edit_manifest(
+    edit_manifest(
         pack, lambda m: m["counts"].update({"examples_read": m["counts"]["examples_read"] + 1})
     )
     assert "examples_read" in failed_of(pack)[scan.CONSERVE].message
@@ -114,7 +108,7 @@ def test_conservation_is_the_contracts_arithmetic_then_the_rows(pack, failed_of)
     """The manifest's own problems come from schema.conservation_problems (one statement of the
     rules), and the rows' disagreement with the counts follows them."""
     m = json.load(open(os.path.join(pack, schema.MANIFEST)))
-    _edit_manifest(
+    edit_manifest(
         pack,
         lambda m: (
             m["tokens"].update({"in": m["tokens"]["in"] + 5}),
@@ -137,7 +131,7 @@ def test_conservation_is_the_contracts_arithmetic_then_the_rows(pack, failed_of)
 
 
 def test_dropped_but_packed(pack, failed_of):
-    _edit_manifest(
+    edit_manifest(
         pack,
         lambda m: (
             m["dropped"].append({"source_index": 0, "length": 3, "reason": "x"}),

@@ -3,25 +3,18 @@ shard's Arrow schema. A damaged file or manifest is a failed check naming it, ne
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 import numpy as np
 import pytest
+from sources_pack import edit_manifest
 
 from packtool import schema
 from packtool.verify import audit, scan
 from packtool.verify import selftest as st
 
 L = 128
-
-
-def _edit_manifest(pack, fn):
-    p = os.path.join(pack, schema.MANIFEST)
-    m = json.load(open(p))
-    fn(m)
-    json.dump(m, open(p, "w"))
 
 
 def test_rows_missing_versus_manifest(pack, failed_of):
@@ -81,7 +74,7 @@ def test_missing_manifest(pack, failed_of):
 
 
 def test_wrong_pack_len_in_manifest(pack, failed_of):
-    _edit_manifest(pack, lambda m: m.update({"pack_len": L * 2}))
+    edit_manifest(pack, lambda m: m.update({"pack_len": L * 2}))
     assert "fixed_size_list" in failed_of(pack)[scan.SCHEMA].message
 
 
@@ -112,7 +105,7 @@ def test_schema_problems_are_the_contracts_without_the_forbidden_column(pack):
 def test_manifest_pack_len_must_be_a_positive_int(pack, value, checks_of):
     """A string (or float, bool) pack_len fails the manifest check; it never reaches the schema
     builder (TypeError before), and the rows are still scanned with the shards' own pack_len."""
-    _edit_manifest(pack, lambda m: m.update({"pack_len": value}))
+    edit_manifest(pack, lambda m: m.update({"pack_len": value}))
     by_name, summary = checks_of(pack)
     assert not by_name["manifest"].passed
     assert f"pack_len {value!r} is not a positive integer" in by_name["manifest"].message
@@ -140,7 +133,7 @@ def test_garbage_shard_is_a_failed_check_not_a_crash(pack, failed_of):
 def test_garbage_first_shard_and_no_pack_len_in_manifest(pack, checks_of):
     """pack_len then comes from the first shard that opens (ArrowInvalid escaped before)."""
     rel = _garble(pack, 0)
-    _edit_manifest(pack, lambda m: m.pop("pack_len"))
+    edit_manifest(pack, lambda m: m.pop("pack_len"))
     by_name, summary = checks_of(pack)
     assert "pack_len None is not a positive integer" in by_name["manifest"].message
     assert f"{rel}: not a readable Parquet file" in by_name[scan.SCHEMA].message
@@ -167,7 +160,7 @@ def test_garbage_first_shard_and_no_pack_len_in_manifest(pack, checks_of):
     ids=["pad_id", "counts", "tokens.in", "split", "shard rows"],
 )
 def test_manifest_value_of_wrong_type_fails_its_check(pack, edit, check, match, failed_of):
-    _edit_manifest(pack, edit)
+    edit_manifest(pack, edit)
     failed = failed_of(pack)
     assert check in failed, sorted(failed)
     assert re.search(match, failed[check].message), failed[check].message

@@ -5,22 +5,15 @@ naming the file and row; a check that could not run is skipped, never passed."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from pair_packs import make_pairs, write_pair_pack
+from sources_pack import edit_manifest
 
 from packtool import schema
 from packtool.verify import integrity as integ
 from packtool.verify import scan
 from packtool.verify import selftest as st
-
-
-def _edit_manifest(pack, fn):
-    p = os.path.join(pack, schema.MANIFEST)
-    m = json.load(open(p))
-    fn(m)
-    json.dump(m, open(p, "w"))
 
 
 def _set_ids(pack, edits):
@@ -71,7 +64,7 @@ def test_a_negative_id_and_one_in_the_pad_tail_fail(pack, failed_of):
 
 
 def test_without_a_vocab_size_only_negative_ids_are_checked(pack, checks_of, failed_of):
-    _edit_manifest(pack, lambda m: m["tokenizer"].pop("vocab_size"))
+    edit_manifest(pack, lambda m: m["tokenizer"].pop("vocab_size"))
     _set_ids(pack, [(0, 3, 10**6)])
     by_name, _ = checks_of(pack)
     ids = by_name[scan.IDS]
@@ -91,7 +84,7 @@ def _drop_pad_id(m):
 
 
 def test_a_manifest_without_pad_id_fails_and_the_pad_check_is_skipped(pack, checks_of):
-    _edit_manifest(pack, _drop_pad_id)
+    edit_manifest(pack, _drop_pad_id)
     by_name, _ = checks_of(pack)
     assert not by_name[scan.MANIFEST_CHECK].passed
     assert "pad_id is missing" in by_name[scan.MANIFEST_CHECK].message
@@ -104,7 +97,7 @@ def test_document_padding_without_pad_id_is_skipped(tmp_path, checks_of):
     docs = st.make_documents(30, seed=1, min_len=3, max_len=60)
     st.write_documents(str(out), docs, 256, shard_rows=8, pad_to_multiple=8)
     assert checks_of(out)[0][scan.DOC_PAD].passed
-    _edit_manifest(out, _drop_pad_id)
+    edit_manifest(out, _drop_pad_id)
     by_name, _ = checks_of(out)
     assert by_name[scan.DOC_PAD].skipped and not by_name[scan.DOC_PAD].passed
     assert by_name[scan.PAD].skipped and "pad ids not checked" in by_name[scan.DOC_PAD].message
@@ -195,6 +188,6 @@ def test_a_shard_without_permission_is_a_failed_check(pack, failed_of, monkeypat
 
 def test_a_shard_entry_without_sha256_says_so(pack, failed_of):
     rel, _ = st.read_shard(str(pack), 0)
-    _edit_manifest(pack, lambda m: m["shards"][0].pop("sha256"))
+    edit_manifest(pack, lambda m: m["shards"][0].pop("sha256"))
     msg = failed_of(pack)[scan.SHARDS].message
     assert msg == f"the manifest records no sha256 for {rel}; re-run packtool pack"
