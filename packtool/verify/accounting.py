@@ -100,9 +100,8 @@ def source_bound(m: dict | None) -> tuple[int, str] | None:
         if len(blocks) != len(inputs) or not all(is_int(b.get(k)) for b in blocks for k in keys):
             return None
         last = blocks[-1]
-        return last["offset"] + last["copies"] * last[
-            "records"
-        ], "the end of the mixture's last input block"
+        end = last["offset"] + last["copies"] * last["records"]
+        return end, "the end of the mixture's last input block"
     n = section(m, "counts").get("examples_read")
     return (n, "counts.examples_read") if is_int(n) and n >= 0 else None
 
@@ -239,20 +238,21 @@ def conservation_check(m: dict, tot: Totals) -> Check:
         # its blocks, so there only where the counts disagree (as before)
         differ = docs != tot.documents or uniq != whole
         missing = _missing_sources(m, tot) if differ or not m.get("inputs") else ""
+        found = []
         if docs != tot.documents:
-            problems.append(
+            found.append(
                 f"packed + truncated + split_parts = {docs} documents expected, {tot.documents} in the "
-                f"rows{missing}"
+                "rows"
             )
-            missing = ""
         if uniq != whole:
-            problems.append(
+            found.append(
                 f"{uniq} distinct source indices in the rows, but packed + truncated + split = {whole}"
-                f"{missing}"
             )
-            missing = ""
-        if missing:
-            problems.append(missing.removeprefix(": "))
+        if found:  # the records in no row, named after the first count they explain
+            found[0] += missing
+        elif missing:
+            found.append(missing.removeprefix(": "))
+        problems += found
     ev = {f"tokens_{k}": tokens.get(k) for k in ("in", "out", "cut")}
     msg = "; ".join(problems) or "tokens in = out + cut; every example accounted for"
     return Check(CONSERVE, not problems, msg, {**ev, **v})

@@ -212,26 +212,21 @@ def _pair_rules(cols: dict, side: tuple, shard: str, row0: int, walk: _Walk) -> 
         walk.fails[name].add(int(bad.size), _pair_examples(shown, shard, row0))
     keep = np.flatnonzero(ok)
     walk.pairs_not_run += [f"{shard} row {row0 + int(r)}" for r in np.flatnonzero(~ok)]
-    if keep.size == ok.size:  # every row pairs up (a sound pack): the batch as it is
-        found = scan.pair_checks(
-            cols["input_ids"], cols["labels"], cols["seq_val"], cols["seq_off"],
-            cols["src_val"], side_val,
-        )  # fmt: skip
-        for name, (count, shown) in found.items():
-            walk.fails[name].add(count, _pair_examples(shown, shard, row0))
-        return
     if not keep.size:
         return
+    ids, labels, seq_off = cols["input_ids"], cols["labels"], cols["seq_off"]
+    seq_val, src_val = cols["seq_val"], cols["src_val"]
+    if keep.size < ok.size:  # the rows that pair up only (a sound pack: the batch as it is)
 
-    def rows_of(off, val):  # the kept rows' entries of a list column, and their offsets
-        n = np.diff(off)
-        return np.asarray(val)[np.repeat(ok, n)], np.concatenate(([0], np.cumsum(n[keep])))
+        def rows_of(off, val):  # the kept rows' entries of a list column, and their offsets
+            n = np.diff(off)
+            return np.asarray(val)[np.repeat(ok, n)], np.concatenate(([0], np.cumsum(n[keep])))
 
-    seq_val, seq_off = rows_of(cols["seq_off"], cols["seq_val"])
-    src_val, _ = rows_of(cols["src_off"], cols["src_val"])
-    side_kept, _ = rows_of(side_off, side_val)
-    ids, labels = cols["input_ids"][keep], cols["labels"][keep]
-    found = scan.pair_checks(ids, labels, seq_val, seq_off, src_val, side_kept)
+        seq_val, seq_off = rows_of(seq_off, seq_val)
+        src_val, _ = rows_of(cols["src_off"], src_val)
+        side_val, _ = rows_of(side_off, side_val)
+        ids, labels = ids[keep], labels[keep]
+    found = scan.pair_checks(ids, labels, seq_val, seq_off, src_val, side_val)
     for name, (count, shown) in found.items():
         shown = [(int(keep[r]), pos, text) for r, pos, text in shown]
         walk.fails[name].add(count, _pair_examples(shown, shard, row0))

@@ -171,9 +171,9 @@ def expected_pieces(tokenized, manifest: dict) -> Expected:
     num = np.bincount(pieces.row, minlength=lengths.size).astype(np.int64)
     first = np.searchsorted(pieces.row, np.arange(lengths.size))
     ids, p = table.column("input_ids"), pieces
-    exp = Expected(ids, table, src, lengths, p.row, p.start, p.length, first, num, L, overflow, p)
-    exp.pairs = pairs
-    return exp
+    return Expected(
+        ids, table, src, lengths, p.row, p.start, p.length, first, num, L, overflow, p, pairs=pairs
+    )
 
 
 def account_check(manifest: dict, tokenized, exp: Expected, cmp, where) -> Check:
