@@ -103,10 +103,10 @@ def pack_tokenized(
         pieces = pair_rules.apply_pair_overflow(lengths, data.prompt_lengths, src, L, cfg.overflow)
     else:
         pieces = apply_overflow(lengths, src, L, cfg.overflow)
-    if pieces.row.shape[0] == 0 and pairs:
-        prompts = data.prompt_lengths
-        raise PacktoolError(pair_rules.nothing_to_pack(lengths, prompts, src, L, cfg.overflow))
     if pieces.row.shape[0] == 0:
+        if pairs:  # the pair rules' causes (a pair too long, a prompt leaving no room)
+            prompts = data.prompt_lengths
+            raise PacktoolError(pair_rules.nothing_to_pack(lengths, prompts, src, L, cfg.overflow))
         raise PacktoolError(
             f"nothing to pack: all {n} examples were dropped (longest {int(lengths.max())} "
             f"tokens > --len {L}); use --overflow truncate|split or raise --len"
@@ -226,9 +226,10 @@ def pack_tokenized(
     else:
         loss = overflow_loss(lengths, pieces, L, cfg.overflow)
     if loss is not None:
-        lost = oc.dropped if cfg.overflow == "drop" else oc.truncated
-        if pairs:  # truncate's drops too (pair_overflow_lost)
+        if pairs:  # truncate's drops too
             lost = pair_rules.pair_overflow_lost(oc, cfg.overflow)
+        else:
+            lost = oc.dropped if cfg.overflow == "drop" else oc.truncated
         items = oc.source[lost][:1000].tolist()
         warnings.append(schema.Notice(OVERFLOW_LOSS, loss, int(lost.size), items))
     return PackResult(

@@ -72,9 +72,9 @@ def convert_shard(
 ) -> None:
     """Write Parquet shard `src` (rows of `pack_len` tokens, `rows` of them per the manifest; with
     seq_lengths_unpadded when the manifest says `padded`, with `side` when it is a preference pack,
-    `pairs`) to the Arrow IPC file `dest`, atomically. PacktoolError
-    when the shard is missing, does not match `sha256` (checked only with verify_checksum), breaks
-    the shard schema or has another row count."""
+    `pairs`) to the Arrow IPC file `dest`, atomically. PacktoolError when the shard is missing,
+    does not match `sha256` (checked only with verify_checksum), breaks the shard schema or has
+    another row count."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
